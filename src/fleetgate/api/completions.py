@@ -1,0 +1,149 @@
+"""``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``: the request path.
+
+authenticate → parse and validate → route (retries, fallbacks) → relay → record.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel
+
+from fleetgate.api.body import read_json
+from fleetgate.api.exchange import Exchange, record_exchange
+from fleetgate.api.relay import relay_stream
+from fleetgate.api.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    validate_request,
+)
+from fleetgate.api.state import GATEWAY, GatewayState
+from fleetgate.errors import FleetgateError, ModelNotFound
+from fleetgate.providers.base import Endpoint, UpstreamCall
+from fleetgate.routing.deployment import Deployment
+from fleetgate.routing.dispatch import Dispatch
+from fleetgate.routing.strategies import RouteContext
+from fleetgate.tenancy.auth import bearer_token
+from fleetgate.tokens import estimate_prompt_tokens
+
+__all__ = ["chat_completions", "completions", "embeddings"]
+
+_SCHEMAS: dict[Endpoint, type[BaseModel]] = {
+    Endpoint.CHAT: ChatCompletionRequest,
+    Endpoint.COMPLETIONS: CompletionRequest,
+    Endpoint.EMBEDDINGS: EmbeddingRequest,
+}
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _serve(request, Endpoint.CHAT)
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _serve(request, Endpoint.COMPLETIONS)
+
+
+async def embeddings(request: web.Request) -> web.StreamResponse:
+    return await _serve(request, Endpoint.EMBEDDINGS)
+
+
+def _upstream_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:
+    """The body every attempt starts from: always ask a stream for its usage."""
+    if not stream:
+        return body
+    out = dict(body)
+    options = body.get("stream_options")
+    out["stream_options"] = {**(options or {}), "include_usage": True}
+    return out
+
+
+async def _serve(request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
+    started = time.perf_counter()
+    gw = request.app[GATEWAY]
+    principal = gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    body = await read_json(request, gw.max_request_bytes)
+    validate_request(_SCHEMAS[endpoint], body)
+    alias: str = body["model"]
+    table = gw.tables.table
+    if not principal.may_use(alias):
+        raise ModelNotFound(
+            f"The model '{alias}' does not exist or you do not have access to it.", param="model"
+        )
+    table.route(alias)
+    stream = endpoint is not Endpoint.EMBEDDINGS and body.get("stream") is True
+    options = body.get("stream_options")
+    want_usage = stream and isinstance(options, dict) and options.get("include_usage") is True
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 0
+    request_id = request.headers.get("x-request-id") or os.urandom(12).hex()
+    ex = Exchange(request_id, endpoint, alias, principal, started, stream)
+    ctx = RouteContext(
+        alias=alias,
+        principal=principal,
+        prompt_tokens=estimate_prompt_tokens(body),
+        max_tokens=max_tokens if isinstance(max_tokens, int) else 0,
+        session_id=request.headers.get("x-session-id"),
+    )
+    base = _upstream_body(body, stream)
+    timeouts = gw.dispatcher.config.timeouts
+    forward = {"x-request-id": request_id}
+
+    def build(dep: Deployment) -> UpstreamCall:
+        call_body = dict(base)
+        call_body["model"] = dep.config.model
+        return UpstreamCall(endpoint, call_body, stream, dep.config.timeouts or timeouts, forward)
+
+    if gw.tracer.enabled:
+        ex.span = gw.tracer.start(
+            "chat" if endpoint is Endpoint.CHAT else endpoint.value,
+            alias,
+            {"gen_ai.request.max_tokens": max_tokens or None, "fleetgate.request_id": request_id},
+        )
+    try:
+        dispatch = await gw.dispatcher.send(table, ctx, build)
+    except FleetgateError as exc:
+        ex.status, ex.error_type = exc.status, exc.type
+        ex.overhead_s = time.perf_counter() - started
+        _record(gw, ex)
+        raise
+    ex.deployment = dispatch.deployment
+    ex.attempts = dispatch.attempts
+    ex.upstream_s = dispatch.upstream_answered - dispatch.upstream_started
+    if stream:
+        ex.overhead_s = dispatch.upstream_started - started
+        try:
+            return await relay_stream(request, dispatch, ex, gw.metrics, want_usage, timeouts.total)
+        finally:
+            _record(gw, ex)
+    return _json_response(gw, dispatch, ex)
+
+
+def _json_response(gw: GatewayState, dispatch: Dispatch, ex: Exchange) -> web.Response:
+    try:
+        data = dispatch.response.json()
+        ex.take_usage(data.get("usage"))
+        choices = data.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            ex.finish_reason = choices[0].get("finish_reason")
+    finally:
+        dispatch.release()
+    ex.first_token_at = ex.last_token_at = None
+    ex.overhead_s = time.perf_counter() - ex.started - ex.upstream_s
+    resp = web.Response(
+        body=dispatch.response.body,
+        content_type="application/json",
+        headers={
+            "x-request-id": ex.request_id,
+            "x-fleetgate-deployment": dispatch.deployment.id,
+            "x-fleetgate-overhead-ms": f"{ex.overhead_s * 1000:.3f}",
+        },
+    )
+    _record(gw, ex)
+    return resp
+
+
+def _record(gw: GatewayState, ex: Exchange) -> None:
+    record_exchange(ex, gw.metrics, gw.access_log, gw.tracer)

@@ -1,0 +1,23 @@
+"""Every route of the gateway, in one table."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from fleetgate.api import admin, completions, health, models, openapi
+
+__all__ = ["add_routes"]
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/chat/completions", completions.chat_completions)
+    app.router.add_post("/v1/completions", completions.completions)
+    app.router.add_post("/v1/embeddings", completions.embeddings)
+    app.router.add_get("/v1/models", models.list_models)
+    app.router.add_get("/v1/models/{model}", models.get_model)
+    app.router.add_get("/health/live", health.live)
+    app.router.add_get("/health/ready", health.ready)
+    app.router.add_get("/metrics", health.metrics)
+    app.router.add_get("/openapi.json", openapi.openapi_json)
+    app.router.add_post("/admin/config/reload", admin.reload_config)
+    app.router.add_get("/admin/config", admin.get_config)

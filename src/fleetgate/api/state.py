@@ -1,0 +1,36 @@
+"""What the handlers need, built by `create_app` and stored on the app under `GATEWAY`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from fleetgate.config.settings import Settings
+from fleetgate.providers.http import HttpClient
+from fleetgate.routing.dispatch import Dispatcher
+from fleetgate.routing.health import HealthTracker
+from fleetgate.routing.reload import TableManager
+from fleetgate.telemetry.access_log import AccessLog
+from fleetgate.telemetry.metrics import GatewayMetrics
+from fleetgate.telemetry.tracing import GenAITracer
+from fleetgate.tenancy.auth import Authenticator
+
+__all__ = ["GATEWAY", "GatewayState"]
+
+
+@dataclass(eq=False)
+class GatewayState:
+    settings: Settings
+    tables: TableManager
+    dispatcher: Dispatcher
+    health: HealthTracker
+    metrics: GatewayMetrics
+    http: HttpClient
+    auth: Authenticator
+    access_log: AccessLog
+    tracer: GenAITracer
+    max_request_bytes: int
+
+
+GATEWAY = web.AppKey("fleetgate.gateway", GatewayState)

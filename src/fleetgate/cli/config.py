@@ -1,0 +1,36 @@
+"""``fleetgate config check FILE``: validate a config without starting anything."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from fleetgate.config.loader import load_config
+from fleetgate.routing.strategies import StrategyRegistry
+
+__all__ = ["register", "run_check"]
+
+
+def register(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser("config", help="work with config files")
+    inner = parser.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    check = inner.add_parser("check", help="validate a config file")
+    check.add_argument("file", type=Path)
+    check.set_defaults(func=run_check)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    config = load_config(args.file)
+    strategies = StrategyRegistry.with_builtins()
+    for alias in config.models:
+        strategies.create(alias)
+    deployments = sum(len(a.deployments) for a in config.models)
+    print(f"{args.file}: OK ({len(config.models)} aliases, {deployments} deployments)")
+    for alias in config.models:
+        tail = f" -> fallbacks {', '.join(alias.fallbacks)}" if alias.fallbacks else ""
+        local = " [local-only]" if alias.local_only else ""
+        print(
+            f"  {alias.alias}: {alias.strategy}, {len(alias.deployments)} deployments{local}{tail}"
+        )
+    return 0

@@ -1,0 +1,55 @@
+"""``fleetgate``: parse the command line, hand the sub-command its arguments."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from fleetgate.errors import ConfigError
+
+__all__ = ["build_parser", "main"]
+
+# Each module exposes register(sub) adding its parser with set_defaults(func=run).
+SUBCOMMANDS = ("serve", "up", "sim", "config", "bench", "plan", "safety")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fleetgate", description="LLM gateway and platform")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"fleetgate.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"fleetgate.cli.{name}":
+                continue  # that sub-command is not part of this build
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(func(args) or 0)
+    except ConfigError as exc:
+        print(f"fleetgate: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

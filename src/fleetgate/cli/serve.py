@@ -1,0 +1,108 @@
+"""``fleetgate serve``: run the gateway, with one or several worker processes."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import multiprocessing
+import signal
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from fleetgate.app import build_state, create_app
+from fleetgate.config.loader import load_config
+from fleetgate.config.settings import Settings
+
+__all__ = ["register", "run", "serve_forever", "settings_from_args"]
+
+log = logging.getLogger("fleetgate.serve")
+
+
+def register(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser("serve", help="run the gateway")
+    parser.add_argument("--config", type=Path, required=True, help="YAML config file")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=4000)
+    parser.add_argument("--workers", type=int, default=1, help="worker processes (SO_REUSEPORT)")
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--no-watch", action="store_true", help="do not reload on file change")
+    parser.set_defaults(func=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(
+        config_path=args.config,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        data_dir=args.data_dir,
+        watch_config=not args.no_watch,
+    )
+
+
+def _use_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+async def serve_forever(settings: Settings, *, reuse_port: bool = False) -> None:
+    """Serve until SIGINT/SIGTERM; SIGHUP reloads the config."""
+    state = build_state(settings)
+    app = create_app(settings, state=state)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port, reuse_port=reuse_port, backlog=2048)
+    await site.start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, state.tables.try_reload)
+    log.info("fleetgate listening on http://%s:%d", settings.host, settings.port)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def _worker(settings: Settings) -> None:
+    _use_uvloop()
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    asyncio.run(serve_forever(settings, reuse_port=True))
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    load_config(args.config)  # fail fast, before any worker starts
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.workers <= 1:
+        _use_uvloop()
+        asyncio.run(serve_forever(settings))
+        return 0
+    ctx = multiprocessing.get_context("spawn")
+    procs = [
+        ctx.Process(target=_worker, args=(settings,), daemon=False) for _ in range(settings.workers)
+    ]
+    for p in procs:
+        p.start()
+
+    def forward(signum: int, _frame: object) -> None:
+        for p in procs:
+            if p.pid is not None and p.is_alive():
+                import os
+
+                os.kill(p.pid, signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
+    for p in procs:
+        p.join()
+    return 0

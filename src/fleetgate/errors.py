@@ -1,0 +1,245 @@
+"""The one error tree of fleetgate.
+
+Every failure a caller can see is one of these; library and upstream exceptions are translated
+into them at the edge (``providers/``, ``store/``, ``limits/``) and one handler in ``api/``
+renders them as OpenAI error objects ``{"error": {"message", "type", "param", "code"}}``.
+
+    FleetgateError
+    ├── ClientError                    4xx: the caller can fix it
+    │   ├── InvalidRequest             400 invalid_request_error
+    │   │   └── ContextWindowExceeded  400 code=context_length_exceeded
+    │   ├── AuthenticationFailed       401 authentication_error
+    │   ├── PermissionDenied           403 permission_error
+    │   ├── NotFound                   404 not_found_error
+    │   │   └── ModelNotFound          404 code=model_not_found
+    │   ├── PayloadTooLarge            413
+    │   ├── RateLimited                429 rate_limit_exceeded (Retry-After)
+    │   │   └── BudgetExceeded         429 code=budget_exceeded
+    │   └── ContentBlocked             400 code=content_filter
+    ├── UpstreamError                  5xx: an engine or provider failed
+    │   ├── UpstreamConnectError       502 could not connect / connection reset
+    │   ├── UpstreamBadResponse        502 garbage from upstream
+    │   ├── UpstreamStatusError        upstream answered 4xx/5xx (status kept)
+    │   ├── UpstreamTimeout            504
+    │   └── NoHealthyDeployment        503
+    ├── ServiceUnavailable             503 a dependency of ours (store, limiter) failed closed
+    └── ConfigError                    invalid configuration (never rendered to API callers)
+
+Example::
+
+    raise InvalidRequest("'messages' must not be empty", param="messages")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "AuthenticationFailed",
+    "BudgetExceeded",
+    "ClientError",
+    "ConfigError",
+    "ContentBlocked",
+    "ContextWindowExceeded",
+    "FleetgateError",
+    "InvalidRequest",
+    "ModelNotFound",
+    "NoHealthyDeployment",
+    "NotFound",
+    "PayloadTooLarge",
+    "PermissionDenied",
+    "RateLimited",
+    "ServiceUnavailable",
+    "UpstreamBadResponse",
+    "UpstreamConnectError",
+    "UpstreamError",
+    "UpstreamStatusError",
+    "UpstreamTimeout",
+]
+
+
+class FleetgateError(Exception):
+    """Base of every fleetgate error; carries what the OpenAI error object needs."""
+
+    status: int = 500
+    type: str = "api_error"
+    code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        self.headers: dict[str, str] = dict(headers or {})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The OpenAI error object for this error."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class ClientError(FleetgateError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class InvalidRequest(ClientError):
+    status = 400
+
+
+class ContextWindowExceeded(InvalidRequest):
+    code = "context_length_exceeded"
+
+
+class AuthenticationFailed(ClientError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class PermissionDenied(ClientError):
+    status = 403
+    type = "permission_error"
+
+
+class NotFound(ClientError):
+    status = 404
+    type = "not_found_error"
+
+
+class ModelNotFound(NotFound):
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class PayloadTooLarge(ClientError):
+    status = 413
+    code = "payload_too_large"
+
+
+class RateLimited(ClientError):
+    """Over a limit; ``retry_after`` seconds until a retry may succeed."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float = 1.0,
+        param: str | None = None,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message, param=param, code=code, headers=headers)
+        self.retry_after = retry_after
+        self.headers.setdefault("Retry-After", str(max(1, int(retry_after + 0.999))))
+
+
+class BudgetExceeded(RateLimited):
+    type = "insufficient_quota"
+    code = "budget_exceeded"
+
+
+class ContentBlocked(ClientError):
+    code = "content_filter"
+
+
+class UpstreamError(FleetgateError):
+    """An upstream (engine or provider) failed. ``retryable`` guides retries and fallbacks."""
+
+    status = 502
+    type = "upstream_error"
+    retryable = True
+
+
+class UpstreamConnectError(UpstreamError):
+    code = "upstream_connect_error"
+
+
+class UpstreamBadResponse(UpstreamError):
+    code = "upstream_bad_response"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    code = "upstream_timeout"
+
+
+class UpstreamStatusError(UpstreamError):
+    """The upstream answered with an error status.
+
+    429 and 5xx are retryable; other 4xx are the caller's fault and are passed on with the
+    upstream's status (400 stays 400) so a client's mistake never turns into a 5xx.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        upstream_status: int,
+        body: Any = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, code=f"upstream_{upstream_status}")
+        self.upstream_status = upstream_status
+        self.body = body
+        self.retry_after = retry_after
+        self.retryable = upstream_status == 429 or upstream_status >= 500 or upstream_status == 408
+        if upstream_status >= 500:
+            self.status = 502
+        elif upstream_status == 429:
+            self.status = 429
+            self.type = "rate_limit_error"
+        else:
+            self.status = upstream_status
+            self.type = "invalid_request_error"
+
+    def to_dict(self) -> dict[str, Any]:
+        # A 4xx from the upstream is the caller's error: show the upstream's own error object.
+        if 400 <= self.upstream_status < 500 and isinstance(self.body, dict):
+            err = self.body.get("error")
+            if isinstance(err, dict) and "message" in err:
+                return {
+                    "error": {
+                        "message": str(err.get("message")),
+                        "type": str(err.get("type") or self.type),
+                        "param": err.get("param"),
+                        "code": err.get("code", self.code),
+                    }
+                }
+        return super().to_dict()
+
+
+class NoHealthyDeployment(UpstreamError):
+    status = 503
+    type = "service_unavailable"
+    code = "no_healthy_deployment"
+
+
+class ServiceUnavailable(FleetgateError):
+    status = 503
+    type = "service_unavailable"
+
+
+class ConfigError(FleetgateError):
+    """Invalid configuration. The message names the offending field."""
+
+    type = "config_error"

@@ -1,0 +1,107 @@
+"""The provider interface: one call to one upstream deployment, in OpenAI's wire format.
+
+A provider translates an OpenAI-format request into its upstream's format, sends it, and
+translates the answer back. Retries, fallbacks, limits and metrics wrap providers; they are
+never woven into them (see ``routing/dispatch.py``).
+
+For streams, `Provider.send` returns only once the first SSE event has arrived, so that a
+failure before the first token can still be retried elsewhere.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from fleetgate.config.schema import TimeoutConfig
+from fleetgate.errors import UpstreamBadResponse
+
+__all__ = ["Endpoint", "Provider", "UpstreamCall", "UpstreamResponse"]
+
+
+class Endpoint(enum.Enum):
+    CHAT = "chat/completions"
+    COMPLETIONS = "completions"
+    EMBEDDINGS = "embeddings"
+
+
+@dataclass(slots=True)
+class UpstreamCall:
+    """One attempt's request. ``body`` is OpenAI-format and already names the upstream model."""
+
+    endpoint: Endpoint
+    body: dict[str, Any]
+    stream: bool
+    timeouts: TimeoutConfig
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class UpstreamResponse:
+    """An upstream's answer, in OpenAI format.
+
+    Non-streaming: ``body`` holds the JSON bytes (``json()`` parses them once).
+    Streaming: ``first_event`` holds the first complete SSE event (``b"data: {...}\\n\\n"``) and
+    ``events`` yields the rest, one complete event at a time. ``aclose`` releases the
+    connection; closing before the end aborts the upstream request.
+    """
+
+    __slots__ = ("status", "headers", "body", "first_event", "_events", "_closer", "_json")
+
+    def __init__(
+        self,
+        *,
+        status: int = 200,
+        headers: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+        first_event: bytes | None = None,
+        events: AsyncIterator[bytes] | None = None,
+        closer: Any = None,
+    ) -> None:
+        self.status = status
+        self.headers = headers or {}
+        self.body = body
+        self.first_event = first_event
+        self._events = events
+        self._closer = closer
+        self._json: dict[str, Any] | None = None
+
+    @property
+    def is_stream(self) -> bool:
+        return self._events is not None
+
+    def json(self) -> dict[str, Any]:
+        if self._json is None:
+            if self.body is None:
+                raise UpstreamBadResponse("upstream returned no body")
+            try:
+                value = orjson.loads(self.body)
+            except orjson.JSONDecodeError:
+                raise UpstreamBadResponse("upstream returned a body that is not JSON") from None
+            if not isinstance(value, dict):
+                raise UpstreamBadResponse("upstream returned JSON that is not an object")
+            self._json = value
+        return self._json
+
+    def events(self) -> AsyncIterator[bytes]:
+        if self._events is None:
+            raise TypeError("not a streaming response")
+        return self._events
+
+    async def aclose(self) -> None:
+        closer, self._closer = self._closer, None
+        if closer is not None:
+            await closer()
+
+
+class Provider(Protocol):
+    """One upstream deployment. Raises only `fleetgate.errors.UpstreamError` subclasses."""
+
+    async def send(self, call: UpstreamCall) -> UpstreamResponse: ...
+
+    async def probe(self) -> bool:
+        """A cheap health check (e.g. ``GET /models``); True when the upstream answers."""
+        ...

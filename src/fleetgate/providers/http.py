@@ -1,0 +1,165 @@
+"""HTTP plumbing shared by providers: pooled keep-alive connections, timeouts, error mapping.
+
+This is the edge where aiohttp and socket exceptions become `fleetgate.errors.UpstreamError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from fleetgate.config.schema import TimeoutConfig
+from fleetgate.errors import (
+    UpstreamBadResponse,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamStatusError,
+    UpstreamTimeout,
+)
+
+__all__ = ["HttpClient", "iter_sse_events", "map_client_error"]
+
+_SEP = b"\n\n"
+
+
+def map_client_error(exc: BaseException, where: str) -> UpstreamError:
+    """Translate an aiohttp/socket/timeout exception into the error tree."""
+    if isinstance(exc, UpstreamError):
+        return exc
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return UpstreamTimeout(f"{where}: timed out")
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return UpstreamConnectError(f"{where}: response ended early ({exc})")
+    if isinstance(exc, aiohttp.ClientError | OSError):
+        return UpstreamConnectError(f"{where}: {type(exc).__name__}: {exc}")
+    return UpstreamBadResponse(f"{where}: {type(exc).__name__}: {exc}")
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("Retry-After") or headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def status_error(status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamStatusError:
+    parsed: Any
+    try:
+        parsed = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        parsed = None
+    detail = body[:200].decode("utf-8", "replace") if body else ""
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+        detail = str(parsed["error"].get("message", detail))
+    return UpstreamStatusError(
+        f"upstream returned HTTP {status}: {detail}".rstrip(": "),
+        upstream_status=status,
+        body=parsed,
+        retry_after=_retry_after(headers),
+    )
+
+
+async def iter_sse_events(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """Split a byte stream into complete SSE events (each ending in a blank line)."""
+    buf = b""
+    async for chunk in content.iter_any():
+        buf = buf + chunk if buf else chunk
+        if _SEP not in buf:
+            if b"\r\n\r\n" in buf:
+                buf = buf.replace(b"\r\n", b"\n")
+            else:
+                continue
+        *events, buf = buf.split(_SEP)
+        for event in events:
+            if event:
+                yield event + _SEP
+    if buf.strip():
+        yield buf.rstrip(b"\n") + _SEP
+
+
+class HttpClient:
+    """One pooled aiohttp session for all upstreams of a gateway process."""
+
+    def __init__(self, *, limit: int = 0, keepalive_timeout: float = 60.0) -> None:
+        self._limit = limit
+        self._keepalive = keepalive_timeout
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self._limit,
+                limit_per_host=0,
+                keepalive_timeout=self._keepalive,
+                ttl_dns_cache=300,
+                enable_cleanup_closed=False,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=None),
+                json_serialize=lambda v: orjson.dumps(v).decode(),
+                auto_decompress=True,
+                skip_auto_headers=("User-Agent",),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def post(
+        self,
+        url: str,
+        payload: bytes,
+        headers: Mapping[str, str],
+        timeouts: TimeoutConfig,
+        *,
+        stream: bool,
+    ) -> tuple[aiohttp.ClientResponse, bytes | None]:
+        """POST and wait for the headers (and, unless streaming, the body).
+
+        Error statuses are read and raised as `UpstreamStatusError`; for a stream the caller
+        owns the returned response, must release it, and bounds the wait itself (the
+        first-token timeout covers the headers and the first event together).
+        """
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=timeouts.connect, sock_connect=timeouts.connect
+        )
+        try:
+            async with asyncio.timeout(None if stream else timeouts.total):
+                resp = await self.session.post(url, data=payload, headers=headers, timeout=timeout)
+                if resp.status >= 400:
+                    try:
+                        body = await resp.read()
+                    finally:
+                        resp.release()
+                    raise status_error(resp.status, body, resp.headers)
+                if stream:
+                    return resp, None
+                try:
+                    body = await resp.read()
+                finally:
+                    resp.release()
+                return resp, body
+        except UpstreamError:
+            raise
+        except (TimeoutError, Exception) as exc:  # noqa: B014 - explicit on purpose
+            raise map_client_error(exc, url) from None
+
+    async def get_ok(self, url: str, headers: Mapping[str, str], timeout_s: float) -> bool:
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(timeout_s):
+                async with self.session.get(url, headers=headers) as resp:
+                    await resp.read()
+                    return resp.status < 500
+        return False

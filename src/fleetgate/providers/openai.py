@@ -1,0 +1,127 @@
+"""OpenAI-compatible upstreams: vLLM, SGLang, llama.cpp server, OpenAI itself, and Azure OpenAI.
+
+Bodies and stream events are passed through as bytes; nothing is re-encoded here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import aiohttp
+import orjson
+
+from fleetgate.config.schema import DeploymentConfig
+from fleetgate.errors import UpstreamBadResponse, UpstreamError
+from fleetgate.providers.base import Endpoint, UpstreamCall, UpstreamResponse
+from fleetgate.providers.http import HttpClient, iter_sse_events, map_client_error
+
+__all__ = ["AzureOpenAIProvider", "OpenAIProvider"]
+
+_SSE_STARTS = (b"data:", b":", b"event:", b"id:", b"retry:")
+
+
+class OpenAIProvider:
+    """Any server that speaks OpenAI's ``/v1/chat/completions`` (vLLM, SGLang, llama.cpp...)."""
+
+    def __init__(self, config: DeploymentConfig, http: HttpClient) -> None:
+        self.config = config
+        self._http = http
+        self._headers = {"Content-Type": "application/json", **config.extra_headers}
+        if config.api_key:
+            self._headers.update(self._auth_headers(config.api_key))
+
+    def _auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"}
+
+    def url(self, endpoint: Endpoint) -> str:
+        return f"{self.config.api_base}/{endpoint.value}"
+
+    def probe_url(self) -> str:
+        return f"{self.config.api_base}{self.config.health_path}"
+
+    async def probe(self) -> bool:
+        timeout = self.config.timeouts.connect if self.config.timeouts else 2.0
+        return await self._http.get_ok(self.probe_url(), self._headers, timeout)
+
+    async def send(self, call: UpstreamCall) -> UpstreamResponse:
+        url = self.url(call.endpoint)
+        headers = {**self._headers, **call.headers} if call.headers else self._headers
+        payload = orjson.dumps(call.body)
+        if not call.stream:
+            resp, body = await self._http.post(url, payload, headers, call.timeouts, stream=False)
+            out = UpstreamResponse(status=resp.status, headers=resp.headers, body=body)
+            out.json()  # garbage in a 200 is an upstream failure, and retryable
+            return out
+        return await self._open_stream(url, payload, headers, call)
+
+    async def _open_stream(
+        self, url: str, payload: bytes, headers: dict[str, str], call: UpstreamCall
+    ) -> UpstreamResponse:
+        resp: aiohttp.ClientResponse | None = None
+        try:
+            async with asyncio.timeout(call.timeouts.first_token):
+                resp, _ = await self._http.post(url, payload, headers, call.timeouts, stream=True)
+                events = iter_sse_events(resp.content)
+                try:
+                    first = await anext(events)
+                except StopAsyncIteration:
+                    raise UpstreamBadResponse(f"{url}: stream ended before any event") from None
+        except BaseException as exc:
+            if resp is not None:
+                resp.close()
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise map_client_error(exc, url) from None
+        if not first.startswith(_SSE_STARTS):
+            resp.close()
+            raise UpstreamBadResponse(f"{url}: stream is not server-sent events")
+        return _stream_response(resp, first, events, url)
+
+
+def _stream_response(
+    resp: aiohttp.ClientResponse, first: bytes, events: AsyncIterator[bytes], where: str
+) -> UpstreamResponse:
+    finished = False
+
+    async def rest() -> AsyncIterator[bytes]:
+        nonlocal finished
+        try:
+            async for event in events:
+                yield event
+        except UpstreamError:
+            raise
+        except Exception as exc:
+            raise map_client_error(exc, where) from None
+        finished = True
+
+    async def closer() -> None:
+        if finished:
+            resp.release()
+        else:
+            resp.close()  # drop the connection: the upstream sees the abort
+
+    return UpstreamResponse(
+        status=resp.status, headers=resp.headers, first_event=first, events=rest(), closer=closer
+    )
+
+
+class AzureOpenAIProvider(OpenAIProvider):
+    """Azure OpenAI: deployment paths, ``api-version`` query, ``api-key`` header."""
+
+    def _auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"api-key": api_key}
+
+    def url(self, endpoint: Endpoint) -> str:
+        deployment = self.config.azure_deployment or self.config.model
+        base = self.config.api_base
+        if not base.endswith("/openai"):
+            base = f"{base}/openai"
+        return (
+            f"{base}/deployments/{deployment}/{endpoint.value}"
+            f"?api-version={self.config.api_version}"
+        )
+
+    def probe_url(self) -> str:
+        base = self.config.api_base.removesuffix("/openai")
+        return f"{base}/openai/models?api-version={self.config.api_version}"

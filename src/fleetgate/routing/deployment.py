@@ -1,0 +1,66 @@
+"""A deployment as the router sees it: config, provider, and live state."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from fleetgate.config.schema import DeploymentConfig
+from fleetgate.providers.base import Provider
+
+__all__ = ["Deployment", "DeploymentState", "deployment_key"]
+
+
+def deployment_key(config: DeploymentConfig) -> str:
+    """Stable identity across config reloads: same upstream, same model, same version."""
+    return f"{config.provider}|{config.api_base}|{config.model}|{config.version}|{config.name}"
+
+
+@dataclass(slots=True)
+class DeploymentState:
+    """Live numbers about one upstream; survives hot reloads (keyed by `deployment_key`)."""
+
+    in_flight: int = 0
+    ewma_ttft_s: float | None = None
+    consecutive_failures: int = 0
+    cooldown_until: float = 0.0
+    last_failure: str = ""
+    requests: int = 0
+
+    def healthy(self, now: float | None = None) -> bool:
+        return self.cooldown_until <= (time.monotonic() if now is None else now)
+
+    def observe_ttft(self, seconds: float, alpha: float = 0.2) -> None:
+        prev = self.ewma_ttft_s
+        self.ewma_ttft_s = seconds if prev is None else prev + alpha * (seconds - prev)
+
+
+@dataclass(eq=False, slots=True)
+class Deployment:
+    """One routable target of an alias."""
+
+    id: str
+    alias: str
+    config: DeploymentConfig
+    provider: Provider
+    state: DeploymentState = field(default_factory=DeploymentState)
+
+    @property
+    def name(self) -> str:
+        return self.id
+
+    @property
+    def version(self) -> str:
+        return self.config.version
+
+    @property
+    def is_local(self) -> bool:
+        return self.config.is_local
+
+    def fits(self, prompt_tokens: int, max_tokens: int) -> bool:
+        window = self.config.context_window
+        return window is None or prompt_tokens + max_tokens <= window
+
+    def price_per_mtok(self) -> float:
+        p = self.config.price
+        return p.input_per_mtok + p.output_per_mtok

@@ -1,0 +1,104 @@
+"""Holds the live route table and swaps in a new one on reload (file change, SIGHUP, admin).
+
+An invalid new config is refused and the old table kept; requests in flight finish on the
+table they started with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from fleetgate.config.loader import load_config
+from fleetgate.config.schema import GatewayConfig
+from fleetgate.errors import ConfigError, FleetgateError
+from fleetgate.routing.deployment import DeploymentState
+from fleetgate.routing.strategies import StrategyRegistry
+from fleetgate.routing.table import ProviderFactory, RouteTable
+
+__all__ = ["TableManager"]
+
+log = logging.getLogger("fleetgate.config")
+
+
+class TableManager:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        providers: ProviderFactory,
+        strategies: StrategyRegistry,
+        path: Path | None = None,
+    ) -> None:
+        self._providers = providers
+        self._strategies = strategies
+        self._states: dict[str, DeploymentState] = {}
+        self.path = path
+        self._listeners: list[Callable[[RouteTable], None]] = []
+        self.table = RouteTable.build(config, providers, strategies, self._states)
+        self._mtime = self._stat()
+        self._task: asyncio.Task[None] | None = None
+        self.generation = 1
+
+    def subscribe(self, listener: Callable[[RouteTable], None]) -> None:
+        """Call ``listener`` with each new table after it is swapped in."""
+        self._listeners.append(listener)
+
+    def _stat(self) -> float:
+        if self.path is None:
+            return 0.0
+        try:
+            return self.path.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    def apply(self, config: GatewayConfig) -> RouteTable:
+        """Swap in ``config``; raises `ConfigError` (and keeps the old table) if it can't."""
+        states = dict(self._states)
+        table = RouteTable.build(config, self._providers, self._strategies, states)
+        self._states.clear()
+        self._states.update(states)
+        self.table = table
+        self.generation += 1
+        for listener in self._listeners:
+            listener(table)
+        log.info(
+            "config applied (generation %d, %d aliases)", self.generation, len(table.aliases())
+        )
+        return table
+
+    def reload(self) -> RouteTable:
+        """Re-read the config file."""
+        if self.path is None:
+            raise ConfigError("no config file to reload")
+        self._mtime = self._stat()
+        return self.apply(load_config(self.path))
+
+    def try_reload(self) -> bool:
+        try:
+            self.reload()
+        except FleetgateError as exc:
+            log.error("config reload refused, keeping the old config: %s", exc.message)
+            return False
+        return True
+
+    async def _watch(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            mtime = self._stat()
+            if mtime and mtime != self._mtime:
+                self._mtime = mtime
+                self.try_reload()
+
+    def start_watching(self, interval: float = 1.0) -> None:
+        if self.path is not None and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._watch(interval))
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

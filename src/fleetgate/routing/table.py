@@ -1,0 +1,96 @@
+"""The route table: aliases → deployments and strategies, built from one config.
+
+A new table is built on every config reload and swapped in atomically; requests in flight
+keep the table they started with. Live deployment state is carried over by `deployment_key`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from fleetgate.config.schema import AliasConfig, DeploymentConfig, GatewayConfig
+from fleetgate.errors import ModelNotFound
+from fleetgate.providers.base import Provider
+from fleetgate.routing.deployment import Deployment, DeploymentState, deployment_key
+from fleetgate.routing.strategies import Strategy, StrategyRegistry
+
+__all__ = ["AliasRoute", "ProviderFactory", "RouteTable"]
+
+ProviderFactory = Callable[[DeploymentConfig], Provider]
+
+
+class AliasRoute:
+    """One alias: its config, deployments and strategy."""
+
+    __slots__ = ("config", "deployments", "strategy")
+
+    def __init__(
+        self, config: AliasConfig, deployments: list[Deployment], strategy: Strategy
+    ) -> None:
+        self.config = config
+        self.deployments = deployments
+        self.strategy = strategy
+
+    @property
+    def name(self) -> str:
+        return self.config.alias
+
+
+class RouteTable:
+    def __init__(self, config: GatewayConfig, routes: dict[str, AliasRoute]) -> None:
+        self.config = config
+        self._routes = routes
+
+    @classmethod
+    def build(
+        cls,
+        config: GatewayConfig,
+        providers: ProviderFactory,
+        strategies: StrategyRegistry,
+        states: dict[str, DeploymentState],
+    ) -> RouteTable:
+        """Build a table; ``states`` is updated in place (kept for known deployments)."""
+        routes: dict[str, AliasRoute] = {}
+        seen: set[str] = set()
+        for alias in config.models:
+            deployments = []
+            for i, dep in enumerate(alias.deployments):
+                key = deployment_key(dep)
+                seen.add(key)
+                state = states.setdefault(key, DeploymentState())
+                dep_id = dep.name or f"{alias.alias}/{i}"
+                deployments.append(Deployment(dep_id, alias.alias, dep, providers(dep), state))
+            routes[alias.alias] = AliasRoute(alias, deployments, strategies.create(alias))
+        for gone in set(states) - seen:
+            del states[gone]
+        return cls(config, routes)
+
+    def aliases(self) -> list[str]:
+        return list(self._routes)
+
+    def route(self, alias: str) -> AliasRoute:
+        route = self._routes.get(alias)
+        if route is None:
+            raise ModelNotFound(
+                f"The model '{alias}' does not exist or you do not have access to it.",
+                param="model",
+            )
+        return route
+
+    def chain(self, alias: str) -> list[AliasRoute]:
+        """The alias, then its fallbacks in order (breadth first, each once)."""
+        first = self.route(alias)
+        out = [first]
+        seen = {alias}
+        i = 0
+        while i < len(out):
+            for fb in out[i].config.fallbacks:
+                if fb not in seen and fb in self._routes:
+                    seen.add(fb)
+                    out.append(self._routes[fb])
+            i += 1
+        return out
+
+    def deployments(self) -> Iterator[Deployment]:
+        for route in self._routes.values():
+            yield from route.deployments

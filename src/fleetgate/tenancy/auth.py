@@ -1,0 +1,46 @@
+"""Authentication: a bearer key becomes a `Principal` without touching a database."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Protocol
+
+from fleetgate.errors import AuthenticationFailed
+from fleetgate.tenancy.principal import Principal
+
+__all__ = ["Authenticator", "MasterKeyAuthenticator", "bearer_token"]
+
+
+def bearer_token(header: str | None) -> str:
+    """The token of an ``Authorization: Bearer ...`` header, or raise 401."""
+    if not header:
+        raise AuthenticationFailed(
+            "Missing API key: send 'Authorization: Bearer <key>'.", code="missing_api_key"
+        )
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise AuthenticationFailed("Malformed Authorization header: expected 'Bearer <key>'.")
+    return token
+
+
+class Authenticator(Protocol):
+    """Turns a presented key into a principal; must answer from memory (hot path)."""
+
+    def authenticate(self, token: str) -> Principal: ...
+
+
+class MasterKeyAuthenticator:
+    """Accepts the master key; delegates every other key to ``next`` if given."""
+
+    def __init__(self, master_key: str | None, next: Authenticator | None = None) -> None:
+        self._master = master_key.encode() if master_key else None
+        self._next = next
+        self._principal = Principal(key_id="master", role="master")
+
+    def authenticate(self, token: str) -> Principal:
+        if self._master is not None and hmac.compare_digest(token.encode(), self._master):
+            return self._principal
+        if self._next is not None:
+            return self._next.authenticate(token)
+        raise AuthenticationFailed("Invalid API key.")
