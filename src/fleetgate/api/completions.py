@@ -5,6 +5,7 @@ authenticate → parse and validate → route (retries, fallbacks) → relay →
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -23,6 +24,7 @@ from fleetgate.api.schemas import (
 )
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.errors import FleetgateError, ModelNotFound
+from fleetgate.hooks import GatewayRequest, Stage
 from fleetgate.providers.base import Endpoint, UpstreamCall
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch import Dispatch
@@ -51,6 +53,10 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
     return await _serve(request, Endpoint.EMBEDDINGS)
 
 
+# Request headers that stages may read (session affinity, conversation ids, debug flags).
+_FORWARDED = frozenset({"x-session-id", "x-conversation-id", "x-fleetgate-debug", "x-user-id"})
+
+
 def _upstream_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:
     """The body every attempt starts from: always ask a stream for its usage."""
     if not stream:
@@ -68,28 +74,74 @@ async def _serve(request: web.Request, endpoint: Endpoint) -> web.StreamResponse
     body = await read_json(request, gw.max_request_bytes)
     validate_request(_SCHEMAS[endpoint], body)
     alias: str = body["model"]
-    table = gw.tables.table
     if not principal.may_use(alias):
         raise ModelNotFound(
             f"The model '{alias}' does not exist or you do not have access to it.", param="model"
         )
-    table.route(alias)
+    gw.tables.table.route(alias)
     stream = endpoint is not Endpoint.EMBEDDINGS and body.get("stream") is True
     options = body.get("stream_options")
-    want_usage = stream and isinstance(options, dict) and options.get("include_usage") is True
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 0
-    request_id = request.headers.get("x-request-id") or os.urandom(12).hex()
-    ex = Exchange(request_id, endpoint, alias, principal, started, stream)
-    ctx = RouteContext(
-        alias=alias,
+    req = GatewayRequest(
+        request_id=request.headers.get("x-request-id") or os.urandom(12).hex(),
+        endpoint=endpoint.value,
         principal=principal,
+        body=body,
+        alias=alias,
+        stream=stream,
+        want_usage=stream and isinstance(options, dict) and options.get("include_usage") is True,
         prompt_tokens=estimate_prompt_tokens(body),
         max_tokens=max_tokens if isinstance(max_tokens, int) else 0,
-        session_id=request.headers.get("x-session-id"),
+        headers={k: v for k, v in request.headers.items() if k.lower() in _FORWARDED},
+        received_at=time.time(),
     )
-    base = _upstream_body(body, stream)
+    ex = Exchange(req.request_id, endpoint, alias, principal, started, stream)
+    ran: list[Stage] = []
+    try:
+        for stage in gw.stages:
+            await stage.before(req)
+            ran.append(stage)
+        ex.alias = req.alias
+        return await _dispatch(request, gw, req, ex, endpoint)
+    except asyncio.CancelledError:
+        if ex.deployment is None:
+            ex.status, ex.error_type = 499, "client_disconnected"
+            _record(gw, ex)
+        raise
+    except FleetgateError as exc:
+        if ex.deployment is None:
+            ex.status, ex.error_type = exc.status, exc.type
+            ex.overhead_s = time.perf_counter() - started
+            _record(gw, ex)
+        if req.response_headers:
+            exc.headers.update(req.response_headers)
+        raise
+    finally:
+        if ran:
+            outcome = ex.outcome()
+            for stage in reversed(ran):
+                stage.after(req, outcome)
+
+
+async def _dispatch(
+    request: web.Request,
+    gw: GatewayState,
+    req: GatewayRequest,
+    ex: Exchange,
+    endpoint: Endpoint,
+) -> web.StreamResponse:
+    table = gw.tables.table
+    ctx = RouteContext(
+        alias=req.alias,
+        principal=req.principal,
+        prompt_tokens=req.prompt_tokens,
+        max_tokens=req.max_tokens,
+        session_id=req.headers.get("x-session-id"),
+    )
+    base = _upstream_body(req.body, req.stream)
     timeouts = gw.dispatcher.config.timeouts
-    forward = {"x-request-id": request_id}
+    forward = {"x-request-id": req.request_id}
+    stream = req.stream
 
     def build(dep: Deployment) -> UpstreamCall:
         call_body = dict(base)
@@ -99,29 +151,36 @@ async def _serve(request: web.Request, endpoint: Endpoint) -> web.StreamResponse
     if gw.tracer.enabled:
         ex.span = gw.tracer.start(
             "chat" if endpoint is Endpoint.CHAT else endpoint.value,
-            alias,
-            {"gen_ai.request.max_tokens": max_tokens or None, "fleetgate.request_id": request_id},
+            req.alias,
+            {
+                "gen_ai.request.max_tokens": req.max_tokens or None,
+                "fleetgate.request_id": req.request_id,
+            },
         )
-    try:
-        dispatch = await gw.dispatcher.send(table, ctx, build)
-    except FleetgateError as exc:
-        ex.status, ex.error_type = exc.status, exc.type
-        ex.overhead_s = time.perf_counter() - started
-        _record(gw, ex)
-        raise
+    dispatch = await gw.dispatcher.send(table, ctx, build)
     ex.deployment = dispatch.deployment
     ex.attempts = dispatch.attempts
     ex.upstream_s = dispatch.upstream_answered - dispatch.upstream_started
     if stream:
-        ex.overhead_s = dispatch.upstream_started - started
+        ex.overhead_s = dispatch.upstream_started - ex.started
         try:
-            return await relay_stream(request, dispatch, ex, gw.metrics, want_usage, timeouts.total)
+            return await relay_stream(
+                request,
+                dispatch,
+                ex,
+                gw.metrics,
+                req.want_usage,
+                timeouts.total,
+                req.response_headers,
+            )
         finally:
             _record(gw, ex)
-    return _json_response(gw, dispatch, ex)
+    return _json_response(gw, dispatch, ex, req.response_headers)
 
 
-def _json_response(gw: GatewayState, dispatch: Dispatch, ex: Exchange) -> web.Response:
+def _json_response(
+    gw: GatewayState, dispatch: Dispatch, ex: Exchange, extra_headers: dict[str, str]
+) -> web.Response:
     try:
         data = dispatch.response.json()
         ex.take_usage(data.get("usage"))
@@ -139,6 +198,7 @@ def _json_response(gw: GatewayState, dispatch: Dispatch, ex: Exchange) -> web.Re
             "x-request-id": ex.request_id,
             "x-fleetgate-deployment": dispatch.deployment.id,
             "x-fleetgate-overhead-ms": f"{ex.overhead_s * 1000:.3f}",
+            **extra_headers,
         },
     )
     _record(gw, ex)

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from fleetgate.hooks import Outcome
 from fleetgate.providers.base import Endpoint
 from fleetgate.routing.deployment import Deployment
 from fleetgate.telemetry.access_log import AccessLog
@@ -38,6 +39,25 @@ class Exchange:
     attempts: int = 0
     finish_reason: str | None = None
     span: Any = None
+
+    def outcome(self) -> Outcome:
+        dep = self.deployment
+        return Outcome(
+            status=self.status,
+            error_type=self.error_type,
+            alias=self.alias,
+            deployment=dep.id if dep is not None else None,
+            version=dep.version if dep is not None else None,
+            upstream_model=dep.config.model if dep is not None else None,
+            price=dep.config.price if dep is not None else None,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            cached_tokens=self.cached_tokens,
+            latency_s=time.perf_counter() - self.started,
+            ttft_s=None if self.first_token_at is None else self.first_token_at - self.started,
+            finish_reason=self.finish_reason,
+            attempts=self.attempts,
+        )
 
     def take_usage(self, usage: Any) -> None:
         counts = usage_counts(usage)

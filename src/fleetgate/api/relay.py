@@ -25,8 +25,9 @@ _USAGE_MARKERS = (b'"usage":{', b'"usage": {')
 _EMPTY_CHOICES = (b'"choices":[]', b'"choices": []')
 
 
-def sse_headers(dispatch: Dispatch, ex: Exchange) -> dict[str, str]:
+def sse_headers(dispatch: Dispatch, ex: Exchange, extra: dict[str, str]) -> dict[str, str]:
     return {
+        **extra,
         "Content-Type": "text/event-stream",
         "Cache-Control": "no-cache",
         "x-request-id": ex.request_id,
@@ -71,11 +72,12 @@ async def relay_stream(
     metrics: GatewayMetrics,
     want_usage: bool,
     total_timeout: float,
+    extra_headers: dict[str, str],
 ) -> web.StreamResponse:
     upstream = dispatch.response
     dep = dispatch.deployment
     itl = metrics.itl.labels(ex.alias, dep.id, dep.version)
-    resp = web.StreamResponse(status=200, headers=sse_headers(dispatch, ex))
+    resp = web.StreamResponse(status=200, headers=sse_headers(dispatch, ex, extra_headers))
     first = upstream.first_event
     assert first is not None
     ex.first_token_at = last = dispatch.upstream_answered

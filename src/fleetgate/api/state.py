@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from fleetgate.config.settings import Settings
+from fleetgate.hooks import Stage
 from fleetgate.providers.http import HttpClient
 from fleetgate.routing.dispatch import Dispatcher
 from fleetgate.routing.health import HealthTracker
@@ -31,6 +32,7 @@ class GatewayState:
     access_log: AccessLog
     tracer: GenAITracer
     max_request_bytes: int
+    stages: list[Stage] = field(default_factory=list)
 
 
 GATEWAY = web.AppKey("fleetgate.gateway", GatewayState)

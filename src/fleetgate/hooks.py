@@ -1,0 +1,98 @@
+"""Request stages: how limits, guardrails, multimodal processing and billing join the path.
+
+A `Stage` sees each model request twice: ``before`` the upstream call (it may rewrite the
+body or alias, add response headers, or raise a `fleetgate.errors.FleetgateError` to refuse)
+and ``after`` it with the `Outcome` (settle limits, record spend, audit). Stages run
+``before`` in order and ``after`` in reverse order; a stage whose ``before`` ran always gets
+its ``after``, even when a later stage or the upstream failed, so reservations are released.
+
+``after`` runs on the event loop right after the response: it must not block; queue I/O.
+
+Example::
+
+    class CountingStage:
+        name = "counting"
+
+        async def before(self, req: GatewayRequest) -> None:
+            req.response_headers["x-seen"] = "1"
+
+        def after(self, req: GatewayRequest, outcome: Outcome) -> None:
+            print(outcome.status, outcome.completion_tokens)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from fleetgate.config.schema import Price
+from fleetgate.tenancy.principal import Principal
+
+__all__ = ["GatewayRequest", "Outcome", "Stage"]
+
+
+@dataclass(slots=True)
+class GatewayRequest:
+    """One model request as it travels the path. Stages may change ``body`` and ``alias``."""
+
+    request_id: str
+    endpoint: str  # "chat/completions" | "completions" | "embeddings" | ...
+    principal: Principal
+    body: dict[str, Any]
+    alias: str
+    stream: bool
+    want_usage: bool
+    prompt_tokens: int
+    max_tokens: int
+    headers: dict[str, str] = field(default_factory=dict)  # selected request headers
+    response_headers: dict[str, str] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)  # per-stage scratch space
+    received_at: float = 0.0  # time.time()
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What happened, for settling, billing and audit."""
+
+    status: int
+    error_type: str | None = None
+    alias: str = ""
+    deployment: str | None = None
+    version: str | None = None
+    upstream_model: str | None = None
+    price: Price | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    latency_s: float = 0.0
+    ttft_s: float | None = None
+    finish_reason: str | None = None
+    attempts: int = 0
+    response_text: str | None = None  # filled only when a stage asked for it (audit)
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def cost_usd(self) -> float:
+        """Cost from the deployment's prices; cached prompt tokens at the cached price."""
+        if self.price is None:
+            return 0.0
+        p = self.price
+        cached = min(self.cached_tokens, self.prompt_tokens)
+        cached_rate = p.cached_input_per_mtok
+        if cached_rate is None:
+            cached_rate = p.input_per_mtok
+        return (
+            (self.prompt_tokens - cached) * p.input_per_mtok
+            + cached * cached_rate
+            + self.completion_tokens * p.output_per_mtok
+        ) / 1_000_000
+
+
+class Stage(Protocol):
+    """A step of the request path around the upstream call."""
+
+    name: str
+
+    async def before(self, req: GatewayRequest) -> None: ...
+
+    def after(self, req: GatewayRequest, outcome: Outcome) -> None: ...
