@@ -1,0 +1,125 @@
+"""``fleetgate sim``: serve a simulated vLLM engine until SIGINT/SIGTERM.
+
+Prints one line ``fleetgate sim: serving MODEL at http://HOST:PORT`` once listening (with
+``--port 0`` this is how a parent process learns the port).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from fleetgate.errors import ConfigError
+from fleetgate.sim.config import FaultConfig, SimConfig
+from fleetgate.sim.runner import start_sim
+
+__all__ = ["config_from_args", "register", "run"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``sim`` sub-command to the ``fleetgate`` parser."""
+    d = SimConfig()
+    f = FaultConfig()
+    p = sub.add_parser(
+        "sim",
+        help="run a simulated vLLM engine (OpenAI-compatible, no GPU)",
+        description=SimConfig.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    p.add_argument("--model", default=d.model, help="served model name")
+    p.add_argument("--mode", choices=["echo", "random"], default=d.mode)
+    p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
+    p.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens)
+    p.add_argument("--max-model-len", type=int, default=d.max_model_len)
+    p.add_argument("--prefill-ms-per-token", type=float, default=d.prefill_ms_per_token)
+    p.add_argument("--decode-ms-per-step", type=float, default=d.decode_ms_per_step)
+    p.add_argument(
+        "--decode-batch-factor",
+        type=float,
+        default=d.decode_batch_factor,
+        help="decode step = decode-ms-per-step * (1 + factor * (running - 1))",
+    )
+    p.add_argument("--kv-blocks", type=int, default=d.kv_blocks)
+    p.add_argument("--block-size", type=int, default=d.block_size)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--output-len", type=int, default=d.output_len)
+    p.add_argument("--image-tokens", type=int, default=d.image_tokens)
+    p.add_argument("--embedding-dim", type=int, default=d.embedding_dim)
+    p.add_argument("--error-rate", type=float, default=f.error_rate)
+    p.add_argument("--error-status", type=int, default=f.error_status)
+    p.add_argument("--retry-after", type=float, default=f.retry_after)
+    p.add_argument("--spike-rate", type=float, default=f.spike_rate)
+    p.add_argument("--spike-ms", type=float, default=f.spike_ms)
+    p.add_argument("--hang-rate", type=float, default=f.hang_rate)
+    p.add_argument("--reset-rate", type=float, default=f.reset_rate)
+    p.add_argument("--garbage-rate", type=float, default=f.garbage_rate)
+    p.add_argument("--midstream-rate", type=float, default=f.midstream_rate)
+    p.add_argument("--midstream-after", type=int, default=f.midstream_after)
+    p.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    """The ``SimConfig`` the parsed flags describe."""
+    faults = FaultConfig(
+        error_rate=args.error_rate,
+        error_status=args.error_status,
+        retry_after=args.retry_after,
+        spike_rate=args.spike_rate,
+        spike_ms=args.spike_ms,
+        hang_rate=args.hang_rate,
+        reset_rate=args.reset_rate,
+        garbage_rate=args.garbage_rate,
+        midstream_rate=args.midstream_rate,
+        midstream_after=args.midstream_after,
+    )
+    return SimConfig(
+        model=args.model,
+        mode=args.mode,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_model_len=args.max_model_len,
+        prefill_ms_per_token=args.prefill_ms_per_token,
+        decode_ms_per_step=args.decode_ms_per_step,
+        decode_batch_factor=args.decode_batch_factor,
+        kv_blocks=args.kv_blocks,
+        block_size=args.block_size,
+        seed=args.seed,
+        output_len=args.output_len,
+        image_tokens=args.image_tokens,
+        embedding_dim=args.embedding_dim,
+        faults=faults,
+    )
+
+
+async def _serve(config: SimConfig, host: str, port: int) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    runner, base_url = await start_sim(config, host=host, port=port)
+    print(f"fleetgate sim: serving {config.model} at {base_url}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM; 0 on a clean stop, 2 on a bad configuration."""
+    config = config_from_args(args)
+    try:
+        config.validate()
+    except ConfigError as exc:
+        print(f"fleetgate sim: {exc.message}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
+        asyncio.run(_serve(config, args.host, args.port))
+    else:
+        uvloop.run(_serve(config, args.host, args.port))
+    return 0

@@ -1,0 +1,213 @@
+"""The ``/v1/chat/completions`` and ``/v1/completions`` handlers, faults included."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from fleetgate.errors import InvalidRequest, UpstreamError
+from fleetgate.sim.config import SimConfig
+from fleetgate.sim.faults import FaultPlan, choose_fault
+from fleetgate.sim.protocol import ParsedRequest, parse_chat, parse_completion
+from fleetgate.sim.responses import DONE, ResponseBuilder, sse, usage_object
+from fleetgate.sim.sequence import SeqEvent, Sequence
+from fleetgate.sim.state import SIM_STATE, SimState
+from fleetgate.sim.tokenizer import Tokenizer
+
+__all__ = ["chat_completions", "completions", "read_json"]
+
+Parser = Callable[[Any, SimConfig, Tokenizer, Any], ParsedRequest]
+_GARBAGE = b"<html><body>502 Bad Gateway (simulated garbage)</body></html>"
+
+
+async def read_json(request: web.Request) -> Any:
+    """The request body as JSON; 400 ``invalid_request_error`` when it is not JSON."""
+    raw = await request.read()
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+
+
+class _Aborted(Exception):
+    """The connection was aborted on purpose (reset / mid-stream fault)."""
+
+
+def _abort_connection(request: web.Request) -> None:
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
+    raise _Aborted
+
+
+def _error_response(state: SimState, plan: FaultPlan) -> web.Response:
+    headers = {}
+    if plan.status in (429, 503):
+        headers["Retry-After"] = str(max(1, round(plan.retry_after)))
+    kind = "rate_limit_error" if plan.status == 429 else "internal_server_error"
+    body = {
+        "error": {
+            "message": f"simulated error {plan.status}",
+            "type": kind,
+            "param": None,
+            "code": plan.status,
+        }
+    }
+    return web.json_response(body, status=plan.status, headers=headers, dumps=_dumps)
+
+
+def _dumps(obj: Any) -> str:
+    return orjson.dumps(obj).decode()
+
+
+async def _before_first_token(
+    request: web.Request, state: SimState, plan: FaultPlan
+) -> web.StreamResponse | None:
+    """Apply faults that happen before any token; a response ends the request early."""
+    kind = plan.kind
+    if kind in (None, "midstream"):
+        return None
+    state.stats.faulted += 1
+    state.metrics.faults.labels(state.config.model, kind).inc()
+    if kind == "spike":
+        await asyncio.sleep(plan.spike_ms / 1000.0)
+        return None
+    if kind == "error":
+        return _error_response(state, plan)
+    if kind == "garbage":
+        return web.Response(body=_GARBAGE, status=200, content_type="application/json")
+    if kind == "hang":
+        await state.shutdown.wait()
+        return web.Response(status=503)
+    _abort_connection(request)
+    return None  # pragma: no cover - _abort_connection raises
+
+
+def _usage(parsed: ParsedRequest, seqs: list[Sequence]) -> dict[str, Any]:
+    cached: dict[int, int] = {}
+    for seq in seqs:
+        cached.setdefault(id(seq.spec.prompt), max(0, seq.cached_tokens))
+    completion = sum(seq.num_generated for seq in seqs)
+    return usage_object(parsed.prompt_tokens, completion, sum(cached.values()))
+
+
+async def _collect(
+    parsed: ParsedRequest, seqs: list[Sequence], queue: asyncio.Queue[SeqEvent]
+) -> web.Response:
+    texts: list[list[str]] = [[] for _ in seqs]
+    reasons = [""] * len(seqs)
+    remaining = len(seqs)
+    while remaining:
+        ev = await queue.get()
+        texts[ev.index].append(ev.text)
+        if ev.finish_reason is not None:
+            if ev.finish_reason == "abort":
+                raise UpstreamError("the simulated engine could not schedule the request")
+            reasons[ev.index] = ev.finish_reason
+            remaining -= 1
+    body = ResponseBuilder(parsed).body(["".join(t) for t in texts], reasons, _usage(parsed, seqs))
+    return web.Response(body=body, content_type="application/json")
+
+
+async def _stream(
+    request: web.Request,
+    parsed: ParsedRequest,
+    seqs: list[Sequence],
+    queue: asyncio.Queue[SeqEvent],
+    plan: FaultPlan,
+) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+    resp.headers["Cache-Control"] = "no-cache"
+    await resp.prepare(request)
+    builder = ResponseBuilder(parsed)
+    limit = plan.after_chunks if plan.kind == "midstream" else -1
+    sent = 0
+    frames = builder.opening()
+    remaining = len(seqs)
+    while True:
+        if frames:
+            if 0 <= limit <= sent + len(frames):
+                await resp.write(b"".join(frames[: limit - sent]))
+                _abort_connection(request)
+            sent += len(frames)
+            await resp.write(b"".join(frames))
+            frames = []
+        if not remaining:
+            break
+        ev = await queue.get()
+        while True:
+            if ev.finish_reason is not None:
+                remaining -= 1
+            if ev.finish_reason == "abort":
+                frames.append(sse({"error": {"message": "request aborted by the engine"}}))
+            else:
+                frames.extend(builder.event(ev))
+            if queue.empty():
+                break
+            ev = queue.get_nowait()
+    if parsed.include_usage:
+        await resp.write(builder.usage_chunk(_usage(parsed, seqs)))
+    await resp.write(DONE)
+    await resp.write_eof()
+    return resp
+
+
+async def _generate(request: web.Request, parse: Parser) -> web.StreamResponse:
+    state = request.app[SIM_STATE]
+    state.stats.received += 1
+    body = await read_json(request)
+    plan = choose_fault(state.faults, request.headers.get("x-sim-fault"), state.rng)
+    parsed = parse(body, state.config, state.tokenizer, state.rng)
+    if plan.kind == "midstream":
+        state.stats.faulted += 1
+        state.metrics.faults.labels(state.config.model, "midstream").inc()
+        if not parsed.stream:
+            _abort_connection(request)
+    early = await _before_first_token(request, state, plan)
+    if early is not None:
+        return early
+    queue: asyncio.Queue[SeqEvent] = asyncio.Queue()
+    seqs = state.engine.submit(parsed.specs, queue)
+    intended_abort = False
+    try:
+        if parsed.stream:
+            resp = await _stream(request, parsed, seqs, queue, plan)
+        else:
+            resp = await _collect(parsed, seqs, queue)
+        state.stats.completed += 1
+        return resp
+    except _Aborted:
+        intended_abort = True
+        raise
+    finally:
+        aborted = [state.engine.abort(seq) for seq in seqs]
+        if any(aborted) and not intended_abort:
+            state.stats.cancelled += 1
+            state.metrics.cancelled.labels(state.config.model).inc()
+
+
+async def _guarded(request: web.Request, parse: Parser) -> web.StreamResponse:
+    try:
+        return await _generate(request, parse)
+    except _Aborted:
+        # The transport is gone; give aiohttp something inert to (not) send.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)
+        return web.Response(status=499)
+    except ConnectionResetError:
+        return web.Response(status=499)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/chat/completions``."""
+    return await _guarded(request, parse_chat)
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/completions``."""
+    return await _guarded(request, parse_completion)

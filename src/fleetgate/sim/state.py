@@ -1,0 +1,66 @@
+"""Everything one running simulator owns, built in the app's cleanup context."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from fleetgate.sim.config import SimConfig
+from fleetgate.sim.engine import Engine
+from fleetgate.sim.metrics import SimMetrics
+from fleetgate.sim.tokenizer import Tokenizer
+from fleetgate.telemetry.registry import Registry
+
+__all__ = ["SIM_STATE", "SimState", "SimStats"]
+
+
+@dataclass
+class SimStats:
+    """Request counters served at ``GET /sim/stats``."""
+
+    received: int = 0
+    completed: int = 0
+    cancelled: int = 0
+    faulted: int = 0
+    rejected: int = 0
+
+
+class SimState:
+    """The engine, metrics, tokenizer, RNG and live fault settings of one simulator."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.faults = dataclasses.replace(config.faults)
+        self.registry = Registry()
+        self.metrics = SimMetrics(self.registry, config.model)
+        self.tokenizer = Tokenizer(config.image_tokens)
+        self.rng = random.Random(config.seed)
+        self.engine = Engine(config, self.metrics)
+        self.stats = SimStats()
+        self.shutdown = asyncio.Event()
+
+    def stats_dict(self) -> dict[str, Any]:
+        """Counters and live engine state, for tests and operators."""
+        engine = self.engine
+        return {
+            "requests_received": self.stats.received,
+            "requests_completed": self.stats.completed,
+            "requests_cancelled": self.stats.cancelled,
+            "requests_faulted": self.stats.faulted,
+            "requests_rejected": self.stats.rejected,
+            "running": len(engine.running),
+            "waiting": len(engine.waiting),
+            "kv_cache_usage": engine.kv.usage,
+            "kv_blocks_free": engine.kv.num_free,
+            "kv_blocks_cached": engine.kv.num_cached,
+            "steps": engine.steps,
+            "faults": dataclasses.asdict(self.faults),
+        }
+
+
+SIM_STATE = web.AppKey("fleetgate_sim_state", SimState)
