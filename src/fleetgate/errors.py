@@ -203,8 +203,11 @@ class UpstreamStatusError(UpstreamError):
         self.body = body
         self.retry_after = retry_after
         self.retryable = upstream_status == 429 or upstream_status >= 500 or upstream_status == 408
-        if upstream_status >= 500:
+        if upstream_status >= 500 or upstream_status in (401, 403):
+            # A 401/403 from upstream means the gateway's credentials are wrong, not the
+            # caller's: another deployment may still answer.
             self.status = 502
+            self.retryable = True
         elif upstream_status == 429:
             self.status = 429
             self.type = "rate_limit_error"
@@ -214,7 +217,7 @@ class UpstreamStatusError(UpstreamError):
 
     def to_dict(self) -> dict[str, Any]:
         # A 4xx from the upstream is the caller's error: show the upstream's own error object.
-        if 400 <= self.upstream_status < 500 and isinstance(self.body, dict):
+        if self.status < 500 and isinstance(self.body, dict):
             err = self.body.get("error")
             if isinstance(err, dict) and "message" in err:
                 return {

@@ -126,11 +126,17 @@ class EmbeddingRequest(_Open):
     user: StrictStr | None = None
 
 
+_UNION_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
+
+
 def _describe(exc: ValidationError) -> tuple[str, str | None]:
     err = exc.errors(include_url=False)[0]
-    loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "list[", "str"))]
-    # Drop pydantic's union-branch labels so the param reads like messages.0.content.
-    param = ".".join(p for p in loc if not p.startswith(("Annotated", "lax-or-strict")))
+    # Drop pydantic's union-branch labels (str, list[...], function-after[...]) so the
+    # param reads like messages.0.content.
+    loc = [
+        str(p) for p in err["loc"] if not ("[" in str(p) or str(p) in _UNION_TAGS)
+    ]
+    param = ".".join(loc)
     return f"{param or 'body'}: {err['msg']}", param or None
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -15,6 +15,7 @@ import orjson
 
 from fleetgate.config.schema import TimeoutConfig
 from fleetgate.errors import (
+    FleetgateError,
     UpstreamBadResponse,
     UpstreamConnectError,
     UpstreamError,
@@ -22,7 +23,9 @@ from fleetgate.errors import (
     UpstreamTimeout,
 )
 
-__all__ = ["HttpClient", "iter_sse_events", "map_client_error"]
+__all__ = ["ErrorMapper", "HttpClient", "iter_sse_events", "map_client_error", "status_error"]
+
+ErrorMapper = Callable[[int, bytes, Mapping[str, str]], FleetgateError]
 
 _SEP = b"\n\n"
 
@@ -125,6 +128,7 @@ class HttpClient:
         timeouts: TimeoutConfig,
         *,
         stream: bool,
+        on_error: ErrorMapper | None = None,
     ) -> tuple[aiohttp.ClientResponse, bytes | None]:
         """POST and wait for the headers (and, unless streaming, the body).
 
@@ -143,7 +147,7 @@ class HttpClient:
                         body = await resp.read()
                     finally:
                         resp.release()
-                    raise status_error(resp.status, body, resp.headers)
+                    raise (on_error or status_error)(resp.status, body, resp.headers)
                 if stream:
                     return resp, None
                 try:

@@ -1,0 +1,40 @@
+# fleetgate: `make run` starts the embedded default, `make test` runs the whole suite.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test check lint format typecheck bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,ml,audio]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/fleetgate up
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+
+format: $(STAMP)
+	$(BIN)/ruff format src tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+check: $(STAMP)
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/overhead/run.py --write-docs
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,138 @@
+"""``fleetgate up``: the embedded default, zero setup.
+
+Starts two simulated engines, writes a config for the aliases ``fast-small`` and ``smart``
+under ``./.fleetgate/``, and serves the gateway on 127.0.0.1:4000 with SQLite under that
+directory and in-process limits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import secrets
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fleetgate.cli.serve import _use_uvloop, serve_forever
+from fleetgate.config.settings import Settings
+
+__all__ = ["default_config", "register", "run"]
+
+# (alias, sim flags): a quick small model and a slower, smarter one.
+ENGINES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("fast-small", ("--prefill-ms-per-token", "0.05", "--decode-ms-per-step", "5")),
+    ("smart", ("--prefill-ms-per-token", "0.2", "--decode-ms-per-step", "20")),
+)
+
+
+def register(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "up", help="run the embedded default: gateway + simulated engines + SQLite"
+    )
+    parser.add_argument("--port", type=int, default=4000)
+    parser.add_argument("--data-dir", type=Path, default=Path(".fleetgate"))
+    parser.add_argument("--engine-port", type=int, default=4101, help="first engine port")
+    parser.set_defaults(func=run)
+
+
+def default_config(engine_urls: dict[str, str]) -> dict[str, Any]:
+    """The config `up` writes: each alias on its own simulated engine; fast-small → smart."""
+    models = []
+    for alias, url in engine_urls.items():
+        models.append(
+            {
+                "alias": alias,
+                "strategy": "least-load",
+                "fallbacks": [a for a in engine_urls if a != alias][:1] if alias == "fast-small" else [],
+                "deployments": [
+                    {
+                        "provider": "openai",
+                        "model": "tiny",
+                        "api_base": url,
+                        "context_window": 32768,
+                        "price": {"input_per_mtok": 0.1, "output_per_mtok": 0.4}
+                        if alias == "fast-small"
+                        else {"input_per_mtok": 1.0, "output_per_mtok": 4.0},
+                        "tags": ["local"],
+                    }
+                ],
+            }
+        )
+    return {"models": models}
+
+
+def _master_key(data_dir: Path) -> str:
+    if os.environ.get("FLEETGATE_MASTER_KEY"):
+        return os.environ["FLEETGATE_MASTER_KEY"]
+    path = data_dir / "master_key"
+    if path.exists():
+        return path.read_text().strip()
+    key = "sk-fg-master-" + secrets.token_urlsafe(24)
+    path.write_text(key + "\n")
+    path.chmod(0o600)
+    return key
+
+
+def _start_engines(first_port: int, data_dir: Path) -> tuple[list[subprocess.Popen[bytes]], dict[str, str]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    urls: dict[str, str] = {}
+    for i, (alias, flags) in enumerate(ENGINES):
+        port = first_port + i
+        log = (data_dir / f"engine-{alias}.log").open("ab")
+        cmd = [sys.executable, "-m", "fleetgate.cli.main", "sim", "--port", str(port), *flags]
+        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
+        urls[alias] = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 20
+    for url, proc in zip(urls.values(), procs, strict=True):
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"simulated engine for {url} exited; see {data_dir}/engine-*.log")
+            try:
+                with urllib.request.urlopen(url.removesuffix("/v1") + "/health", timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"simulated engine at {url} did not start") from None
+                time.sleep(0.1)
+    return procs, urls
+
+
+def run(args: argparse.Namespace) -> int:
+    data_dir: Path = args.data_dir
+    data_dir.mkdir(parents=True, exist_ok=True)
+    key = _master_key(data_dir)
+    procs, urls = _start_engines(args.engine_port, data_dir)
+    config_path = data_dir / "config.yaml"
+    config_path.write_text(yaml.safe_dump(default_config(urls), sort_keys=False))
+    base = f"http://127.0.0.1:{args.port}"
+    print(f"fleetgate is up at {base}/v1")
+    print(f"  master key: {key}")
+    print(f"  config:     {config_path}  (edit it: changes apply without a restart)")
+    print(f"  aliases:    {', '.join(urls)}")
+    print(
+        f"  try: curl {base}/v1/chat/completions -H 'Authorization: Bearer {key}' "
+        "-H 'Content-Type: application/json' "
+        """-d '{"model": "fast-small", "messages": [{"role": "user", "content": "Hello!"}]}'"""
+    )
+    sys.stdout.flush()
+    settings = Settings.from_env(
+        master_key=key, config_path=config_path, port=args.port, data_dir=data_dir
+    )
+    try:
+        _use_uvloop()
+        asyncio.run(serve_forever(settings))
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+    return 0

@@ -1,0 +1,154 @@
+"""Anthropic Messages upstreams, spoken to in OpenAI's format on our side.
+
+Requests are translated to ``POST /v1/messages``; responses and the streaming event sequence
+(message_start, content_block_*, message_delta, message_stop) are translated back into
+chat.completion objects and chunks. The wire formats live in ``anthropic_wire``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from fleetgate.config.schema import DeploymentConfig
+from fleetgate.errors import FleetgateError, InvalidRequest, UpstreamBadResponse
+from fleetgate.providers.anthropic_wire import (
+    AnthropicStreamTranslator,
+    SSEParser,
+    anthropic_error,
+    anthropic_headers,
+    anthropic_messages_url,
+    anthropic_to_openai_response,
+    openai_chat_to_anthropic,
+)
+from fleetgate.providers.base import Endpoint, UpstreamCall, UpstreamResponse
+from fleetgate.providers.http import HttpClient, map_client_error
+
+__all__ = ["AnthropicProvider"]
+
+
+def _error(status: int, body: bytes, headers: Mapping[str, str]) -> FleetgateError:
+    parsed: Any
+    try:
+        parsed = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        parsed = body.decode("utf-8", "replace")[:200]
+    retry = headers.get("retry-after")
+    try:
+        retry_after = float(retry) if retry is not None else None
+    except ValueError:
+        retry_after = None
+    return anthropic_error(status, parsed, retry_after=retry_after)
+
+
+def _sse(chunk: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+class AnthropicProvider:
+    def __init__(self, config: DeploymentConfig, http: HttpClient) -> None:
+        self.config = config
+        self._http = http
+        self._url = anthropic_messages_url(config.api_base)
+        self._headers = {
+            "Content-Type": "application/json",
+            **anthropic_headers(config.api_key or ""),
+            **config.extra_headers,
+        }
+
+    async def probe(self) -> bool:
+        # Anthropic has no free health route; a models listing costs nothing.
+        url = self._url.removesuffix("/messages") + "/models"
+        return await self._http.get_ok(url, self._headers, 2.0)
+
+    async def send(self, call: UpstreamCall) -> UpstreamResponse:
+        if call.endpoint is not Endpoint.CHAT:
+            raise InvalidRequest(
+                f"Anthropic deployments serve chat completions only, not /{call.endpoint.value}."
+            )
+        model = str(call.body.get("model", self.config.model))
+        payload = openai_chat_to_anthropic(call.body, self.config.model)
+        payload["stream"] = call.stream
+        data = orjson.dumps(payload)
+        if not call.stream:
+            _, body = await self._http.post(
+                self._url, data, self._headers, call.timeouts, stream=False, on_error=_error
+            )
+            try:
+                message = orjson.loads(body or b"")
+            except orjson.JSONDecodeError:
+                raise UpstreamBadResponse("Anthropic returned a body that is not JSON") from None
+            out = anthropic_to_openai_response(message, model)
+            return UpstreamResponse(body=orjson.dumps(out))
+        options = call.body.get("stream_options")
+        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        translator = AnthropicStreamTranslator(model, include_usage, created=int(time.time()))
+        return await self._open_stream(data, call, translator)
+
+    async def _open_stream(
+        self, data: bytes, call: UpstreamCall, translator: AnthropicStreamTranslator
+    ) -> UpstreamResponse:
+        resp: aiohttp.ClientResponse | None = None
+        try:
+            async with asyncio.timeout(call.timeouts.first_token):
+                resp, _ = await self._http.post(
+                    self._url, data, self._headers, call.timeouts, stream=True, on_error=_error
+                )
+                events = _translate(resp, translator)
+                try:
+                    first = await anext(events)
+                except StopAsyncIteration:
+                    raise UpstreamBadResponse("Anthropic stream ended before any event") from None
+        except BaseException as exc:
+            if resp is not None:
+                resp.close()
+            if isinstance(exc, asyncio.CancelledError | FleetgateError):
+                raise
+            raise map_client_error(exc, self._url) from None
+        finished = False
+
+        async def rest() -> AsyncIterator[bytes]:
+            nonlocal finished
+            try:
+                async for event in events:
+                    yield event
+            except FleetgateError:
+                raise
+            except Exception as exc:
+                raise map_client_error(exc, self._url) from None
+            finished = True
+
+        async def closer() -> None:
+            if finished:
+                resp.release()
+            else:
+                resp.close()
+
+        return UpstreamResponse(first_event=first, events=rest(), closer=closer)
+
+
+async def _translate(
+    resp: aiohttp.ClientResponse, translator: AnthropicStreamTranslator
+) -> AsyncIterator[bytes]:
+    """Anthropic SSE bytes → OpenAI chunk events, ending with ``data: [DONE]``."""
+    parser = SSEParser()
+    async for raw in resp.content.iter_any():
+        for event, text in parser.feed(raw):
+            if not text:
+                continue
+            try:
+                payload = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                raise UpstreamBadResponse("Anthropic sent an event that is not JSON") from None
+            if not isinstance(payload, dict):
+                continue
+            for chunk in translator.feed(event or str(payload.get("type", "")), payload):
+                yield _sse(chunk)
+    if not translator.finished:
+        raise UpstreamBadResponse("Anthropic stream ended before message_stop")
+    yield b"data: [DONE]\n\n"

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from fleetgate.app import create_app
+from fleetgate.config.loader import parse_config
+from fleetgate.config.settings import Settings
+from tests.fakes import FakeUpstream
+
+MASTER = "sk-test-master"
+AUTH = {"Authorization": f"Bearer {MASTER}"}
+
+GatewayFactory = Callable[[dict[str, Any]], Awaitable[TestClient[Any, Any]]]
+
+
+def one_alias(*upstreams: FakeUpstream, alias: str = "tiny", **extra: Any) -> dict[str, Any]:
+    deployments = [
+        {"provider": "openai", "model": "up-model", "api_base": u.url, "name": u.name}
+        for u in upstreams
+    ]
+    return {
+        "models": [{"alias": alias, "deployments": deployments, **extra}],
+        "router": {"retry_backoff_s": 0.001, "retry_backoff_max_s": 0.01},
+    }
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[FakeUpstream]:
+    async with FakeUpstream("a") as up:
+        yield up
+
+
+@pytest.fixture
+async def upstream_b() -> AsyncIterator[FakeUpstream]:
+    async with FakeUpstream("b") as up:
+        yield up
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[GatewayFactory]:
+    """Start an in-process gateway for a config dict; returns a test client."""
+    clients: list[TestClient[Any, Any]] = []
+
+    async def make(config: dict[str, Any], **settings: Any) -> TestClient[Any, Any]:
+        opts: dict[str, Any] = {"master_key": MASTER, "data_dir": tmp_path, "watch_config": False}
+        opts.update(settings)
+        app = create_app(Settings(**opts), parse_config(config))
+        client: TestClient[Any, Any] = TestClient(TestServer(app, handler_cancellation=True))
+        await client.start_server()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.close()

@@ -1,0 +1,186 @@
+"""Retries, cooldown, fallbacks, context-window fallback and local-only aliases, end to end
+through the in-process gateway against fake upstreams that fail in each way."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from tests.conftest import AUTH, GatewayFactory
+from tests.fakes import FakeUpstream, Garbage, Hang, Reply, Reset, Status
+
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hello"}]}
+
+
+def _dep(up: FakeUpstream, **extra: Any) -> dict[str, Any]:
+    return {"model": "m", "api_base": up.url, "name": up.name, **extra}
+
+
+def _config(*aliases: dict[str, Any], **router: Any) -> dict[str, Any]:
+    return {
+        "models": list(aliases),
+        "router": {"retry_backoff_s": 0.001, "retry_backoff_max_s": 0.005,
+                   "timeouts": {"first_token": 0.5, "connect": 0.5, "total": 1.0}, **router},
+        "health": {"allowed_fails": 2, "cooldown_s": 60, "probe_interval_s": 0.05},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "failure", [Status(500), Status(503), Status(429, retry_after=0), Garbage(), Reset(), Hang(5)]
+)
+@pytest.mark.parametrize("stream", [False, True])
+async def test_failure_is_retried_on_the_healthy_replica(
+    gateway: GatewayFactory,
+    upstream: FakeUpstream,
+    upstream_b: FakeUpstream,
+    failure: Any,
+    stream: bool,
+) -> None:
+    upstream.queue(*[failure] * 5)
+    client = await gateway(
+        _config({"alias": "tiny", "strategy": "least-load",
+                 "deployments": [_dep(upstream), _dep(upstream_b)]})
+    )  # fmt: skip
+    for _ in range(3):
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": stream},
+                                 headers=AUTH)  # fmt: skip
+        assert resp.status == 200, await resp.text()
+        assert resp.headers["x-fleetgate-deployment"] == "b"
+        await resp.read()
+
+
+async def test_fallback_alias_when_every_replica_fails(
+    gateway: GatewayFactory, upstream: FakeUpstream, upstream_b: FakeUpstream
+) -> None:
+    upstream.queue(*[Status(500)] * 10)
+    client = await gateway(
+        _config(
+            {"alias": "tiny", "fallbacks": ["smart"], "deployments": [_dep(upstream)]},
+            {"alias": "smart", "deployments": [_dep(upstream_b)]},
+        )
+    )
+    resp = await client.post("/v1/chat/completions", json=CHAT, headers=AUTH)
+    assert resp.status == 200
+    assert resp.headers["x-fleetgate-deployment"] == "b"
+    metrics = await (await client.get("/metrics")).text()
+    assert 'fleetgate_fallbacks_total{alias="tiny",fallback="smart"} 1' in metrics
+
+
+@pytest.mark.parametrize(
+    ("failure", "status"),
+    [(Status(500), 502), (Garbage(), 502), (Reset(), 502), (Hang(5), 504), (Status(429), 429)],
+)
+async def test_clear_error_when_nothing_healthy_remains(
+    gateway: GatewayFactory, upstream: FakeUpstream, failure: Any, status: int
+) -> None:
+    upstream.queue(*[failure] * 10)
+    client = await gateway(_config({"alias": "tiny", "deployments": [_dep(upstream)]}))
+    resp = await client.post("/v1/chat/completions", json=CHAT, headers=AUTH)
+    assert resp.status == status
+    assert (await resp.json())["error"]["message"]
+
+
+async def test_unreachable_upstream_is_502_then_503_while_cooling(
+    gateway: GatewayFactory,
+) -> None:
+    dead = {"model": "m", "api_base": "http://127.0.0.1:9/v1", "name": "dead"}
+    client = await gateway(_config({"alias": "tiny", "deployments": [dead]}))
+    resp = await client.post("/v1/chat/completions", json=CHAT, headers=AUTH)
+    assert resp.status == 502
+    resp = await client.post("/v1/chat/completions", json=CHAT, headers=AUTH)
+    assert resp.status == 503
+    ready = await client.get("/health/ready")
+    assert ready.status == 503
+    assert (await ready.json())["unavailable_aliases"] == ["tiny"]
+
+
+async def test_cooled_down_replica_returns_after_probe(
+    gateway: GatewayFactory, upstream: FakeUpstream, upstream_b: FakeUpstream
+) -> None:
+    upstream.queue(Status(500), Status(500))
+    upstream.healthy = False
+    client = await gateway(
+        _config({"alias": "tiny", "strategy": "least-load",
+                 "deployments": [_dep(upstream), _dep(upstream_b)]}, num_retries=0)
+    )  # fmt: skip
+    seen = set()
+    for _ in range(6):
+        resp = await client.post("/v1/chat/completions", json=CHAT, headers=AUTH)
+        seen.add(resp.headers.get("x-fleetgate-deployment"))
+    assert seen == {None, "b"}  # two 502s from a (no retries), then b only
+    await asyncio.sleep(0.2)  # failing probes keep it out of rotation
+    ready = await (await client.get("/health/ready")).json()
+    assert ready["aliases"]["tiny"] == {"healthy": 1, "total": 2}
+    probes_while_down = upstream.probes
+    assert probes_while_down >= 2
+    upstream.healthy = True
+    for _ in range(40):
+        ready = await (await client.get("/health/ready")).json()
+        if ready["aliases"]["tiny"]["healthy"] == 2:
+            break
+        await asyncio.sleep(0.02)
+    assert ready["aliases"]["tiny"]["healthy"] == 2
+    assert upstream.probes > probes_while_down
+
+
+async def test_context_window_fallback(
+    gateway: GatewayFactory, upstream: FakeUpstream, upstream_b: FakeUpstream
+) -> None:
+    client = await gateway(
+        _config(
+            {"alias": "tiny", "fallbacks": ["long"],
+             "deployments": [_dep(upstream, context_window=100)]},
+            {"alias": "long", "deployments": [_dep(upstream_b, context_window=100_000)]},
+        )
+    )  # fmt: skip
+    short = await client.post("/v1/chat/completions", json=CHAT, headers=AUTH)
+    assert short.headers["x-fleetgate-deployment"] == "a"
+    long_chat = {"model": "tiny", "messages": [{"role": "user", "content": "word " * 400}]}
+    resp = await client.post("/v1/chat/completions", json=long_chat, headers=AUTH)
+    assert resp.status == 200
+    assert resp.headers["x-fleetgate-deployment"] == "b"
+
+
+async def test_context_window_exceeded_everywhere(
+    gateway: GatewayFactory, upstream: FakeUpstream
+) -> None:
+    client = await gateway(
+        _config({"alias": "tiny", "deployments": [_dep(upstream, context_window=50)]})
+    )
+    long_chat = {"model": "tiny", "messages": [{"role": "user", "content": "word " * 400}]}
+    resp = await client.post("/v1/chat/completions", json=long_chat, headers=AUTH)
+    assert resp.status == 400
+    assert (await resp.json())["error"]["code"] == "context_length_exceeded"
+    assert not upstream.seen
+
+
+async def test_local_only_alias_never_falls_back_to_public(
+    gateway: GatewayFactory, upstream: FakeUpstream, upstream_b: FakeUpstream
+) -> None:
+    upstream.queue(*[Status(500)] * 10)
+    client = await gateway(
+        _config(
+            {"alias": "tiny", "fallbacks": ["public"],
+             "deployments": [_dep(upstream, tags=["local"])]},
+            {"alias": "public", "deployments": [_dep(upstream_b, tags=["cloud"])]},
+        )
+    )  # fmt: skip
+    resp = await client.post("/v1/chat/completions", json=CHAT, headers=AUTH)
+    assert resp.status == 502
+    assert not upstream_b.seen
+
+
+async def test_no_retry_after_first_byte(gateway: GatewayFactory, upstream: FakeUpstream,
+                                         upstream_b: FakeUpstream) -> None:  # fmt: skip
+    upstream.queue(Reply(content="a b c d e f", fail_after_chunks=2))
+    client = await gateway(
+        _config({"alias": "tiny", "strategy": "least-load",
+                 "deployments": [_dep(upstream)]})
+    )  # fmt: skip
+    resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True}, headers=AUTH)
+    assert resp.status == 200
+    text = (await resp.read()).decode()
+    assert '"error"' in text  # reported inside the stream, not retried
+    assert len(upstream.seen) == 1

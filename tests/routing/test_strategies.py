@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from fleetgate.config.schema import AliasConfig, DeploymentConfig, Price
+from fleetgate.errors import ConfigError
+from fleetgate.providers.base import UpstreamCall, UpstreamResponse
+from fleetgate.routing.deployment import Deployment
+from fleetgate.routing.strategies import (
+    CostStrategy,
+    LatencyStrategy,
+    LeastLoadStrategy,
+    RouteContext,
+    StrategyRegistry,
+    WeightedStrategy,
+)
+
+
+class _NoProvider:
+    async def send(self, call: UpstreamCall) -> UpstreamResponse:
+        raise AssertionError("not called")
+
+    async def probe(self) -> bool:
+        return True
+
+
+def _deps(*configs: dict[str, object]) -> list[Deployment]:
+    out = []
+    for i, extra in enumerate(configs):
+        cfg = DeploymentConfig.model_validate({"model": "m", "api_base": "http://x", **extra})
+        out.append(Deployment(f"d{i}", "a", cfg, _NoProvider()))
+    return out
+
+
+CTX = RouteContext(alias="a")
+
+
+def test_weighted_follows_weights() -> None:
+    deps = _deps({"weight": 3}, {"weight": 1}, {"weight": 0})
+    s = WeightedStrategy(random.Random(1))
+    counts = Counter(s.pick(deps, CTX).id for _ in range(4000))
+    assert counts["d2"] == 0
+    assert 2.5 < counts["d0"] / counts["d1"] < 3.5
+
+
+def test_least_load_picks_fewest_in_flight() -> None:
+    deps = _deps({}, {}, {})
+    deps[0].state.in_flight, deps[1].state.in_flight, deps[2].state.in_flight = 5, 1, 3
+    assert LeastLoadStrategy().pick(deps, CTX).id == "d1"
+
+
+def test_latency_prefers_low_ewma_and_explores_unmeasured() -> None:
+    deps = _deps({}, {})
+    for _ in range(5):
+        deps[0].state.observe_ttft(0.5)
+    s = LatencyStrategy()
+    assert s.pick(deps, CTX).id == "d1"  # never measured: try it
+    deps[1].state.observe_ttft(0.1)
+    assert s.pick(deps, CTX).id == "d1"
+    deps[1].state.observe_ttft(2.0)
+    deps[1].state.observe_ttft(2.0)
+    assert s.pick(deps, CTX).id == "d0"
+
+
+def test_cost_picks_cheapest_then_least_loaded() -> None:
+    cheap = {"price": Price(input_per_mtok=0.1, output_per_mtok=0.2)}
+    deps = _deps({"price": Price(input_per_mtok=1, output_per_mtok=2)}, cheap, cheap)
+    deps[1].state.in_flight = 4
+    assert CostStrategy().pick(deps, CTX).id == "d2"
+
+
+def test_registry_refuses_unknown_names() -> None:
+    reg = StrategyRegistry.with_builtins()
+    alias = AliasConfig.model_validate(
+        {"alias": "a", "strategy": "psychic", "deployments": [{"model": "m", "api_base": "http://x"}]}
+    )
+    with pytest.raises(ConfigError, match="unknown strategy 'psychic'"):
+        reg.create(alias)
+    reg.register("psychic", lambda _: LeastLoadStrategy())
+    assert reg.create(alias).name == "least-load"
