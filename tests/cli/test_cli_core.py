@@ -1,0 +1,100 @@
+"""The command line: config check, serve with workers, up, SIGHUP reload."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleetgate.cli.main import main
+from tests.procs import free_port, serve_process, sim_process
+
+GOOD = {"models": [{"alias": "a", "deployments": [{"model": "m", "api_base": "http://x/v1"}]}]}
+
+
+def test_config_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(GOOD))
+    assert main(["config", "check", str(path)]) == 0
+    assert "OK (1 aliases, 1 deployments)" in capsys.readouterr().out
+    path.write_text("models: [{alias: a, strategy: nope, deployments: [{model: m, api_base: x}]}]")
+    assert main(["config", "check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "deployments[0].api_base" in err
+
+
+def _chat(url: str, key: str, model: str) -> tuple[int, dict[str, object]]:
+    req = urllib.request.Request(
+        url + "/v1/chat/completions",
+        data=json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.mark.slow
+def test_serve_with_two_workers_and_sighup_reload(tmp_path: Path) -> None:
+    with sim_process("--mode", "echo") as sim:
+        cfg = {"models": [{"alias": "a", "deployments": [{"model": "tiny", "api_base": sim}]}]}
+        with serve_process(cfg, tmp_path, master_key="k", extra_args=["--workers", "2", "--no-watch"]) as (url, proc):
+            for _ in range(10):
+                assert _chat(url, "k", "a")[0] == 200
+            cfg_path = next(tmp_path.glob("gateway-*.yaml"))
+            cfg["models"][0]["alias"] = "b"
+            cfg_path.write_text(yaml.safe_dump(cfg))
+            os.kill(proc.pid, signal.SIGHUP)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                # every worker must have reloaded: ask several times
+                if all(_chat(url, "k", "b")[0] == 200 for _ in range(8)):
+                    break
+                time.sleep(0.1)
+            assert all(_chat(url, "k", "b")[0] == 200 for _ in range(8))
+            assert _chat(url, "k", "a")[0] == 404
+
+
+@pytest.mark.slow
+def test_up_serves_both_aliases(tmp_path: Path) -> None:
+    port, engine_port = free_port(), free_port()
+    env = {**os.environ, "FLEETGATE_MASTER_KEY": ""}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetgate.cli.main", "up", "--port", str(port),
+         "--engine-port", str(engine_port), "--data-dir", str(tmp_path / "fg")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline().decode() for _ in range(5)]
+        assert lines[0].startswith(f"fleetgate is up at http://127.0.0.1:{port}/v1")
+        key = lines[1].split(":", 1)[1].strip()
+        assert key == (tmp_path / "fg" / "master_key").read_text().strip()
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                urllib.request.urlopen(url + "/health/ready", timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        for alias in ("fast-small", "smart"):
+            status, body = _chat(url, key, alias)
+            assert status == 200, body
+        assert (tmp_path / "fg" / "config.yaml").exists()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=15)
+        if proc.stdout is not None:
+            proc.stdout.close()
