@@ -1,0 +1,40 @@
+"""Capacity planner: traffic -> QPS -> tokens/s -> GPUs -> cost (``fleetgate plan``).
+
+Example::
+
+    from fleetgate.plan import PlanInputs, make_plan
+    plan = make_plan(PlanInputs(dau=1_000_000, conversations_per_user=3,
+                                turns_per_conversation=5))
+"""
+
+from fleetgate.plan.des import ttft_quantile_des
+from fleetgate.plan.from_bench import BenchCalibration, calibrate
+from fleetgate.plan.model import PlanInputs, default_diurnal, round_up
+from fleetgate.plan.planner import (
+    hourly_gpus,
+    make_plan,
+    predict_ttft_p95_ms,
+    predict_ttft_p95_ms_des,
+    queueing_sizing,
+)
+from fleetgate.plan.queueing import erlang_c, min_servers_for_wait, wait_quantile_s
+from fleetgate.plan.render import plan_table, plot_plan
+
+__all__ = [
+    "BenchCalibration",
+    "PlanInputs",
+    "calibrate",
+    "default_diurnal",
+    "erlang_c",
+    "hourly_gpus",
+    "make_plan",
+    "min_servers_for_wait",
+    "plan_table",
+    "plot_plan",
+    "predict_ttft_p95_ms",
+    "predict_ttft_p95_ms_des",
+    "queueing_sizing",
+    "round_up",
+    "ttft_quantile_des",
+    "wait_quantile_s",
+]
