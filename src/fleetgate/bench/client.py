@@ -8,9 +8,9 @@ Definitions (same as ``vllm/benchmarks/lib/endpoint_request_func.py``):
 
 "Carrying output" means a choice with non-empty ``text`` / ``delta.content`` /
 ``delta.reasoning_content`` / ``delta.tool_calls``. vLLM's client counts any chunk with a
-``choices`` entry; we skip role-only chunks because some servers (and fleetgate's simulator)
-send ``{"delta": {"role": "assistant"}}`` before prefill finishes, which would make TTFT a
-measure of the HTTP round trip.
+``choices`` entry; we skip role-only chunks because some servers send
+``{"delta": {"role": "assistant"}}`` before prefill finishes (vLLM and fleetgate's simulator
+send it with the first token), which would make TTFT a measure of the HTTP round trip.
 - latency (E2E) = last data message - ``sent``;
 - output tokens = ``usage.completion_tokens`` (requested with ``stream_options.include_usage``).
 

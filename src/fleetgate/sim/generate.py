@@ -127,7 +127,9 @@ async def _stream(
     builder = ResponseBuilder(parsed)
     limit = plan.after_chunks if plan.kind == "midstream" else -1
     sent = 0
-    frames = builder.opening()
+    # Like vLLM, the role chunk goes out with the first token, after prefill.
+    opening: list[bytes] | None = builder.opening()
+    frames: list[bytes] = []
     remaining = len(seqs)
     while True:
         if frames:
@@ -140,6 +142,9 @@ async def _stream(
         if not remaining:
             break
         ev = await queue.get()
+        if opening is not None:
+            frames.extend(opening)
+            opening = None
         while True:
             if ev.finish_reason is not None:
                 remaining -= 1
