@@ -1,13 +1,14 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from fleetgate.app import create_app
+from fleetgate.app import build_state, create_app
+from fleetgate.hooks import Stage
 from fleetgate.config.loader import parse_config
 from fleetgate.config.settings import Settings
 from tests.fakes import FakeUpstream
@@ -15,7 +16,7 @@ from tests.fakes import FakeUpstream
 MASTER = "sk-test-master"
 AUTH = {"Authorization": f"Bearer {MASTER}"}
 
-GatewayFactory = Callable[[dict[str, Any]], Awaitable[TestClient[Any, Any]]]
+GatewayFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 
 
 def one_alias(*upstreams: FakeUpstream, alias: str = "tiny", **extra: Any) -> dict[str, Any]:
@@ -46,10 +47,14 @@ async def gateway(tmp_path: Path) -> AsyncIterator[GatewayFactory]:
     """Start an in-process gateway for a config dict; returns a test client."""
     clients: list[TestClient[Any, Any]] = []
 
-    async def make(config: dict[str, Any], **settings: Any) -> TestClient[Any, Any]:
+    async def make(
+        config: dict[str, Any], stages: Sequence[Stage] = (), **settings: Any
+    ) -> TestClient[Any, Any]:
         opts: dict[str, Any] = {"master_key": MASTER, "data_dir": tmp_path, "watch_config": False}
         opts.update(settings)
-        app = create_app(Settings(**opts), parse_config(config))
+        state = build_state(Settings(**opts), parse_config(config))
+        state.stages.extend(stages)
+        app = create_app(state.settings, state=state)
         client: TestClient[Any, Any] = TestClient(TestServer(app, handler_cancellation=True))
         await client.start_server()
         clients.append(client)

@@ -11,12 +11,16 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+import os
+from collections.abc import AsyncIterator, Callable, Iterable
 
 from aiohttp import web
 
+from fleetgate.api.admin_tenancy import TENANCY
+from fleetgate.api.audio import add_multimodal
 from fleetgate.api.errors import error_middleware
 from fleetgate.api.routes import add_routes
+from fleetgate.api.routing_extras import add_canary, add_semantic
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.config.loader import load_config
 from fleetgate.config.schema import GatewayConfig
@@ -24,15 +28,21 @@ from fleetgate.config.settings import Settings
 from fleetgate.errors import ConfigError
 from fleetgate.providers.http import HttpClient
 from fleetgate.providers.registry import ProviderRegistry
+from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch import Dispatcher
+from fleetgate.routing.engine_stats import EngineStats
 from fleetgate.routing.health import HealthTracker
+from fleetgate.routing.kv_aware import EngineAwareRouting
+from fleetgate.routing.load_share import RedisLoadShare
 from fleetgate.routing.reload import TableManager
 from fleetgate.routing.strategies import StrategyRegistry
 from fleetgate.routing.table import RouteTable
 from fleetgate.telemetry.access_log import AccessLog
 from fleetgate.telemetry.metrics import GatewayMetrics
 from fleetgate.telemetry.tracing import GenAITracer
+from fleetgate.telemetry.workers import WorkerMetrics
 from fleetgate.tenancy.auth import MasterKeyAuthenticator
+from fleetgate.tenancy.runtime import Tenancy
 
 __all__ = ["create_app", "build_state"]
 
@@ -56,18 +66,20 @@ def build_state(
     http = HttpClient()
     providers = ProviderRegistry.with_builtins(http)
     metrics = GatewayMetrics()
+    engine_aware = _engine_aware(settings, cfg, metrics, lambda: tables.table)
     tables = TableManager(
         cfg,
         providers.create,
-        strategies or StrategyRegistry.with_builtins(),
+        strategies or StrategyRegistry.with_builtins(engine_aware),
         path=settings.config_path if config is None else None,
     )
     health = HealthTracker(cfg.health, metrics, lambda: tables.table.deployments())
-    dispatcher = Dispatcher(cfg.router, health, metrics)
+    dispatcher = Dispatcher(cfg.router, health, metrics, observer=engine_aware)
 
     def on_change(table: RouteTable) -> None:
         dispatcher.config = table.config.router
         health.config = table.config.health
+        engine_aware.update_config(table.config.routing)
 
     tables.subscribe(on_change)
 
@@ -91,6 +103,49 @@ def build_state(
     )
 
 
+def _engine_aware(
+    settings: Settings,
+    cfg: GatewayConfig,
+    metrics: GatewayMetrics,
+    table: Callable[[], RouteTable],
+) -> EngineAwareRouting:
+    """Engine stats (scraping the engines of kv-aware aliases), prefix index, decision log."""
+    routing = cfg.routing
+
+    def targets() -> Iterable[Deployment]:
+        for alias in table().aliases():
+            route = table().route(alias)
+            if route.config.strategy == "kv-aware":
+                yield from route.deployments
+
+    share = None
+    if routing.redis_url:
+        share = RedisLoadShare.from_url(
+            routing.redis_url, os.urandom(6).hex(), ttl_s=max(2.0, 20 * routing.scrape_interval_s)
+        )
+    secret = (routing.salt_secret or settings.master_key or os.urandom(16).hex()).encode()
+    stats = EngineStats(routing, targets, share=share)
+    return EngineAwareRouting(routing, stats, secret=secret, registry=metrics.registry)
+
+
+def _add_tenancy(app: web.Application, settings: Settings, gw: GatewayState) -> None:
+    """Teams, keys, limits, spend and audit (``tenancy:`` in the config; on by default)."""
+    cfg = gw.tables.table.config.tenancy
+    if not cfg.enabled:
+        return
+    tenancy = Tenancy(settings, cfg, gw.metrics.registry)
+    app[TENANCY] = tenancy
+    gw.auth = MasterKeyAuthenticator(settings.master_key, next=tenancy.cache)
+    gw.stages.insert(0, tenancy.stage)
+
+    async def lifespan(app: web.Application) -> AsyncIterator[None]:
+        await tenancy.start()
+        yield
+        await tenancy.stop()
+
+    app.cleanup_ctx.append(lifespan)
+
+
 def create_app(
     settings: Settings,
     config: GatewayConfig | None = None,
@@ -102,16 +157,32 @@ def create_app(
     app = web.Application(middlewares=[error_middleware], client_max_size=gw.max_request_bytes + 1)
     app[GATEWAY] = gw
     add_routes(app)
+    _add_tenancy(app, settings, gw)
+    add_multimodal(app)
+    add_canary(app, settings, gw)
+    add_semantic(app, settings, gw)
+
+    if settings.workers > 1 and gw.worker_metrics is None:
+        gw.worker_metrics = WorkerMetrics(gw.metrics.registry, settings.data_dir / "metrics")
 
     async def lifespan(app: web.Application) -> AsyncIterator[None]:
         gw.health.start()
         gw.access_log.start()
+        if gw.worker_metrics is not None:
+            gw.worker_metrics.start()
+        engine_aware = gw.dispatcher.observer
+        if isinstance(engine_aware, EngineAwareRouting):
+            engine_aware.start()
         if settings.watch_config:
             gw.tables.start_watching()
         yield
         await gw.tables.stop()
+        if isinstance(engine_aware, EngineAwareRouting):
+            await engine_aware.stop()
         await gw.health.stop()
         await gw.access_log.stop()
+        if gw.worker_metrics is not None:
+            await gw.worker_metrics.stop()
         await gw.http.close()
         gw.tracer.shutdown()
 

@@ -26,9 +26,46 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fleetgate.config.schema import Price
+from fleetgate.routing.dispatch_hooks import DispatchHook
 from fleetgate.tenancy.principal import Principal
 
-__all__ = ["GatewayRequest", "Outcome", "Stage"]
+__all__ = [
+    "FilterResult",
+    "GatewayRequest",
+    "Outcome",
+    "ResponseFilter",
+    "Stage",
+    "StreamFilter",
+]
+
+
+@dataclass(slots=True)
+class FilterResult:
+    """Chunks to send now (possibly none: held back), and whether to end the stream here."""
+
+    chunks: list[dict[str, Any]]
+    stop: bool = False
+
+
+class StreamFilter(Protocol):
+    """Sees a chat stream's chunks (decoded) and may hold, rewrite, add or stop them.
+
+    Stages add filters in ``before`` (``req.stream_filters``); with none the relay forwards
+    bytes untouched. Usage-only chunks (empty ``choices``) bypass filters. When a filter says
+    ``stop``, the upstream request is cancelled and the stream ends after its chunks.
+    """
+
+    async def feed(self, chunk: dict[str, Any]) -> FilterResult: ...
+
+    async def finish(self) -> FilterResult:
+        """The upstream ended: release what is held back (or stop)."""
+        ...
+
+
+class ResponseFilter(Protocol):
+    """Sees (and may replace) a whole non-streaming response before the client does."""
+
+    async def apply(self, response: dict[str, Any]) -> dict[str, Any]: ...
 
 
 @dataclass(slots=True)
@@ -48,6 +85,11 @@ class GatewayRequest:
     response_headers: dict[str, str] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)  # per-stage scratch space
     received_at: float = 0.0  # time.time()
+    stream_filters: list[StreamFilter] = field(default_factory=list)
+    response_filters: list[ResponseFilter] = field(default_factory=list)
+    capture_response: bool = False  # a stage wants `Outcome.response_text` (audit)
+    # Consulted by the dispatcher for each attempt (prefer replicas, gate the send).
+    dispatch_hooks: list[DispatchHook] = field(default_factory=list)
 
 
 @dataclass(slots=True)

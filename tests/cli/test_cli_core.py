@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from fleetgate.cli.main import main
-from tests.procs import free_port, serve_process, sim_process
+from tests.procs import free_port, metric_value, serve_process, sim_process
 
 GOOD = {"models": [{"alias": "a", "deployments": [{"model": "m", "api_base": "http://x/v1"}]}]}
 
@@ -51,6 +51,11 @@ def test_serve_with_two_workers_and_sighup_reload(tmp_path: Path) -> None:
         with serve_process(cfg, tmp_path, master_key="k", extra_args=["--workers", "2", "--no-watch"]) as (url, proc):
             for _ in range(10):
                 assert _chat(url, "k", "a")[0] == 200
+            time.sleep(2.5)  # each worker publishes its metrics every second
+            for _ in range(4):  # whichever worker answers the scrape counts all of them
+                with urllib.request.urlopen(url + "/metrics") as resp:
+                    text = resp.read().decode()
+                assert metric_value(text, "fleetgate_requests_total", alias="a") == 10
             cfg_path = next(tmp_path.glob("gateway-*.yaml"))
             cfg["models"][0]["alias"] = "b"
             cfg_path.write_text(yaml.safe_dump(cfg))

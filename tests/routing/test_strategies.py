@@ -75,7 +75,11 @@ def test_cost_picks_cheapest_then_least_loaded() -> None:
 def test_registry_refuses_unknown_names() -> None:
     reg = StrategyRegistry.with_builtins()
     alias = AliasConfig.model_validate(
-        {"alias": "a", "strategy": "psychic", "deployments": [{"model": "m", "api_base": "http://x"}]}
+        {
+            "alias": "a",
+            "strategy": "psychic",
+            "deployments": [{"model": "m", "api_base": "http://x"}],
+        }
     )
     with pytest.raises(ConfigError, match="unknown strategy 'psychic'"):
         reg.create(alias)

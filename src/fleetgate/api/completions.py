@@ -10,10 +10,12 @@ import os
 import time
 from typing import Any
 
+import orjson
 from aiohttp import web
 from pydantic import BaseModel
 
 from fleetgate.api.body import read_json
+from fleetgate.api.capture import ResponseCapture, response_text
 from fleetgate.api.exchange import Exchange, record_exchange
 from fleetgate.api.relay import relay_stream
 from fleetgate.api.schemas import (
@@ -78,7 +80,8 @@ async def _serve(request: web.Request, endpoint: Endpoint) -> web.StreamResponse
         raise ModelNotFound(
             f"The model '{alias}' does not exist or you do not have access to it.", param="model"
         )
-    gw.tables.table.route(alias)
+    if alias not in gw.virtual_aliases:
+        gw.tables.table.route(alias)
     stream = endpoint is not Endpoint.EMBEDDINGS and body.get("stream") is True
     options = body.get("stream_options")
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 0
@@ -131,12 +134,20 @@ async def _dispatch(
     endpoint: Endpoint,
 ) -> web.StreamResponse:
     table = gw.tables.table
+    headers = dict(req.headers)
+    for name in table.config.routing.affinity_headers:
+        value = request.headers.get(name)
+        if value is not None:
+            headers[name.lower()] = value
     ctx = RouteContext(
         alias=req.alias,
         principal=req.principal,
         prompt_tokens=req.prompt_tokens,
         max_tokens=req.max_tokens,
         session_id=req.headers.get("x-session-id"),
+        body=req.body,
+        headers=headers,
+        dispatch_hooks=tuple(req.dispatch_hooks),
     )
     base = _upstream_body(req.body, req.stream)
     timeouts = gw.dispatcher.config.timeouts
@@ -146,6 +157,8 @@ async def _dispatch(
     def build(dep: Deployment) -> UpstreamCall:
         call_body = dict(base)
         call_body["model"] = dep.config.model
+        if ctx.extra_body:  # fields the strategy chose for this deployment (e.g. cache_salt)
+            call_body.update(ctx.extra_body)
         return UpstreamCall(endpoint, call_body, stream, dep.config.timeouts or timeouts, forward)
 
     if gw.tracer.enabled:
@@ -163,42 +176,46 @@ async def _dispatch(
     ex.upstream_s = dispatch.upstream_answered - dispatch.upstream_started
     if stream:
         ex.overhead_s = dispatch.upstream_started - ex.started
+        capture = ResponseCapture() if req.capture_response else None
+        if capture is not None:
+            req.stream_filters.append(capture)
         try:
-            return await relay_stream(
-                request,
-                dispatch,
-                ex,
-                gw.metrics,
-                req.want_usage,
-                timeouts.total,
-                req.response_headers,
-            )
+            return await relay_stream(request, dispatch, ex, gw.metrics, req, timeouts.total)
         finally:
+            if capture is not None:
+                ex.response_text = capture.text
             _record(gw, ex)
-    return _json_response(gw, dispatch, ex, req.response_headers)
+    return await _json_response(gw, dispatch, ex, req)
 
 
-def _json_response(
-    gw: GatewayState, dispatch: Dispatch, ex: Exchange, extra_headers: dict[str, str]
+async def _json_response(
+    gw: GatewayState, dispatch: Dispatch, ex: Exchange, req: GatewayRequest
 ) -> web.Response:
     try:
         data = dispatch.response.json()
         ex.take_usage(data.get("usage"))
+        body = dispatch.response.body
+        if req.response_filters:
+            for f in req.response_filters:
+                data = await f.apply(data)
+            body = orjson.dumps(data)
         choices = data.get("choices")
         if isinstance(choices, list) and choices and isinstance(choices[0], dict):
             ex.finish_reason = choices[0].get("finish_reason")
+        if req.capture_response:
+            ex.response_text = response_text(data)
     finally:
         dispatch.release()
     ex.first_token_at = ex.last_token_at = None
     ex.overhead_s = time.perf_counter() - ex.started - ex.upstream_s
     resp = web.Response(
-        body=dispatch.response.body,
+        body=body,
         content_type="application/json",
         headers={
             "x-request-id": ex.request_id,
             "x-fleetgate-deployment": dispatch.deployment.id,
             "x-fleetgate-overhead-ms": f"{ex.overhead_s * 1000:.3f}",
-            **extra_headers,
+            **req.response_headers,
         },
     )
     _record(gw, ex)

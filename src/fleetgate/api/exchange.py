@@ -39,6 +39,7 @@ class Exchange:
     attempts: int = 0
     finish_reason: str | None = None
     span: Any = None
+    response_text: str | None = None
 
     def outcome(self) -> Outcome:
         dep = self.deployment
@@ -57,6 +58,7 @@ class Exchange:
             ttft_s=None if self.first_token_at is None else self.first_token_at - self.started,
             finish_reason=self.finish_reason,
             attempts=self.attempts,
+            response_text=self.response_text,
         )
 
     def take_usage(self, usage: Any) -> None:

@@ -42,6 +42,8 @@ async def ready(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
-    return web.Response(
-        body=gw.metrics.registry.render(), headers={"Content-Type": Registry.CONTENT_TYPE}
-    )
+    if gw.worker_metrics is not None:
+        body = await gw.worker_metrics.render()
+    else:
+        body = gw.metrics.registry.render()
+    return web.Response(body=body, headers={"Content-Type": Registry.CONTENT_TYPE})

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 from aiohttp import web
 
 from fleetgate.api.exchange import Exchange
 from fleetgate.errors import FleetgateError, UpstreamError
+from fleetgate.hooks import GatewayRequest, StreamFilter
 from fleetgate.routing.dispatch import Dispatch
 from fleetgate.telemetry.metrics import GatewayMetrics
 
@@ -70,36 +73,21 @@ async def relay_stream(
     dispatch: Dispatch,
     ex: Exchange,
     metrics: GatewayMetrics,
-    want_usage: bool,
+    req: GatewayRequest,
     total_timeout: float,
-    extra_headers: dict[str, str],
 ) -> web.StreamResponse:
     upstream = dispatch.response
     dep = dispatch.deployment
-    itl = metrics.itl.labels(ex.alias, dep.id, dep.version)
-    resp = web.StreamResponse(status=200, headers=sse_headers(dispatch, ex, extra_headers))
-    first = upstream.first_event
-    assert first is not None
-    ex.first_token_at = last = dispatch.upstream_answered
+    resp = web.StreamResponse(status=200, headers=sse_headers(dispatch, ex, req.response_headers))
+    ex.first_token_at = dispatch.upstream_answered
     dep.state.observe_ttft(dispatch.upstream_answered - dispatch.upstream_started)
     try:
         await resp.prepare(request)
-        if _inspect(first, ex, want_usage):
-            await resp.write(first)
-        ex.chunks = 1
         async with asyncio.timeout(total_timeout):
-            async for event in upstream.events():
-                now = time.perf_counter()
-                if event.startswith(_DONE):
-                    await resp.write(event)
-                    break
-                if not _inspect(event, ex, want_usage):
-                    continue
-                itl.observe(now - last)
-                last = now
-                ex.chunks += 1
-                await resp.write(event)
-        ex.last_token_at = last
+            if req.stream_filters:
+                await _FilteredRelay(resp, dispatch, ex, metrics, req).run()
+            else:
+                await _relay_bytes(resp, dispatch, ex, metrics, req.want_usage)
         if not ex.completion_tokens:
             ex.completion_tokens = ex.chunks
         await resp.write_eof()
@@ -118,6 +106,139 @@ async def relay_stream(
         await upstream.aclose()
         dispatch.release()
     return resp
+
+
+async def _relay_bytes(
+    resp: web.StreamResponse,
+    dispatch: Dispatch,
+    ex: Exchange,
+    metrics: GatewayMetrics,
+    want_usage: bool,
+) -> None:
+    """The fast path: events go out as the bytes that came in."""
+    dep = dispatch.deployment
+    itl = metrics.itl.labels(ex.alias, dep.id, dep.version)
+    first = dispatch.response.first_event
+    assert first is not None
+    last = dispatch.upstream_answered
+    if _inspect(first, ex, want_usage):
+        await resp.write(first)
+    ex.chunks = 1
+    async for event in dispatch.response.events():
+        now = time.perf_counter()
+        if event.startswith(_DONE):
+            await resp.write(event)
+            break
+        if not _inspect(event, ex, want_usage):
+            continue
+        itl.observe(now - last)
+        last = now
+        ex.chunks += 1
+        await resp.write(event)
+    ex.last_token_at = last
+
+
+def _decode(event: bytes) -> dict[str, Any] | None:
+    at = event.find(b"{")
+    if at < 0:
+        return None
+    try:
+        value = orjson.loads(event[at:])
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+async def _run_filters(
+    filters: list[StreamFilter], chunks: list[dict[str, Any]], start: int = 0
+) -> tuple[list[dict[str, Any]], bool]:
+    stop = False
+    for f in filters[start:]:
+        out: list[dict[str, Any]] = []
+        for chunk in chunks:
+            result = await f.feed(chunk)
+            out.extend(result.chunks)
+            stop = stop or result.stop
+        chunks = out
+    return chunks, stop
+
+
+class _FilteredRelay:
+    """Decoded path: each chunk goes through the request's stream filters."""
+
+    def __init__(
+        self,
+        resp: web.StreamResponse,
+        dispatch: Dispatch,
+        ex: Exchange,
+        metrics: GatewayMetrics,
+        req: GatewayRequest,
+    ) -> None:
+        dep = dispatch.deployment
+        self.resp = resp
+        self.dispatch = dispatch
+        self.ex = ex
+        self.req = req
+        self.itl = metrics.itl.labels(ex.alias, dep.id, dep.version)
+        self.last = dispatch.upstream_answered
+        self.usage: dict[str, Any] | None = None
+
+    async def emit(self, chunks: list[dict[str, Any]]) -> None:
+        for chunk in chunks:
+            now = time.perf_counter()
+            self.itl.observe(now - self.last)
+            self.last = now
+            self.ex.chunks += 1
+            for choice in chunk.get("choices") or ():
+                if isinstance(choice, dict) and choice.get("finish_reason"):
+                    self.ex.finish_reason = str(choice["finish_reason"])
+            await self.resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        """Decoded upstream chunks; usage-only chunks are kept aside."""
+        first = self.dispatch.response.first_event
+        assert first is not None
+        for event in (first,):
+            chunk = self._take(event)
+            if chunk is not None:
+                yield chunk
+        async for event in self.dispatch.response.events():
+            if event.startswith(_DONE):
+                return
+            chunk = self._take(event)
+            if chunk is not None:
+                yield chunk
+
+    def _take(self, event: bytes) -> dict[str, Any] | None:
+        chunk = _decode(event)
+        if chunk is None:
+            return None
+        if isinstance(chunk.get("usage"), dict):
+            self.ex.take_usage(chunk["usage"])
+            if not chunk.get("choices"):
+                self.usage = chunk  # sent after the filters have flushed
+                return None
+        return chunk
+
+    async def run(self) -> None:
+        filters = self.req.stream_filters
+        stopped = False
+        async for chunk in self.events():
+            out, stopped = await _run_filters(filters, [chunk])
+            await self.emit(out)
+            if stopped:
+                break
+        if not stopped:
+            for i, f in enumerate(filters):
+                result = await f.finish()
+                out, stop = await _run_filters(filters, result.chunks, i + 1)
+                await self.emit(out)
+                if result.stop or stop:
+                    break
+        if self.usage is not None and self.req.want_usage:
+            await self.resp.write(b"data: " + orjson.dumps(self.usage) + b"\n\n")
+        await self.resp.write(_DONE + b"\n\n")
+        self.ex.last_token_at = self.last
 
 
 async def _write_error(resp: web.StreamResponse, error: FleetgateError) -> None:

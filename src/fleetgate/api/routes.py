@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from fleetgate.api import admin, completions, health, models, openapi
+from fleetgate.api import admin, admin_routing, completions, health, models, openapi
+from fleetgate.api.admin_canary import add_canary_routes
+from fleetgate.api.admin_tenancy import add_tenancy_routes
 
 __all__ = ["add_routes"]
 
@@ -21,3 +23,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/openapi.json", openapi.openapi_json)
     app.router.add_post("/admin/config/reload", admin.reload_config)
     app.router.add_get("/admin/config", admin.get_config)
+    add_tenancy_routes(app)
+    add_canary_routes(app)
+    app.router.add_get("/admin/routing/decisions", admin_routing.routing_decisions)
+    app.router.add_get("/admin/routing/engines", admin_routing.routing_engines)

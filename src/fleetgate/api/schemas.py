@@ -133,9 +133,7 @@ def _describe(exc: ValidationError) -> tuple[str, str | None]:
     err = exc.errors(include_url=False)[0]
     # Drop pydantic's union-branch labels (str, list[...], function-after[...]) so the
     # param reads like messages.0.content.
-    loc = [
-        str(p) for p in err["loc"] if not ("[" in str(p) or str(p) in _UNION_TAGS)
-    ]
+    loc = [str(p) for p in err["loc"] if not ("[" in str(p) or str(p) in _UNION_TAGS)]
     param = ".".join(loc)
     return f"{param or 'body'}: {err['msg']}", param or None
 

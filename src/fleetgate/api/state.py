@@ -15,6 +15,7 @@ from fleetgate.routing.reload import TableManager
 from fleetgate.telemetry.access_log import AccessLog
 from fleetgate.telemetry.metrics import GatewayMetrics
 from fleetgate.telemetry.tracing import GenAITracer
+from fleetgate.telemetry.workers import WorkerMetrics
 from fleetgate.tenancy.auth import Authenticator
 
 __all__ = ["GATEWAY", "GatewayState"]
@@ -33,6 +34,9 @@ class GatewayState:
     tracer: GenAITracer
     max_request_bytes: int
     stages: list[Stage] = field(default_factory=list)
+    # Aliases a stage resolves to a configured one (the semantic router's ``auto``).
+    virtual_aliases: set[str] = field(default_factory=set)
+    worker_metrics: WorkerMetrics | None = None  # set when serving with several workers
 
 
 GATEWAY = web.AppKey("fleetgate.gateway", GatewayState)

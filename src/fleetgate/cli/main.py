@@ -13,7 +13,9 @@ from fleetgate.errors import ConfigError
 __all__ = ["build_parser", "main"]
 
 # Each module exposes register(sub) adding its parser with set_defaults(func=run).
-SUBCOMMANDS = ("serve", "up", "sim", "config", "bench", "plan", "safety")
+SUBCOMMANDS = (
+    "serve", "up", "sim", "config", "bench", "plan", "safety", "teams", "keys", "spend",
+)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

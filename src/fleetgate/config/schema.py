@@ -21,14 +21,22 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from fleetgate.multimodal.config import MultimodalConfig
+from fleetgate.routing.canary_config import CanaryConfig
+from fleetgate.routing.semantic_config import SemanticConfig
+
 __all__ = [
     "AliasConfig",
+    "AliasLimits",
     "DeploymentConfig",
     "GatewayConfig",
     "HealthConfig",
+    "KvAwareConfig",
     "Price",
     "RouterConfig",
+    "RoutingConfig",
     "ServerConfig",
+    "TenancyConfig",
     "TimeoutConfig",
 ]
 
@@ -119,6 +127,44 @@ class HealthConfig(_Model):
     probe_timeout_s: float = Field(2.0, gt=0)
 
 
+class KvAwareConfig(_Model):
+    """Tunables of ``strategy: kv-aware``: the engine's speed, used to turn work into seconds.
+
+    Expected time to first token on a replica = queue wait + uncached prefill + interference
+    with its running decodes, each from these numbers (see docs/benchmarks.md, "Routing").
+    """
+
+    prefill_ms_per_token: float = Field(0.2, gt=0)
+    decode_ms_per_step: float = Field(20.0, ge=0)
+    decode_batch_factor: float = Field(0.01, ge=0)
+    max_num_batched_tokens: int = Field(8192, ge=1)
+    max_num_seqs: int = Field(256, ge=1)
+    # Hot-spot guard: a replica with this many more requests than the least loaded one, and
+    # ``hotspot_ratio`` times as many, is not picked while another one is below that.
+    hotspot_slack: int = Field(8, ge=0)
+    hotspot_ratio: float = Field(2.0, ge=1.0)
+    index_block_tokens: int = Field(64, ge=1)
+    max_prompt_chars: int = Field(131072, ge=256)
+    exact_tokenize: bool = False
+
+
+class RoutingConfig(_Model):
+    """Engine-aware routing: metric scraping, prefix index, affinity, tenant isolation."""
+
+    scrape_interval_s: float = Field(0.1, gt=0, le=60)
+    scrape_timeout_s: float = Field(1.0, gt=0)
+    affinity_headers: tuple[str, ...] = ("x-session-id", "x-conversation-id")
+    affinity_ttl_s: float = Field(600.0, gt=0)
+    tenant_isolation: bool = True
+    cache_salt: Literal["auto", "always", "never"] = "auto"
+    salt_secret: str | None = None
+    public_prefixes: tuple[str, ...] = ()
+    decision_sample_rate: float = Field(1.0, ge=0, le=1)
+    decision_log_size: int = Field(2000, ge=1)
+    redis_url: str | None = None
+    kv_aware: KvAwareConfig = KvAwareConfig()
+
+
 class ServerConfig(_Model):
     max_request_bytes: int = Field(16 * 1024 * 1024, gt=0)
     access_log: bool = True
@@ -126,11 +172,44 @@ class ServerConfig(_Model):
     otel_endpoint: str | None = None
 
 
+class AliasLimits(_Model):
+    """Limits of one alias, summed over every caller."""
+
+    rpm: int | None = Field(None, ge=0)
+    tpm: int | None = Field(None, ge=0)
+    max_parallel: int | None = Field(None, ge=0)
+
+
+class TenancyConfig(_Model):
+    """Teams, keys, limits, spend and audit (``fleetgate.tenancy``).
+
+    ``limiter_failure``: what requests get when Redis is unreachable (``fail_open`` admits them
+    unlimited, ``fail_closed`` answers 503). ``alert_webhook`` receives one POST per budget
+    threshold crossed (``alert_thresholds``, percent).
+    """
+
+    enabled: bool = True
+    limiter_failure: Literal["fail_open", "fail_closed"] = "fail_closed"
+    alert_webhook: str | None = None
+    alert_thresholds: tuple[int, ...] = (50, 80, 100)
+    alias_limits: dict[str, AliasLimits] = Field(default_factory=dict)
+    redis_prefix: str = "fg:"
+    poll_interval_s: float = Field(0.5, gt=0)
+    spend_batch_size: int = Field(500, ge=1)
+    spend_flush_interval_s: float = Field(0.2, gt=0)
+    audit_requests: bool = True
+
+
 class GatewayConfig(_Model):
     models: tuple[AliasConfig, ...] = Field(min_length=1)
     router: RouterConfig = RouterConfig()
     health: HealthConfig = HealthConfig()
     server: ServerConfig = ServerConfig()
+    tenancy: TenancyConfig = TenancyConfig()
+    routing: RoutingConfig = RoutingConfig()
+    multimodal: MultimodalConfig = MultimodalConfig()
+    semantic: SemanticConfig | None = None  # the intent router (routing/semantic_config.py)
+    canary: CanaryConfig = CanaryConfig()  # version splits (routing/canary_config.py)
     # Sections owned by later packages (tenancy, safety, multimodal, ...) are validated there.
     extensions: dict[str, Any] = Field(default_factory=dict)
 
@@ -149,6 +228,12 @@ class GatewayConfig(_Model):
                     )
                 if fb == m.alias:
                     raise ValueError(f"alias {m.alias!r}: falls back to itself")
+        return self
+
+    @model_validator(mode="after")
+    def _check_semantic(self) -> GatewayConfig:
+        if self.semantic is not None:
+            self.semantic.check_aliases({m.alias for m in self.models})
         return self
 
     def alias(self, name: str) -> AliasConfig | None:

@@ -9,20 +9,26 @@ register themselves in `StrategyRegistry.with_builtins()` exactly as a third par
 
 from __future__ import annotations
 
+import itertools
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fleetgate.config.schema import AliasConfig
 from fleetgate.errors import ConfigError
 from fleetgate.routing.deployment import Deployment
+from fleetgate.routing.dispatch_hooks import DispatchHook
 from fleetgate.tenancy.principal import Principal
+
+if TYPE_CHECKING:
+    from fleetgate.routing.kv_aware import EngineAwareRouting
 
 __all__ = [
     "CostStrategy",
     "LatencyStrategy",
     "LeastLoadStrategy",
+    "RoundRobinStrategy",
     "RouteContext",
     "Strategy",
     "StrategyRegistry",
@@ -40,6 +46,16 @@ class RouteContext:
     max_tokens: int = 0
     prompt_text: str = ""
     session_id: str | None = None
+    body: Mapping[str, Any] | None = None  # the request body (read-only for strategies)
+    headers: Mapping[str, str] = field(default_factory=dict)  # forwarded request headers
+    # Set by a strategy in `pick` for the deployment it picked: the prompt tokens it expects the
+    # engine to compute (not served from its prefix cache), and fields to add to the upstream
+    # body (for example vLLM's ``cache_salt``).
+    uncached_tokens: int | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    scratch: dict[str, Any] = field(default_factory=dict)  # a strategy's per-request notes
+    # Added by request stages: narrow the candidates and gate the send (see dispatch_hooks).
+    dispatch_hooks: Sequence[DispatchHook] = ()
 
 
 class Strategy(Protocol):
@@ -115,6 +131,18 @@ class CostStrategy:
         return _min_random_tie(pool, lambda d: d.state.in_flight, self._rng)
 
 
+class RoundRobinStrategy:
+    """Each candidate in turn, blind to load and cache: the baseline engine-aware routing beats."""
+
+    name = "round-robin"
+
+    def __init__(self) -> None:
+        self._counter = itertools.count()
+
+    def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Deployment:
+        return candidates[next(self._counter) % len(candidates)]
+
+
 StrategyFactory = Callable[[AliasConfig], Strategy]
 
 
@@ -140,8 +168,20 @@ class StrategyRegistry:
         return factory(alias)
 
     @classmethod
-    def with_builtins(cls) -> StrategyRegistry:
+    def with_builtins(cls, engine_aware: EngineAwareRouting | None = None) -> StrategyRegistry:
+        """Every built-in strategy. ``engine_aware`` is the app's shared engine state for
+        ``kv-aware`` (without it each kv-aware alias keeps a private one: local tracking only).
+        """
+        from fleetgate.routing.kv_aware import EngineAwareRouting, KvAwareStrategy
+
         registry = cls()
+        registry.register("round-robin", lambda _: RoundRobinStrategy())
+        shared = engine_aware
+
+        def kv_aware(alias: AliasConfig) -> Strategy:
+            return KvAwareStrategy(shared or EngineAwareRouting.standalone(), alias.alias)
+
+        registry.register("kv-aware", kv_aware)
         registry.register("weighted", lambda _: WeightedStrategy())
         registry.register("least-load", lambda _: LeastLoadStrategy())
         registry.register("latency", lambda _: LatencyStrategy())

@@ -106,6 +106,29 @@ class Metric:
             child = self._children[values] = self._new_child()
         return child
 
+    def snapshot(self) -> list[tuple[list[str], object]]:
+        """The children as plain data (for merging across worker processes)."""
+        out: list[tuple[list[str], object]] = []
+        for values, child in self._children.items():
+            if isinstance(child, _HistogramValue):
+                out.append((list(values), [list(child.counts), child.sum, child.count]))
+            elif isinstance(child, _Value):
+                out.append((list(values), child.value))
+        return out
+
+    def merge(self, samples: Iterable[tuple[list[str], object]]) -> None:
+        """Add another process's snapshot into this family (counters, histograms: sums)."""
+        for values, data in samples:
+            child = self._child(tuple(values))
+            if isinstance(child, _HistogramValue) and isinstance(data, list):
+                counts, total, count = data
+                if len(counts) == len(child.counts):
+                    child.counts = [a + b for a, b in zip(child.counts, counts, strict=True)]
+                    child.sum += float(total)
+                    child.count += int(count)
+            elif isinstance(child, _Value) and isinstance(data, int | float):
+                child.value += float(data)
+
     def remove(self, *values: str) -> None:
         """Drop one child (e.g. a deployment that left the config)."""
         self._children.pop(tuple(values), None)
@@ -154,6 +177,11 @@ class Gauge(Counter):
 
     def set(self, value: float) -> None:
         self.labels().set(value)
+
+    def snapshot(self) -> list[tuple[list[str], object]]:
+        if self._collector is not None:
+            return [(list(values), value) for values, value in self._collector()]
+        return super().snapshot()
 
     def _render_samples(self) -> Iterable[str]:
         if self._collector is not None:
@@ -237,6 +265,34 @@ class Registry:
 
     def get(self, name: str) -> Metric | None:
         return self._metrics.get(name)
+
+    def snapshot(self) -> dict[str, list[tuple[list[str], object]]]:
+        """Every family's samples as plain data (JSON-serialisable)."""
+        return {name: metric.snapshot() for name, metric in self._metrics.items()}
+
+    def render_merged(self, others: Iterable[dict[str, list[tuple[list[str], object]]]]) -> bytes:
+        """Render this registry plus other processes' snapshots, summed.
+
+        Gauges are summed too (in-flight requests add up across workers); callback gauges
+        are rendered from this process only when no snapshot carries them.
+        """
+        merged = Registry()
+        for name, metric in self._metrics.items():
+            copy: Metric
+            if isinstance(metric, Histogram):
+                copy = Histogram(name, metric.documentation, metric.labelnames, metric.buckets)
+            elif isinstance(metric, Gauge):
+                copy = Gauge(name, metric.documentation, metric.labelnames)
+            else:
+                copy = Counter(name, metric.documentation, metric.labelnames)
+            copy.merge(metric.snapshot())
+            merged._metrics[name] = copy
+        for snap in others:
+            for name, samples in snap.items():
+                target = merged._metrics.get(name)
+                if target is not None:
+                    target.merge(samples)
+        return merged.render()
 
     def render(self) -> bytes:
         lines: list[str] = []

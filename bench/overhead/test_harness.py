@@ -1,0 +1,96 @@
+"""Checks of the harness's own logic (not of anything's speed).
+
+    .venv/bin/python -m pytest bench/overhead
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import memory
+import report
+import run
+import upstream
+import wrkrun
+
+WRK_LINE = (
+    'FGBENCH {"requests":1000,"duration_us":2000000,"bytes":1,"connect":0,"read":0,'
+    '"write":0,"status":10,"timeout":2,"mean_us":900.5,"p50_us":800,"p90_us":1500,'
+    '"p99_us":3000,"max_us":9000}'
+)
+
+
+def test_wrk_report_is_parsed_and_non_2xx_are_not_counted_as_completed() -> None:
+    result = wrkrun.WrkResult.parse("Running 2s test\n" + WRK_LINE + "\n")
+    assert result.completed == 990
+    assert result.failed == 12
+    assert result.request_throughput == 495.0
+    assert result.median_e2el_ms == 0.8
+    assert result.p99_e2el_ms == 3.0
+
+
+def test_docs_update_replaces_only_its_own_section(tmp_path: Path) -> None:
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text(
+        "# Benchmarks\n\n## Routing\n\nkeep me\n\n"
+        "## Gateway overhead\n\nold numbers\n\n## Capacity\n\nkeep me too\n"
+    )
+    report.update_docs(docs, "## Gateway overhead\n\nnew numbers\n")
+    text = docs.read_text()
+    assert "old numbers" not in text
+    assert text.count("## Gateway overhead") == 1
+    assert text.index("## Routing") < text.index("new numbers") < text.index("## Capacity")
+    assert "keep me\n" in text and "keep me too" in text
+
+
+def test_docs_update_appends_when_the_section_is_absent(tmp_path: Path) -> None:
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\n## Routing\n\nkeep me\n")
+    report.update_docs(docs, "## Gateway overhead\n\nnumbers\n")
+    assert docs.read_text().endswith("keep me\n\n## Gateway overhead\n\nnumbers\n")
+
+
+def _result(rps: float, p50_ms: float) -> wrkrun.WrkResult:
+    return wrkrun.WrkResult(100, 0, 1.0, rps, p50_ms, p50_ms, p50_ms, p50_ms, p50_ms)
+
+
+def test_ratios_and_checks_use_medians_over_repetitions() -> None:
+    runs = {
+        ("direct", "json", 1): [_result(9000, 0.1)] * 3,
+        ("fleetgate", "json", 1): [_result(3000, 0.5), _result(1, 9.0), _result(3000, 0.5)],
+        ("fleetgate", "json", 64): [_result(2000, 5.0)] * 3,
+        ("litellm", "json", 64): [_result(100, 600.0)] * 3,
+        ("bare", "json", 64): [_result(2500, 4.0)] * 3,
+    }
+    med = report.medians(runs)
+    ratio = report.ratios(med, ["direct", "bare", "fleetgate", "litellm"])
+    assert ratio["fleetgate/litellm json c=64"] == 20.0
+    assert ratio["fleetgate/bare json c=64"] == 0.8
+    assert abs((ratio["added p50 ms fleetgate json c=1"] or 0) - 0.4) < 1e-9
+    verdicts = {c.name: c.passed for c in report.checks(ratio, ["json"], 0.05, "x")}
+    assert verdicts["fleetgate/litellm json c=64"] is False
+    assert verdicts["fleetgate/bare json c=64"] is True
+    assert verdicts["added p50 json c=1 (ms)"] is True
+    assert verdicts["RSS growth x"] is True
+
+
+def test_rss_growth_is_measured_from_the_first_loaded_checkpoint() -> None:
+    samples = [
+        memory.MemorySample(0, 50.0),
+        memory.MemorySample(10_000, 100.0),
+        memory.MemorySample(100_000, 115.0),
+    ]
+    assert abs((memory.growth(samples) or 0) - 0.15) < 1e-9
+    assert memory.growth(samples[:2]) is None
+
+
+def test_upstream_streams_usage_only_when_asked() -> None:
+    bodies = upstream.Bodies.build()
+    assert b'"usage"' in bodies.sse_usage_event
+    assert not any(b'"usage"' in event for event in bodies.sse_events)
+    assert b'"usage"' in bodies.completion
+
+
+def test_reproducing_command_leaves_out_the_note() -> None:
+    shown = run.shown_args(["--reps", "2", "--note", "noisy box", "--write-docs", "--note=x"])
+    assert shown == ["--reps", "2", "--write-docs"]

@@ -1,0 +1,122 @@
+"""Tenancy overhead: auth + limits (Redis on loopback) against the gateway core alone.
+
+Both gateways run in this process against the same instant upstream, in the same run and in
+alternating rounds; the script prints the p50/p90 of the gateway's own overhead
+(``x-fleetgate-overhead-ms``) and of the client-seen latency, and the p50 difference.
+
+    PYTHONPATH=src python bench/tenancy/run.py --requests 2000 [--redis redis://127.0.0.1:6379/0]
+
+Target: p50 added latency <= 0.3 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from fleetgate.app import create_app
+from fleetgate.config.schema import GatewayConfig
+from fleetgate.config.settings import Settings
+from fleetgate.sim import SimConfig, running_sim
+
+MASTER = "sk-bench-master"
+
+
+def _config(upstream: str, tenancy: bool, prefix: str) -> GatewayConfig:
+    return GatewayConfig.model_validate({
+        "models": [{"alias": "tiny", "deployments": [{
+            "provider": "openai", "model": "tiny", "api_base": f"{upstream}/v1",
+            "price": {"input_per_mtok": 0.15, "output_per_mtok": 0.6}}]}],
+        "health": {"probe_interval_s": 60},
+        "server": {"access_log": False},
+        "tenancy": {"enabled": tenancy, "redis_prefix": prefix},
+    })  # fmt: skip
+
+
+async def _start(app: web.Application) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
+async def _round(
+    session: aiohttp.ClientSession, url: str, key: str, n: int, overhead: list[float],
+    latency: list[float],
+) -> None:  # fmt: skip
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    headers = {"Authorization": f"Bearer {key}"}
+    for _ in range(n):
+        t0 = time.perf_counter()
+        async with session.post(url + "/v1/chat/completions", json=body, headers=headers) as r:
+            await r.read()
+            assert r.status == 200, await r.text()
+            overhead.append(float(r.headers["x-fleetgate-overhead-ms"]))
+        latency.append((time.perf_counter() - t0) * 1000)
+
+
+def _pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
+
+
+async def main(requests: int, redis_url: str | None, rounds: int) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="fg-bench-tenancy-"))
+    prefix = f"fgbench:{os.urandom(4).hex()}:"
+    async with running_sim(SimConfig(output_len=8)) as upstream:
+        base = Settings(master_key=MASTER, data_dir=tmp / "core", watch_config=False)
+        ten = Settings(master_key=MASTER, data_dir=tmp / "tenancy", redis_url=redis_url,
+                       watch_config=False)  # fmt: skip
+        core_runner, core_url = await _start(create_app(base, _config(upstream, False, prefix)))
+        ten_app = create_app(ten, _config(upstream, True, prefix))
+        ten_runner, ten_url = await _start(ten_app)
+        try:
+            async with aiohttp.ClientSession() as session:
+                h = {"Authorization": f"Bearer {MASTER}"}
+                async with session.post(ten_url + "/admin/teams", headers=h,
+                                        json={"name": "bench", "rpm": 10**7}) as r:  # fmt: skip
+                    team = await r.json()
+                async with session.post(ten_url + "/admin/keys", headers=h, json={
+                        "team": team["id"], "rpm": 10**7, "tpm": 10**9, "max_parallel": 1000,
+                        "max_budget_usd": 10**6}) as r:  # fmt: skip
+                    key = (await r.json())["key"]
+                stats: dict[str, tuple[list[float], list[float]]] = {
+                    "core": ([], []), "tenancy": ([], []),
+                }  # fmt: skip
+                await _round(session, core_url, MASTER, 50, [], [])  # warm up
+                await _round(session, ten_url, key, 50, [], [])
+                per = max(1, requests // rounds)
+                for _ in range(rounds):
+                    await _round(session, core_url, MASTER, per, *stats["core"])
+                    await _round(session, ten_url, key, per, *stats["tenancy"])
+        finally:
+            await ten_runner.cleanup()
+            await core_runner.cleanup()
+    mode = f"Redis {redis_url}" if redis_url else "in-process limiter"
+    print(f"tenancy overhead ({mode}), {requests} requests each, {rounds} alternating rounds")
+    print(f"{'target':10} {'overhead p50':>13} {'p90':>8} {'latency p50':>12} {'p90':>8}  (ms)")
+    for name, (ov, lat) in stats.items():
+        print(f"{name:10} {_pct(ov, 50):13.3f} {_pct(ov, 90):8.3f} "
+              f"{_pct(lat, 50):12.3f} {_pct(lat, 90):8.3f}")  # fmt: skip
+    added = _pct(stats["tenancy"][0], 50) - _pct(stats["core"][0], 50)
+    added_e2e = _pct(stats["tenancy"][1], 50) - _pct(stats["core"][1], 50)
+    print(f"added p50: {added:.3f} ms (gateway overhead), {added_e2e:.3f} ms (client latency)")
+    print(f"target <= 0.300 ms: {'met' if added <= 0.3 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0",
+                        help="Redis URL; empty for the in-process limiter")  # fmt: skip
+    args = parser.parse_args()
+    asyncio.run(main(args.requests, args.redis or None, args.rounds))

@@ -1,0 +1,178 @@
+"""``POST /v1/audio/transcriptions`` and ``POST /v1/audio/speech`` (OpenAI wire format).
+
+Transcriptions take a multipart upload (``file``, ``model``, optional ``language``,
+``prompt``, ``response_format`` of json / text / verbose_json / srt / vtt) and run the
+speech-in pipeline (decode, 16 kHz, VAD, batch ASR). Speech takes JSON (``model``, ``input``,
+``voice``, ``response_format`` of wav / pcm / mp3 / flac / opus, ``speed``) and streams the
+audio phrase by phrase as it is synthesised. Both authenticate like the chat route.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import BodyPartReader, web
+
+from fleetgate.api.body import read_json
+from fleetgate.api.state import GATEWAY
+from fleetgate.errors import InvalidRequest, PayloadTooLarge
+from fleetgate.multimodal.audio.formats import FORMATS as TRANSCRIPT_FORMATS
+from fleetgate.multimodal.audio.formats import render_transcript
+from fleetgate.multimodal.runtime import MultimodalRuntime
+from fleetgate.multimodal.speech.encode import StreamEncoder
+from fleetgate.multimodal.speech.espeak import OPENAI_VOICES
+from fleetgate.multimodal.speech.streamer import SpeechStreamer
+from fleetgate.tenancy.auth import bearer_token
+from fleetgate.tenancy.principal import Principal
+
+__all__ = ["MULTIMODAL", "add_audio_routes", "add_multimodal", "speech", "transcriptions"]
+
+MULTIMODAL = web.AppKey("fleetgate.multimodal", MultimodalRuntime)
+_SPEECH_FORMATS = ("wav", "pcm", "mp3", "flac", "opus")
+
+
+def add_audio_routes(app: web.Application) -> None:
+    """Register the audio endpoints (needs ``app[MULTIMODAL]``)."""
+    app.router.add_post("/v1/audio/transcriptions", transcriptions)
+    app.router.add_post("/v1/audio/speech", speech)
+
+
+def _principal(request: web.Request) -> Principal:
+    gw = request.app[GATEWAY]
+    return gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+
+
+async def _read_form(request: web.Request, max_bytes: int) -> tuple[dict[str, str], bytes | None]:
+    if not request.content_type.startswith("multipart/"):
+        raise InvalidRequest("expected a multipart/form-data upload", param="file")
+    fields: dict[str, str] = {}
+    audio: bytes | None = None
+    reader = await request.multipart()
+    while (part := await reader.next()) is not None:
+        if not isinstance(part, BodyPartReader) or part.name is None:
+            continue
+        if part.name == "file":
+            audio = await _read_limited(part, max_bytes)
+        else:
+            fields[part.name] = (await _read_limited(part, 64 * 1024)).decode(errors="replace")
+    return fields, audio
+
+
+async def _read_limited(part: BodyPartReader, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await part.read_chunk(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"'{part.name}' is larger than {limit} bytes", param=part.name)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def transcriptions(request: web.Request) -> web.Response:
+    _principal(request)
+    runtime = request.app[MULTIMODAL]
+    fields, audio = await _read_form(request, runtime.config.asr.max_bytes)
+    if not audio:
+        raise InvalidRequest("'file' is required and must not be empty", param="file")
+    if not fields.get("model"):
+        raise InvalidRequest("'model' is required", param="model")
+    fmt = fields.get("response_format", "json")
+    if fmt not in TRANSCRIPT_FORMATS:
+        raise InvalidRequest(
+            f"response_format must be one of {', '.join(TRANSCRIPT_FORMATS)}",
+            param="response_format",
+        )
+    transcript = await runtime.transcriber.transcribe(
+        audio, language=fields.get("language") or None, prompt=fields.get("prompt") or None
+    )
+    body, content_type = render_transcript(transcript, fmt)
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+def _speech_request(
+    body: dict[str, Any], runtime: MultimodalRuntime
+) -> tuple[str, str, str, float]:
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise InvalidRequest("'model' is required", param="model")
+    text = body.get("input")
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidRequest("'input' is required and must be a non-empty string", param="input")
+    limit = runtime.config.tts.max_input_chars
+    if len(text) > limit:
+        raise InvalidRequest(f"'input' is longer than {limit} characters", param="input")
+    voice = body.get("voice")
+    if not isinstance(voice, str) or not voice:
+        raise InvalidRequest("'voice' is required", param="voice")
+    if runtime.config.tts.backend == "espeak" and voice not in OPENAI_VOICES:
+        raise InvalidRequest(
+            f"voice must be one of {', '.join(sorted(OPENAI_VOICES))}", param="voice"
+        )
+    fmt = body.get("response_format", "mp3")
+    if fmt not in _SPEECH_FORMATS:
+        raise InvalidRequest(
+            f"response_format must be one of {', '.join(_SPEECH_FORMATS)}",
+            param="response_format",
+        )
+    speed = body.get("speed", 1.0)
+    if isinstance(speed, bool) or not isinstance(speed, int | float) or not 0.25 <= speed <= 4.0:
+        raise InvalidRequest("speed must be a number from 0.25 to 4.0", param="speed")
+    return text, voice, str(fmt), float(speed)
+
+
+async def speech(request: web.Request) -> web.StreamResponse:
+    _principal(request)
+    gw = request.app[GATEWAY]
+    runtime = request.app[MULTIMODAL]
+    body = await read_json(request, gw.max_request_bytes)
+    text, voice, fmt, speed = _speech_request(body, runtime)
+    encoder = StreamEncoder(fmt)
+    streamer = SpeechStreamer(
+        runtime.synthesizer,
+        voice=voice,
+        speed=speed,
+        max_concurrency=runtime.config.tts.max_concurrency,
+    )
+    streamer.feed(text)
+    streamer.finish()
+    resp = web.StreamResponse(headers={"Content-Type": encoder.content_type})
+    try:
+        async for piece in streamer:
+            data = encoder.encode(piece.audio)
+            if not resp.prepared:
+                await resp.prepare(request)
+            if data:
+                await resp.write(data)
+        if not resp.prepared:
+            await resp.prepare(request)
+        tail = encoder.finish()
+        if tail:
+            await resp.write(tail)
+        await resp.write_eof()
+    finally:
+        await streamer.aclose()
+    return resp
+
+
+def add_multimodal(app: web.Application) -> None:
+    """Wire the multimodal pipeline (``multimodal:`` in the config; on by default): the stage
+    (first, so limits and guardrails see image tokens and transcripts), the audio routes and
+    the runtime's lifespan."""
+    gw = app[GATEWAY]
+    cfg = gw.tables.table.config.multimodal
+    if not cfg.enabled:
+        return
+    from fleetgate.multimodal.stage import MultimodalStage
+
+    runtime = MultimodalRuntime(cfg, gw.settings, gw.metrics.registry)
+    app[MULTIMODAL] = runtime
+    gw.stages.insert(0, MultimodalStage(runtime, lambda: gw.tables.table))
+    add_audio_routes(app)
+
+    async def lifespan(app: web.Application) -> AsyncIterator[None]:
+        await runtime.start()
+        yield
+        await runtime.stop()
+
+    app.cleanup_ctx.append(lifespan)

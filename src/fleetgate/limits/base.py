@@ -1,0 +1,90 @@
+"""The limiter interface: reserve before the upstream call, settle after it.
+
+A request is checked against several `Scope` s at once (its key, its team, its alias); each
+scope may carry requests per minute, tokens per minute, parallel requests and a budget. Windows
+are sliding 60-second logs, so "120 RPM" means at most 120 admissions in any 60 seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+__all__ = ["FOREVER_MS", "Denial", "Limiter", "Reservation", "Scope", "ScopeUsage", "WINDOW_MS"]
+
+WINDOW_MS = 60_000
+LEASE_MS = 15 * 60_000  # a parallel slot whose settle never came is freed after this
+FOREVER_MS = 7_258_118_400_000  # 2200-01-01: the end of a budget that never resets
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """One limited thing, e.g. ``key:k1``; ``None`` limits are not checked."""
+
+    name: str
+    rpm: int | None = None
+    tpm: int | None = None
+    max_parallel: int | None = None
+    budget_nusd: int | None = None
+    period_start_ms: int = 0
+    period_end_ms: int = FOREVER_MS
+
+    @property
+    def budget_key(self) -> str:
+        return f"{self.name}:{self.period_start_ms}"
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeUsage:
+    """Remaining requests and tokens of a scope after a reservation, for headers."""
+
+    remaining_requests: int | None
+    remaining_tokens: int | None
+    reset_requests_ms: int
+    reset_tokens_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Denial:
+    """Why a reservation was refused."""
+
+    scope: str
+    reason: str  # "requests" | "tokens" | "parallel" | "budget"
+    retry_after_ms: int
+    usage: ScopeUsage | None = None
+
+
+@dataclass(slots=True)
+class Reservation:
+    """A granted reservation; hand it back to ``settle`` exactly once."""
+
+    member: str
+    scopes: tuple[Scope, ...]
+    tokens: int
+    enforced: bool = True
+    usage: list[ScopeUsage] = field(default_factory=list)
+
+
+class Limiter(Protocol):
+    """Reserve and settle; implementations: `MemoryLimiter`, `RedisLimiter`."""
+
+    async def reserve(
+        self, member: str, scopes: tuple[Scope, ...], tokens: int
+    ) -> Reservation | Denial:
+        """Admit the request in every scope at once, or refuse without counting it."""
+        ...
+
+    async def settle(self, reservation: Reservation, tokens: int, cost_nusd: int) -> dict[str, int]:
+        """Free the parallel slot, replace reserved tokens by ``tokens``, add the cost to the
+        budgeted scopes; returns each budgeted scope's spend after the increment."""
+        ...
+
+    async def spent(self, scope: Scope) -> int | None:
+        """The spend counted this period for ``scope`` (None when unknown)."""
+        ...
+
+    async def seed_spend(self, scope: Scope, nusd: int) -> None:
+        """Start a period's counter from the store's total unless it is already counting."""
+        ...
+
+    async def close(self) -> None: ...

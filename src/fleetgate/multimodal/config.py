@@ -1,0 +1,150 @@
+"""The ``multimodal:`` section of the gateway config.
+
+Example (YAML)::
+
+    multimodal:
+      images:
+        fetch: {allow_cidrs: ["10.20.0.0/16"], max_bytes: 10000000, timeout_s: 5}
+        max_pixels: 1003520
+        token_family: qwen2-vl
+        cache: {max_bytes: 268435456, tenant_quota_bytes: 33554432}
+        budget: {tokens_in_flight: 8192, max_images_per_request: 5,
+                 per_deployment: {vl-a: 4096}}
+      asr: {backend: pocketsphinx}  # or {backend: openai, url: http://whisper/v1, model: ...}
+      tts: {backend: espeak}  # or {backend: openai, url: ..., model: ...}
+      conversations: {enabled: true}
+      prompts:
+        assistant: {system_prompt: "You are ACME's assistant.", context_window: 8192}
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from fleetgate.multimodal.prompt.config import PromptConfig
+
+__all__ = [
+    "AsrConfig",
+    "ConversationConfig",
+    "ImageBudgetConfig",
+    "ImageCacheConfig",
+    "ImageConfig",
+    "ImageFetchConfig",
+    "MultimodalConfig",
+    "TtsConfig",
+]
+
+TokenFamily = Literal["qwen2-vl", "llava", "openai", "anthropic"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ImageFetchConfig(_Model):
+    """Remote image fetching. Private, loopback and link-local addresses are refused unless a
+    CIDR in ``allow_cidrs`` covers them (checked again after every redirect and DNS lookup)."""
+
+    allow_http: bool = False
+    allow_cidrs: tuple[str, ...] = ()
+    allowed_ports: tuple[int, ...] | None = None
+    max_bytes: int = Field(20 * 1024 * 1024, gt=0)
+    timeout_s: float = Field(10.0, gt=0)
+    max_redirects: int = Field(3, ge=0)
+
+
+class ImageCacheConfig(_Model):
+    """Processed-image cache: memory LRU with a byte cap and a per-tenant guaranteed share."""
+
+    max_bytes: int = Field(256 * 1024 * 1024, gt=0)
+    tenant_quota_bytes: int = Field(32 * 1024 * 1024, gt=0)
+    disk_dir: str | None = None
+    max_disk_bytes: int = Field(1 << 30, gt=0)
+
+
+class ImageBudgetConfig(_Model):
+    """Image compute budget: a per-request cap and image tokens in flight per deployment
+    (keyed by deployment id, the ``name`` in the alias config). ``enabled: false`` keeps the
+    per-request cap but admits every request at once. A request waits at most
+    ``queue_timeout_s`` for admission, then gets 429."""
+
+    enabled: bool = True
+    max_images_per_request: int = Field(8, ge=0)
+    tokens_in_flight: int = Field(16384, gt=0)
+    per_deployment: dict[str, int] = Field(default_factory=dict)
+    queue_timeout_s: float = Field(60.0, gt=0)
+
+
+class ImageConfig(_Model):
+    fetch: ImageFetchConfig = ImageFetchConfig()
+    max_pixels: int = Field(1024 * 1024, gt=0)
+    max_decode_pixels: int = Field(40_000_000, gt=0)
+    output_format: Literal["auto", "png", "jpeg"] = "auto"
+    jpeg_quality: int = Field(90, ge=1, le=100)
+    token_family: TokenFamily = "qwen2-vl"
+    token_family_per_alias: dict[str, TokenFamily] = Field(default_factory=dict)
+    cache: ImageCacheConfig = ImageCacheConfig()
+    budget: ImageBudgetConfig = ImageBudgetConfig()
+    affinity: bool = True
+    affinity_ttl_s: float = Field(600.0, gt=0)
+
+
+class _Backend(_Model):
+    url: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+    concurrency: int = Field(8, ge=1)
+    timeout_s: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _url_for_openai(self) -> _Backend:
+        if getattr(self, "backend", None) == "openai" and not (self.url and self.model):
+            raise ValueError("backend 'openai' needs url and model")
+        return self
+
+
+class AsrConfig(_Backend):
+    """Speech recognition: the embedded pocketsphinx, or an OpenAI-compatible upstream."""
+
+    backend: Literal["pocketsphinx", "openai"] = "pocketsphinx"
+    workers: int = Field(2, ge=1)
+    max_bytes: int = Field(25 * 1024 * 1024, gt=0)
+    max_seconds: float = Field(600.0, gt=0)
+
+
+class TtsConfig(_Backend):
+    """Speech synthesis: the embedded espeak-ng, or an OpenAI-compatible upstream.
+
+    ``native_audio_aliases``: aliases whose upstream speaks ``modalities: ["text","audio"]``
+    itself; for every other alias the gateway strips those fields and synthesises the audio.
+    """
+
+    backend: Literal["espeak", "openai"] = "espeak"
+    max_concurrency: int = Field(4, ge=1)
+    max_input_chars: int = Field(4096, ge=1)
+    native_audio_aliases: tuple[str, ...] = ()
+
+
+class ConversationConfig(_Model):
+    """Stored conversations (``x-conversation-id``) in the gateway database."""
+
+    enabled: bool = False
+    max_history_turns: int = Field(200, ge=1)
+
+
+class MultimodalConfig(_Model):
+    """Images, speech in and out, conversations and prompt assembly (``fleetgate.multimodal``).
+
+    ``prompts`` maps an alias to its prompt assembly (system prompt, profile, retrieval,
+    history window); aliases without one get history-only assembly when a conversation id is
+    sent, and are otherwise passed through.
+    """
+
+    enabled: bool = True
+    images: ImageConfig = ImageConfig()
+    asr: AsrConfig = AsrConfig()
+    tts: TtsConfig = TtsConfig()
+    conversations: ConversationConfig = ConversationConfig()
+    prompts: dict[str, PromptConfig] = Field(default_factory=dict)

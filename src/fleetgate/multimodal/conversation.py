@@ -1,0 +1,144 @@
+"""Conversations in the request path: load history by ``x-conversation-id``, assemble the
+prompt, capture the reply, store both turns after the response.
+
+The client sends only the new turn. Conversation ids are scoped to the caller's tenant: the
+stored id is a hash of tenant and id, so two teams using the same id never meet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleetgate.errors import InvalidRequest, NotFound
+from fleetgate.hooks import FilterResult
+from fleetgate.multimodal.conversations.store import ConversationStore, Turn
+from fleetgate.multimodal.prompt.assembler import AssembledPrompt, PromptAssembler
+
+__all__ = [
+    "ConversationTurn",
+    "ReplyCapture",
+    "assemble_request",
+    "conversation_key",
+    "load_history",
+]
+
+
+def conversation_key(tenant: str, conversation_id: str) -> str:
+    """The stored id of ``conversation_id`` within ``tenant``."""
+    if not 0 < len(conversation_id) <= 128:
+        raise InvalidRequest(
+            "x-conversation-id must be 1-128 characters", param="x-conversation-id"
+        )
+    return hashlib.sha256(f"{tenant}\0{conversation_id}".encode()).hexdigest()[:40]
+
+
+async def load_history(
+    store: ConversationStore, key: str, *, tenant: str, user: str | None, limit: int
+) -> list[Turn]:
+    """The stored turns (newest ``limit``), creating the conversation on its first turn."""
+    try:
+        return await store.history(key, tenant=tenant, limit=limit)
+    except NotFound:
+        try:
+            await store.create(tenant=tenant, user=user, conversation_id=key)
+        except InvalidRequest:
+            pass  # created by a concurrent first turn
+        return []
+
+
+@dataclass(slots=True)
+class ConversationTurn:
+    """What `after` stores: the question and (filled by `ReplyCapture`) the reply."""
+
+    key: str
+    tenant: str
+    question: Turn
+    reply: list[str] = field(default_factory=list)
+
+
+class ReplyCapture:
+    """Collects the assistant's text, from a stream (``StreamFilter``) or a whole response
+    (``ResponseFilter``), into ``turn.reply``; passes everything through unchanged."""
+
+    def __init__(self, turn: ConversationTurn) -> None:
+        self.turn = turn
+
+    async def feed(self, chunk: dict[str, Any]) -> FilterResult:
+        for choice in chunk.get("choices") or ():
+            if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                delta = choice.get("delta")
+                text = delta.get("content") if isinstance(delta, dict) else None
+                if isinstance(text, str):
+                    self.turn.reply.append(text)
+        return FilterResult([chunk])
+
+    async def finish(self) -> FilterResult:
+        return FilterResult([])
+
+    async def apply(self, response: dict[str, Any]) -> dict[str, Any]:
+        choices = response.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            message = choices[0].get("message")
+            text = message.get("content") if isinstance(message, dict) else None
+            if isinstance(text, str):
+                self.turn.reply.append(text)
+        return response
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return Turn("user", [p for p in content if isinstance(p, dict)]).text()
+    return ""
+
+
+async def assemble_request(
+    assembler: PromptAssembler,
+    messages: Sequence[dict[str, Any]],
+    *,
+    stored: Sequence[Turn],
+    image_tokens: Sequence[int],
+    profile: str | None,
+    team: str | None,
+    context_window: int | None,
+) -> AssembledPrompt:
+    """Assemble the prompt for a request whose last message is the current question.
+
+    History is ``stored`` plus the request's earlier non-system messages; the request's system
+    message is used when the alias config has no system prompt. The images of the question go
+    back into its message, after the text with its ``<image_N>`` placeholders.
+    """
+    if not messages or messages[-1].get("role") != "user":
+        raise InvalidRequest("the last message must be the user's question", param="messages")
+    current = messages[-1]
+    systems = [_text(m.get("content")) for m in messages[:-1] if m.get("role") == "system"]
+    earlier = [
+        Turn(str(m.get("role")), _text(m.get("content")))
+        for m in messages[:-1]
+        if m.get("role") in ("user", "assistant")
+    ]
+    if systems and not assembler.config.system_prompt:
+        config = assembler.config.model_copy(update={"system_prompt": "\n\n".join(systems)})
+        assembler = PromptAssembler(config, counter=assembler.counter, index=assembler.index)
+    prompt = await assembler.assemble(
+        question=_text(current.get("content")),
+        history=[*stored, *earlier],
+        profile=profile,
+        team=team,
+        image_tokens=image_tokens,
+        context_window=context_window,
+    )
+    content = current.get("content")
+    images = (
+        [p for p in content if isinstance(p, dict) and p.get("type") == "image_url"]
+        if isinstance(content, list)
+        else []
+    )
+    if images:
+        last = prompt.messages[-1]
+        last["content"] = [{"type": "text", "text": str(last["content"])}, *images]
+    return prompt

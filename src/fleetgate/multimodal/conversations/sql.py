@@ -1,0 +1,201 @@
+"""SQLAlchemy 2 async conversation store: SQLite (aiosqlite) and PostgreSQL (asyncpg).
+
+Tables ``<prefix>conversations`` and ``<prefix>turns`` (prefix ``mm_`` by default), optionally in
+a schema. Every append is one transaction; a replayed ``request_id`` is a no-op.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Column,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    UniqueConstraint,
+    delete,
+    func,
+    insert,
+    select,
+)
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from fleetgate.errors import InvalidRequest, NotFound, ServiceUnavailable
+from fleetgate.multimodal.conversations.store import Turn
+
+__all__ = ["SqlConversationStore", "build_tables"]
+
+
+def build_tables(
+    metadata: MetaData, *, prefix: str = "mm_", schema: str | None = None
+) -> tuple[Table, Table]:
+    """The conversations and turns tables, added to ``metadata``."""
+    conversations = Table(
+        f"{prefix}conversations",
+        metadata,
+        Column("id", String(64), primary_key=True),
+        Column("tenant", String(128), nullable=False, index=True),
+        Column("user_id", String(128)),
+        Column("created_at", Float, nullable=False),
+        schema=schema,
+    )
+    conv_ref = f"{schema}.{conversations.name}.id" if schema else f"{conversations.name}.id"
+    turns = Table(
+        f"{prefix}turns",
+        metadata,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column(
+            "conversation_id",
+            String(64),
+            ForeignKey(conv_ref, ondelete="CASCADE"),
+            nullable=False,
+        ),
+        Column("seq", Integer, nullable=False),
+        Column("role", String(32), nullable=False),
+        Column("content", JSON, nullable=False),
+        Column("request_id", String(128)),
+        Column("created_at", Float, nullable=False),
+        UniqueConstraint("conversation_id", "seq", name=f"{prefix}turns_conv_seq"),
+        schema=schema,
+    )
+    return conversations, turns
+
+
+class SqlConversationStore:
+    """Conversation store on an ``AsyncEngine``.
+
+    Example::
+
+        engine = create_async_engine("sqlite+aiosqlite:///data/fleetgate.db")
+        store = SqlConversationStore(engine)
+        await store.create_tables()
+        cid = await store.create(tenant="team-a")
+        await store.append(cid, [Turn("user", "hi")], tenant="team-a", request_id="req-1")
+    """
+
+    def __init__(self, engine: AsyncEngine, *, prefix: str = "mm_", schema: str | None = None):
+        self._engine = engine
+        self.metadata = MetaData()
+        self.conversations, self.turns = build_tables(self.metadata, prefix=prefix, schema=schema)
+
+    async def create_tables(self) -> None:
+        """Create the tables if missing (deployments with migrations run those instead)."""
+        async with self._engine.begin() as conn:
+            await conn.run_sync(self.metadata.create_all)
+
+    async def create(
+        self, *, tenant: str, user: str | None = None, conversation_id: str | None = None
+    ) -> str:
+        cid = conversation_id or uuid.uuid4().hex
+        if not 0 < len(cid) <= 64:
+            raise InvalidRequest("conversation id must be 1-64 characters", param="conversation_id")
+        row = {"id": cid, "tenant": tenant, "user_id": user, "created_at": time.time()}
+        try:
+            async with self._engine.begin() as conn:
+                await conn.execute(insert(self.conversations).values(**row))
+        except IntegrityError as exc:
+            raise InvalidRequest(
+                f"conversation {cid!r} already exists", param="conversation_id"
+            ) from exc
+        except SQLAlchemyError as exc:
+            raise ServiceUnavailable(f"conversation store failed: {exc}") from exc
+        return cid
+
+    async def _owned(self, conn: AsyncConnection, cid: str, tenant: str) -> None:
+        found = await conn.scalar(
+            select(self.conversations.c.id).where(
+                self.conversations.c.id == cid, self.conversations.c.tenant == tenant
+            )
+        )
+        if found is None:
+            raise NotFound(f"conversation {cid!r} not found", param="conversation_id")
+
+    async def append(
+        self,
+        conversation_id: str,
+        turns: Sequence[Turn],
+        *,
+        tenant: str,
+        request_id: str | None = None,
+    ) -> None:
+        for attempt in range(3):
+            try:
+                async with self._engine.begin() as conn:
+                    await self._append(conn, conversation_id, turns, tenant, request_id)
+                return
+            except IntegrityError as exc:  # a concurrent append took our seq numbers
+                if attempt == 2:
+                    raise ServiceUnavailable("conversation append kept conflicting") from exc
+            except SQLAlchemyError as exc:
+                raise ServiceUnavailable(f"conversation store failed: {exc}") from exc
+
+    async def _append(
+        self,
+        conn: AsyncConnection,
+        cid: str,
+        turns: Sequence[Turn],
+        tenant: str,
+        request_id: str | None,
+    ) -> None:
+        await self._owned(conn, cid, tenant)
+        t = self.turns
+        if request_id is not None:
+            seen = await conn.scalar(
+                select(func.count()).where(t.c.conversation_id == cid, t.c.request_id == request_id)
+            )
+            if seen:
+                return
+        last = await conn.scalar(select(func.max(t.c.seq)).where(t.c.conversation_id == cid))
+        start = (last if last is not None else -1) + 1
+        now = time.time()
+        rows: list[dict[str, Any]] = [
+            {
+                "conversation_id": cid,
+                "seq": start + i,
+                "role": turn.role,
+                "content": turn.content,
+                "request_id": request_id,
+                "created_at": now,
+            }
+            for i, turn in enumerate(turns)
+        ]
+        if rows:
+            await conn.execute(insert(t), rows)
+
+    async def history(
+        self, conversation_id: str, *, tenant: str, limit: int | None = None
+    ) -> list[Turn]:
+        t = self.turns
+        query = select(t.c.role, t.c.content).where(t.c.conversation_id == conversation_id)
+        query = query.order_by(t.c.seq.desc())
+        if limit is not None:
+            query = query.limit(limit)
+        try:
+            async with self._engine.connect() as conn:
+                await self._owned(conn, conversation_id, tenant)
+                rows = (await conn.execute(query)).all()
+        except SQLAlchemyError as exc:
+            raise ServiceUnavailable(f"conversation store failed: {exc}") from exc
+        return [Turn(str(role), content) for role, content in reversed(rows)]
+
+    async def delete(self, conversation_id: str, *, tenant: str) -> None:
+        try:
+            async with self._engine.begin() as conn:
+                await self._owned(conn, conversation_id, tenant)
+                await conn.execute(
+                    delete(self.turns).where(self.turns.c.conversation_id == conversation_id)
+                )
+                await conn.execute(
+                    delete(self.conversations).where(self.conversations.c.id == conversation_id)
+                )
+        except SQLAlchemyError as exc:
+            raise ServiceUnavailable(f"conversation store failed: {exc}") from exc

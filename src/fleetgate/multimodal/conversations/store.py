@@ -1,0 +1,55 @@
+"""The conversation store interface."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["ConversationStore", "Turn"]
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One message of a conversation. ``content`` is text or OpenAI content parts."""
+
+    role: str
+    content: str | list[dict[str, Any]]
+
+    def text(self) -> str:
+        """The text of the turn (text parts joined; images and audio left out)."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
+
+
+@runtime_checkable
+class ConversationStore(Protocol):
+    """Durable conversations, scoped by tenant: another tenant's id is "not found"."""
+
+    async def create(
+        self, *, tenant: str, user: str | None = None, conversation_id: str | None = None
+    ) -> str:
+        """Start a conversation; returns its id (``conversation_id`` if given)."""
+        ...
+
+    async def append(
+        self,
+        conversation_id: str,
+        turns: Sequence[Turn],
+        *,
+        tenant: str,
+        request_id: str | None = None,
+    ) -> None:
+        """Add turns at the end. Replaying the same ``request_id`` adds nothing."""
+        ...
+
+    async def history(
+        self, conversation_id: str, *, tenant: str, limit: int | None = None
+    ) -> list[Turn]:
+        """Turns oldest first (the newest ``limit`` when given)."""
+        ...
+
+    async def delete(self, conversation_id: str, *, tenant: str) -> None:
+        """Remove a conversation and its turns."""
+        ...

@@ -1,0 +1,24 @@
+"""Prompt assembly: system prompt, profile, retrieved context, truncated history, images."""
+
+from fleetgate.multimodal.prompt.assembler import AssembledPrompt, PromptAssembler
+from fleetgate.multimodal.prompt.config import PromptConfig, RetrievalConfig
+from fleetgate.multimodal.prompt.retrieval import (
+    DocumentIndex,
+    Embedder,
+    MiniLMEmbedder,
+    RetrievedChunk,
+)
+from fleetgate.multimodal.prompt.tokens import ApproxTokenCounter, TokenCounter
+
+__all__ = [
+    "ApproxTokenCounter",
+    "AssembledPrompt",
+    "DocumentIndex",
+    "Embedder",
+    "MiniLMEmbedder",
+    "PromptAssembler",
+    "PromptConfig",
+    "RetrievalConfig",
+    "RetrievedChunk",
+    "TokenCounter",
+]

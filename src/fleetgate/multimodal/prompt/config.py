@@ -1,0 +1,45 @@
+"""Per-alias prompt assembly settings."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["PromptConfig", "RetrievalConfig"]
+
+
+class RetrievalConfig(BaseModel):
+    """Retrieved context from the team's uploaded documents."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    top_k: int = Field(default=3, ge=1, le=50)
+    min_score: float = Field(default=0.25, ge=-1.0, le=1.0)
+    header: str = "Use this context if it helps answer:"
+
+
+class PromptConfig(BaseModel):
+    """Which parts make up the prompt, and how.
+
+    Example (YAML, per alias)::
+
+        prompt:
+          system_prompt: "You are the support assistant of ACME."
+          retrieval: {top_k: 4}
+          reserve_output_tokens: 1024
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    system_prompt: str | None = None
+    include_profile: bool = True
+    profile_header: str = "About the user:"
+    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
+    include_history: bool = True
+    max_history_turns: int | None = Field(default=None, ge=0)
+    context_window: int = Field(default=8192, gt=0)
+    reserve_output_tokens: int = Field(default=512, ge=0)
+    image_placeholder: str = "<image_{index}>"
+    context_placement: Literal["system", "user"] = "system"

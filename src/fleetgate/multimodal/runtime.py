@@ -1,0 +1,186 @@
+"""`MultimodalRuntime`: the multimodal parts built from the ``multimodal:`` config section.
+
+One per app: the image pipeline (fetcher, processor, cache), compute budget, image affinity,
+the speech backends (created on first use, so a gateway that never sees audio never loads a
+recogniser), the conversation store and the prompt assemblers. ``start``/``stop`` run in the
+app's lifespan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+from fleetgate.config.settings import Settings
+from fleetgate.multimodal.audio.asr import PocketsphinxTranscriber, SegmentTranscriber
+from fleetgate.multimodal.audio.decode import AudioLimits
+from fleetgate.multimodal.audio.openai_asr import OpenAITranscriber
+from fleetgate.multimodal.audio.transcribe import Transcriber
+from fleetgate.multimodal.config import MultimodalConfig
+from fleetgate.multimodal.conversations.sql import SqlConversationStore
+from fleetgate.multimodal.images.affinity import ImageAffinity
+from fleetgate.multimodal.images.budget import ImageComputeBudget
+from fleetgate.multimodal.images.cache import ProcessedImageCache
+from fleetgate.multimodal.images.fetch import FetchPolicy, ImageFetcher
+from fleetgate.multimodal.images.pipeline import ImagePipeline
+from fleetgate.multimodal.images.process import ImageProcessor, ProcessingParams
+from fleetgate.multimodal.prompt.assembler import PromptAssembler
+from fleetgate.multimodal.prompt.config import PromptConfig
+from fleetgate.multimodal.prompt.retrieval import DocumentIndex, MiniLMEmbedder
+from fleetgate.multimodal.speech.espeak import EspeakSynthesizer
+from fleetgate.multimodal.speech.openai_tts import OpenAISynthesizer
+from fleetgate.multimodal.speech.tts import SpeechSynthesizer
+from fleetgate.store.database import Database
+from fleetgate.telemetry.registry import Registry
+
+__all__ = ["MultimodalRuntime"]
+
+
+def _fetch_policy(config: MultimodalConfig) -> FetchPolicy:
+    f = config.images.fetch
+    return FetchPolicy(
+        allow_http=f.allow_http,
+        allow_cidrs=list(f.allow_cidrs),
+        allowed_ports=list(f.allowed_ports) if f.allowed_ports is not None else None,
+        max_bytes=f.max_bytes,
+        timeout_s=f.timeout_s,
+        max_redirects=f.max_redirects,
+    )
+
+
+class MultimodalRuntime:
+    """Everything the multimodal stage, the stream filters and the audio routes share.
+
+    Example::
+
+        runtime = MultimodalRuntime(config.multimodal, settings, registry)
+        await runtime.start()
+        stage = MultimodalStage(runtime, table_config)
+        ...
+        await runtime.stop()
+    """
+
+    def __init__(
+        self, config: MultimodalConfig, settings: Settings, registry: Registry | None = None
+    ) -> None:
+        self.config = config
+        self.settings = settings
+        registry = registry or Registry()
+        img = config.images
+        self.fetcher = ImageFetcher(_fetch_policy(config))
+        self.processor = ImageProcessor(
+            ProcessingParams(
+                max_pixels=img.max_pixels,
+                max_decode_pixels=img.max_decode_pixels,
+                output_format=img.output_format,
+                jpeg_quality=img.jpeg_quality,
+            )
+        )
+        self.cache = ProcessedImageCache(
+            max_bytes=img.cache.max_bytes,
+            tenant_quota_bytes=img.cache.tenant_quota_bytes,
+            disk_dir=img.cache.disk_dir,
+            max_disk_bytes=img.cache.max_disk_bytes,
+            registry=registry,
+        )
+        self.images = ImagePipeline(self.fetcher, self.processor, self.cache, registry=registry)
+        self.budget = ImageComputeBudget(
+            default_tokens_in_flight=img.budget.tokens_in_flight,
+            max_images_per_request=img.budget.max_images_per_request,
+            per_deployment=img.budget.per_deployment,
+        )
+        self.affinity = ImageAffinity(ttl_s=img.affinity_ttl_s)
+        self.index = DocumentIndex(MiniLMEmbedder())
+        self._transcriber: Transcriber | None = None
+        self._synthesizer: SpeechSynthesizer | None = None
+        self._db: Database | None = None
+        self.conversations: SqlConversationStore | None = None
+        self._assemblers: dict[str, PromptAssembler] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> None:
+        """Open the conversation store (creating its tables) when conversations are on."""
+        if self.config.conversations.enabled:
+            self._db = Database.from_url(self.settings.database_url, self.settings.data_dir)
+            self.conversations = SqlConversationStore(self._db.engine)
+            await self.conversations.create_tables()
+
+    async def stop(self) -> None:
+        """Finish queued writes, then close sessions, workers and the database."""
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.fetcher.aclose()
+        if self._transcriber is not None:
+            await self._transcriber.backend.aclose()
+        if self._synthesizer is not None:
+            await self._synthesizer.aclose()
+        if self._db is not None:
+            await self._db.close()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coro`` in the background (off the request path); awaited by `stop`."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @property
+    def transcriber(self) -> Transcriber:
+        """The speech-in pipeline over the configured backend (created on first use)."""
+        if self._transcriber is None:
+            asr = self.config.asr
+            backend: SegmentTranscriber
+            if asr.backend == "openai":
+                assert asr.url is not None and asr.model is not None
+                backend = OpenAITranscriber(
+                    asr.url,
+                    model=asr.model,
+                    api_key=asr.api_key,
+                    concurrency=asr.concurrency,
+                    timeout_s=asr.timeout_s,
+                )
+            else:
+                backend = PocketsphinxTranscriber(workers=asr.workers)
+            limits = AudioLimits(max_bytes=asr.max_bytes, max_seconds=asr.max_seconds)
+            self._transcriber = Transcriber(backend, limits=limits)
+        return self._transcriber
+
+    @property
+    def synthesizer(self) -> SpeechSynthesizer:
+        """The configured text-to-speech backend (created on first use)."""
+        if self._synthesizer is None:
+            tts = self.config.tts
+            if tts.backend == "openai":
+                assert tts.url is not None and tts.model is not None
+                self._synthesizer = OpenAISynthesizer(
+                    tts.url,
+                    model=tts.model,
+                    api_key=tts.api_key,
+                    concurrency=tts.concurrency,
+                    timeout_s=tts.timeout_s,
+                )
+            else:
+                self._synthesizer = EspeakSynthesizer()
+        return self._synthesizer
+
+    def assembler(self, alias: str) -> PromptAssembler | None:
+        """The prompt assembler of ``alias`` when it has a ``prompts`` entry."""
+        config = self.config.prompts.get(alias)
+        if config is None:
+            return None
+        return self._assembler(alias, config)
+
+    def history_assembler(self, alias: str) -> PromptAssembler:
+        """The alias's assembler, or a history-only one for aliases without prompt config."""
+        found = self.assembler(alias)
+        if found is not None:
+            return found
+        config = PromptConfig(max_history_turns=self.config.conversations.max_history_turns)
+        return self._assembler(alias, config)
+
+    def _assembler(self, alias: str, config: PromptConfig) -> PromptAssembler:
+        assembler = self._assemblers.get(alias)
+        if assembler is None or assembler.config is not config:
+            assembler = PromptAssembler(config, index=self.index)
+            self._assemblers[alias] = assembler
+        return assembler

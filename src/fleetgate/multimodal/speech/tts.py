@@ -1,0 +1,39 @@
+"""The text-to-speech interface."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["SpeechSynthesizer", "SynthesizedAudio"]
+
+
+@dataclass(frozen=True, slots=True)
+class SynthesizedAudio:
+    """Mono 16-bit little-endian PCM and its sample rate."""
+
+    pcm: bytes
+    sample_rate: int
+
+    @property
+    def duration(self) -> float:
+        """Length in seconds."""
+        return len(self.pcm) / 2 / self.sample_rate
+
+    def samples(self) -> npt.NDArray[np.float32]:
+        """The audio as float32 in [-1, 1]."""
+        return np.frombuffer(self.pcm, dtype="<i2").astype(np.float32) / 32768.0
+
+
+@runtime_checkable
+class SpeechSynthesizer(Protocol):
+    """Turns text into speech. Implementations must not block the event loop."""
+
+    async def synthesize(
+        self, text: str, *, voice: str = "alloy", speed: float = 1.0
+    ) -> SynthesizedAudio: ...
+
+    async def aclose(self) -> None: ...

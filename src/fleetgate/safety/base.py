@@ -1,0 +1,147 @@
+"""The guardrail interface: checks, verdicts, stages and the context a check sees.
+
+A check is anything with an async ``check(text, ctx) -> Verdict`` and a ``name``; built-in
+and third-party checks are the same kind of object (see :mod:`fleetgate.safety.registry`).
+
+Example::
+
+    class NoShouting:
+        name = "no_shouting"
+
+        async def check(self, text: str, ctx: CheckContext) -> Verdict:
+            if text.isupper():
+                return Verdict.block(self.name, ["style"], detail="all caps")
+            return Verdict.allow(self.name)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "Action",
+    "Check",
+    "CheckContext",
+    "Stage",
+    "Turn",
+    "Verdict",
+    "strongest",
+]
+
+
+class Action(StrEnum):
+    """What a verdict asks the caller to do, weakest first."""
+
+    ALLOW = "allow"
+    MASK = "mask"
+    BLOCK = "block"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
+
+
+_RANK = {Action.ALLOW: 0, Action.MASK: 1, Action.BLOCK: 2}
+
+
+class Stage(StrEnum):
+    """Where in the request a check runs."""
+
+    INPUT = "input"  # before the upstream call; may block or mask
+    STREAM = "stream"  # incrementally over generated text
+    OUTPUT = "output"  # over a whole non-streamed response
+    AUDIT = "audit"  # asynchronously after the response; never delays the user
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One message of the conversation: ``role`` is ``user`` or ``assistant``."""
+
+    role: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckContext:
+    """What a check may know besides the text.
+
+    ``role`` is whose text is checked (``user`` for input, ``assistant`` for output);
+    ``history`` holds the earlier turns (guard models judge the last turn in context).
+    """
+
+    stage: Stage = Stage.INPUT
+    role: str = "user"
+    history: Sequence[Turn] = ()
+    alias: str | None = None
+    team: str | None = None
+    key_id: str | None = None
+    request_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The result of one check on one text.
+
+    ``masked_text`` is set when ``action`` is ``mask``; ``error`` marks a check that could not
+    decide (endpoint down, timeout) -- its ``action`` is then the policy's fail mode.
+    """
+
+    action: Action
+    check: str
+    categories: tuple[str, ...] = ()
+    score: float = 0.0
+    masked_text: str | None = None
+    detail: str = ""
+    error: bool = False
+
+    @classmethod
+    def allow(cls, check: str, *, score: float = 0.0, detail: str = "") -> Verdict:
+        return cls(Action.ALLOW, check, score=score, detail=detail)
+
+    @classmethod
+    def block(
+        cls, check: str, categories: Iterable[str], *, score: float = 1.0, detail: str = ""
+    ) -> Verdict:
+        return cls(Action.BLOCK, check, tuple(categories), score=score, detail=detail)
+
+    @classmethod
+    def mask(
+        cls, check: str, categories: Iterable[str], masked_text: str, *, detail: str = ""
+    ) -> Verdict:
+        return cls(Action.MASK, check, tuple(categories), 1.0, masked_text, detail)
+
+    @classmethod
+    def failed(cls, check: str, detail: str, *, action: Action = Action.ALLOW) -> Verdict:
+        """A check that could not decide; the caller counts it and applies ``action``."""
+        return cls(action, check, ("error",), detail=detail, error=True)
+
+    @property
+    def flagged(self) -> bool:
+        """True when the check found something (mask or block), errors excluded."""
+        return not self.error and self.action is not Action.ALLOW
+
+    def with_action(self, action: Action) -> Verdict:
+        return replace(self, action=action)
+
+
+@runtime_checkable
+class Check(Protocol):
+    """A guardrail check. Must not raise for content reasons; must not block the loop."""
+
+    name: str
+
+    async def check(self, text: str, ctx: CheckContext) -> Verdict:
+        """Judge ``text`` (the newest turn, by ``ctx.role``) and return a verdict."""
+        ...
+
+
+def strongest(verdicts: Iterable[Verdict]) -> Verdict | None:
+    """The verdict with the strongest action (first one wins ties), or None if empty."""
+    best: Verdict | None = None
+    for v in verdicts:
+        if best is None or v.action.rank > best.action.rank:
+            best = v
+    return best

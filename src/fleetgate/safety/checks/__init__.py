@@ -1,0 +1,1 @@
+"""Built-in checks. Each registers itself in :func:`fleetgate.safety.registry.builtin_registry`."""

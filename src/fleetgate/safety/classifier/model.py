@@ -1,0 +1,103 @@
+"""Multinomial logistic regression in numpy: small, dependency-free, saved as one ``.npz``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["SoftmaxModel"]
+
+Floats = npt.NDArray[np.float32]
+
+
+def _softmax(z: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    out: npt.NDArray[np.float64] = e / e.sum(axis=1, keepdims=True)
+    return out
+
+
+class SoftmaxModel:
+    """``p(class | x) = softmax(x W + b)``, trained with class-balanced, L2-regularised Adam."""
+
+    def __init__(self, classes: Sequence[str], weights: Floats, bias: Floats) -> None:
+        self.classes = tuple(classes)
+        self.weights = weights
+        self.bias = bias
+
+    @classmethod
+    def fit(
+        cls,
+        x: Floats,
+        labels: Sequence[str],
+        *,
+        class_weight: Mapping[str, float] | None = None,
+        l2: float = 1e-4,
+        epochs: int = 400,
+        lr: float = 0.05,
+        seed: int = 0,
+    ) -> SoftmaxModel:
+        """Full-batch training; deterministic for a given ``seed``.
+
+        ``class_weight`` scales each class's examples (default: balanced across classes).
+        """
+        classes = sorted(set(labels))
+        index = {c: i for i, c in enumerate(classes)}
+        y = np.array([index[c] for c in labels])
+        n, d = x.shape
+        k = len(classes)
+        onehot = np.zeros((n, k))
+        onehot[np.arange(n), y] = 1.0
+        counts = onehot.sum(axis=0)
+        if class_weight is None:
+            per_class = n / (k * counts)
+        else:
+            per_class = np.array([class_weight.get(c, 1.0) for c in classes])
+        sample_w = per_class[y][:, None]
+        rng = np.random.default_rng(seed)
+        w = rng.normal(0.0, 0.01, (d, k))
+        b = np.zeros(k)
+        xd = x.astype(np.float64)
+        m_w, v_w, m_b, v_b = np.zeros_like(w), np.zeros_like(w), np.zeros_like(b), np.zeros_like(b)
+        beta1, beta2, eps = 0.9, 0.999, 1e-8
+        for t in range(1, epochs + 1):
+            grad_z = (_softmax(xd @ w + b) - onehot) * sample_w / n
+            g_w = xd.T @ grad_z + l2 * w
+            g_b = grad_z.sum(axis=0)
+            m_w = beta1 * m_w + (1 - beta1) * g_w
+            v_w = beta2 * v_w + (1 - beta2) * g_w**2
+            m_b = beta1 * m_b + (1 - beta1) * g_b
+            v_b = beta2 * v_b + (1 - beta2) * g_b**2
+            corr1, corr2 = 1 - beta1**t, 1 - beta2**t
+            w -= lr * (m_w / corr1) / (np.sqrt(v_w / corr2) + eps)
+            b -= lr * (m_b / corr1) / (np.sqrt(v_b / corr2) + eps)
+        return cls(classes, w.astype(np.float32), b.astype(np.float32))
+
+    def predict_proba(self, x: Floats) -> npt.NDArray[np.float64]:
+        """Class probabilities, one row per input row, columns in ``classes`` order."""
+        return _softmax(x.astype(np.float64) @ self.weights + self.bias)
+
+    def save(self, path: Path, fingerprint: str) -> None:
+        """Write atomically (temp file + rename) so a crashed write never leaves a bad cache."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("wb") as fh:
+            np.savez(
+                fh,
+                classes=np.array(self.classes),
+                weights=self.weights,
+                bias=self.bias,
+                fingerprint=np.array(fingerprint),
+            )
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> tuple[SoftmaxModel, str]:
+        """The model and the fingerprint of the data and features it was trained on."""
+        with np.load(path, allow_pickle=False) as data:
+            classes = [str(c) for c in data["classes"]]
+            model = cls(classes, data["weights"], data["bias"])
+            return model, str(data["fingerprint"])

@@ -1,0 +1,121 @@
+"""The check registry: maps a config ``type`` to a factory. Built-ins register like anyone else.
+
+Example (a third-party check)::
+
+    registry = builtin_registry()
+    registry.register("no_shouting", lambda name, options: NoShouting(name=name, **options))
+    guardrails = Guardrails(config, registry=registry)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from fleetgate.errors import ConfigError
+from fleetgate.safety.base import Action, Check
+from fleetgate.safety.config import CheckConfig
+
+__all__ = ["CheckFactory", "CheckRegistry", "builtin_registry"]
+
+CheckFactory = Callable[[str, Mapping[str, Any]], Check]
+"""``factory(name, options) -> Check``; raises ConfigError, TypeError or ValueError if bad."""
+
+
+class CheckRegistry:
+    """Check types by name."""
+
+    def __init__(self) -> None:
+        self._factories: dict[str, CheckFactory] = {}
+
+    def register(self, type_name: str, factory: CheckFactory, *, replace: bool = False) -> None:
+        if type_name in self._factories and not replace:
+            raise ConfigError(f"safety check type {type_name!r} registered twice")
+        self._factories[type_name] = factory
+
+    def types(self) -> list[str]:
+        return sorted(self._factories)
+
+    def create(self, name: str, config: CheckConfig) -> Check:
+        """Build the check called ``name`` from its config."""
+        factory = self._factories.get(config.type)
+        if factory is None:
+            raise ConfigError(
+                f"safety.checks.{name}: unknown type {config.type!r} (known: {self.types()})"
+            )
+        options = dict(config.options)
+        if config.type in _HAS_ON_ERROR:
+            options.setdefault("on_error", config.on_error)
+        try:
+            return factory(name, options)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"safety.checks.{name}: {exc}") from exc
+
+
+_HAS_ON_ERROR = {"llama_guard", "moderation"}
+
+
+def _words(name: str, options: Mapping[str, Any]) -> Check:
+    from fleetgate.safety.checks.words import WordListCheck, default_word_lists
+
+    opts = dict(options)
+    lists: dict[str, list[str]] = default_word_lists() if opts.pop("include_defaults", True) else {}
+    for category, entries in dict(opts.pop("lists", {})).items():
+        lists.setdefault(str(category), []).extend(str(e) for e in entries)
+    for path in opts.pop("files", []):
+        try:
+            data = json.loads(Path(path).read_text("utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"safety.checks.{name}: cannot read word list {path}: {exc}") from exc
+        for category, entries in data.items():
+            if not str(category).startswith("_"):
+                lists.setdefault(str(category), []).extend(str(e) for e in entries)
+    if opts:
+        raise ConfigError(f"safety.checks.{name}: unknown options {sorted(opts)}")
+    return WordListCheck(lists, name=name)
+
+
+def _pii(name: str, options: Mapping[str, Any]) -> Check:
+    from fleetgate.safety.checks.pii import PIICheck
+
+    return PIICheck(name=name, **options)
+
+
+def _classifier(name: str, options: Mapping[str, Any]) -> Check:
+    from fleetgate.safety.checks.classifier import ClassifierCheck
+
+    opts = dict(options)
+    for key in ("model_path", "cache_path"):
+        if opts.get(key) is not None:
+            opts[key] = Path(opts[key])
+    return ClassifierCheck(name=name, **opts)
+
+
+def _llama_guard(name: str, options: Mapping[str, Any]) -> Check:
+    from fleetgate.safety.checks.llama_guard import LlamaGuardCheck
+
+    opts = dict(options)
+    opts["on_error"] = Action(opts.get("on_error", "allow"))
+    return LlamaGuardCheck(name=name, **opts)
+
+
+def _moderation(name: str, options: Mapping[str, Any]) -> Check:
+    from fleetgate.safety.checks.moderation import ModerationCheck
+
+    opts = dict(options)
+    opts["on_error"] = Action(opts.get("on_error", "allow"))
+    return ModerationCheck(name=name, **opts)
+
+
+def builtin_registry() -> CheckRegistry:
+    """A new registry holding the built-in check types: ``words``, ``pii``, ``classifier``,
+    ``llama_guard``, ``moderation``."""
+    registry = CheckRegistry()
+    registry.register("words", _words)
+    registry.register("pii", _pii)
+    registry.register("classifier", _classifier)
+    registry.register("llama_guard", _llama_guard)
+    registry.register("moderation", _moderation)
+    return registry

@@ -1,0 +1,104 @@
+"""`Database`: one async engine for SQLite (embedded default) and PostgreSQL, one code path.
+
+Example::
+
+    db = Database.from_settings(settings)     # sqlite at <data_dir>/fleetgate.db by default
+    await db.migrate()                         # Alembic, programmatically, to head
+    await db.insert_ignore(spend, rows)        # INSERT ... ON CONFLICT DO NOTHING
+    await db.close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Table, event
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+__all__ = ["Database", "database_url"]
+
+
+def database_url(url: str | None, data_dir: Path) -> str:
+    """The async driver URL: ``postgresql://`` → asyncpg, ``sqlite://`` → aiosqlite."""
+    if not url:
+        return f"sqlite+aiosqlite:///{(data_dir / 'fleetgate.db').resolve()}"
+    if url.startswith(("postgres://", "postgresql://")):
+        return "postgresql+asyncpg://" + url.split("://", 1)[1]
+    if url.startswith("sqlite://"):
+        return "sqlite+aiosqlite://" + url.split("://", 1)[1]
+    return url
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=5000")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+class Database:
+    """The store's engine plus the few operations every writer shares."""
+
+    def __init__(self, url: str, *, connect_timeout_s: float = 3.0) -> None:
+        self.url = url
+        self._insert_stmts: dict[str, Any] = {}
+        parsed = make_url(url)
+        self.dialect = parsed.get_backend_name()
+        kwargs: dict[str, Any] = {"pool_pre_ping": True}
+        if self.dialect == "postgresql":
+            kwargs["connect_args"] = {
+                "timeout": connect_timeout_s,
+                "command_timeout": max(5.0, connect_timeout_s * 2),
+            }
+            kwargs["pool_size"] = 5
+            kwargs["max_overflow"] = 5
+        elif parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        self.engine: AsyncEngine = create_async_engine(url, **kwargs)
+        if self.dialect == "sqlite":
+            event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+
+    @classmethod
+    def from_url(cls, url: str | None, data_dir: Path) -> Database:
+        return cls(database_url(url, data_dir))
+
+    async def migrate(self) -> None:
+        """Bring the schema to the newest revision (safe with several processes at once)."""
+        from fleetgate.store.migrate import upgrade_to_head
+
+        await upgrade_to_head(self.engine)
+
+    async def insert_ignore(
+        self, table: Table, rows: Sequence[dict[str, Any]], conn: AsyncConnection | None = None
+    ) -> int:
+        """Insert rows, skipping any whose primary key exists; returns how many were new."""
+        if not rows:
+            return 0
+        if conn is None:
+            async with self.engine.begin() as own:
+                return await self._insert_ignore(own, table, rows)
+        return await self._insert_ignore(conn, table, rows)
+
+    async def _insert_ignore(
+        self, conn: AsyncConnection, table: Table, rows: Sequence[dict[str, Any]]
+    ) -> int:
+        # One cached statement run as executemany (SQLAlchemy batches it into multi-row
+        # VALUES itself): compiling a fresh multi-row statement per batch cost more CPU on the
+        # event loop than the whole request path. RETURNING counts the rows really inserted.
+        stmt = self._insert_stmts.get(table.name)
+        if stmt is None:
+            insert = pg_insert if self.dialect == "postgresql" else sqlite_insert
+            key = list(table.primary_key.columns)
+            stmt = insert(table).on_conflict_do_nothing().returning(*key)
+            self._insert_stmts[table.name] = stmt
+        result = await conn.execute(stmt, list(rows))
+        return len(result.all())
+
+    async def close(self) -> None:
+        await self.engine.dispose()

@@ -1,0 +1,154 @@
+"""The durable tables of tenancy and cost (SQLAlchemy Core, one definition for every dialect).
+
+Times are integer milliseconds since the epoch and money is integer nano-USD, so SQLite and
+PostgreSQL store, compare and sum them identically and a report adds up to the cent.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+__all__ = [
+    "admin_audit",
+    "api_keys",
+    "budget_alerts",
+    "metadata",
+    "request_audit",
+    "spend",
+    "spend_tags",
+    "teams",
+    "tenancy_state",
+    "users",
+]
+
+metadata = MetaData()
+
+teams = Table(
+    "fg_teams",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("name", String(200), nullable=False, unique=True),
+    Column("rpm", Integer),
+    Column("tpm", Integer),
+    Column("max_parallel", Integer),
+    Column("max_budget_nusd", BigInteger),
+    Column("budget_period", String(16)),
+    Column("log_payloads", Boolean, nullable=False, default=False),
+    Column("tags", JSON, nullable=False, default=dict),
+    Column("created_ms", BigInteger, nullable=False),
+)
+
+users = Table(
+    "fg_users",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("team_id", String(40), ForeignKey("fg_teams.id"), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+)
+
+api_keys = Table(
+    "fg_api_keys",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("key_hash", String(64), nullable=False, unique=True),
+    Column("key_hint", String(32), nullable=False),
+    Column("team_id", String(40), ForeignKey("fg_teams.id"), nullable=False),
+    Column("user_id", String(40)),
+    Column("role", String(16), nullable=False, default="user"),
+    Column("aliases", JSON),
+    Column("rpm", Integer),
+    Column("tpm", Integer),
+    Column("max_parallel", Integer),
+    Column("max_budget_nusd", BigInteger),
+    Column("budget_period", String(16)),
+    Column("tags", JSON, nullable=False, default=dict),
+    Column("expires_ms", BigInteger),
+    Column("revoked_ms", BigInteger),
+    Column("created_ms", BigInteger, nullable=False),
+)
+
+spend = Table(
+    "fg_spend",
+    metadata,
+    Column("request_id", String(100), primary_key=True),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("key_id", String(40), nullable=False),
+    Column("team_id", String(40)),
+    Column("alias", String(200), nullable=False),
+    Column("deployment", String(200)),
+    Column("version", String(64)),
+    Column("status", Integer, nullable=False),
+    Column("input_tokens", Integer, nullable=False),
+    Column("output_tokens", Integer, nullable=False),
+    Column("cached_tokens", Integer, nullable=False),
+    Column("cost_nusd", BigInteger, nullable=False),
+    Column("latency_ms", Integer, nullable=False),
+    Column("tags", JSON, nullable=False, default=dict),
+    Index("ix_fg_spend_team_time", "team_id", "created_ms"),
+    Index("ix_fg_spend_key_time", "key_id", "created_ms"),
+)
+
+spend_tags = Table(
+    "fg_spend_tags",
+    metadata,
+    Column("request_id", String(100), primary_key=True),
+    Column("tag", String(300), primary_key=True),
+)
+
+request_audit = Table(
+    "fg_request_audit",
+    metadata,
+    Column("request_id", String(100), primary_key=True),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("key_id", String(40), nullable=False),
+    Column("team_id", String(40)),
+    Column("alias", String(200), nullable=False),
+    Column("decision", String(32), nullable=False),
+    Column("status", Integer, nullable=False),
+    Column("error_type", String(64)),
+    Column("prompt", JSON),
+    Column("response", Text),
+    Index("ix_fg_request_audit_team_time", "team_id", "created_ms"),
+)
+
+admin_audit = Table(
+    "fg_admin_audit",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("actor_key_id", String(40), nullable=False),
+    Column("actor_team_id", String(40)),
+    Column("action", String(64), nullable=False),
+    Column("target", String(200)),
+    Column("detail", JSON, nullable=False, default=dict),
+)
+
+budget_alerts = Table(
+    "fg_budget_alerts",
+    metadata,
+    Column("scope", String(8), primary_key=True),
+    Column("scope_id", String(40), primary_key=True),
+    Column("period_start_ms", BigInteger, primary_key=True),
+    Column("threshold", Integer, primary_key=True),
+    Column("sent_ms", BigInteger, nullable=False),
+)
+
+tenancy_state = Table(
+    "fg_tenancy_state",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("version", BigInteger, nullable=False),
+)

@@ -1,0 +1,113 @@
+"""Budget alerts: one webhook POST per scope, period and threshold, ever.
+
+A crossing is detected where the spend counter is incremented (atomically, so exactly one
+replica sees it); the alert is then claimed in the store (``INSERT ... ON CONFLICT DO
+NOTHING`` on scope, period and threshold) so a restart or a second detector never resends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import asdict, dataclass
+
+import aiohttp
+
+from fleetgate.store.database import Database
+from fleetgate.store.tables import budget_alerts
+
+__all__ = ["BudgetAlert", "AlertNotifier"]
+
+log = logging.getLogger("fleetgate.tenancy.alerts")
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetAlert:
+    """What the webhook receives (as JSON)."""
+
+    scope: str  # "key" | "team"
+    scope_id: str
+    name: str
+    threshold_pct: int
+    spend_usd: float
+    budget_usd: float
+    period_start_ms: int
+
+
+class AlertNotifier:
+    """Claims and sends alerts in the background; ``notify`` never blocks."""
+
+    def __init__(self, db: Database, webhook: str | None, *, attempts: int = 5) -> None:
+        self.db = db
+        self.webhook = webhook
+        self.attempts = attempts
+        self._queue: asyncio.Queue[BudgetAlert] = asyncio.Queue(maxsize=10_000)
+        self._task: asyncio.Task[None] | None = None
+        self.sent: list[BudgetAlert] = []
+
+    def notify(self, alert: BudgetAlert) -> None:
+        try:
+            self._queue.put_nowait(alert)
+        except asyncio.QueueFull:
+            log.error("alert queue full; dropping %s", alert)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="budget-alerts")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2):
+                    await self._queue.join()
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            while True:
+                alert = await self._queue.get()
+                try:
+                    await self._handle(session, alert)
+                except Exception as exc:
+                    log.error("budget alert failed: %s", exc)
+                finally:
+                    self._queue.task_done()
+
+    async def _claim(self, alert: BudgetAlert) -> bool:
+        for attempt in range(self.attempts):
+            try:
+                row = {
+                    "scope": alert.scope,
+                    "scope_id": alert.scope_id,
+                    "period_start_ms": alert.period_start_ms,
+                    "threshold": alert.threshold_pct,
+                    "sent_ms": int(time.time() * 1000),
+                }
+                return await self.db.insert_ignore(budget_alerts, [row]) == 1
+            except Exception as exc:
+                log.warning("could not record a budget alert (%s); retrying", exc)
+                await asyncio.sleep(min(2**attempt, 10))
+        return False
+
+    async def _handle(self, session: aiohttp.ClientSession, alert: BudgetAlert) -> None:
+        if not await self._claim(alert):
+            return
+        log.warning(
+            "budget alert: %s %s reached %d%% (%.6f of %.2f USD)",
+            alert.scope, alert.name, alert.threshold_pct, alert.spend_usd, alert.budget_usd,
+        )  # fmt: skip
+        self.sent.append(alert)
+        if not self.webhook:
+            return
+        for attempt in range(self.attempts):
+            try:
+                async with session.post(self.webhook, json=asdict(alert)) as resp:
+                    if resp.status < 500:
+                        return
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                log.warning("alert webhook failed (%s); retrying", exc)
+            await asyncio.sleep(min(0.5 * 2**attempt, 5))

@@ -1,0 +1,137 @@
+"""Budgets: spend counters seeded from the store, threshold alerts, remaining-budget gauges.
+
+Enforcement itself is in the limiter (a scope with a budget refuses once its counter reaches
+it); this module keeps the counters honest across restarts and reports on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import func, select
+
+from fleetgate.limits.base import Limiter, Scope
+from fleetgate.store.database import Database
+from fleetgate.store.tables import spend
+from fleetgate.telemetry.registry import Registry
+from fleetgate.tenancy.alerts import AlertNotifier, BudgetAlert
+from fleetgate.tenancy.cache import KeyCache, Snapshot
+from fleetgate.tenancy.money import nusd_to_usd
+from fleetgate.tenancy.scopes import scope_for
+
+__all__ = ["Budgets"]
+
+log = logging.getLogger("fleetgate.tenancy.budgets")
+
+
+class Budgets:
+    """Seeds counters, detects threshold crossings, exports remaining budget per team."""
+
+    def __init__(
+        self,
+        db: Database,
+        limiter: Limiter,
+        cache: KeyCache,
+        alerts: AlertNotifier | None = None,
+        thresholds: Sequence[int] = (50, 80, 100),
+        registry: Registry | None = None,
+        refresh_s: float = 5.0,
+    ) -> None:
+        self.db = db
+        self.limiter = limiter
+        self.cache = cache
+        self.alerts = alerts
+        self.thresholds = tuple(sorted(thresholds))
+        self.refresh_s = refresh_s
+        self._seeded: set[str] = set()
+        self._spent: dict[str, int] = {}  # budget_key -> nano-USD, as last seen
+        self._task: asyncio.Task[None] | None = None
+        if registry is not None:
+            gauge = registry.gauge(
+                "fleetgate_team_budget_remaining_usd",
+                "Budget left this period per team (USD).",
+                ("team",),
+            )
+            gauge.set_collector(self._remaining)
+
+    def _budget_scopes(self, snap: Snapshot) -> Iterable[tuple[str, str, str, Scope]]:
+        now = int(time.time() * 1000)
+        for team in snap.teams.values():
+            if team.limits.budget_nusd is not None:
+                s = scope_for(f"team:{team.id}", team.limits, now)
+                if s is not None:
+                    yield "team", team.id, team.name, s
+        for key in snap.by_id.values():
+            if key.limits.budget_nusd is not None:
+                s = scope_for(f"key:{key.id}", key.limits, now)
+                if s is not None:
+                    yield "key", key.id, key.id, s
+
+    def _remaining(self) -> Iterable[tuple[tuple[str, ...], float]]:
+        for kind, _, name, s in self._budget_scopes(self.cache.snapshot):
+            if kind == "team" and s.budget_nusd is not None:
+                left = s.budget_nusd - self._spent.get(s.budget_key, 0)
+                yield (name,), nusd_to_usd(left)
+
+    async def seed(self) -> None:
+        """Start each budgeted scope's counter from the store (once per scope and period)."""
+        for kind, scope_id, _, s in list(self._budget_scopes(self.cache.snapshot)):
+            if s.budget_key in self._seeded:
+                continue
+            column = spend.c.team_id if kind == "team" else spend.c.key_id
+            query = select(func.coalesce(func.sum(spend.c.cost_nusd), 0)).where(
+                column == scope_id, spend.c.created_ms >= s.period_start_ms
+            )
+            async with self.db.engine.connect() as conn:
+                total = int(await conn.scalar(query) or 0)
+            await self.limiter.seed_spend(s, total)
+            self._seeded.add(s.budget_key)
+            current = await self.limiter.spent(s)
+            self._spent[s.budget_key] = total if current is None else current
+
+    def settled(self, scopes: Sequence[Scope], totals: dict[str, int], cost: int) -> None:
+        """After a settle: remember the counters and alert on thresholds crossed."""
+        for s in scopes:
+            total = totals.get(s.name)
+            if total is None or s.budget_nusd is None or s.budget_nusd <= 0:
+                continue
+            self._spent[s.budget_key] = total
+            before = total - cost
+            for pct in self.thresholds:
+                mark = s.budget_nusd * pct // 100
+                if before < mark <= total and self.alerts is not None:
+                    kind, _, scope_id = s.name.partition(":")
+                    name = scope_id
+                    team = self.cache.team(scope_id) if kind == "team" else None
+                    if team is not None:
+                        name = team.name
+                    self.alerts.notify(
+                        BudgetAlert(kind, scope_id, name, pct, nusd_to_usd(total),
+                                    nusd_to_usd(s.budget_nusd), s.period_start_ms)
+                    )  # fmt: skip
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="budget-refresh")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.refresh_s)
+            try:
+                await self.seed()
+                for _, _, _, s in list(self._budget_scopes(self.cache.snapshot)):
+                    value = await self.limiter.spent(s)
+                    if value is not None:
+                        self._spent[s.budget_key] = value
+            except Exception as exc:
+                log.debug("budget refresh failed: %s", exc)

@@ -1,0 +1,46 @@
+"""Exact money: integer nano-USD (1e-9 USD) computed from decimal prices.
+
+Floats never touch a cost: a price of 0.15 USD per million tokens is ``Decimal("0.15")`` and a
+request's cost is rounded once, to the nano-dollar, so sums over any number of requests agree
+to the cent with an independent calculation.
+"""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_EVEN, Decimal
+
+from fleetgate.config.schema import Price
+
+__all__ = ["NANO", "cost_nusd", "nusd_to_usd", "usd_to_nusd"]
+
+NANO = 1_000_000_000
+_PER_TOKEN = Decimal(NANO) / Decimal(1_000_000)  # nano-USD per token at 1 USD per Mtok
+
+
+def _dec(value: float) -> Decimal:
+    return Decimal(repr(value))
+
+
+def cost_nusd(price: Price | None, prompt: int, completion: int, cached: int) -> int:
+    """The cost in nano-USD; cached prompt tokens at the cached price (input price if none)."""
+    if price is None:
+        return 0
+    cached = max(0, min(cached, prompt))
+    cached_rate = price.cached_input_per_mtok
+    rate_cached = _dec(price.input_per_mtok if cached_rate is None else cached_rate)
+    total = (
+        (prompt - cached) * _dec(price.input_per_mtok)
+        + cached * rate_cached
+        + completion * _dec(price.output_per_mtok)
+    ) * _PER_TOKEN
+    return int(total.to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def usd_to_nusd(usd: float | str | Decimal) -> int:
+    value = usd if isinstance(usd, Decimal) else Decimal(str(usd))
+    return int((value * NANO).to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def nusd_to_usd(nusd: int) -> float:
+    """USD as a float, for JSON and gauges (exact to well below a cent)."""
+    return float(Decimal(nusd) / NANO)

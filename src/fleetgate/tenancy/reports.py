@@ -1,0 +1,113 @@
+"""Spend reports and audit listings, grouped and filtered in SQL (same on every dialect)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, func, select
+
+from fleetgate.errors import InvalidRequest, PermissionDenied
+from fleetgate.store.database import Database
+from fleetgate.store.tables import admin_audit, request_audit, spend, spend_tags, teams
+from fleetgate.tenancy.money import nusd_to_usd
+from fleetgate.tenancy.principal import Principal
+
+__all__ = ["GROUPS", "audit_log", "spend_report"]
+
+GROUPS = ("team", "alias", "key", "tag", "deployment", "version")
+
+
+def _scope_team(actor: Principal, team_id: str | None) -> str | None:
+    if actor.is_master:
+        return team_id
+    if actor.role != "team_admin":
+        raise PermissionDenied("Reports need a team admin or the master key.")
+    if team_id is not None and team_id != actor.team_id:
+        raise PermissionDenied("This key may only see its own team's spend.")
+    return actor.team_id
+
+
+async def spend_report(
+    db: Database,
+    actor: Principal,
+    group_by: list[str],
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    team_id: str | None = None,
+) -> list[dict[str, Any]]:
+    """Rows of ``spend_usd``, ``requests``, ``input_tokens``, ``output_tokens`` per group."""
+    unknown = [g for g in group_by if g not in GROUPS]
+    if unknown:
+        raise InvalidRequest(
+            f"group_by: unknown {', '.join(unknown)}; use {', '.join(GROUPS)}", param="group_by"
+        )
+    team_id = _scope_team(actor, team_id)
+    columns: dict[str, Any] = {
+        "team": spend.c.team_id,
+        "alias": spend.c.alias,
+        "key": spend.c.key_id,
+        "deployment": spend.c.deployment,
+        "version": spend.c.version,
+        "tag": spend_tags.c.tag,
+    }
+    keys = [columns[g].label(g) for g in group_by]
+    query = select(
+        *keys,
+        func.coalesce(func.sum(spend.c.cost_nusd), 0).label("cost"),
+        func.count().label("requests"),
+        func.coalesce(func.sum(spend.c.input_tokens), 0).label("input_tokens"),
+        func.coalesce(func.sum(spend.c.output_tokens), 0).label("output_tokens"),
+    ).select_from(spend)
+    if "tag" in group_by:
+        query = query.outerjoin(spend_tags, spend_tags.c.request_id == spend.c.request_id)
+    where: list[ColumnElement[bool]] = []
+    if since_ms is not None:
+        where.append(spend.c.created_ms >= since_ms)
+    if until_ms is not None:
+        where.append(spend.c.created_ms < until_ms)
+    if team_id is not None:
+        where.append(spend.c.team_id == team_id)
+    if where:
+        query = query.where(and_(*where))
+    if keys:
+        query = query.group_by(*[columns[g] for g in group_by]).order_by(*keys)
+    async with db.engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+        names = {}
+        if "team" in group_by:
+            names = dict((await conn.execute(select(teams.c.id, teams.c.name))).all())
+    out = []
+    for r in rows:
+        item: dict[str, Any] = {g: getattr(r, g) for g in group_by}
+        if "team" in group_by:
+            item["team_name"] = names.get(item["team"])
+        item.update(
+            spend_usd=nusd_to_usd(int(r.cost)),
+            spend_nusd=int(r.cost),
+            requests=int(r.requests),
+            input_tokens=int(r.input_tokens),
+            output_tokens=int(r.output_tokens),
+        )
+        out.append(item)
+    return out
+
+
+async def audit_log(
+    db: Database, actor: Principal, kind: str = "admin", limit: int = 100
+) -> list[dict[str, Any]]:
+    """The newest audit rows (``kind``: admin or request), a team admin sees its team's."""
+    team_id = _scope_team(actor, None)
+    limit = max(1, min(limit, 1000))
+    if kind == "admin":
+        query = select(admin_audit).order_by(admin_audit.c.id.desc()).limit(limit)
+        if team_id is not None:
+            query = query.where(admin_audit.c.actor_team_id == team_id)
+    elif kind == "request":
+        query = select(request_audit).order_by(request_audit.c.created_ms.desc()).limit(limit)
+        if team_id is not None:
+            query = query.where(request_audit.c.team_id == team_id)
+    else:
+        raise InvalidRequest("'kind' must be admin or request", param="kind")
+    async with db.engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+    return [{str(k): v for k, v in r._asdict().items()} for r in rows]

@@ -1,0 +1,116 @@
+"""`Tenancy`: every tenancy part built from Settings and config, started and stopped together.
+
+Example (what `fleetgate.app.create_app` does)::
+
+    tenancy = Tenancy(settings, config.tenancy, metrics.registry)
+    gw.auth = MasterKeyAuthenticator(settings.master_key, next=tenancy.cache)
+    gw.stages.insert(0, tenancy.stage)
+    await tenancy.start()   # migrate, replay the spool, load keys, seed budgets
+    ...
+    await tenancy.stop()
+"""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from fleetgate.config.schema import TenancyConfig
+from fleetgate.config.settings import Settings
+from fleetgate.limits.base import Limiter
+from fleetgate.limits.memory import MemoryLimiter
+from fleetgate.limits.redis import RedisLimiter, limiter_redis
+from fleetgate.store.database import Database
+from fleetgate.telemetry.registry import Registry
+from fleetgate.tenancy.alerts import AlertNotifier
+from fleetgate.tenancy.budgets import Budgets
+from fleetgate.tenancy.cache import KeyCache
+from fleetgate.tenancy.scopes import ScopeBook
+from fleetgate.tenancy.service import TenancyService
+from fleetgate.tenancy.stage import TenancyStage
+from fleetgate.tenancy.sync import CacheSync
+from fleetgate.tenancy.writer import RecordWriter
+
+__all__ = ["Tenancy"]
+
+
+class Tenancy:
+    """Store, key cache and its sync, limiter, budgets, alerts, spend writer, stage, service."""
+
+    def __init__(self, settings: Settings, config: TenancyConfig, registry: Registry) -> None:
+        self.config = config
+        self.db = Database.from_url(settings.database_url, settings.data_dir)
+        self.cache = KeyCache(self.db)
+        unavailable = registry.counter(
+            "fleetgate_limiter_unavailable_total",
+            "Requests decided by the fail-open/fail-closed policy because Redis was away.",
+            ("policy",),
+        )
+        write_failures = registry.counter(
+            "fleetgate_spend_write_failures_total",
+            "Failed batch writes of spend/audit records (records stay spooled).",
+        )
+        self._feed: Redis | None = None
+        self.limiter: Limiter
+        if settings.redis_url:
+            self.limiter = RedisLimiter(
+                limiter_redis(settings.redis_url),
+                prefix=config.redis_prefix,
+                policy=config.limiter_failure,
+                on_unavailable=lambda policy: unavailable.labels(policy).inc(),
+            )
+            self._feed = Redis.from_url(settings.redis_url, socket_connect_timeout=1.0)
+        else:
+            self.limiter = MemoryLimiter()
+        self.sync = CacheSync(
+            self.cache,
+            self._feed,
+            prefix=config.redis_prefix,
+            poll_interval_s=config.poll_interval_s,
+        )
+        self.writer = RecordWriter(
+            self.db,
+            settings.data_dir / "spool",
+            batch_size=config.spend_batch_size,
+            flush_interval_s=config.spend_flush_interval_s,
+            on_error=lambda _exc: write_failures.inc(),
+        )
+        pending = registry.gauge(
+            "fleetgate_spend_pending_records", "Spend/audit records not yet in the store."
+        )
+        pending.set_collector(lambda: [((), float(self.writer.pending()))])
+        self.alerts = AlertNotifier(self.db, config.alert_webhook)
+        self.budgets = Budgets(
+            self.db, self.limiter, self.cache, self.alerts, config.alert_thresholds, registry
+        )
+        self.scopes = ScopeBook(config.alias_limits)
+        self.cache.subscribe(lambda _snap: self.scopes.clear())
+        self.stage = TenancyStage(
+            self.cache,
+            self.limiter,
+            self.scopes,
+            self.writer,
+            self.budgets,
+            audit_requests=config.audit_requests,
+        )
+        self.service = TenancyService(self.db, self.sync.changed)
+
+    async def start(self) -> None:
+        """Migrate the store, replay any spool left by a crash, load keys, seed budgets."""
+        await self.db.migrate()
+        await self.writer.start()
+        await self.cache.load()
+        await self.budgets.seed()
+        self.sync.start()
+        self.alerts.start()
+        self.budgets.start()
+
+    async def stop(self) -> None:
+        await self.sync.stop()
+        await self.stage.drain()
+        await self.budgets.stop()
+        await self.writer.stop()
+        await self.alerts.stop()
+        await self.limiter.close()
+        if self._feed is not None:
+            await self._feed.aclose()
+        await self.db.close()

@@ -1,0 +1,253 @@
+"""`TenancyService`: the admin operations on teams, users and keys, with their rules.
+
+The master key may do anything; a team admin key only manages its own team's keys and reads
+only its own team's spend and audit. Every change is written to the admin audit log in the
+same transaction, bumps the change counter and reloads every replica's key cache.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied
+from fleetgate.store.database import Database
+from fleetgate.store.tables import admin_audit, api_keys, teams, tenancy_state, users
+from fleetgate.tenancy.model import hash_key, key_hint, new_key
+from fleetgate.tenancy.money import nusd_to_usd, usd_to_nusd
+from fleetgate.tenancy.periods import PERIODS
+from fleetgate.tenancy.principal import Principal
+
+__all__ = ["TenancyService", "parse_time_ms"]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def parse_time_ms(value: Any, param: str) -> int | None:
+    """Epoch seconds or an ISO-8601 time (UTC if no zone) → epoch milliseconds."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return int(value * 1000)
+    if isinstance(value, str):
+        try:
+            return int(float(value) * 1000)
+        except ValueError:
+            pass
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            pass
+        else:
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=datetime.now().astimezone().tzinfo).astimezone()
+            return int(parsed.timestamp() * 1000)
+    raise InvalidRequest(f"'{param}' must be an ISO-8601 time or epoch seconds", param=param)
+
+
+def _limits(body: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in ("rpm", "tpm", "max_parallel"):
+        value = body.get(name)
+        if value is not None and (not isinstance(value, int) or value < 0):
+            raise InvalidRequest(f"'{name}' must be a non-negative integer", param=name)
+        out[name] = value
+    budget = body.get("max_budget_usd")
+    if budget is not None and (not isinstance(budget, int | float) or budget < 0):
+        raise InvalidRequest(
+            "'max_budget_usd' must be a non-negative number", param="max_budget_usd"
+        )
+    out["max_budget_nusd"] = None if budget is None else usd_to_nusd(budget)
+    period = body.get("budget_period")
+    if period is not None and period not in PERIODS:
+        raise InvalidRequest(
+            f"'budget_period' must be one of {', '.join(PERIODS)}", param="budget_period"
+        )
+    out["budget_period"] = (
+        period if period is not None else ("monthly" if budget is not None else None)
+    )
+    return out
+
+
+def _tags(body: dict[str, Any]) -> dict[str, str]:
+    tags = body.get("tags") or {}
+    if not isinstance(tags, dict):
+        raise InvalidRequest("'tags' must be an object of strings", param="tags")
+    return {str(k): str(v) for k, v in tags.items()}
+
+
+def _team_out(r: Any) -> dict[str, Any]:
+    return {
+        "id": r.id, "name": r.name, "rpm": r.rpm, "tpm": r.tpm, "max_parallel": r.max_parallel,
+        "max_budget_usd": None if r.max_budget_nusd is None else nusd_to_usd(r.max_budget_nusd),
+        "budget_period": r.budget_period, "log_payloads": bool(r.log_payloads), "tags": r.tags,
+    }  # fmt: skip
+
+
+def _key_out(r: Any) -> dict[str, Any]:
+    return {
+        "id": r.id, "hint": r.key_hint, "team_id": r.team_id, "user_id": r.user_id,
+        "role": r.role, "aliases": r.aliases, "rpm": r.rpm, "tpm": r.tpm,
+        "max_parallel": r.max_parallel,
+        "max_budget_usd": None if r.max_budget_nusd is None else nusd_to_usd(r.max_budget_nusd),
+        "budget_period": r.budget_period, "tags": r.tags, "expires_ms": r.expires_ms,
+        "revoked": r.revoked_ms is not None, "created_ms": r.created_ms,
+    }  # fmt: skip
+
+
+class TenancyService:
+    """Admin operations; ``changed`` is awaited after each committed change (cache sync)."""
+
+    def __init__(self, db: Database, changed: Callable[[], Awaitable[None]]) -> None:
+        self.db = db
+        self._changed = changed
+
+    async def _audit(
+        self, conn: AsyncConnection, actor: Principal, action: str, target: str, detail: Any
+    ) -> None:
+        await conn.execute(admin_audit.insert().values(
+            created_ms=_now_ms(), actor_key_id=actor.key_id, actor_team_id=actor.team_id,
+            action=action, target=target, detail=detail,
+        ))  # fmt: skip
+        await conn.execute(
+            update(tenancy_state).where(tenancy_state.c.id == 1)
+            .values(version=tenancy_state.c.version + 1)
+        )  # fmt: skip
+
+    async def _team_id(self, conn: AsyncConnection, ref: str) -> str:
+        row = (
+            await conn.execute(
+                select(teams.c.id).where((teams.c.id == ref) | (teams.c.name == ref))
+            )
+        ).first()
+        if row is None:
+            raise NotFound(f"No team '{ref}'.", param="team")
+        return str(row.id)
+
+    async def create_team(self, actor: Principal, body: dict[str, Any]) -> dict[str, Any]:
+        if not actor.is_master:
+            raise PermissionDenied("Only the master key creates teams.")
+        name = body.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidRequest("'name' is required", param="name")
+        row = {"id": "team_" + os.urandom(8).hex(), "name": name.strip(), **_limits(body),
+               "log_payloads": bool(body.get("log_payloads", False)), "tags": _tags(body),
+               "created_ms": _now_ms()}  # fmt: skip
+        try:
+            async with self.db.engine.begin() as conn:
+                await conn.execute(teams.insert().values(**row))
+                await self._audit(conn, actor, "team.create", row["id"], {"name": row["name"]})
+        except IntegrityError:
+            raise InvalidRequest(f"A team named '{row['name']}' exists.", param="name") from None
+        await self._changed()
+        return await self.get_team(actor, row["id"])
+
+    async def get_team(self, actor: Principal, ref: str) -> dict[str, Any]:
+        async with self.db.engine.connect() as conn:
+            team_id = await self._team_id(conn, ref)
+            if not actor.is_master and actor.team_id != team_id:
+                raise NotFound(f"No team '{ref}'.", param="team")
+            row = (await conn.execute(select(teams).where(teams.c.id == team_id))).one()
+        return _team_out(row)
+
+    async def list_teams(self, actor: Principal) -> list[dict[str, Any]]:
+        query = select(teams).order_by(teams.c.created_ms)
+        if not actor.is_master:
+            query = query.where(teams.c.id == actor.team_id)
+        async with self.db.engine.connect() as conn:
+            return [_team_out(r) for r in (await conn.execute(query)).all()]
+
+    async def create_user(self, actor: Principal, body: dict[str, Any]) -> dict[str, Any]:
+        async with self.db.engine.begin() as conn:
+            team_id = await self._team_id(conn, str(body.get("team") or ""))
+            self._may_manage(actor, team_id)
+            name = str(body.get("name") or "").strip()
+            if not name:
+                raise InvalidRequest("'name' is required", param="name")
+            row: dict[str, Any] = {"id": "user_" + os.urandom(8).hex(), "team_id": team_id,
+                                   "name": name,
+                   "created_ms": _now_ms()}  # fmt: skip
+            await conn.execute(users.insert().values(**row))
+            await self._audit(conn, actor, "user.create", row["id"], {"team_id": team_id})
+        return row
+
+    def _may_manage(self, actor: Principal, team_id: str) -> None:
+        if actor.is_master:
+            return
+        if actor.role != "team_admin" or actor.team_id != team_id:
+            raise PermissionDenied("This key may only manage its own team.")
+
+    async def create_key(self, actor: Principal, body: dict[str, Any]) -> dict[str, Any]:
+        """Create a key; the response is the only time the key itself is shown."""
+        team_ref = body.get("team") or actor.team_id
+        if not isinstance(team_ref, str):
+            raise InvalidRequest("'team' is required", param="team")
+        role = body.get("role", "user")
+        if role not in ("user", "team_admin"):
+            raise InvalidRequest("'role' must be user or team_admin", param="role")
+        aliases = body.get("aliases")
+        if aliases is not None and (
+            not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases)
+        ):
+            raise InvalidRequest("'aliases' must be a list of strings", param="aliases")
+        key = new_key()
+        async with self.db.engine.begin() as conn:
+            team_id = await self._team_id(conn, team_ref)
+            self._may_manage(actor, team_id)
+            if role == "team_admin" and not actor.is_master:
+                raise PermissionDenied("Only the master key creates team admin keys.")
+            row = {"id": "key_" + os.urandom(8).hex(), "key_hash": hash_key(key),
+                   "key_hint": key_hint(key), "team_id": team_id, "user_id": body.get("user"),
+                   "role": role, "aliases": aliases, **_limits(body), "tags": _tags(body),
+                   "expires_ms": parse_time_ms(body.get("expires_at"), "expires_at"),
+                   "revoked_ms": None, "created_ms": _now_ms()}  # fmt: skip
+            await conn.execute(api_keys.insert().values(**row))
+            await self._audit(
+                conn, actor, "key.create", row["id"], {"team_id": team_id, "role": role}
+            )
+        await self._changed()
+        return {"id": row["id"], "key": key, "team_id": team_id, "hint": row["key_hint"]}
+
+    async def list_keys(self, actor: Principal, team: str | None = None) -> list[dict[str, Any]]:
+        async with self.db.engine.connect() as conn:
+            query = select(api_keys).order_by(api_keys.c.created_ms)
+            if team is not None:
+                team_id = await self._team_id(conn, team)
+                if not actor.is_master and team_id != actor.team_id:
+                    raise PermissionDenied("This key may only see its own team.")
+                query = query.where(api_keys.c.team_id == team_id)
+            if not actor.is_master:
+                if actor.role != "team_admin":
+                    raise PermissionDenied("Listing keys needs a team admin or the master key.")
+                query = query.where(api_keys.c.team_id == actor.team_id)
+            return [_key_out(r) for r in (await conn.execute(query)).all()]
+
+    async def revoke_key(self, actor: Principal, key_id: str) -> dict[str, Any]:
+        async with self.db.engine.begin() as conn:
+            row = (await conn.execute(select(api_keys).where(api_keys.c.id == key_id))).first()
+            if row is None or (not actor.is_master and row.team_id != actor.team_id):
+                raise NotFound(f"No key '{key_id}'.")
+            self._may_manage(actor, row.team_id)
+            await conn.execute(
+                update(api_keys).where(api_keys.c.id == key_id).values(revoked_ms=_now_ms())
+            )
+            await self._audit(conn, actor, "key.revoke", key_id, {"team_id": row.team_id})
+        await self._changed()
+        return {"id": key_id, "revoked": True}
+
+    async def record_admin(self, actor: Principal, action: str, target: str, detail: Any) -> None:
+        """Audit an admin action that changes nothing here (reads, config reloads)."""
+        async with self.db.engine.begin() as conn:
+            await conn.execute(admin_audit.insert().values(
+                created_ms=_now_ms(), actor_key_id=actor.key_id, actor_team_id=actor.team_id,
+                action=action, target=target, detail=detail,
+            ))  # fmt: skip

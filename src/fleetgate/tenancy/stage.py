@@ -1,0 +1,177 @@
+"""`TenancyStage`: limits and budgets before the upstream call; settle, spend and audit after.
+
+``before`` reserves the request in its key, team and alias scopes (RPM, TPM with the
+estimated prompt tokens + ``max_tokens``, parallel, budget) and refuses with 429 and
+``Retry-After`` / ``x-ratelimit-*`` headers. ``after`` settles with the actual usage, queues the
+spend record and the audit row (both durable before the response leaves), all without I/O on
+the event loop other than one append to the spool file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from fleetgate.errors import BudgetExceeded, RateLimited
+from fleetgate.hooks import GatewayRequest, Outcome
+from fleetgate.limits.base import Denial, Limiter, Reservation
+from fleetgate.tenancy.budgets import Budgets
+from fleetgate.tenancy.cache import KeyCache
+from fleetgate.tenancy.headers import duration, ratelimit_headers
+from fleetgate.tenancy.money import cost_nusd
+from fleetgate.tenancy.scopes import ScopeBook
+from fleetgate.tenancy.writer import RecordWriter
+
+__all__ = ["TenancyStage"]
+
+log = logging.getLogger("fleetgate.tenancy")
+
+_RESERVATION = "tenancy.reservation"
+
+
+class TenancyStage:
+    """The `fleetgate.hooks.Stage` of tenancy: limits, budgets, spend and audit."""
+
+    name = "tenancy"
+
+    def __init__(
+        self,
+        cache: KeyCache,
+        limiter: Limiter,
+        scopes: ScopeBook,
+        writer: RecordWriter,
+        budgets: Budgets,
+        *,
+        audit_requests: bool = True,
+    ) -> None:
+        self.cache = cache
+        self.limiter = limiter
+        self.scopes = scopes
+        self.writer = writer
+        self.budgets = budgets
+        self.audit_requests = audit_requests
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def before(self, req: GatewayRequest) -> None:
+        entry = self.cache.entry(req.principal.key_id)
+        team_id = req.principal.team_id
+        if self.audit_requests and team_id:
+            team = self.cache.team(team_id)
+            req.capture_response = team is not None and team.log_payloads
+        scopes = self.scopes.scopes(entry, req.alias)
+        if not scopes:
+            return
+        # The prompt estimate is a heuristic; pad it (chat template, tokenizer differences) so a
+        # reservation covers the real count and TPM overshoots by at most one request.
+        tokens = req.prompt_tokens + req.prompt_tokens // 4 + 16 + req.max_tokens
+        member = f"{req.request_id}:{os.urandom(4).hex()}"
+        result = await self.limiter.reserve(member, scopes, tokens)
+        if isinstance(result, Denial):
+            self._refused(req, result)
+        assert isinstance(result, Reservation)
+        req.state[_RESERVATION] = result
+        if result.usage:
+            req.response_headers.update(ratelimit_headers(scopes, result.usage))
+
+    def _refused(self, req: GatewayRequest, denial: Denial) -> None:
+        retry_s = denial.retry_after_ms / 1000
+        headers = {f"x-ratelimit-reset-{denial.reason}": duration(denial.retry_after_ms)}
+        if denial.reason in ("requests", "tokens"):
+            headers[f"x-ratelimit-remaining-{denial.reason}"] = "0"
+        self._audit(req, "refused_" + denial.reason, 429, "rate_limit_error", None)
+        if denial.reason == "budget":
+            raise BudgetExceeded(
+                f"Budget exhausted for {denial.scope.split(':')[0]}; it resets with the period.",
+                retry_after=retry_s,
+                headers=headers,
+            )
+        raise RateLimited(
+            f"Rate limit reached for {denial.scope.split(':')[0]} ({denial.reason}); "
+            f"retry in {duration(denial.retry_after_ms)}.",
+            retry_after=retry_s,
+            headers=headers,
+        )
+
+    def after(self, req: GatewayRequest, outcome: Outcome) -> None:
+        cost = cost_nusd(
+            outcome.price, outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens
+        )
+        reservation = req.state.pop(_RESERVATION, None)
+        if isinstance(reservation, Reservation):
+            used = outcome.prompt_tokens + outcome.completion_tokens
+            if outcome.status < 400 and used == 0:
+                used = reservation.tokens  # usage unknown: keep what was reserved
+            task = asyncio.get_running_loop().create_task(self._settle(reservation, used, cost))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        if outcome.deployment is not None:
+            self.writer.submit("spend", self._spend_row(req, outcome, cost))
+        decision = "allowed" if outcome.status < 400 else "error"
+        self._audit(req, decision, outcome.status, outcome.error_type, outcome)
+
+    async def _settle(self, reservation: Reservation, used: int, cost: int) -> None:
+        if not reservation.enforced:
+            return
+        try:
+            totals = await self.limiter.settle(reservation, used, cost)
+        except Exception as exc:  # never lose the request over a settle
+            log.warning("settle failed: %s", exc)
+            return
+        if totals:
+            self.budgets.settled(reservation.scopes, totals, cost)
+
+    async def drain(self) -> None:
+        """Wait for settles still running (shutdown)."""
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def _spend_row(self, req: GatewayRequest, outcome: Outcome, cost: int) -> dict[str, Any]:
+        p = req.principal
+        return {
+            "request_id": req.request_id,
+            "created_ms": int((req.received_at or time.time()) * 1000),
+            "key_id": p.key_id,
+            "team_id": p.team_id,
+            "alias": outcome.alias or req.alias,
+            "deployment": outcome.deployment,
+            "version": outcome.version,
+            "status": outcome.status,
+            "input_tokens": outcome.prompt_tokens,
+            "output_tokens": outcome.completion_tokens,
+            "cached_tokens": outcome.cached_tokens,
+            "cost_nusd": cost,
+            "latency_ms": int(outcome.latency_s * 1000),
+            "tags": {**dict(p.tags), **outcome.tags},
+        }
+
+    def _audit(
+        self,
+        req: GatewayRequest,
+        decision: str,
+        status: int,
+        error_type: str | None,
+        outcome: Outcome | None,
+    ) -> None:
+        if not self.audit_requests:
+            return
+        p = req.principal
+        team = self.cache.team(p.team_id) if p.team_id else None
+        full = team is not None and team.log_payloads
+        self.writer.submit(
+            "audit",
+            {
+                "request_id": req.request_id,
+                "created_ms": int((req.received_at or time.time()) * 1000),
+                "key_id": p.key_id,
+                "team_id": p.team_id,
+                "alias": req.alias,
+                "decision": decision,
+                "status": status,
+                "error_type": error_type,
+                "prompt": req.body if full else None,
+                "response": outcome.response_text if full and outcome is not None else None,
+            },
+        )

@@ -1,0 +1,39 @@
+import io
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from fleetgate.errors import InvalidRequest
+from fleetgate.multimodal.audio.decode import AudioLimits, decode_audio
+
+
+def tone(fmt: str, subtype: str | None, rate: int = 44100, seconds: float = 1.0) -> bytes:
+    t = np.arange(int(rate * seconds)) / rate
+    stereo = np.stack([np.sin(2 * np.pi * 440 * t), np.sin(2 * np.pi * 440 * t)], axis=1) * 0.5
+    buf = io.BytesIO()
+    sf.write(buf, stereo.astype(np.float32), rate, format=fmt, subtype=subtype)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("fmt", "subtype"),
+    [("WAV", "PCM_16"), ("FLAC", "PCM_16"), ("OGG", "VORBIS"), ("MP3", "MPEG_LAYER_III")],
+)
+def test_formats_decode_to_16k_mono(fmt: str, subtype: str) -> None:
+    samples = decode_audio(tone(fmt, subtype))
+    assert samples.dtype == np.float32 and samples.ndim == 1
+    assert abs(len(samples) / 16000 - 1.0) < 0.08  # mp3 adds encoder padding
+    spectrum = np.abs(np.fft.rfft(samples[2000:14000]))
+    peak_hz = np.argmax(spectrum) * 16000 / 12000
+    assert abs(peak_hz - 440) < 5
+
+
+def test_garbage_and_limits_are_400() -> None:
+    with pytest.raises(InvalidRequest, match="could not be decoded") as info:
+        decode_audio(b"definitely not audio" * 10)
+    assert info.value.param == "file"
+    with pytest.raises(InvalidRequest, match="longer than 0.5 seconds"):
+        decode_audio(tone("WAV", "PCM_16"), limits=AudioLimits(max_seconds=0.5))
+    with pytest.raises(InvalidRequest, match="larger than"):
+        decode_audio(tone("WAV", "PCM_16"), limits=AudioLimits(max_bytes=100))

@@ -1,0 +1,50 @@
+import pytest
+
+from fleetgate.multimodal.prompt.assembler import PromptAssembler
+from fleetgate.multimodal.prompt.config import PromptConfig, RetrievalConfig
+from fleetgate.multimodal.prompt.retrieval import DocumentIndex, MiniLMEmbedder, split_text
+
+DOCS = {
+    "vacation": "Employees get 25 days of paid vacation per year. Unused days expire in March.",
+    "expenses": "Travel expenses are reimbursed within 30 days when receipts are uploaded.",
+    "security": "Laptops must use full disk encryption and lock after five minutes idle.",
+}
+
+
+@pytest.fixture(scope="module")
+def embedder() -> MiniLMEmbedder:
+    model = MiniLMEmbedder()
+    model.embed(["warm up"])  # load the model once for the module
+    return model
+
+
+async def test_cosine_top_k_finds_the_right_document(embedder: MiniLMEmbedder) -> None:
+    index = DocumentIndex(embedder)
+    for doc_id, body in DOCS.items():
+        assert await index.add("team-a", doc_id, body) == 1
+    hits = await index.search("team-a", "How many holidays do I get?", k=2)
+    assert hits[0].doc_id == "vacation"
+    assert hits[0].score > hits[1].score
+    assert await index.search("team-b", "holidays") == []  # teams are separate
+    index.remove("team-a", "vacation")
+    hits = await index.search("team-a", "How many holidays do I get?", k=3)
+    assert "vacation" not in {h.doc_id for h in hits}
+
+
+async def test_retrieved_context_lands_in_the_prompt(embedder: MiniLMEmbedder) -> None:
+    index = DocumentIndex(embedder)
+    for doc_id, body in DOCS.items():
+        await index.add("team-a", doc_id, body)
+    config = PromptConfig(system_prompt="Be helpful.", retrieval=RetrievalConfig(top_k=1))
+    prompt = await PromptAssembler(config, index=index).assemble(
+        question="Does my laptop need encryption?", team="team-a"
+    )
+    assert "[security] Laptops must use full disk encryption" in prompt.messages[0]["content"]
+    assert [c["doc_id"] for c in prompt.debug()["retrieved"]] == ["security"]
+
+
+def test_split_text_keeps_chunks_bounded() -> None:
+    text = "First para. " * 40 + "\n\n" + "Second para sentence! " * 5
+    chunks = split_text(text, max_chars=100)
+    assert all(len(c) <= 100 for c in chunks)
+    assert "".join(chunks).replace(" ", "") == text.replace(" ", "").replace("\n", "")

@@ -1,0 +1,80 @@
+"""Two gateway replicas see each other's in-flight requests through a real Redis."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fleetgate.config.schema import DeploymentConfig, RoutingConfig
+from fleetgate.routing.deployment import Deployment
+from fleetgate.routing.engine_stats import EngineStats
+from fleetgate.routing.load_share import RedisLoadShare
+from fleetgate.routing.strategies import RouteContext
+from tests.procs import free_port
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    proc = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        import redis
+
+        client = redis.Redis(port=port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        client.close()
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _dep() -> Deployment:
+    provider: Any = None
+    config = DeploymentConfig(model="tiny", api_base="http://engine-1:8000/v1")
+    return Deployment("e1", "chat", config, provider)
+
+
+async def test_replicas_route_on_each_others_load(redis_url: str) -> None:
+    d = _dep()
+    config = RoutingConfig()
+    a = EngineStats(config, lambda: [], share=RedisLoadShare.from_url(redis_url, "replica-a"))
+    b = EngineStats(config, lambda: [], share=RedisLoadShare.from_url(redis_url, "replica-b"))
+    try:
+        ctx = RouteContext("chat", prompt_tokens=400)
+        tickets = [a.dispatched(d, ctx) for _ in range(3)]
+        await a.sync_share()
+        await b.sync_share()
+        seen = b.view(d)
+        assert seen.queued == 3 and seen.queued_prefill_tokens == 1200
+        assert a.view(d).queued == 3  # a does not count itself twice
+        for t in tickets:
+            a.finished(t)
+        await a.sync_share()
+        await b.sync_share()
+        assert b.view(d).load == 0
+    finally:
+        await a.stop()
+        await b.stop()

@@ -1,0 +1,58 @@
+"""The store: migrations to head on SQLite and PostgreSQL, idempotent inserts."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from sqlalchemy import func, inspect, select
+
+from fleetgate.store import Database, database_url
+from fleetgate.store.tables import spend, tenancy_state
+
+EXPECTED = {
+    "fg_teams", "fg_users", "fg_api_keys", "fg_spend", "fg_spend_tags", "fg_request_audit",
+    "fg_admin_audit", "fg_budget_alerts", "fg_tenancy_state", "alembic_version",
+}  # fmt: skip
+
+
+def _row(request_id: str, cost: int) -> dict[str, object]:
+    return {
+        "request_id": request_id, "created_ms": 1, "key_id": "k", "team_id": "t",
+        "alias": "a", "deployment": "d", "version": "v1", "status": 200, "input_tokens": 1,
+        "output_tokens": 2, "cached_tokens": 0, "cost_nusd": cost, "latency_ms": 3, "tags": {},
+    }  # fmt: skip
+
+
+def test_default_url_is_sqlite_in_data_dir(tmp_path: Path) -> None:
+    assert database_url(None, tmp_path) == f"sqlite+aiosqlite:///{tmp_path.resolve()}/fleetgate.db"
+    assert database_url("postgresql://u@h/db", tmp_path) == "postgresql+asyncpg://u@h/db"
+
+
+async def test_migrations_create_every_table_and_rerun_safely(db_url: str, tmp_path: Path) -> None:
+    db = Database.from_url(db_url, tmp_path)
+    try:
+        # several processes may start at once: concurrent migrations must not collide
+        await asyncio.gather(db.migrate(), db.migrate()) if db.dialect == "postgresql" else None
+        await db.migrate()
+        await db.migrate()
+        async with db.engine.connect() as conn:
+            names = await conn.run_sync(lambda c: set(inspect(c).get_table_names()))
+            version = await conn.scalar(select(tenancy_state.c.version))
+        assert EXPECTED <= names
+        assert version == 1
+    finally:
+        await db.close()
+
+
+async def test_insert_ignore_counts_each_request_once(db_url: str, tmp_path: Path) -> None:
+    db = Database.from_url(db_url, tmp_path)
+    try:
+        await db.migrate()
+        assert await db.insert_ignore(spend, [_row("r1", 10), _row("r2", 20)]) == 2
+        assert await db.insert_ignore(spend, [_row("r2", 20), _row("r3", 30)]) == 1
+        async with db.engine.connect() as conn:
+            total = await conn.scalar(select(func.sum(spend.c.cost_nusd)))
+        assert total == 60
+    finally:
+        await db.close()

@@ -1,0 +1,230 @@
+"""Shared helpers of the tenancy, limits and store tests: real PostgreSQL, Redis, gateways."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+from aiohttp import web
+
+from fleetgate.api.admin_tenancy import TENANCY
+from fleetgate.app import create_app
+from fleetgate.config.schema import GatewayConfig
+from fleetgate.config.settings import Settings
+from fleetgate.tenancy.runtime import Tenancy
+
+PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+REDIS_URL = "redis://127.0.0.1:6379/0"
+MASTER = "sk-master-test"
+PRICE = {"input_per_mtok": 0.15, "output_per_mtok": 0.6, "cached_input_per_mtok": 0.075}
+
+
+async def create_pg_database() -> str:
+    """A fresh, uniquely named database; returns its URL."""
+    name = f"fg_test_{os.getpid()}_{os.urandom(4).hex()}"
+    conn = await asyncpg.connect(PG_ADMIN_DSN)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return f"postgresql://postgres@127.0.0.1:5432/{name}"
+
+
+async def drop_pg_database(url: str) -> None:
+    name = url.rsplit("/", 1)[1]
+    conn = await asyncpg.connect(PG_ADMIN_DSN)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def gateway_config(
+    upstream: str, price: dict[str, float] | None = None, **tenancy: Any
+) -> GatewayConfig:
+    return GatewayConfig.model_validate(
+        {
+            "models": [
+                {
+                    "alias": "tiny",
+                    "deployments": [
+                        {
+                            "provider": "openai",
+                            "model": "tiny",
+                            "api_base": f"{upstream}/v1",
+                            "price": price or PRICE,
+                        }
+                    ],
+                },
+                {
+                    "alias": "other",
+                    "deployments": [
+                        {"provider": "openai", "model": "tiny", "api_base": f"{upstream}/v1"}
+                    ],
+                },
+            ],
+            "health": {"probe_interval_s": 30},
+            "tenancy": {"spend_flush_interval_s": 0.05, "poll_interval_s": 0.2, **tenancy},
+        }
+    )
+
+
+@dataclass
+class Gateway:
+    url: str
+    app: web.Application
+    session: aiohttp.ClientSession
+
+    @property
+    def tenancy(self) -> Tenancy:
+        return self.app[TENANCY]
+
+    async def admin(
+        self, method: str, path: str, key: str = MASTER, **kwargs: Any
+    ) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {key}"}
+        async with self.session.request(method, self.url + path, headers=headers, **kwargs) as resp:
+            return resp.status, await resp.json()
+
+    async def chat(
+        self, key: str, *, alias: str = "tiny", max_tokens: int = 16, request_id: str | None = None
+    ) -> tuple[int, dict[str, str], Any]:
+        headers = {"Authorization": f"Bearer {key}"}
+        if request_id:
+            headers["x-request-id"] = request_id
+        body = {
+            "model": alias,
+            "messages": [{"role": "user", "content": "hello there"}],
+            "max_tokens": max_tokens,
+        }
+        async with self.session.post(
+            self.url + "/v1/chat/completions", json=body, headers=headers
+        ) as resp:
+            return resp.status, dict(resp.headers), await resp.json()
+
+    async def team_and_key(self, name: str, **key_fields: Any) -> tuple[str, str, str]:
+        """Create a team and a key in it; returns (team_id, key_id, key)."""
+        team_fields = key_fields.pop("team_fields", {})
+        status, team = await self.admin("POST", "/admin/teams", json={"name": name, **team_fields})
+        assert status == 201, team
+        status, key = await self.admin(
+            "POST", "/admin/keys", json={"team": team["id"], **key_fields}
+        )
+        assert status == 201, key
+        return team["id"], key["id"], key["key"]
+
+
+@asynccontextmanager
+async def running_gateway(
+    upstream: str,
+    data_dir: Path,
+    database_url: str | None,
+    redis_url: str | None = None,
+    price: dict[str, float] | None = None,
+    **tenancy: Any,
+) -> AsyncIterator[Gateway]:
+    settings = Settings(
+        master_key=MASTER,
+        data_dir=data_dir,
+        database_url=database_url,
+        redis_url=redis_url,
+        watch_config=False,
+    )
+    app = create_app(settings, gateway_config(upstream, price, **tenancy))
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        async with aiohttp.ClientSession() as session:
+            yield Gateway(f"http://127.0.0.1:{port}", app, session)
+    finally:
+        await runner.cleanup()
+
+
+async def wait_for(predicate: Any, timeout: float = 5.0, interval: float = 0.05) -> None:
+    """Poll an async predicate until it is true (bounded)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        if await predicate():
+            return
+        await asyncio.sleep(interval)
+    raise AssertionError("condition not met in time")
+
+
+class TcpProxy:
+    """A loopback TCP proxy that can be cut (every connection dropped, new ones refused)
+    and restored: a database outage without stopping the shared PostgreSQL."""
+
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+        self.target = (target_host, target_port)
+        self.port = free_port()
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        self._writers.update((writer, up_writer))
+        tasks = [
+            asyncio.ensure_future(self._pipe(reader, up_writer)),
+            asyncio.ensure_future(self._pipe(up_reader, writer)),
+        ]
+        for t in tasks:
+            self._tasks.add(t)
+            t.add_done_callback(self._tasks.discard)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._writers.discard(writer)
+        self._writers.discard(up_writer)
+
+    async def cut(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        for w in list(self._writers):
+            w.transport.abort()
+        self._writers.clear()
+
+    async def restore(self) -> None:
+        if self._server is None:
+            await self.start()
+
+    async def close(self) -> None:
+        await self.cut()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)

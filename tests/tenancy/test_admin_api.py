@@ -1,0 +1,173 @@
+"""Admin API and CLI: keys shown once and stored hashed, roles, every route's team boundary."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from fleetgate.cli.main import main as cli_main
+from fleetgate.store.tables import admin_audit, api_keys
+from tests.tenancy.support import MASTER, running_gateway
+
+
+async def test_key_is_shown_once_and_stored_hashed(
+    db_url: str, upstream: str, tmp_path: Path
+) -> None:
+    async with running_gateway(upstream, tmp_path, db_url) as gw:
+        _, key_id, key = await gw.team_and_key("ml", aliases=["tiny"], tags={"feature": "chat"})
+        assert key.startswith("sk-fg-")
+        async with gw.tenancy.db.engine.connect() as conn:
+            row = (await conn.execute(select(api_keys).where(api_keys.c.id == key_id))).one()
+        assert row.key_hash == hashlib.sha256(key.encode()).hexdigest()
+        assert key not in json.dumps(row._asdict(), default=str)
+        status, listing = await gw.admin("GET", "/admin/keys")
+        assert status == 200 and key not in json.dumps(listing)
+        assert (await gw.chat(key))[0] == 200
+        assert (await gw.chat(key, alias="other"))[0] == 404  # not an allowed alias
+
+
+async def test_revoked_and_expired_keys_are_refused(
+    db_url: str, upstream: str, tmp_path: Path
+) -> None:
+    async with running_gateway(upstream, tmp_path, db_url) as gw:
+        team, key_id, key = await gw.team_and_key("ops")
+        status, short = await gw.admin(
+            "POST", "/admin/keys", json={"team": team, "expires_at": time.time() + 0.5}
+        )
+        assert status == 201
+        assert (await gw.chat(short["key"]))[0] == 200
+        await asyncio.sleep(0.6)
+        assert (await gw.chat(short["key"]))[0] == 401
+        assert (await gw.admin("DELETE", f"/admin/keys/{key_id}"))[0] == 200
+        assert (await gw.chat(key))[0] == 401
+
+
+async def test_team_admin_is_confined_to_its_team(
+    db_url: str, upstream: str, tmp_path: Path
+) -> None:
+    async with running_gateway(upstream, tmp_path, db_url) as gw:
+        team_a, _, user_a = await gw.team_and_key("a")
+        team_b, key_b, user_b = await gw.team_and_key("b")
+        _, admin = await gw.admin(
+            "POST", "/admin/keys", json={"team": team_a, "role": "team_admin"}
+        )
+        adm = admin["key"]
+        assert (await gw.chat(user_a))[0] == 200
+        assert (await gw.chat(user_b))[0] == 200
+        await gw.tenancy.writer.flush()
+        # POST /admin/teams: master only
+        assert (await gw.admin("POST", "/admin/teams", adm, json={"name": "c"}))[0] == 403
+        # GET /admin/teams: only its own
+        status, teams = await gw.admin("GET", "/admin/teams", adm)
+        assert status == 200 and [t["id"] for t in teams["data"]] == [team_a]
+        assert (await gw.admin("GET", f"/admin/teams/{team_b}", adm))[0] == 404
+        assert (await gw.admin("GET", f"/admin/teams/{team_a}", adm))[0] == 200
+        # POST /admin/keys: own team yes, other team no, no admin keys
+        assert (await gw.admin("POST", "/admin/keys", adm, json={"team": team_a}))[0] == 201
+        assert (await gw.admin("POST", "/admin/keys", adm, json={"team": team_b}))[0] == 403
+        body = {"team": team_a, "role": "team_admin"}
+        assert (await gw.admin("POST", "/admin/keys", adm, json=body))[0] == 403
+        # POST /admin/users
+        assert (await gw.admin("POST", "/admin/users", adm, json={"team": team_b, "name": "x"}))[
+            0
+        ] == 403
+        assert (await gw.admin("POST", "/admin/users", adm, json={"team": team_a, "name": "x"}))[
+            0
+        ] == 201
+        # GET /admin/keys: own team only
+        status, keys = await gw.admin("GET", "/admin/keys", adm)
+        assert status == 200 and {k["team_id"] for k in keys["data"]} == {team_a}
+        assert (await gw.admin("GET", f"/admin/keys?team={team_b}", adm))[0] == 403
+        # DELETE /admin/keys/{id}: another team's key is invisible
+        assert (await gw.admin("DELETE", f"/admin/keys/{key_b}", adm))[0] == 404
+        assert (await gw.chat(user_b))[0] == 200
+        # GET /admin/spend: own team only
+        status, spend = await gw.admin("GET", "/admin/spend?group_by=team", adm)
+        assert status == 200 and [r["team"] for r in spend["data"]] == [team_a]
+        assert (await gw.admin("GET", f"/admin/spend?team={team_b}", adm))[0] == 403
+        status, everything = await gw.admin("GET", "/admin/spend?group_by=team")
+        assert {r["team"] for r in everything["data"]} == {team_a, team_b}
+        # GET /admin/audit: own team only
+        status, audit = await gw.admin("GET", "/admin/audit?kind=request", adm)
+        assert status == 200 and {r["team_id"] for r in audit["data"]} == {team_a}
+        # a plain user key is no admin at all
+        assert (await gw.admin("GET", "/admin/keys", user_a))[0] == 403
+        assert (await gw.admin("GET", "/admin/spend", user_a))[0] == 403
+
+
+async def test_every_admin_change_is_audited(db_url: str, upstream: str, tmp_path: Path) -> None:
+    async with running_gateway(upstream, tmp_path, db_url) as gw:
+        _, key_id, _ = await gw.team_and_key("audited")
+        await gw.admin("DELETE", f"/admin/keys/{key_id}")
+        await gw.admin("GET", "/admin/spend?group_by=key")
+        async with gw.tenancy.db.engine.connect() as conn:
+            actions = (await conn.execute(select(admin_audit.c.action))).scalars().all()
+        assert actions == ["team.create", "key.create", "key.revoke", "spend.read"]
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "json"])
+async def test_cli_teams_keys_spend(
+    fmt: str, upstream: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with running_gateway(upstream, tmp_path, None) as gw:
+        common = ["--url", gw.url, "--key", MASTER]
+
+        def cli(*args: str) -> str:
+            assert cli_main([*args, *common, "-o", fmt]) == 0
+            return capsys.readouterr().out
+
+        out = await asyncio.to_thread(cli, "teams", "create", "search", "--rpm", "10")
+        assert "search" in out
+        out = await asyncio.to_thread(
+            cli, "keys", "create", "--team", "search", "--tag", "env=prod"
+        )
+        assert "sk-fg-" in out
+        words = out.replace(",", " ").replace('"', " ").split()
+        key = max((w for w in words if w.startswith("sk-fg-")), key=len)  # not the hint
+        assert (await gw.chat(key))[0] == 200
+        await gw.tenancy.writer.flush()
+        out = await asyncio.to_thread(cli, "spend", "--group-by", "team,tag")
+        if fmt == "json":
+            rows = json.loads(out)
+            assert rows[0]["requests"] == 1 and rows[0]["tag"] == "env=prod"
+        elif fmt == "csv":
+            assert out.splitlines()[0] == "team,tag,spend_usd,requests,input_tokens,output_tokens"
+            assert out.splitlines()[1].split(",")[1] == "env=prod"
+        else:
+            assert out.splitlines()[0].split() == [
+                "team", "tag", "spend_usd", "requests", "input_tokens", "output_tokens",
+            ]  # fmt: skip
+        out = await asyncio.to_thread(cli, "keys", "list")
+        assert "sk-fg-" in out and key not in out  # only the hint is listed
+
+
+async def test_full_payloads_only_for_teams_that_ask(
+    db_url: str, upstream: str, tmp_path: Path
+) -> None:
+    from fleetgate.store.tables import request_audit
+
+    async with running_gateway(upstream, tmp_path, db_url) as gw:
+        _, _, loud = await gw.team_and_key("compliance", team_fields={"log_payloads": True})
+        _, _, quiet = await gw.team_and_key("plain")
+        assert (await gw.chat(loud, request_id="req-loud"))[0] == 200
+        assert (await gw.chat(quiet, request_id="req-quiet"))[0] == 200
+        body = {"model": "tiny", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        headers = {"Authorization": f"Bearer {loud}", "x-request-id": "req-loud-stream"}
+        async with gw.session.post(gw.url + "/v1/chat/completions", json=body, headers=headers) as r:
+            streamed = (await r.read()).decode()
+        await gw.tenancy.writer.flush()
+        async with gw.tenancy.db.engine.connect() as conn:
+            rows = {
+                r.request_id: r
+                for r in (await conn.execute(select(request_audit))).all()
+            }
+    assert rows["req-loud"].prompt is not None and rows["req-loud"].response
+    assert rows["req-quiet"].prompt is None and rows["req-quiet"].response is None
+    text = rows["req-loud-stream"].response
+    assert text and all(word in streamed for word in text.split())
