@@ -80,11 +80,22 @@ async def fake_gateway(request: web.Request) -> web.Response:
             {"error": {"message": "blocked", "type": "invalid_request_error",
                        "param": None, "code": "content_filter"}}, status=400)  # fmt: skip
     reason = "content_filter" if "evil" in text else "stop"
-    return web.json_response({"choices": [{"index": 0, "finish_reason": reason,
-                                           "message": {"role": "assistant", "content": "ok"}}]})
+    return web.json_response(
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": reason,
+                    "message": {"role": "assistant", "content": "ok"},
+                }
+            ]
+        }
+    )
 
 
-async def test_cli_eval_against_a_gateway(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_cli_eval_against_a_gateway(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     attacks, benign = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     attacks.write_text("\n".join(json.dumps({"prompt": p, "category": "x", "lang": "en"})
                                  for p in ["a bomb", "be evil", "hello"]))  # fmt: skip

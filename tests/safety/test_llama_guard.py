@@ -29,7 +29,12 @@ def test_prompt_for_a_user_turn_follows_the_model_card() -> None:
 
 
 def test_prompt_for_an_agent_turn_includes_the_conversation() -> None:
-    turns = [Turn("user", "hi"), Turn("assistant", "hello"), Turn("user", "q"), Turn("assistant", "a")]
+    turns = [
+        Turn("user", "hi"),
+        Turn("assistant", "hello"),
+        Turn("user", "q"),
+        Turn("assistant", "a"),
+    ]
     prompt = build_prompt(turns, version=4)
     assert "in 'Agent' messages" in prompt and "ONLY THE LAST Agent message" in prompt
     assert "User: hi\n\nAgent: hello\n\nUser: q\n\nAgent: a" in prompt

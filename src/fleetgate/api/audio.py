@@ -167,7 +167,7 @@ def add_multimodal(app: web.Application) -> None:
 
     runtime = MultimodalRuntime(cfg, gw.settings, gw.metrics.registry)
     app[MULTIMODAL] = runtime
-    gw.stages.insert(0, MultimodalStage(runtime, lambda: gw.tables.table))
+    gw.stages.append(MultimodalStage(runtime, lambda: gw.tables.table))  # after tenancy: limits first
     add_audio_routes(app)
 
     async def lifespan(app: web.Application) -> AsyncIterator[None]:

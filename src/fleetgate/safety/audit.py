@@ -51,6 +51,8 @@ class AuditItem:
     alias: str | None = None
     request_id: str | None = None
     created_at: float = field(default_factory=time.time)
+    checks: Sequence[Check] | None = None
+    """The checks to run (a policy's audit checks); None: the queue's own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +197,7 @@ class AuditQueue:
             alias=item.alias, team=item.team, key_id=item.key_id, request_id=item.request_id,
         )  # fmt: skip
         verdicts: list[Verdict] = []
-        for check in self._checks:
+        for check in item.checks if item.checks is not None else self._checks:
             try:
                 verdict = await check.check(last.content, ctx)
             except Exception as exc:

@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,13 +36,20 @@ from fleetgate.safety.normalize import Normalizer
 
 __all__ = ["ClassifierCheck", "split_chunks"]
 
+_SENTENCE_END = re.compile(r"(?<=[.!?;。！？；\n])\s*")
 
-def split_chunks(text: str, size: int = 600, limit: int = 8) -> list[str]:
-    """Pieces of at most ``size`` characters (first and last ones kept past ``limit``)."""
-    if len(text) <= size:
+
+def split_chunks(text: str, size: int = 240, whole: int = 600, limit: int = 48) -> list[str]:
+    """The pieces a text is scored on: the whole text (up to ``whole`` characters) and each of its
+    sentences (sliced at ``size``), so one harmful sentence in a long benign text is not diluted.
+    Past ``limit`` pieces the first and last halves are kept."""
+    sentences = [s for s in _SENTENCE_END.split(text) if s.strip()]
+    if len(text) <= size and len(sentences) <= 1:
         return [text]
-    chunks = [text[i : i + size] for i in range(0, len(text), size)]
-    if len(chunks) > limit:
+    chunks: list[str] = [text] if len(text) <= whole else []
+    for sentence in sentences:
+        chunks.extend(sentence[i : i + size] for i in range(0, len(sentence), size))
+    if len(chunks) > limit:  # keep the head and tail of a very long text
         chunks = chunks[: limit // 2] + chunks[-(limit - limit // 2) :]
     return chunks
 

@@ -1,0 +1,1 @@
+"""Providers: one module per upstream family, all speaking OpenAI format to the gateway."""

@@ -1,0 +1,1 @@
+"""Routing: aliases, deployments, strategies, health, fallbacks, engine state, canaries."""

@@ -1,0 +1,209 @@
+"""The safety stage of the request path (``fleetgate.hooks.Stage``).
+
+Wiring, in ``create_app``::
+
+    guardrails = Guardrails(safety_config, metrics=SafetyMetrics(registry))
+    audit = AuditQueue([], metrics=..., sink=audit_log.write, ...)   # started in the lifespan
+    gw.stages.append(SafetyStage(guardrails, audit))
+
+``before``: input checks on what is new in this turn (the last user message and tool results
+after the last assistant message; older turns were checked when they were sent) -- a block raises
+``ContentBlocked`` (400 ``content_filter``), a mask rewrites the body; then adds a stream filter
+(stream checks) or a response filter (output checks). ``after``: queues the exchange for the
+policy's audit checks.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from fleetgate.hooks import FilterResult, GatewayRequest, Outcome
+from fleetgate.safety.audit import AuditItem, AuditQueue
+from fleetgate.safety.base import Action, CheckContext, Stage, Turn
+from fleetgate.safety.policy import Guardrails, Policy
+from fleetgate.safety.stream import Release, StreamModerator
+
+__all__ = ["SafetyResponseFilter", "SafetyStage", "SafetyStreamFilter"]
+
+_CHAT = "chat/completions"
+_STATE = "safety"
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [
+            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
+        ]
+        return "\n".join(str(p) for p in parts)
+    return ""
+
+
+def _turns(messages: list[dict[str, Any]]) -> list[Turn]:
+    out = []
+    for m in messages:
+        role = "assistant" if m.get("role") == "assistant" else "user"
+        text = _text(m.get("content"))
+        if text:
+            out.append(Turn(role, text))
+    return out
+
+
+def _new_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages after the last assistant turn that carry user or tool text."""
+    last_assistant = max(
+        (i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1
+    )
+    return [m for m in messages[last_assistant + 1 :] if m.get("role") in ("user", "tool")]
+
+
+class SafetyStreamFilter:
+    """Runs a :class:`StreamModerator` over the text of choice 0 of a chat stream."""
+
+    def __init__(self, moderator: StreamModerator) -> None:
+        self.moderator = moderator
+        self._template: dict[str, Any] = {"object": "chat.completion.chunk"}
+        self._seen_first = False
+
+    def _chunk(self, content: str | None, finish_reason: str | None = None) -> dict[str, Any]:
+        delta = {"content": content} if content is not None else {}
+        return {
+            **self._template,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        }
+
+    def _stopped(self, out: list[dict[str, Any]], rel: Release) -> FilterResult:
+        return FilterResult([*out, self._chunk(rel.reply, "content_filter")], stop=True)
+
+    async def feed(self, chunk: dict[str, Any]) -> FilterResult:
+        if not self._seen_first:
+            self._seen_first = True
+            self._template = {
+                k: chunk[k] for k in ("id", "object", "created", "model") if k in chunk
+            }
+        choices = [c for c in chunk.get("choices") or () if isinstance(c, dict)]
+        first = next((c for c in choices if c.get("index", 0) == 0), None)
+        if first is None:
+            return FilterResult([chunk])
+        raw = first.get("delta")
+        delta: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        text = delta.get("content")
+        out: list[dict[str, Any]] = []
+        if isinstance(text, str) and text:
+            rel = await self.moderator.push(text)
+            if rel.stopped:
+                return self._stopped(out, rel)
+            if rel.text or len(delta) > 1:
+                rewritten = copy.deepcopy(chunk)
+                mine = rewritten["choices"][chunk["choices"].index(first)]
+                mine["delta"]["content"] = rel.text
+                mine["finish_reason"] = None
+                out.append(rewritten)
+        elif not first.get("finish_reason"):
+            out.append(chunk)  # role-only or tool-call chunk
+        if first.get("finish_reason"):
+            rel = await self.moderator.finish()
+            if rel.stopped:
+                return self._stopped(out, rel)
+            if rel.text:
+                out.append(self._chunk(rel.text))
+            out.append(self._chunk(None, str(first["finish_reason"])))
+        return FilterResult(out)
+
+    async def finish(self) -> FilterResult:
+        rel = await self.moderator.finish()
+        if rel.stopped:
+            return self._stopped([], rel)
+        return FilterResult([self._chunk(rel.text)] if rel.text else [])
+
+
+class SafetyResponseFilter:
+    """Output checks on a whole chat response: mask in place, or replace with the canned reply."""
+
+    def __init__(self, policy: Policy, ctx: CheckContext) -> None:
+        self.policy = policy
+        self.ctx = ctx
+
+    async def apply(self, response: dict[str, Any]) -> dict[str, Any]:
+        for choice in response.get("choices") or ():
+            message = choice.get("message") if isinstance(choice, dict) else None
+            if not isinstance(message, dict) or not isinstance(message.get("content"), str):
+                continue
+            decision = await self.policy.run(Stage.OUTPUT, message["content"], self.ctx)
+            if decision.blocked:
+                message["content"] = decision.canned_reply
+                choice["finish_reason"] = "content_filter"
+            elif decision.action is Action.MASK:
+                message["content"] = decision.text
+        return response
+
+
+class SafetyStage:
+    """Guardrails on the request path; see the module docstring."""
+
+    name = "safety"
+
+    def __init__(self, guardrails: Guardrails, audit: AuditQueue | None = None) -> None:
+        self.guardrails = guardrails
+        self.audit = audit
+
+    async def _check_input(
+        self, policy: Policy, messages: list[dict[str, Any]], ctx: CheckContext
+    ) -> None:
+        for message in _new_messages(messages):
+            content = message.get("content")
+            decision = await policy.run(Stage.INPUT, _text(content), ctx)
+            decision.raise_if_blocked()
+            if decision.action is not Action.MASK:
+                continue
+            if isinstance(content, str):
+                message["content"] = decision.text
+            elif isinstance(content, list):
+                for part in content:
+                    if isinstance(part, dict) and part.get("type") == "text":
+                        part["text"] = (
+                            await policy.run(Stage.INPUT, str(part.get("text", "")), ctx)
+                        ).text
+
+    async def before(self, req: GatewayRequest) -> None:
+        if req.endpoint != _CHAT or not isinstance(req.body.get("messages"), list):
+            return
+        policy = self.guardrails.policy_for(alias=req.alias, team=req.principal.team_id)
+        messages: list[dict[str, Any]] = req.body["messages"]
+        turns = _turns(messages)
+        ctx = CheckContext(
+            stage=Stage.INPUT, role="user", history=tuple(turns[:-1]), alias=req.alias,
+            team=req.principal.team_id, key_id=req.principal.key_id, request_id=req.request_id,
+        )  # fmt: skip
+        if policy.checks(Stage.INPUT):
+            await self._check_input(policy, messages, ctx)
+        out_ctx = CheckContext(
+            stage=Stage.OUTPUT, role="assistant", history=tuple(_turns(messages)),
+            alias=req.alias, team=req.principal.team_id, key_id=req.principal.key_id,
+            request_id=req.request_id,
+        )  # fmt: skip
+        if req.stream and policy.checks(Stage.STREAM):
+            req.stream_filters.append(SafetyStreamFilter(policy.stream_moderator(out_ctx)))
+        elif not req.stream and policy.checks(Stage.OUTPUT):
+            req.response_filters.append(SafetyResponseFilter(policy, out_ctx))
+        if self.audit is not None and policy.checks(Stage.AUDIT):
+            req.capture_response = True
+            req.state[_STATE] = (policy, _turns(messages))
+
+    def after(self, req: GatewayRequest, outcome: Outcome) -> None:
+        saved = req.state.get(_STATE)
+        if self.audit is None or saved is None or not outcome.response_text:
+            return
+        policy, turns = saved
+        self.audit.submit(
+            AuditItem(
+                messages=[*turns, Turn("assistant", outcome.response_text)],
+                key_id=req.principal.key_id,
+                team=req.principal.team_id,
+                alias=req.alias,
+                request_id=req.request_id,
+                checks=[pc.check for pc in policy.checks(Stage.AUDIT)],
+            )  # fmt: skip
+        )
