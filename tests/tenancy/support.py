@@ -114,7 +114,8 @@ class Gateway:
         async with self.session.post(
             self.url + "/v1/chat/completions", json=body, headers=headers
         ) as resp:
-            return resp.status, dict(resp.headers), await resp.json()
+            headers = {k.lower(): v for k, v in resp.headers.items()}
+            return resp.status, headers, await resp.json()
 
     async def team_and_key(self, name: str, **key_fields: Any) -> tuple[str, str, str]:
         """Create a team and a key in it; returns (team_id, key_id, key)."""

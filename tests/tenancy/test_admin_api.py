@@ -155,19 +155,25 @@ async def test_full_payloads_only_for_teams_that_ask(
     async with running_gateway(upstream, tmp_path, db_url) as gw:
         _, _, loud = await gw.team_and_key("compliance", team_fields={"log_payloads": True})
         _, _, quiet = await gw.team_and_key("plain")
-        assert (await gw.chat(loud, request_id="req-loud"))[0] == 200
-        assert (await gw.chat(quiet, request_id="req-quiet"))[0] == 200
+        status, h_loud, _ = await gw.chat(loud, request_id="client-supplied")
+        assert status == 200
+        status, h_quiet, _ = await gw.chat(quiet)
+        assert status == 200
         body = {"model": "tiny", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-        headers = {"Authorization": f"Bearer {loud}", "x-request-id": "req-loud-stream"}
+        headers = {"Authorization": f"Bearer {loud}"}
         async with gw.session.post(gw.url + "/v1/chat/completions", json=body, headers=headers) as r:
             streamed = (await r.read()).decode()
+            stream_id = r.headers["x-request-id"]
         await gw.tenancy.writer.flush()
         async with gw.tenancy.db.engine.connect() as conn:
             rows = {
                 r.request_id: r
                 for r in (await conn.execute(select(request_audit))).all()
             }
-    assert rows["req-loud"].prompt is not None and rows["req-loud"].response
-    assert rows["req-quiet"].prompt is None and rows["req-quiet"].response is None
-    text = rows["req-loud-stream"].response
+    # the gateway's own id keys the row, whatever id the client sent
+    assert h_loud["x-request-id"] != "client-supplied"
+    loud_row, quiet_row = rows[h_loud["x-request-id"]], rows[h_quiet["x-request-id"]]
+    assert loud_row.prompt is not None and loud_row.response
+    assert quiet_row.prompt is None and quiet_row.response is None
+    text = rows[stream_id].response
     assert text and all(word in streamed for word in text.split())

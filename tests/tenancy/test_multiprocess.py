@@ -162,12 +162,14 @@ async def _fire(
     async def worker() -> None:
         while queue:
             i = queue.pop(0)
-            rid = f"{prefix}-{i}"
+            rid = f"{prefix}-{i}"  # the gateway's own id replaces it when there is an answer
+            h = {"Authorization": f"Bearer {key}"}
             try:
-                status, body = await _post(
-                    session, c.url(i % 3), "/v1/chat/completions", _chat(max_tokens), key,
-                    {"x-request-id": rid},
-                )  # fmt: skip
+                async with session.post(
+                    c.url(i % 3) + "/v1/chat/completions", json=_chat(max_tokens), headers=h
+                ) as resp:
+                    status, body = resp.status, await resp.json()
+                    rid = resp.headers.get("x-request-id", rid)
             except aiohttp.ClientError:
                 status, body = -1, None
             results.append((rid, status, body))

@@ -167,7 +167,8 @@ def add_multimodal(app: web.Application) -> None:
 
     runtime = MultimodalRuntime(cfg, gw.settings, gw.metrics.registry)
     app[MULTIMODAL] = runtime
-    gw.stages.append(MultimodalStage(runtime, lambda: gw.tables.table))  # after tenancy: limits first
+    # After tenancy: a caller over its limits costs no image fetches.
+    gw.stages.append(MultimodalStage(runtime, lambda: gw.tables.table))
     add_audio_routes(app)
 
     async def lifespan(app: web.Application) -> AsyncIterator[None]:

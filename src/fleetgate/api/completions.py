@@ -6,7 +6,6 @@ authenticate → parse and validate → route (retries, fallbacks) → relay →
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from typing import Any
 
@@ -56,7 +55,9 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
 
 
 # Request headers that stages may read (session affinity, conversation ids, debug flags).
-_FORWARDED = frozenset({"x-session-id", "x-conversation-id", "x-fleetgate-debug", "x-user-id"})
+_FORWARDED = frozenset(
+    {"x-session-id", "x-conversation-id", "x-fleetgate-debug", "x-user-id", "x-request-id"}
+)
 
 
 def _upstream_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:
@@ -86,7 +87,9 @@ async def _serve(request: web.Request, endpoint: Endpoint) -> web.StreamResponse
     options = body.get("stream_options")
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 0
     req = GatewayRequest(
-        request_id=request.headers.get("x-request-id") or os.urandom(12).hex(),
+        # Our own id, never the caller's: spend is idempotent on it, and a caller that could
+        # choose it could replay requests without paying for them.
+        request_id=gw.request_ids.next(),
         endpoint=endpoint.value,
         principal=principal,
         body=body,
@@ -99,6 +102,7 @@ async def _serve(request: web.Request, endpoint: Endpoint) -> web.StreamResponse
         received_at=time.time(),
     )
     ex = Exchange(req.request_id, endpoint, alias, principal, started, stream)
+    ex.client_request_id = req.headers.get("x-request-id")
     ran: list[Stage] = []
     try:
         for stage in gw.stages:

@@ -40,6 +40,7 @@ class Exchange:
     finish_reason: str | None = None
     span: Any = None
     response_text: str | None = None
+    client_request_id: str | None = None  # the caller's x-request-id, for correlation only
 
     def outcome(self) -> Outcome:
         dep = self.deployment
@@ -108,6 +109,7 @@ def record_exchange(
         {
             "ts": time.time(),
             "request_id": ex.request_id,
+            "client_request_id": ex.client_request_id,
             "endpoint": ex.endpoint.value,
             "key": ex.principal.key_id,
             "team": ex.principal.team_id,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -37,6 +39,18 @@ class GatewayState:
     # Aliases a stage resolves to a configured one (the semantic router's ``auto``).
     virtual_aliases: set[str] = field(default_factory=set)
     worker_metrics: WorkerMetrics | None = None  # set when serving with several workers
+    request_ids: RequestIds = field(default_factory=lambda: RequestIds())
+
+
+class RequestIds:
+    """Unique request ids without a syscall each: a random process prefix and a counter."""
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(8).hex()
+        self._counter = itertools.count(1)
+
+    def next(self) -> str:
+        return f"{self._prefix}{next(self._counter):08x}"
 
 
 GATEWAY = web.AppKey("fleetgate.gateway", GatewayState)

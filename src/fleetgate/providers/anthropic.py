@@ -12,7 +12,6 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import aiohttp
 import orjson
 
 from fleetgate.config.schema import DeploymentConfig
@@ -28,6 +27,7 @@ from fleetgate.providers.anthropic_wire import (
 )
 from fleetgate.providers.base import Endpoint, UpstreamCall, UpstreamResponse
 from fleetgate.providers.http import HttpClient, map_client_error
+from fleetgate.providers.pool import PooledResponse
 
 __all__ = ["AnthropicProvider"]
 
@@ -93,7 +93,7 @@ class AnthropicProvider:
     async def _open_stream(
         self, data: bytes, call: UpstreamCall, translator: AnthropicStreamTranslator
     ) -> UpstreamResponse:
-        resp: aiohttp.ClientResponse | None = None
+        resp: PooledResponse | None = None
         try:
             async with asyncio.timeout(call.timeouts.first_token):
                 resp, _ = await self._http.post(
@@ -133,11 +133,11 @@ class AnthropicProvider:
 
 
 async def _translate(
-    resp: aiohttp.ClientResponse, translator: AnthropicStreamTranslator
+    resp: PooledResponse, translator: AnthropicStreamTranslator
 ) -> AsyncIterator[bytes]:
     """Anthropic SSE bytes → OpenAI chunk events, ending with ``data: [DONE]``."""
     parser = SSEParser()
-    async for raw in resp.content.iter_any():
+    async for raw in resp.iter_chunks():
         for event, text in parser.feed(raw):
             if not text:
                 continue

@@ -22,6 +22,7 @@ from fleetgate.errors import (
     UpstreamStatusError,
     UpstreamTimeout,
 )
+from fleetgate.providers.pool import ConnectionPool, PooledResponse
 
 __all__ = ["ErrorMapper", "HttpClient", "iter_sse_events", "map_client_error", "status_error"]
 
@@ -70,10 +71,10 @@ def status_error(status: int, body: bytes, headers: Mapping[str, str]) -> Upstre
     )
 
 
-async def iter_sse_events(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+async def iter_sse_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     """Split a byte stream into complete SSE events (each ending in a blank line)."""
     buf = b""
-    async for chunk in content.iter_any():
+    async for chunk in chunks:
         buf = buf + chunk if buf else chunk
         if _SEP not in buf:
             if b"\r\n\r\n" in buf:
@@ -89,12 +90,14 @@ async def iter_sse_events(content: aiohttp.StreamReader) -> AsyncIterator[bytes]
 
 
 class HttpClient:
-    """One pooled aiohttp session for all upstreams of a gateway process."""
+    """Upstream HTTP for a gateway process: the fast pool for model calls (`post`) and an
+    aiohttp session for everything else (probes, side services)."""
 
     def __init__(self, *, limit: int = 0, keepalive_timeout: float = 60.0) -> None:
         self._limit = limit
         self._keepalive = keepalive_timeout
         self._session: aiohttp.ClientSession | None = None
+        self.pool = ConnectionPool(keepalive_timeout=keepalive_timeout)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -116,6 +119,7 @@ class HttpClient:
         return self._session
 
     async def close(self) -> None:
+        await self.pool.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -129,35 +133,33 @@ class HttpClient:
         *,
         stream: bool,
         on_error: ErrorMapper | None = None,
-    ) -> tuple[aiohttp.ClientResponse, bytes | None]:
+    ) -> tuple[PooledResponse, bytes | None]:
         """POST and wait for the headers (and, unless streaming, the body).
 
         Error statuses are read and raised as `UpstreamStatusError`; for a stream the caller
         owns the returned response, must release it, and bounds the wait itself (the
         first-token timeout covers the headers and the first event together).
         """
-        timeout = aiohttp.ClientTimeout(
-            total=None, connect=timeouts.connect, sock_connect=timeouts.connect
-        )
+        resp: PooledResponse | None = None
         try:
             async with asyncio.timeout(None if stream else timeouts.total):
-                resp = await self.session.post(url, data=payload, headers=headers, timeout=timeout)
+                resp = await self.pool.post(url, payload, headers, connect_timeout=timeouts.connect)
                 if resp.status >= 400:
-                    try:
-                        body = await resp.read()
-                    finally:
-                        resp.release()
+                    body = await resp.read()
+                    resp.release()
                     raise (on_error or status_error)(resp.status, body, resp.headers)
                 if stream:
                     return resp, None
-                try:
-                    body = await resp.read()
-                finally:
-                    resp.release()
+                body = await resp.read()
+                resp.release()
                 return resp, body
-        except UpstreamError:
+        except FleetgateError:
             raise
-        except (TimeoutError, Exception) as exc:  # noqa: B014 - explicit on purpose
+        except BaseException as exc:
+            if resp is not None:
+                resp.close()
+            if isinstance(exc, asyncio.CancelledError):
+                raise
             raise map_client_error(exc, url) from None
 
     async def get_ok(self, url: str, headers: Mapping[str, str], timeout_s: float) -> bool:

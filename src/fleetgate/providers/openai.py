@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-import aiohttp
 import orjson
 
 from fleetgate.config.schema import DeploymentConfig
 from fleetgate.errors import UpstreamBadResponse, UpstreamError
 from fleetgate.providers.base import Endpoint, UpstreamCall, UpstreamResponse
 from fleetgate.providers.http import HttpClient, iter_sse_events, map_client_error
+from fleetgate.providers.pool import PooledResponse
 
 __all__ = ["AzureOpenAIProvider", "OpenAIProvider"]
 
@@ -58,11 +58,11 @@ class OpenAIProvider:
     async def _open_stream(
         self, url: str, payload: bytes, headers: dict[str, str], call: UpstreamCall
     ) -> UpstreamResponse:
-        resp: aiohttp.ClientResponse | None = None
+        resp: PooledResponse | None = None
         try:
             async with asyncio.timeout(call.timeouts.first_token):
                 resp, _ = await self._http.post(url, payload, headers, call.timeouts, stream=True)
-                events = iter_sse_events(resp.content)
+                events = iter_sse_events(resp.iter_chunks())
                 try:
                     first = await anext(events)
                 except StopAsyncIteration:
@@ -80,7 +80,7 @@ class OpenAIProvider:
 
 
 def _stream_response(
-    resp: aiohttp.ClientResponse, first: bytes, events: AsyncIterator[bytes], where: str
+    resp: PooledResponse, first: bytes, events: AsyncIterator[bytes], where: str
 ) -> UpstreamResponse:
     finished = False
 

@@ -119,7 +119,7 @@ class Dispatcher:
 
     async def send(self, table: RouteTable, ctx: RouteContext, build: CallBuilder) -> Dispatch:
         chain = table.chain(ctx.alias)
-        local_only = chain[0].config.local_only
+        local_only = chain[0].local_only
         last_error: FleetgateError | None = None
         too_long = False
         for hop, route in enumerate(chain):

@@ -22,7 +22,7 @@ ProviderFactory = Callable[[DeploymentConfig], Provider]
 class AliasRoute:
     """One alias: its config, deployments and strategy."""
 
-    __slots__ = ("config", "deployments", "strategy")
+    __slots__ = ("config", "deployments", "strategy", "local_only")
 
     def __init__(
         self, config: AliasConfig, deployments: list[Deployment], strategy: Strategy
@@ -30,6 +30,7 @@ class AliasRoute:
         self.config = config
         self.deployments = deployments
         self.strategy = strategy
+        self.local_only = config.local_only  # computed once, read per request
 
     @property
     def name(self) -> str:
@@ -40,6 +41,7 @@ class RouteTable:
     def __init__(self, config: GatewayConfig, routes: dict[str, AliasRoute]) -> None:
         self.config = config
         self._routes = routes
+        self._chains: dict[str, list[AliasRoute]] = {}
 
     @classmethod
     def build(
@@ -79,6 +81,9 @@ class RouteTable:
 
     def chain(self, alias: str) -> list[AliasRoute]:
         """The alias, then its fallbacks in order (breadth first, each once)."""
+        cached = self._chains.get(alias)
+        if cached is not None:
+            return cached
         first = self.route(alias)
         out = [first]
         seen = {alias}
@@ -89,6 +94,7 @@ class RouteTable:
                     seen.add(fb)
                     out.append(self._routes[fb])
             i += 1
+        self._chains[alias] = out
         return out
 
     def deployments(self) -> Iterator[Deployment]:

@@ -1,0 +1,313 @@
+"""A small HTTP/1.1 client for upstream calls: keep-alive pools and httptools parsing.
+
+The general-purpose clients cost more per request than the rest of the gateway together; an
+upstream call needs little of what they do: one POST on a kept-alive connection, the status and
+headers, then the body at once or chunk by chunk. Requests are written as one buffer, responses
+parsed by llhttp (``httptools``), and a connection goes back to its pool only when its response
+was read to the end.
+
+Errors are plain ``OSError``/``ConnectionError``/``TimeoutError`` and ``UpstreamBadResponse``;
+``providers/http.py`` maps them into the error tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl as ssl_module
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from fleetgate.errors import UpstreamBadResponse
+
+__all__ = ["ConnectionPool", "PooledResponse"]
+
+_HIGH_WATER = 1 << 20  # pause reading when a slow consumer leaves this much unread
+_LOW_WATER = 1 << 18
+
+
+class _Connection(asyncio.Protocol):
+    """One HTTP/1.1 connection carrying one request at a time."""
+
+    def __init__(self, key: tuple[str, int, bool]) -> None:
+        self.key = key
+        self.transport: asyncio.Transport | None = None
+        self.idle_since = 0.0
+        self.requests = 0
+        self._loop = asyncio.get_running_loop()
+        self._reset()
+
+    def _reset(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.status = 0
+        self.raw_headers: list[tuple[bytes, bytes]] = []
+        self.keep_alive = True
+        self.received_any = False
+        self.done = False
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self._paused = False
+        self._error: BaseException | None = None
+        self._headers: asyncio.Future[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.transport is not None and not self.transport.is_closing()
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses: no isinstance check here.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.received_any = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(UpstreamBadResponse("upstream tried to upgrade the connection"))
+        except httptools.HttpParserError as exc:
+            self._fail(UpstreamBadResponse(f"upstream sent malformed HTTP: {exc}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if not self.done:
+            self._fail(exc or ConnectionResetError("upstream closed the connection"))
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.raw_headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        self.keep_alive = self.parser.should_keep_alive()
+        if self._headers is not None and not self._headers.done():
+            self._headers.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        self._chunks.append(body)
+        self._buffered += len(body)
+        if self._buffered > _HIGH_WATER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        self.done = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._error is None:
+            self._error = exc
+        if self._headers is not None and not self._headers.done():
+            self._headers.set_exception(exc)
+            self._headers.exception()  # retrieved: no "never retrieved" warning if unawaited
+        self._wake()
+        self.close()
+
+    # used by the pool and the response
+    async def send(self, data: bytes) -> None:
+        """Write a request and wait for the response headers."""
+        self._reset()
+        self.requests += 1
+        self._headers = self._loop.create_future()
+        assert self.transport is not None
+        self.transport.write(data)
+        await self._headers
+
+    async def read_chunk(self) -> bytes:
+        """The next piece of the body, ``b""`` at its end."""
+        while True:
+            if self._chunks:
+                chunk = self._chunks.popleft()
+                self._buffered -= len(chunk)
+                if self._paused and self._buffered < _LOW_WATER and self.transport is not None:
+                    self._paused = False
+                    self.transport.resume_reading()
+                return chunk
+            if self.done:
+                return b""
+            if self._error is not None:
+                raise self._error
+            self._waiter = self._loop.create_future()
+            await self._waiter
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+            self.transport = None
+
+
+class PooledResponse:
+    """Status, headers and the body of one upstream response; give the connection back with
+    `release` (after reading to the end) or drop it with `close`."""
+
+    __slots__ = ("status", "_conn", "_pool", "_raw", "_headers")
+
+    def __init__(self, conn: _Connection, pool: ConnectionPool) -> None:
+        self.status = conn.status
+        self._conn: _Connection | None = conn
+        self._pool = pool
+        self._raw = conn.raw_headers  # the connection starts a new list for its next request
+        self._headers: CIMultiDictProxy[str] | None = None
+
+    @property
+    def headers(self) -> CIMultiDictProxy[str]:
+        if self._headers is None:
+            self._headers = CIMultiDictProxy(
+                CIMultiDict((k.decode("latin-1"), v.decode("latin-1")) for k, v in self._raw)
+            )
+        return self._headers
+
+    async def read(self) -> bytes:
+        parts = [chunk async for chunk in self.iter_chunks()]
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def iter_chunks(self) -> AsyncIterator[bytes]:
+        conn = self._conn
+        if conn is None:
+            return
+        while chunk := await conn.read_chunk():
+            yield chunk
+
+    def release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._pool.put(conn)
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+def _unique(headers: Mapping[str, str]) -> Mapping[str, str]:
+    """Headers without case-insensitive duplicates (the last wins), Host and Content-Length."""
+    lowered = {k.lower() for k in headers}
+    if len(lowered) == len(headers) and not lowered & {"host", "content-length"}:
+        return headers
+    out: dict[str, tuple[str, str]] = {}
+    for k, v in headers.items():
+        if k.lower() not in ("host", "content-length"):
+            out[k.lower()] = (k, v)
+    return dict(out.values())
+
+
+class ConnectionPool:
+    """Idle keep-alive connections per (host, port, tls)."""
+
+    def __init__(self, *, keepalive_timeout: float = 60.0, max_idle_per_host: int = 512) -> None:
+        self.keepalive_timeout = keepalive_timeout
+        self.max_idle_per_host = max_idle_per_host
+        self._idle: dict[tuple[str, int, bool], deque[_Connection]] = {}
+        self._targets: dict[str, tuple[tuple[str, int, bool], bytes]] = {}
+        self._ssl: ssl_module.SSLContext | None = None
+
+    def _target(self, url: str) -> tuple[tuple[str, int, bool], bytes]:
+        """(host, port, tls) and the request-line prefix for a URL (parsed once)."""
+        hit = self._targets.get(url)
+        if hit is None:
+            parts = urlsplit(url)
+            tls = parts.scheme == "https"
+            host = parts.hostname or "localhost"
+            port = parts.port or (443 if tls else 80)
+            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            default = (tls and port == 443) or (not tls and port == 80)
+            host_header = host if default else f"{host}:{port}"
+            if ":" in host and not host.startswith("["):
+                host_header = f"[{host}]" if default else f"[{host}]:{port}"
+            head = f"POST {path} HTTP/1.1\r\nHost: {host_header}\r\n".encode("latin-1")
+            hit = self._targets[url] = ((host, port, tls), head)
+        return hit
+
+    def put(self, conn: _Connection) -> None:
+        if not (conn.done and conn.keep_alive and conn.usable):
+            conn.close()
+            return
+        idle = self._idle.setdefault(conn.key, deque())
+        if len(idle) >= self.max_idle_per_host:
+            conn.close()
+            return
+        conn.idle_since = time.monotonic()
+        idle.append(conn)
+
+    def _take_idle(self, key: tuple[str, int, bool]) -> _Connection | None:
+        idle = self._idle.get(key)
+        if not idle:
+            return None
+        oldest_ok = time.monotonic() - self.keepalive_timeout
+        while idle:
+            conn = idle.pop()  # most recently used: least likely to have been closed
+            if conn.usable and conn.idle_since >= oldest_ok:
+                return conn
+            conn.close()
+        return None
+
+    async def _connect(self, key: tuple[str, int, bool], timeout: float) -> _Connection:
+        host, port, tls = key
+        loop = asyncio.get_running_loop()
+        if tls and self._ssl is None:
+            self._ssl = ssl_module.create_default_context()
+        async with asyncio.timeout(timeout):
+            _, proto = await loop.create_connection(
+                lambda: _Connection(key),
+                host,
+                port,
+                ssl=self._ssl if tls else None,
+                server_hostname=host if tls else None,
+            )
+        return proto
+
+    async def post(
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        connect_timeout: float,
+    ) -> PooledResponse:
+        """Send a POST and return once the response headers arrived."""
+        key, head = self._target(url)
+        extra = "".join(f"{k}: {v}\r\n" for k, v in _unique(headers).items())
+        data = b"".join(
+            (head, f"Content-Length: {len(body)}\r\n{extra}\r\n".encode("latin-1"), body)
+        )
+        for _ in range(2):
+            conn = self._take_idle(key)
+            reused = conn is not None
+            if conn is None:
+                conn = await self._connect(key, connect_timeout)
+            try:
+                await conn.send(data)
+            except (ConnectionError, OSError):
+                conn.close()
+                # A kept-alive connection the server closed before reading our request: the
+                # request never ran, so one retry on a fresh connection is safe.
+                if reused and not conn.received_any:
+                    continue
+                raise
+            except BaseException:
+                conn.close()
+                raise
+            return PooledResponse(conn, self)
+        raise ConnectionResetError("upstream closed the connection")  # pragma: no cover
+
+    async def close(self) -> None:
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+        self._idle.clear()
+        await asyncio.sleep(0)  # let transports finish closing
+
+    def idle_count(self) -> int:
+        return sum(len(d) for d in self._idle.values())
