@@ -8,9 +8,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from fleetgate.app import build_state, create_app
-from fleetgate.hooks import Stage
 from fleetgate.config.loader import parse_config
 from fleetgate.config.settings import Settings
+from fleetgate.hooks import Stage
 from tests.fakes import FakeUpstream
 
 MASTER = "sk-test-master"

@@ -123,9 +123,7 @@ class FakeUpstream:
             self.cancelled += 1
             raise
 
-    async def _act(
-        self, request: web.Request, body: dict[str, Any], b: Any
-    ) -> web.StreamResponse:
+    async def _act(self, request: web.Request, body: dict[str, Any], b: Any) -> web.StreamResponse:
         if isinstance(b, Status):
             headers = {"Retry-After": str(b.retry_after)} if b.retry_after is not None else {}
             err = {"error": {"message": b.message, "type": "upstream", "code": None}}
@@ -152,9 +150,7 @@ class FakeUpstream:
                 "object": "chat.completion",
                 "created": 1,
                 "model": body.get("model"),
-                "choices": [
-                    {"index": 0, "message": message, "finish_reason": b.finish_reason}
-                ],
+                "choices": [{"index": 0, "message": message, "finish_reason": b.finish_reason}],
                 "usage": {
                     "prompt_tokens": 10,
                     "completion_tokens": len(b.content.split()),
@@ -195,7 +191,11 @@ class FakeUpstream:
             await resp.write(chunk({"content": word if i == 0 else " " + word}))
         await resp.write(chunk({}, b.finish_reason))
         if include_usage:
-            usage = {"prompt_tokens": 10, "completion_tokens": len(words), "total_tokens": 10 + len(words)}
+            usage = {
+                "prompt_tokens": 10,
+                "completion_tokens": len(words),
+                "total_tokens": 10 + len(words),
+            }
             data = {
                 "id": "chatcmpl-fake",
                 "object": "chat.completion.chunk",

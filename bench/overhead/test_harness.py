@@ -1,6 +1,6 @@
 """Checks of the harness's own logic (not of anything's speed).
 
-    .venv/bin/python -m pytest bench/overhead
+.venv/bin/python -m pytest bench/overhead
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from fleetgate.api.audio import add_multimodal
 from fleetgate.api.errors import error_middleware
 from fleetgate.api.routes import add_routes
 from fleetgate.api.routing_extras import add_canary, add_semantic
+from fleetgate.api.safety_wiring import add_safety
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.config.loader import load_config
 from fleetgate.config.schema import GatewayConfig
@@ -159,6 +160,7 @@ def create_app(
     add_routes(app)
     _add_tenancy(app, settings, gw)
     add_multimodal(app)
+    add_safety(app, settings, gw)  # after multimodal: checks see transcripts
     add_canary(app, settings, gw)
     add_semantic(app, settings, gw)
 

@@ -93,16 +93,19 @@ async def test_stream_usage_lands_in_metrics(
     req = {"model": "tiny", "stream": True, "messages": [{"role": "user", "content": "x"}]}
     await _sse(await client.post("/v1/chat/completions", json=req, headers=AUTH))
     text = await (await client.get("/metrics")).text()
-    assert 'fleetgate_tokens_total{alias="tiny",deployment="a",version="v1",direction="output"} 2' in text
-    assert 'fleetgate_requests_total{alias="tiny",deployment="a",version="v1",status="200"} 1' in text
+    assert (
+        'fleetgate_tokens_total{alias="tiny",deployment="a",version="v1",direction="output"} 2'
+        in text
+    )
+    assert (
+        'fleetgate_requests_total{alias="tiny",deployment="a",version="v1",status="200"} 1' in text
+    )
     assert "fleetgate_ttft_seconds_count" in text
     assert "fleetgate_inter_token_latency_seconds_count" in text
     assert "fleetgate_overhead_seconds_count" in text
 
 
-async def test_completions_and_embeddings(
-    gateway: GatewayFactory, upstream: FakeUpstream
-) -> None:
+async def test_completions_and_embeddings(gateway: GatewayFactory, upstream: FakeUpstream) -> None:
     client = await gateway(one_alias(upstream))
     resp = await client.post(
         "/v1/completions", json={"model": "tiny", "prompt": "Once"}, headers=AUTH

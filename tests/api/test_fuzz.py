@@ -17,7 +17,9 @@ json_leaf = st.one_of(
 )  # fmt: skip
 json_value = st.recursive(
     json_leaf,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 message = st.fixed_dictionaries(

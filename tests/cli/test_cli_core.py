@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.procs import free_port, metric_value, serve_process, sim_process
 
 from fleetgate.cli.main import main
-from tests.procs import free_port, metric_value, serve_process, sim_process
 
 GOOD = {"models": [{"alias": "a", "deployments": [{"model": "m", "api_base": "http://x/v1"}]}]}
 
@@ -48,7 +48,9 @@ def _chat(url: str, key: str, model: str) -> tuple[int, dict[str, object]]:
 def test_serve_with_two_workers_and_sighup_reload(tmp_path: Path) -> None:
     with sim_process("--mode", "echo") as sim:
         cfg = {"models": [{"alias": "a", "deployments": [{"model": "tiny", "api_base": sim}]}]}
-        with serve_process(cfg, tmp_path, master_key="k", extra_args=["--workers", "2", "--no-watch"]) as (url, proc):
+        with serve_process(
+            cfg, tmp_path, master_key="k", extra_args=["--workers", "2", "--no-watch"]
+        ) as (url, proc):
             for _ in range(10):
                 assert _chat(url, "k", "a")[0] == 200
             time.sleep(2.5)  # each worker publishes its metrics every second

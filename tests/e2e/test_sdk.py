@@ -24,7 +24,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     tmp = tmp_path_factory.mktemp("e2e")
     with (
         sim_process("--mode", "echo", "--decode-ms-per-step", "2") as echo,
-        sim_process("--mode", "random", "--decode-ms-per-step", "20", "--output-len", "200") as slow,
+        sim_process(
+            "--mode", "random", "--decode-ms-per-step", "20", "--output-len", "200"
+        ) as slow,
     ):
         config = {
             "models": [
@@ -125,8 +127,8 @@ def test_disconnect_mid_stream_reaches_the_engine(fleet: dict[str, str]) -> None
 
 
 async def test_tool_calls_through_a_real_gateway(tmp_path: Path) -> None:
-    call = {"id": "call_1", "type": "function",
-            "function": {"name": "get_weather", "arguments": json.dumps({"city": "Oslo"})}}  # fmt: skip
+    function = {"name": "get_weather", "arguments": json.dumps({"city": "Oslo"})}
+    call = {"id": "call_1", "type": "function", "function": function}
     async with FakeUpstream("tools") as up:
         up.queue(Reply(tool_calls=[call], finish_reason="tool_calls"))
         config = {"models": [{"alias": "t", "deployments": [{"model": "m", "api_base": up.url}]}]}

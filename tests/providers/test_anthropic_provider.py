@@ -24,9 +24,7 @@ async def anthropic_up() -> AsyncIterator[tuple[FakeAnthropic, str]]:
 
 async def _sdk(gateway: GatewayFactory, cfg: dict[str, Any]) -> openai.AsyncOpenAI:
     client = await gateway(cfg)
-    return openai.AsyncOpenAI(
-        base_url=str(client.make_url("/v1")), api_key=MASTER, max_retries=0
-    )
+    return openai.AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key=MASTER, max_retries=0)
 
 
 def _cfg(url: str, **alias: Any) -> dict[str, Any]:
@@ -71,7 +69,9 @@ async def test_stream_text_and_usage(
     await sdk.close()
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "One two three four"
-    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    finishes = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
     assert finishes == ["length"]
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 7
 
@@ -113,7 +113,9 @@ async def test_overloaded_anthropic_falls_back(
     for _ in range(5):
         fake.queue_error(529, "overloaded_error", "Overloaded")
     cfg = _cfg(url, fallbacks=["local"], num_retries=1)
-    cfg["models"].append({"alias": "local", "deployments": [{"model": "m", "api_base": upstream.url}]})
+    cfg["models"].append(
+        {"alias": "local", "deployments": [{"model": "m", "api_base": upstream.url}]}
+    )
     cfg["router"] = {"retry_backoff_s": 0.001}
     sdk = await _sdk(gateway, cfg)
     out = await sdk.chat.completions.create(

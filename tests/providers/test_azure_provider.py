@@ -19,10 +19,11 @@ async def azure() -> AsyncIterator[tuple[str, list[web.Request]]]:
     async def chat(request: web.Request) -> web.Response:
         seen.append(request)
         body = await request.json()
+        content = f"n={len(body['messages'])}"
         return web.json_response({
             "id": "x", "object": "chat.completion", "created": 1, "model": "gpt-4o",
             "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": f"n={len(body['messages'])}"}}],
+                         "message": {"role": "assistant", "content": content}}],
             "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
         })  # fmt: skip
 
@@ -61,5 +62,7 @@ async def test_openapi_describes_the_routes(gateway: GatewayFactory, azure: Any)
     client = await gateway(cfg)
     spec = await (await client.get("/openapi.json")).json()
     assert spec["openapi"].startswith("3.")
-    assert {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models"} <= set(spec["paths"])
+    assert {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models"} <= set(
+        spec["paths"]
+    )
     assert "messages" in spec["components"]["schemas"]["ChatCompletionRequest"]["properties"]

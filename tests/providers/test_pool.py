@@ -46,7 +46,9 @@ async def server() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
         await srv.wait_closed()
 
 
-async def test_keep_alive_reuses_one_connection(server: Callable[[Handler], Awaitable[str]]) -> None:
+async def test_keep_alive_reuses_one_connection(
+    server: Callable[[Handler], Awaitable[str]],
+) -> None:
     connections = 0
     seen: list[bytes] = []
 
@@ -76,7 +78,9 @@ async def test_keep_alive_reuses_one_connection(server: Callable[[Handler], Awai
     assert b"Authorization: Bearer k\r\n" in seen[0]
 
 
-async def test_chunked_stream_arrives_in_pieces(server: Callable[[Handler], Awaitable[str]]) -> None:
+async def test_chunked_stream_arrives_in_pieces(
+    server: Callable[[Handler], Awaitable[str]],
+) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")

@@ -161,15 +161,14 @@ async def test_full_payloads_only_for_teams_that_ask(
         assert status == 200
         body = {"model": "tiny", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
         headers = {"Authorization": f"Bearer {loud}"}
-        async with gw.session.post(gw.url + "/v1/chat/completions", json=body, headers=headers) as r:
+        async with gw.session.post(
+            gw.url + "/v1/chat/completions", json=body, headers=headers
+        ) as r:
             streamed = (await r.read()).decode()
             stream_id = r.headers["x-request-id"]
         await gw.tenancy.writer.flush()
         async with gw.tenancy.db.engine.connect() as conn:
-            rows = {
-                r.request_id: r
-                for r in (await conn.execute(select(request_audit))).all()
-            }
+            rows = {r.request_id: r for r in (await conn.execute(select(request_audit))).all()}
     # the gateway's own id keys the row, whatever id the client sent
     assert h_loud["x-request-id"] != "client-supplied"
     loud_row, quiet_row = rows[h_loud["x-request-id"]], rows[h_quiet["x-request-id"]]

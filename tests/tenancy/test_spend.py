@@ -16,7 +16,13 @@ from fleetgate.store import Database
 from fleetgate.store.tables import request_audit, spend
 from fleetgate.tenancy.money import cost_nusd
 from fleetgate.tenancy.writer import RecordWriter
-from tests.tenancy.support import PRICE, TcpProxy, create_pg_database, drop_pg_database, running_gateway
+from tests.tenancy.support import (
+    PRICE,
+    TcpProxy,
+    create_pg_database,
+    drop_pg_database,
+    running_gateway,
+)
 
 
 def _independent_cost(usage: dict[str, Any], price: dict[str, float]) -> Decimal:

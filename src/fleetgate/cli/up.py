@@ -51,7 +51,9 @@ def default_config(engine_urls: dict[str, str]) -> dict[str, Any]:
             {
                 "alias": alias,
                 "strategy": "least-load",
-                "fallbacks": [a for a in engine_urls if a != alias][:1] if alias == "fast-small" else [],
+                "fallbacks": [a for a in engine_urls if a != alias][:1]
+                if alias == "fast-small"
+                else [],
                 "deployments": [
                     {
                         "provider": "openai",
@@ -81,7 +83,9 @@ def _master_key(data_dir: Path) -> str:
     return key
 
 
-def _start_engines(first_port: int, data_dir: Path) -> tuple[list[subprocess.Popen[bytes]], dict[str, str]]:
+def _start_engines(
+    first_port: int, data_dir: Path
+) -> tuple[list[subprocess.Popen[bytes]], dict[str, str]]:
     procs: list[subprocess.Popen[bytes]] = []
     urls: dict[str, str] = {}
     for i, (alias, flags) in enumerate(ENGINES):

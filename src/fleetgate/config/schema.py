@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.routing.canary_config import CanaryConfig
 from fleetgate.routing.semantic_config import SemanticConfig
+from fleetgate.safety.config import SafetyConfig
 
 __all__ = [
     "AliasConfig",
@@ -210,6 +211,7 @@ class GatewayConfig(_Model):
     multimodal: MultimodalConfig = MultimodalConfig()
     semantic: SemanticConfig | None = None  # the intent router (routing/semantic_config.py)
     canary: CanaryConfig = CanaryConfig()  # version splits (routing/canary_config.py)
+    safety: SafetyConfig | None = None  # guardrails (safety/config.py); absent: no safety stage
     # Sections owned by later packages (tenancy, safety, multimodal, ...) are validated there.
     extensions: dict[str, Any] = Field(default_factory=dict)
 

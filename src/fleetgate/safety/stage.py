@@ -16,6 +16,7 @@ policy's audit checks.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 from fleetgate.hooks import FilterResult, GatewayRequest, Outcome
@@ -145,9 +146,28 @@ class SafetyStage:
 
     name = "safety"
 
-    def __init__(self, guardrails: Guardrails, audit: AuditQueue | None = None) -> None:
+    def __init__(
+        self,
+        guardrails: Guardrails,
+        audit: AuditQueue | None = None,
+        *,
+        team_name: Callable[[str], str | None] | None = None,
+    ) -> None:
+        """``team_name`` maps a team id to its name, so policies may name teams either way.
+
+        ``guardrails`` may be replaced at any time (a policy change); each request uses the
+        one in place when it started."""
         self.guardrails = guardrails
         self.audit = audit
+        self.team_name = team_name
+
+    def policy_for(self, alias: str, team_id: str | None) -> Policy:
+        """The team's policy (by id, then by name), else the alias's, else the default."""
+        guardrails = self.guardrails
+        team = team_id
+        if team_id is not None and team_id not in guardrails.config.teams and self.team_name:
+            team = self.team_name(team_id) or team_id
+        return guardrails.policy_for(alias=alias, team=team)
 
     async def _check_input(
         self, policy: Policy, messages: list[dict[str, Any]], ctx: CheckContext
@@ -170,7 +190,7 @@ class SafetyStage:
     async def before(self, req: GatewayRequest) -> None:
         if req.endpoint != _CHAT or not isinstance(req.body.get("messages"), list):
             return
-        policy = self.guardrails.policy_for(alias=req.alias, team=req.principal.team_id)
+        policy = self.policy_for(req.alias, req.principal.team_id)
         messages: list[dict[str, Any]] = req.body["messages"]
         turns = _turns(messages)
         ctx = CheckContext(

@@ -26,6 +26,7 @@ __all__ = [
     "budget_alerts",
     "metadata",
     "request_audit",
+    "safety_audit",
     "spend",
     "spend_tags",
     "teams",
@@ -122,6 +123,23 @@ request_audit = Table(
     Column("prompt", JSON),
     Column("response", Text),
     Index("ix_fg_request_audit_team_time", "team_id", "created_ms"),
+)
+
+safety_audit = Table(
+    "fg_safety_audit",
+    metadata,
+    Column("id", String(100), primary_key=True),  # the request id: a replay never duplicates
+    Column("request_id", String(100)),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("key_id", String(40)),
+    Column("team_id", String(40)),
+    Column("alias", String(200)),
+    Column("flagged", Boolean, nullable=False),
+    Column("categories", JSON, nullable=False),
+    Column("verdicts", JSON, nullable=False),
+    Column("failed", Boolean, nullable=False),
+    Index("ix_fg_safety_audit_time", "created_ms"),
+    Index("ix_fg_safety_audit_key_time", "key_id", "created_ms"),
 )
 
 admin_audit = Table(

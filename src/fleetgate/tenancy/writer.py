@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.store.database import Database
-from fleetgate.store.tables import request_audit, spend, spend_tags
+from fleetgate.store.tables import request_audit, safety_audit, spend, spend_tags
 from fleetgate.tenancy.journal import Segment, Spool
 
 __all__ = ["RecordWriter"]
@@ -28,7 +28,7 @@ log = logging.getLogger("fleetgate.tenancy.writer")
 
 
 class RecordWriter:
-    """Durable, batched, idempotent writes of ``spend`` and ``audit`` records."""
+    """Durable, batched, idempotent writes of ``spend``, ``audit`` and ``safety`` records."""
 
     def __init__(
         self,
@@ -62,7 +62,7 @@ class RecordWriter:
         return self._healthy
 
     def submit(self, kind: str, row: dict[str, Any]) -> None:
-        """Spool and queue one record (``kind``: ``spend`` or ``audit``)."""
+        """Spool and queue one record (``kind``: ``spend``, ``audit`` or ``safety``)."""
         if self._current is None:
             self._current = self.spool.open_segment()
         self._current.append({"kind": kind, "row": row})
@@ -147,6 +147,7 @@ class RecordWriter:
     async def _write(self, records: list[dict[str, Any]]) -> bool:
         spend_rows = [r["row"] for r in records if r["kind"] == "spend"]
         audit_rows = [r["row"] for r in records if r["kind"] == "audit"]
+        safety_rows = [r["row"] for r in records if r["kind"] == "safety"]
         tag_rows = [
             {"request_id": row["request_id"], "tag": f"{k}={v}"}
             for row in spend_rows
@@ -158,6 +159,7 @@ class RecordWriter:
                     new = await self.db.insert_ignore(spend, spend_rows, conn)
                     await self.db.insert_ignore(spend_tags, tag_rows, conn)
                     await self.db.insert_ignore(request_audit, audit_rows, conn)
+                    await self.db.insert_ignore(safety_audit, safety_rows, conn)
         except Exception as exc:  # any store failure: keep the records, retry later
             if self._healthy:
                 log.warning("spend/audit write failed, records stay spooled: %s", exc)
