@@ -101,20 +101,16 @@ def fleetgate_command(repo: Path, override: str | None) -> tuple[list[str], dict
     return [sys.executable, "-m", "fleetgate.cli.main"], {"PYTHONPATH": str(repo / "src")}
 
 
+CORE_CONFIG = Path(__file__).parent / "configs" / "core.yaml"
+
+
 def fleetgate_config(path: Path, upstream: str, template: Path | None) -> Path:
-    """Write the gateway config; a template's ``{upstream}`` becomes the upstream base URL."""
-    if template is not None:
-        path.write_text(template.read_text().replace("{upstream}", upstream))
-        return path
-    path.write_text(
-        "models:\n"
-        "  - alias: tiny\n"
-        "    deployments:\n"
-        "      - provider: openai\n"
-        "        model: tiny\n"
-        f"        api_base: {upstream}/v1\n"
-        "        api_key: dummy\n"
-    )
+    """Write the gateway config; a template's ``{upstream}`` becomes the upstream base URL.
+
+    Without a template: ``configs/core.yaml``, every gateway-core feature on.
+    """
+    source = template if template is not None else CORE_CONFIG
+    path.write_text(source.read_text().replace("{upstream}", upstream))
     return path
 
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import time
@@ -83,13 +84,26 @@ def _master_key(data_dir: Path) -> str:
     return key
 
 
+def _port_or_free(port: int) -> int:
+    """``port`` when it can be bound on 127.0.0.1, else one the system picks (engines are
+    internal: only the gateway talks to them)."""
+    for candidate in (port, 0):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    raise SystemExit("no free port for a simulated engine")
+
+
 def _start_engines(
     first_port: int, data_dir: Path
 ) -> tuple[list[subprocess.Popen[bytes]], dict[str, str]]:
     procs: list[subprocess.Popen[bytes]] = []
     urls: dict[str, str] = {}
     for i, (alias, flags) in enumerate(ENGINES):
-        port = first_port + i
+        port = _port_or_free(first_port + i)
         log = (data_dir / f"engine-{alias}.log").open("ab")
         cmd = [sys.executable, "-m", "fleetgate.cli.main", "sim", "--port", str(port), *flags]
         procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
