@@ -41,6 +41,7 @@ class Exchange:
     span: Any = None
     response_text: str | None = None
     client_request_id: str | None = None  # the caller's x-request-id, for correlation only
+    upstream_done: bool = False  # the upstream stream reached its end ([DONE])
 
     def outcome(self) -> Outcome:
         dep = self.deployment

@@ -103,7 +103,7 @@ async def relay_stream(
         ex.status, ex.error_type = err.status, err.type
         await _write_error(resp, err)
     finally:
-        await upstream.aclose()
+        await upstream.aclose(graceful=ex.upstream_done)
         dispatch.release()
     return resp
 
@@ -115,27 +115,39 @@ async def _relay_bytes(
     metrics: GatewayMetrics,
     want_usage: bool,
 ) -> None:
-    """The fast path: events go out as the bytes that came in."""
+    """The fast path: events go out as the bytes that came in, one write per upstream read."""
     dep = dispatch.deployment
     itl = metrics.itl.labels(ex.alias, dep.id, dep.version)
-    first = dispatch.response.first_event
-    assert first is not None
     last = dispatch.upstream_answered
-    if _inspect(first, ex, want_usage):
-        await resp.write(first)
-    ex.chunks = 1
-    async for event in dispatch.response.events():
+    first = True
+    async for batch in _all_batches(dispatch):
         now = time.perf_counter()
-        if event.startswith(_DONE):
-            await resp.write(event)
+        out = []
+        done = False
+        for event in batch:
+            if event.startswith(_DONE):
+                out.append(event)
+                done = True
+                break
+            if _inspect(event, ex, want_usage):
+                if not first:
+                    itl.observe(now - last)  # events that arrived together are 0 s apart
+                first = False
+                last = now
+                ex.chunks += 1
+                out.append(event)
+        if out:
+            await resp.write(out[0] if len(out) == 1 else b"".join(out))
+        if done:
             break
-        if not _inspect(event, ex, want_usage):
-            continue
-        itl.observe(now - last)
-        last = now
-        ex.chunks += 1
-        await resp.write(event)
+    ex.upstream_done = True
     ex.last_token_at = last
+
+
+async def _all_batches(dispatch: Dispatch) -> AsyncIterator[list[bytes]]:
+    yield dispatch.response.first_batch
+    async for batch in dispatch.response.batches():
+        yield batch
 
 
 def _decode(event: bytes) -> dict[str, Any] | None:
@@ -196,12 +208,6 @@ class _FilteredRelay:
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         """Decoded upstream chunks; usage-only chunks are kept aside."""
-        first = self.dispatch.response.first_event
-        assert first is not None
-        for event in (first,):
-            chunk = self._take(event)
-            if chunk is not None:
-                yield chunk
         async for event in self.dispatch.response.events():
             if event.startswith(_DONE):
                 return
@@ -229,6 +235,7 @@ class _FilteredRelay:
             if stopped:
                 break
         if not stopped:
+            self.ex.upstream_done = True
             for i, f in enumerate(filters):
                 result = await f.finish()
                 out, stop = await _run_filters(filters, result.chunks, i + 1)

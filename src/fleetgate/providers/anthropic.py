@@ -29,6 +29,9 @@ from fleetgate.providers.base import Endpoint, UpstreamCall, UpstreamResponse
 from fleetgate.providers.http import HttpClient, map_client_error
 from fleetgate.providers.pool import PooledResponse
 
+# After [DONE] only the chunked-encoding terminator is left: wait this long for it.
+_DRAIN_S = 0.5
+
 __all__ = ["AnthropicProvider"]
 
 
@@ -99,9 +102,9 @@ class AnthropicProvider:
                 resp, _ = await self._http.post(
                     self._url, data, self._headers, call.timeouts, stream=True, on_error=_error
                 )
-                events = _translate(resp, translator)
+                batches = _translate(resp, translator)
                 try:
-                    first = await anext(events)
+                    first, *leftover = await anext(batches)
                 except StopAsyncIteration:
                     raise UpstreamBadResponse("Anthropic stream ended before any event") from None
         except BaseException as exc:
@@ -112,32 +115,33 @@ class AnthropicProvider:
             raise map_client_error(exc, self._url) from None
         finished = False
 
-        async def rest() -> AsyncIterator[bytes]:
+        async def rest() -> AsyncIterator[list[bytes]]:
             nonlocal finished
             try:
-                async for event in events:
-                    yield event
+                async for batch in batches:
+                    yield batch
             except FleetgateError:
                 raise
             except Exception as exc:
                 raise map_client_error(exc, self._url) from None
             finished = True
 
-        async def closer() -> None:
-            if finished:
+        async def closer(graceful: bool) -> None:
+            if finished or (graceful and await resp.drain(_DRAIN_S)):
                 resp.release()
             else:
                 resp.close()
 
-        return UpstreamResponse(first_event=first, events=rest(), closer=closer)
+        return UpstreamResponse(first_batch=[first, *leftover], batches=rest(), closer=closer)
 
 
 async def _translate(
     resp: PooledResponse, translator: AnthropicStreamTranslator
-) -> AsyncIterator[bytes]:
-    """Anthropic SSE bytes → OpenAI chunk events, ending with ``data: [DONE]``."""
+) -> AsyncIterator[list[bytes]]:
+    """Anthropic SSE bytes → OpenAI chunk events (a list per read), ending with ``[DONE]``."""
     parser = SSEParser()
     async for raw in resp.iter_chunks():
+        batch: list[bytes] = []
         for event, text in parser.feed(raw):
             if not text:
                 continue
@@ -148,7 +152,9 @@ async def _translate(
             if not isinstance(payload, dict):
                 continue
             for chunk in translator.feed(event or str(payload.get("type", "")), payload):
-                yield _sse(chunk)
+                batch.append(_sse(chunk))
+        if batch:
+            yield batch
     if not translator.finished:
         raise UpstreamBadResponse("Anthropic stream ended before message_stop")
-    yield b"data: [DONE]\n\n"
+    yield [b"data: [DONE]\n\n"]

@@ -44,12 +44,14 @@ class UpstreamResponse:
     """An upstream's answer, in OpenAI format.
 
     Non-streaming: ``body`` holds the JSON bytes (``json()`` parses them once).
-    Streaming: ``first_event`` holds the first complete SSE event (``b"data: {...}\\n\\n"``) and
-    ``events`` yields the rest, one complete event at a time. ``aclose`` releases the
-    connection; closing before the end aborts the upstream request.
+    Streaming: ``first_batch`` holds the complete SSE events (``b"data: {...}\\n\\n"``) that
+    arrived with the first one, ``batches`` yields the rest as lists of complete events, one
+    list per upstream read, so a relay can forward what arrived together in one write;
+    ``events`` yields every event, the first batch included, one by one.
+    ``aclose`` releases the connection; closing before the end aborts the upstream request.
     """
 
-    __slots__ = ("status", "headers", "body", "first_event", "_events", "_closer", "_json")
+    __slots__ = ("status", "headers", "body", "first_batch", "_events", "_closer", "_json")
 
     def __init__(
         self,
@@ -57,15 +59,15 @@ class UpstreamResponse:
         status: int = 200,
         headers: Mapping[str, str] | None = None,
         body: bytes | None = None,
-        first_event: bytes | None = None,
-        events: AsyncIterator[bytes] | None = None,
+        first_batch: list[bytes] | None = None,
+        batches: AsyncIterator[list[bytes]] | None = None,
         closer: Any = None,
     ) -> None:
         self.status = status
         self.headers = headers or {}
         self.body = body
-        self.first_event = first_event
-        self._events = events
+        self.first_batch = first_batch or []
+        self._events = batches
         self._closer = closer
         self._json: dict[str, Any] | None = None
 
@@ -86,15 +88,24 @@ class UpstreamResponse:
             self._json = value
         return self._json
 
-    def events(self) -> AsyncIterator[bytes]:
+    def batches(self) -> AsyncIterator[list[bytes]]:
         if self._events is None:
             raise TypeError("not a streaming response")
         return self._events
 
-    async def aclose(self) -> None:
+    async def events(self) -> AsyncIterator[bytes]:
+        for event in self.first_batch:
+            yield event
+        async for batch in self.batches():
+            for event in batch:
+                yield event
+
+    async def aclose(self, *, graceful: bool = False) -> None:
+        """Release the connection. ``graceful``: the stream ended normally ([DONE] seen), so
+        the provider may read the few bytes left to keep the connection alive."""
         closer, self._closer = self._closer, None
         if closer is not None:
-            await closer()
+            await closer(graceful)
 
 
 class Provider(Protocol):

@@ -24,7 +24,7 @@ from fleetgate.errors import (
 )
 from fleetgate.providers.pool import ConnectionPool, PooledResponse
 
-__all__ = ["ErrorMapper", "HttpClient", "iter_sse_events", "map_client_error", "status_error"]
+__all__ = ["ErrorMapper", "HttpClient", "iter_sse_batches", "map_client_error", "status_error"]
 
 ErrorMapper = Callable[[int, bytes, Mapping[str, str]], FleetgateError]
 
@@ -71,8 +71,9 @@ def status_error(status: int, body: bytes, headers: Mapping[str, str]) -> Upstre
     )
 
 
-async def iter_sse_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """Split a byte stream into complete SSE events (each ending in a blank line)."""
+async def iter_sse_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
+    """Split a byte stream into complete SSE events (each ending in a blank line), yielding
+    the events completed by each read together."""
     buf = b""
     async for chunk in chunks:
         buf = buf + chunk if buf else chunk
@@ -82,11 +83,11 @@ async def iter_sse_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
             else:
                 continue
         *events, buf = buf.split(_SEP)
-        for event in events:
-            if event:
-                yield event + _SEP
+        batch = [event + _SEP for event in events if event]
+        if batch:
+            yield batch
     if buf.strip():
-        yield buf.rstrip(b"\n") + _SEP
+        yield [buf.rstrip(b"\n") + _SEP]
 
 
 class HttpClient:
@@ -133,6 +134,7 @@ class HttpClient:
         *,
         stream: bool,
         on_error: ErrorMapper | None = None,
+        extra_headers: Mapping[str, str] | None = None,
     ) -> tuple[PooledResponse, bytes | None]:
         """POST and wait for the headers (and, unless streaming, the body).
 
@@ -143,7 +145,9 @@ class HttpClient:
         resp: PooledResponse | None = None
         try:
             async with asyncio.timeout(None if stream else timeouts.total):
-                resp = await self.pool.post(url, payload, headers, connect_timeout=timeouts.connect)
+                resp = await self.pool.post(
+                    url, payload, headers, connect_timeout=timeouts.connect, extra=extra_headers
+                )
                 if resp.status >= 400:
                     body = await resp.read()
                     resp.release()

@@ -13,8 +13,11 @@ import orjson
 from fleetgate.config.schema import DeploymentConfig
 from fleetgate.errors import UpstreamBadResponse, UpstreamError
 from fleetgate.providers.base import Endpoint, UpstreamCall, UpstreamResponse
-from fleetgate.providers.http import HttpClient, iter_sse_events, map_client_error
+from fleetgate.providers.http import HttpClient, iter_sse_batches, map_client_error
 from fleetgate.providers.pool import PooledResponse
+
+# After [DONE] only the chunked-encoding terminator is left: wait this long for it.
+_DRAIN_S = 0.5
 
 __all__ = ["AzureOpenAIProvider", "OpenAIProvider"]
 
@@ -46,25 +49,36 @@ class OpenAIProvider:
 
     async def send(self, call: UpstreamCall) -> UpstreamResponse:
         url = self.url(call.endpoint)
-        headers = {**self._headers, **call.headers} if call.headers else self._headers
         payload = orjson.dumps(call.body)
         if not call.stream:
-            resp, body = await self._http.post(url, payload, headers, call.timeouts, stream=False)
-            out = UpstreamResponse(status=resp.status, headers=resp.headers, body=body)
+            resp, body = await self._http.post(
+                url,
+                payload,
+                self._headers,
+                call.timeouts,
+                stream=False,
+                extra_headers=call.headers,
+            )
+            out = UpstreamResponse(status=resp.status, body=body)
             out.json()  # garbage in a 200 is an upstream failure, and retryable
             return out
-        return await self._open_stream(url, payload, headers, call)
+        return await self._open_stream(url, payload, call)
 
-    async def _open_stream(
-        self, url: str, payload: bytes, headers: dict[str, str], call: UpstreamCall
-    ) -> UpstreamResponse:
+    async def _open_stream(self, url: str, payload: bytes, call: UpstreamCall) -> UpstreamResponse:
         resp: PooledResponse | None = None
         try:
             async with asyncio.timeout(call.timeouts.first_token):
-                resp, _ = await self._http.post(url, payload, headers, call.timeouts, stream=True)
-                events = iter_sse_events(resp.iter_chunks())
+                resp, _ = await self._http.post(
+                    url,
+                    payload,
+                    self._headers,
+                    call.timeouts,
+                    stream=True,
+                    extra_headers=call.headers,
+                )
+                batches = iter_sse_batches(resp.iter_chunks())
                 try:
-                    first = await anext(events)
+                    first, *rest = await anext(batches)
                 except StopAsyncIteration:
                     raise UpstreamBadResponse(f"{url}: stream ended before any event") from None
         except BaseException as exc:
@@ -76,33 +90,40 @@ class OpenAIProvider:
         if not first.startswith(_SSE_STARTS):
             resp.close()
             raise UpstreamBadResponse(f"{url}: stream is not server-sent events")
-        return _stream_response(resp, first, events, url)
+        return _stream_response(resp, first, rest, batches, url)
 
 
 def _stream_response(
-    resp: PooledResponse, first: bytes, events: AsyncIterator[bytes], where: str
+    resp: PooledResponse,
+    first: bytes,
+    rest: list[bytes],
+    batches: AsyncIterator[list[bytes]],
+    where: str,
 ) -> UpstreamResponse:
     finished = False
 
-    async def rest() -> AsyncIterator[bytes]:
+    async def more() -> AsyncIterator[list[bytes]]:
         nonlocal finished
         try:
-            async for event in events:
-                yield event
+            async for batch in batches:
+                yield batch
         except UpstreamError:
             raise
         except Exception as exc:
             raise map_client_error(exc, where) from None
         finished = True
 
-    async def closer() -> None:
-        if finished:
-            resp.release()
+    async def closer(graceful: bool) -> None:
+        if finished or (graceful and await resp.drain(_DRAIN_S)):
+            resp.release()  # keep-alive: the connection serves the next request
         else:
             resp.close()  # drop the connection: the upstream sees the abort
 
     return UpstreamResponse(
-        status=resp.status, headers=resp.headers, first_event=first, events=rest(), closer=closer
+        status=resp.status,
+        first_batch=[first, *rest],
+        batches=more(),
+        closer=closer,
     )
 
 

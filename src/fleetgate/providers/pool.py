@@ -40,19 +40,20 @@ class _Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self.requests = 0
         self._loop = asyncio.get_running_loop()
+        self.parser = httptools.HttpResponseParser(self)  # parses message after message
+        self._chunks: deque[bytes] = deque()
+        self._error: BaseException | None = None
         self._reset()
 
     def _reset(self) -> None:
-        self.parser = httptools.HttpResponseParser(self)
         self.status = 0
         self.raw_headers: list[tuple[bytes, bytes]] = []
         self.keep_alive = True
         self.received_any = False
         self.done = False
-        self._chunks: deque[bytes] = deque()
+        self._chunks.clear()
         self._buffered = 0
         self._paused = False
-        self._error: BaseException | None = None
         self._headers: asyncio.Future[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
 
@@ -126,11 +127,16 @@ class _Connection(asyncio.Protocol):
         await self._headers
 
     async def read_chunk(self) -> bytes:
-        """The next piece of the body, ``b""`` at its end."""
+        """Everything of the body received so far (at least one byte), ``b""`` at its end.
+
+        Pieces that arrived together are returned together, so a relay forwards them in one
+        write (an SSE upstream sends one HTTP chunk per event)."""
         while True:
             if self._chunks:
-                chunk = self._chunks.popleft()
-                self._buffered -= len(chunk)
+                chunks = self._chunks
+                chunk = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+                chunks.clear()
+                self._buffered = 0
                 if self._paused and self._buffered < _LOW_WATER and self.transport is not None:
                     self._paused = False
                     self.transport.resume_reading()
@@ -180,6 +186,24 @@ class PooledResponse:
         while chunk := await conn.read_chunk():
             yield chunk
 
+    @property
+    def complete(self) -> bool:
+        """The whole response has been received."""
+        return self._conn is not None and self._conn.done
+
+    async def drain(self, timeout: float) -> bool:
+        """Read and drop what is left of the body (bounded in time); True when complete."""
+        conn = self._conn
+        if conn is None:
+            return False
+        try:
+            async with asyncio.timeout(timeout):
+                while await conn.read_chunk():
+                    pass
+        except (TimeoutError, OSError, UpstreamBadResponse):
+            return False
+        return conn.done
+
     def release(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
@@ -210,13 +234,13 @@ class ConnectionPool:
         self.keepalive_timeout = keepalive_timeout
         self.max_idle_per_host = max_idle_per_host
         self._idle: dict[tuple[str, int, bool], deque[_Connection]] = {}
-        self._targets: dict[str, tuple[tuple[str, int, bool], bytes]] = {}
+        self._targets: dict[str, tuple[Mapping[str, str], tuple[str, int, bool], bytes]] = {}
         self._ssl: ssl_module.SSLContext | None = None
 
-    def _target(self, url: str) -> tuple[tuple[str, int, bool], bytes]:
-        """(host, port, tls) and the request-line prefix for a URL (parsed once)."""
+    def _target(self, url: str, headers: Mapping[str, str]) -> tuple[tuple[str, int, bool], bytes]:
+        """(host, port, tls) and the request head up to Content-Length, rendered once."""
         hit = self._targets.get(url)
-        if hit is None:
+        if hit is None or hit[0] is not headers:  # the mapping itself is kept: ids stay unique
             parts = urlsplit(url)
             tls = parts.scheme == "https"
             host = parts.hostname or "localhost"
@@ -226,9 +250,10 @@ class ConnectionPool:
             host_header = host if default else f"{host}:{port}"
             if ":" in host and not host.startswith("["):
                 host_header = f"[{host}]" if default else f"[{host}]:{port}"
-            head = f"POST {path} HTTP/1.1\r\nHost: {host_header}\r\n".encode("latin-1")
-            hit = self._targets[url] = ((host, port, tls), head)
-        return hit
+            lines = "".join(f"{k}: {v}\r\n" for k, v in _unique(headers).items())
+            head = f"POST {path} HTTP/1.1\r\nHost: {host_header}\r\n{lines}".encode("latin-1")
+            hit = self._targets[url] = (headers, (host, port, tls), head)
+        return hit[1], hit[2]
 
     def put(self, conn: _Connection) -> None:
         if not (conn.done and conn.keep_alive and conn.usable):
@@ -275,13 +300,18 @@ class ConnectionPool:
         headers: Mapping[str, str],
         *,
         connect_timeout: float,
+        extra: Mapping[str, str] | None = None,
     ) -> PooledResponse:
-        """Send a POST and return once the response headers arrived."""
-        key, head = self._target(url)
-        extra = "".join(f"{k}: {v}\r\n" for k, v in _unique(headers).items())
-        data = b"".join(
-            (head, f"Content-Length: {len(body)}\r\n{extra}\r\n".encode("latin-1"), body)
-        )
+        """Send a POST and return once the response headers arrived.
+
+        ``headers`` are a deployment's fixed headers (rendered once per URL and mapping);
+        ``extra`` are this request's own."""
+        key, head = self._target(url, headers)
+        if extra:
+            lines = "".join(f"{k}: {v}\r\n" for k, v in _unique(extra).items())
+            data = b"".join((head, f"{lines}Content-Length: {len(body)}\r\n\r\n".encode(), body))
+        else:
+            data = b"".join((head, b"Content-Length: %d\r\n\r\n" % len(body), body))
         for _ in range(2):
             conn = self._take_idle(key)
             reused = conn is not None

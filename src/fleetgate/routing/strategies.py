@@ -84,6 +84,8 @@ class WeightedStrategy:
 def _min_random_tie(
     candidates: Sequence[Deployment], key: Callable[[Deployment], float], rng: random.Random
 ) -> Deployment:
+    if len(candidates) == 1:
+        return candidates[0]
     best = min(key(d) for d in candidates)
     tied = [d for d in candidates if key(d) == best]
     return tied[0] if len(tied) == 1 else rng.choice(tied)
