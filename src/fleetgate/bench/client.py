@@ -19,17 +19,19 @@ Bodies are encoded once before the run (``build_body``) so the hot path allocate
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import aiohttp
 import orjson
 
 from fleetgate.bench.spec import RequestRecord, RequestSpec
+from fleetgate.http1 import ConnectionPool, PooledResponse
 
-__all__ = ["Endpoint", "Target", "build_body", "send_request"]
+__all__ = ["BenchClient", "Endpoint", "Target", "build_body", "send_request"]
 
 Endpoint = Literal["chat", "completions"]
 _DONE = b"[DONE]"
@@ -85,7 +87,7 @@ def build_body(spec: RequestSpec, target: Target) -> bytes:
 
 
 async def send_request(
-    session: aiohttp.ClientSession,
+    client: BenchClient,
     url: str,
     headers: Mapping[str, str],
     body: bytes,
@@ -95,8 +97,12 @@ async def send_request(
     """Send one request and fill ``record`` (times relative to ``t0``, a perf_counter value)."""
     st = time.perf_counter()
     record.sent = st - t0
+    resp: PooledResponse | None = None
     try:
-        async with session.post(url, data=body, headers=headers) as resp:
+        async with client.slot(), asyncio.timeout(client.timeout_s):
+            resp = await client.pool.post(
+                url, body, headers, connect_timeout=min(10.0, client.timeout_s)
+            )
             record.status = resp.status
             if resp.status != 200:
                 text = (await resp.read())[:300].decode("utf-8", "replace")
@@ -107,13 +113,37 @@ async def send_request(
                 await _read_stream(resp, record, st)
             else:
                 await _read_whole(resp, record, st)
+            resp.release()
     except Exception as exc:  # every failure becomes a failed record, never a crash
         record.success = False
         record.error = f"{type(exc).__name__}: {exc}"[:300]
         record.latency = time.perf_counter() - st
+    finally:
+        if resp is not None:
+            resp.close()  # no-op once released
 
 
-async def _read_whole(resp: aiohttp.ClientResponse, record: RequestRecord, st: float) -> None:
+class BenchClient:
+    """The load generator's HTTP client: fleetgate's lean HTTP/1.1 pool (so the client's own
+    cost stays small at thousands of requests per second), an optional cap on connections in
+    use, and a per-request time limit."""
+
+    def __init__(self, timeout_s: float, connections: int | None = None) -> None:
+        self.pool = ConnectionPool(max_idle_per_host=max(512, connections or 0))
+        self.timeout_s = timeout_s
+        self._sem = asyncio.Semaphore(connections) if connections else None
+
+    def slot(self) -> contextlib.AbstractAsyncContextManager[object]:
+        return self._sem if self._sem is not None else contextlib.nullcontext()
+
+    async def __aenter__(self) -> BenchClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.pool.close()
+
+
+async def _read_whole(resp: PooledResponse, record: RequestRecord, st: float) -> None:
     data = orjson.loads(await resp.read())
     record.latency = time.perf_counter() - st
     usage = data.get("usage") or {}
@@ -139,45 +169,65 @@ def _carries_output(choices: Any) -> bool:
     return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"))
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, record: RequestRecord, st: float) -> None:
-    last_choice = st
-    last_msg = st
-    chunks = 0
-    seen_tokens = 0
-    per_chunk: list[int] = []
-    itl = record.itl
-    async for line in resp.content:
-        if not line.startswith(b"data:"):
-            continue
-        payload = line[5:].strip()
+async def _read_stream(resp: PooledResponse, record: RequestRecord, st: float) -> None:
+    state = _StreamState(record, st)
+    buf = b""
+    async for chunk in resp.iter_chunks():
+        ts = time.perf_counter()  # when these bytes arrived
+        buf = buf + chunk if buf else chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                state.message(line[5:].strip(), ts)
+    if buf.startswith(b"data:"):
+        state.message(buf[5:].strip(), time.perf_counter())
+    state.finish()
+
+
+class _StreamState:
+    """Per-stream bookkeeping, as vLLM's benchmark client keeps it."""
+
+    def __init__(self, record: RequestRecord, st: float) -> None:
+        self.record = record
+        self.st = st
+        self.last_choice = st
+        self.last_msg = st
+        self.chunks = 0
+        self.seen_tokens = 0
+        self.per_chunk: list[int] = []
+
+    def message(self, payload: bytes, ts: float) -> None:
         if payload == _DONE or not payload:
-            continue
-        ts = time.perf_counter()
+            return
+        record = self.record
         data = orjson.loads(payload)
-        last_msg = ts
+        self.last_msg = ts
         usage = data.get("usage")
         if _carries_output(data.get("choices")):
-            if chunks == 0:
-                record.ttft = ts - st
+            if self.chunks == 0:
+                record.ttft = ts - self.st
             else:
-                itl.append(ts - last_choice)
-            last_choice = ts
-            chunks += 1
+                record.itl.append(ts - self.last_choice)
+            self.last_choice = ts
+            self.chunks += 1
             if usage and usage.get("completion_tokens") is not None:
                 done = int(usage["completion_tokens"])
-                if chunks > 1:
-                    per_chunk.append(done - seen_tokens)
-                seen_tokens = done
+                if self.chunks > 1:
+                    self.per_chunk.append(done - self.seen_tokens)
+                self.seen_tokens = done
         if usage and usage.get("completion_tokens") is not None:
             record.output_tokens = int(usage["completion_tokens"])
             record.prompt_tokens = int(usage.get("prompt_tokens") or record.prompt_tokens)
             record.usage_reported = True
-    record.latency = last_msg - st
-    if chunks == 0:
-        record.error = "stream ended without a chunk carrying a choice"
-        return
-    if not record.usage_reported:
-        record.output_tokens = chunks
-    if per_chunk and len(per_chunk) == len(itl):
-        record.chunk_tokens = per_chunk
-    record.success = True
+
+    def finish(self) -> None:
+        record = self.record
+        record.latency = self.last_msg - self.st
+        if self.chunks == 0:
+            record.error = "stream ended without a chunk carrying a choice"
+            return
+        if not record.usage_reported:
+            record.output_tokens = self.chunks
+        if self.per_chunk and len(self.per_chunk) == len(record.itl):
+            record.chunk_tokens = self.per_chunk
+        record.success = True

@@ -18,9 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-import aiohttp
-
-from fleetgate.bench.client import Target, build_body, send_request
+from fleetgate.bench.client import BenchClient, Target, build_body, send_request
 from fleetgate.bench.progress import NullProgress, ProgressSink
 from fleetgate.bench.spec import RequestRecord, RequestSpec
 
@@ -52,13 +50,9 @@ async def _wrap(factory: Callable[[], Awaitable[_T]]) -> _T:
     return await factory()
 
 
-def _session(target: Target, connections: int) -> aiohttp.ClientSession:
-    connector = aiohttp.TCPConnector(limit=connections, limit_per_host=0, ttl_dns_cache=300)
-    return aiohttp.ClientSession(
-        connector=connector,
-        timeout=aiohttp.ClientTimeout(total=target.timeout_s),
-        auto_decompress=False,
-    )
+def _client(target: Target, connections: int) -> BenchClient:
+    # 10,000 and more means "no cap": every request in flight gets its own connection.
+    return BenchClient(target.timeout_s, connections if connections < 10_000 else None)
 
 
 async def _wait_until(due: float) -> None:
@@ -92,7 +86,7 @@ async def run_open_loop(
     sink = progress or NullProgress()
     records: list[RequestRecord] = []
     pending: set[asyncio.Task[None]] = set()
-    async with _session(target, connections) as session:
+    async with _client(target, connections) as session:
         t0 = time.perf_counter() + 0.02 if start is None else start
         limit = float("inf") if duration is None else duration
 
@@ -154,7 +148,7 @@ async def run_closed_loop(
     records: list[RequestRecord] = []
     limit = float("inf") if duration is None else duration
     counter = iter(range(len(specs)))
-    async with _session(target, max(concurrency, 1)) as session:
+    async with _client(target, max(concurrency, 1)) as session:
         t0 = time.perf_counter()
 
         async def user() -> None:

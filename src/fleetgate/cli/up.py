@@ -108,6 +108,15 @@ def _start_engines(
         cmd = [sys.executable, "-m", "fleetgate.cli.main", "sim", "--port", str(port), *flags]
         procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
         urls[alias] = f"http://127.0.0.1:{port}/v1"
+    try:
+        _wait_ready(urls, procs, data_dir)
+    except BaseException:
+        _stop(procs)  # never leave an engine behind
+        raise
+    return procs, urls
+
+
+def _wait_ready(urls: dict[str, str], procs: list[subprocess.Popen[bytes]], data_dir: Path) -> None:
     deadline = time.monotonic() + 20
     for url, proc in zip(urls.values(), procs, strict=True):
         while True:
@@ -120,7 +129,14 @@ def _start_engines(
                 if time.monotonic() > deadline:
                     raise SystemExit(f"simulated engine at {url} did not start") from None
                 time.sleep(0.1)
-    return procs, urls
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -148,9 +164,5 @@ def run(args: argparse.Namespace) -> int:
         _use_uvloop()
         asyncio.run(serve_forever(settings))
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
+        _stop(procs)
     return 0

@@ -27,7 +27,7 @@ from fleetgate.providers.anthropic_wire import (
 )
 from fleetgate.providers.base import Endpoint, UpstreamCall, UpstreamResponse
 from fleetgate.providers.http import HttpClient, map_client_error
-from fleetgate.providers.pool import PooledResponse
+from fleetgate.http1 import PooledResponse
 
 # After [DONE] only the chunked-encoding terminator is left: wait this long for it.
 _DRAIN_S = 0.5

@@ -22,7 +22,7 @@ from fleetgate.errors import (
     UpstreamStatusError,
     UpstreamTimeout,
 )
-from fleetgate.providers.pool import ConnectionPool, PooledResponse
+from fleetgate.http1 import ConnectionPool, PooledResponse
 
 __all__ = ["ErrorMapper", "HttpClient", "iter_sse_batches", "map_client_error", "status_error"]
 
