@@ -107,71 +107,283 @@ def _run_fleetgate(url: str, rate: float, seconds: float, processes: int) -> dic
     }
 
 
-def _guidellm_venv(root: Path) -> Path:
-    py = root / "bin" / "python"
-    if not py.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", "guidellm"], check=True)
-    return root / "bin" / "guidellm"
+def _tokenizer(out: Path) -> Path:
+    """A tiny byte-level BPE tokenizer on disk that ``AutoTokenizer.from_pretrained`` loads.
+
+    GuideLLM's synthetic data needs a tokenizer to cut prompts to a token count; nothing may be
+    downloaded, so one is trained here on a few sentences (byte-level, so any text encodes).
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    if (out / "tokenizer.json").exists() and (out / "tokenizer_config.json").exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    words = (
+        "the quick brown fox jumps over a lazy dog while two load generators send requests "
+        "at a constant rate to an instant upstream and measure how late each send was"
+    ).split()
+    corpus = [" ".join(words[i:] + words[:i]) for i in range(len(words))]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer=trainer)
+    tok.save(str(out / "tokenizer.json"))
+    special = "<|endoftext|>"
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": special,
+        "eos_token": special,
+        "unk_token": special,
+        "model_max_length": 1_000_000,
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(config))
+    return out
 
 
-def _find(obj: Any, key: str) -> Any:
-    if isinstance(obj, dict):
-        if key in obj:
-            return obj[key]
-        for v in obj.values():
-            found = _find(v, key)
-            if found is not None:
-                return found
-    elif isinstance(obj, list):
-        for v in obj:
-            found = _find(v, key)
-            if found is not None:
-                return found
-    return None
+def guidellm_command(
+    exe: Path, url: str, rate: float, seconds: float, tokenizer: Path, out: Path
+) -> list[str]:
+    """``guidellm run`` (GuideLLM >= 0.6 CLI): constant rate, synthetic 8-token prompts and
+    1-token outputs (the same shape fleetgate bench sends), streaming chat completions."""
+    target = url.removesuffix("/v1")
+    return [
+        str(exe),
+        "run",
+        "--backend",
+        f"kind=openai_http,target={target},model=m",
+        "--profile",
+        f"kind=constant,rate={rate:g}",
+        "--constraint",
+        f"kind=max_duration,seconds={seconds:g}",
+        "--data",
+        "kind=synthetic_text,prompt_tokens=8,output_tokens=1",
+        "--tokenizer",
+        f"kind=hf_auto,model={tokenizer}",
+        "--metrics",
+        "kind=generative,sample_size=0",
+        "--output",
+        f"kind=json,path={out}",
+        "--disable-progress",
+    ]
+
+
+def _dist_ms(metric: dict[str, Any] | None) -> dict[str, float]:
+    """p50/p99/max (ms) of one GuideLLM distribution (``{"percentiles": ..., "max": ...}``)."""
+    if not metric or not metric.get("count"):
+        return {}
+    pct = metric.get("percentiles") or {}
+    return {
+        "p50": float(pct.get("p50", 0.0)) * 1000.0,
+        "p99": float(pct.get("p99", 0.0)) * 1000.0,
+        "max": float(metric.get("max", 0.0)) * 1000.0,
+    }
+
+
+def parse_guidellm(report: dict[str, Any]) -> dict[str, Any]:
+    """The numbers compared here, from GuideLLM's JSON report (first benchmark).
+
+    Send rate and schedule lag are recomputed from every request's own timings
+    (``request_start`` and ``targeted_start``, GuideLLM's ``request_dispatch_delay``), over
+    all requests that were started, so they are defined like fleetgate's.
+    """
+    bench = report["benchmarks"][0]
+    made = bench["scheduler_metrics"]["requests_made"]
+    metrics = bench["metrics"]
+    starts: list[float] = []
+    lags: list[float] = []
+    for group in ("successful", "errored", "incomplete"):
+        for req in (bench.get("requests") or {}).get(group) or []:
+            timings = (req.get("info") or {}).get("timings") or {}
+            start, target = timings.get("request_start"), timings.get("targeted_start")
+            if start is None:
+                continue
+            starts.append(float(start))
+            if target is not None:
+                lags.append(float(start) - float(target))
+    starts.sort()
+    span = starts[-1] - starts[0] if len(starts) > 1 else 0.0
+    lags.sort()
+
+    def pct(q: float) -> float:
+        return lags[min(len(lags) - 1, int(q * len(lags)))] * 1000.0 if lags else float("nan")
+
+    rps = (metrics.get("requests_per_second") or {}).get("successful") or {}
+    return {
+        "guidellm_version": report.get("metadata", {}).get("guidellm_version"),
+        "worker_processes": bench["scheduler_state"].get("num_processes"),
+        "measured_s": bench.get("duration"),
+        "completed": made["successful"],
+        "failed": made["errored"],
+        "incomplete": made["incomplete"],
+        "sent": len(starts),
+        "achieved_send_rate": (len(starts) - 1) / span if span > 0 else 0.0,
+        "requests_per_second_mean": rps.get("mean"),
+        "p50_schedule_lag_ms": pct(0.50),
+        "p99_schedule_lag_ms": pct(0.99),
+        "max_schedule_lag_ms": lags[-1] * 1000.0 if lags else float("nan"),
+        "dispatch_delay_ms_successful": _dist_ms(
+            (metrics.get("request_dispatch_delay") or {}).get("successful")
+        ),
+        "e2el_ms_successful": _dist_ms((metrics.get("request_latency") or {}).get("successful")),
+    }
 
 
 def _run_guidellm(url: str, rate: float, seconds: float, venv: Path) -> dict[str, Any]:
-    exe = _guidellm_venv(venv)
-    data = venv / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": "say ok " * 4}) + "\n" for _ in range(64)))
-    out = venv / "guidellm.json"
-    cmd = [
-        str(exe),
-        "benchmark",
-        "--target",
-        url.removesuffix("/v1"),
-        "--model",
-        "m",
-        "--rate-type",
-        "constant",
-        "--rate",
-        str(rate),
-        "--max-seconds",
-        str(seconds),
-        "--data",
-        str(data),
-        "--output-path",
-        str(out),
-    ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GUIDELLM__ENV": "prod"}
+    exe = venv / "bin" / "guidellm"
+    result: dict[str, Any] = {"tool": "guidellm", "requested_rate": rate}
+    if not exe.exists():
+        result["error"] = f"{exe} not found: pip install guidellm into {venv} first"
+        return result
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / "loadgen_vs_guidellm"
+    out = work / "guidellm.json"
+    out.unlink(missing_ok=True)
+    cmd = guidellm_command(exe, url, rate, seconds, _tokenizer(work / "tokenizer"), out)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    log = work / "guidellm.log"
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=seconds * 6 + 300)
-    wall = time.perf_counter() - t0
-    result: dict[str, Any] = {
-        "tool": "guidellm",
-        "requested_rate": rate,
-        "wall_s": wall,
+    with log.open("w") as sink:
+        proc = subprocess.run(
+            cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, timeout=seconds * 6 + 300
+        )
+    result |= {
+        "wall_s": time.perf_counter() - t0,
         "returncode": proc.returncode,
+        "command": " ".join(cmd),
+        "log": str(log),
     }
     if proc.returncode != 0 or not out.exists():
-        result["error"] = (proc.stderr or proc.stdout)[-2000:]
+        result["error"] = log.read_text()[-3000:]
         return result
-    report = json.loads(out.read_text())
-    rps = _find(report, "requests_per_second")
-    result["requests_per_second"] = rps.get("successful", rps) if isinstance(rps, dict) else rps
-    result["command"] = " ".join(cmd)
+    result |= parse_guidellm(json.loads(out.read_text()))
     return result
+
+
+def _machine() -> str:
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem_kib = Path("/proc/meminfo").read_text().split()[1]
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return (
+        f"cpu {cpu}, cores {os.cpu_count()}, memory {int(mem_kib) / 2**20:.0f} GiB, "
+        f"kernel {platform.release()}, python {platform.python_version()}, commit {commit}"
+    )
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if isinstance(value, int | float) and value == value:  # not NaN
+        return f"{value:,.{digits}f}" if isinstance(value, float) else f"{value:,}"
+    return "n/a"
+
+
+def _table(results: list[dict[str, Any]]) -> list[str]:
+    rows = [
+        "| tool | asked req/s | sent | send rate req/s | completed | failed | incomplete "
+        "| lag p50 ms | lag p99 ms | lag max ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        if "error" in r:
+            rows.append(f"| {r['tool']} | {r['requested_rate']:,.0f} | failed to run |||||||||")
+            continue
+        rows.append(
+            f"| {r['tool']} | {r['requested_rate']:,.0f} | {_fmt(r['sent'])} "
+            f"| {_fmt(r['achieved_send_rate'], 0)} | {_fmt(r['completed'])} "
+            f"| {_fmt(r['failed'])} | {_fmt(r.get('incomplete', 0))} "
+            f"| {_fmt(r['p50_schedule_lag_ms'], 3)} | {_fmt(r['p99_schedule_lag_ms'], 3)} "
+            f"| {_fmt(r['max_schedule_lag_ms'], 1)} |"
+        )
+    return rows
+
+
+HEADING = "## Load generator vs GuideLLM"
+
+
+def section(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    """The ``## Load generator vs GuideLLM`` section of docs/benchmarks.md."""
+    fg = results[0]
+    lines = [
+        HEADING,
+        "",
+        "Can `fleetgate bench` hold an open-loop schedule? It and GuideLLM are pointed, in the "
+        "same run and one after the other, at the same instant upstream (aiohttp on uvloop, "
+        f"{args.upstream_processes} processes on one SO_REUSEPORT port, one SSE chunk plus a "
+        "usage chunk per request) at the same constant rate for the same duration, with 8-token "
+        "prompts and 1-token streaming chat completions. Schedule lag is actual send time "
+        "minus scheduled send time per request (GuideLLM: `request_start - targeted_start`, its "
+        "`request_dispatch_delay`, over every request it started); send rate is "
+        "(sent - 1) / (last send - first send). The upstream, both load generators, and "
+        "everything else run on the same 2 CPU cores, so neither tool has the machine to itself "
+        "and the absolute numbers are a floor for what either does on a larger box. Reproduce "
+        "with `.venv/bin/python bench/loadgen_vs_guidellm.py --write-docs` (GuideLLM in "
+        f"`{args.venv}`; raw results in `{args.out}`).",
+        "",
+        f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- Machine: {_machine()}",
+        f"- Command: `.venv/bin/python bench/loadgen_vs_guidellm.py --rate {args.rate:g} "
+        f"--seconds {args.seconds:g} --processes {args.processes} "
+        f"--upstream-processes {args.upstream_processes} --write-docs`",
+        f"- fleetgate bench: {args.processes} client processes",
+    ]
+    if len(results) > 1 and "error" not in results[1]:
+        gl = results[1]
+        lines.append(
+            f"- GuideLLM {gl['guidellm_version']} ({gl['worker_processes']} worker processes, its "
+            f"default): `{_redact(gl['command'])}`"
+        )
+    lines += ["", *_table(results), ""]
+    verdict = "held" if fg["p99_schedule_lag_ms"] <= 2.0 and fg["failed"] == 0 else "missed"
+    lines.append(
+        f"fleetgate bench {verdict} the target (p99 schedule lag <= 2 ms, no failures) at "
+        f"{args.rate:,.0f} req/s for {args.seconds:g} s."
+    )
+    if len(results) > 1 and "error" not in results[1]:
+        gl = results[1]
+        ratio = fg["achieved_send_rate"] / gl["achieved_send_rate"] if gl["sent"] > 1 else 0.0
+        lines.append(
+            f"GuideLLM sent {gl['sent']:,} requests at {gl['achieved_send_rate']:,.0f} req/s "
+            f"(fleetgate {fg['sent']:,} at {fg['achieved_send_rate']:,.0f} req/s, "
+            f"{ratio:.2f}x), completed {gl['completed']:,} with {gl['failed']:,} errors and "
+            f"{gl['incomplete']:,} cancelled at the end of its window; its own "
+            f"requests_per_second mean (successful) was "
+            f"{_fmt(gl['requests_per_second_mean'], 0)}."
+        )
+    if args.note:
+        lines.append(args.note)
+    return "\n".join(lines) + "\n"
+
+
+def _redact(cmd: str) -> str:
+    """The GuideLLM command with this run's temporary port and paths made generic."""
+    out = []
+    for part in cmd.split(" "):
+        if part.endswith("/bin/guidellm"):
+            part = "guidellm"
+        out.append(part)
+    return " ".join(out)
+
+
+def update_docs(path: Path, text: str) -> None:
+    """Replace this section of ``path`` (or append it); every other byte stays as it was."""
+    doc = path.read_text() if path.exists() else "# Benchmarks\n"
+    lines = doc.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.rstrip("\n") == HEADING), None)
+    if start is None:
+        path.write_text(doc.rstrip("\n") + "\n\n" + text)
+        return
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), None)
+    tail = "".join(lines[end:]) if end is not None else ""
+    path.write_text("".join(lines[:start]) + text + ("\n" + tail if tail else ""))
 
 
 def main() -> int:

@@ -1,35 +1,6 @@
-"""Fixtures: a store on SQLite and on the real PostgreSQL, a Redis prefix, a simulator."""
+"""The tenancy fixtures (a store on SQLite and on the real PostgreSQL, a Redis prefix, a
+simulator upstream), shared rather than copied."""
 
-from __future__ import annotations
+from tests.tenancy.conftest import db_url, redis_prefix, upstream
 
-import os
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
-
-from fleetgate.sim import SimConfig, running_sim
-from tests.tenancy.support import create_pg_database, drop_pg_database
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'fleetgate.db'}"
-        return
-    url = await create_pg_database()
-    try:
-        yield url
-    finally:
-        await drop_pg_database(url)
-
-
-@pytest.fixture
-def redis_prefix() -> str:
-    return f"fgtest:{os.getpid()}:{os.urandom(4).hex()}:"
-
-
-@pytest.fixture
-async def upstream() -> AsyncIterator[str]:
-    async with running_sim(SimConfig(mode="random", output_len=12)) as url:
-        yield url
+__all__ = ["db_url", "redis_prefix", "upstream"]
