@@ -170,6 +170,9 @@ def add_multimodal(app: web.Application) -> None:
     # After tenancy: a caller over its limits costs no image fetches.
     gw.stages.append(MultimodalStage(runtime, lambda: gw.tables.table))
     add_audio_routes(app)
+    from fleetgate.api.documents import add_document_routes
+
+    add_document_routes(app)
 
     async def lifespan(app: web.Application) -> AsyncIterator[None]:
         await runtime.start()

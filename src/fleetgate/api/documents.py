@@ -1,0 +1,66 @@
+"""Team document collections for retrieval (``prompts.<alias>.retrieval``).
+
+``PUT /admin/teams/{team}/documents/{doc_id}`` with ``{"text": "..."}`` indexes (or re-indexes)
+one document with sentence embeddings; ``DELETE`` removes it. The master key may manage any
+team's documents, a team admin key only its own team's. The index lives in the gateway's
+memory: upload to every replica (or re-upload after a restart).
+"""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+
+from fleetgate.api.audio import MULTIMODAL
+from fleetgate.api.body import read_json
+from fleetgate.api.state import GATEWAY
+from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied
+from fleetgate.multimodal.runtime import MultimodalRuntime
+from fleetgate.tenancy.auth import bearer_token
+
+__all__ = ["add_document_routes"]
+
+_MAX_DOCUMENT_CHARS = 2_000_000
+
+
+def add_document_routes(app: web.Application) -> None:
+    app.router.add_put("/admin/teams/{team}/documents/{doc_id}", put_document)
+    app.router.add_delete("/admin/teams/{team}/documents/{doc_id}", delete_document)
+
+
+def _authorized(request: web.Request) -> tuple[MultimodalRuntime, str]:
+    gw = request.app[GATEWAY]
+    principal = gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    team = request.match_info["team"]
+    if not (principal.is_master or (principal.role == "team_admin" and principal.team_id == team)):
+        raise PermissionDenied(
+            "Only the master key or this team's admin key manages its documents."
+        )
+    runtime = request.app.get(MULTIMODAL)
+    if runtime is None:
+        raise NotFound("Retrieval is off: the multimodal pipeline is disabled in the config.")
+    return runtime, team
+
+
+async def put_document(request: web.Request) -> web.Response:
+    runtime, team = _authorized(request)
+    body = await read_json(request, request.app[GATEWAY].max_request_bytes)
+    text = body.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidRequest("'text' must be a non-empty string", param="text")
+    if len(text) > _MAX_DOCUMENT_CHARS:
+        raise InvalidRequest(
+            f"'text' is longer than {_MAX_DOCUMENT_CHARS} characters", param="text"
+        )
+    doc_id = request.match_info["doc_id"]
+    chunks = await runtime.index.add(team, doc_id, text)
+    out = {"team": team, "id": doc_id, "chunks": chunks}
+    return web.Response(body=orjson.dumps(out), content_type="application/json")
+
+
+async def delete_document(request: web.Request) -> web.Response:
+    runtime, team = _authorized(request)
+    doc_id = request.match_info["doc_id"]
+    runtime.index.remove(team, doc_id)
+    out = {"team": team, "id": doc_id, "deleted": True}
+    return web.Response(body=orjson.dumps(out), content_type="application/json")
