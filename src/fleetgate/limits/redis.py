@@ -8,6 +8,7 @@ connection pool is bounded and its waits and socket timeouts are short).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -54,6 +55,7 @@ class RedisLimiter:
         policy: FailPolicy = "fail_closed",
         breaker_s: float = 1.0,
         on_unavailable: Callable[[str], None] | None = None,
+        settle_delay_s: float = 0.002,
     ) -> None:
         self.redis = redis
         self.prefix = prefix
@@ -63,6 +65,11 @@ class RedisLimiter:
         self._down_until = 0.0
         self._reserve = redis.register_script(RESERVE)
         self._settle = redis.register_script(SETTLE)
+        self.settle_delay_s = settle_delay_s
+        self._pending_settles: list[
+            tuple[list[str], list[Any], asyncio.Future[list[Any] | None]]
+        ] = []
+        self._flusher: asyncio.Task[None] | None = None
 
     def _keys(self, scopes: tuple[Scope, ...]) -> list[str]:
         keys: list[str] = []
@@ -121,16 +128,37 @@ class RedisLimiter:
         return Reservation(member, scopes, tokens, True, usage)
 
     async def settle(self, reservation: Reservation, tokens: int, cost_nusd: int) -> dict[str, int]:
+        """Queue the settle; settles that finish within ``settle_delay_s`` of each other go to
+        Redis in one pipelined round trip (a settle is off the request path: a few ms later
+        only keeps a reservation a little longer, never lets more through)."""
         scopes = reservation.scopes
         args: list[Any] = [reservation.member, tokens, cost_nusd, len(scopes)]
         for s in scopes:
             args += [0 if s.budget_nusd is None else 1, s.period_end_ms + _DAY_MS]
-        try:
-            out = await self._settle(keys=self._keys(scopes), args=args)
-        except _DOWN as exc:
-            self._unavailable(exc)
+        done: asyncio.Future[list[Any] | None] = asyncio.get_running_loop().create_future()
+        self._pending_settles.append((self._keys(scopes), args, done))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_settles())
+        out = await done
+        if out is None:
             return {}
         return {s.name: int(v) for s, v in zip(scopes, out, strict=True) if int(v) >= 0}
+
+    async def _flush_settles(self) -> None:
+        await asyncio.sleep(self.settle_delay_s)
+        while self._pending_settles:
+            batch, self._pending_settles = self._pending_settles[:256], self._pending_settles[256:]
+            try:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for keys, args, _ in batch:
+                        await self._settle(keys=keys, args=args, client=pipe)
+                    results = await pipe.execute()
+            except _DOWN as exc:
+                self._unavailable(exc)
+                results = [None] * len(batch)
+            for (_, _, done), out in zip(batch, results, strict=True):
+                if not done.done():
+                    done.set_result(out)
 
     async def spent(self, scope: Scope) -> int | None:
         try:
@@ -145,5 +173,7 @@ class RedisLimiter:
         await self.redis.set(key, nusd, nx=True, px=min(ttl, 2**40))
 
     async def close(self) -> None:
+        if self._flusher is not None:
+            await asyncio.gather(self._flusher, return_exceptions=True)
         await self.redis.aclose()
         await self.redis.connection_pool.disconnect()
