@@ -263,7 +263,17 @@ class KvAwareStrategy:
         allowed = [i for i, c in enumerate(costs) if c.excluded is None]
         best_cost = min(c.cost_s for c in costs)
         pick_cost = min(costs[i].cost_s for i in allowed)
-        tied = [i for i in allowed if costs[i].cost_s <= pick_cost + 1e-9]
+        balanced = len({costs[i].cached_tokens for i in allowed}) == 1
+        if balanced:
+            # No replica holds more of this prompt than another: the cache has nothing to win,
+            # so balance on the gateway's own in-flight counts (exact, where the queue estimate
+            # from scrapes lags), then on the expected TTFT.
+            fewest = min(candidates[i].state.in_flight for i in allowed)
+            tied = [i for i in allowed if candidates[i].state.in_flight == fewest]
+            pick_cost = min(costs[i].cost_s for i in tied)
+        else:
+            tied = allowed
+        tied = [i for i in tied if costs[i].cost_s <= pick_cost + 1e-9]
         low = min(costs[i].load for i in tied)
         tied = [i for i in tied if costs[i].load == low]
         if len(tied) > 1:  # a new prefix goes where it evicts the least of what is cached
@@ -273,8 +283,10 @@ class KvAwareStrategy:
         dep, chosen = candidates[i], costs[i]
         if len(candidates) == 1:
             reason = "only-candidate"
-        elif pick_cost > best_cost + 1e-9:
-            reason = "hotspot-guard"
+        elif any(c.excluded is not None and c.cost_s <= best_cost + 1e-9 for c in costs):
+            reason = "hotspot-guard"  # the cheapest replica was excluded as a hot spot
+        elif balanced or pick_cost > best_cost + 1e-9:
+            reason = "load"
         elif via_affinity[i] and chosen.cached_tokens > 0:
             reason = "affinity"
         elif chosen.cached_tokens > 0:
