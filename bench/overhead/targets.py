@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import litellm_env
-from procs import Proc, free_port, http_ok
 from wrkrun import request_body
+
+from procs import Proc, free_port, http_ok
 
 HERE = Path(__file__).resolve().parent
 CHAT_PATH = "/v1/chat/completions"

@@ -188,3 +188,19 @@ def test_salt_only_goes_to_vllm_engines_in_auto_mode() -> None:
 def test_registry_knows_kv_aware_and_round_robin() -> None:
     registry = StrategyRegistry.with_builtins()
     assert {"kv-aware", "round-robin"} <= set(registry.names())
+
+
+def test_affinity_does_not_pin_a_session_whose_prompt_changed() -> None:
+    shared = routing()
+    strategy = KvAwareStrategy(shared, "chat")
+    candidates = deps(3)
+    counts = {d.id: 0 for d in candidates}
+    for i in range(30):  # one session, but every request starts with a new system prompt
+        body = {"messages": [{"role": "system", "content": f"Request {i}. " + "fresh words " * 60},
+                             {"role": "user", "content": "same question"}]}  # fmt: skip
+        c = RouteContext("chat", principal=TEAM_A, prompt_tokens=estimate_prompt_tokens(body),
+                         body=body, headers={"x-session-id": "conv-9"})  # fmt: skip
+        picked = strategy.pick(candidates, c)
+        counts[picked.id] += 1
+        shared.stats.dispatched(picked, c)  # never finishes: load accumulates
+    assert sorted(counts.values()) == [10, 10, 10]

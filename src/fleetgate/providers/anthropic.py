@@ -16,6 +16,7 @@ import orjson
 
 from fleetgate.config.schema import DeploymentConfig
 from fleetgate.errors import FleetgateError, InvalidRequest, UpstreamBadResponse
+from fleetgate.http1 import PooledResponse
 from fleetgate.providers.anthropic_wire import (
     AnthropicStreamTranslator,
     SSEParser,
@@ -27,7 +28,6 @@ from fleetgate.providers.anthropic_wire import (
 )
 from fleetgate.providers.base import Endpoint, UpstreamCall, UpstreamResponse
 from fleetgate.providers.http import HttpClient, map_client_error
-from fleetgate.http1 import PooledResponse
 
 # After [DONE] only the chunked-encoding terminator is left: wait this long for it.
 _DRAIN_S = 0.5

@@ -12,9 +12,9 @@ import orjson
 
 from fleetgate.config.schema import DeploymentConfig
 from fleetgate.errors import UpstreamBadResponse, UpstreamError
+from fleetgate.http1 import PooledResponse
 from fleetgate.providers.base import Endpoint, UpstreamCall, UpstreamResponse
 from fleetgate.providers.http import HttpClient, iter_sse_batches, map_client_error
-from fleetgate.http1 import PooledResponse
 
 # After [DONE] only the chunked-encoding terminator is left: wait this long for it.
 _DRAIN_S = 0.5

@@ -246,7 +246,15 @@ class KvAwareStrategy:
                     ekey, max(1, view.num_blocks * view.block_size // kv.index_block_tokens)
                 )
             matched = int(shared.index.match(ekey, hashes) * tokens_per_block)
-            sticky = entry is not None and entry.engine == ekey and entry.prompt_tokens > matched
+            # Affinity extends a match, it never contradicts one: a session whose prompt text no
+            # longer starts like the one sent before (a new system prompt) has nothing cached
+            # there. Without indexable text (images only) the session is the only evidence.
+            sticky = (
+                entry is not None
+                and entry.engine == ekey
+                and (matched > 0 or not hashes)
+                and entry.prompt_tokens > matched
+            )
             if sticky and entry is not None:
                 matched = entry.prompt_tokens
             cached = min(matched, prompt - 1)
