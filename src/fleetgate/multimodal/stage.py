@@ -57,6 +57,10 @@ _SPOKEN = "multimodal.spoken"
 _HEADER_LIMIT = 6 * 1024
 
 
+# Request fields that make the stage do work even for plain-text messages.
+_EXTRA_FIELDS = frozenset({"user_profile", "modalities", "audio"})
+
+
 class MultimodalStage:
     """The `fleetgate.hooks.Stage` of the multimodal pipeline.
 
@@ -78,6 +82,14 @@ class MultimodalStage:
         rt = self.runtime
         conv_id = req.headers.get("x-conversation-id") if rt.config.conversations.enabled else None
         debug = req.headers.get("x-fleetgate-debug", "").lower() == "prompt"
+        if (
+            conv_id is None
+            and not debug
+            and not _EXTRA_FIELDS & req.body.keys()
+            and req.alias not in rt.config.prompts
+            and all(isinstance(m.get("content"), str | None) for m in req.body["messages"])
+        ):
+            return  # plain text chat: nothing to fetch, transcribe, assemble or speak
         profile = req.body.get("user_profile")
         if profile is not None and not isinstance(profile, str):
             raise InvalidRequest("user_profile must be a string", param="user_profile")
