@@ -16,13 +16,9 @@ import numpy as np
 import numpy.typing as npt
 import soundfile as sf
 
-from fleetgate.errors import (
-    UpstreamBadResponse,
-    UpstreamConnectError,
-    UpstreamStatusError,
-    UpstreamTimeout,
-)
+from fleetgate.errors import UpstreamBadResponse
 from fleetgate.multimodal.audio.decode import TARGET_RATE
+from fleetgate.multimodal.upstream import SideServiceClient
 
 __all__ = ["OpenAITranscriber", "wav_bytes"]
 
@@ -36,14 +32,7 @@ def wav_bytes(samples: Samples, rate: int = TARGET_RATE) -> bytes:
     return buf.getvalue()
 
 
-def _json_or_text(text: str) -> object:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-class OpenAITranscriber:
+class OpenAITranscriber(SideServiceClient):
     """Sends segments to an OpenAI-compatible transcription endpoint.
 
     Example::
@@ -53,40 +42,17 @@ class OpenAITranscriber:
         await asr.aclose()
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        model: str,
-        api_key: str | None = None,
-        concurrency: int = 8,
-        timeout_s: float = 60.0,
-        session: aiohttp.ClientSession | None = None,
-    ) -> None:
-        self.url = base_url.rstrip("/") + "/audio/transcriptions"
-        self.model = model
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._limit = asyncio.Semaphore(concurrency)
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self._session = session
-        self._owns_session = session is None
+    service = "transcription"
+    path = "/audio/transcriptions"
 
     async def transcribe_segments(
         self, segments: Sequence[Samples], *, language: str | None = None, prompt: str | None = None
     ) -> list[str]:
         """Transcribe each segment with a concurrent upstream request."""
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
-        jobs = [self._one(self._session, seg, language, prompt) for seg in segments]
+        jobs = [self._one(seg, language, prompt) for seg in segments]
         return list(await asyncio.gather(*jobs))
 
-    async def _one(
-        self,
-        session: aiohttp.ClientSession,
-        samples: Samples,
-        language: str | None,
-        prompt: str | None,
-    ) -> str:
+    async def _one(self, samples: Samples, language: str | None, prompt: str | None) -> str:
         form = aiohttp.FormData()
         form.add_field("file", wav_bytes(samples), filename="segment.wav", content_type="audio/wav")
         form.add_field("model", self.model)
@@ -95,29 +61,17 @@ class OpenAITranscriber:
             form.add_field("language", language)
         if prompt:
             form.add_field("prompt", prompt)
-        async with self._limit:
-            try:
-                async with session.post(self.url, data=form, headers=self._headers) as resp:
-                    if resp.status >= 400:
-                        body = _json_or_text(await resp.text())
-                        raise UpstreamStatusError(
-                            f"transcription upstream answered {resp.status}",
-                            upstream_status=resp.status,
-                            body=body,
-                        )
-                    payload = await resp.json(content_type=None)
-            except TimeoutError as exc:
-                raise UpstreamTimeout("transcription upstream timed out") from exc
-            except (aiohttp.ContentTypeError, ValueError) as exc:
-                raise UpstreamBadResponse("transcription upstream sent invalid JSON") from exc
-            except aiohttp.ClientError as exc:
-                raise UpstreamConnectError(f"transcription upstream failed: {exc}") from exc
+        data = await self._post(data=form)
+        try:
+            payload = json.loads(data)
+        except ValueError as exc:
+            raise UpstreamBadResponse("transcription upstream sent invalid JSON") from exc
         if not isinstance(payload, dict) or not isinstance(payload.get("text"), str):
             raise UpstreamBadResponse("transcription upstream answer has no 'text'")
         return str(payload["text"]).strip()
 
-    async def aclose(self) -> None:
-        """Close the HTTP session if this transcriber created it."""
-        if self._owns_session and self._session is not None:
-            await self._session.close()
-            self._session = None
+    def _error_body(self, data: bytes) -> object:
+        try:
+            return json.loads(data)
+        except ValueError:
+            return data.decode(errors="replace")

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-
-import aiohttp
-
-from fleetgate.errors import UpstreamConnectError, UpstreamStatusError, UpstreamTimeout
 from fleetgate.multimodal.speech.tts import SynthesizedAudio
+from fleetgate.multimodal.upstream import SideServiceClient
 
 __all__ = ["OpenAISynthesizer"]
 
 
-class OpenAISynthesizer:
+class OpenAISynthesizer(SideServiceClient):
     """Speech from an OpenAI-compatible upstream.
 
     Example::
@@ -24,30 +20,13 @@ class OpenAISynthesizer:
 
     SAMPLE_RATE = 24_000
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        model: str,
-        api_key: str | None = None,
-        concurrency: int = 8,
-        timeout_s: float = 60.0,
-        session: aiohttp.ClientSession | None = None,
-    ) -> None:
-        self.url = base_url.rstrip("/") + "/audio/speech"
-        self.model = model
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._limit = asyncio.Semaphore(concurrency)
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self._session = session
-        self._owns_session = session is None
+    service = "speech"
+    path = "/audio/speech"
 
     async def synthesize(
         self, text: str, *, voice: str = "alloy", speed: float = 1.0
     ) -> SynthesizedAudio:
         """Ask the upstream for raw PCM of ``text``."""
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
         body = {
             "model": self.model,
             "input": text,
@@ -55,24 +34,5 @@ class OpenAISynthesizer:
             "speed": speed,
             "response_format": "pcm",
         }
-        async with self._limit:
-            try:
-                async with self._session.post(self.url, json=body, headers=self._headers) as resp:
-                    data = await resp.read()
-                    if resp.status >= 400:
-                        raise UpstreamStatusError(
-                            f"speech upstream answered {resp.status}",
-                            upstream_status=resp.status,
-                            body=data.decode(errors="replace"),
-                        )
-            except TimeoutError as exc:
-                raise UpstreamTimeout("speech upstream timed out") from exc
-            except aiohttp.ClientError as exc:
-                raise UpstreamConnectError(f"speech upstream failed: {exc}") from exc
+        data = await self._post(json=body)
         return SynthesizedAudio(data[: len(data) // 2 * 2], self.SAMPLE_RATE)
-
-    async def aclose(self) -> None:
-        """Close the HTTP session if this synthesizer created it."""
-        if self._owns_session and self._session is not None:
-            await self._session.close()
-            self._session = None
