@@ -1,8 +1,10 @@
 """Tenancy overhead: auth + limits (Redis on loopback) against the gateway core alone.
 
-Both gateways run in this process against the same instant upstream, in the same run and in
-alternating rounds; the script prints the p50/p90 of the gateway's own overhead
-(``x-fleetgate-overhead-ms``) and of the client-seen latency, and the p50 difference.
+Both gateways run against the same simulated upstream, in the same run and in alternating
+rounds; the script prints the p50/p90 of the gateway's own overhead (``x-fleetgate-overhead-ms``)
+and of the client-seen latency, and the p50 differences. By default the upstream and each
+gateway are processes of their own (``fleetgate sim`` / ``fleetgate serve``), as deployed;
+``--in-process`` puts everything on this process's event loop (the client included).
 
     PYTHONPATH=src python bench/tenancy/run.py --requests 2000 [--redis redis://127.0.0.1:6379/0]
 
@@ -13,13 +15,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import yaml
 from aiohttp import web
 
 from fleetgate.app import create_app
@@ -68,40 +76,105 @@ def _pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
 
 
-async def main(requests: int, redis_url: str | None, rounds: int) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="fg-bench-tenancy-"))
-    prefix = f"fgbench:{os.urandom(4).hex()}:"
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _wait(url: str, proc: subprocess.Popen[bytes]) -> None:
+    async with aiohttp.ClientSession() as session:
+        for _ in range(300):
+            if proc.poll() is not None:
+                raise RuntimeError(f"{url}: process exited with {proc.returncode}")
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(url) as r:
+                    if r.status < 500:
+                        return
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"{url} did not start")
+
+
+@contextlib.asynccontextmanager
+async def _processes(
+    tmp: Path, redis_url: str | None, prefix: str
+) -> AsyncIterator[tuple[str, str]]:
+    """``fleetgate sim`` and two ``fleetgate serve`` (core, tenancy): (core URL, tenancy URL)."""
+    procs: list[subprocess.Popen[bytes]] = []
+    exe = [sys.executable, "-m", "fleetgate.cli.main"]
+    env = {**os.environ, "FLEETGATE_MASTER_KEY": MASTER}
+    if redis_url:
+        env["FLEETGATE_REDIS_URL"] = redis_url
+    try:
+        sim_port = _free_port()
+        procs.append(subprocess.Popen([*exe, "sim", "--port", str(sim_port), "--output-len", "8"]))
+        upstream = f"http://127.0.0.1:{sim_port}"
+        await _wait(upstream + "/health", procs[-1])
+        urls = []
+        for name, tenancy in (("core", False), ("tenancy", True)):
+            cfg = _config(upstream, tenancy, prefix).model_dump(mode="json", exclude_defaults=True)
+            path = tmp / f"{name}.yaml"
+            path.write_text(yaml.safe_dump(cfg))
+            port = _free_port()
+            procs.append(subprocess.Popen(
+                [*exe, "serve", "--config", str(path), "--port", str(port), "--no-watch",
+                 "--data-dir", str(tmp / name)], env=env,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            ))  # fmt: skip
+            urls.append(f"http://127.0.0.1:{port}")
+            await _wait(urls[-1] + "/health/live", procs[-1])
+        yield urls[0], urls[1]
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=10)
+
+
+@contextlib.asynccontextmanager
+async def _in_process(
+    tmp: Path, redis_url: str | None, prefix: str
+) -> AsyncIterator[tuple[str, str]]:
     async with running_sim(SimConfig(output_len=8)) as upstream:
         base = Settings(master_key=MASTER, data_dir=tmp / "core", watch_config=False)
         ten = Settings(master_key=MASTER, data_dir=tmp / "tenancy", redis_url=redis_url,
                        watch_config=False)  # fmt: skip
         core_runner, core_url = await _start(create_app(base, _config(upstream, False, prefix)))
-        ten_app = create_app(ten, _config(upstream, True, prefix))
-        ten_runner, ten_url = await _start(ten_app)
+        ten_runner, ten_url = await _start(create_app(ten, _config(upstream, True, prefix)))
         try:
-            async with aiohttp.ClientSession() as session:
-                h = {"Authorization": f"Bearer {MASTER}"}
-                async with session.post(ten_url + "/admin/teams", headers=h,
-                                        json={"name": "bench", "rpm": 10**7}) as r:  # fmt: skip
-                    team = await r.json()
-                async with session.post(ten_url + "/admin/keys", headers=h, json={
-                        "team": team["id"], "rpm": 10**7, "tpm": 10**9, "max_parallel": 1000,
-                        "max_budget_usd": 10**6}) as r:  # fmt: skip
-                    key = (await r.json())["key"]
-                stats: dict[str, tuple[list[float], list[float]]] = {
-                    "core": ([], []), "tenancy": ([], []),
-                }  # fmt: skip
-                await _round(session, core_url, MASTER, 50, [], [])  # warm up
-                await _round(session, ten_url, key, 50, [], [])
-                per = max(1, requests // rounds)
-                for _ in range(rounds):
-                    await _round(session, core_url, MASTER, per, *stats["core"])
-                    await _round(session, ten_url, key, per, *stats["tenancy"])
+            yield core_url, ten_url
         finally:
             await ten_runner.cleanup()
             await core_runner.cleanup()
+
+
+async def main(requests: int, redis_url: str | None, rounds: int, in_process: bool) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="fg-bench-tenancy-"))
+    prefix = f"fgbench:{os.urandom(4).hex()}:"
+    gateways = _in_process if in_process else _processes
+    async with gateways(tmp, redis_url, prefix) as (core_url, ten_url):
+        async with aiohttp.ClientSession() as session:
+            h = {"Authorization": f"Bearer {MASTER}"}
+            async with session.post(ten_url + "/admin/teams", headers=h,
+                                    json={"name": "bench", "rpm": 10**7}) as r:  # fmt: skip
+                team = await r.json()
+            async with session.post(ten_url + "/admin/keys", headers=h, json={
+                    "team": team["id"], "rpm": 10**7, "tpm": 10**9, "max_parallel": 1000,
+                    "max_budget_usd": 10**6}) as r:  # fmt: skip
+                key = (await r.json())["key"]
+            await asyncio.sleep(1.0)  # the new key reaches the cache
+            stats: dict[str, tuple[list[float], list[float]]] = {
+                "core": ([], []), "tenancy": ([], []),
+            }  # fmt: skip
+            await _round(session, core_url, MASTER, 50, [], [])  # warm up
+            await _round(session, ten_url, key, 50, [], [])
+            per = max(1, requests // rounds)
+            for _ in range(rounds):
+                await _round(session, core_url, MASTER, per, *stats["core"])
+                await _round(session, ten_url, key, per, *stats["tenancy"])
     mode = f"Redis {redis_url}" if redis_url else "in-process limiter"
-    print(f"tenancy overhead ({mode}), {requests} requests each, {rounds} alternating rounds")
+    where = "one process" if in_process else "upstream and gateways in their own processes"
+    print(f"tenancy overhead ({mode}; {where}), {requests} requests each, {rounds} rounds")
     print(f"{'target':10} {'overhead p50':>13} {'p90':>8} {'latency p50':>12} {'p90':>8}  (ms)")
     for name, (ov, lat) in stats.items():
         print(f"{name:10} {_pct(ov, 50):13.3f} {_pct(ov, 90):8.3f} "
@@ -109,7 +182,8 @@ async def main(requests: int, redis_url: str | None, rounds: int) -> None:
     added = _pct(stats["tenancy"][0], 50) - _pct(stats["core"][0], 50)
     added_e2e = _pct(stats["tenancy"][1], 50) - _pct(stats["core"][1], 50)
     print(f"added p50: {added:.3f} ms (gateway overhead), {added_e2e:.3f} ms (client latency)")
-    print(f"target <= 0.300 ms: {'met' if added <= 0.3 else 'NOT met'}")
+    ok = "met" if max(added, added_e2e) <= 0.3 else "NOT met"
+    print(f"target <= 0.300 ms on both measures: {ok}")
 
 
 if __name__ == "__main__":
@@ -118,5 +192,7 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0",
                         help="Redis URL; empty for the in-process limiter")  # fmt: skip
+    parser.add_argument("--in-process", action="store_true",
+                        help="upstream, gateways and client on one event loop")  # fmt: skip
     args = parser.parse_args()
-    asyncio.run(main(args.requests, args.redis or None, args.rounds))
+    asyncio.run(main(args.requests, args.redis or None, args.rounds, args.in_process))
