@@ -4,47 +4,17 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 
+from fleetgate.cli.processes import free_port, stop, wait_http
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as resp:
-                if resp.status < 500:
-                    return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"{url} did not answer within {timeout}s")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+__all__ = ["free_port", "metric_value", "serve_process", "sim_process"]
 
 
 @contextmanager
@@ -54,10 +24,10 @@ def sim_process(*args: str) -> Iterator[str]:
     cmd = [sys.executable, "-m", "fleetgate.cli.main", "sim", "--port", str(port), *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_http(f"http://127.0.0.1:{port}/health", proc)
+        wait_http(f"http://127.0.0.1:{port}/health", proc)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 @contextmanager
@@ -79,10 +49,10 @@ def serve_process(
     log = (tmp / f"gateway-{port}.log").open("wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
     try:
-        _wait_http(f"http://127.0.0.1:{port}/health/live", proc)
+        wait_http(f"http://127.0.0.1:{port}/health/live", proc)
         yield f"http://127.0.0.1:{port}", proc
     finally:
-        _stop(proc)
+        stop(proc)
         log.close()
 
 

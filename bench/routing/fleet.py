@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,42 +14,14 @@ from typing import Any
 
 import yaml
 
+from fleetgate.cli.processes import free_port, stop, wait_http
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _env() -> dict[str, str]:
     path = os.environ.get("PYTHONPATH", "")
     return {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{path}" if path else str(REPO / "src")}
-
-
-def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as resp:
-                if resp.status < 500:
-                    return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(f"{url} did not answer within {timeout}s")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @dataclass(frozen=True)
@@ -111,11 +80,11 @@ class Fleet:
                 log.close()
                 urls.append(f"http://127.0.0.1:{port}")
             for url, proc in zip(urls, procs, strict=True):
-                _wait(f"{url}/health", proc)
+                wait_http(f"{url}/health", proc, timeout=60)
             yield cls(urls)
         finally:
             for proc in procs:
-                _stop(proc)
+                stop(proc)
 
     def prefix_counters(self) -> tuple[float, float]:
         """(hits, queries) summed over the fleet, from the simulators' own metrics."""
@@ -140,10 +109,10 @@ def gateway_process(config: dict[str, Any], tmp: Path, master: str) -> Iterator[
     log = (tmp / f"gateway-{port}.log").open("wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
-        _wait(f"http://127.0.0.1:{port}/health/live", proc)
+        wait_http(f"http://127.0.0.1:{port}/health/live", proc, timeout=60)
         yield f"http://127.0.0.1:{port}"
     finally:
-        _stop(proc)
+        stop(proc)
         log.close()
 
 
@@ -157,8 +126,8 @@ def router_process(binary: str, urls: list[str], tmp: Path) -> Iterator[str]:
     log = (tmp / f"vllm-router-{port}.log").open("wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
-        _wait(f"http://127.0.0.1:{port}/health", proc)
+        wait_http(f"http://127.0.0.1:{port}/health", proc, timeout=60)
         yield f"http://127.0.0.1:{port}"
     finally:
-        _stop(proc)
+        stop(proc)
         log.close()

@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,7 @@ import yaml
 from aiohttp import web
 
 from fleetgate.app import create_app
+from fleetgate.cli.processes import free_port, stop, wait_http
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.sim import SimConfig, running_sim
@@ -76,23 +76,8 @@ def _pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def _wait(url: str, proc: subprocess.Popen[bytes]) -> None:
-    async with aiohttp.ClientSession() as session:
-        for _ in range(300):
-            if proc.poll() is not None:
-                raise RuntimeError(f"{url}: process exited with {proc.returncode}")
-            with contextlib.suppress(aiohttp.ClientError):
-                async with session.get(url) as r:
-                    if r.status < 500:
-                        return
-            await asyncio.sleep(0.1)
-    raise RuntimeError(f"{url} did not start")
+    await asyncio.to_thread(wait_http, url, proc, 30.0)
 
 
 @contextlib.asynccontextmanager
@@ -106,7 +91,7 @@ async def _processes(
     if redis_url:
         env["FLEETGATE_REDIS_URL"] = redis_url
     try:
-        sim_port = _free_port()
+        sim_port = free_port()
         procs.append(subprocess.Popen([*exe, "sim", "--port", str(sim_port), "--output-len", "8"]))
         upstream = f"http://127.0.0.1:{sim_port}"
         await _wait(upstream + "/health", procs[-1])
@@ -115,7 +100,7 @@ async def _processes(
             cfg = _config(upstream, tenancy, prefix).model_dump(mode="json", exclude_defaults=True)
             path = tmp / f"{name}.yaml"
             path.write_text(yaml.safe_dump(cfg))
-            port = _free_port()
+            port = free_port()
             procs.append(subprocess.Popen(
                 [*exe, "serve", "--config", str(path), "--port", str(port), "--no-watch",
                  "--data-dir", str(tmp / name)], env=env,
@@ -126,9 +111,7 @@ async def _processes(
         yield urls[0], urls[1]
     finally:
         for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(timeout=10)
+            stop(proc)
 
 
 @contextlib.asynccontextmanager

@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import secrets
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from fleetgate.cli.processes import free_port, stop, wait_http
 from fleetgate.cli.serve import _use_uvloop, serve_forever
 from fleetgate.config.settings import Settings
 
@@ -84,59 +81,33 @@ def _master_key(data_dir: Path) -> str:
     return key
 
 
-def _port_or_free(port: int) -> int:
-    """``port`` when it can be bound on 127.0.0.1, else one the system picks (engines are
-    internal: only the gateway talks to them)."""
-    for candidate in (port, 0):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", candidate))
-            except OSError:
-                continue
-            return int(sock.getsockname()[1])
-    raise SystemExit("no free port for a simulated engine")
-
-
 def _start_engines(
     first_port: int, data_dir: Path
 ) -> tuple[list[subprocess.Popen[bytes]], dict[str, str]]:
     procs: list[subprocess.Popen[bytes]] = []
     urls: dict[str, str] = {}
     for i, (alias, flags) in enumerate(ENGINES):
-        port = _port_or_free(first_port + i)
+        port = free_port(first_port + i)  # engines are internal: any free port will do
         log = (data_dir / f"engine-{alias}.log").open("ab")
         cmd = [sys.executable, "-m", "fleetgate.cli.main", "sim", "--port", str(port), *flags]
         procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
         urls[alias] = f"http://127.0.0.1:{port}/v1"
     try:
-        _wait_ready(urls, procs, data_dir)
-    except BaseException:
+        for url, proc in zip(urls.values(), procs, strict=True):
+            wait_http(url.removesuffix("/v1") + "/health", proc)
+    except (RuntimeError, TimeoutError) as exc:
         _stop(procs)  # never leave an engine behind
+        msg = f"a simulated engine did not start ({exc}); see {data_dir}/engine-*.log"
+        raise SystemExit(msg) from None
+    except BaseException:
+        _stop(procs)
         raise
     return procs, urls
 
 
-def _wait_ready(urls: dict[str, str], procs: list[subprocess.Popen[bytes]], data_dir: Path) -> None:
-    deadline = time.monotonic() + 20
-    for url, proc in zip(urls.values(), procs, strict=True):
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"simulated engine for {url} exited; see {data_dir}/engine-*.log")
-            try:
-                with urllib.request.urlopen(url.removesuffix("/v1") + "/health", timeout=1):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"simulated engine at {url} did not start") from None
-                time.sleep(0.1)
-
-
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
+        stop(proc, timeout=5)
 
 
 def run(args: argparse.Namespace) -> int:
