@@ -60,6 +60,16 @@ _FORWARDED = frozenset(
 )
 
 
+def _selected_headers(request: web.Request, affinity: frozenset[str]) -> dict[str, str]:
+    """The request headers stages and the router read, with lower-case names."""
+    out = {}
+    for name, value in request.headers.items():
+        lowered = name.lower()
+        if lowered in _FORWARDED or lowered in affinity:
+            out[lowered] = value
+    return out
+
+
 def _upstream_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:
     """The body every attempt starts from: always ask a stream for its usage."""
     if not stream:
@@ -98,7 +108,7 @@ async def _serve(request: web.Request, endpoint: Endpoint) -> web.StreamResponse
         want_usage=stream and isinstance(options, dict) and options.get("include_usage") is True,
         prompt_tokens=estimate_prompt_tokens(body),
         max_tokens=max_tokens if isinstance(max_tokens, int) else 0,
-        headers={k: v for k, v in request.headers.items() if k.lower() in _FORWARDED},
+        headers=_selected_headers(request, gw.tables.table.affinity_headers),
         received_at=time.time(),
     )
     ex = Exchange(req.request_id, endpoint, alias, principal, started, stream)
@@ -138,11 +148,6 @@ async def _dispatch(
     endpoint: Endpoint,
 ) -> web.StreamResponse:
     table = gw.tables.table
-    headers = dict(req.headers)
-    for name in table.config.routing.affinity_headers:
-        value = request.headers.get(name)
-        if value is not None:
-            headers[name.lower()] = value
     ctx = RouteContext(
         alias=req.alias,
         principal=req.principal,
@@ -150,7 +155,7 @@ async def _dispatch(
         max_tokens=req.max_tokens,
         session_id=req.headers.get("x-session-id"),
         body=req.body,
-        headers=headers,
+        headers=req.headers,
         dispatch_hooks=tuple(req.dispatch_hooks),
     )
     base = _upstream_body(req.body, req.stream)

@@ -42,6 +42,8 @@ class RouteTable:
         self.config = config
         self._routes = routes
         self._chains: dict[str, list[AliasRoute]] = {}
+        # Request headers the router reads (session affinity), lower-cased, computed once.
+        self.affinity_headers = frozenset(h.lower() for h in config.routing.affinity_headers)
 
     @classmethod
     def build(
