@@ -137,6 +137,49 @@ async def test_spool_left_by_a_crash_is_replayed_exactly_once(db_url: str, tmp_p
         await db.close()
 
 
+async def test_a_flush_writes_what_was_queued_and_returns_while_records_keep_coming(
+    tmp_path: Path,
+) -> None:
+    """Under steady traffic a flush must end: it once chased the records arriving during its
+    own writes and wrote them two at a time, costing more CPU than the requests themselves."""
+    db = Database.from_url(None, tmp_path)
+    await db.migrate()
+    writer = RecordWriter(db, tmp_path / "spool", batch_size=50)
+    writes: list[int] = []
+    original = writer._write
+
+    async def counting(records: list[dict[str, Any]]) -> bool:
+        writes.append(len(records))
+        return await original(records)
+
+    writer._write = counting  # type: ignore[method-assign]
+    stop = asyncio.Event()
+
+    async def traffic() -> None:
+        i = 1000
+        while not stop.is_set():
+            writer.submit("spend", _row(f"t{i}"))
+            i += 1
+            await asyncio.sleep(0)
+
+    try:
+        for i in range(120):
+            writer.submit("spend", _row(f"r{i}"))
+        flushing = asyncio.ensure_future(writer.flush())
+        feeder = asyncio.ensure_future(traffic())  # starts once the flush awaits its write
+        await asyncio.wait_for(flushing, 10)
+        assert writes == [50, 50, 20]  # the 120 queued at the start, in full batches
+        stop.set()
+        await feeder
+        assert writer.pending() > 0  # what arrived meanwhile waits for the next flush
+        await writer.flush()
+        assert writer.pending() == 0
+    finally:
+        stop.set()
+        await writer.stop()
+        await db.close()
+
+
 async def test_budget_stops_at_the_limit_and_alerts_once_each(
     db_url: str, upstream: str, tmp_path: Path
 ) -> None:

@@ -1,26 +1,27 @@
 """`RedisLimiter`: exact limits shared by every replica and worker through atomic Lua scripts.
 
+Calls go through `fleetgate.resp.RespClient` (one pipelined connection per process), and the
+part of each script call that depends only on the scopes (keys, limits) is encoded once per
+scope set, so a reservation costs the gateway little more than the round trip.
+
 When Redis cannot be reached the configured policy decides: ``fail_open`` admits the request
 unlimited, ``fail_closed`` refuses it with 503. Either way the event is logged and counted, and
-for ``breaker_s`` afterwards requests do not wait on Redis at all (no queue builds up: the
-connection pool is bounded and its waits and socket timeouts are short).
+for ``breaker_s`` afterwards requests do not wait on Redis at all (no queue builds up: replies
+later than the client's timeout break the connection, and the commands in flight are bounded).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Literal
-
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from dataclasses import dataclass
+from typing import Literal
 
 from fleetgate.errors import ServiceUnavailable
 from fleetgate.limits.base import LEASE_MS, WINDOW_MS, Denial, Reservation, Scope, ScopeUsage
 from fleetgate.limits.scripts import RESERVE, SETTLE
+from fleetgate.resp import RespClient, Script, bulk
 
 __all__ = ["FailPolicy", "RedisLimiter", "limiter_redis"]
 
@@ -29,19 +30,57 @@ log = logging.getLogger("fleetgate.limits")
 FailPolicy = Literal["fail_open", "fail_closed"]
 _REASONS = {1: "requests", 2: "tokens", 3: "parallel", 4: "budget"}
 _DAY_MS = 86_400_000
-_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
+_DOWN = (ConnectionError, TimeoutError, OSError)
+_RESERVE = Script(RESERVE)
+_SETTLE = Script(SETTLE)
+_MAX_ENCODED = 50_000  # scope sets whose commands are kept encoded
 
 
-def limiter_redis(url: str, *, timeout_s: float = 0.25, max_connections: int = 64) -> Redis:
-    """A Redis client for limits: bounded pool, short waits, short socket timeouts."""
-    pool = BlockingConnectionPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=timeout_s,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
+def limiter_redis(url: str, *, timeout_s: float = 0.25, max_pending: int = 10_000) -> RespClient:
+    """A Redis client for limits: short timeouts, a bounded number of commands in flight."""
+    return RespClient(url, timeout_s=timeout_s, max_pending=max_pending)
+
+
+@dataclass(frozen=True, slots=True)
+class _Encoded:
+    """``EVALSHA`` of both scripts for one scope set, split around the per-request arguments:
+    a command is ``head + member + tokens [+ cost] + tail``."""
+
+    reserve_head: bytes
+    reserve_tail: bytes
+    settle_head: bytes
+    settle_tail: bytes
+
+
+def _encode(prefix: str, scopes: tuple[Scope, ...]) -> _Encoded:
+    keys: list[str] = []
+    for s in scopes:
+        base = f"{prefix}lim:{s.name}:"
+        keys += [base + "rq", base + "tk", base + "th", base + "par"]
+        keys.append(f"{prefix}spend:{s.budget_key}")
+    reserve_static: list[int] = [len(scopes), WINDOW_MS, LEASE_MS]
+    settle_static: list[int] = [len(scopes)]
+    for s in scopes:
+        reserve_static += [
+            -1 if s.rpm is None else s.rpm,
+            -1 if s.tpm is None else s.tpm,
+            -1 if s.max_parallel is None else s.max_parallel,
+            -1 if s.budget_nusd is None else s.budget_nusd,
+            s.period_end_ms,
+        ]
+        settle_static += [0 if s.budget_nusd is None else 1, s.period_end_ms + _DAY_MS]
+
+    def head(script: Script, dynamic: int, static: int) -> bytes:
+        count = 3 + len(keys) + dynamic + static  # the array header counts every argument
+        fixed: list[str | int] = ["EVALSHA", script.sha, len(keys), *keys]
+        return b"*%d\r\n" % count + b"".join(bulk(a) for a in fixed)
+
+    return _Encoded(
+        head(_RESERVE, 2, len(reserve_static)),
+        b"".join(bulk(v) for v in reserve_static),
+        head(_SETTLE, 3, len(settle_static)),
+        b"".join(bulk(v) for v in settle_static),
     )
-    return Redis(connection_pool=pool)
 
 
 class RedisLimiter:
@@ -49,13 +88,12 @@ class RedisLimiter:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RespClient,
         *,
         prefix: str = "fg:",
         policy: FailPolicy = "fail_closed",
         breaker_s: float = 1.0,
         on_unavailable: Callable[[str], None] | None = None,
-        settle_delay_s: float = 0.002,
     ) -> None:
         self.redis = redis
         self.prefix = prefix
@@ -63,21 +101,15 @@ class RedisLimiter:
         self.breaker_s = breaker_s
         self._on_unavailable = on_unavailable
         self._down_until = 0.0
-        self._reserve = redis.register_script(RESERVE)
-        self._settle = redis.register_script(SETTLE)
-        self.settle_delay_s = settle_delay_s
-        self._pending_settles: list[
-            tuple[list[str], list[Any], asyncio.Future[list[Any] | None]]
-        ] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._encoded: dict[tuple[Scope, ...], _Encoded] = {}
 
-    def _keys(self, scopes: tuple[Scope, ...]) -> list[str]:
-        keys: list[str] = []
-        for s in scopes:
-            base = f"{self.prefix}lim:{s.name}:"
-            keys += [base + "rq", base + "tk", base + "th", base + "par"]
-            keys.append(f"{self.prefix}spend:{s.budget_key}")
-        return keys
+    def _commands(self, scopes: tuple[Scope, ...]) -> _Encoded:
+        enc = self._encoded.get(scopes)
+        if enc is None:
+            if len(self._encoded) >= _MAX_ENCODED:
+                self._encoded.clear()
+            enc = self._encoded[scopes] = _encode(self.prefix, scopes)
+        return enc
 
     def _unavailable(self, exc: BaseException) -> None:
         self._down_until = time.monotonic() + self.breaker_s
@@ -99,21 +131,13 @@ class RedisLimiter:
             if self._on_unavailable is not None:
                 self._on_unavailable(self.policy)
             return self._degraded(member, scopes, tokens)
-        args: list[Any] = [member, tokens, len(scopes), WINDOW_MS, LEASE_MS]
-        for s in scopes:
-            args += [
-                -1 if s.rpm is None else s.rpm,
-                -1 if s.tpm is None else s.tpm,
-                -1 if s.max_parallel is None else s.max_parallel,
-                -1 if s.budget_nusd is None else s.budget_nusd,
-                s.period_end_ms,
-            ]
+        enc = self._commands(scopes)
+        command = enc.reserve_head + bulk(member) + bulk(tokens) + enc.reserve_tail
         try:
-            out = await self._reserve(keys=self._keys(scopes), args=args)
+            values = await self.redis.eval_encoded(_RESERVE, command)
         except _DOWN as exc:
             self._unavailable(exc)
             return self._degraded(member, scopes, tokens)
-        values = [int(v) for v in out]
         if values[0] == 1:
             return Denial(scopes[values[1]].name, _REASONS[values[2]], values[3])
         usage = [
@@ -128,41 +152,27 @@ class RedisLimiter:
         return Reservation(member, scopes, tokens, True, usage)
 
     async def settle(self, reservation: Reservation, tokens: int, cost_nusd: int) -> dict[str, int]:
-        """Queue the settle; settles that finish within ``settle_delay_s`` of each other go to
-        Redis in one pipelined round trip (a settle is off the request path: a few ms later
-        only keeps a reservation a little longer, never lets more through)."""
+        """Free the parallel slot, true up the tokens, add the cost. Settles of concurrent
+        requests share the connection and so reach Redis pipelined."""
         scopes = reservation.scopes
-        args: list[Any] = [reservation.member, tokens, cost_nusd, len(scopes)]
-        for s in scopes:
-            args += [0 if s.budget_nusd is None else 1, s.period_end_ms + _DAY_MS]
-        done: asyncio.Future[list[Any] | None] = asyncio.get_running_loop().create_future()
-        self._pending_settles.append((self._keys(scopes), args, done))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush_settles())
-        out = await done
-        if out is None:
+        enc = self._commands(scopes)
+        command = (
+            enc.settle_head
+            + bulk(reservation.member)
+            + bulk(tokens)
+            + bulk(cost_nusd)
+            + enc.settle_tail
+        )
+        try:
+            out = await self.redis.eval_encoded(_SETTLE, command)
+        except _DOWN as exc:
+            self._unavailable(exc)
             return {}
-        return {s.name: int(v) for s, v in zip(scopes, out, strict=True) if int(v) >= 0}
-
-    async def _flush_settles(self) -> None:
-        await asyncio.sleep(self.settle_delay_s)
-        while self._pending_settles:
-            batch, self._pending_settles = self._pending_settles[:256], self._pending_settles[256:]
-            try:
-                async with self.redis.pipeline(transaction=False) as pipe:
-                    for keys, args, _ in batch:
-                        await self._settle(keys=keys, args=args, client=pipe)
-                    results = await pipe.execute()
-            except _DOWN as exc:
-                self._unavailable(exc)
-                results = [None] * len(batch)
-            for (_, _, done), out in zip(batch, results, strict=True):
-                if not done.done():
-                    done.set_result(out)
+        return {s.name: v for s, v in zip(scopes, out, strict=True) if v >= 0}
 
     async def spent(self, scope: Scope) -> int | None:
         try:
-            value = await self.redis.get(f"{self.prefix}spend:{scope.budget_key}")
+            value = await self.redis.call("GET", f"{self.prefix}spend:{scope.budget_key}")
         except _DOWN:
             return None
         return int(value or 0)
@@ -170,10 +180,7 @@ class RedisLimiter:
     async def seed_spend(self, scope: Scope, nusd: int) -> None:
         key = f"{self.prefix}spend:{scope.budget_key}"
         ttl = max(scope.period_end_ms + _DAY_MS - int(time.time() * 1000), 1000)
-        await self.redis.set(key, nusd, nx=True, px=min(ttl, 2**40))
+        await self.redis.call("SET", key, nusd, "NX", "PX", min(ttl, 2**40))
 
     async def close(self) -> None:
-        if self._flusher is not None:
-            await asyncio.gather(self._flusher, return_exceptions=True)
-        await self.redis.aclose()
-        await self.redis.connection_pool.disconnect()
+        await self.redis.close()

@@ -131,11 +131,15 @@ class RecordWriter:
                 return False
             seg.pending = []
             return True
-        while seg.pending:
-            batch = seg.pending[: self.batch_size]
+        # Only what was queued when the flush began: records keep arriving during the writes,
+        # and chasing them turned one flush into an endless run of two-record batches.
+        remaining = len(seg.pending)
+        while remaining > 0:
+            batch = seg.pending[: min(self.batch_size, remaining)]
             if not await self._write(batch):
                 return False
             del seg.pending[: len(batch)]
+            remaining -= len(batch)
         return True
 
     async def _write_all(self, records: list[dict[str, Any]]) -> bool:
