@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -35,6 +36,7 @@ __all__ = [
     "Outcome",
     "ResponseFilter",
     "Stage",
+    "StageRun",
     "StreamFilter",
 ]
 
@@ -138,3 +140,41 @@ class Stage(Protocol):
     async def before(self, req: GatewayRequest) -> None: ...
 
     def after(self, req: GatewayRequest, outcome: Outcome) -> None: ...
+
+
+class StageRun:
+    """The stages around one request: ``before`` in order, then ``after`` in reverse for exactly
+    the stages whose ``before`` completed (so a stage that reserved something always settles).
+
+    Example::
+
+        run = StageRun(gw.stages, req)
+        try:
+            await run.before()
+            ...  # the upstream call
+        finally:
+            if run.started:
+                run.after(outcome)
+    """
+
+    __slots__ = ("_ran", "req", "stages")
+
+    def __init__(self, stages: Sequence[Stage], req: GatewayRequest) -> None:
+        self.stages = stages
+        self.req = req
+        self._ran: list[Stage] = []
+
+    async def before(self) -> None:
+        for stage in self.stages:
+            await stage.before(self.req)
+            self._ran.append(stage)
+
+    @property
+    def started(self) -> bool:
+        """Whether any stage's ``before`` completed (and so is owed an ``after``)."""
+        return bool(self._ran)
+
+    def after(self, outcome: Outcome) -> None:
+        ran, self._ran = self._ran, []
+        for stage in reversed(ran):
+            stage.after(self.req, outcome)

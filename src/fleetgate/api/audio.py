@@ -4,19 +4,26 @@ Transcriptions take a multipart upload (``file``, ``model``, optional ``language
 ``prompt``, ``response_format`` of json / text / verbose_json / srt / vtt) and run the
 speech-in pipeline (decode, 16 kHz, VAD, batch ASR). Speech takes JSON (``model``, ``input``,
 ``voice``, ``response_format`` of wav / pcm / mp3 / flac / opus, ``speed``) and streams the
-audio phrase by phrase as it is synthesised. Both authenticate like the chat route.
+audio phrase by phrase as it is synthesised. Both authenticate like the chat route and pass
+the same stages (`fleetgate.hooks.StageRun`): the key's allowed models, RPM/TPM/parallel limits
+and budget apply, and each request is audited and counted in spend (tokens estimated from the
+text spoken or transcribed; the embedded engines have no price, so at zero cost).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import BodyPartReader, web
 
 from fleetgate.api.body import read_json
-from fleetgate.api.state import GATEWAY
-from fleetgate.errors import InvalidRequest, PayloadTooLarge
+from fleetgate.api.state import GATEWAY, GatewayState
+from fleetgate.errors import FleetgateError, InvalidRequest, ModelNotFound, PayloadTooLarge
+from fleetgate.hooks import GatewayRequest, Outcome, StageRun
 from fleetgate.multimodal.audio.formats import FORMATS as TRANSCRIPT_FORMATS
 from fleetgate.multimodal.audio.formats import render_transcript
 from fleetgate.multimodal.runtime import MultimodalRuntime
@@ -25,6 +32,7 @@ from fleetgate.multimodal.speech.espeak import OPENAI_VOICES
 from fleetgate.multimodal.speech.streamer import SpeechStreamer
 from fleetgate.tenancy.auth import bearer_token
 from fleetgate.tenancy.principal import Principal
+from fleetgate.tokens import estimate_prompt_tokens
 
 __all__ = ["MULTIMODAL", "add_audio_routes", "add_multimodal", "speech", "transcriptions"]
 
@@ -41,6 +49,59 @@ def add_audio_routes(app: web.Application) -> None:
 def _principal(request: web.Request) -> Principal:
     gw = request.app[GATEWAY]
     return gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+
+
+def _gateway_request(
+    gw: GatewayState, endpoint: str, principal: Principal, body: dict[str, Any], tokens: int
+) -> GatewayRequest:
+    model: str = body["model"]
+    if not principal.may_use(model):
+        raise ModelNotFound(
+            f"The model '{model}' does not exist or you do not have access to it.", param="model"
+        )
+    return GatewayRequest(
+        request_id=gw.request_ids.next(),
+        endpoint=endpoint,
+        principal=principal,
+        body=body,
+        alias=model,
+        stream=False,
+        want_usage=False,
+        prompt_tokens=tokens,
+        max_tokens=0,
+        received_at=time.time(),
+    )
+
+
+@contextlib.asynccontextmanager
+async def _staged(gw: GatewayState, req: GatewayRequest, engine: str) -> AsyncIterator[Outcome]:
+    """Run the stages around an audio request; the caller fills in the yielded `Outcome`
+    (tokens) and the stages' ``after`` sees how it ended."""
+    started = time.perf_counter()
+    run = StageRun(gw.stages, req)
+    outcome = Outcome(status=200, alias=req.alias, prompt_tokens=req.prompt_tokens)
+    try:
+        await run.before()
+        outcome.deployment = engine
+        yield outcome
+    except FleetgateError as exc:
+        outcome.status, outcome.error_type = exc.status, exc.type
+        exc.headers.update(req.response_headers)
+        raise
+    except asyncio.CancelledError:
+        outcome.status, outcome.error_type = 499, "client_disconnected"
+        raise
+    except Exception:
+        outcome.status, outcome.error_type = 500, "internal_error"
+        raise
+    finally:
+        outcome.latency_s = time.perf_counter() - started
+        if run.started:
+            run.after(outcome)
+
+
+def _headers(req: GatewayRequest, content_type: str) -> dict[str, str]:
+    return {"Content-Type": content_type, "x-request-id": req.request_id, **req.response_headers}
 
 
 async def _read_form(request: web.Request, max_bytes: int) -> tuple[dict[str, str], bytes | None]:
@@ -71,7 +132,8 @@ async def _read_limited(part: BodyPartReader, limit: int) -> bytes:
 
 
 async def transcriptions(request: web.Request) -> web.Response:
-    _principal(request)
+    principal = _principal(request)
+    gw = request.app[GATEWAY]
     runtime = request.app[MULTIMODAL]
     fields, audio = await _read_form(request, runtime.config.asr.max_bytes)
     if not audio:
@@ -84,11 +146,14 @@ async def transcriptions(request: web.Request) -> web.Response:
             f"response_format must be one of {', '.join(TRANSCRIPT_FORMATS)}",
             param="response_format",
         )
-    transcript = await runtime.transcriber.transcribe(
-        audio, language=fields.get("language") or None, prompt=fields.get("prompt") or None
-    )
-    body, content_type = render_transcript(transcript, fmt)
-    return web.Response(body=body, headers={"Content-Type": content_type})
+    req = _gateway_request(gw, "audio/transcriptions", principal, dict(fields), 0)
+    async with _staged(gw, req, f"asr:{runtime.config.asr.backend}") as outcome:
+        transcript = await runtime.transcriber.transcribe(
+            audio, language=fields.get("language") or None, prompt=fields.get("prompt") or None
+        )
+        outcome.completion_tokens = estimate_prompt_tokens({"input": transcript.text})
+        body, content_type = render_transcript(transcript, fmt)
+        return web.Response(body=body, headers=_headers(req, content_type))
 
 
 def _speech_request(
@@ -122,11 +187,25 @@ def _speech_request(
 
 
 async def speech(request: web.Request) -> web.StreamResponse:
-    _principal(request)
+    principal = _principal(request)
     gw = request.app[GATEWAY]
     runtime = request.app[MULTIMODAL]
     body = await read_json(request, gw.max_request_bytes)
     text, voice, fmt, speed = _speech_request(body, runtime)
+    req = _gateway_request(gw, "audio/speech", principal, body, estimate_prompt_tokens(body))
+    async with _staged(gw, req, f"tts:{runtime.config.tts.backend}"):
+        return await _speak(request, req, runtime, text, voice, fmt, speed)
+
+
+async def _speak(
+    request: web.Request,
+    req: GatewayRequest,
+    runtime: MultimodalRuntime,
+    text: str,
+    voice: str,
+    fmt: str,
+    speed: float,
+) -> web.StreamResponse:
     encoder = StreamEncoder(fmt)
     streamer = SpeechStreamer(
         runtime.synthesizer,
@@ -136,7 +215,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
     )
     streamer.feed(text)
     streamer.finish()
-    resp = web.StreamResponse(headers={"Content-Type": encoder.content_type})
+    resp = web.StreamResponse(headers=_headers(req, encoder.content_type))
     try:
         async for piece in streamer:
             data = encoder.encode(piece.audio)

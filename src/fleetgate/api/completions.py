@@ -25,7 +25,7 @@ from fleetgate.api.schemas import (
 )
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.errors import FleetgateError, ModelNotFound
-from fleetgate.hooks import GatewayRequest, Stage
+from fleetgate.hooks import GatewayRequest, StageRun
 from fleetgate.providers.base import Endpoint, UpstreamCall
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch import Dispatch
@@ -113,11 +113,9 @@ async def _serve(request: web.Request, endpoint: Endpoint) -> web.StreamResponse
     )
     ex = Exchange(req.request_id, endpoint, alias, principal, started, stream)
     ex.client_request_id = req.headers.get("x-request-id")
-    ran: list[Stage] = []
+    run = StageRun(gw.stages, req)
     try:
-        for stage in gw.stages:
-            await stage.before(req)
-            ran.append(stage)
+        await run.before()
         ex.alias = req.alias
         return await _dispatch(request, gw, req, ex, endpoint)
     except asyncio.CancelledError:
@@ -134,10 +132,8 @@ async def _serve(request: web.Request, endpoint: Endpoint) -> web.StreamResponse
             exc.headers.update(req.response_headers)
         raise
     finally:
-        if ran:
-            outcome = ex.outcome()
-            for stage in reversed(ran):
-                stage.after(req, outcome)
+        if run.started:
+            run.after(ex.outcome())
 
 
 async def _dispatch(

@@ -1,0 +1,115 @@
+"""The audio routes pass the tenancy stage like chat: allowed models, limits, spend and audit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+import pytest
+from sqlalchemy import select
+
+from fleetgate.store.tables import request_audit, spend
+from tests.multimodal.audio.conftest import SENTENCES, speak_to_wav
+from tests.tenancy.support import Gateway, running_gateway, wait_for
+
+
+async def _speech(gw: Gateway, key: str, model: str = "tts-1") -> tuple[int, dict[str, str]]:
+    body = {"model": model, "input": "please open the door", "voice": "alloy",
+            "response_format": "wav"}  # fmt: skip
+    async with gw.session.post(
+        gw.url + "/v1/audio/speech", json=body, headers={"Authorization": f"Bearer {key}"}
+    ) as resp:
+        await resp.read()
+        return resp.status, {k.lower(): v for k, v in resp.headers.items()}
+
+
+async def test_speech_counts_against_the_key_limits_and_is_billed_and_audited(
+    upstream: str, tmp_path: Path
+) -> None:
+    async with running_gateway(upstream, tmp_path, None) as gw:
+        _, key_id, key = await gw.team_and_key("voice", rpm=2, aliases=["tiny", "tts-1"])
+        first, headers = await _speech(gw, key)
+        assert first == 200
+        assert headers["x-ratelimit-remaining-requests"] == "1"
+        assert headers["x-request-id"]
+        assert (await _speech(gw, key))[0] == 200
+        refused, headers = await _speech(gw, key)
+        assert refused == 429 and "retry-after" in headers
+        # the audio requests and the chat route share the key's RPM
+        status, _, body = await gw.chat(key)
+        assert status == 429, body
+
+        async def written() -> bool:
+            async with gw.tenancy.db.engine.connect() as conn:
+                rows = (await conn.execute(select(spend).where(spend.c.key_id == key_id))).all()
+            return len(rows) == 2
+
+        await wait_for(written)
+        async with gw.tenancy.db.engine.connect() as conn:
+            rows = (await conn.execute(select(spend).where(spend.c.key_id == key_id))).all()
+            audit = (
+                await conn.execute(
+                    select(request_audit.c.alias, request_audit.c.decision).where(
+                        request_audit.c.key_id == key_id
+                    )
+                )
+            ).all()
+        assert {(r.alias, r.deployment, r.status) for r in rows} == {("tts-1", "tts:espeak", 200)}
+        assert all(r.input_tokens > 0 and r.cost_nusd == 0 for r in rows)
+        assert sorted(audit) == sorted(
+            [("tts-1", "allowed"), ("tts-1", "allowed"), ("tts-1", "refused_requests"),
+             ("tiny", "refused_requests")]
+        )  # fmt: skip
+
+
+async def test_a_key_without_the_audio_model_is_refused(upstream: str, tmp_path: Path) -> None:
+    async with running_gateway(upstream, tmp_path, None) as gw:
+        _, _, key = await gw.team_and_key("text-only", aliases=["tiny"])
+        status, _ = await _speech(gw, key)
+        assert status == 404
+        form = aiohttp.FormData()
+        form.add_field("file", b"RIFF....", filename="a.wav", content_type="audio/wav")
+        form.add_field("model", "whisper-1")
+        async with gw.session.post(
+            gw.url + "/v1/audio/transcriptions",
+            data=form,
+            headers={"Authorization": f"Bearer {key}"},
+        ) as resp:
+            assert resp.status == 404
+            assert (await resp.json())["error"]["code"] == "model_not_found"
+
+
+@pytest.fixture(scope="module")
+def wav() -> bytes:
+    return speak_to_wav(SENTENCES[:1], 0.3)
+
+
+async def test_a_transcription_is_billed_with_its_transcript_tokens(
+    upstream: str, tmp_path: Path, wav: bytes
+) -> None:
+    async with running_gateway(upstream, tmp_path, None) as gw:
+        _, key_id, key = await gw.team_and_key("ears", rpm=10)
+        form = aiohttp.FormData()
+        form.add_field("file", wav, filename="a.wav", content_type="audio/wav")
+        form.add_field("model", "whisper-1")
+        form.add_field("response_format", "text")
+        async with gw.session.post(
+            gw.url + "/v1/audio/transcriptions",
+            data=form,
+            headers={"Authorization": f"Bearer {key}"},
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+            assert resp.headers["x-ratelimit-remaining-requests"] == "9"
+            text = await resp.text()
+        assert text.strip()
+
+        async def written() -> bool:
+            async with gw.tenancy.db.engine.connect() as conn:
+                rows = (await conn.execute(select(spend).where(spend.c.key_id == key_id))).all()
+            return len(rows) == 1
+
+        await wait_for(written, timeout=10)
+        async with gw.tenancy.db.engine.connect() as conn:
+            row = (await conn.execute(select(spend).where(spend.c.key_id == key_id))).one()
+        assert (row.alias, row.deployment) == ("whisper-1", "asr:pocketsphinx")
+        assert row.output_tokens > 0
