@@ -170,8 +170,9 @@ async def wait_for(predicate: Any, timeout: float = 5.0, interval: float = 0.05)
 
 
 class TcpProxy:
-    """A loopback TCP proxy that can be cut (every connection dropped, new ones refused)
-    and restored: a database outage without stopping the shared PostgreSQL."""
+    """A loopback TCP proxy that can be cut (every connection dropped, new ones refused),
+    stalled (connections accepted and kept, nothing forwarded: a black hole) and restored: a
+    database or Redis outage without stopping the shared server."""
 
     def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
@@ -179,6 +180,7 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.stalled = False
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
@@ -186,6 +188,8 @@ class TcpProxy:
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while data := await reader.read(65536):
+                if self.stalled:
+                    continue  # swallowed: the other side hears nothing
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError):
@@ -220,7 +224,16 @@ class TcpProxy:
             w.transport.abort()
         self._writers.clear()
 
+    async def stall(self) -> None:
+        """Keep accepting and holding connections, forward nothing."""
+        self.stalled = True
+
     async def restore(self) -> None:
+        if self.stalled:  # what was swallowed broke the streams: start them afresh
+            self.stalled = False
+            for w in list(self._writers):
+                w.transport.abort()
+            self._writers.clear()
         if self._server is None:
             await self.start()
 

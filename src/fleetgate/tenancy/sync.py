@@ -1,9 +1,11 @@
 """Keep every replica's `KeyCache` current within a second of an admin change.
 
-With Redis: a change publishes on ``<prefix>tenancy:changed`` and every replica reloads on the
-message (and once more after any reconnect, in case it missed one). Without Redis (one
-process, or replicas sharing only the database): a cheap version query every
-``poll_interval_s``. Either way the request path never waits on this.
+With Redis, a change is published on ``<prefix>tenancy:changed`` and every replica reloads on
+the message (and after any reconnect, in case it missed one). The feed is pinged every second;
+while it is down or silent, and always when there is no Redis, each replica instead runs a
+cheap version query every ``poll_interval_s`` and reloads when the version moved, so a revoked
+key stops working everywhere within a second even while Redis is away. Either way the request
+path never waits on this.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
 from fleetgate.tenancy.cache import KeyCache
@@ -37,20 +41,27 @@ class CacheSync:
         self.redis = redis
         self.channel = f"{prefix}tenancy:changed"
         self.poll_interval_s = poll_interval_s
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._reloading = asyncio.Lock()
         self.reloads = 0
+        self.feed_up = False  # the Redis feed answered within the last few seconds
+        self.feed_timeout_s = 3.0
 
     def start(self) -> None:
-        if self._task is None:
-            loop = self._listen() if self.redis is not None else self._poll()
-            self._task = asyncio.get_running_loop().create_task(loop, name="tenancy-sync")
+        if self._tasks:
+            return
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._poll(), name="tenancy-poll"))
+        if self.redis is not None:
+            self._tasks.append(loop.create_task(self._listen(), name="tenancy-feed"))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await task
+        self._tasks.clear()
 
     async def changed(self) -> None:
         """After a committed change: reload here, then tell every other replica."""
@@ -62,12 +73,15 @@ class CacheSync:
                 log.warning("could not publish a tenancy change: %s", exc)
 
     async def _reload(self) -> None:
-        await self.cache.load()
-        self.reloads += 1
+        async with self._reloading:  # the feed and the poll never load twice at once
+            await self.cache.load()
+            self.reloads += 1
 
     async def _poll(self) -> None:
         while True:
             await asyncio.sleep(self.poll_interval_s)
+            if self.feed_up:
+                continue
             try:
                 if await self.cache.version() != self.cache.snapshot.version:
                     await self._reload()
@@ -80,12 +94,29 @@ class CacheSync:
             try:
                 async with self.redis.pubsub() as pubsub:
                     await pubsub.subscribe(self.channel)
-                    await self._reload()  # anything missed while (re)connecting
-                    async for message in pubsub.listen():
-                        if message.get("type") == "message":
-                            await self._reload()
+                    await self._follow(pubsub)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("tenancy change feed interrupted (%s); reconnecting", exc)
+                if self.feed_up:
+                    log.warning("tenancy change feed interrupted (%s); polling the store", exc)
+                self.feed_up = False
                 await asyncio.sleep(0.5)
+
+    async def _follow(self, pubsub: PubSub) -> None:
+        """Reload on each message; ping when idle; raise when the feed goes silent."""
+        heard = time.monotonic()
+        while True:
+            message = await pubsub.get_message(timeout=1.0)
+            now = time.monotonic()
+            if message is None:
+                if now - heard > self.feed_timeout_s:
+                    raise ConnectionError("no answer from the change feed")
+                await pubsub.ping()
+                continue
+            heard = now
+            if not self.feed_up:
+                self.feed_up = True
+                await self._reload()  # anything missed while (re)connecting
+            if message.get("type") == "message":
+                await self._reload()
