@@ -13,7 +13,6 @@ import numpy as np
 import numpy.typing as npt
 import soundfile as sf
 from pydantic import BaseModel, Field
-from scipy.signal import resample_poly  # type: ignore[import-untyped]
 
 from fleetgate.errors import InvalidRequest
 
@@ -34,6 +33,10 @@ def resample(samples: Samples, rate: int, target: int = TARGET_RATE) -> Samples:
     """``samples`` at ``rate`` resampled to ``target`` Hz."""
     if rate == target:
         return samples.astype(np.float32, copy=False)
+    # Imported here: scipy.signal takes half a second to import, and most processes never
+    # resample (the gateway imports this module at start-up for its audio routes).
+    from scipy.signal import resample_poly  # type: ignore[import-untyped]
+
     ratio = Fraction(target, rate).limit_denominator(1000)
     out = resample_poly(samples, ratio.numerator, ratio.denominator)
     return np.asarray(out, dtype=np.float32)
