@@ -8,7 +8,8 @@ gateway are processes of their own (``fleetgate sim`` / ``fleetgate serve``), as
 
     PYTHONPATH=src python bench/tenancy/run.py --requests 2000 [--redis redis://127.0.0.1:6379/0]
 
-Target: p50 added latency <= 0.3 ms.
+Target: p50 added latency <= 0.3 ms. ``--throughput S`` then also drives each gateway with
+wrk (one thread, 64 connections, S seconds, three alternating runs) and prints requests/s.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -131,7 +134,44 @@ async def _in_process(
             await core_runner.cleanup()
 
 
-async def main(requests: int, redis_url: str | None, rounds: int, in_process: bool) -> None:
+_WRK_LUA = """\
+wrk.method = "POST"
+wrk.body = '{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer %s"
+"""
+
+
+def _wrk(url: str, key: str, seconds: int, tmp: Path) -> tuple[float, int]:
+    """Requests/s and non-2xx responses of one wrk run (one thread, 64 connections)."""
+    script = tmp / f"wrk-{key[-6:]}.lua"
+    script.write_text(_WRK_LUA % key)
+    out = subprocess.run(
+        ["wrk", "-t1", "-c64", f"-d{seconds}s", "-s", str(script), url + "/v1/chat/completions"],
+        capture_output=True, text=True, timeout=seconds + 60, check=True,
+    ).stdout  # fmt: skip
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return rate, int(bad.group(1)) if bad else 0
+
+
+async def _throughput(core_url: str, ten_url: str, key: str, seconds: int, tmp: Path) -> None:
+    rates: dict[str, list[float]] = {"core": [], "tenancy": []}
+    for _ in range(3):
+        for name, url, k in (("core", core_url, MASTER), ("tenancy", ten_url, key)):
+            rate, bad = await asyncio.to_thread(_wrk, url, k, seconds, tmp)
+            assert bad == 0, f"{name}: {bad} non-2xx responses"
+            rates[name].append(rate)
+    core, ten = statistics.median(rates["core"]), statistics.median(rates["tenancy"])
+    print(f"throughput, wrk -t1 -c64 -d{seconds}s, three alternating runs (requests/s):")
+    for name, values in rates.items():
+        print(f"{name:10} " + "  ".join(f"{v:8.0f}" for v in values))
+    print(f"median: core {core:.0f}, tenancy {ten:.0f} = {ten / core:.3f}x core")
+
+
+async def main(
+    requests: int, redis_url: str | None, rounds: int, in_process: bool, throughput: int
+) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="fg-bench-tenancy-"))
     prefix = f"fgbench:{os.urandom(4).hex()}:"
     gateways = _in_process if in_process else _processes
@@ -155,6 +195,8 @@ async def main(requests: int, redis_url: str | None, rounds: int, in_process: bo
             for _ in range(rounds):
                 await _round(session, core_url, MASTER, per, *stats["core"])
                 await _round(session, ten_url, key, per, *stats["tenancy"])
+            if throughput:
+                await _throughput(core_url, ten_url, key, throughput, tmp)
     mode = f"Redis {redis_url}" if redis_url else "in-process limiter"
     where = "one process" if in_process else "upstream and gateways in their own processes"
     print(f"tenancy overhead ({mode}; {where}), {requests} requests each, {rounds} rounds")
@@ -177,5 +219,11 @@ if __name__ == "__main__":
                         help="Redis URL; empty for the in-process limiter")  # fmt: skip
     parser.add_argument("--in-process", action="store_true",
                         help="upstream, gateways and client on one event loop")  # fmt: skip
+    parser.add_argument("--throughput", type=int, default=0, metavar="S",
+                        help="also measure requests/s with wrk for S seconds per run")  # fmt: skip
     args = parser.parse_args()
-    asyncio.run(main(args.requests, args.redis or None, args.rounds, args.in_process))
+    if args.throughput and shutil.which("wrk") is None:
+        parser.error("--throughput needs wrk (apt-get install wrk)")
+    asyncio.run(
+        main(args.requests, args.redis or None, args.rounds, args.in_process, args.throughput)
+    )
