@@ -3,9 +3,10 @@
 The limiter makes one script call before every request and one after. A general-purpose client
 spends far more of the gateway's CPU on each call than Redis spends running the script (pool
 checkout, command objects, response callbacks). What the limiter needs is little: send a
-command, get its reply. Every command of a process goes down one connection, written at once
-and answered in order (Redis pipelines them), so concurrent requests never wait for a free
-connection and nothing is queued in the client beyond what is on the wire.
+command, get its reply. Every command of a process goes down one connection and is answered in
+order (Redis pipelines them), so concurrent requests never wait for a free connection; the
+commands issued during one turn of the event loop leave in one write (under load that saves a
+system call per command; alone, a command leaves a few microseconds later).
 
 Failures are plain ``ConnectionError`` / ``TimeoutError`` (both ``OSError``); a command that
 Redis answers with an error raises `RespError`. A reply later than ``timeout_s`` breaks the
@@ -76,6 +77,7 @@ class _Connection(asyncio.Protocol):
         self.reader = hiredis.Reader(replyError=RespError, notEnoughData=_MISSING)
         self.waiting: deque[tuple[asyncio.Future[Any], float]] = deque()
         self.closed = False
+        self._out: list[bytes] = []
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
 
@@ -109,12 +111,19 @@ class _Connection(asyncio.Protocol):
 
     def send(self, data: bytes) -> asyncio.Future[Any]:
         fut = self._loop.create_future()
-        assert self.transport is not None
-        self.transport.write(data)
+        if not self._out:
+            self._loop.call_soon(self._write)
+        self._out.append(data)
         self.waiting.append((fut, time.monotonic() + self.timeout_s))
         if self._timer is None:
             self._timer = self._loop.call_later(self.timeout_s, self._check)
         return fut
+
+    def _write(self) -> None:
+        """Everything sent during one turn of the loop goes out in one write."""
+        out, self._out = self._out, []
+        if self.transport is not None and not self.closed:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def _check(self) -> None:
         self._timer = None
@@ -129,6 +138,7 @@ class _Connection(asyncio.Protocol):
     def abort(self, exc: BaseException) -> None:
         """Fail every waiting command with ``exc`` and drop the connection."""
         self.closed = True
+        self._out.clear()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -81,7 +81,9 @@ class TenancyStage:
         headers = {f"x-ratelimit-reset-{denial.reason}": duration(denial.retry_after_ms)}
         if denial.reason in ("requests", "tokens"):
             headers[f"x-ratelimit-remaining-{denial.reason}"] = "0"
-        self._audit(req, "refused_" + denial.reason, 429, "rate_limit_error", None)
+        audit = self._audit_row(req, "refused_" + denial.reason, 429, "rate_limit_error", None)
+        if audit is not None:
+            self.writer.submit("audit", audit)
         if denial.reason == "budget":
             raise BudgetExceeded(
                 f"Budget exhausted for {denial.scope.split(':')[0]}; it resets with the period.",
@@ -107,10 +109,14 @@ class TenancyStage:
             task = asyncio.get_running_loop().create_task(self._settle(reservation, used, cost))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        records: list[tuple[str, dict[str, Any]]] = []
         if outcome.deployment is not None:
-            self.writer.submit("spend", self._spend_row(req, outcome, cost))
+            records.append(("spend", self._spend_row(req, outcome, cost)))
         decision = "allowed" if outcome.status < 400 else "error"
-        self._audit(req, decision, outcome.status, outcome.error_type, outcome)
+        audit = self._audit_row(req, decision, outcome.status, outcome.error_type, outcome)
+        if audit is not None:
+            records.append(("audit", audit))
+        self.writer.submit_all(records)  # one append: both durable before the response
 
     async def _settle(self, reservation: Reservation, used: int, cost: int) -> None:
         if not reservation.enforced:
@@ -147,31 +153,28 @@ class TenancyStage:
             "tags": {**dict(p.tags), **outcome.tags},
         }
 
-    def _audit(
+    def _audit_row(
         self,
         req: GatewayRequest,
         decision: str,
         status: int,
         error_type: str | None,
         outcome: Outcome | None,
-    ) -> None:
+    ) -> dict[str, Any] | None:
         if not self.audit_requests:
-            return
+            return None
         p = req.principal
         team = self.cache.team(p.team_id) if p.team_id else None
         full = team is not None and team.log_payloads
-        self.writer.submit(
-            "audit",
-            {
-                "request_id": req.request_id,
-                "created_ms": int((req.received_at or time.time()) * 1000),
-                "key_id": p.key_id,
-                "team_id": p.team_id,
-                "alias": req.alias,
-                "decision": decision,
-                "status": status,
-                "error_type": error_type,
-                "prompt": req.body if full else None,
-                "response": outcome.response_text if full and outcome is not None else None,
-            },
-        )
+        return {
+            "request_id": req.request_id,
+            "created_ms": int((req.received_at or time.time()) * 1000),
+            "key_id": p.key_id,
+            "team_id": p.team_id,
+            "alias": req.alias,
+            "decision": decision,
+            "status": status,
+            "error_type": error_type,
+            "prompt": req.body if full else None,
+            "response": outcome.response_text if full and outcome is not None else None,
+        }

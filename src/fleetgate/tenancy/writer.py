@@ -63,9 +63,15 @@ class RecordWriter:
 
     def submit(self, kind: str, row: dict[str, Any]) -> None:
         """Spool and queue one record (``kind``: ``spend``, ``audit`` or ``safety``)."""
+        self.submit_all([(kind, row)])
+
+    def submit_all(self, records: list[tuple[str, dict[str, Any]]]) -> None:
+        """Spool (in one write) and queue several records."""
+        if not records:
+            return
         if self._current is None:
             self._current = self.spool.open_segment()
-        self._current.append({"kind": kind, "row": row})
+        self._current.append(*({"kind": kind, "row": row} for kind, row in records))
 
     async def start(self) -> None:
         """Replay what a previous run left behind, then write in the background."""
