@@ -50,6 +50,7 @@ __all__ = [
     "PayloadTooLarge",
     "PermissionDenied",
     "RateLimited",
+    "LimiterUnavailable",
     "ServiceUnavailable",
     "UpstreamBadResponse",
     "UpstreamConnectError",
@@ -240,6 +241,17 @@ class NoHealthyDeployment(UpstreamError):
 class ServiceUnavailable(FleetgateError):
     status = 503
     type = "service_unavailable"
+
+
+class LimiterUnavailable(ServiceUnavailable):
+    """The shared limiter (Redis) cannot be reached. ``maybe_applied``: the call may have
+    reached it before the connection failed (so retrying it must not count twice)."""
+
+    code = "limiter_unavailable"
+
+    def __init__(self, message: str, *, maybe_applied: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_applied = maybe_applied
 
 
 class ConfigError(FleetgateError):

@@ -8,8 +8,9 @@ order (Redis pipelines them), so concurrent requests never wait for a free conne
 commands issued during one turn of the event loop leave in one write (under load that saves a
 system call per command; alone, a command leaves a few microseconds later).
 
-Failures are plain ``ConnectionError`` / ``TimeoutError`` (both ``OSError``); a command that
-Redis answers with an error raises `RespError`. A reply later than ``timeout_s`` breaks the
+Failures are plain ``ConnectionError`` / ``TimeoutError`` (both ``OSError``), `CommandNotSent`
+when the command certainly never reached Redis; a command that Redis answers with an error
+raises `RespError`. A reply later than ``timeout_s`` breaks the
 connection (every command on it fails at once, the next one reconnects), and at most
 ``max_pending`` commands may be in flight, so an unresponsive Redis never builds a queue.
 
@@ -32,7 +33,7 @@ from urllib.parse import unquote, urlsplit
 
 import hiredis
 
-__all__ = ["RespClient", "RespError", "Script", "bulk", "encode_command"]
+__all__ = ["CommandNotSent", "RespClient", "RespError", "Script", "bulk", "encode_command"]
 
 _MISSING = object()
 Arg = bytes | str | int | float
@@ -40,6 +41,11 @@ Arg = bytes | str | int | float
 
 class RespError(Exception):
     """Redis answered a command with an error (``NOSCRIPT ...``, ``WRONGTYPE ...``)."""
+
+
+class CommandNotSent(ConnectionError):
+    """The command never left this process (no connection, or too many waiting): unlike a
+    timeout or a connection lost while waiting, Redis certainly did not run it."""
 
 
 def bulk(value: Arg) -> bytes:
@@ -175,6 +181,7 @@ class RespClient:
         self.max_pending = max_pending
         self._conn: _Connection | None = None
         self._connecting: asyncio.Future[_Connection] | None = None
+        self.connects = 0  # connections made so far (a new one may face a restarted Redis)
 
     async def _connection(self) -> _Connection:
         conn = self._conn
@@ -207,15 +214,19 @@ class RespClient:
                 conn.abort(ConnectionError("Redis handshake failed"))
                 raise
         self._conn = conn
+        self.connects += 1
         return conn
 
     async def send(self, command: bytes) -> Any:
         """Send one encoded command (`encode_command`) and return its reply."""
         conn = self._conn
         if conn is None or conn.closed:
-            conn = await self._connection()
+            try:
+                conn = await self._connection()
+            except (OSError, TimeoutError) as exc:
+                raise CommandNotSent(f"cannot connect to Redis: {exc}") from exc
         if len(conn.waiting) >= self.max_pending:
-            raise ConnectionError(f"{self.max_pending} Redis commands already waiting")
+            raise CommandNotSent(f"{self.max_pending} Redis commands already waiting")
         return await conn.send(command)
 
     async def call(self, *args: Arg) -> Any:

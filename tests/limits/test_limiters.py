@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from fleetgate.errors import ServiceUnavailable
+from fleetgate.errors import LimiterUnavailable, ServiceUnavailable
 from fleetgate.limits import (
     Denial,
     Limiter,
@@ -77,8 +77,8 @@ async def test_parallel_slots_free_on_settle(limiter: Limiter) -> None:
 
 async def test_budget_refuses_once_spent(limiter: Limiter) -> None:
     scopes = (Scope("key:b", budget_nusd=1_000, period_start_ms=0),)
-    await limiter.seed_spend(scopes[0], 400)
-    await limiter.seed_spend(scopes[0], 0)  # a second seed never resets a live counter
+    await limiter.raise_spend(scopes[0], 400)
+    await limiter.raise_spend(scopes[0], 0)  # raising never lowers a live counter
     r = await limiter.reserve("m1", scopes, 1)
     assert isinstance(r, Reservation)
     assert await limiter.settle(r, 1, 700) == {"key:b": 1_100}
@@ -114,5 +114,32 @@ async def test_redis_down_applies_the_policy_and_counts_it(policy: str) -> None:
                 with pytest.raises(ServiceUnavailable):
                     await lim.reserve(f"m{i}", scopes, 1)
         assert seen == [policy] * 3
+        # settling while Redis is away says so, and that nothing was applied
+        reservation = Reservation("m", scopes, 1, enforced=False)
+        with pytest.raises(LimiterUnavailable) as caught:
+            await lim.settle(reservation, 1, 10)
+        assert not caught.value.maybe_applied
+        assert seen == [policy] * 3  # settles are not requests decided by the policy
+    finally:
+        await lim.close()
+
+
+async def test_a_restarted_counter_is_raised_to_the_store_total(redis_prefix: str) -> None:
+    """Budget counters are raised, never lowered: what the store knows survives a Redis
+    that lost its data, and a live counter above the store's total is kept."""
+    lim = RedisLimiter(limiter_redis(REDIS_URL), prefix=redis_prefix)
+    try:
+        scope = Scope("team:r", budget_nusd=10_000, period_start_ms=0)
+        first = lim.generation()
+        await lim.raise_spend(scope, 3_000)
+        assert lim.generation() != first  # connecting is a new generation
+        r = await lim.reserve("m1", (scope,), 1)
+        assert isinstance(r, Reservation)
+        assert await lim.settle(r, 1, 500) == {"team:r": 3_500}
+        await lim.raise_spend(scope, 3_200)  # the store lags behind: kept at 3,500
+        assert await lim.spent(scope) == 3_500
+        await lim.redis.call("DEL", f"{redis_prefix}spend:{scope.budget_key}")  # a restart
+        await lim.raise_spend(scope, 3_200)
+        assert await lim.spent(scope) == 3_200
     finally:
         await lim.close()

@@ -107,3 +107,72 @@ async def test_a_revocation_reaches_every_replica_while_redis_is_away(
             assert time.monotonic() - revoked_at < 1.0
     finally:
         await proxy.close()
+
+
+async def _budget_counter(gw: Gateway, team_id: str) -> tuple[int | None, int]:
+    """(the limiter's spend counter of the team, the store's spend total of the team)."""
+    budgets = gw.tenancy.budgets
+    scopes = [s for kind, sid, _, s in budgets._budget_scopes(gw.tenancy.cache.snapshot)
+              if kind == "team" and sid == team_id]  # fmt: skip
+    counted = await gw.tenancy.limiter.spent(scopes[0])
+    await gw.tenancy.writer.flush()
+    _, report = await gw.admin("GET", f"/admin/spend?group_by=team&team={team_id}")
+    stored = round(sum(row["spend_usd"] for row in report["data"]) * 1e9)
+    return counted, stored
+
+
+@pytest.mark.redis
+async def test_budget_counters_catch_up_after_an_outage_a_restart_and_a_cold_start(
+    upstream: str, tmp_path: Path, redis_prefix: str
+) -> None:
+    """Spend admitted while Redis was away (fail_open) reaches the budget counter when it
+    returns; a Redis that lost its data gets the store's totals back; a gateway starts with
+    Redis down and budgets configured."""
+    proxy = TcpProxy(6379)
+    await proxy.start()
+    db_url = f"sqlite:///{tmp_path / 'shared.db'}"
+    redis_url = f"redis://127.0.0.1:{proxy.port}/0"
+    settings = {"redis_prefix": redis_prefix, "limiter_failure": "fail_open",
+                "budget_refresh_s": 0.3}  # fmt: skip
+    try:
+        async with running_gateway(upstream, tmp_path / "a", db_url, redis_url, **settings) as gw:
+            team_id, _, key = await gw.team_and_key(
+                "budgeted", team_fields={"max_budget_usd": 100.0}
+            )
+            for _ in range(5):
+                assert (await gw.chat(key))[0] == 200
+            await proxy.cut()
+            for _ in range(5):
+                assert (await gw.chat(key))[0] == 200  # admitted unlimited, billed in the store
+            assert gw.tenancy.settles.queued() > 0
+            await proxy.restore()
+
+            async def caught_up() -> bool:
+                counted, stored = await _budget_counter(gw, team_id)
+                return stored > 0 and counted == stored
+
+            await wait_for(caught_up, timeout=5.0, interval=0.2)
+
+            async def released() -> bool:
+                return gw.tenancy.settles.queued() == 0
+
+            await wait_for(released, timeout=5.0)
+            assert await caught_up()  # the queued settles released, and added nothing more
+
+            # Redis loses everything (a restart without persistence) and drops our connection
+            await gw.tenancy.limiter.redis.call("DEL", *[
+                k.decode() for k in await gw.tenancy.limiter.redis.call(
+                    "KEYS", f"{redis_prefix}spend:*")
+            ])  # fmt: skip
+            assert (await _budget_counter(gw, team_id))[0] == 0
+            await proxy.cut()
+            await proxy.restore()
+            await wait_for(caught_up, timeout=5.0, interval=0.2)
+
+        await proxy.cut()  # a cold start with Redis away and a budget in the store
+        async with running_gateway(upstream, tmp_path / "b", db_url, redis_url, **settings) as gw:
+            assert (await gw.chat(key))[0] == 200
+            await proxy.restore()
+            await wait_for(caught_up, timeout=5.0, interval=0.2)
+    finally:
+        await proxy.close()

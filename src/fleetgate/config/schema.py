@@ -186,7 +186,8 @@ class TenancyConfig(_Model):
 
     ``limiter_failure``: what requests get when Redis is unreachable (``fail_open`` admits them
     unlimited, ``fail_closed`` answers 503). ``alert_webhook`` receives one POST per budget
-    threshold crossed (``alert_thresholds``, percent).
+    threshold crossed (``alert_thresholds``, percent). ``budget_refresh_s``: how often budget
+    counters are re-read (and raised to the store's totals after a Redis outage or restart).
     """
 
     enabled: bool = True
@@ -198,6 +199,7 @@ class TenancyConfig(_Model):
     poll_interval_s: float = Field(0.5, gt=0)
     spend_batch_size: int = Field(500, ge=1)
     spend_flush_interval_s: float = Field(0.2, gt=0)
+    budget_refresh_s: float = Field(5.0, gt=0)
     audit_requests: bool = True
 
 

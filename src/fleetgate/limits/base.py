@@ -76,15 +76,22 @@ class Limiter(Protocol):
 
     async def settle(self, reservation: Reservation, tokens: int, cost_nusd: int) -> dict[str, int]:
         """Free the parallel slot, replace reserved tokens by ``tokens``, add the cost to the
-        budgeted scopes; returns each budgeted scope's spend after the increment."""
+        budgeted scopes; returns each budgeted scope's spend after the increment. Raises
+        `fleetgate.errors.LimiterUnavailable` when the shared store cannot be reached: settling
+        again later is safe (with ``cost_nusd=0`` when the error says it may have applied)."""
         ...
 
     async def spent(self, scope: Scope) -> int | None:
         """The spend counted this period for ``scope`` (None when unknown)."""
         ...
 
-    async def seed_spend(self, scope: Scope, nusd: int) -> None:
-        """Start a period's counter from the store's total unless it is already counting."""
+    async def raise_spend(self, scope: Scope, nusd: int) -> None:
+        """Make the period's counter at least ``nusd`` (the store's total): never lowers it."""
+        ...
+
+    def generation(self) -> int:
+        """Changes whenever the counters may have missed spend (an outage, a reconnection to a
+        possibly restarted store): the owner then raises them to the store's totals again."""
         ...
 
     async def close(self) -> None: ...

@@ -103,8 +103,12 @@ class MemoryLimiter:
     async def spent(self, scope: Scope) -> int | None:
         return self._spend.get(scope.budget_key, 0)
 
-    async def seed_spend(self, scope: Scope, nusd: int) -> None:
-        self._spend.setdefault(scope.budget_key, nusd)
+    async def raise_spend(self, scope: Scope, nusd: int) -> None:
+        key = scope.budget_key
+        self._spend[key] = max(self._spend.get(key, 0), nusd)
+
+    def generation(self) -> int:
+        return 0  # in-process counters miss nothing
 
     async def close(self) -> None:
         self._windows.clear()

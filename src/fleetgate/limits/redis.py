@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from fleetgate.errors import ServiceUnavailable
+from fleetgate.errors import LimiterUnavailable
 from fleetgate.limits.base import LEASE_MS, WINDOW_MS, Denial, Reservation, Scope, ScopeUsage
-from fleetgate.limits.scripts import RESERVE, SETTLE
-from fleetgate.resp import RespClient, Script, bulk
+from fleetgate.limits.scripts import RAISE_SPEND, RESERVE, SETTLE
+from fleetgate.resp import CommandNotSent, RespClient, Script, bulk
 
 __all__ = ["FailPolicy", "RedisLimiter", "limiter_redis"]
 
@@ -33,6 +33,7 @@ _DAY_MS = 86_400_000
 _DOWN = (ConnectionError, TimeoutError, OSError)
 _RESERVE = Script(RESERVE)
 _SETTLE = Script(SETTLE)
+_RAISE_SPEND = Script(RAISE_SPEND)
 _MAX_ENCODED = 50_000  # scope sets whose commands are kept encoded
 
 
@@ -101,6 +102,7 @@ class RedisLimiter:
         self.breaker_s = breaker_s
         self._on_unavailable = on_unavailable
         self._down_until = 0.0
+        self._outages = 0
         self._encoded: dict[tuple[Scope, ...], _Encoded] = {}
 
     def _commands(self, scopes: tuple[Scope, ...]) -> _Encoded:
@@ -111,18 +113,22 @@ class RedisLimiter:
             enc = self._encoded[scopes] = _encode(self.prefix, scopes)
         return enc
 
-    def _unavailable(self, exc: BaseException) -> None:
+    def _unavailable(self, exc: BaseException, *, decided: bool) -> None:
+        """Open the breaker; ``decided``: a request was admitted or refused by the policy."""
+        if time.monotonic() >= self._down_until:
+            self._outages += 1
+            log.warning("rate limiter: Redis unavailable (%s); policy %s", exc, self.policy)
         self._down_until = time.monotonic() + self.breaker_s
-        log.warning("rate limiter: Redis unavailable (%s); policy %s", exc, self.policy)
-        if self._on_unavailable is not None:
+        if decided and self._on_unavailable is not None:
             self._on_unavailable(self.policy)
 
     def _degraded(self, member: str, scopes: tuple[Scope, ...], tokens: int) -> Reservation:
         if self.policy == "fail_closed":
-            raise ServiceUnavailable(
-                "Rate limiting is unavailable; try again shortly.", code="limiter_unavailable"
-            )
+            raise LimiterUnavailable("Rate limiting is unavailable; try again shortly.")
         return Reservation(member, scopes, tokens, enforced=False)
+
+    def generation(self) -> int:
+        return self.redis.connects + self._outages
 
     async def reserve(
         self, member: str, scopes: tuple[Scope, ...], tokens: int
@@ -136,7 +142,7 @@ class RedisLimiter:
         try:
             values = await self.redis.eval_encoded(_RESERVE, command)
         except _DOWN as exc:
-            self._unavailable(exc)
+            self._unavailable(exc, decided=True)
             return self._degraded(member, scopes, tokens)
         if values[0] == 1:
             return Denial(scopes[values[1]].name, _REASONS[values[2]], values[3])
@@ -154,6 +160,8 @@ class RedisLimiter:
     async def settle(self, reservation: Reservation, tokens: int, cost_nusd: int) -> dict[str, int]:
         """Free the parallel slot, true up the tokens, add the cost. Settles of concurrent
         requests share the connection and so reach Redis pipelined."""
+        if time.monotonic() < self._down_until:
+            raise LimiterUnavailable("Redis is unavailable; settle later")
         scopes = reservation.scopes
         enc = self._commands(scopes)
         command = (
@@ -165,9 +173,12 @@ class RedisLimiter:
         )
         try:
             out = await self.redis.eval_encoded(_SETTLE, command)
+        except CommandNotSent as exc:
+            self._unavailable(exc, decided=False)
+            raise LimiterUnavailable(f"settle not sent: {exc}") from exc
         except _DOWN as exc:
-            self._unavailable(exc)
-            return {}
+            self._unavailable(exc, decided=False)
+            raise LimiterUnavailable(f"settle lost: {exc}", maybe_applied=True) from exc
         return {s.name: v for s, v in zip(scopes, out, strict=True) if v >= 0}
 
     async def spent(self, scope: Scope) -> int | None:
@@ -177,10 +188,10 @@ class RedisLimiter:
             return None
         return int(value or 0)
 
-    async def seed_spend(self, scope: Scope, nusd: int) -> None:
+    async def raise_spend(self, scope: Scope, nusd: int) -> None:
         key = f"{self.prefix}spend:{scope.budget_key}"
         ttl = max(scope.period_end_ms + _DAY_MS - int(time.time() * 1000), 1000)
-        await self.redis.call("SET", key, nusd, "NX", "PX", min(ttl, 2**40))
+        await self.redis.eval(_RAISE_SPEND, [key], [nusd, min(ttl, 2**40)])
 
     async def close(self) -> None:
         await self.redis.close()

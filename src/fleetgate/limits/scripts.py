@@ -10,6 +10,7 @@ RESERVE  KEYS: 5 per scope.  ARGV: member, tokens, n, window_ms, lease_ms, then 
          rpm, tpm, max_parallel, budget_nusd (-1: unlimited), period_end_ms.
          Returns {1, scope index, reason 1..4, retry_after_ms} or {0, then per scope
          remaining requests, remaining tokens (-1: unlimited), reset requests ms, reset tokens ms}.
+RAISE_SPEND  KEYS: spend.  ARGV: nusd, ttl_ms.  Sets the counter to at least nusd.
 SETTLE   KEYS: as RESERVE.  ARGV: member, tokens, cost_nusd, n, then per scope
          budgeted (0/1), spend key expiry (unix ms).  Returns per scope the spend after the
          increment, or -1 for a scope without a budget.
@@ -17,7 +18,7 @@ SETTLE   KEYS: as RESERVE.  ARGV: member, tokens, cost_nusd, n, then per scope
 
 from __future__ import annotations
 
-__all__ = ["KEYS_PER_SCOPE", "RESERVE", "SETTLE"]
+__all__ = ["KEYS_PER_SCOPE", "RAISE_SPEND", "RESERVE", "SETTLE"]
 
 KEYS_PER_SCOPE = 5
 
@@ -114,4 +115,14 @@ for i = 0, n - 1 do
   end
 end
 return out
+"""
+
+RAISE_SPEND = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+local floor = tonumber(ARGV[1])
+if floor > current then
+  redis.call('SET', KEYS[1], floor, 'PX', tonumber(ARGV[2]))
+  return floor
+end
+return current
 """

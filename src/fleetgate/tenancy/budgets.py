@@ -48,6 +48,7 @@ class Budgets:
         self.thresholds = tuple(sorted(thresholds))
         self.refresh_s = refresh_s
         self._seeded: set[str] = set()
+        self._generation: int | None = None  # the limiter generation last seeded against
         self._spent: dict[str, int] = {}  # budget_key -> nano-USD, as last seen
         self._task: asyncio.Task[None] | None = None
         if registry is not None:
@@ -78,7 +79,14 @@ class Budgets:
                 yield (name,), nusd_to_usd(left)
 
     async def seed(self) -> None:
-        """Start each budgeted scope's counter from the store (once per scope and period)."""
+        """Raise each budgeted scope's counter to the store's total for its period: once per
+        scope and period, and for every scope again whenever the limiter's generation moved
+        (an outage or a reconnection: its counters may have missed spend, or been lost with a
+        restarted Redis). A scope that cannot be seeded now is tried at the next refresh."""
+        generation = self.limiter.generation()
+        if generation != self._generation:
+            self._seeded.clear()
+        failed = False
         for kind, scope_id, _, s in list(self._budget_scopes(self.cache.snapshot)):
             if s.budget_key in self._seeded:
                 continue
@@ -86,33 +94,46 @@ class Budgets:
             query = select(func.coalesce(func.sum(spend.c.cost_nusd), 0)).where(
                 column == scope_id, spend.c.created_ms >= s.period_start_ms
             )
-            async with self.db.engine.connect() as conn:
-                total = int(await conn.scalar(query) or 0)
-            await self.limiter.seed_spend(s, total)
+            try:
+                async with self.db.engine.connect() as conn:
+                    total = int(await conn.scalar(query) or 0)
+                await self.limiter.raise_spend(s, total)
+                current = await self.limiter.spent(s)
+            except Exception as exc:  # store or limiter away: keep serving, retry later
+                if not failed:
+                    log.warning("budget counters not seeded yet: %s", exc)
+                failed = True
+                continue
             self._seeded.add(s.budget_key)
-            current = await self.limiter.spent(s)
-            self._spent[s.budget_key] = total if current is None else current
+            now = total if current is None else current
+            # Thresholds crossed by spend the counter missed (the store drops repeats).
+            self._alert(s, self._spent.get(s.budget_key, 0), now)
+            self._spent[s.budget_key] = now
+        if not failed:
+            self._generation = generation
 
     def settled(self, scopes: Sequence[Scope], totals: dict[str, int], cost: int) -> None:
         """After a settle: remember the counters and alert on thresholds crossed."""
         for s in scopes:
             total = totals.get(s.name)
-            if total is None or s.budget_nusd is None or s.budget_nusd <= 0:
+            if total is None:
                 continue
             self._spent[s.budget_key] = total
-            before = total - cost
-            for pct in self.thresholds:
-                mark = s.budget_nusd * pct // 100
-                if before < mark <= total and self.alerts is not None:
-                    kind, _, scope_id = s.name.partition(":")
-                    name = scope_id
-                    team = self.cache.team(scope_id) if kind == "team" else None
-                    if team is not None:
-                        name = team.name
-                    self.alerts.notify(
-                        BudgetAlert(kind, scope_id, name, pct, nusd_to_usd(total),
-                                    nusd_to_usd(s.budget_nusd), s.period_start_ms)
-                    )  # fmt: skip
+            self._alert(s, total - cost, total)
+
+    def _alert(self, s: Scope, before: int, total: int) -> None:
+        if self.alerts is None or s.budget_nusd is None or s.budget_nusd <= 0:
+            return
+        for pct in self.thresholds:
+            mark = s.budget_nusd * pct // 100
+            if before < mark <= total:
+                kind, _, scope_id = s.name.partition(":")
+                team = self.cache.team(scope_id) if kind == "team" else None
+                name = team.name if team is not None else scope_id
+                self.alerts.notify(
+                    BudgetAlert(kind, scope_id, name, pct, nusd_to_usd(total),
+                                nusd_to_usd(s.budget_nusd), s.period_start_ms)
+                )  # fmt: skip
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="budget-refresh")

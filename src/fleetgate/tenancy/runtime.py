@@ -26,6 +26,7 @@ from fleetgate.tenancy.budgets import Budgets
 from fleetgate.tenancy.cache import KeyCache
 from fleetgate.tenancy.scopes import ScopeBook
 from fleetgate.tenancy.service import TenancyService
+from fleetgate.tenancy.settles import Settles
 from fleetgate.tenancy.stage import TenancyStage
 from fleetgate.tenancy.sync import CacheSync
 from fleetgate.tenancy.writer import RecordWriter
@@ -42,7 +43,7 @@ class Tenancy:
         self.cache = KeyCache(self.db)
         unavailable = registry.counter(
             "fleetgate_limiter_unavailable_total",
-            "Requests decided by the fail-open/fail-closed policy because Redis was away.",
+            "Requests admitted (fail_open) or refused (fail_closed) because Redis was away.",
             ("policy",),
         )
         write_failures = registry.counter(
@@ -80,10 +81,25 @@ class Tenancy:
         pending.set_collector(lambda: [((), float(self.writer.pending()))])
         self.alerts = AlertNotifier(self.db, config.alert_webhook)
         self.budgets = Budgets(
-            self.db, self.limiter, self.cache, self.alerts, config.alert_thresholds, registry
+            self.db,
+            self.limiter,
+            self.cache,
+            self.alerts,
+            config.alert_thresholds,
+            registry,
+            refresh_s=config.budget_refresh_s,
         )
         self.scopes = ScopeBook(config.alias_limits)
         self.cache.subscribe(lambda _snap: self.scopes.clear())
+        dropped = registry.counter(
+            "fleetgate_settles_dropped_total",
+            "Settles dropped because too many waited for the limiter (their slots expire).",
+        )
+        self.settles = Settles(self.limiter, self.budgets.settled, on_dropped=dropped.inc)
+        queued = registry.gauge(
+            "fleetgate_settles_queued", "Settles waiting for the limiter to be reachable again."
+        )
+        queued.set_collector(lambda: [((), float(self.settles.queued()))])
         self.stage = TenancyStage(
             self.cache,
             self.limiter,
@@ -91,6 +107,7 @@ class Tenancy:
             self.writer,
             self.budgets,
             audit_requests=config.audit_requests,
+            settles=self.settles,
         )
         self.service = TenancyService(self.db, self.sync.changed)
 

@@ -2,14 +2,13 @@
 
 ``before`` reserves the request in its key, team and alias scopes (RPM, TPM with the
 estimated prompt tokens + ``max_tokens``, parallel, budget) and refuses with 429 and
-``Retry-After`` / ``x-ratelimit-*`` headers. ``after`` settles with the actual usage, queues the
-spend record and the audit row (both durable before the response leaves), all without I/O on
-the event loop other than one append to the spool file.
+``Retry-After`` / ``x-ratelimit-*`` headers. ``after`` hands the settle (actual usage) to
+`Settles` and spools the spend record and the audit row in one append: for a JSON response
+before it is written, for a stream once it has ended. No other I/O on the event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
@@ -23,6 +22,7 @@ from fleetgate.tenancy.cache import KeyCache
 from fleetgate.tenancy.headers import duration, ratelimit_headers
 from fleetgate.tenancy.money import cost_nusd
 from fleetgate.tenancy.scopes import ScopeBook
+from fleetgate.tenancy.settles import Settles
 from fleetgate.tenancy.writer import RecordWriter
 
 __all__ = ["TenancyStage"]
@@ -46,6 +46,7 @@ class TenancyStage:
         budgets: Budgets,
         *,
         audit_requests: bool = True,
+        settles: Settles | None = None,
     ) -> None:
         self.cache = cache
         self.limiter = limiter
@@ -53,7 +54,7 @@ class TenancyStage:
         self.writer = writer
         self.budgets = budgets
         self.audit_requests = audit_requests
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.settles = settles or Settles(limiter, budgets.settled)
 
     async def before(self, req: GatewayRequest) -> None:
         entry = self.cache.entry(req.principal.key_id)
@@ -106,9 +107,9 @@ class TenancyStage:
             used = outcome.prompt_tokens + outcome.completion_tokens
             if outcome.status < 400 and used == 0:
                 used = reservation.tokens  # usage unknown: keep what was reserved
-            task = asyncio.get_running_loop().create_task(self._settle(reservation, used, cost))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            # Also when the reservation was not enforced (Redis away, fail_open): the cost
+            # still belongs in the budget counters once Redis is back.
+            self.settles.submit(reservation, used, cost)
         records: list[tuple[str, dict[str, Any]]] = []
         if outcome.deployment is not None:
             records.append(("spend", self._spend_row(req, outcome, cost)))
@@ -118,21 +119,9 @@ class TenancyStage:
             records.append(("audit", audit))
         self.writer.submit_all(records)  # one append: both durable before the response
 
-    async def _settle(self, reservation: Reservation, used: int, cost: int) -> None:
-        if not reservation.enforced:
-            return
-        try:
-            totals = await self.limiter.settle(reservation, used, cost)
-        except Exception as exc:  # never lose the request over a settle
-            log.warning("settle failed: %s", exc)
-            return
-        if totals:
-            self.budgets.settled(reservation.scopes, totals, cost)
-
     async def drain(self) -> None:
-        """Wait for settles still running (shutdown)."""
-        if self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        """Wait for settles still running, and try the queued ones (shutdown)."""
+        await self.settles.drain()
 
     def _spend_row(self, req: GatewayRequest, outcome: Outcome, cost: int) -> dict[str, Any]:
         p = req.principal
