@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import func, inspect, select
@@ -54,5 +55,38 @@ async def test_insert_ignore_counts_each_request_once(db_url: str, tmp_path: Pat
         async with db.engine.connect() as conn:
             total = await conn.scalar(select(func.sum(spend.c.cost_nusd)))
         assert total == 60
+    finally:
+        await db.close()
+
+
+async def test_0003_backfills_the_team_of_old_admin_rows_and_downgrades(
+    db_url: str, tmp_path: Path
+) -> None:
+    from alembic import command
+    from sqlalchemy import Connection, text
+
+    from fleetgate.store.migrate import alembic_config
+
+    def to(revision: str, down: bool = False) -> Callable[[Connection], None]:
+        def run(conn: Connection) -> None:
+            cfg = alembic_config()
+            cfg.attributes["connection"] = conn
+            (command.downgrade if down else command.upgrade)(cfg, revision)
+
+        return run
+
+    db = Database.from_url(db_url, tmp_path)
+    try:
+        async with db.engine.begin() as conn:
+            await conn.run_sync(to("0002"))
+            await conn.execute(text(
+                "INSERT INTO fg_admin_audit (created_ms, actor_key_id, actor_team_id, action, "
+                "target, detail) VALUES (1, 'key_1', 'team_1', 'key.create', 'key_2', '{}')"
+            ))  # fmt: skip
+            await conn.run_sync(to("head"))
+            rows = (await conn.execute(text("SELECT team_id FROM fg_admin_audit"))).all()
+            assert [r.team_id for r in rows] == ["team_1"]
+            await conn.run_sync(to("0002", down=True))
+            await conn.run_sync(to("head"))
     finally:
         await db.close()

@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -91,11 +92,24 @@ async def test_team_admin_is_confined_to_its_team(
         status, spend = await gw.admin("GET", "/admin/spend?group_by=team", adm)
         assert status == 200 and [r["team"] for r in spend["data"]] == [team_a]
         assert (await gw.admin("GET", f"/admin/spend?team={team_b}", adm))[0] == 403
+        assert (await gw.admin("GET", "/admin/spend?team=b", adm))[0] == 403  # by name too
+        assert (await gw.admin("GET", "/admin/spend?team=nobody", adm))[0] == 403
+        status, by_name = await gw.admin("GET", "/admin/spend?team=a", adm)
+        assert status == 200 and [r["team"] for r in by_name["data"]] == [team_a]
+        status, by_name = await gw.admin("GET", "/admin/spend?group_by=team&team=b")
+        assert status == 200 and [r["team"] for r in by_name["data"]] == [team_b]
+        assert (await gw.admin("GET", "/admin/spend?team=nobody"))[0] == 404
         status, everything = await gw.admin("GET", "/admin/spend?group_by=team")
         assert {r["team"] for r in everything["data"]} == {team_a, team_b}
         # GET /admin/audit: own team only
         status, audit = await gw.admin("GET", "/admin/audit?kind=request", adm)
         assert status == 200 and {r["team_id"] for r in audit["data"]} == {team_a}
+        # admin rows: its own actions and what the master key did to its team, nothing else
+        status, audit = await gw.admin("GET", "/admin/audit?kind=admin&limit=1000", adm)
+        assert status == 200
+        seen = {(r["action"], r["team_id"]) for r in audit["data"]}
+        assert ("team.create", team_a) in seen and ("key.create", team_a) in seen
+        assert {team for _, team in seen} == {team_a}
         # a plain user key is no admin at all
         assert (await gw.admin("GET", "/admin/keys", user_a))[0] == 403
         assert (await gw.admin("GET", "/admin/spend", user_a))[0] == 403
@@ -106,9 +120,11 @@ async def test_every_admin_change_is_audited(db_url: str, upstream: str, tmp_pat
         _, key_id, _ = await gw.team_and_key("audited")
         await gw.admin("DELETE", f"/admin/keys/{key_id}")
         await gw.admin("GET", "/admin/spend?group_by=key")
+        assert (await gw.admin("POST", "/admin/config/reload"))[0] == 400  # no file: refused
         async with gw.tenancy.db.engine.connect() as conn:
             actions = (await conn.execute(select(admin_audit.c.action))).scalars().all()
-        assert actions == ["team.create", "key.create", "key.revoke", "spend.read"]
+        assert actions == ["team.create", "key.create", "key.revoke", "spend.read",
+                           "config.reload"]  # fmt: skip
 
 
 @pytest.mark.parametrize("fmt", ["table", "csv", "json"])
@@ -138,13 +154,18 @@ async def test_cli_teams_keys_spend(
             assert rows[0]["requests"] == 1 and rows[0]["tag"] == "env=prod"
         elif fmt == "csv":
             assert out.splitlines()[0] == "team,tag,spend_usd,requests,input_tokens,output_tokens"
-            assert out.splitlines()[1].split(",")[1] == "env=prod"
+            row = out.splitlines()[1].split(",")
+            assert row[1] == "env=prod"
+            assert "e" not in row[2] and Decimal(row[2]) > 0  # exact dollars, no exponent
         else:
             assert out.splitlines()[0].split() == [
                 "team", "tag", "spend_usd", "requests", "input_tokens", "output_tokens",
             ]  # fmt: skip
         out = await asyncio.to_thread(cli, "keys", "list")
         assert "sk-fg-" in out and key not in out  # only the hint is listed
+        await asyncio.to_thread(cli, "teams", "create", "sales & marketing")
+        out = await asyncio.to_thread(cli, "keys", "list", "--team", "sales & marketing")
+        assert "key_" not in out  # the name travels URL-encoded; the new team has no keys
 
 
 async def test_full_payloads_only_for_teams_that_ask(

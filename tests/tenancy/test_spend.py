@@ -233,3 +233,15 @@ async def test_budget_stops_at_the_limit_and_alerts_once_each(
         assert 'team="capped"' in line and float(line.split()[-1]) <= 0
     finally:
         await runner.cleanup()
+
+
+async def test_a_total_budget_refuses_without_a_retry_time(upstream: str, tmp_path: Path) -> None:
+    price = {"input_per_mtok": 1000.0, "output_per_mtok": 4000.0, "cached_input_per_mtok": 500.0}
+    async with running_gateway(upstream, tmp_path, None, price=price) as gw:
+        _, _, key = await gw.team_and_key("once", max_budget_usd=0.000001, budget_period="total")
+        assert (await gw.chat(key))[0] == 200
+        await asyncio.sleep(0.2)  # the settle lands
+        status, headers, body = await gw.chat(key)
+        assert status == 429 and body["error"]["code"] == "budget_exceeded"
+        assert "retry-after" not in headers  # it never resets: no time to wait for
+        assert "does not reset" in body["error"]["message"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
+from fleetgate.api.admin_tenancy import record_admin_action
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.errors import ConfigError, InvalidRequest, PermissionDenied
 from fleetgate.tenancy.auth import bearer_token
@@ -27,13 +28,19 @@ def _json(value: object, status: int = 200) -> web.Response:
 
 async def reload_config(request: web.Request) -> web.Response:
     """Re-read the config file; an invalid file is refused (400) and the old config kept."""
-    gw, _ = require_master(request)
+    gw, actor = require_master(request)
     try:
         table = gw.tables.reload()
     except ConfigError as exc:
         gw.metrics.config_reloads.labels("refused").inc()
+        await record_admin_action(
+            request, actor, "config.reload", "refused", {"error": exc.message}
+        )
         raise InvalidRequest(f"Config refused, the old one is kept: {exc.message}") from None
     gw.metrics.config_reloads.labels("applied").inc()
+    await record_admin_action(
+        request, actor, "config.reload", "applied", {"generation": gw.tables.generation}
+    )
     return _json({"status": "applied", "generation": gw.tables.generation,
                   "aliases": table.aliases()})  # fmt: skip
 

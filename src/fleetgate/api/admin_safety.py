@@ -14,13 +14,11 @@ within a second; an invalid change is refused (400) and nothing changes.
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 from aiohttp import web
 
 from fleetgate.api.admin import require_master
-from fleetgate.api.admin_tenancy import TENANCY
+from fleetgate.api.admin_tenancy import record_admin_action
 from fleetgate.api.body import read_json
 from fleetgate.errors import ConfigError, InvalidRequest, NotFound, ServiceUnavailable
 from fleetgate.safety.runtime import SafetyRuntime
@@ -43,14 +41,6 @@ def _runtime(request: web.Request) -> tuple[SafetyRuntime, Principal]:
     if runtime is None:
         raise ServiceUnavailable("Safety is not configured in this gateway (no 'safety:').")
     return runtime, actor
-
-
-async def _record(
-    request: web.Request, actor: Principal, action: str, target: str, detail: Any
-) -> None:
-    tenancy = request.app.get(TENANCY)
-    if tenancy is not None:
-        await tenancy.service.record_admin(actor, action, target, detail)
 
 
 async def _policy_ref(request: web.Request) -> str | None:
@@ -88,7 +78,7 @@ async def put_policy(request: web.Request) -> web.Response:
         policy = await runtime.put_policy(name, body)
     except ConfigError as exc:
         raise InvalidRequest(exc.message) from None
-    await _record(request, actor, "safety.policy.put", name, body)
+    await record_admin_action(request, actor, "safety.policy.put", name, body)
     return _json({"name": name, **policy.model_dump(mode="json")})
 
 
@@ -100,7 +90,7 @@ async def _map(request: web.Request, section: str, value: str | None) -> web.Res
         await change(target, value)
     except ConfigError as exc:
         raise InvalidRequest(exc.message, param="policy") from None
-    await _record(request, actor, f"safety.{section}.put", target, {"policy": value})
+    await record_admin_action(request, actor, f"safety.{section}.put", target, {"policy": value})
     current = getattr(runtime.config, section).get(target)
     return _json({section[:-1]: target, "policy": current})
 

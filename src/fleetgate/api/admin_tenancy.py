@@ -13,7 +13,7 @@ from aiohttp import web
 
 from fleetgate.api.body import read_json
 from fleetgate.api.state import GATEWAY
-from fleetgate.errors import InvalidRequest, PermissionDenied, ServiceUnavailable
+from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied, ServiceUnavailable
 from fleetgate.tenancy.auth import bearer_token
 from fleetgate.tenancy.principal import Principal
 from fleetgate.tenancy.reports import audit_log, spend_report
@@ -86,15 +86,28 @@ async def get_spend(request: web.Request) -> web.Response:
     tenancy, actor = _caller(request)
     q = request.query
     groups = [g.strip() for g in q.get("group_by", "team").split(",") if g.strip()]
+    ref = q.get("team")
+    team_id = None
+    if ref:  # an id or a name, as on the other routes; someone else's team is 403 either way
+        team_id = ref if not actor.is_master and ref == actor.team_id else None
+        if team_id is None:
+            try:
+                team_id = await tenancy.service.team_id(ref)
+            except NotFound:
+                if not actor.is_master:
+                    raise PermissionDenied("This key may only see its own team's spend.") from None
+                raise
     rows = await spend_report(
         tenancy.db,
         actor,
         groups,
         parse_time_ms(q.get("since"), "since"),
         parse_time_ms(q.get("until"), "until"),
-        q.get("team"),
+        team_id,
     )
-    await tenancy.service.record_admin(actor, "spend.read", ",".join(groups), dict(q))
+    await tenancy.service.record_admin(
+        actor, "spend.read", ",".join(groups), dict(q), team_id=team_id
+    )
     return _json({"group_by": groups, "data": rows})
 
 
@@ -119,3 +132,12 @@ def add_tenancy_routes(app: web.Application) -> None:
     app.router.add_delete("/admin/keys/{key_id}", revoke_key)
     app.router.add_get("/admin/spend", get_spend)
     app.router.add_get("/admin/audit", get_audit)
+
+
+async def record_admin_action(
+    request: web.Request, actor: Principal, action: str, target: str, detail: Any
+) -> None:
+    """Record an admin action of another area (config, safety) when tenancy is on."""
+    tenancy = request.app.get(TENANCY)
+    if tenancy is not None:
+        await tenancy.service.record_admin(actor, action, target, detail)

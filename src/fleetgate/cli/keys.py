@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import urllib.parse
 from typing import Any
 
 from fleetgate.cli.admin_client import add_client_args, call, render
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         rows = [call(args, "DELETE", f"/admin/keys/{args.key_id}")]
         columns = ("id", "revoked")
     else:
-        query = f"?team={args.team}" if args.team else ""
+        query = "?" + urllib.parse.urlencode({"team": args.team}) if args.team else ""
         rows = call(args, "GET", f"/admin/keys{query}")["data"]
     print(render(rows, args.output, None if args.output == "json" else columns))
     return 0

@@ -149,6 +149,7 @@ admin_audit = Table(
     Column("created_ms", BigInteger, nullable=False),
     Column("actor_key_id", String(40), nullable=False),
     Column("actor_team_id", String(40)),
+    Column("team_id", String(40)),  # the team the action concerns (None: global)
     Column("action", String(64), nullable=False),
     Column("target", String(200)),
     Column("detail", JSON, nullable=False, default=dict),

@@ -100,8 +100,10 @@ async def audit_log(
     limit = max(1, min(limit, 1000))
     if kind == "admin":
         query = select(admin_audit).order_by(admin_audit.c.id.desc()).limit(limit)
-        if team_id is not None:
-            query = query.where(admin_audit.c.actor_team_id == team_id)
+        if team_id is not None:  # what its keys did, and what was done to its team
+            query = query.where(
+                (admin_audit.c.actor_team_id == team_id) | (admin_audit.c.team_id == team_id)
+            )
     elif kind == "request":
         query = select(request_audit).order_by(request_audit.c.created_ms.desc()).limit(limit)
         if team_id is not None:

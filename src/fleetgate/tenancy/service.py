@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select, update
@@ -49,7 +49,7 @@ def parse_time_ms(value: Any, param: str) -> int | None:
             pass
         else:
             if parsed.tzinfo is None:
-                parsed = parsed.replace(tzinfo=datetime.now().astimezone().tzinfo).astimezone()
+                parsed = parsed.replace(tzinfo=UTC)
             return int(parsed.timestamp() * 1000)
     raise InvalidRequest(f"'{param}' must be an ISO-8601 time or epoch seconds", param=param)
 
@@ -112,11 +112,17 @@ class TenancyService:
         self._changed = changed
 
     async def _audit(
-        self, conn: AsyncConnection, actor: Principal, action: str, target: str, detail: Any
+        self,
+        conn: AsyncConnection,
+        actor: Principal,
+        action: str,
+        target: str,
+        detail: Any,
+        team_id: str | None,
     ) -> None:
         await conn.execute(admin_audit.insert().values(
             created_ms=_now_ms(), actor_key_id=actor.key_id, actor_team_id=actor.team_id,
-            action=action, target=target, detail=detail,
+            team_id=team_id, action=action, target=target, detail=detail,
         ))  # fmt: skip
         await conn.execute(
             update(tenancy_state).where(tenancy_state.c.id == 1)
@@ -145,7 +151,9 @@ class TenancyService:
         try:
             async with self.db.engine.begin() as conn:
                 await conn.execute(teams.insert().values(**row))
-                await self._audit(conn, actor, "team.create", row["id"], {"name": row["name"]})
+                await self._audit(
+                    conn, actor, "team.create", row["id"], {"name": row["name"]}, row["id"]
+                )
         except IntegrityError:
             raise InvalidRequest(f"A team named '{row['name']}' exists.", param="name") from None
         await self._changed()
@@ -177,7 +185,7 @@ class TenancyService:
                                    "name": name,
                    "created_ms": _now_ms()}  # fmt: skip
             await conn.execute(users.insert().values(**row))
-            await self._audit(conn, actor, "user.create", row["id"], {"team_id": team_id})
+            await self._audit(conn, actor, "user.create", row["id"], {"team_id": team_id}, team_id)
         return row
 
     def _may_manage(self, actor: Principal, team_id: str) -> None:
@@ -212,7 +220,7 @@ class TenancyService:
                    "revoked_ms": None, "created_ms": _now_ms()}  # fmt: skip
             await conn.execute(api_keys.insert().values(**row))
             await self._audit(
-                conn, actor, "key.create", row["id"], {"team_id": team_id, "role": role}
+                conn, actor, "key.create", row["id"], {"team_id": team_id, "role": role}, team_id
             )
         await self._changed()
         return {"id": row["id"], "key": key, "team_id": team_id, "hint": row["key_hint"]}
@@ -240,14 +248,29 @@ class TenancyService:
             await conn.execute(
                 update(api_keys).where(api_keys.c.id == key_id).values(revoked_ms=_now_ms())
             )
-            await self._audit(conn, actor, "key.revoke", key_id, {"team_id": row.team_id})
+            await self._audit(
+                conn, actor, "key.revoke", key_id, {"team_id": row.team_id}, row.team_id
+            )
         await self._changed()
         return {"id": key_id, "revoked": True}
 
-    async def record_admin(self, actor: Principal, action: str, target: str, detail: Any) -> None:
-        """Audit an admin action that changes nothing here (reads, config reloads)."""
+    async def record_admin(
+        self,
+        actor: Principal,
+        action: str,
+        target: str,
+        detail: Any,
+        team_id: str | None = None,
+    ) -> None:
+        """Audit an admin action that changes nothing here (reads, config reloads, safety
+        policies); ``team_id``: the team it concerns (default: the actor's)."""
         async with self.db.engine.begin() as conn:
             await conn.execute(admin_audit.insert().values(
                 created_ms=_now_ms(), actor_key_id=actor.key_id, actor_team_id=actor.team_id,
-                action=action, target=target, detail=detail,
+                team_id=team_id or actor.team_id, action=action, target=target, detail=detail,
             ))  # fmt: skip
+
+    async def team_id(self, ref: str) -> str:
+        """The id of a team given by id or name (404 if none)."""
+        async with self.db.engine.connect() as conn:
+            return await self._team_id(conn, ref)

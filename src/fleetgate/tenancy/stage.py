@@ -30,6 +30,7 @@ __all__ = ["TenancyStage"]
 log = logging.getLogger("fleetgate.tenancy")
 
 _RESERVATION = "tenancy.reservation"
+_NEVER_MS = 400 * 86_400_000  # longer than any calendar period: the budget never resets
 
 
 class TenancyStage:
@@ -86,6 +87,12 @@ class TenancyStage:
         if audit is not None:
             self.writer.submit("audit", audit)
         if denial.reason == "budget":
+            if denial.retry_after_ms > _NEVER_MS:  # a `total` budget: no retry will succeed
+                exc = BudgetExceeded(
+                    f"Budget exhausted for {denial.scope.split(':')[0]}; it does not reset.",
+                )
+                exc.headers.pop("Retry-After", None)
+                raise exc
             raise BudgetExceeded(
                 f"Budget exhausted for {denial.scope.split(':')[0]}; it resets with the period.",
                 retry_after=retry_s,
