@@ -138,6 +138,7 @@ def _add_tenancy(app: web.Application, settings: Settings, gw: GatewayState) -> 
     app[TENANCY] = tenancy
     gw.auth = MasterKeyAuthenticator(settings.master_key, next=tenancy.cache)
     gw.stages.insert(0, tenancy.stage)
+    gw.tables.subscribe(lambda table: tenancy.reconfigure(table.config.tenancy))
 
     async def lifespan(app: web.Application) -> AsyncIterator[None]:
         await tenancy.start()

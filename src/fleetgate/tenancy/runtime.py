@@ -12,6 +12,8 @@ Example (what `fleetgate.app.create_app` does)::
 
 from __future__ import annotations
 
+import logging
+
 from redis.asyncio import Redis
 
 from fleetgate.config.schema import TenancyConfig
@@ -32,6 +34,8 @@ from fleetgate.tenancy.sync import CacheSync
 from fleetgate.tenancy.writer import RecordWriter
 
 __all__ = ["Tenancy"]
+
+log = logging.getLogger("fleetgate.tenancy")
 
 
 class Tenancy:
@@ -110,6 +114,25 @@ class Tenancy:
             settles=self.settles,
         )
         self.service = TenancyService(self.db, self.sync.changed)
+
+    def reconfigure(self, config: TenancyConfig) -> None:
+        """Apply a reloaded ``tenancy:`` section. Everything takes effect at once except
+        ``enabled`` and ``redis_prefix``, which need a restart (logged)."""
+        old, self.config = self.config, config
+        for name in ("enabled", "redis_prefix"):
+            if getattr(old, name) != getattr(config, name):
+                log.warning("tenancy.%s changed: it takes effect at the next restart", name)
+        if config.alias_limits != old.alias_limits:
+            self.scopes.set_alias_limits(config.alias_limits)
+        if isinstance(self.limiter, RedisLimiter):
+            self.limiter.policy = config.limiter_failure
+        self.alerts.webhook = config.alert_webhook
+        self.budgets.thresholds = tuple(sorted(config.alert_thresholds))
+        self.budgets.refresh_s = config.budget_refresh_s
+        self.sync.poll_interval_s = config.poll_interval_s
+        self.writer.batch_size = config.spend_batch_size
+        self.writer.flush_interval_s = config.spend_flush_interval_s
+        self.stage.audit_requests = config.audit_requests
 
     async def start(self) -> None:
         """Migrate the store, replay any spool left by a crash, load keys, seed budgets."""

@@ -38,12 +38,18 @@ class ScopeBook:
         alias_limits: Mapping[str, AliasLimits],
         clock: Callable[[], float] = time.time,
     ) -> None:
+        self._clock = clock
+        self._cache: dict[tuple[int, str], tuple[int, tuple[Scope, ...]]] = {}
+        self._alias: dict[str, Limits] = {}
+        self.set_alias_limits(alias_limits)
+
+    def set_alias_limits(self, alias_limits: Mapping[str, AliasLimits]) -> None:
+        """Replace the per-alias limits (a config reload)."""
         self._alias = {
             name: Limits(rpm=v.rpm, tpm=v.tpm, max_parallel=v.max_parallel)
             for name, v in alias_limits.items()
         }
-        self._clock = clock
-        self._cache: dict[tuple[int, str], tuple[int, tuple[Scope, ...]]] = {}
+        self._cache.clear()
 
     def scopes(self, entry: KeyEntry | None, alias: str) -> tuple[Scope, ...]:
         now = int(self._clock() * 1000)
