@@ -86,3 +86,13 @@ async def test_the_queue_is_bounded_and_drops_are_counted() -> None:
     await settles.drain()  # shutdown applies what it can, and leaves no task behind
     assert settles.queued() == 0
     assert limiter.calls[-3:] == [0, 0, 0]
+
+
+async def test_a_request_admitted_without_the_limiter_is_not_queued() -> None:
+    limiter = FlakyLimiter()
+    limiter.down = True
+    settles = Settles(limiter, lambda *_: None, retry_interval_s=10)
+    settles.submit(Reservation("m", (SCOPE,), 1, enforced=False), 1, 5)
+    await asyncio.sleep(0.05)
+    assert limiter.calls == [5] and settles.queued() == 0  # tried once with its cost, no more
+    await settles.drain()

@@ -74,6 +74,8 @@ class Settles:
         try:
             totals = await self.limiter.settle(item.reservation, item.tokens, item.cost_nusd)
         except LimiterUnavailable:
+            if not item.reservation.enforced:
+                return False  # admitted without Redis: nothing to release, the cost is stored
             item.cost_nusd = 0  # from now on release only (see the module docstring)
             self._enqueue(item)
             return False
