@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -23,6 +24,32 @@ async def _speech(gw: Gateway, key: str, model: str = "tts-1") -> tuple[int, dic
         return resp.status, {k.lower(): v for k, v in resp.headers.items()}
 
 
+async def _transcribe(gw: Gateway, key: str, audio: bytes, **fields: str) -> aiohttp.ClientResponse:
+    form = aiohttp.FormData()
+    form.add_field("file", audio, filename="a.wav", content_type="audio/wav")
+    for name, value in {"model": "whisper-1", **fields}.items():
+        form.add_field(name, value)
+    resp = await gw.session.post(
+        gw.url + "/v1/audio/transcriptions", data=form, headers={"Authorization": f"Bearer {key}"}
+    )
+    await resp.read()
+    return resp
+
+
+async def _spend_rows(gw: Gateway, key_id: str, expected: int) -> list[Any]:
+    """The key's spend rows once ``expected`` of them are written."""
+
+    async def rows() -> list[Any]:
+        async with gw.tenancy.db.engine.connect() as conn:
+            return list((await conn.execute(select(spend).where(spend.c.key_id == key_id))).all())
+
+    async def written() -> bool:
+        return len(await rows()) == expected
+
+    await wait_for(written, timeout=10)
+    return await rows()
+
+
 async def test_speech_counts_against_the_key_limits_and_is_billed_and_audited(
     upstream: str, tmp_path: Path
 ) -> None:
@@ -39,14 +66,8 @@ async def test_speech_counts_against_the_key_limits_and_is_billed_and_audited(
         status, _, body = await gw.chat(key)
         assert status == 429, body
 
-        async def written() -> bool:
-            async with gw.tenancy.db.engine.connect() as conn:
-                rows = (await conn.execute(select(spend).where(spend.c.key_id == key_id))).all()
-            return len(rows) == 2
-
-        await wait_for(written)
+        rows = await _spend_rows(gw, key_id, 2)
         async with gw.tenancy.db.engine.connect() as conn:
-            rows = (await conn.execute(select(spend).where(spend.c.key_id == key_id))).all()
             audit = (
                 await conn.execute(
                     select(request_audit.c.alias, request_audit.c.decision).where(
@@ -67,16 +88,9 @@ async def test_a_key_without_the_audio_model_is_refused(upstream: str, tmp_path:
         _, _, key = await gw.team_and_key("text-only", aliases=["tiny"])
         status, _ = await _speech(gw, key)
         assert status == 404
-        form = aiohttp.FormData()
-        form.add_field("file", b"RIFF....", filename="a.wav", content_type="audio/wav")
-        form.add_field("model", "whisper-1")
-        async with gw.session.post(
-            gw.url + "/v1/audio/transcriptions",
-            data=form,
-            headers={"Authorization": f"Bearer {key}"},
-        ) as resp:
-            assert resp.status == 404
-            assert (await resp.json())["error"]["code"] == "model_not_found"
+        resp = await _transcribe(gw, key, b"RIFF....")
+        assert resp.status == 404
+        assert (await resp.json())["error"]["code"] == "model_not_found"
 
 
 @pytest.fixture(scope="module")
@@ -89,27 +103,10 @@ async def test_a_transcription_is_billed_with_its_transcript_tokens(
 ) -> None:
     async with running_gateway(upstream, tmp_path, None) as gw:
         _, key_id, key = await gw.team_and_key("ears", rpm=10)
-        form = aiohttp.FormData()
-        form.add_field("file", wav, filename="a.wav", content_type="audio/wav")
-        form.add_field("model", "whisper-1")
-        form.add_field("response_format", "text")
-        async with gw.session.post(
-            gw.url + "/v1/audio/transcriptions",
-            data=form,
-            headers={"Authorization": f"Bearer {key}"},
-        ) as resp:
-            assert resp.status == 200, await resp.text()
-            assert resp.headers["x-ratelimit-remaining-requests"] == "9"
-            text = await resp.text()
-        assert text.strip()
-
-        async def written() -> bool:
-            async with gw.tenancy.db.engine.connect() as conn:
-                rows = (await conn.execute(select(spend).where(spend.c.key_id == key_id))).all()
-            return len(rows) == 1
-
-        await wait_for(written, timeout=10)
-        async with gw.tenancy.db.engine.connect() as conn:
-            row = (await conn.execute(select(spend).where(spend.c.key_id == key_id))).one()
+        resp = await _transcribe(gw, key, wav, response_format="text")
+        assert resp.status == 200, await resp.text()
+        assert resp.headers["x-ratelimit-remaining-requests"] == "9"
+        assert (await resp.text()).strip()
+        (row,) = await _spend_rows(gw, key_id, 1)
         assert (row.alias, row.deployment) == ("whisper-1", "asr:pocketsphinx")
         assert row.output_tokens > 0
