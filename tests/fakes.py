@@ -181,6 +181,18 @@ class FakeUpstream:
             return b"data: " + orjson.dumps(data) + b"\n\n"
 
         await resp.write(chunk({"role": "assistant", "content": ""}))
+        if b.tool_calls:  # streamed as OpenAI does: the head, then the arguments in pieces
+            words = []
+            for i, call in enumerate(b.tool_calls):
+                fn = call["function"]
+                head = {"index": i, "id": call["id"], "type": "function",
+                        "function": {"name": fn["name"], "arguments": ""}}  # fmt: skip
+                await resp.write(chunk({"tool_calls": [head]}))
+                args, half = fn["arguments"], len(fn["arguments"]) // 2
+                for piece in (args[:half], args[half:]):
+                    await resp.write(
+                        chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+                    )
         for i, word in enumerate(words):
             if b.fail_after_chunks is not None and i >= b.fail_after_chunks:
                 assert request.transport is not None

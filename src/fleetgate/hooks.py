@@ -35,8 +35,10 @@ __all__ = [
     "GatewayRequest",
     "Outcome",
     "ResponseFilter",
+    "ResponseWire",
     "Stage",
     "StageRun",
+    "StreamEncoder",
     "StreamFilter",
 ]
 
@@ -70,6 +72,29 @@ class ResponseFilter(Protocol):
     async def apply(self, response: dict[str, Any]) -> dict[str, Any]: ...
 
 
+class StreamEncoder(Protocol):
+    """Writes a chat stream's (OpenAI) chunks in the client's wire format."""
+
+    def chunk(self, chunk: dict[str, Any]) -> bytes: ...
+
+    def end(self, usage: dict[str, Any] | None) -> bytes:
+        """The end of a complete stream; ``usage``: the usage-only chunk, if any."""
+        ...
+
+    def error(self, error: Any) -> bytes:
+        """A `fleetgate.errors.FleetgateError` after the first byte."""
+        ...
+
+
+class ResponseWire(Protocol):
+    """A client wire format other than OpenAI's (the ``/v1/messages`` front door): the
+    request path stays OpenAI chat inside; responses are translated on the way out."""
+
+    def json(self, response: dict[str, Any]) -> bytes: ...
+
+    def stream(self) -> StreamEncoder: ...
+
+
 @dataclass(slots=True)
 class GatewayRequest:
     """One model request as it travels the path. Stages may change ``body`` and ``alias``."""
@@ -92,6 +117,7 @@ class GatewayRequest:
     capture_response: bool = False  # a stage wants `Outcome.response_text` (audit)
     # Consulted by the dispatcher for each attempt (prefer replicas, gate the send).
     dispatch_hooks: list[DispatchHook] = field(default_factory=list)
+    wire: ResponseWire | None = None  # None: answer in OpenAI's format (the fast path)
 
 
 @dataclass(slots=True)

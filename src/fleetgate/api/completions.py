@@ -25,15 +25,16 @@ from fleetgate.api.schemas import (
 )
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.errors import FleetgateError, ModelNotFound
-from fleetgate.hooks import GatewayRequest, StageRun
+from fleetgate.hooks import GatewayRequest, ResponseWire, StageRun
 from fleetgate.providers.base import Endpoint, UpstreamCall
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch import Dispatch
 from fleetgate.routing.strategies import RouteContext
 from fleetgate.tenancy.auth import bearer_token
+from fleetgate.tenancy.principal import Principal
 from fleetgate.tokens import estimate_prompt_tokens
 
-__all__ = ["chat_completions", "completions", "embeddings"]
+__all__ = ["chat_completions", "completions", "embeddings", "serve"]
 
 _SCHEMAS: dict[Endpoint, type[BaseModel]] = {
     Endpoint.CHAT: ChatCompletionRequest,
@@ -85,6 +86,20 @@ async def _serve(request: web.Request, endpoint: Endpoint) -> web.StreamResponse
     gw = request.app[GATEWAY]
     principal = gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
     body = await read_json(request, gw.max_request_bytes)
+    return await serve(request, gw, endpoint, principal, body, started)
+
+
+async def serve(
+    request: web.Request,
+    gw: GatewayState,
+    endpoint: Endpoint,
+    principal: Principal,
+    body: dict[str, Any],
+    started: float,
+    wire: ResponseWire | None = None,
+) -> web.StreamResponse:
+    """The request path after authentication and parsing; ``wire`` answers in another format
+    (the ``/v1/messages`` front door)."""
     validate_request(_SCHEMAS[endpoint], body)
     alias: str = body["model"]
     if not principal.may_use(alias):
@@ -110,6 +125,7 @@ async def _serve(request: web.Request, endpoint: Endpoint) -> web.StreamResponse
         max_tokens=max_tokens if isinstance(max_tokens, int) else 0,
         headers=_selected_headers(request, gw.tables.table.affinity_headers),
         received_at=time.time(),
+        wire=wire,
     )
     ex = Exchange(req.request_id, endpoint, alias, principal, started, stream)
     ex.client_request_id = req.headers.get("x-request-id")
@@ -204,6 +220,8 @@ async def _json_response(
             for f in req.response_filters:
                 data = await f.apply(data)
             body = orjson.dumps(data)
+        if req.wire is not None:
+            body = req.wire.json(data)
         choices = data.get("choices")
         if isinstance(choices, list) and choices and isinstance(choices[0], dict):
             ex.finish_reason = choices[0].get("finish_reason")

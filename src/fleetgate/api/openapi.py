@@ -69,6 +69,24 @@ def build_openapi() -> dict[str, Any]:
             "/v1/chat/completions": _post("Create a chat completion", ChatCompletionRequest),
             "/v1/completions": _post("Create a completion", CompletionRequest),
             "/v1/embeddings": _post("Create embeddings", EmbeddingRequest),
+            "/v1/messages": {
+                "post": {
+                    "summary": "Create a message (Anthropic Messages API; errors in its shape)",
+                    "security": [{"bearer": []}, {"x-api-key": []}],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["model", "messages", "max_tokens"],
+                                }
+                            }
+                        },
+                    },
+                    "responses": ok,
+                }
+            },
             "/v1/models": {
                 "get": {"summary": "List models", "security": [{"bearer": []}], "responses": ok}
             },
@@ -77,7 +95,10 @@ def build_openapi() -> dict[str, Any]:
         },  # fmt: skip
         "components": {
             "schemas": schemas,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "x-api-key": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+            },
         },
     }
 

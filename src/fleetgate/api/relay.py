@@ -17,11 +17,11 @@ from aiohttp import web
 
 from fleetgate.api.exchange import Exchange
 from fleetgate.errors import FleetgateError, UpstreamError
-from fleetgate.hooks import GatewayRequest, StreamFilter
+from fleetgate.hooks import GatewayRequest, StreamEncoder, StreamFilter
 from fleetgate.routing.dispatch import Dispatch
 from fleetgate.telemetry.metrics import GatewayMetrics
 
-__all__ = ["relay_stream", "sse_headers"]
+__all__ = ["OpenAIStreamEncoder", "relay_stream", "sse_headers"]
 
 _DONE = b"data: [DONE]"
 _USAGE_MARKERS = (b'"usage":{', b'"usage": {')
@@ -79,13 +79,14 @@ async def relay_stream(
     upstream = dispatch.response
     dep = dispatch.deployment
     resp = web.StreamResponse(status=200, headers=sse_headers(dispatch, ex, req.response_headers))
+    encoder = req.wire.stream() if req.wire is not None else OpenAIStreamEncoder(req.want_usage)
     ex.first_token_at = dispatch.upstream_answered
     dep.state.observe_ttft(dispatch.upstream_answered - dispatch.upstream_started)
     try:
         await resp.prepare(request)
         async with asyncio.timeout(total_timeout):
-            if req.stream_filters:
-                await _FilteredRelay(resp, dispatch, ex, metrics, req).run()
+            if req.stream_filters or req.wire is not None:
+                await _FilteredRelay(resp, dispatch, ex, metrics, req, encoder).run()
             else:
                 await _relay_bytes(resp, dispatch, ex, metrics, req.want_usage)
         if not ex.completion_tokens:
@@ -101,7 +102,7 @@ async def relay_stream(
     except (FleetgateError, TimeoutError) as exc:
         err = exc if isinstance(exc, FleetgateError) else UpstreamError("upstream stream timed out")
         ex.status, ex.error_type = err.status, err.type
-        await _write_error(resp, err)
+        await _write_error(resp, err, encoder)
     finally:
         await upstream.aclose(graceful=ex.upstream_done)
         dispatch.release()
@@ -185,9 +186,11 @@ class _FilteredRelay:
         ex: Exchange,
         metrics: GatewayMetrics,
         req: GatewayRequest,
+        encoder: StreamEncoder,
     ) -> None:
         dep = dispatch.deployment
         self.resp = resp
+        self.encoder = encoder
         self.dispatch = dispatch
         self.ex = ex
         self.req = req
@@ -204,7 +207,7 @@ class _FilteredRelay:
             for choice in chunk.get("choices") or ():
                 if isinstance(choice, dict) and choice.get("finish_reason"):
                     self.ex.finish_reason = str(choice["finish_reason"])
-            await self.resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+            await self.resp.write(self.encoder.chunk(chunk))
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         """Decoded upstream chunks; usage-only chunks are kept aside."""
@@ -242,17 +245,33 @@ class _FilteredRelay:
                 await self.emit(out)
                 if result.stop or stop:
                     break
-        if self.usage is not None and self.req.want_usage:
-            await self.resp.write(b"data: " + orjson.dumps(self.usage) + b"\n\n")
-        await self.resp.write(_DONE + b"\n\n")
+        await self.resp.write(self.encoder.end(self.usage))
         self.ex.last_token_at = self.last
 
 
-async def _write_error(resp: web.StreamResponse, error: FleetgateError) -> None:
+class OpenAIStreamEncoder:
+    """OpenAI's SSE: ``data: {chunk}`` lines, the usage chunk when asked for, ``[DONE]``."""
+
+    def __init__(self, want_usage: bool) -> None:
+        self.want_usage = want_usage
+
+    def chunk(self, chunk: dict[str, Any]) -> bytes:
+        return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+    def end(self, usage: dict[str, Any] | None) -> bytes:
+        tail = self.chunk(usage) if usage is not None and self.want_usage else b""
+        return tail + _DONE + b"\n\n"
+
+    def error(self, error: FleetgateError) -> bytes:
+        return self.chunk(error.to_dict()) + _DONE + b"\n\n"
+
+
+async def _write_error(
+    resp: web.StreamResponse, error: FleetgateError, encoder: StreamEncoder
+) -> None:
     """After the first byte an error can only be reported inside the stream."""
     try:
-        await resp.write(b"data: " + orjson.dumps(error.to_dict()) + b"\n\n")
-        await resp.write(_DONE + b"\n\n")
+        await resp.write(encoder.error(error))
         await resp.write_eof()
     except (ConnectionError, RuntimeError):
         pass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from fleetgate.api import admin, admin_routing, completions, health, models, openapi
+from fleetgate.api import admin, admin_routing, completions, health, messages, models, openapi
 from fleetgate.api.admin_canary import add_canary_routes
 from fleetgate.api.admin_tenancy import add_tenancy_routes
 
@@ -15,6 +15,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions", completions.chat_completions)
     app.router.add_post("/v1/completions", completions.completions)
     app.router.add_post("/v1/embeddings", completions.embeddings)
+    app.router.add_post("/v1/messages", messages.messages)
+    app.router.add_post("/v1/messages/count_tokens", messages.count_tokens)
     app.router.add_get("/v1/models", models.list_models)
     app.router.add_get("/v1/models/{model}", models.get_model)
     app.router.add_get("/health/live", health.live)

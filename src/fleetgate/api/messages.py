@@ -1,0 +1,119 @@
+"""``POST /v1/messages`` and ``/v1/messages/count_tokens``: the Anthropic front door.
+
+An Anthropic Messages request (Anthropic SDKs, tools built on them) is translated into an
+OpenAI chat request and takes the same path as ``/v1/chat/completions``: the same keys,
+limits, budgets, guardrails, routing and billing, to any upstream (vLLM, OpenAI, Azure, or
+Anthropic itself). The answer is translated back: a message object, or Anthropic's stream of
+events (``message_start`` ... ``message_stop``); errors are Anthropic error objects, in the
+body or, after the stream began, as an ``error`` event. The key may come as ``x-api-key`` (as
+Anthropic's SDKs send it) or ``Authorization: Bearer``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from fleetgate.api.body import read_json
+from fleetgate.api.completions import serve
+from fleetgate.api.state import GATEWAY
+from fleetgate.errors import FleetgateError, ModelNotFound
+from fleetgate.providers.anthropic_errors import fleetgate_error_to_anthropic
+from fleetgate.providers.anthropic_frontdoor import (
+    anthropic_request_to_openai,
+    openai_response_to_anthropic,
+)
+from fleetgate.providers.anthropic_frontdoor_stream import OpenAIToAnthropicStream
+from fleetgate.providers.anthropic_sse import encode_sse
+from fleetgate.providers.base import Endpoint
+from fleetgate.tenancy.auth import bearer_token
+from fleetgate.tenancy.principal import Principal
+from fleetgate.tokens import estimate_prompt_tokens
+
+__all__ = ["AnthropicWire", "count_tokens", "messages"]
+
+
+class _AnthropicStream:
+    """`fleetgate.hooks.StreamEncoder` writing Anthropic's streaming events."""
+
+    def __init__(self, model: str) -> None:
+        self._stream = OpenAIToAnthropicStream(model, message_id="msg_" + os.urandom(12).hex())
+
+    def chunk(self, chunk: dict[str, Any]) -> bytes:
+        return b"".join(encode_sse(event, data) for event, data in self._stream.feed(chunk))
+
+    def end(self, usage: dict[str, Any] | None) -> bytes:
+        head = self.chunk(usage) if usage is not None else b""
+        return head + b"".join(encode_sse(event, data) for event, data in self._stream.finish())
+
+    def error(self, error: FleetgateError) -> bytes:
+        return encode_sse("error", fleetgate_error_to_anthropic(error)[1])
+
+
+class AnthropicWire:
+    """`fleetgate.hooks.ResponseWire` of the front door: answers as Anthropic's API does."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model  # the name the client asked for, echoed back
+
+    def json(self, response: dict[str, Any]) -> bytes:
+        return orjson.dumps(openai_response_to_anthropic(response, model=self.model))
+
+    def stream(self) -> _AnthropicStream:
+        return _AnthropicStream(self.model)
+
+
+def _anthropic_error(exc: FleetgateError) -> web.Response:
+    status, body = fleetgate_error_to_anthropic(exc)
+    return web.Response(
+        body=orjson.dumps(body), status=status, content_type="application/json", headers=exc.headers
+    )
+
+
+def _principal(request: web.Request) -> Principal:
+    gw = request.app[GATEWAY]
+    key = request.headers.get("x-api-key")
+    if key is None:
+        key = bearer_token(request.headers.get("Authorization"))
+    return gw.auth.authenticate(key.strip())
+
+
+async def messages(request: web.Request) -> web.StreamResponse:
+    started = time.perf_counter()
+    gw = request.app[GATEWAY]
+    try:
+        principal = _principal(request)
+        raw = await read_json(request, gw.max_request_bytes)
+        body = anthropic_request_to_openai(raw)
+        wire = AnthropicWire(body["model"])
+        return await serve(request, gw, Endpoint.CHAT, principal, body, started, wire)
+    except FleetgateError as exc:
+        return _anthropic_error(exc)
+
+
+async def count_tokens(request: web.Request) -> web.Response:
+    """``{"input_tokens": N}``: the gateway's estimate (the one limits reserve against)."""
+    gw = request.app[GATEWAY]
+    try:
+        principal = _principal(request)
+        raw = await read_json(request, gw.max_request_bytes)
+        if isinstance(raw, dict) and "max_tokens" not in raw:
+            raw = {**raw, "max_tokens": 1}  # not part of a count request
+        body = anthropic_request_to_openai(raw)
+        if not principal.may_use(body["model"]):
+            raise ModelNotFound(
+                f"The model '{body['model']}' does not exist or you do not have access to it.",
+                param="model",
+            )
+        if body["model"] not in gw.virtual_aliases:
+            gw.tables.table.route(body["model"])
+    except FleetgateError as exc:
+        return _anthropic_error(exc)
+    return web.Response(
+        body=orjson.dumps({"input_tokens": estimate_prompt_tokens(body)}),
+        content_type="application/json",
+    )
