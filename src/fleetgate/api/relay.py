@@ -79,13 +79,14 @@ async def relay_stream(
     upstream = dispatch.response
     dep = dispatch.deployment
     resp = web.StreamResponse(status=200, headers=sse_headers(dispatch, ex, req.response_headers))
-    encoder = req.wire.stream() if req.wire is not None else OpenAIStreamEncoder(req.want_usage)
+    encoder: StreamEncoder | None = None  # the fast path writes the upstream's own bytes
     ex.first_token_at = dispatch.upstream_answered
     dep.state.observe_ttft(dispatch.upstream_answered - dispatch.upstream_started)
     try:
         await resp.prepare(request)
         async with asyncio.timeout(total_timeout):
             if req.stream_filters or req.wire is not None:
+                encoder = _encoder(req)
                 await _FilteredRelay(resp, dispatch, ex, metrics, req, encoder).run()
             else:
                 await _relay_bytes(resp, dispatch, ex, metrics, req.want_usage)
@@ -102,7 +103,7 @@ async def relay_stream(
     except (FleetgateError, TimeoutError) as exc:
         err = exc if isinstance(exc, FleetgateError) else UpstreamError("upstream stream timed out")
         ex.status, ex.error_type = err.status, err.type
-        await _write_error(resp, err, encoder)
+        await _write_error(resp, err, encoder or _encoder(req))
     finally:
         await upstream.aclose(graceful=ex.upstream_done)
         dispatch.release()
@@ -247,6 +248,10 @@ class _FilteredRelay:
                     break
         await self.resp.write(self.encoder.end(self.usage))
         self.ex.last_token_at = self.last
+
+
+def _encoder(req: GatewayRequest) -> StreamEncoder:
+    return req.wire.stream() if req.wire is not None else OpenAIStreamEncoder(req.want_usage)
 
 
 class OpenAIStreamEncoder:
