@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from fleetgate.safety.base import CheckContext
+from fleetgate.safety.base import Action, CheckContext
 from fleetgate.safety.checks.pii import PIICheck
 from fleetgate.safety.checks.words import WordListCheck
 from fleetgate.safety.config import CheckConfig, PolicyConfig, SafetyConfig, StreamConfig
-from fleetgate.safety.policy import Guardrails, Policy
+from fleetgate.safety.policy import Decision, Guardrails, Policy
 from fleetgate.safety.stream import Release, StreamModerator, estimate_tokens
 
 CANNED = "I can't continue with this."
@@ -137,3 +137,31 @@ async def test_word_and_pii_checks_on_one_window() -> None:
     words = WordListCheck({"weapons": ["pipe bomb*"]})
     assert not (await words.check(window, CheckContext())).flagged
     assert not (await PIICheck().check(window, CheckContext())).flagged
+
+
+async def test_checks_start_early_and_widen_to_the_interval() -> None:
+    """The first check after ``first_interval_tokens``, then doubling up to the interval: the
+    first text of a held-back stream waits 16 tokens, not 50."""
+    seen: list[int] = []
+
+    async def run(window: str) -> Decision:
+        seen.append(tokens)
+        return Decision(Action.ALLOW, window)
+
+    mod = StreamModerator(run, StreamConfig(interval_tokens=50, margin_chars=8))
+    tokens = 0
+    first_text_at = None
+    for _ in range(200):
+        tokens += 1
+        rel = await mod.push("wor ")  # four characters: one token
+        if rel.text and first_text_at is None:
+            first_text_at = tokens
+    assert seen == [16, 48, 98, 148, 198]
+    assert first_text_at == 16
+    slow = StreamModerator(run, StreamConfig(interval_tokens=50, first_interval_tokens=50))
+    seen.clear()
+    tokens = 0
+    for _ in range(120):
+        tokens += 1
+        await slow.push("wor ")
+    assert seen == [50, 100]

@@ -65,6 +65,9 @@ class StreamConfig(_Strict):
 
     interval_tokens: int = Field(50, ge=1)
     """Run the stream checks after every this many (estimated) tokens."""
+    first_interval_tokens: int = Field(16, ge=1)
+    """The first check comes after this many tokens and the interval then doubles up to
+    ``interval_tokens``, so with hold-back the first text waits 16 tokens, not 50."""
     window_tokens: int = Field(200, ge=1)
     """How much already-released text each check sees besides the new text."""
     hold_back: bool = True

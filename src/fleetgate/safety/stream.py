@@ -15,9 +15,11 @@ stream::
         rel = await mod.finish()
         ...same handling...
 
-With ``hold_back`` (default) text waits in a buffer until a check over a window covering it has
-passed; a ``margin_chars`` tail stays held after each pass so a phrase that straddles two checks
-is never half shown. Without it, text is released at once and a violation can only stop the rest.
+Checks run after ``first_interval_tokens``, then at doubling intervals up to
+``interval_tokens``. With ``hold_back`` (default) text waits in a buffer until a check over a
+window covering it has passed; a ``margin_chars`` tail stays held after each pass so a phrase
+that straddles two checks is never half shown. Without it, text is released at once and a
+violation can only stop the rest.
 """
 
 from __future__ import annotations
@@ -76,7 +78,8 @@ class StreamModerator:
     ) -> None:
         s = settings or StreamConfig()
         self._run = run
-        self._interval = s.interval_tokens
+        self._interval_max = s.interval_tokens
+        self._interval = min(s.first_interval_tokens, s.interval_tokens)  # doubles per check
         self._window_chars = s.window_tokens * _CHARS_PER_TOKEN
         self._hold_back = s.hold_back
         self._margin = s.margin_chars
@@ -129,6 +132,11 @@ class StreamModerator:
     def _due(self) -> bool:
         return self._wide + self._narrow // _CHARS_PER_TOKEN >= self._interval
 
+    def _checked(self) -> None:
+        self._wide = self._narrow = 0
+        self.checks_run += 1
+        self._interval = min(self._interval * 2, self._interval_max)
+
     async def finish(self) -> Release:
         """End of the upstream stream: check and release whatever is still held."""
         if self._stopped is not None:
@@ -147,8 +155,7 @@ class StreamModerator:
 
     async def _check_released(self) -> Release | None:
         window = self._context + self._unchecked
-        self._wide = self._narrow = 0
-        self.checks_run += 1
+        self._checked()
         decision = await self._run(window)
         self._remember(self._unchecked)
         self._unchecked = ""
@@ -156,8 +163,7 @@ class StreamModerator:
 
     async def _check_pending(self, *, final: bool) -> Release:
         pending = self._pending
-        self._wide = self._narrow = 0
-        self.checks_run += 1
+        self._checked()
         decision = await self._run(self._context + pending)
         if decision.blocked:
             return self._stop(decision)
