@@ -8,6 +8,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 from sqlalchemy import func, select
 
@@ -245,3 +246,32 @@ async def test_a_total_budget_refuses_without_a_retry_time(upstream: str, tmp_pa
         assert status == 429 and body["error"]["code"] == "budget_exceeded"
         assert "retry-after" not in headers  # it never resets: no time to wait for
         assert "does not reset" in body["error"]["message"]
+
+
+async def test_the_spool_is_synced_to_disk_off_the_loop_only_when_it_grew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    import fleetgate.tenancy.journal as journal
+
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(journal.os, "fsync", lambda fd: (synced.append(fd), real(fd)))
+    db = Database.from_url(None, tmp_path)
+    await db.migrate()
+    writer = RecordWriter(db, tmp_path / "spool")
+    try:
+        for i in range(3):
+            writer.submit("spend", _row(f"s{i}"))
+        await writer._sync()
+        await writer._sync()  # nothing new: no second fsync
+        assert len(synced) == 1
+        seg = writer._current
+        assert seg is not None and seg.synced == seg.appended == 3
+        writer.submit("spend", _row("s3"))
+        await writer._sync()
+        assert len(synced) == 2
+    finally:
+        await writer.stop()
+        await db.close()

@@ -188,6 +188,7 @@ class TenancyConfig(_Model):
     unlimited, ``fail_closed`` answers 503). ``alert_webhook`` receives one POST per budget
     threshold crossed (``alert_thresholds``, percent). ``budget_refresh_s``: how often budget
     counters are re-read (and raised to the store's totals after a Redis outage or restart).
+    ``spool_fsync``: sync the spend/audit spool to disk every ``spend_flush_interval_s``.
     """
 
     enabled: bool = True
@@ -200,6 +201,7 @@ class TenancyConfig(_Model):
     spend_batch_size: int = Field(500, ge=1)
     spend_flush_interval_s: float = Field(0.2, gt=0)
     budget_refresh_s: float = Field(5.0, gt=0)
+    spool_fsync: bool = True
     audit_requests: bool = True
 
 

@@ -35,6 +35,7 @@ class Segment:
     opened: float = field(default_factory=time.monotonic)
     pending: list[dict[str, Any]] | None = field(default_factory=list)
     appended: int = 0
+    synced: int = 0  # records known to be on disk (fsync)
 
     def append(self, *records: dict[str, Any]) -> None:
         """Append records with one write (a request's spend and audit rows go together)."""
@@ -42,6 +43,13 @@ class Segment:
         self.appended += len(records)
         if self.pending is not None:
             self.pending.extend(records)
+
+    def sync(self) -> None:
+        """fsync what was appended (blocking: call from a worker thread on the request path)."""
+        count = self.appended
+        if self.fd >= 0 and count > self.synced:
+            os.fsync(self.fd)
+            self.synced = count
 
     def close(self) -> None:
         if self.fd >= 0:

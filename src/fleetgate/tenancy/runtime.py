@@ -77,6 +77,7 @@ class Tenancy:
             settings.data_dir / "spool",
             batch_size=config.spend_batch_size,
             flush_interval_s=config.spend_flush_interval_s,
+            fsync=config.spool_fsync,
             on_error=lambda _exc: write_failures.inc(),
         )
         pending = registry.gauge(
@@ -132,6 +133,7 @@ class Tenancy:
         self.sync.poll_interval_s = config.poll_interval_s
         self.writer.batch_size = config.spend_batch_size
         self.writer.flush_interval_s = config.spend_flush_interval_s
+        self.writer.fsync = config.spool_fsync
         self.stage.audit_requests = config.audit_requests
 
     async def start(self) -> None:

@@ -1,7 +1,9 @@
 """`RecordWriter`: spend and request-audit records, spooled at once, written in batches.
 
 ``submit`` (on the request path, in a stage's ``after``) appends the record to the current
-spool segment and queues it; a background task writes queued records in batches with
+spool segment (a ``write``: it survives the process being killed; with ``fsync`` the segment is
+also synced to disk every flush interval, off the loop, so a lost host loses at most that) and
+queues it; a background task writes queued records in batches with
 ``INSERT ... ON CONFLICT DO NOTHING``. When the database is unreachable the records wait (in
 memory up to ``max_pending``, beyond that only in the spool file) and are written when it
 returns. Orphaned segments (a crash) are replayed at start and periodically.
@@ -40,6 +42,7 @@ class RecordWriter:
         segment_max_s: float = 5.0,
         replay_interval_s: float = 5.0,
         max_pending: int = 200_000,
+        fsync: bool = True,
         on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.db = db
@@ -49,6 +52,7 @@ class RecordWriter:
         self.segment_max_s = segment_max_s
         self.replay_interval_s = replay_interval_s
         self.max_pending = max_pending
+        self.fsync = fsync
         self._on_error = on_error
         self._current: Segment | None = None
         self._closed: list[Segment] = []
@@ -90,6 +94,8 @@ class RecordWriter:
             self._current = None
         await self.flush()
         for seg in self._closed:
+            if self.fsync:
+                seg.sync()
             seg.close()  # left on disk: replayed by the next start
         self._closed.clear()
 
@@ -101,10 +107,23 @@ class RecordWriter:
         last_replay = time.monotonic()
         while True:
             await asyncio.sleep(self.flush_interval_s)
+            if self.fsync:
+                await self._sync()
             await self.flush()
             if self._healthy and time.monotonic() - last_replay > self.replay_interval_s:
                 last_replay = time.monotonic()
                 await self.replay_orphans()
+
+    async def _sync(self) -> None:
+        """fsync every segment with unsynced records, off the event loop: the spool survives a
+        lost host too, up to one flush interval."""
+        segs = [*self._closed, *([self._current] if self._current else [])]
+        for seg in segs:
+            if seg.appended > seg.synced:
+                try:
+                    await asyncio.to_thread(seg.sync)
+                except OSError as exc:
+                    log.warning("spool fsync failed: %s", exc)
 
     async def flush(self) -> None:
         """Write every queued record now (stops at the first database error)."""
