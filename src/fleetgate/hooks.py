@@ -140,10 +140,13 @@ class Outcome:
     attempts: int = 0
     response_text: str | None = None  # filled only when a stage asked for it (audit)
     tags: dict[str, str] = field(default_factory=dict)
+    cost_nusd: int | None = None  # set when not priced per token (audio by minute or character)
 
     @property
     def cost_usd(self) -> float:
         """Cost from the deployment's prices; cached prompt tokens at the cached price."""
+        if self.cost_nusd is not None:
+            return self.cost_nusd / 1_000_000_000
         if self.price is None:
             return 0.0
         p = self.price

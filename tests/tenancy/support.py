@@ -54,10 +54,14 @@ def free_port() -> int:
 
 
 def gateway_config(
-    upstream: str, price: dict[str, float] | None = None, **tenancy: Any
+    upstream: str,
+    price: dict[str, float] | None = None,
+    multimodal: dict[str, Any] | None = None,
+    **tenancy: Any,
 ) -> GatewayConfig:
     return GatewayConfig.model_validate(
         {
+            **({"multimodal": multimodal} if multimodal else {}),
             "models": [
                 {
                     "alias": "tiny",
@@ -136,6 +140,7 @@ async def running_gateway(
     database_url: str | None,
     redis_url: str | None = None,
     price: dict[str, float] | None = None,
+    multimodal: dict[str, Any] | None = None,
     **tenancy: Any,
 ) -> AsyncIterator[Gateway]:
     settings = Settings(
@@ -145,7 +150,7 @@ async def running_gateway(
         redis_url=redis_url,
         watch_config=False,
     )
-    app = create_app(settings, gateway_config(upstream, price, **tenancy))
+    app = create_app(settings, gateway_config(upstream, price, multimodal, **tenancy))
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
     try:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import io
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+import soundfile as sf
 from sqlalchemy import select
 
 from fleetgate.store.tables import request_audit, spend
@@ -110,3 +113,21 @@ async def test_a_transcription_is_billed_with_its_transcript_tokens(
         (row,) = await _spend_rows(gw, key_id, 1)
         assert (row.alias, row.deployment) == ("whisper-1", "asr:pocketsphinx")
         assert row.output_tokens > 0
+
+
+async def test_audio_is_billed_by_minute_and_by_character(
+    upstream: str, tmp_path: Path, wav: bytes
+) -> None:
+    prices = {"asr": {"price_per_minute_usd": 0.006}, "tts": {"price_per_mchars_usd": 15.0}}
+    async with running_gateway(upstream, tmp_path, None, multimodal=prices) as gw:
+        _, key_id, key = await gw.team_and_key("priced")
+        assert (await _speech(gw, key))[0] == 200
+        assert (await _transcribe(gw, key, wav)).status == 200
+        rows = {r.deployment: r for r in await _spend_rows(gw, key_id, 2)}
+    # "please open the door": 20 characters at $15 per million
+    assert rows["tts:espeak"].cost_nusd == 300_000
+    info = sf.info(io.BytesIO(wav))
+    seconds = info.frames / info.samplerate
+    expected = round(Decimal("0.006") * Decimal(repr(seconds)) / 60 * 10**9)
+    # the transcript's duration is in whole milliseconds: 1 ms of audio is 100 nano-USD here
+    assert abs(rows["asr:pocketsphinx"].cost_nusd - expected) <= 100

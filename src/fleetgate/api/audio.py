@@ -7,7 +7,8 @@ speech-in pipeline (decode, 16 kHz, VAD, batch ASR). Speech takes JSON (``model`
 audio phrase by phrase as it is synthesised. Both authenticate like the chat route and pass
 the same stages (`fleetgate.hooks.StageRun`): the key's allowed models, RPM/TPM/parallel limits
 and budget apply, and each request is audited and counted in spend (tokens estimated from the
-text spoken or transcribed; the embedded engines have no price, so at zero cost).
+text spoken or transcribed; cost from ``tts.price_per_mchars_usd`` per million characters and
+``asr.price_per_minute_usd`` per minute of audio, zero when unset).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from fleetgate.multimodal.speech.encode import StreamEncoder
 from fleetgate.multimodal.speech.espeak import OPENAI_VOICES
 from fleetgate.multimodal.speech.streamer import SpeechStreamer
 from fleetgate.tenancy.auth import bearer_token
+from fleetgate.tenancy.money import unit_cost_nusd
 from fleetgate.tenancy.principal import Principal
 from fleetgate.tokens import estimate_prompt_tokens
 
@@ -152,6 +154,8 @@ async def transcriptions(request: web.Request) -> web.Response:
             audio, language=fields.get("language") or None, prompt=fields.get("prompt") or None
         )
         outcome.completion_tokens = estimate_prompt_tokens({"input": transcript.text})
+        asr = runtime.config.asr
+        outcome.cost_nusd = unit_cost_nusd(asr.price_per_minute_usd, transcript.duration, 60)
         body, content_type = render_transcript(transcript, fmt)
         return web.Response(body=body, headers=_headers(req, content_type))
 
@@ -193,8 +197,11 @@ async def speech(request: web.Request) -> web.StreamResponse:
     body = await read_json(request, gw.max_request_bytes)
     text, voice, fmt, speed = _speech_request(body, runtime)
     req = _gateway_request(gw, "audio/speech", principal, body, estimate_prompt_tokens(body))
-    async with _staged(gw, req, f"tts:{runtime.config.tts.backend}"):
-        return await _speak(request, req, runtime, text, voice, fmt, speed)
+    tts = runtime.config.tts
+    async with _staged(gw, req, f"tts:{tts.backend}") as outcome:
+        resp = await _speak(request, req, runtime, text, voice, fmt, speed)
+        outcome.cost_nusd = unit_cost_nusd(tts.price_per_mchars_usd, len(text), 1_000_000)
+        return resp
 
 
 async def _speak(

@@ -109,6 +109,7 @@ class AsrConfig(_Backend):
     """Speech recognition: the embedded pocketsphinx, or an OpenAI-compatible upstream."""
 
     backend: Literal["pocketsphinx", "openai"] = "pocketsphinx"
+    price_per_minute_usd: float | None = Field(None, ge=0)  # billed per minute of audio
     workers: int = Field(2, ge=1)
     max_bytes: int = Field(25 * 1024 * 1024, gt=0)
     max_seconds: float = Field(600.0, gt=0)
@@ -122,6 +123,7 @@ class TtsConfig(_Backend):
     """
 
     backend: Literal["espeak", "openai"] = "espeak"
+    price_per_mchars_usd: float | None = Field(None, ge=0)  # billed per million characters
     max_concurrency: int = Field(4, ge=1)
     max_input_chars: int = Field(4096, ge=1)
     native_audio_aliases: tuple[str, ...] = ()

@@ -11,7 +11,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 
 from fleetgate.config.schema import Price
 
-__all__ = ["NANO", "cost_nusd", "nusd_to_usd", "usd_to_nusd"]
+__all__ = ["NANO", "cost_nusd", "nusd_to_usd", "unit_cost_nusd", "usd_to_nusd"]
 
 NANO = 1_000_000_000
 _PER_TOKEN = Decimal(NANO) / Decimal(1_000_000)  # nano-USD per token at 1 USD per Mtok
@@ -34,6 +34,14 @@ def cost_nusd(price: Price | None, prompt: int, completion: int, cached: int) ->
         + completion * _dec(price.output_per_mtok)
     ) * _PER_TOKEN
     return int(total.to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def unit_cost_nusd(usd_per_block: float | None, units: float, block: float) -> int:
+    """The cost of ``units`` at ``usd_per_block`` per ``block`` units (e.g. USD per 60 seconds
+    of audio, per 1,000,000 characters), in nano-USD; 0 without a price."""
+    if usd_per_block is None or units <= 0:
+        return 0
+    return usd_to_nusd(_dec(usd_per_block) * _dec(units) / _dec(block))
 
 
 def usd_to_nusd(usd: float | str | Decimal) -> int:

@@ -106,9 +106,14 @@ class TenancyStage:
         )
 
     def after(self, req: GatewayRequest, outcome: Outcome) -> None:
-        cost = cost_nusd(
-            outcome.price, outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens
-        )
+        cost = outcome.cost_nusd
+        if cost is None:
+            cost = cost_nusd(
+                outcome.price,
+                outcome.prompt_tokens,
+                outcome.completion_tokens,
+                outcome.cached_tokens,
+            )
         reservation = req.state.pop(_RESERVATION, None)
         if isinstance(reservation, Reservation):
             used = outcome.prompt_tokens + outcome.completion_tokens
