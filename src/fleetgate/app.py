@@ -35,6 +35,7 @@ from fleetgate.routing.engine_stats import EngineStats
 from fleetgate.routing.health import HealthTracker
 from fleetgate.routing.kv_aware import EngineAwareRouting
 from fleetgate.routing.load_share import RedisLoadShare
+from fleetgate.routing.prefix_share import PrefixShare
 from fleetgate.routing.reload import TableManager
 from fleetgate.routing.strategies import StrategyRegistry
 from fleetgate.routing.table import RouteTable
@@ -120,13 +121,19 @@ def _engine_aware(
                 yield from route.deployments
 
     share = None
+    replica = os.urandom(6).hex()
     if routing.redis_url:
         share = RedisLoadShare.from_url(
-            routing.redis_url, os.urandom(6).hex(), ttl_s=max(2.0, 20 * routing.scrape_interval_s)
+            routing.redis_url, replica, ttl_s=max(2.0, 20 * routing.scrape_interval_s)
         )
     secret = (routing.salt_secret or settings.master_key or os.urandom(16).hex()).encode()
     stats = EngineStats(routing, targets, share=share)
-    return EngineAwareRouting(routing, stats, secret=secret, registry=metrics.registry)
+    engine_aware = EngineAwareRouting(routing, stats, secret=secret, registry=metrics.registry)
+    if routing.redis_url:  # replicas learn each other's prefix records
+        engine_aware.prefix_share = PrefixShare.from_url(
+            routing.redis_url, replica, engine_aware.index
+        )
+    return engine_aware
 
 
 def _add_tenancy(app: web.Application, settings: Settings, gw: GatewayState) -> None:

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,40 +11,8 @@ from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.engine_stats import EngineStats
 from fleetgate.routing.load_share import RedisLoadShare
 from fleetgate.routing.strategies import RouteContext
-from tests.procs import free_port
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture
-def redis_url() -> Iterator[str]:
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("redis-server is not installed")
-    port = free_port()
-    proc = subprocess.Popen(
-        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        import redis
-
-        client = redis.Redis(port=port)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        client.close()
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def _dep() -> Deployment:

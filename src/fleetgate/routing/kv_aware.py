@@ -41,6 +41,7 @@ from fleetgate.routing.decisions import CandidateCost, Decision, DecisionLog
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.engine_stats import EngineStats, EngineView, engine_key
 from fleetgate.routing.prefix import PrefixIndex, text_block_hashes, token_block_hashes
+from fleetgate.routing.prefix_share import PrefixShare
 from fleetgate.routing.strategies import RouteContext
 from fleetgate.telemetry.registry import Registry
 from fleetgate.tokens import prompt_text
@@ -108,6 +109,7 @@ class EngineAwareRouting:
         self._secret = secret
         self.rng = rng or random.Random()
         self._session: aiohttp.ClientSession | None = None
+        self.prefix_share: PrefixShare | None = None  # the index shared between replicas
 
     @classmethod
     def standalone(cls, config: RoutingConfig | None = None) -> EngineAwareRouting:
@@ -134,12 +136,22 @@ class EngineAwareRouting:
 
     def start(self) -> None:
         self.stats.start()
+        if self.prefix_share is not None:
+            self.prefix_share.start()
 
     async def stop(self) -> None:
         await self.stats.stop()
+        if self.prefix_share is not None:
+            await self.prefix_share.stop()
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    def remember_prefix(self, engine: str, hashes: list[int]) -> None:
+        """We are sending these blocks to ``engine``: index them here and tell the others."""
+        self.index.record(engine, hashes)
+        if self.prefix_share is not None:
+            self.prefix_share.record(engine, hashes)
 
     # -------------------------------------------------------------- tenancy
 
@@ -304,7 +316,7 @@ class KvAwareStrategy:
         ctx.uncached_tokens = prompt - chosen.cached_tokens
         self._send_salt(ctx, views[i], salt)
         ekey = engine_key(dep)
-        shared.index.record(ekey, hashes)
+        shared.remember_prefix(ekey, hashes)
         if key is not None:
             shared.sessions.remember(key, ekey, prompt + ctx.max_tokens)
         shared.decisions.record(
