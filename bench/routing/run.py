@@ -9,6 +9,7 @@ vllm-router measured in the same run.
     python bench/routing/run.py                       # the shared-prefix run, all four
     python bench/routing/run.py --no-shared --routers least-load,kv-aware
     python bench/routing/run.py --vllm-router /tmp/vllm-router-venv/bin/vllm-router
+    python bench/routing/run.py --routers kv-aware --replicas 2 [--redis redis://127.0.0.1:6379/0]
 
 vllm-router (``pip install vllm-router``) runs with ``--policy cache_aware``; it is skipped
 with a note when its binary is not found.
@@ -87,22 +88,23 @@ async def _one(
     return ttft, tokens
 
 
-async def replay(url: str, schedule: list[Arrival], headers: dict[str, str]) -> tuple[
+async def replay(urls: list[str], schedule: list[Arrival], headers: dict[str, str]) -> tuple[
     list[float], int, int, float
 ]:  # fmt: skip
-    """Send the schedule open-loop; returns (TTFTs, output tokens, errors, makespan)."""
+    """Send the schedule open-loop, request i to ``urls[i % len(urls)]`` (a round-robin load
+    balancer in front of the replicas); returns (TTFTs, output tokens, errors, makespan)."""
     timeout = aiohttp.ClientTimeout(total=180)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
         start = time.perf_counter()
 
-        async def fire(a: Arrival) -> tuple[float | None, int]:
+        async def fire(i: int, a: Arrival) -> tuple[float | None, int]:
             delay = start + a.at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            return await _one(http, url, a, headers)
+            return await _one(http, urls[i % len(urls)], a, headers)
 
-        results = await asyncio.gather(*(fire(a) for a in schedule))
+        results = await asyncio.gather(*(fire(i, a) for i, a in enumerate(schedule)))
         makespan = time.perf_counter() - start
     ttfts = [t for t, _ in results if t is not None]
     tokens = sum(n for _, n in results)
@@ -145,17 +147,21 @@ def run_router(
                 print("vllm-router not found: skipped (pip install vllm-router)", file=sys.stderr)
                 return None
             base = stack.enter_context(router_process(binary, fleet.urls, args.tmp))
-            url, headers = f"{base}/v1/chat/completions", {}
+            urls, headers = [f"{base}/v1/chat/completions"], {}
             body_model = flags.model
         else:
             config = _gateway_config(fleet.urls, router, flags)
-            base = stack.enter_context(gateway_process(config, args.tmp, MASTER))
-            url, headers = f"{base}/v1/chat/completions", {"Authorization": f"Bearer {MASTER}"}
+            if args.redis:  # replicas share load and prefix records
+                config["routing"]["redis_url"] = args.redis
+            bases = [stack.enter_context(gateway_process(config, args.tmp, MASTER))
+                     for _ in range(args.replicas)]  # fmt: skip
+            urls = [f"{b}/v1/chat/completions" for b in bases]
+            headers = {"Authorization": f"Bearer {MASTER}"}
             body_model = "chat"
         for a in schedule:
             a.body["model"] = body_model
         before = fleet.prefix_counters()
-        ttfts, tokens, errors, makespan = asyncio.run(replay(url, schedule, headers))
+        ttfts, tokens, errors, makespan = asyncio.run(replay(urls, schedule, headers))
         hits, queries = (a - b for a, b in zip(fleet.prefix_counters(), before, strict=True))
     return Result(
         router=router,
@@ -203,6 +209,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-num-seqs", type=int, default=32)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--vllm-router", default=None, help="path of the vllm-router binary")
+    p.add_argument("--replicas", type=int, default=1,
+                   help="fleetgate gateway processes, requests spread round robin")  # fmt: skip
+    p.add_argument(
+        "--redis",
+        default=None,
+        help="routing.redis_url of the gateways (share load and prefix records)",
+    )
     p.add_argument("--out", type=Path, default=None, help="write results as JSON here")
     p.add_argument("--tmp", type=Path, default=Path("/tmp/fleetgate-bench-routing"))
     args = p.parse_args(argv)
