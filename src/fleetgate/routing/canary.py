@@ -22,7 +22,6 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import random
@@ -38,6 +37,7 @@ from redis.exceptions import RedisError
 from fleetgate.errors import InvalidRequest, ServiceUnavailable
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.strategies import RouteContext
+from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["CanarySplits", "Split"]
 
@@ -202,11 +202,8 @@ class CanarySplits:
             self._task = asyncio.get_running_loop().create_task(self._listen(), name="canary")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if self.redis is not None:
             await self.redis.aclose()
 

@@ -34,6 +34,7 @@ from fleetgate.routing.engine_metrics import EngineSnapshot, parse_engine_metric
 from fleetgate.routing.load import LoadTracker, LocalLoad, Ticket
 from fleetgate.routing.load_share import LoadShare
 from fleetgate.routing.strategies import RouteContext
+from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["EngineStats", "EngineView", "engine_key", "metrics_url"]
 
@@ -250,10 +251,7 @@ class EngineStats:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         if self._session is not None:
             await self._session.close()
             self._session = None

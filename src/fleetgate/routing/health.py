@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -11,6 +10,7 @@ from collections.abc import Callable, Iterable
 from fleetgate.config.schema import HealthConfig
 from fleetgate.errors import UpstreamConnectError, UpstreamError, UpstreamStatusError
 from fleetgate.routing.deployment import Deployment
+from fleetgate.tasks import cancel_and_wait
 from fleetgate.telemetry.metrics import GatewayMetrics
 
 __all__ = ["HealthTracker"]
@@ -89,7 +89,4 @@ class HealthTracker:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)

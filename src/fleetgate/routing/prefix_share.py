@@ -14,7 +14,6 @@ Channel ``{prefix}prefix:records``; a message is ``{"r": replica, "e": [[engine,
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import orjson
 
 from fleetgate.routing.prefix import PrefixIndex
+from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["PrefixShare"]
 
@@ -77,11 +77,7 @@ class PrefixShare:
         ]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         self._tasks.clear()
         await self.redis.aclose()
 

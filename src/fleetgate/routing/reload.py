@@ -7,7 +7,6 @@ table they started with.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,7 @@ from fleetgate.errors import ConfigError, FleetgateError
 from fleetgate.routing.deployment import DeploymentState
 from fleetgate.routing.strategies import StrategyRegistry
 from fleetgate.routing.table import ProviderFactory, RouteTable
+from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["TableManager"]
 
@@ -98,7 +98,4 @@ class TableManager:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)

@@ -16,7 +16,6 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import warnings
 from collections.abc import Sequence
@@ -25,6 +24,8 @@ from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["BatchingEncoder", "MiniLMEncoder", "TextEncoder", "Vectors"]
 
@@ -164,11 +165,8 @@ class BatchingEncoder:
                     f.set_result(vectors[i])
 
     async def stop(self) -> None:
-        if self._worker is not None:
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
-            self._worker = None
+        await cancel_and_wait(self._worker)
+        self._worker = None
         if self._queue is not None:
             while not self._queue.empty():
                 self._queue.get_nowait()[1].cancel()

@@ -38,6 +38,7 @@ from fleetgate.routing.semantic import (
 )
 from fleetgate.routing.semantic_config import SemanticConfig
 from fleetgate.routing.semantic_encoder import BatchingEncoder, MiniLMEncoder, TextEncoder
+from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["ROUTE_HEADER", "SemanticStage", "request_text"]
 
@@ -148,11 +149,8 @@ class SemanticStage:
             self._ready.set()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         await self.encoder.stop()
 
     async def classify(self, text: str) -> RouteDecision:

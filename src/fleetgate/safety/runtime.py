@@ -39,6 +39,7 @@ from fleetgate.safety.config import CheckConfig, PolicyConfig, SafetyConfig
 from fleetgate.safety.metrics import SafetyMetrics
 from fleetgate.safety.policy import Guardrails
 from fleetgate.safety.stage import SafetyStage
+from fleetgate.tasks import cancel_and_wait
 from fleetgate.telemetry.registry import Registry
 
 __all__ = ["SafetyRuntime", "localize"]
@@ -235,11 +236,7 @@ class SafetyRuntime:
 
     async def stop(self) -> None:
         """Drain the audit queue, stop background tasks, close every check once."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         self._tasks.clear()
         if self.audit is not None:
             await self.audit.stop()

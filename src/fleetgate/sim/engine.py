@@ -23,6 +23,7 @@ from fleetgate.sim.config import SimConfig
 from fleetgate.sim.kv import BlockManager
 from fleetgate.sim.metrics import SimMetrics
 from fleetgate.sim.sequence import SeqEvent, SeqSpec, SeqState, Sequence
+from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["Engine"]
 
@@ -62,11 +63,8 @@ class Engine:
 
     async def stop(self) -> None:
         """Stop the scheduler and abort everything still queued or running."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         for seq in [*self.waiting, *self.running]:
             if self.abort(seq):
                 # Wake the handler waiting for this sequence so it can end its response.

@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from fleetgate.tasks import cancel_and_wait
+
 __all__ = ["AccessLog"]
 
 
@@ -64,9 +66,6 @@ class AccessLog:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         with contextlib.suppress(OSError):
             await self.flush()

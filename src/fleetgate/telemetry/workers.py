@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from fleetgate.tasks import cancel_and_wait
 from fleetgate.telemetry.registry import Registry
 
 __all__ = ["WorkerMetrics"]
@@ -63,8 +64,5 @@ class WorkerMetrics:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         self._path.unlink(missing_ok=True)

@@ -17,6 +17,7 @@ import aiohttp
 
 from fleetgate.store.database import Database
 from fleetgate.store.tables import budget_alerts
+from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["BudgetAlert", "AlertNotifier"]
 
@@ -61,9 +62,7 @@ class AlertNotifier:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(2):
                     await self._queue.join()
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _run(self) -> None:

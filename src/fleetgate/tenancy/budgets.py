@@ -7,7 +7,6 @@ it); this module keeps the counters honest across restarts and reports on them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -17,6 +16,7 @@ from sqlalchemy import func, select
 from fleetgate.limits.base import Limiter, Scope
 from fleetgate.store.database import Database
 from fleetgate.store.tables import spend
+from fleetgate.tasks import cancel_and_wait
 from fleetgate.telemetry.registry import Registry
 from fleetgate.tenancy.alerts import AlertNotifier, BudgetAlert
 from fleetgate.tenancy.cache import KeyCache, Snapshot
@@ -139,11 +139,8 @@ class Budgets:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="budget-refresh")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:

@@ -13,7 +13,6 @@ adding it again would count it twice.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 
 from fleetgate.errors import LimiterUnavailable
 from fleetgate.limits.base import Limiter, Reservation, Scope
+from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["Settles"]
 
@@ -110,10 +110,7 @@ class Settles:
         self._closing = True
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
-        if self._retrier is not None:
-            self._retrier.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._retrier
+        await cancel_and_wait(self._retrier)
         for _ in range(len(self._queue)):
             if not await self._settle(self._queue.popleft()):
                 break

@@ -11,7 +11,6 @@ path never waits on this.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
@@ -19,6 +18,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
+from fleetgate.tasks import cancel_and_wait
 from fleetgate.tenancy.cache import KeyCache
 
 __all__ = ["CacheSync"]
@@ -56,11 +56,7 @@ class CacheSync:
             self._tasks.append(loop.create_task(self._listen(), name="tenancy-feed"))
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         self._tasks.clear()
 
     async def changed(self) -> None:

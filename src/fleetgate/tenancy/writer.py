@@ -12,7 +12,6 @@ returns. Orphaned segments (a crash) are replayed at start and periodically.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -22,6 +21,7 @@ from typing import Any
 
 from fleetgate.store.database import Database
 from fleetgate.store.tables import request_audit, safety_audit, spend, spend_tags
+from fleetgate.tasks import cancel_and_wait
 from fleetgate.tenancy.journal import Segment, Spool
 
 __all__ = ["RecordWriter"]
@@ -84,11 +84,8 @@ class RecordWriter:
 
     async def stop(self) -> None:
         """Write everything still queued; what cannot be written stays spooled."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if self._current is not None:
             self._closed.append(self._current)
             self._current = None
