@@ -163,6 +163,10 @@ async def test_cli_teams_keys_spend(
             ]  # fmt: skip
         out = await asyncio.to_thread(cli, "keys", "list")
         assert "sk-fg-" in out and key not in out  # only the hint is listed
+        out = await asyncio.to_thread(cli, "audit", "--kind", "admin", "--limit", "5")
+        assert "key.create" in out and "team.create" in out
+        out = await asyncio.to_thread(cli, "audit", "--kind", "request")
+        assert "allowed" in out
         await asyncio.to_thread(cli, "teams", "create", "sales & marketing")
         out = await asyncio.to_thread(cli, "keys", "list", "--team", "sales & marketing")
         assert "key_" not in out  # the name travels URL-encoded; the new team has no keys
