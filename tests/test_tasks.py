@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from fleetgate.tasks import cancel_and_wait
+import pytest
+
+from fleetgate.tasks import cancel_and_wait, cancelling
 
 
 async def test_every_task_is_cancelled_and_awaited() -> None:
@@ -21,3 +23,49 @@ async def test_every_task_is_cancelled_and_awaited() -> None:
     await cancel_and_wait(tasks[0], None, *tasks[1:])
     assert sorted(stopped) == [0, 1, 2] and all(t.done() for t in tasks)
     await cancel_and_wait()  # nothing to do
+
+
+async def test_a_task_that_fails_or_will_not_stop_never_blocks_a_shutdown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    released = False
+
+    async def stubborn() -> None:
+        while not released:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue  # what a reconnect loop did when a library swallowed the cancel
+
+    async def failed() -> None:
+        raise RuntimeError("boom")
+
+    a, b = asyncio.ensure_future(stubborn()), asyncio.ensure_future(failed())
+    await asyncio.sleep(0)
+    await cancel_and_wait(a, b, timeout_s=0.2)
+    assert "did not stop" in caplog.text and "boom" in caplog.text
+    released = True  # still running: a test must not leave it behind
+    a.cancel()
+    await asyncio.wait([a], timeout=1.0)
+    assert a.done()
+    b.exception()
+
+
+async def test_a_loop_sees_a_cancel_a_library_turned_into_its_own_error() -> None:
+    seen: list[bool] = []
+
+    async def loop() -> None:
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                seen.append(cancelling())
+                if cancelling():
+                    raise
+            await asyncio.sleep(0)
+
+    task = asyncio.ensure_future(loop())
+    await asyncio.sleep(0)
+    assert not cancelling()
+    await cancel_and_wait(task, timeout_s=1.0)
+    assert task.cancelled() and seen == [True]

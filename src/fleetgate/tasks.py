@@ -3,17 +3,34 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from typing import Any
 
-__all__ = ["cancel_and_wait"]
+__all__ = ["cancel_and_wait", "cancelling"]
+
+log = logging.getLogger("fleetgate.tasks")
 
 
-async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
-    """Cancel ``tasks`` (``None`` entries are skipped) and wait until each has finished."""
+def cancelling() -> bool:
+    """Whether the running task has been asked to stop. A library that turns the cancellation
+    into its own error (redis-py can, on a connection it is tearing down) must not make a
+    reconnect loop carry on: check this in its ``except Exception``."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+async def cancel_and_wait(*tasks: asyncio.Task[Any] | None, timeout_s: float = 5.0) -> None:
+    """Cancel ``tasks`` (``None`` entries are skipped) and wait until each has finished; one
+    that ends with an error or does not stop within ``timeout_s`` is logged, never raised, so a
+    shutdown always completes."""
     live = [t for t in tasks if t is not None]
     for task in live:
         task.cancel()
-    for task in live:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    if not live:
+        return
+    done, pending = await asyncio.wait(live, timeout=timeout_s)
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("task %s ended with %r", task.get_name(), task.exception())
+    for task in pending:
+        log.error("task %s did not stop within %.0f s", task.get_name(), timeout_s)

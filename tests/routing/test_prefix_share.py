@@ -48,8 +48,8 @@ async def test_records_reach_the_other_replicas_only(redis_url: str) -> None:
 
 
 async def test_the_next_turn_on_another_replica_hits_the_same_engine(
-    gateway: GatewayFactory, redis_url: str
-) -> None:
+    redis_url: str, gateway: GatewayFactory
+) -> None:  # Redis first: it outlives the gateways, as in a deployment
     sim = SimConfig(model="m", prefill_ms_per_token=0.002, decode_ms_per_step=0.5,
                     kv_blocks=400, block_size=16, output_len=4)  # fmt: skip
     async with AsyncExitStack() as stack:

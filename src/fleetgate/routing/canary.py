@@ -37,7 +37,7 @@ from redis.exceptions import RedisError
 from fleetgate.errors import InvalidRequest, ServiceUnavailable
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.strategies import RouteContext
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import cancel_and_wait, cancelling
 
 __all__ = ["CanarySplits", "Split"]
 
@@ -223,5 +223,7 @@ class CanarySplits:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if cancelling():  # a cancel redis-py turned into its own error
+                    raise asyncio.CancelledError from exc
                 log.warning("canary change feed interrupted (%s); reconnecting", exc)
                 await asyncio.sleep(0.5)

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from fleetgate.routing.prefix import PrefixIndex
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import cancel_and_wait, cancelling
 
 __all__ = ["PrefixShare"]
 
@@ -127,5 +127,7 @@ class PrefixShare:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if cancelling():  # a cancel redis-py turned into its own error
+                    raise asyncio.CancelledError from exc
                 log.debug("prefix record feed interrupted (%s); reconnecting", exc)
                 await asyncio.sleep(1.0)

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import cancel_and_wait, cancelling
 from fleetgate.tenancy.cache import KeyCache
 
 __all__ = ["CacheSync"]
@@ -94,6 +94,8 @@ class CacheSync:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if cancelling():  # a cancel redis-py turned into its own error
+                    raise asyncio.CancelledError from exc
                 if self.feed_up:
                     log.warning("tenancy change feed interrupted (%s); polling the store", exc)
                 self.feed_up = False
