@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from fleetgate.tasks import cancel_and_wait, cancelling
+from fleetgate.tasks import cancel_and_wait, cancelling, retry_forever
 
 
 async def test_every_task_is_cancelled_and_awaited() -> None:
@@ -69,3 +69,24 @@ async def test_a_loop_sees_a_cancel_a_library_turned_into_its_own_error() -> Non
     assert not cancelling()
     await cancel_and_wait(task, timeout_s=1.0)
     assert task.cancelled() and seen == [True]
+
+
+async def test_a_feed_is_retried_after_failures_and_stops_when_cancelled() -> None:
+    sessions: list[int] = []
+    errors: list[str] = []
+
+    async def session() -> None:
+        sessions.append(1)
+        if len(sessions) < 3:
+            raise ConnectionError("feed lost")
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            raise ConnectionError("closed while reading") from None  # as redis-py may
+
+    task = asyncio.ensure_future(retry_forever(session, lambda e: errors.append(str(e)), retry_s=0))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert len(sessions) == 3 and errors == ["feed lost", "feed lost"]
+    await cancel_and_wait(task, timeout_s=1.0)
+    assert task.cancelled() and len(sessions) == 3

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["cancel_and_wait", "cancelling"]
+__all__ = ["cancel_and_wait", "cancelling", "retry_forever"]
 
 log = logging.getLogger("fleetgate.tasks")
 
@@ -34,3 +35,25 @@ async def cancel_and_wait(*tasks: asyncio.Task[Any] | None, timeout_s: float = 5
             log.warning("task %s ended with %r", task.get_name(), task.exception())
     for task in pending:
         log.error("task %s did not stop within %.0f s", task.get_name(), timeout_s)
+
+
+async def retry_forever(
+    session: Callable[[], Awaitable[None]],
+    on_error: Callable[[Exception], None],
+    *,
+    retry_s: float,
+) -> None:
+    """Run ``session`` (a connection to a feed) again whenever it fails, after ``retry_s``;
+    ``on_error`` sees each failure. Stops on cancellation, also one a library turned into its
+    own error (redis-py can, on a connection it is tearing down), which a plain
+    ``except Exception`` would otherwise retry for ever."""
+    while True:
+        try:
+            await session()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if cancelling():
+                raise asyncio.CancelledError from exc
+            on_error(exc)
+            await asyncio.sleep(retry_s)

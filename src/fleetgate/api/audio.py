@@ -23,7 +23,7 @@ from aiohttp import BodyPartReader, web
 
 from fleetgate.api.body import read_json
 from fleetgate.api.state import GATEWAY, GatewayState
-from fleetgate.errors import FleetgateError, InvalidRequest, ModelNotFound, PayloadTooLarge
+from fleetgate.errors import FleetgateError, InvalidRequest, PayloadTooLarge
 from fleetgate.hooks import GatewayRequest, Outcome, StageRun
 from fleetgate.multimodal.audio.formats import FORMATS as TRANSCRIPT_FORMATS
 from fleetgate.multimodal.audio.formats import render_transcript
@@ -57,10 +57,7 @@ def _gateway_request(
     gw: GatewayState, endpoint: str, principal: Principal, body: dict[str, Any], tokens: int
 ) -> GatewayRequest:
     model: str = body["model"]
-    if not principal.may_use(model):
-        raise ModelNotFound(
-            f"The model '{model}' does not exist or you do not have access to it.", param="model"
-        )
+    gw.check_model(principal, model, routed=False)  # audio engines are not route aliases
     return GatewayRequest(
         request_id=gw.request_ids.next(),
         endpoint=endpoint,

@@ -24,7 +24,7 @@ from fleetgate.api.schemas import (
     validate_request,
 )
 from fleetgate.api.state import GATEWAY, GatewayState
-from fleetgate.errors import FleetgateError, ModelNotFound
+from fleetgate.errors import FleetgateError
 from fleetgate.hooks import GatewayRequest, ResponseWire, StageRun
 from fleetgate.providers.base import Endpoint, UpstreamCall
 from fleetgate.routing.deployment import Deployment
@@ -102,12 +102,7 @@ async def serve(
     (the ``/v1/messages`` front door)."""
     validate_request(_SCHEMAS[endpoint], body)
     alias: str = body["model"]
-    if not principal.may_use(alias):
-        raise ModelNotFound(
-            f"The model '{alias}' does not exist or you do not have access to it.", param="model"
-        )
-    if alias not in gw.virtual_aliases:
-        gw.tables.table.route(alias)
+    gw.check_model(principal, alias)
     stream = endpoint is not Endpoint.EMBEDDINGS and body.get("stream") is True
     options = body.get("stream_options")
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 0

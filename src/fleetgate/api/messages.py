@@ -21,7 +21,7 @@ from aiohttp import web
 from fleetgate.api.body import read_json
 from fleetgate.api.completions import serve
 from fleetgate.api.state import GATEWAY
-from fleetgate.errors import FleetgateError, ModelNotFound
+from fleetgate.errors import FleetgateError
 from fleetgate.providers.anthropic_errors import fleetgate_error_to_anthropic
 from fleetgate.providers.anthropic_frontdoor import (
     anthropic_request_to_openai,
@@ -104,13 +104,7 @@ async def count_tokens(request: web.Request) -> web.Response:
         if isinstance(raw, dict) and "max_tokens" not in raw:
             raw = {**raw, "max_tokens": 1}  # not part of a count request
         body = anthropic_request_to_openai(raw)
-        if not principal.may_use(body["model"]):
-            raise ModelNotFound(
-                f"The model '{body['model']}' does not exist or you do not have access to it.",
-                param="model",
-            )
-        if body["model"] not in gw.virtual_aliases:
-            gw.tables.table.route(body["model"])
+        gw.check_model(principal, body["model"])
     except FleetgateError as exc:
         return _anthropic_error(exc)
     return web.Response(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from fleetgate.config.settings import Settings
+from fleetgate.errors import ModelNotFound
 from fleetgate.hooks import Stage
 from fleetgate.providers.http import HttpClient
 from fleetgate.routing.dispatch import Dispatcher
@@ -19,6 +20,7 @@ from fleetgate.telemetry.metrics import GatewayMetrics
 from fleetgate.telemetry.tracing import GenAITracer
 from fleetgate.telemetry.workers import WorkerMetrics
 from fleetgate.tenancy.auth import Authenticator
+from fleetgate.tenancy.principal import Principal
 
 __all__ = ["GATEWAY", "GatewayState"]
 
@@ -40,6 +42,16 @@ class GatewayState:
     virtual_aliases: set[str] = field(default_factory=set)
     worker_metrics: WorkerMetrics | None = None  # set when serving with several workers
     request_ids: RequestIds = field(default_factory=lambda: RequestIds())
+
+    def check_model(self, principal: Principal, model: str, *, routed: bool = True) -> None:
+        """404 unless ``principal`` may use ``model`` and (``routed``) an alias serves it."""
+        if not principal.may_use(model):
+            raise ModelNotFound(
+                f"The model '{model}' does not exist or you do not have access to it.",
+                param="model",
+            )
+        if routed and model not in self.virtual_aliases:
+            self.tables.table.route(model)  # ModelNotFound for an unknown alias
 
 
 class RequestIds:

@@ -37,7 +37,7 @@ from redis.exceptions import RedisError
 from fleetgate.errors import InvalidRequest, ServiceUnavailable
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.strategies import RouteContext
-from fleetgate.tasks import cancel_and_wait, cancelling
+from fleetgate.tasks import cancel_and_wait, retry_forever
 
 __all__ = ["CanarySplits", "Split"]
 
@@ -208,22 +208,19 @@ class CanarySplits:
             await self.redis.aclose()
 
     async def _listen(self) -> None:
+        def interrupted(exc: Exception) -> None:
+            log.warning("canary change feed interrupted (%s); reconnecting", exc)
+
+        await retry_forever(self._session, interrupted, retry_s=0.5)
+
+    async def _session(self) -> None:
         assert self.redis is not None
-        while True:
-            try:
-                async with self.redis.pubsub() as pubsub:
-                    await pubsub.subscribe(self.channel)
-                    await self.reload()  # anything missed while (re)connecting
-                    while True:
-                        message = await pubsub.get_message(
-                            ignore_subscribe_messages=True, timeout=self.refresh_interval_s
-                        )
-                        if message is None or message.get("type") == "message":
-                            await self.reload()  # on a change, or as the periodic refresh
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if cancelling():  # a cancel redis-py turned into its own error
-                    raise asyncio.CancelledError from exc
-                log.warning("canary change feed interrupted (%s); reconnecting", exc)
-                await asyncio.sleep(0.5)
+        async with self.redis.pubsub() as pubsub:
+            await pubsub.subscribe(self.channel)
+            await self.reload()  # anything missed while (re)connecting
+            while True:
+                message = await pubsub.get_message(
+                    ignore_subscribe_messages=True, timeout=self.refresh_interval_s
+                )
+                if message is None or message.get("type") == "message":
+                    await self.reload()  # on a change, or as the periodic refresh

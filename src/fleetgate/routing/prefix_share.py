@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from fleetgate.routing.prefix import PrefixIndex
-from fleetgate.tasks import cancel_and_wait, cancelling
+from fleetgate.tasks import cancel_and_wait, retry_forever
 
 __all__ = ["PrefixShare"]
 
@@ -117,17 +117,14 @@ class PrefixShare:
                 self.applied += 1
 
     async def _listen(self) -> None:
-        while True:
-            try:
-                async with self.redis.pubsub() as pubsub:
-                    await pubsub.subscribe(self.channel)
-                    async for message in pubsub.listen():
-                        if message.get("type") == "message":
-                            self.apply(message["data"])
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if cancelling():  # a cancel redis-py turned into its own error
-                    raise asyncio.CancelledError from exc
-                log.debug("prefix record feed interrupted (%s); reconnecting", exc)
-                await asyncio.sleep(1.0)
+        def interrupted(exc: Exception) -> None:
+            log.debug("prefix record feed interrupted (%s); reconnecting", exc)
+
+        await retry_forever(self._session, interrupted, retry_s=1.0)
+
+    async def _session(self) -> None:
+        async with self.redis.pubsub() as pubsub:
+            await pubsub.subscribe(self.channel)
+            async for message in pubsub.listen():
+                if message.get("type") == "message":
+                    self.apply(message["data"])

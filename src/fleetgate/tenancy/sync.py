@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
-from fleetgate.tasks import cancel_and_wait, cancelling
+from fleetgate.tasks import cancel_and_wait, retry_forever
 from fleetgate.tenancy.cache import KeyCache
 
 __all__ = ["CacheSync"]
@@ -85,21 +85,18 @@ class CacheSync:
                 log.debug("tenancy version check failed: %s", exc)
 
     async def _listen(self) -> None:
+        await retry_forever(self._session, self._interrupted, retry_s=0.5)
+
+    async def _session(self) -> None:
         assert self.redis is not None
-        while True:
-            try:
-                async with self.redis.pubsub() as pubsub:
-                    await pubsub.subscribe(self.channel)
-                    await self._follow(pubsub)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if cancelling():  # a cancel redis-py turned into its own error
-                    raise asyncio.CancelledError from exc
-                if self.feed_up:
-                    log.warning("tenancy change feed interrupted (%s); polling the store", exc)
-                self.feed_up = False
-                await asyncio.sleep(0.5)
+        async with self.redis.pubsub() as pubsub:
+            await pubsub.subscribe(self.channel)
+            await self._follow(pubsub)
+
+    def _interrupted(self, exc: Exception) -> None:
+        if self.feed_up:
+            log.warning("tenancy change feed interrupted (%s); polling the store", exc)
+        self.feed_up = False
 
     async def _follow(self, pubsub: PubSub) -> None:
         """Reload on each message; ping when idle; raise when the feed goes silent."""
