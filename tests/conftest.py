@@ -10,7 +10,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from fleetgate.app import build_state, create_app
 from fleetgate.config.loader import parse_config
 from fleetgate.config.settings import Settings
+from fleetgate.feature import Feature, StageFeature
 from fleetgate.hooks import Stage
+from fleetgate.routing.features import SemanticFeature
+from fleetgate.routing.semantic_stage import SemanticStage
 from tests.fakes import FakeUpstream
 
 MASTER = "sk-test-master"
@@ -42,6 +45,13 @@ async def upstream_b() -> AsyncIterator[FakeUpstream]:
         yield up
 
 
+def _as_feature(stage: Stage) -> Feature:
+    """A test's stage as a feature (a semantic router replaces the configured one)."""
+    if isinstance(stage, SemanticStage):
+        return SemanticFeature(stage)
+    return StageFeature(stage)
+
+
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[GatewayFactory]:
     """Start an in-process gateway for a config dict; returns a test client."""
@@ -53,8 +63,7 @@ async def gateway(tmp_path: Path) -> AsyncIterator[GatewayFactory]:
         opts: dict[str, Any] = {"master_key": MASTER, "data_dir": tmp_path, "watch_config": False}
         opts.update(settings)
         state = build_state(Settings(**opts), parse_config(config))
-        state.stages.extend(stages)
-        app = create_app(state.settings, state=state)
+        app = create_app(state.settings, state=state, extra=[_as_feature(s) for s in stages])
         client: TestClient[Any, Any] = TestClient(TestServer(app, handler_cancellation=True))
         await client.start_server()
         clients.append(client)

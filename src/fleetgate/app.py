@@ -11,42 +11,44 @@ Example::
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Iterable, Sequence
 
 from aiohttp import web
 
-from fleetgate.api.admin_tenancy import TENANCY
-from fleetgate.api.audio import add_multimodal
+from fleetgate.api.audio import audio_routes
+from fleetgate.api.documents import document_routes
 from fleetgate.api.errors import error_middleware
-from fleetgate.api.routes import add_routes
-from fleetgate.api.routing_extras import add_canary, add_semantic
-from fleetgate.api.safety_wiring import add_safety
+from fleetgate.api.feature import CoreFeature
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.config.loader import load_config
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.errors import ConfigError
+from fleetgate.feature import Feature, Features
+from fleetgate.http import AdminAccess
+from fleetgate.multimodal.feature import MultimodalFeature
 from fleetgate.providers.http import HttpClient
 from fleetgate.providers.registry import ProviderRegistry
-from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch import Dispatcher
-from fleetgate.routing.engine_stats import EngineStats
+from fleetgate.routing.features import (
+    CanaryFeature,
+    EngineRoutingFeature,
+    SemanticFeature,
+    engine_routing,
+)
 from fleetgate.routing.health import HealthTracker
-from fleetgate.routing.kv_aware import EngineAwareRouting
-from fleetgate.routing.load_share import RedisLoadShare
-from fleetgate.routing.prefix_share import PrefixShare
 from fleetgate.routing.reload import TableManager
 from fleetgate.routing.strategies import StrategyRegistry
 from fleetgate.routing.table import RouteTable
+from fleetgate.safety.feature import SafetyFeature
 from fleetgate.telemetry.access_log import AccessLog
 from fleetgate.telemetry.metrics import GatewayMetrics
 from fleetgate.telemetry.tracing import GenAITracer
 from fleetgate.telemetry.workers import WorkerMetrics
 from fleetgate.tenancy.auth import MasterKeyAuthenticator
-from fleetgate.tenancy.runtime import Tenancy
+from fleetgate.tenancy.feature import TenancyFeature
 
-__all__ = ["create_app", "build_state"]
+__all__ = ["build_features", "build_state", "create_app"]
 
 
 def _config(settings: Settings, config: GatewayConfig | None) -> GatewayConfig:
@@ -68,7 +70,7 @@ def build_state(
     http = HttpClient()
     providers = ProviderRegistry.with_builtins(http)
     metrics = GatewayMetrics()
-    engine_aware = _engine_aware(settings, cfg, metrics, lambda: tables.table)
+    engine_aware = engine_routing(settings, cfg.routing, metrics.registry, lambda: tables.table)
     tables = TableManager(
         cfg,
         providers.create,
@@ -77,13 +79,6 @@ def build_state(
     )
     health = HealthTracker(cfg.health, metrics, lambda: tables.table.deployments())
     dispatcher = Dispatcher(cfg.router, health, metrics, observer=engine_aware)
-
-    def on_change(table: RouteTable) -> None:
-        dispatcher.config = table.config.router
-        health.config = table.config.health
-        engine_aware.update_config(table.config.routing)
-
-    tables.subscribe(on_change)
 
     def deployment_gauges() -> Iterable[tuple[tuple[str, str, str], int, bool]]:
         for d in tables.table.deployments():
@@ -102,57 +97,60 @@ def build_state(
         access_log=AccessLog(access_path),
         tracer=GenAITracer(cfg.server.otel_exporter, cfg.server.otel_endpoint),
         max_request_bytes=cfg.server.max_request_bytes,
+        engine_routing=engine_aware,
     )
 
 
-def _engine_aware(
-    settings: Settings,
-    cfg: GatewayConfig,
-    metrics: GatewayMetrics,
-    table: Callable[[], RouteTable],
-) -> EngineAwareRouting:
-    """Engine stats (scraping the engines of kv-aware aliases), prefix index, decision log."""
-    routing = cfg.routing
+def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Feature, ...]:
+    """The gateway's features. **The order of this tuple is the order of the request path**:
+    stages run ``before`` in this order and ``after`` in reverse; features start in this order
+    and close in reverse. ``extra`` (plug-ins, tests) comes after the built-in ones, except that
+    one named like a built-in feature takes its place.
 
-    def targets() -> Iterable[Deployment]:
-        for alias in table().aliases():
-            route = table().route(alias)
-            if route.config.strategy == "kv-aware":
-                yield from route.deployments
+    Sets the typed feature attributes of ``gw`` (``gw.tenancy``, ``gw.safety``, ...).
+    """
+    settings, cfg, registry = gw.settings, gw.tables.table.config, gw.metrics.registry
 
-    share = None
-    replica = os.urandom(6).hex()
-    if routing.redis_url:
-        share = RedisLoadShare.from_url(
-            routing.redis_url, replica, ttl_s=max(2.0, 20 * routing.scrape_interval_s)
-        )
-    secret = (routing.salt_secret or settings.master_key or os.urandom(16).hex()).encode()
-    stats = EngineStats(routing, targets, share=share)
-    engine_aware = EngineAwareRouting(routing, stats, secret=secret, registry=metrics.registry)
-    if routing.redis_url:  # replicas learn each other's prefix records
-        engine_aware.prefix_share = PrefixShare.from_url(
-            routing.redis_url, replica, engine_aware.index
-        )
-    return engine_aware
+    def table() -> RouteTable:
+        return gw.tables.table
+
+    access = gw.access = AdminAccess(lambda: gw.auth)
+    tenancy = TenancyFeature.build(settings, cfg, registry, access)
+    if tenancy.runtime is not None:
+        gw.auth = MasterKeyAuthenticator(settings.master_key, next=tenancy.runtime.cache)
+    gw.tenancy = tenancy.runtime
+    multimodal = MultimodalFeature.build(
+        settings, cfg, registry, table, [*audio_routes(), *document_routes()]
+    )
+    gw.multimodal = multimodal.runtime if multimodal is not None else None
+    safety = SafetyFeature.build(settings, cfg, registry, access, tenancy.runtime)
+    gw.safety = safety.runtime
+    semantic = SemanticFeature.build(settings, cfg)
+    canary = CanaryFeature.build(settings, cfg, table, access)
+    gw.dispatcher.versions = gw.canary = canary.splits
+    engine = EngineRoutingFeature(gw.engine_routing, table, access)
+    features = (
+        CoreFeature(gw),  # routes, health, access log, config watch; closes the pool last
+        tenancy,  # who is calling, may they, within limits; settles and bills after
+        multimodal,  # images, audio, prompt assembly (checks below see transcripts)
+        safety,  # input, output and stream guardrails
+        semantic,  # `model: auto` -> an alias by intent
+        canary,  # version splits the dispatcher follows
+        engine,  # engine stats, prefix index, decision log
+    )
+    built = _with_extra(tuple(f for f in features if f is not None), extra)
+    router = next((f for f in built if isinstance(f, SemanticFeature)), None)
+    if router is not None:
+        gw.semantic = router.router
+        gw.virtual_aliases.add(router.alias)
+    return built
 
 
-def _add_tenancy(app: web.Application, settings: Settings, gw: GatewayState) -> None:
-    """Teams, keys, limits, spend and audit (``tenancy:`` in the config; on by default)."""
-    cfg = gw.tables.table.config.tenancy
-    if not cfg.enabled:
-        return
-    tenancy = Tenancy(settings, cfg, gw.metrics.registry)
-    app[TENANCY] = tenancy
-    gw.auth = MasterKeyAuthenticator(settings.master_key, next=tenancy.cache)
-    gw.stages.insert(0, tenancy.stage)
-    gw.tables.subscribe(lambda table: tenancy.reconfigure(table.config.tenancy))
-
-    async def lifespan(app: web.Application) -> AsyncIterator[None]:
-        await tenancy.start()
-        yield
-        await tenancy.stop()
-
-    app.cleanup_ctx.append(lifespan)
+def _with_extra(features: tuple[Feature, ...], extra: Sequence[Feature]) -> tuple[Feature, ...]:
+    """An extra feature replaces the built-in one of its name in place; others come last."""
+    by_name = {f.name: f for f in extra}
+    replaced = tuple(by_name.pop(f.name, f) for f in features)
+    return (*replaced, *(f for f in extra if f.name in by_name))
 
 
 def create_app(
@@ -160,41 +158,17 @@ def create_app(
     config: GatewayConfig | None = None,
     *,
     state: GatewayState | None = None,
+    extra: Sequence[Feature] = (),
 ) -> web.Application:
     """The gateway as an aiohttp application; run it with ``handler_cancellation=True``."""
     gw = state or build_state(settings, config)
+    gw.features = features = Features(build_features(gw, extra))
+    gw.stages = features.stages()
     app = web.Application(middlewares=[error_middleware], client_max_size=gw.max_request_bytes + 1)
     app[GATEWAY] = gw
-    add_routes(app)
-    _add_tenancy(app, settings, gw)
-    add_multimodal(app)
-    add_safety(app, settings, gw)  # after multimodal: checks see transcripts
-    add_canary(app, settings, gw)
-    add_semantic(app, settings, gw)
-
+    app.router.add_routes(features.routes())
+    gw.tables.subscribe(lambda table: features.reconfigure(table.config))
     if settings.workers > 1 and gw.worker_metrics is None:
         gw.worker_metrics = WorkerMetrics(gw.metrics.registry, settings.data_dir / "metrics")
-
-    async def lifespan(app: web.Application) -> AsyncIterator[None]:
-        gw.health.start()
-        gw.access_log.start()
-        if gw.worker_metrics is not None:
-            gw.worker_metrics.start()
-        engine_aware = gw.dispatcher.observer
-        if isinstance(engine_aware, EngineAwareRouting):
-            engine_aware.start()
-        if settings.watch_config:
-            gw.tables.start_watching()
-        yield
-        await gw.tables.stop()
-        if isinstance(engine_aware, EngineAwareRouting):
-            await engine_aware.stop()
-        await gw.health.stop()
-        await gw.access_log.stop()
-        if gw.worker_metrics is not None:
-            await gw.worker_metrics.stop()
-        await gw.http.close()
-        gw.tracer.shutdown()
-
-    app.cleanup_ctx.append(lifespan)
+    app.cleanup_ctx.append(features.lifespan)
     return app

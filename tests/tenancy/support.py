@@ -15,7 +15,7 @@ import aiohttp
 import asyncpg
 from aiohttp import web
 
-from fleetgate.api.admin_tenancy import TENANCY
+from fleetgate.api.state import GATEWAY
 from fleetgate.app import create_app
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
@@ -95,7 +95,9 @@ class Gateway:
 
     @property
     def tenancy(self) -> Tenancy:
-        return self.app[TENANCY]
+        tenancy = self.app[GATEWAY].tenancy
+        assert tenancy is not None
+        return tenancy
 
     async def admin(
         self, method: str, path: str, key: str = MASTER, **kwargs: Any

@@ -21,10 +21,10 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
-from fleetgate.api.body import read_json
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.errors import FleetgateError, InvalidRequest, PayloadTooLarge
 from fleetgate.hooks import GatewayRequest, Outcome, StageRun
+from fleetgate.http.body import read_json
 from fleetgate.multimodal.audio.formats import FORMATS as TRANSCRIPT_FORMATS
 from fleetgate.multimodal.audio.formats import render_transcript
 from fleetgate.multimodal.runtime import MultimodalRuntime
@@ -36,16 +36,22 @@ from fleetgate.tenancy.money import unit_cost_nusd
 from fleetgate.tenancy.principal import Principal
 from fleetgate.tokens import estimate_prompt_tokens
 
-__all__ = ["MULTIMODAL", "add_audio_routes", "add_multimodal", "speech", "transcriptions"]
+__all__ = ["audio_routes", "speech", "transcriptions"]
 
-MULTIMODAL = web.AppKey("fleetgate.multimodal", MultimodalRuntime)
 _SPEECH_FORMATS = ("wav", "pcm", "mp3", "flac", "opus")
 
 
-def add_audio_routes(app: web.Application) -> None:
-    """Register the audio endpoints (needs ``app[MULTIMODAL]``)."""
-    app.router.add_post("/v1/audio/transcriptions", transcriptions)
-    app.router.add_post("/v1/audio/speech", speech)
+def audio_routes() -> list[web.RouteDef]:
+    """The audio endpoints (served when the multimodal pipeline is on)."""
+    return [
+        web.post("/v1/audio/transcriptions", transcriptions),
+        web.post("/v1/audio/speech", speech),
+    ]
+
+
+def _runtime(gw: GatewayState) -> MultimodalRuntime:
+    assert gw.multimodal is not None  # the routes exist only when it is on
+    return gw.multimodal
 
 
 def _principal(request: web.Request) -> Principal:
@@ -133,7 +139,7 @@ async def _read_limited(part: BodyPartReader, limit: int) -> bytes:
 async def transcriptions(request: web.Request) -> web.Response:
     principal = _principal(request)
     gw = request.app[GATEWAY]
-    runtime = request.app[MULTIMODAL]
+    runtime = _runtime(gw)
     fields, audio = await _read_form(request, runtime.config.asr.max_bytes)
     if not audio:
         raise InvalidRequest("'file' is required and must not be empty", param="file")
@@ -190,7 +196,7 @@ def _speech_request(
 async def speech(request: web.Request) -> web.StreamResponse:
     principal = _principal(request)
     gw = request.app[GATEWAY]
-    runtime = request.app[MULTIMODAL]
+    runtime = _runtime(gw)
     body = await read_json(request, gw.max_request_bytes)
     text, voice, fmt, speed = _speech_request(body, runtime)
     req = _gateway_request(gw, "audio/speech", principal, body, estimate_prompt_tokens(body))
@@ -236,30 +242,3 @@ async def _speak(
     finally:
         await streamer.aclose()
     return resp
-
-
-def add_multimodal(app: web.Application) -> None:
-    """Wire the multimodal pipeline (``multimodal:`` in the config; on by default): the stage
-    (first, so limits and guardrails see image tokens and transcripts), the audio routes and
-    the runtime's lifespan."""
-    gw = app[GATEWAY]
-    cfg = gw.tables.table.config.multimodal
-    if not cfg.enabled:
-        return
-    from fleetgate.multimodal.stage import MultimodalStage
-
-    runtime = MultimodalRuntime(cfg, gw.settings, gw.metrics.registry)
-    app[MULTIMODAL] = runtime
-    # After tenancy: a caller over its limits costs no image fetches.
-    gw.stages.append(MultimodalStage(runtime, lambda: gw.tables.table))
-    add_audio_routes(app)
-    from fleetgate.api.documents import add_document_routes
-
-    add_document_routes(app)
-
-    async def lifespan(app: web.Application) -> AsyncIterator[None]:
-        await runtime.start()
-        yield
-        await runtime.stop()
-
-    app.cleanup_ctx.append(lifespan)

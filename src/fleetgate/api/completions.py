@@ -13,7 +13,6 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel
 
-from fleetgate.api.body import read_json
 from fleetgate.api.capture import ResponseCapture, response_text
 from fleetgate.api.exchange import Exchange, record_exchange
 from fleetgate.api.relay import relay_stream
@@ -26,6 +25,7 @@ from fleetgate.api.schemas import (
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.errors import FleetgateError
 from fleetgate.hooks import GatewayRequest, ResponseWire, StageRun
+from fleetgate.http.body import read_json
 from fleetgate.providers.base import Endpoint, UpstreamCall
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch import Dispatch

@@ -11,21 +11,22 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from fleetgate.api.audio import MULTIMODAL
-from fleetgate.api.body import read_json
 from fleetgate.api.state import GATEWAY
 from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied
+from fleetgate.http.body import read_json
 from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.tenancy.auth import bearer_token
 
-__all__ = ["add_document_routes"]
+__all__ = ["document_routes"]
 
 _MAX_DOCUMENT_CHARS = 2_000_000
 
 
-def add_document_routes(app: web.Application) -> None:
-    app.router.add_put("/admin/teams/{team}/documents/{doc_id}", put_document)
-    app.router.add_delete("/admin/teams/{team}/documents/{doc_id}", delete_document)
+def document_routes() -> list[web.RouteDef]:
+    return [
+        web.put("/admin/teams/{team}/documents/{doc_id}", put_document),
+        web.delete("/admin/teams/{team}/documents/{doc_id}", delete_document),
+    ]
 
 
 def _authorized(request: web.Request) -> tuple[MultimodalRuntime, str]:
@@ -36,7 +37,7 @@ def _authorized(request: web.Request) -> tuple[MultimodalRuntime, str]:
         raise PermissionDenied(
             "Only the master key or this team's admin key manages its documents."
         )
-    runtime = request.app.get(MULTIMODAL)
+    runtime = gw.multimodal
     if runtime is None:
         raise NotFound("Retrieval is off: the multimodal pipeline is disabled in the config.")
     return runtime, team

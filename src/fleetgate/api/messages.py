@@ -18,10 +18,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from fleetgate.api.body import read_json
 from fleetgate.api.completions import serve
 from fleetgate.api.state import GATEWAY
 from fleetgate.errors import FleetgateError
+from fleetgate.http.body import read_json
 from fleetgate.providers.anthropic_errors import fleetgate_error_to_anthropic
 from fleetgate.providers.anthropic_frontdoor import (
     anthropic_request_to_openai,

@@ -1,4 +1,9 @@
-"""What the handlers need, built by `create_app` and stored on the app under `GATEWAY`."""
+"""The gateway's core object: what the request path's handlers need, and every feature.
+
+Built by `fleetgate.app.build_state` (core parts) and `fleetgate.app.create_app` (features),
+stored on the app under `GATEWAY` (the only app key). Features reach each other through the
+typed attributes below, set when they are built, never through app keys.
+"""
 
 from __future__ import annotations
 
@@ -10,17 +15,25 @@ from aiohttp import web
 
 from fleetgate.config.settings import Settings
 from fleetgate.errors import ModelNotFound
+from fleetgate.feature import Features
 from fleetgate.hooks import Stage
+from fleetgate.http import AdminAccess
+from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.providers.http import HttpClient
+from fleetgate.routing.canary import CanarySplits
 from fleetgate.routing.dispatch import Dispatcher
 from fleetgate.routing.health import HealthTracker
+from fleetgate.routing.kv_aware import EngineAwareRouting
 from fleetgate.routing.reload import TableManager
+from fleetgate.routing.semantic_stage import SemanticStage
+from fleetgate.safety.runtime import SafetyRuntime
 from fleetgate.telemetry.access_log import AccessLog
 from fleetgate.telemetry.metrics import GatewayMetrics
 from fleetgate.telemetry.tracing import GenAITracer
 from fleetgate.telemetry.workers import WorkerMetrics
 from fleetgate.tenancy.auth import Authenticator
 from fleetgate.tenancy.principal import Principal
+from fleetgate.tenancy.runtime import Tenancy
 
 __all__ = ["GATEWAY", "GatewayState"]
 
@@ -37,7 +50,16 @@ class GatewayState:
     access_log: AccessLog
     tracer: GenAITracer
     max_request_bytes: int
+    engine_routing: EngineAwareRouting | None = None  # the dispatcher's observer
+    # The request path's stages, in order: `features.stages()` (set by `create_app`).
     stages: list[Stage] = field(default_factory=list)
+    features: Features = field(default_factory=lambda: Features(()))
+    access: AdminAccess | None = None  # admin authentication and audit (set by `create_app`)
+    tenancy: Tenancy | None = None  # None when off
+    multimodal: MultimodalRuntime | None = None
+    safety: SafetyRuntime | None = None
+    semantic: SemanticStage | None = None
+    canary: CanarySplits | None = None
     # Aliases a stage resolves to a configured one (the semantic router's ``auto``).
     virtual_aliases: set[str] = field(default_factory=set)
     worker_metrics: WorkerMetrics | None = None  # set when serving with several workers

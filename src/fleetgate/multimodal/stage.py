@@ -19,7 +19,8 @@ config or audio output costs one scan of its messages):
    back in the ``x-fleetgate-prompt`` header (base64 JSON, when it fits in 6 KiB) and as a
    ``fleetgate_debug`` field of the response (the first chunk of a stream).
 
-It runs first among the stages, so limits and guardrails see image tokens and transcripts.
+It runs after the tenancy stage (a caller over its limits costs no image fetch) and before the
+guardrails (they see transcripts); see the feature tuple in ``fleetgate.app.build_features``.
 """
 
 from __future__ import annotations
@@ -66,8 +67,7 @@ class MultimodalStage:
 
     Example::
 
-        stage = MultimodalStage(runtime, lambda: tables.table)
-        gw.stages.insert(0, stage)
+        stage = MultimodalStage(runtime, lambda: tables.table)  # the `multimodal` feature's
     """
 
     name = "multimodal"

@@ -12,7 +12,7 @@ The model loads in a worker thread after startup; until it is ready a request wa
 Example::
 
     stage = SemanticStage(config.semantic, settings.data_dir)
-    state.stages.append(stage)      # and stage.start() / stage.stop() in the app's lifespan
+    feature = SemanticFeature(stage)   # fleetgate.routing.features: starts and stops it
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Example::
 
     rt = SafetyRuntime(cfg.safety, metrics.registry, data_dir=settings.data_dir,
                        sink=audit_log.write, on_suspend=suspend_key)
-    gw.stages.append(rt.stage)
+    # rt.stage joins the request path through fleetgate.safety.feature.SafetyFeature
     await rt.start(); ...; await rt.stop()
 """
 

@@ -1,10 +1,11 @@
 """The safety stage of the request path (``fleetgate.hooks.Stage``).
 
-Wiring, in ``create_app``::
+Built by `fleetgate.safety.runtime.SafetyRuntime` (the `safety` feature), after the
+multimodal stage::
 
     guardrails = Guardrails(safety_config, metrics=SafetyMetrics(registry))
-    audit = AuditQueue([], metrics=..., sink=audit_log.write, ...)   # started in the lifespan
-    gw.stages.append(SafetyStage(guardrails, audit))
+    audit = AuditQueue([], metrics=..., sink=audit_log.write, ...)   # started by the feature
+    stage = SafetyStage(guardrails, audit)
 
 ``before``: input checks on what is new in this turn (the last user message and tool results
 after the last assistant message; older turns were checked when they were sent) -- a block raises

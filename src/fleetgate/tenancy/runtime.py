@@ -1,10 +1,9 @@
 """`Tenancy`: every tenancy part built from Settings and config, started and stopped together.
 
-Example (what `fleetgate.app.create_app` does)::
+`fleetgate.tenancy.feature.TenancyFeature` puts it on the request path (the first stage)::
 
     tenancy = Tenancy(settings, config.tenancy, metrics.registry)
     gw.auth = MasterKeyAuthenticator(settings.master_key, next=tenancy.cache)
-    gw.stages.insert(0, tenancy.stage)
     await tenancy.start()   # migrate, replay the spool, load keys, seed budgets
     ...
     await tenancy.stop()

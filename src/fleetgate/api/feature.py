@@ -1,0 +1,67 @@
+"""The core of the gateway as a feature: the request path's routes and its shared parts.
+
+`CoreFeature` comes first in `fleetgate.app`'s feature tuple: it serves the OpenAI and
+Anthropic routes, models, health, metrics, the OpenAPI document and the config admin routes;
+it starts the health prober, the access log, the per-worker metrics and the config watcher,
+and closes the upstream connection pool and the tracer last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from aiohttp import web
+
+from fleetgate.api import admin, completions, health, messages, models, openapi
+from fleetgate.api.state import GatewayState
+from fleetgate.config.schema import GatewayConfig
+from fleetgate.feature import BaseFeature
+
+__all__ = ["CoreFeature"]
+
+
+class CoreFeature(BaseFeature):
+    name = "core"
+
+    def __init__(self, gw: GatewayState) -> None:
+        self.gw = gw
+
+    def routes(self) -> Iterable[web.AbstractRouteDef]:
+        return [
+            web.post("/v1/chat/completions", completions.chat_completions),
+            web.post("/v1/completions", completions.completions),
+            web.post("/v1/embeddings", completions.embeddings),
+            web.post("/v1/messages", messages.messages),
+            web.post("/v1/messages/count_tokens", messages.count_tokens),
+            web.get("/v1/models", models.list_models),
+            web.get("/v1/models/{model}", models.get_model),
+            web.get("/health/live", health.live),
+            web.get("/health/ready", health.ready),
+            web.get("/metrics", health.metrics),
+            web.get("/openapi.json", openapi.openapi_json),
+            web.post("/admin/config/reload", admin.reload_config),
+            web.get("/admin/config", admin.get_config),
+        ]
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        self.gw.dispatcher.config = config.router
+        self.gw.health.config = config.health
+
+    async def start(self) -> None:
+        gw = self.gw
+        gw.health.start()
+        gw.access_log.start()
+        if gw.worker_metrics is not None:
+            gw.worker_metrics.start()
+        if gw.settings.watch_config:
+            gw.tables.start_watching()
+
+    async def aclose(self) -> None:
+        gw = self.gw
+        await gw.tables.stop()
+        await gw.health.stop()
+        await gw.access_log.stop()
+        if gw.worker_metrics is not None:
+            await gw.worker_metrics.stop()
+        await gw.http.close()
+        gw.tracer.shutdown()

@@ -1,0 +1,155 @@
+"""`Feature`: how a subsystem plugs into the gateway, and `Features`: the ordered set of them.
+
+A feature is one subsystem (tenancy, the multimodal pipeline, guardrails, the semantic router,
+canary splits, engine-aware routing, and every later one). It may put one `fleetgate.hooks.Stage`
+on the request path, serve routes, follow config reloads and run background work:
+
+- ``name``: a short identifier (``docs/architecture.md`` lists features by it);
+- ``stage``: its step of the request path, or ``None``;
+- ``routes()``: its HTTP routes (registered once, when the app is built);
+- ``reconfigure(config)``: a reloaded config was swapped in; apply what can change live;
+- ``start()``: open connections, start tasks (called in order, before the first request);
+- ``aclose()``: stop tasks, flush, close (called in reverse order at shutdown).
+
+`fleetgate.app.create_app` builds one tuple of features; that tuple *is* the stage order:
+stages run ``before`` in tuple order and ``after`` in reverse. Features that need each other
+receive each other (typed) when they are built; none looks another up at request time.
+
+Example, a feature that counts requests and serves the count::
+
+    class Counting(BaseFeature):
+        name = "counting"
+
+        def __init__(self) -> None:
+            self.seen = 0
+            self.stage = self  # its own stage
+
+        async def before(self, req: GatewayRequest) -> None:
+            self.seen += 1
+
+        def after(self, req: GatewayRequest, outcome: Outcome) -> None:
+            pass
+
+        def routes(self) -> list[web.RouteDef]:
+            return [web.get("/admin/counting", self.show)]
+
+        async def show(self, request: web.Request) -> web.Response:
+            return web.json_response({"seen": self.seen})
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Protocol, runtime_checkable
+
+from aiohttp import web
+
+from fleetgate.config.schema import GatewayConfig
+from fleetgate.hooks import Stage
+
+__all__ = ["BaseFeature", "Feature", "Features", "StageFeature"]
+
+log = logging.getLogger("fleetgate.features")
+
+
+@runtime_checkable
+class Feature(Protocol):
+    """One subsystem of the gateway (see the module docstring)."""
+
+    name: str
+
+    @property
+    def stage(self) -> Stage | None: ...
+
+    def routes(self) -> Iterable[web.AbstractRouteDef]: ...
+
+    def reconfigure(self, config: GatewayConfig) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class BaseFeature:
+    """Defaults for a `Feature`: no stage, no routes, nothing to reconfigure, start or close."""
+
+    name = "feature"
+    stage: Stage | None = None
+
+    def routes(self) -> Iterable[web.AbstractRouteDef]:
+        return ()
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        return None
+
+    async def start(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+class StageFeature(BaseFeature):
+    """A bare `Stage` as a feature (tests and plug-ins that only add a step to the path)."""
+
+    def __init__(self, stage: Stage) -> None:
+        self.name = stage.name
+        self.stage = stage
+
+
+class Features:
+    """The gateway's features in request-path order: started in order, closed in reverse.
+
+    A feature whose ``start`` fails leaves the ones started before it to be closed; ``aclose``
+    errors are logged and do not stop the others from closing.
+    """
+
+    def __init__(self, features: Sequence[Feature]) -> None:
+        names = [f.name for f in features]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"feature names must be unique: {', '.join(duplicates)}")
+        self.all: tuple[Feature, ...] = tuple(features)
+        self._started: list[Feature] = []
+
+    def names(self) -> list[str]:
+        return [f.name for f in self.all]
+
+    def stages(self) -> list[Stage]:
+        """The request path's stages, in order."""
+        return [f.stage for f in self.all if f.stage is not None]
+
+    def routes(self) -> list[web.AbstractRouteDef]:
+        return [route for f in self.all for route in f.routes()]
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Tell every feature about a reloaded config (one failing does not stop the rest)."""
+        for feature in self.all:
+            try:
+                feature.reconfigure(config)
+            except Exception:
+                log.exception("feature %s could not apply the reloaded config", feature.name)
+
+    async def start(self) -> None:
+        for feature in self.all:
+            await feature.start()
+            self._started.append(feature)
+
+    async def aclose(self) -> None:
+        started, self._started = self._started, []
+        for feature in reversed(started):
+            try:
+                await feature.aclose()
+            except Exception:
+                log.exception("feature %s did not close cleanly", feature.name)
+
+    async def lifespan(self, app: web.Application) -> AsyncIterator[None]:
+        """For ``app.cleanup_ctx``: start everything, serve, close everything."""
+        try:
+            await self.start()
+        except BaseException:
+            await self.aclose()
+            raise
+        yield
+        await self.aclose()

@@ -1,0 +1,67 @@
+"""Who may call an admin route, and where admin actions are recorded.
+
+`AdminAccess` authenticates a request from its ``Authorization`` header with the gateway's
+current authenticator (the master key, then tenancy's key cache when tenancy is on) and records
+admin actions in the admin audit log (tenancy's, when it is on).
+
+Example::
+
+    access = AdminAccess(lambda: gw.auth)
+    actor = access.master(request)           # 401 / 403 unless the master key
+    await access.record(actor, "config.reload", "applied", {"generation": 3})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from fleetgate.errors import PermissionDenied
+from fleetgate.tenancy.auth import Authenticator, bearer_token
+from fleetgate.tenancy.principal import Principal
+
+__all__ = ["AdminAccess", "AdminAudit"]
+
+
+class AdminAudit(Protocol):
+    """Records one admin action (``team_id``: the team it concerns, for team admins' view)."""
+
+    async def record_admin(
+        self, actor: Principal, action: str, target: str, detail: Any, *, team_id: str | None = None
+    ) -> None: ...
+
+
+class AdminAccess:
+    """Authentication and audit for admin routes; ``audit`` is None when nothing records."""
+
+    def __init__(
+        self, authenticator: Callable[[], Authenticator], audit: AdminAudit | None = None
+    ) -> None:
+        self._authenticator = authenticator
+        self.audit = audit
+
+    def principal(self, request: web.Request) -> Principal:
+        """The caller (401 for a missing or unknown key)."""
+        token = bearer_token(request.headers.get("Authorization"))
+        return self._authenticator().authenticate(token)
+
+    def master(self, request: web.Request) -> Principal:
+        """The caller, who must hold the master key (403 otherwise)."""
+        principal = self.principal(request)
+        if not principal.is_master:
+            raise PermissionDenied("This admin route needs the master key.")
+        return principal
+
+    def admin(self, request: web.Request) -> Principal:
+        """The caller, who must hold the master key or a team admin key (403 otherwise)."""
+        principal = self.principal(request)
+        if not principal.is_master and principal.role != "team_admin":
+            raise PermissionDenied("Admin routes need the master key or a team admin key.")
+        return principal
+
+    async def record(self, actor: Principal, action: str, target: str, detail: Any) -> None:
+        """Record an admin action when an audit log is configured (tenancy on)."""
+        if self.audit is not None:
+            await self.audit.record_admin(actor, action, target, detail)

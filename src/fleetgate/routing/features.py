@@ -1,0 +1,164 @@
+"""Routing's gateway features: the semantic router, canary splits and engine-aware routing.
+
+- `SemanticFeature` (when the config has ``semantic:``): its stage resolves the virtual alias
+  (``auto``) to a configured one by intent. See docs/routing.md.
+- `CanaryFeature` (always): traffic splits per deployment version, followed by the dispatcher,
+  shared through Redis when ``canary.redis_url`` (or the gateway's Redis) is set; the
+  ``/admin/aliases/{alias}/split`` routes.
+- `EngineRoutingFeature` (always): engine stats scraping, the prefix index and its sharing
+  between replicas, the decision log; the ``/admin/routing`` routes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+
+from aiohttp import web
+
+from fleetgate.config.schema import GatewayConfig, RoutingConfig
+from fleetgate.config.settings import Settings
+from fleetgate.feature import BaseFeature
+from fleetgate.hooks import Stage
+from fleetgate.http import AdminAccess
+from fleetgate.routing.admin_routes import CanaryAdmin, EngineRoutingAdmin
+from fleetgate.routing.canary import CanarySplits
+from fleetgate.routing.deployment import Deployment
+from fleetgate.routing.engine_stats import EngineStats
+from fleetgate.routing.kv_aware import EngineAwareRouting
+from fleetgate.routing.load_share import RedisLoadShare
+from fleetgate.routing.prefix_share import PrefixShare
+from fleetgate.routing.semantic_stage import SemanticStage
+from fleetgate.routing.table import RouteTable
+from fleetgate.telemetry.registry import Registry
+
+__all__ = ["CanaryFeature", "EngineRoutingFeature", "SemanticFeature", "engine_routing"]
+
+
+class SemanticFeature(BaseFeature):
+    """The intent router's stage; it loads its model in the background after ``start``."""
+
+    name = "semantic"
+
+    def __init__(self, stage: SemanticStage) -> None:
+        self.router = stage
+        self.stage: Stage | None = stage
+
+    @classmethod
+    def build(cls, settings: Settings, config: GatewayConfig) -> SemanticFeature | None:
+        if config.semantic is None:
+            return None
+        return cls(SemanticStage(config.semantic, settings.data_dir))
+
+    @property
+    def alias(self) -> str:
+        """The virtual alias this router resolves (``auto``)."""
+        return self.router.alias
+
+    async def start(self) -> None:
+        self.router.start()
+
+    async def aclose(self) -> None:
+        await self.router.stop()
+
+
+class CanaryFeature(BaseFeature):
+    name = "canary"
+
+    def __init__(self, splits: CanarySplits, admin: CanaryAdmin) -> None:
+        self.splits = splits
+        self._admin = admin
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        config: GatewayConfig,
+        table: Callable[[], RouteTable],
+        access: AdminAccess,
+    ) -> CanaryFeature:
+        cfg = config.canary
+        url = cfg.redis_url or settings.redis_url
+        redis = None
+        if url:
+            import redis.asyncio as aioredis
+
+            redis = aioredis.Redis.from_url(url)
+        splits = CanarySplits(
+            redis, prefix=cfg.redis_prefix, refresh_interval_s=cfg.refresh_interval_s
+        )
+        admin = CanaryAdmin(splits, table, access, config.server.max_request_bytes)
+        return cls(splits, admin)
+
+    def routes(self) -> Iterable[web.AbstractRouteDef]:
+        return self._admin.routes()
+
+    async def start(self) -> None:
+        self.splits.start()
+
+    async def aclose(self) -> None:
+        await self.splits.stop()
+
+
+class EngineRoutingFeature(BaseFeature):
+    """``routing`` is None when the dispatcher was built without an engine-aware observer."""
+
+    name = "engine-routing"
+
+    def __init__(
+        self,
+        routing: EngineAwareRouting | None,
+        table: Callable[[], RouteTable],
+        access: AdminAccess,
+    ) -> None:
+        self.routing = routing
+        self._admin = EngineRoutingAdmin(routing, table, access)
+
+    def routes(self) -> Iterable[web.AbstractRouteDef]:
+        return self._admin.routes()
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        if self.routing is not None:
+            self.routing.update_config(config.routing)
+
+    async def start(self) -> None:
+        if self.routing is not None:
+            self.routing.start()
+
+    async def aclose(self) -> None:
+        if self.routing is not None:
+            await self.routing.stop()
+
+
+def engine_routing(
+    settings: Settings,
+    routing: RoutingConfig,
+    registry: Registry,
+    table: Callable[[], RouteTable],
+) -> EngineAwareRouting:
+    """Engine stats (scraping the engines of kv-aware aliases), prefix index, decision log.
+
+    Built with the core (the strategies and the dispatcher need it); `EngineRoutingFeature`
+    runs its background work and serves its routes.
+    """
+
+    def targets() -> Iterable[Deployment]:
+        for alias in table().aliases():
+            route = table().route(alias)
+            if route.config.strategy == "kv-aware":
+                yield from route.deployments
+
+    share = None
+    replica = os.urandom(6).hex()
+    if routing.redis_url:
+        share = RedisLoadShare.from_url(
+            routing.redis_url, replica, ttl_s=max(2.0, 20 * routing.scrape_interval_s)
+        )
+    secret = (routing.salt_secret or settings.master_key or os.urandom(16).hex()).encode()
+    stats = EngineStats(routing, targets, share=share)
+    engine_aware = EngineAwareRouting(routing, stats, secret=secret, registry=registry)
+    if routing.redis_url:  # replicas learn each other's prefix records
+        engine_aware.prefix_share = PrefixShare.from_url(
+            routing.redis_url, replica, engine_aware.index
+        )
+    return engine_aware

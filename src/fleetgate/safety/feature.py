@@ -1,0 +1,119 @@
+"""Guardrails as a gateway feature (only when the config has a ``safety:`` section).
+
+The `SafetyStage` joins the request path after the multimodal stage (its checks see transcripts
+and image descriptions); its audit verdicts go to the store (``fg_safety_audit``, through
+tenancy's batched record writer) or, without tenancy, to ``<data_dir>/safety-audit.jsonl``; a key
+reaching ``audit.suspend_after`` violations is revoked through the tenancy service, which reloads
+every replica's key cache. The ``/admin/safety`` routes answer 503 when safety is not configured.
+See docs/safety.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+
+from aiohttp import web
+
+from fleetgate.config.schema import GatewayConfig
+from fleetgate.config.settings import Settings
+from fleetgate.errors import FleetgateError
+from fleetgate.feature import BaseFeature
+from fleetgate.hooks import Stage
+from fleetgate.http import AdminAccess
+from fleetgate.safety.admin_routes import SafetyAdmin
+from fleetgate.safety.runtime import SafetyRuntime
+from fleetgate.safety.sinks import AuditLog, JsonlAuditLog, StoreAuditLog
+from fleetgate.telemetry.registry import Registry
+from fleetgate.tenancy.principal import Principal
+from fleetgate.tenancy.runtime import Tenancy
+
+__all__ = ["SAFETY_ACTOR", "SafetyFeature"]
+
+log = logging.getLogger("fleetgate.safety")
+
+SAFETY_ACTOR = Principal(key_id="safety-audit", role="master")
+"""The actor recorded in the admin audit log when the safety audit suspends a key."""
+
+
+def _suspender(tenancy: Tenancy | None) -> Callable[[str], Awaitable[None]]:
+    async def suspend(key_id: str) -> None:
+        if tenancy is None:
+            log.warning("key %s reached the violation limit; tenancy is off, not suspended", key_id)
+            return
+        try:
+            await tenancy.service.revoke_key(SAFETY_ACTOR, key_id)
+        except FleetgateError as exc:  # the master key, or a key already gone
+            log.warning("could not suspend key %s: %s", key_id, exc.message)
+            return
+        log.warning("key %s suspended after repeated safety violations", key_id)
+
+    return suspend
+
+
+def _team_name(tenancy: Tenancy | None) -> Callable[[str], str | None] | None:
+    if tenancy is None:
+        return None
+
+    def name(team_id: str) -> str | None:
+        entry = tenancy.cache.team(team_id)
+        return entry.name if entry is not None else None
+
+    return name
+
+
+class SafetyFeature(BaseFeature):
+    """``runtime`` and ``audit_log`` are None when safety is not configured."""
+
+    name = "safety"
+
+    def __init__(
+        self, runtime: SafetyRuntime | None, audit_log: AuditLog | None, access: AdminAccess
+    ) -> None:
+        self.runtime = runtime
+        self.audit_log = audit_log
+        self.stage: Stage | None = runtime.stage if runtime is not None else None
+        self._admin = SafetyAdmin(runtime, audit_log, access)
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        config: GatewayConfig,
+        registry: Registry,
+        access: AdminAccess,
+        tenancy: Tenancy | None,
+    ) -> SafetyFeature:
+        cfg = config.safety
+        if cfg is None or not cfg.enabled:
+            return cls(None, None, access)
+        audit_log: AuditLog
+        if tenancy is not None:
+            audit_log = StoreAuditLog(tenancy.writer, tenancy.db)
+        else:
+            audit_log = JsonlAuditLog(settings.data_dir / "safety-audit.jsonl")
+        runtime = SafetyRuntime(
+            cfg, registry, data_dir=settings.data_dir, sink=audit_log.write,
+            on_suspend=_suspender(tenancy), team_name=_team_name(tenancy),
+        )  # fmt: skip
+        return cls(runtime, audit_log, access)
+
+    def routes(self) -> Iterable[web.AbstractRouteDef]:
+        return self._admin.routes()
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        if self.runtime is None:
+            return
+        new = config.safety
+        if new is None or not new.enabled:
+            log.warning("turning safety off takes a restart; the current policies stay")
+        elif new != self.runtime.base:
+            self.runtime.set_base(new)
+
+    async def start(self) -> None:
+        if self.runtime is not None:
+            await self.runtime.start()
+
+    async def aclose(self) -> None:
+        if self.runtime is not None:
+            await self.runtime.stop()

@@ -1,0 +1,123 @@
+"""Admin API of tenancy: teams, users, keys, spend reports and audit.
+
+The master key may call every route; a team admin key manages only its own team's keys and
+reads only its own team's spend and audit. Every call is recorded in the admin audit log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied, ServiceUnavailable
+from fleetgate.http import AdminAccess, json_reply, read_json
+from fleetgate.tenancy.principal import Principal
+from fleetgate.tenancy.reports import audit_log, spend_report
+from fleetgate.tenancy.runtime import Tenancy
+from fleetgate.tenancy.service import parse_time_ms
+
+__all__ = ["TenancyAdmin"]
+
+_json = json_reply
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    return await read_json(request, 1 << 20)
+
+
+class TenancyAdmin:
+    """The routes; ``tenancy`` is None when tenancy is off (every route answers 503)."""
+
+    def __init__(self, tenancy: Tenancy | None, access: AdminAccess) -> None:
+        self.tenancy = tenancy
+        self.access = access
+
+    def _caller(self, request: web.Request) -> tuple[Tenancy, Principal]:
+        if self.tenancy is None:
+            raise ServiceUnavailable("Tenancy is disabled in this gateway's config.")
+        return self.tenancy, self.access.admin(request)
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/admin/teams", self.create_team),
+            web.get("/admin/teams", self.list_teams),
+            web.get("/admin/teams/{team}", self.get_team),
+            web.post("/admin/users", self.create_user),
+            web.post("/admin/keys", self.create_key),
+            web.get("/admin/keys", self.list_keys),
+            web.delete("/admin/keys/{key_id}", self.revoke_key),
+            web.get("/admin/spend", self.get_spend),
+            web.get("/admin/audit", self.get_audit),
+        ]
+
+    async def create_team(self, request: web.Request) -> web.Response:
+        tenancy, actor = self._caller(request)
+        return _json(await tenancy.service.create_team(actor, await _body(request)), 201)
+
+    async def list_teams(self, request: web.Request) -> web.Response:
+        tenancy, actor = self._caller(request)
+        return _json({"data": await tenancy.service.list_teams(actor)})
+
+    async def get_team(self, request: web.Request) -> web.Response:
+        tenancy, actor = self._caller(request)
+        return _json(await tenancy.service.get_team(actor, request.match_info["team"]))
+
+    async def create_user(self, request: web.Request) -> web.Response:
+        tenancy, actor = self._caller(request)
+        return _json(await tenancy.service.create_user(actor, await _body(request)), 201)
+
+    async def create_key(self, request: web.Request) -> web.Response:
+        tenancy, actor = self._caller(request)
+        return _json(await tenancy.service.create_key(actor, await _body(request)), 201)
+
+    async def list_keys(self, request: web.Request) -> web.Response:
+        tenancy, actor = self._caller(request)
+        keys = await tenancy.service.list_keys(actor, request.query.get("team"))
+        await tenancy.service.record_admin(actor, "key.list", request.query.get("team", "*"), {})
+        return _json({"data": keys})
+
+    async def revoke_key(self, request: web.Request) -> web.Response:
+        tenancy, actor = self._caller(request)
+        return _json(await tenancy.service.revoke_key(actor, request.match_info["key_id"]))
+
+    async def get_spend(self, request: web.Request) -> web.Response:
+        """``GET /admin/spend?group_by=team,alias,key,tag&since=&until=&team=``."""
+        tenancy, actor = self._caller(request)
+        q = request.query
+        groups = [g.strip() for g in q.get("group_by", "team").split(",") if g.strip()]
+        ref = q.get("team")
+        team_id = None
+        if ref:  # an id or a name, as on the other routes; someone else's team is 403 either way
+            team_id = ref if not actor.is_master and ref == actor.team_id else None
+            if team_id is None:
+                try:
+                    team_id = await tenancy.service.team_id(ref)
+                except NotFound:
+                    if not actor.is_master:
+                        raise PermissionDenied(
+                            "This key may only see its own team's spend."
+                        ) from None
+                    raise
+        rows = await spend_report(
+            tenancy.db,
+            actor,
+            groups,
+            parse_time_ms(q.get("since"), "since"),
+            parse_time_ms(q.get("until"), "until"),
+            team_id,
+        )
+        await tenancy.service.record_admin(
+            actor, "spend.read", ",".join(groups), dict(q), team_id=team_id
+        )
+        return _json({"group_by": groups, "data": rows})
+
+    async def get_audit(self, request: web.Request) -> web.Response:
+        """``GET /admin/audit?kind=admin|request&limit=100``."""
+        tenancy, actor = self._caller(request)
+        try:
+            limit = int(request.query.get("limit", "100"))
+        except ValueError:
+            raise InvalidRequest("'limit' must be an integer", param="limit") from None
+        rows = await audit_log(tenancy.db, actor, request.query.get("kind", "admin"), limit)
+        return _json({"data": rows})

@@ -1,0 +1,68 @@
+"""Tenancy as a gateway feature: teams, keys, limits, budgets, spend and audit.
+
+On by default (``tenancy.enabled``). Its stage authorizes the model, reserves limits before the
+upstream call and settles and bills after it; its routes are the ``/admin`` teams, keys, spend and
+audit API (503 when tenancy is off). See docs/tenancy.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from aiohttp import web
+
+from fleetgate.config.schema import GatewayConfig
+from fleetgate.config.settings import Settings
+from fleetgate.feature import BaseFeature
+from fleetgate.hooks import Stage
+from fleetgate.http import AdminAccess
+from fleetgate.telemetry.registry import Registry
+from fleetgate.tenancy.admin_routes import TenancyAdmin
+from fleetgate.tenancy.principal import Principal
+from fleetgate.tenancy.runtime import Tenancy
+
+__all__ = ["TenancyFeature"]
+
+
+class TenancyFeature(BaseFeature):
+    """``runtime`` is None when ``tenancy.enabled`` is false."""
+
+    name = "tenancy"
+
+    def __init__(self, runtime: Tenancy | None, access: AdminAccess) -> None:
+        self.runtime = runtime
+        self.stage: Stage | None = runtime.stage if runtime is not None else None
+        self._admin = TenancyAdmin(runtime, access)
+        if runtime is not None:
+            access.audit = self
+
+    @classmethod
+    def build(
+        cls, settings: Settings, config: GatewayConfig, registry: Registry, access: AdminAccess
+    ) -> TenancyFeature:
+        if not config.tenancy.enabled:
+            return cls(None, access)
+        return cls(Tenancy(settings, config.tenancy, registry), access)
+
+    async def record_admin(
+        self, actor: Principal, action: str, target: str, detail: Any, *, team_id: str | None = None
+    ) -> None:
+        """The admin audit log (`fleetgate.http.AdminAudit`) for every feature's admin routes."""
+        if self.runtime is not None:
+            await self.runtime.service.record_admin(actor, action, target, detail, team_id=team_id)
+
+    def routes(self) -> Iterable[web.AbstractRouteDef]:
+        return self._admin.routes()
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        if self.runtime is not None:
+            self.runtime.reconfigure(config.tenancy)
+
+    async def start(self) -> None:
+        if self.runtime is not None:
+            await self.runtime.start()
+
+    async def aclose(self) -> None:
+        if self.runtime is not None:
+            await self.runtime.stop()
