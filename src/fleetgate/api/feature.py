@@ -35,6 +35,7 @@ class CoreFeature(BaseFeature):
             web.post("/v1/messages/count_tokens", messages.count_tokens),
             web.get("/v1/models", models.list_models),
             web.get("/v1/models/{model}", models.get_model),
+            web.get("/health", health.health),
             web.get("/health/live", health.live),
             web.get("/health/ready", health.ready),
             web.get("/metrics", health.metrics),

@@ -1,43 +1,72 @@
-"""Liveness, readiness (which aliases have no healthy deployment) and ``/metrics``."""
+"""Health: ``/health`` (as vLLM, SGLang and LiteLLM answer it), liveness, readiness, metrics.
+
+- ``GET /health`` and ``GET /health/live``: 200 while the process serves (load testers such as
+  GuideLLM probe ``/health`` before they start).
+- ``GET /health/ready``: 200 when the aliases that count (``health.ready_aliases``, default
+  every alias) have a healthy deployment by ``health.ready_rule`` (``any``: at least one;
+  ``all``: each), else 503; the body names the unavailable aliases and healthy/total per alias.
+  ``?alias=NAME`` asks about one alias (404 if unknown), so a regional failover can watch the
+  models it cares about instead of the whole gateway.
+"""
 
 from __future__ import annotations
 
 import time
 
-import orjson
 from aiohttp import web
 
-from fleetgate.api.state import GATEWAY
+from fleetgate.api.state import GATEWAY, GatewayState
+from fleetgate.errors import ModelNotFound
+from fleetgate.http import json_reply
 from fleetgate.telemetry.registry import Registry
 
-__all__ = ["live", "metrics", "ready"]
+__all__ = ["health", "live", "metrics", "ready"]
 
 
 async def live(request: web.Request) -> web.Response:
     return web.Response(body=b'{"status":"ok"}', content_type="application/json")
 
 
-async def ready(request: web.Request) -> web.Response:
-    """200 when every alias has a healthy deployment; 503 naming those that have none."""
-    gw = request.app[GATEWAY]
+health = live
+
+
+def _alias_health(gw: GatewayState, aliases: list[str]) -> dict[str, dict[str, int]]:
     now = time.monotonic()
-    aliases: dict[str, dict[str, int]] = {}
-    unavailable = []
-    for alias in gw.tables.table.aliases():
+    out: dict[str, dict[str, int]] = {}
+    for alias in aliases:
         deployments = gw.tables.table.route(alias).deployments
         healthy = sum(1 for d in deployments if d.state.healthy(now))
-        aliases[alias] = {"healthy": healthy, "total": len(deployments)}
-        if healthy == 0:
-            unavailable.append(alias)
+        out[alias] = {"healthy": healthy, "total": len(deployments)}
+    return out
+
+
+async def ready(request: web.Request) -> web.Response:
+    """Readiness of the gateway, or of one alias (``?alias=``)."""
+    gw = request.app[GATEWAY]
+    cfg = gw.tables.table.config.health
+    known = gw.tables.table.aliases()
+    one = request.query.get("alias")
+    if one is not None:
+        if one not in known:
+            raise ModelNotFound(f"No alias '{one}'.", param="alias")
+        counted, rule = [one], "all"
+    else:
+        counted = [a for a in cfg.ready_aliases if a in known] or known
+        rule = cfg.ready_rule
+    aliases = _alias_health(gw, counted)
+    unavailable = [a for a, h in aliases.items() if h["healthy"] == 0]
+    if rule == "all":
+        ok = not unavailable
+    else:
+        ok = len(unavailable) < len(aliases) or not aliases
     body = {
         "status": "ok" if not unavailable else "degraded",
+        "ready": ok,
+        "rule": rule,
         "unavailable_aliases": unavailable,
         "aliases": aliases,
     }
-    return web.Response(
-        body=orjson.dumps(body), status=200 if not unavailable else 503,
-        content_type="application/json",
-    )  # fmt: skip
+    return json_reply(body, 200 if ok else 503)
 
 
 async def metrics(request: web.Request) -> web.Response:

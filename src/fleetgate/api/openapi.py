@@ -90,6 +90,7 @@ def build_openapi() -> dict[str, Any]:
             "/v1/models": {
                 "get": {"summary": "List models", "security": [{"bearer": []}], "responses": ok}
             },
+            "/health": {"get": {"summary": "Health (as vLLM and LiteLLM)", "responses": ok}},
             "/health/live": {"get": {"summary": "Liveness", "responses": ok}},
             "/health/ready": {"get": {"summary": "Readiness", "responses": ok}},
         },  # fmt: skip

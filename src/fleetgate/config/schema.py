@@ -125,7 +125,11 @@ class HealthConfig(_Model):
     allowed_fails: int = Field(3, ge=1)
     cooldown_s: float = Field(30.0, gt=0)
     probe_interval_s: float = Field(2.0, gt=0)
-    probe_timeout_s: float = Field(2.0, gt=0)
+    probe_timeout_s: float = Field(2.0, gt=0)  # a probe slower than this counts as failed
+    # `/health/ready` is 200 when ``any`` (or ``all``) of the aliases that count have a healthy
+    # deployment; ``ready_aliases`` (default: every alias) names the ones that count.
+    ready_rule: Literal["any", "all"] = "any"
+    ready_aliases: tuple[str, ...] = ()
 
 
 class KvAwareConfig(_Model):

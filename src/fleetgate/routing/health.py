@@ -68,12 +68,18 @@ class HealthTracker:
         cooling = {id(d.state): d for d in self._deployments() if d.state.cooldown_until > now}
         if not cooling:
             return
-        results = await asyncio.gather(*(d.provider.probe() for d in cooling.values()))
+        results = await asyncio.gather(*(self._probe(d) for d in cooling.values()))
         for dep, ok in zip(cooling.values(), results, strict=True):
             if ok and dep.state.cooldown_until > time.monotonic():
                 log.info("probe ok, %s back in rotation", dep.id)
                 dep.state.cooldown_until = 0.0
                 dep.state.consecutive_failures = 0
+
+    async def _probe(self, dep: Deployment) -> bool:
+        try:
+            return await asyncio.wait_for(dep.provider.probe(), self.config.probe_timeout_s)
+        except TimeoutError:
+            return False
 
     async def _run(self) -> None:
         while True:
