@@ -201,3 +201,49 @@ async def test_full_payloads_only_for_teams_that_ask(
     assert quiet_row.prompt is None and quiet_row.response is None
     text = rows[stream_id].response
     assert text and all(word in streamed for word in text.split())
+
+
+async def test_team_admin_cannot_create_a_key_broader_than_itself(
+    db_url: str, upstream: str, tmp_path: Path
+) -> None:
+    async with running_gateway(upstream, tmp_path, db_url) as gw:
+        team, _, _ = await gw.team_and_key("a")
+        body = {"team": team, "role": "team_admin", "aliases": ["tiny"]}
+        _, admin = await gw.admin("POST", "/admin/keys", json=body)
+        adm = admin["key"]
+        # no alias list: the new key gets the admin's own list, not every alias
+        status, made = await gw.admin("POST", "/admin/keys", adm, json={"team": team})
+        assert status == 201
+        assert (await gw.chat(made["key"], alias="tiny"))[0] == 200
+        assert (await gw.chat(made["key"], alias="other"))[0] == 404
+        body = {"team": team, "aliases": ["tiny", "other"]}
+        assert (await gw.admin("POST", "/admin/keys", adm, json=body))[0] == 403
+        body = {"team": team, "aliases": ["tiny"]}
+        assert (await gw.admin("POST", "/admin/keys", adm, json=body))[0] == 201
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/admin/spend?since=1e400",
+        "/admin/spend?until=-inf",
+        "/admin/spend?since=nan",
+        "/admin/spend?group_by=team,team",
+        "/admin/audit?limit=1e400",
+    ],
+)
+async def test_bad_admin_query_values_are_400_not_500(
+    path: str, upstream: str, tmp_path: Path
+) -> None:
+    async with running_gateway(upstream, tmp_path, f"sqlite:///{tmp_path / 'f.db'}") as gw:
+        status, body = await gw.admin("GET", path)
+        assert status == 400, body
+
+
+async def test_an_expiry_past_year_9999_is_400(upstream: str, tmp_path: Path) -> None:
+    async with running_gateway(upstream, tmp_path, f"sqlite:///{tmp_path / 'f.db'}") as gw:
+        team, _, _ = await gw.team_and_key("a")
+        for expires in (1e300, "1e400", -5):
+            body = {"team": team, "expires_at": expires}
+            status, out = await gw.admin("POST", "/admin/keys", json=body)
+            assert status == 400, out

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from fleetgate.api.state import GATEWAY, GatewayState
+from fleetgate.config.redact import redact_config
 from fleetgate.errors import ConfigError, InvalidRequest
 from fleetgate.http import AdminAccess, json_reply
 from fleetgate.tenancy.principal import Principal
@@ -34,11 +35,7 @@ async def reload_config(request: web.Request) -> web.Response:
 
 
 async def get_config(request: web.Request) -> web.Response:
-    """The live config, with api keys redacted."""
+    """The live config, every secret redacted (`fleetgate.config.redact`)."""
     gw, _, _ = _master(request)
-    data = gw.tables.table.config.model_dump(mode="json")
-    for alias in data.get("models", []):
-        for dep in alias.get("deployments", []):
-            if dep.get("api_key"):
-                dep["api_key"] = "***"
+    data = redact_config(gw.tables.table.config.model_dump(mode="json"))
     return json_reply({"generation": gw.tables.generation, "config": data})

@@ -28,6 +28,7 @@ from fleetgate.routing.canary import CanarySplits, Split
 from fleetgate.routing.engine_stats import engine_key
 from fleetgate.routing.kv_aware import EngineAwareRouting
 from fleetgate.routing.table import RouteTable
+from fleetgate.tenancy.principal import Principal
 
 __all__ = ["CanaryAdmin", "EngineRoutingAdmin"]
 
@@ -60,18 +61,18 @@ class CanaryAdmin:
             web.get("/admin/splits", self.list_splits),
         ]
 
-    def _alias_versions(self, request: web.Request) -> tuple[str, list[str]]:
-        self.access.master(request)
+    def _alias_versions(self, request: web.Request) -> tuple[str, list[str], Principal]:
+        actor = self.access.master(request)
         alias = request.match_info["alias"]
         route = self.table().route(alias)  # ModelNotFound (404) for an unknown alias
-        return alias, sorted({d.version for d in route.deployments})
+        return alias, sorted({d.version for d in route.deployments}), actor
 
     async def get_split(self, request: web.Request) -> web.Response:
-        alias, versions = self._alias_versions(request)
+        alias, versions, _ = self._alias_versions(request)
         return _json(_view(alias, versions, self.splits.get(alias)))
 
     async def put_split(self, request: web.Request) -> web.Response:
-        alias, versions = self._alias_versions(request)
+        alias, versions, actor = self._alias_versions(request)
         body = await read_json(request, self.max_body_bytes)
         split = Split.from_dict(body)
         unknown = sorted(set(split.weights) - set(versions))
@@ -82,11 +83,13 @@ class CanaryAdmin:
                 param="weights",
             )
         stored = await self.splits.set(alias, split)
+        await self.access.record(actor, "canary.split.put", alias, stored.to_dict())
         return _json(_view(alias, versions, stored))
 
     async def delete_split(self, request: web.Request) -> web.Response:
-        alias, versions = self._alias_versions(request)
+        alias, versions, actor = self._alias_versions(request)
         await self.splits.clear(alias)
+        await self.access.record(actor, "canary.split.delete", alias, {})
         return _json(_view(alias, versions, None))
 
     async def list_splits(self, request: web.Request) -> web.Response:

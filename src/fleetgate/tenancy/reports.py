@@ -41,6 +41,8 @@ async def spend_report(
         raise InvalidRequest(
             f"group_by: unknown {', '.join(unknown)}; use {', '.join(GROUPS)}", param="group_by"
         )
+    if len(set(group_by)) != len(group_by):
+        raise InvalidRequest("group_by: a group is named twice", param="group_by")
     team_id = _scope_team(actor, team_id)
     columns: dict[str, Any] = {
         "team": spend.c.team_id,

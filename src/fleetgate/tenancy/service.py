@@ -32,26 +32,49 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+_MAX_EPOCH_S = 253_402_300_799  # 9999-12-31T23:59:59Z
+
+
 def parse_time_ms(value: Any, param: str) -> int | None:
     """Epoch seconds or an ISO-8601 time (UTC if no zone) → epoch milliseconds."""
     if value is None or value == "":
         return None
+    seconds: float | None = None
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return int(value * 1000)
-    if isinstance(value, str):
+        seconds = float(value)
+    elif isinstance(value, str):
         try:
-            return int(float(value) * 1000)
+            seconds = float(value)
         except ValueError:
-            pass
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            pass
-        else:
-            if parsed.tzinfo is None:
-                parsed = parsed.replace(tzinfo=UTC)
-            return int(parsed.timestamp() * 1000)
-    raise InvalidRequest(f"'{param}' must be an ISO-8601 time or epoch seconds", param=param)
+            try:
+                parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                pass
+            else:
+                if parsed.tzinfo is None:
+                    parsed = parsed.replace(tzinfo=UTC)
+                seconds = parsed.timestamp()
+    if seconds is None or not 0 <= seconds <= _MAX_EPOCH_S:  # NaN fails both comparisons
+        raise InvalidRequest(
+            f"'{param}' must be an ISO-8601 time or epoch seconds (years 1970-9999)", param=param
+        )
+    return int(seconds * 1000)
+
+
+def _within_scope(actor: Principal, aliases: list[str] | None) -> list[str] | None:
+    """A key made by a team admin limited to some aliases gets no more than those: none named
+    means the admin's own list; naming another alias is refused."""
+    own = actor.allowed_aliases
+    if actor.is_master or own is None:
+        return aliases
+    if aliases is None:
+        return sorted(own)
+    outside = sorted(set(aliases) - own)
+    if outside:
+        raise PermissionDenied(
+            f"This admin key may not grant aliases it cannot use itself: {', '.join(outside)}."
+        )
+    return aliases
 
 
 def _limits(body: dict[str, Any]) -> dict[str, Any]:
@@ -207,6 +230,7 @@ class TenancyService:
             not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases)
         ):
             raise InvalidRequest("'aliases' must be a list of strings", param="aliases")
+        aliases = _within_scope(actor, aliases)
         key = new_key()
         async with self.db.engine.begin() as conn:
             team_id = await self._team_id(conn, team_ref)
