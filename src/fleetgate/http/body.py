@@ -9,7 +9,9 @@ from aiohttp import web
 
 from fleetgate.errors import InvalidRequest, PayloadTooLarge
 
-__all__ = ["read_json"]
+__all__ = ["MAX_DEPTH", "read_json"]
+
+MAX_DEPTH = 128  # JSON nesting a request body may have
 
 
 async def read_json(request: web.Request, max_bytes: int) -> dict[str, Any]:
@@ -31,4 +33,23 @@ async def read_json(request: web.Request, max_bytes: int) -> dict[str, Any]:
         raise InvalidRequest(f"The request body is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise InvalidRequest("The request body must be a JSON object.")
+    # Deep nesting parses (orjson allows 1024 levels) but cannot be re-encoded for the upstream
+    # (254): refuse it here. Counting brackets is C-fast; only a body with many is walked.
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(value) > MAX_DEPTH:
+        raise InvalidRequest(f"The request body nests deeper than {MAX_DEPTH} levels.")
     return value
+
+
+def _depth(value: Any) -> int:
+    """The nesting depth of a JSON value, without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > deepest:
+            deepest = depth
+            if deepest > MAX_DEPTH:
+                break
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return deepest

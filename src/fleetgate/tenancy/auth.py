@@ -39,6 +39,10 @@ class MasterKeyAuthenticator:
         self._principal = Principal(key_id="master", role="master")
 
     def authenticate(self, token: str) -> Principal:
+        # Keys are printable ASCII; anything else (non-UTF-8 header bytes arrive as surrogates)
+        # is no key of ours, and must not reach an encoder that would raise.
+        if not (token.isascii() and token.isprintable()):
+            raise AuthenticationFailed("Invalid API key.")
         if self._master is not None and hmac.compare_digest(token.encode(), self._master):
             return self._principal
         if self._next is not None:
