@@ -19,6 +19,7 @@ from aiohttp import web
 from fleetgate.app import build_state, create_app
 from fleetgate.config.loader import parse_config
 from fleetgate.config.settings import Settings
+from fleetgate.sse import SSEParser
 
 MASTER = "sk-bench"
 
@@ -61,14 +62,12 @@ async def timed_stream(
     async with session.post(f"{url}/v1/chat/completions", json=body, headers=headers) as resp:
         if resp.status != 200:
             raise RuntimeError(f"{resp.status}: {await resp.text()}")
-        buf = b""
+        parser = SSEParser()
         async for data in resp.content.iter_any():
-            buf += data
-            while b"\n\n" in buf:
-                line, buf = buf.split(b"\n\n", 1)
-                if not line.startswith(b"data: {"):
+            for _, text in parser.feed(data):
+                if not text.startswith("{"):
                     continue
-                chunk = orjson.loads(line[6:])
+                chunk = orjson.loads(text)
                 now = time.perf_counter() - start
                 delta = chunk["choices"][0].get("delta", {}) if chunk.get("choices") else {}
                 if delta.get("audio") and out.first_audio is None:

@@ -30,6 +30,8 @@ from typing import Any
 
 import aiohttp
 
+from fleetgate.sse import SSEParser
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleet import Fleet, SimFlags, gateway_process, router_process  # noqa: E402
@@ -73,16 +75,19 @@ async def _one(
             if resp.status != 200:
                 await resp.read()
                 return None, 0
-            async for line in resp.content:
-                if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
-                    continue
-                data = json.loads(line[6:])
-                choices = data.get("choices") or []
-                if ttft is None and choices and (choices[0].get("delta") or {}).get("content"):
-                    ttft = time.perf_counter() - started
-                usage = data.get("usage")
-                if usage:
-                    tokens = int(usage.get("completion_tokens") or 0)
+            parser = SSEParser()
+            async for raw in resp.content.iter_any():
+                for _, text in parser.feed(raw):
+                    if text == "[DONE]":
+                        continue
+                    data = json.loads(text)
+                    choices = data.get("choices") or []
+                    delta = (choices[0].get("delta") or {}) if choices else {}
+                    if ttft is None and delta.get("content"):
+                        ttft = time.perf_counter() - started
+                    usage = data.get("usage")
+                    if usage:
+                        tokens = int(usage.get("completion_tokens") or 0)
     except (aiohttp.ClientError, TimeoutError, ValueError):
         return None, 0
     return ttft, tokens

@@ -33,6 +33,8 @@ from typing import Any
 
 import aiohttp
 
+from fleetgate.sse import SSEParser
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.procs import serve_process, sim_process  # noqa: E402
 
@@ -76,17 +78,18 @@ async def one_stream(session: aiohttp.ClientSession, url: str, alias: str) -> di
     tokens = 0
     async with session.post(url, json=body) as resp:
         assert resp.status == 200, await resp.text()
-        async for raw in resp.content:
-            line = raw.strip()
-            if not line.startswith(b"data: {"):
-                continue
+        parser = SSEParser()
+        async for raw in resp.content.iter_any():
             now = time.perf_counter()
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                tokens = int(chunk["usage"]["completion_tokens"])
-            for choice in chunk.get("choices") or ():
-                if (choice.get("delta") or {}).get("content"):
-                    arrivals.append(now)
+            for _, text in parser.feed(raw):
+                if not text.startswith("{"):
+                    continue
+                chunk = json.loads(text)
+                if chunk.get("usage"):
+                    tokens = int(chunk["usage"]["completion_tokens"])
+                for choice in chunk.get("choices") or ():
+                    if (choice.get("delta") or {}).get("content"):
+                        arrivals.append(now)
     itl = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
     ttft, e2e = arrivals[0] - start, arrivals[-1] - start
     return {"itl": itl, "ttft": ttft, "e2e": e2e, "tpot": (e2e - ttft) / max(1, tokens - 1)}

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fleetgate.errors import ConfigError
-from fleetgate.providers.azure_openai import azure_headers, azure_url
+from fleetgate.providers.azure_openai import AZURE_ENDPOINTS, azure_headers, azure_url
+from fleetgate.providers.base import Endpoint
 
 
 @pytest.mark.parametrize(
@@ -53,3 +54,8 @@ def test_key_goes_in_api_key_header_not_authorization() -> None:
         azure_headers()
     with pytest.raises(ConfigError):
         azure_headers("a", ad_token="b")
+
+
+def test_every_gateway_endpoint_has_an_azure_path() -> None:
+    # AzureOpenAIProvider.url passes Endpoint values to azure_url, which refuses unknown ones.
+    assert {endpoint.value for endpoint in Endpoint} <= set(AZURE_ENDPOINTS)

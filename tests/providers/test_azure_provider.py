@@ -57,6 +57,25 @@ async def test_azure_paths_and_headers(
     assert "Authorization" not in req.headers
 
 
+async def test_a_deployment_name_is_quoted_in_the_request_sent(
+    gateway: GatewayFactory, azure: tuple[str, list[web.Request]]
+) -> None:
+    base, seen = azure
+    cfg: dict[str, Any] = {"models": [{"alias": "gpt", "deployments": [{
+        "provider": "azure", "model": "gpt-4o", "azure_deployment": "my dep/v2?x",
+        "api_base": base, "api_key": "az-key", "api_version": "2024-10-21"}]}]}  # fmt: skip
+    client = await gateway(cfg)
+    body = {"model": "gpt", "messages": [{"role": "user", "content": "hi"}]}
+    resp = await client.post("/v1/chat/completions", json=body, headers=AUTH)
+    assert resp.status == 200
+    req = seen[0]
+    assert req.raw_path == (
+        "/openai/deployments/my%20dep%2Fv2%3Fx/chat/completions?api-version=2024-10-21"
+    )
+    assert req.match_info["dep"] == "my dep/v2?x"
+    assert req.query["api-version"] == "2024-10-21"
+
+
 async def test_openapi_describes_the_routes(gateway: GatewayFactory, azure: Any) -> None:
     cfg = {"models": [{"alias": "a", "deployments": [{"model": "m", "api_base": "http://x"}]}]}
     client = await gateway(cfg)

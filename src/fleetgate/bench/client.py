@@ -30,11 +30,12 @@ import orjson
 
 from fleetgate.bench.spec import RequestRecord, RequestSpec
 from fleetgate.http1 import ConnectionPool, PooledResponse
+from fleetgate.sse import SSEParser
 
 __all__ = ["BenchClient", "Endpoint", "Target", "build_body", "send_request"]
 
 Endpoint = Literal["chat", "completions"]
-_DONE = b"[DONE]"
+_DONE = "[DONE]"
 
 
 @dataclass(frozen=True)
@@ -171,16 +172,13 @@ def _carries_output(choices: Any) -> bool:
 
 async def _read_stream(resp: PooledResponse, record: RequestRecord, st: float) -> None:
     state = _StreamState(record, st)
-    buf = b""
+    parser = SSEParser()
     async for chunk in resp.iter_chunks():
         ts = time.perf_counter()  # when these bytes arrived
-        buf = buf + chunk if buf else chunk
-        *lines, buf = buf.split(b"\n")
-        for line in lines:
-            if line.startswith(b"data:"):
-                state.message(line[5:].strip(), ts)
-    if buf.startswith(b"data:"):
-        state.message(buf[5:].strip(), time.perf_counter())
+        for _, data in parser.feed(chunk):
+            state.message(data.strip(), ts)
+    for _, data in parser.end():  # a last event sent without its blank line
+        state.message(data.strip(), time.perf_counter())
     state.finish()
 
 
@@ -196,7 +194,7 @@ class _StreamState:
         self.seen_tokens = 0
         self.per_chunk: list[int] = []
 
-    def message(self, payload: bytes, ts: float) -> None:
+    def message(self, payload: str, ts: float) -> None:
         if payload == _DONE or not payload:
             return
         record = self.record

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -24,11 +24,9 @@ from fleetgate.errors import (
 )
 from fleetgate.http1 import ConnectionPool, PooledResponse
 
-__all__ = ["ErrorMapper", "HttpClient", "iter_sse_batches", "map_client_error", "status_error"]
+__all__ = ["ErrorMapper", "HttpClient", "map_client_error", "status_error"]
 
 ErrorMapper = Callable[[int, bytes, Mapping[str, str]], FleetgateError]
-
-_SEP = b"\n\n"
 
 
 def map_client_error(exc: BaseException, where: str) -> UpstreamError:
@@ -69,25 +67,6 @@ def status_error(status: int, body: bytes, headers: Mapping[str, str]) -> Upstre
         body=parsed,
         retry_after=_retry_after(headers),
     )
-
-
-async def iter_sse_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
-    """Split a byte stream into complete SSE events (each ending in a blank line), yielding
-    the events completed by each read together."""
-    buf = b""
-    async for chunk in chunks:
-        buf = buf + chunk if buf else chunk
-        if _SEP not in buf:
-            if b"\r\n\r\n" in buf:
-                buf = buf.replace(b"\r\n", b"\n")
-            else:
-                continue
-        *events, buf = buf.split(_SEP)
-        batch = [event + _SEP for event in events if event]
-        if batch:
-            yield batch
-    if buf.strip():
-        yield [buf.rstrip(b"\n") + _SEP]
 
 
 class HttpClient:

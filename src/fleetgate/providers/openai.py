@@ -13,8 +13,10 @@ import orjson
 from fleetgate.config.schema import DeploymentConfig
 from fleetgate.errors import UpstreamBadResponse, UpstreamError
 from fleetgate.http1 import PooledResponse
+from fleetgate.providers.azure_openai import azure_url
 from fleetgate.providers.base import Endpoint, UpstreamCall, UpstreamResponse
-from fleetgate.providers.http import HttpClient, iter_sse_batches, map_client_error
+from fleetgate.providers.http import HttpClient, map_client_error
+from fleetgate.sse import iter_sse_batches
 
 # After [DONE] only the chunked-encoding terminator is left: wait this long for it.
 _DRAIN_S = 0.5
@@ -135,13 +137,8 @@ class AzureOpenAIProvider(OpenAIProvider):
 
     def url(self, endpoint: Endpoint) -> str:
         deployment = self.config.azure_deployment or self.config.model
-        base = self.config.api_base
-        if not base.endswith("/openai"):
-            base = f"{base}/openai"
-        return (
-            f"{base}/deployments/{deployment}/{endpoint.value}"
-            f"?api-version={self.config.api_version}"
-        )
+        version = self.config.api_version or ""  # the config requires one for azure
+        return azure_url(self.config.api_base, deployment, endpoint.value, version)
 
     def probe_url(self) -> str:
         base = self.config.api_base.removesuffix("/openai")

@@ -1,4 +1,4 @@
-"""Pieces of the OpenAI -> Anthropic request translation: content parts, tools, tool choice."""
+"""OpenAI message content -> Anthropic content blocks (text, images, PDF documents)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from fleetgate.errors import InvalidRequest
 
-__all__ = ["convert_tool_choice", "convert_tools", "parse_data_url", "text_of", "user_blocks"]
+__all__ = ["IMAGE_MEDIA_TYPES", "parse_data_url", "text_of", "user_blocks"]
 
 IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 """Image types Anthropic accepts in a base64 image source."""
@@ -102,66 +102,3 @@ def _document_block(value: Any, param: str) -> dict[str, Any]:
         )
     source = {"type": "base64", "media_type": "application/pdf", "data": data[1]}
     return {"type": "document", "source": source}
-
-
-def convert_tools(raw: Any) -> list[dict[str, Any]]:
-    """Anthropic ``tools`` from OpenAI function tools."""
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise InvalidRequest("'tools' must be an array", param="tools")
-    tools: list[dict[str, Any]] = []
-    for i, tool in enumerate(raw):
-        where = f"tools[{i}]"
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
-            raise InvalidRequest("only function tools are supported", param=f"{where}.type")
-        name = fn.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidRequest("a function tool needs a name", param=f"{where}.function.name")
-        schema = fn.get("parameters")
-        if schema is None:
-            schema = {"type": "object", "properties": {}}
-        if not isinstance(schema, dict) or schema.get("type", "object") != "object":
-            raise InvalidRequest(
-                "function parameters must be a JSON schema of type object",
-                param=f"{where}.function.parameters",
-            )
-        out: dict[str, Any] = {"name": name, "input_schema": {"type": "object", **schema}}
-        description = fn.get("description")
-        if isinstance(description, str) and description:
-            out["description"] = description
-        if fn.get("strict") is True:
-            out["strict"] = True
-        tools.append(out)
-    return tools
-
-
-def convert_tool_choice(
-    choice: Any, parallel_tool_calls: Any, tools: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """Anthropic ``tool_choice`` from OpenAI's ``tool_choice`` and ``parallel_tool_calls``."""
-    if choice is None:
-        result: dict[str, Any] | None = {"type": "auto"} if tools else None
-    elif choice == "auto":
-        result = {"type": "auto"} if tools else None
-    elif choice == "none":
-        return {"type": "none"} if tools else None
-    elif choice == "required":
-        result = {"type": "any"}
-    elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
-        name = choice["function"].get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidRequest("tool_choice needs a function name", param="tool_choice")
-        result = {"type": "tool", "name": name}
-    else:
-        raise InvalidRequest("unsupported 'tool_choice'", param="tool_choice")
-    if result is None:
-        return None
-    if not tools:
-        raise InvalidRequest("'tool_choice' requires 'tools'", param="tool_choice")
-    if parallel_tool_calls is False:
-        result["disable_parallel_tool_use"] = True
-    elif choice is None:
-        return None  # Anthropic's default is already auto with parallel calls
-    return result

@@ -1,16 +1,11 @@
-"""Anthropic error answers -> fleetgate errors (and back for the front door)."""
+"""Anthropic error answers -> fleetgate errors."""
 
 from __future__ import annotations
 
 import pytest
 
-from fleetgate.errors import ContextWindowExceeded, RateLimited, UpstreamStatusError
-from fleetgate.providers.anthropic_errors import (
-    anthropic_error,
-    anthropic_error_body,
-    anthropic_stream_error,
-    fleetgate_error_to_anthropic,
-)
+from fleetgate.errors import ContextWindowExceeded, UpstreamStatusError
+from fleetgate.providers.anthropic.errors import anthropic_error, anthropic_stream_error
 
 
 def body(kind: str, message: str) -> dict[str, object]:
@@ -58,14 +53,3 @@ def test_non_json_body_still_maps_by_status() -> None:
 def test_stream_error_event_status_comes_from_its_type(kind: str, status: int) -> None:
     err = anthropic_stream_error(body(kind, "boom"))
     assert isinstance(err, UpstreamStatusError) and err.upstream_status == status
-
-
-def test_front_door_renders_fleetgate_errors_in_anthropic_shape() -> None:
-    status, payload = fleetgate_error_to_anthropic(RateLimited("too many requests"))
-    assert status == 429
-    assert payload == {
-        "type": "error",
-        "error": {"type": "rate_limit_error", "message": "too many requests"},
-    }
-    assert anthropic_error_body(418, "teapot")["error"]["type"] == "invalid_request_error"
-    assert anthropic_error_body(503, "down")["error"]["type"] == "api_error"

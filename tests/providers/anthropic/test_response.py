@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletion
 
-from fleetgate.providers.anthropic_response import anthropic_to_openai_response
+from fleetgate.providers.anthropic.response import anthropic_to_openai_response
 
 USAGE = {
     "input_tokens": 100,

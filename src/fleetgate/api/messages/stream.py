@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetgate.providers.anthropic_frontdoor import anthropic_usage, stop_reason_of
+from fleetgate.api.messages.response import anthropic_usage, stop_reason_of
 
 __all__ = ["OpenAIToAnthropicStream"]
 

@@ -29,12 +29,7 @@ from typing import Any
 import orjson
 
 from fleetgate.errors import InvalidRequest
-from fleetgate.providers.anthropic_request_parts import (
-    convert_tool_choice,
-    convert_tools,
-    text_of,
-    user_blocks,
-)
+from fleetgate.providers.anthropic.content import text_of, user_blocks
 
 __all__ = ["DEFAULT_MAX_TOKENS", "openai_chat_to_anthropic"]
 
@@ -69,10 +64,10 @@ def openai_chat_to_anthropic(
     if system:
         out["system"] = system
     _copy_sampling(body, out)
-    tools = convert_tools(body.get("tools"))
+    tools = _convert_tools(body.get("tools"))
     if tools:
         out["tools"] = tools
-    choice = convert_tool_choice(body.get("tool_choice"), body.get("parallel_tool_calls"), tools)
+    choice = _convert_tool_choice(body.get("tool_choice"), body.get("parallel_tool_calls"), tools)
     if choice is not None:
         out["tool_choice"] = choice
     fmt = _response_format(body.get("response_format"))
@@ -259,3 +254,66 @@ def _tool_result(msg: dict[str, Any], where: str) -> dict[str, Any]:
     if text:
         block["content"] = text
     return block
+
+
+def _convert_tools(raw: Any) -> list[dict[str, Any]]:
+    """Anthropic ``tools`` from OpenAI function tools."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise InvalidRequest("'tools' must be an array", param="tools")
+    tools: list[dict[str, Any]] = []
+    for i, tool in enumerate(raw):
+        where = f"tools[{i}]"
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
+            raise InvalidRequest("only function tools are supported", param=f"{where}.type")
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequest("a function tool needs a name", param=f"{where}.function.name")
+        schema = fn.get("parameters")
+        if schema is None:
+            schema = {"type": "object", "properties": {}}
+        if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+            raise InvalidRequest(
+                "function parameters must be a JSON schema of type object",
+                param=f"{where}.function.parameters",
+            )
+        out: dict[str, Any] = {"name": name, "input_schema": {"type": "object", **schema}}
+        description = fn.get("description")
+        if isinstance(description, str) and description:
+            out["description"] = description
+        if fn.get("strict") is True:
+            out["strict"] = True
+        tools.append(out)
+    return tools
+
+
+def _convert_tool_choice(
+    choice: Any, parallel_tool_calls: Any, tools: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """Anthropic ``tool_choice`` from OpenAI's ``tool_choice`` and ``parallel_tool_calls``."""
+    if choice is None:
+        result: dict[str, Any] | None = {"type": "auto"} if tools else None
+    elif choice == "auto":
+        result = {"type": "auto"} if tools else None
+    elif choice == "none":
+        return {"type": "none"} if tools else None
+    elif choice == "required":
+        result = {"type": "any"}
+    elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        name = choice["function"].get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequest("tool_choice needs a function name", param="tool_choice")
+        result = {"type": "tool", "name": name}
+    else:
+        raise InvalidRequest("unsupported 'tool_choice'", param="tool_choice")
+    if result is None:
+        return None
+    if not tools:
+        raise InvalidRequest("'tool_choice' requires 'tools'", param="tool_choice")
+    if parallel_tool_calls is False:
+        result["disable_parallel_tool_use"] = True
+    elif choice is None:
+        return None  # Anthropic's default is already auto with parallel calls
+    return result

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import MASTER, GatewayFactory
 from tests.fakes import FakeUpstream
-from tests.providers.fake_anthropic import FakeAnthropic, text_message, tool_use_message
+from tests.providers.anthropic.fake_anthropic import FakeAnthropic, text_message, tool_use_message
 
 
 @pytest.fixture

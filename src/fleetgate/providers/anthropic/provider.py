@@ -1,8 +1,9 @@
 """Anthropic Messages upstreams, spoken to in OpenAI's format on our side.
 
-Requests are translated to ``POST /v1/messages``; responses and the streaming event sequence
-(message_start, content_block_*, message_delta, message_stop) are translated back into
-chat.completion objects and chunks. The wire formats live in ``anthropic_wire``.
+Requests are translated to ``POST /v1/messages`` (``request``); responses and the streaming
+event sequence (message_start, content_block_*, message_delta, message_stop) are translated
+back into chat.completion objects (``response``) and chunks (``stream``); error answers become
+fleetgate errors (``errors``).
 """
 
 from __future__ import annotations
@@ -17,17 +18,14 @@ import orjson
 from fleetgate.config.schema import DeploymentConfig
 from fleetgate.errors import FleetgateError, InvalidRequest, UpstreamBadResponse
 from fleetgate.http1 import PooledResponse
-from fleetgate.providers.anthropic_wire import (
-    AnthropicStreamTranslator,
-    SSEParser,
-    anthropic_error,
-    anthropic_headers,
-    anthropic_messages_url,
-    anthropic_to_openai_response,
-    openai_chat_to_anthropic,
-)
+from fleetgate.providers.anthropic.errors import anthropic_error
+from fleetgate.providers.anthropic.request import openai_chat_to_anthropic
+from fleetgate.providers.anthropic.response import anthropic_to_openai_response
+from fleetgate.providers.anthropic.stream import AnthropicStreamTranslator
+from fleetgate.providers.anthropic.wire import anthropic_headers, anthropic_messages_url
 from fleetgate.providers.base import Endpoint, UpstreamCall, UpstreamResponse
 from fleetgate.providers.http import HttpClient, map_client_error
+from fleetgate.sse import SSEParser, encode_sse
 
 # After [DONE] only the chunked-encoding terminator is left: wait this long for it.
 _DRAIN_S = 0.5
@@ -47,10 +45,6 @@ def _error(status: int, body: bytes, headers: Mapping[str, str]) -> FleetgateErr
     except ValueError:
         retry_after = None
     return anthropic_error(status, parsed, retry_after=retry_after)
-
-
-def _sse(chunk: dict[str, Any]) -> bytes:
-    return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
 
 class AnthropicProvider:
@@ -152,7 +146,7 @@ async def _translate(
             if not isinstance(payload, dict):
                 continue
             for chunk in translator.feed(event or str(payload.get("type", "")), payload):
-                batch.append(_sse(chunk))
+                batch.append(encode_sse(None, chunk))
         if batch:
             yield batch
     if not translator.finished:

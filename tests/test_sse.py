@@ -1,13 +1,14 @@
-"""The incremental SSE parser and encoder."""
+"""The SSE parser, the encoder and the byte-level framer."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleetgate.providers.anthropic_sse import SSEParser, encode_sse
+from fleetgate.sse import SSEParser, encode_sse, iter_sse_batches
 
 STREAM = (
     b": a comment the parser must skip\n"
@@ -87,6 +88,26 @@ def test_incomplete_event_at_end_is_not_dispatched() -> None:
     assert parser.feed(b"\n") == [("message_stop", "{}")]
 
 
+def test_two_crs_in_a_row_are_two_line_ends_wherever_the_bytes_are_cut() -> None:
+    wire = b"data: a\r\rdata: b\r\n\r\nevent: e\r\ndata: c\r\r"
+    expected = [("message", "a"), ("message", "b"), ("e", "c")]
+    for cut in range(len(wire) + 1):
+        assert feed_in_pieces(wire, [cut]) == expected, cut
+
+
+def test_end_dispatches_an_event_sent_without_its_blank_line() -> None:
+    parser = SSEParser()
+    assert parser.feed(b"data: {}\n\ndata: [DO") == [("message", "{}")]
+    assert parser.feed(b"NE]") == []
+    assert parser.end() == [("message", "[DONE]")]
+    parser = SSEParser()
+    assert parser.feed(b"event: x\ndata: 1\n") == []
+    assert parser.end() == [("x", "1")]
+    parser = SSEParser()
+    assert parser.feed(b"data: 1\n\n: comment") == [("message", "1")]
+    assert parser.end() == []
+
+
 def test_leading_bom_is_ignored() -> None:
     assert SSEParser().feed(b"\xef\xbb\xbfdata: x\n\n") == [("message", "x")]
 
@@ -94,3 +115,20 @@ def test_leading_bom_is_ignored() -> None:
 def test_encode_without_event_name_is_plain_data_frame() -> None:
     assert encode_sse(None, {"a": 1}) == b'data: {"a":1}\n\n'
     assert encode_sse("ping", {"type": "ping"}) == b'event: ping\ndata: {"type":"ping"}\n\n'
+
+
+async def _pieces(*chunks: bytes) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+async def test_framer_yields_whole_frames_per_read_as_the_bytes_that_came_in() -> None:
+    reads = (b'data: {"a":1}\n\ndata: {"b"', b":2}\n\n", b"data: [DONE]\n\n")
+    batches = [batch async for batch in iter_sse_batches(_pieces(*reads))]
+    assert batches == [[b'data: {"a":1}\n\n'], [b'data: {"b":2}\n\n'], [b"data: [DONE]\n\n"]]
+
+
+async def test_framer_accepts_crlf_and_a_last_frame_without_blank_line() -> None:
+    reads = (b"data: 1\r\n\r\ndata: 2\r\n\r\n", b"data: 3\n")
+    batches = [batch async for batch in iter_sse_batches(_pieces(*reads))]
+    assert batches == [[b"data: 1\n\n", b"data: 2\n\n"], [b"data: 3\n\n"]]

@@ -10,8 +10,8 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
 from fleetgate.errors import UpstreamStatusError
-from fleetgate.providers.anthropic_sse import SSEParser
-from fleetgate.providers.anthropic_stream import AnthropicStreamTranslator
+from fleetgate.providers.anthropic.stream import AnthropicStreamTranslator
+from fleetgate.sse import SSEParser
 
 # The shape of Anthropic's published "streaming request with tool use" example, with fewer
 # text pieces: a text block, a ping, then a tool_use block whose input arrives in fragments.

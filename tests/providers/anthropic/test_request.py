@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from fleetgate.errors import InvalidRequest
-from fleetgate.providers.anthropic_request import DEFAULT_MAX_TOKENS, openai_chat_to_anthropic
+from fleetgate.providers.anthropic.request import DEFAULT_MAX_TOKENS, openai_chat_to_anthropic
 
 WEATHER = {
     "type": "function",

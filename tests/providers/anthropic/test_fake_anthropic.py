@@ -13,7 +13,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.providers.fake_anthropic import (
+from tests.providers.anthropic.fake_anthropic import (
     FakeAnthropic,
     message_events,
     text_message,

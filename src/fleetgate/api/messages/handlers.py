@@ -19,17 +19,15 @@ import orjson
 from aiohttp import web
 
 from fleetgate.api.completions import serve
+from fleetgate.api.messages.errors import fleetgate_error_to_anthropic
+from fleetgate.api.messages.request import anthropic_request_to_openai
+from fleetgate.api.messages.response import openai_response_to_anthropic
+from fleetgate.api.messages.stream import OpenAIToAnthropicStream
 from fleetgate.api.state import GATEWAY
 from fleetgate.errors import FleetgateError
 from fleetgate.http.body import read_json
-from fleetgate.providers.anthropic_errors import fleetgate_error_to_anthropic
-from fleetgate.providers.anthropic_frontdoor import (
-    anthropic_request_to_openai,
-    openai_response_to_anthropic,
-)
-from fleetgate.providers.anthropic_frontdoor_stream import OpenAIToAnthropicStream
-from fleetgate.providers.anthropic_sse import encode_sse
 from fleetgate.providers.base import Endpoint
+from fleetgate.sse import encode_sse
 from fleetgate.tenancy.auth import bearer_token
 from fleetgate.tenancy.principal import Principal
 from fleetgate.tokens import estimate_prompt_tokens

@@ -1,11 +1,10 @@
-"""Anthropic error bodies -> fleetgate errors, and the reverse for the ``/v1/messages`` door.
+"""Anthropic error answers -> fleetgate errors.
 
 Anthropic answers errors as ``{"type": "error", "error": {"type", "message"}, "request_id"}``
-with these statuses (docs: "Errors"): 400 invalid_request_error, 401 authentication_error,
-402 billing_error, 403 permission_error, 404 not_found_error, 413 request_too_large,
-429 rate_limit_error, 500 api_error, 504 timeout_error, 529 overloaded_error. In a stream that
-already answered 200 the same object arrives as an ``error`` event, so the status is inferred
-from the error type.
+(the documented types and statuses are in :mod:`fleetgate.providers.anthropic.wire`). In a
+stream that already answered 200 the same object arrives as an ``error`` event, so the status
+is inferred from the error type. The reverse, for the ``/v1/messages`` front door, is in
+``fleetgate.api.messages.errors``.
 """
 
 from __future__ import annotations
@@ -17,30 +16,9 @@ from fleetgate.errors import (
     FleetgateError,
     UpstreamStatusError,
 )
+from fleetgate.providers.anthropic.wire import ANTHROPIC_ERROR_STATUS, error_type_for_status
 
-__all__ = [
-    "ANTHROPIC_ERROR_STATUS",
-    "anthropic_error",
-    "anthropic_error_body",
-    "anthropic_stream_error",
-    "fleetgate_error_to_anthropic",
-]
-
-ANTHROPIC_ERROR_STATUS: dict[str, int] = {
-    "invalid_request_error": 400,
-    "authentication_error": 401,
-    "billing_error": 402,
-    "permission_error": 403,
-    "not_found_error": 404,
-    "request_too_large": 413,
-    "rate_limit_error": 429,
-    "api_error": 500,
-    "timeout_error": 504,
-    "overloaded_error": 529,
-}
-"""Anthropic's documented error type -> HTTP status."""
-
-_STATUS_TYPE = {status: kind for kind, status in ANTHROPIC_ERROR_STATUS.items()}
+__all__ = ["anthropic_error", "anthropic_stream_error"]
 
 # Anthropic's message when the prompt does not fit: "prompt is too long: 201000 tokens > 200000
 # maximum". OpenAI clients recognise this condition by code=context_length_exceeded.
@@ -69,7 +47,7 @@ def anthropic_error(status: int, body: Any, *, retry_after: float | None = None)
     ``body`` may be anything (a proxy in front of Anthropic can answer HTML).
     """
     kind, message = _error_fields(body)
-    kind = kind or _default_type(status)
+    kind = kind or error_type_for_status(status)
     text = message or f"Anthropic upstream answered HTTP {status}"
     if status == 400 and text.lower().startswith(_TOO_LONG_PREFIX):
         return ContextWindowExceeded(text, param="messages")
@@ -87,21 +65,3 @@ def anthropic_stream_error(data: Any) -> FleetgateError:
     kind, _ = _error_fields(data)
     status = ANTHROPIC_ERROR_STATUS.get(kind or "", 500)
     return anthropic_error(status, data)
-
-
-def anthropic_error_body(status: int, message: str, kind: str | None = None) -> dict[str, Any]:
-    """An Anthropic-shaped error body, e.g. for the ``/v1/messages`` front door."""
-    return {"type": "error", "error": {"type": kind or _default_type(status), "message": message}}
-
-
-def fleetgate_error_to_anthropic(err: FleetgateError) -> tuple[int, dict[str, Any]]:
-    """``(status, body)`` rendering a fleetgate error in Anthropic's shape for ``/v1/messages``."""
-    obj = err.to_dict()["error"]
-    kind = obj.get("type")
-    known = kind if isinstance(kind, str) and kind in ANTHROPIC_ERROR_STATUS else None
-    return err.status, anthropic_error_body(err.status, str(obj.get("message")), known)
-
-
-def _default_type(status: int) -> str:
-    # Anthropic documents invalid_request_error for 4xx statuses it does not list.
-    return _STATUS_TYPE.get(status) or ("api_error" if status >= 500 else "invalid_request_error")

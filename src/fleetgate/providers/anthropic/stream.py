@@ -35,8 +35,8 @@ from typing import Any
 
 import orjson
 
-from fleetgate.providers.anthropic_errors import anthropic_stream_error
-from fleetgate.providers.anthropic_response import finish_reason, openai_usage
+from fleetgate.providers.anthropic.errors import anthropic_stream_error
+from fleetgate.providers.anthropic.response import finish_reason, openai_usage
 
 __all__ = ["AnthropicStreamTranslator"]
 
