@@ -61,7 +61,11 @@ __all__ = [
 
 
 class FleetgateError(Exception):
-    """Base of every fleetgate error; carries what the OpenAI error object needs."""
+    """Base of every fleetgate error; carries what the OpenAI error object needs.
+
+    ``message`` is what the caller sees; ``detail`` (optional) is what only the logs see, so an
+    upstream URL, credential or internal host name never reaches a caller.
+    """
 
     status: int = 500
     type: str = "api_error"
@@ -74,10 +78,13 @@ class FleetgateError(Exception):
         param: str | None = None,
         code: str | None = None,
         headers: Mapping[str, str] | None = None,
+        detail: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
+        # For logs only, never rendered: upstream URLs, host names, library messages.
+        self.detail = detail
         if code is not None:
             self.code = code
         self.headers: dict[str, str] = dict(headers or {})

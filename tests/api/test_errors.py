@@ -82,3 +82,25 @@ async def test_upstream_client_error_keeps_its_status(
     assert resp.status == 400
     assert (await resp.json())["error"]["message"] == "bad logit_bias"
     assert len(upstream.seen) == 1  # a 400 is not retried
+
+
+async def test_upstream_errors_never_show_the_upstream_url_or_its_credentials(
+    gateway: GatewayFactory,
+) -> None:
+    secret_base = "http://svc-user:hunter2secret@internal-engine.invalid:9/v1"
+    dead = {"provider": "openai", "model": "m", "api_base": secret_base, "name": "dead"}
+    local = {"provider": "openai", "model": "m", "api_base": "http://127.0.0.1:9/v1", "name": "d2"}
+    client = await gateway({
+        "models": [{"alias": "tiny", "deployments": [dead]},
+                   {"alias": "local", "deployments": [local]}],
+        "router": {"retry_backoff_s": 0.001, "retry_backoff_max_s": 0.01, "num_retries": 0},
+    })  # fmt: skip
+    for alias in ("tiny", "local"):
+        for stream in (False, True):
+            body = {"model": alias, "stream": stream,
+                    "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+            resp = await client.post("/v1/chat/completions", json=body, headers=AUTH)
+            text = await resp.text()
+            assert resp.status >= 500
+            for leak in ("hunter2secret", "svc-user", "internal-engine", "127.0.0.1:9", "/v1"):
+                assert leak not in text, (alias, stream, text)

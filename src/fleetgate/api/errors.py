@@ -55,7 +55,13 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except FleetgateError as exc:
         if exc.status >= 500:
-            log.warning("%s %s -> %d %s", request.method, request.path, exc.status, exc.message)
+            log.warning(
+                "%s %s -> %d %s",
+                request.method,
+                request.path,
+                exc.status,
+                exc.detail or exc.message,
+            )
         return error_response(exc)
     except web.HTTPException as exc:
         if exc.status < 400:

@@ -48,7 +48,10 @@ class SideServiceClient:
             except TimeoutError as exc:
                 raise UpstreamTimeout(f"{self.service} upstream timed out") from exc
             except aiohttp.ClientError as exc:
-                raise UpstreamConnectError(f"{self.service} upstream failed: {exc}") from exc
+                raise UpstreamConnectError(
+                    f"The {self.service} upstream failed ({type(exc).__name__}).",
+                    detail=f"{self.service} upstream failed: {exc}",
+                ) from exc
         if resp.status >= 400:
             raise UpstreamStatusError(
                 f"{self.service} upstream answered {resp.status}",

@@ -33,13 +33,19 @@ def map_client_error(exc: BaseException, where: str) -> UpstreamError:
     """Translate an aiohttp/socket/timeout exception into the error tree."""
     if isinstance(exc, UpstreamError):
         return exc
+    detail = f"{where}: {type(exc).__name__}: {exc}"  # the URL stays in the logs
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
-        return UpstreamTimeout(f"{where}: timed out")
+        return UpstreamTimeout("The upstream timed out.", detail=detail)
     if isinstance(exc, aiohttp.ClientPayloadError):
-        return UpstreamConnectError(f"{where}: response ended early ({exc})")
+        return UpstreamConnectError("The upstream response ended early.", detail=detail)
     if isinstance(exc, aiohttp.ClientError | OSError):
-        return UpstreamConnectError(f"{where}: {type(exc).__name__}: {exc}")
-    return UpstreamBadResponse(f"{where}: {type(exc).__name__}: {exc}")
+        return UpstreamConnectError(
+            f"Could not reach the upstream ({type(exc).__name__}).", detail=detail
+        )
+    return UpstreamBadResponse(
+        f"The upstream sent a response that could not be read ({type(exc).__name__}).",
+        detail=detail,
+    )
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

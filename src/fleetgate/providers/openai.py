@@ -82,7 +82,10 @@ class OpenAIProvider:
                 try:
                     first, *rest = await anext(batches)
                 except StopAsyncIteration:
-                    raise UpstreamBadResponse(f"{url}: stream ended before any event") from None
+                    raise UpstreamBadResponse(
+                        "The upstream stream ended before any event.",
+                        detail=f"{url}: stream ended before any event",
+                    ) from None
         except BaseException as exc:
             if resp is not None:
                 resp.close()
@@ -91,7 +94,10 @@ class OpenAIProvider:
             raise map_client_error(exc, url) from None
         if not first.startswith(_SSE_STARTS):
             resp.close()
-            raise UpstreamBadResponse(f"{url}: stream is not server-sent events")
+            raise UpstreamBadResponse(
+                "The upstream stream is not server-sent events.",
+                detail=f"{url}: stream is not server-sent events",
+            )
         return _stream_response(resp, first, rest, batches, url)
 
 

@@ -60,7 +60,8 @@ class HealthTracker:
             now = time.monotonic()
             if state.cooldown_until <= now:
                 self._metrics.cooldowns.labels(dep.alias, dep.id).inc()
-                log.warning("cooling down %s for %.1fs: %s", dep.id, duration, error.message)
+                reason = error.detail or error.message
+                log.warning("cooling down %s for %.1fs: %s", dep.id, duration, reason)
             state.cooldown_until = max(state.cooldown_until, now + duration)
 
     async def probe_once(self) -> None:
