@@ -45,9 +45,9 @@ def test_the_stage_order_is_the_feature_tuple(tmp_path: Path) -> None:
     create_app(state.settings, state=state)
     names = state.features.names()
     assert names == [
-        "core", "tenancy", "multimodal", "safety", "semantic", "canary", "engine-routing"
+        "core", "semantic", "tenancy", "multimodal", "safety", "canary", "engine-routing"
     ]  # fmt: skip
-    assert [s.name for s in state.stages] == ["tenancy", "multimodal", "safety", "semantic"]
+    assert [s.name for s in state.stages] == ["semantic", "tenancy", "multimodal", "safety"]
     assert state.stages == state.features.stages()
 
 

@@ -131,10 +131,10 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
     engine = EngineRoutingFeature(gw.engine_routing, table, access)
     features = (
         CoreFeature(gw),  # routes, health, access log, config watch; closes the pool last
-        tenancy,  # who is calling, may they, within limits; settles and bills after
+        semantic,  # `model: auto` -> an alias, before everything that depends on the alias
+        tenancy,  # may this key use the alias, within limits; settles and bills after
         multimodal,  # images, audio, prompt assembly (checks below see transcripts)
         safety,  # input, output and stream guardrails
-        semantic,  # `model: auto` -> an alias by intent
         canary,  # version splits the dispatcher follows
         engine,  # engine stats, prefix index, decision log
     )

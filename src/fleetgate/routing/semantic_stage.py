@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from fleetgate.errors import InvalidRequest
+from fleetgate.errors import InvalidRequest, PermissionDenied
 from fleetgate.hooks import GatewayRequest, Outcome
 from fleetgate.routing.semantic import (
     IntentRouter,
@@ -173,6 +173,15 @@ class SemanticStage:
             )
         started = time.perf_counter()
         decision = await self.classify(request_text(req.body, self.config.max_chars))
+        if not req.principal.may_use(decision.alias):
+            # The rewrite must not widen the key: fall back to the default intent if the key may
+            # use that, else refuse (the allow-list, limits and policy all see the real alias).
+            decision = self.router.default()
+            if not req.principal.may_use(decision.alias):
+                raise PermissionDenied(
+                    f"'{self.config.alias}' routed this request to a model this key may not use.",
+                    param="model",
+                )
         req.alias = decision.alias
         style = self.config.reasoning_styles.get(decision.alias)
         if style is not None:
