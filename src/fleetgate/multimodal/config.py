@@ -134,6 +134,9 @@ class ConversationConfig(_Model):
 
     enabled: bool = False
     max_history_turns: int = Field(200, ge=1)
+    # Who may continue a conversation: ``user`` (the key's user, else the key itself) or
+    # ``team`` (every key of the team shares the team's conversation ids).
+    scope: Literal["user", "team"] = "user"
 
 
 class MultimodalConfig(_Model):
@@ -150,3 +153,6 @@ class MultimodalConfig(_Model):
     tts: TtsConfig = TtsConfig()
     conversations: ConversationConfig = ConversationConfig()
     prompts: dict[str, PromptConfig] = Field(default_factory=dict)
+    # Who may ask for ``x-fleetgate-debug: prompt`` (the assembled prompt, with the operator's
+    # system prompt, retrieved documents and history): the master key, or team admins as well.
+    prompt_debug: Literal["master", "admins", "off"] = "master"

@@ -1,8 +1,10 @@
 """Conversations in the request path: load history by ``x-conversation-id``, assemble the
 prompt, capture the reply, store both turns after the response.
 
-The client sends only the new turn. Conversation ids are scoped to the caller's tenant: the
-stored id is a hash of tenant and id, so two teams using the same id never meet.
+The client sends only the new turn. Conversation ids are scoped to the caller's tenant and, by
+default (``conversations.scope: user``), to the key's user (or the key): the stored id is a
+hash of tenant, owner and id, so two teams, or two users of a team, using the same id never
+meet; ``scope: team`` lets every key of a team continue the team's conversations.
 """
 
 from __future__ import annotations
@@ -26,13 +28,15 @@ __all__ = [
 ]
 
 
-def conversation_key(tenant: str, conversation_id: str) -> str:
-    """The stored id of ``conversation_id`` within ``tenant``."""
-    if not 0 < len(conversation_id) <= 128:
+def conversation_key(tenant: str, conversation_id: str, owner: str = "") -> str:
+    """The stored id of ``conversation_id`` within ``tenant`` and, unless shared by the team,
+    its ``owner`` (the key's user or the key): another key of the team cannot read it."""
+    if not 0 < len(conversation_id) <= 128 or not conversation_id.isprintable():
         raise InvalidRequest(
-            "x-conversation-id must be 1-128 characters", param="x-conversation-id"
+            "x-conversation-id must be 1-128 printable characters", param="x-conversation-id"
         )
-    return hashlib.sha256(f"{tenant}\0{conversation_id}".encode()).hexdigest()[:40]
+    scope = f"{tenant}\0{owner}\0{conversation_id}" if owner else f"{tenant}\0{conversation_id}"
+    return hashlib.sha256(scope.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
 async def load_history(

@@ -49,6 +49,7 @@ from fleetgate.multimodal.parts import PartKey, audio_parts, image_parts, replac
 from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.multimodal.speech.streamer import SpeechStreamer
 from fleetgate.routing.table import RouteTable
+from fleetgate.tenancy.principal import Principal
 from fleetgate.tokens import estimate_prompt_tokens
 
 __all__ = ["MultimodalStage"]
@@ -60,6 +61,13 @@ _HEADER_LIMIT = 6 * 1024
 
 # Request fields that make the stage do work even for plain-text messages.
 _EXTRA_FIELDS = frozenset({"user_profile", "modalities", "audio"})
+
+
+def _may_debug(rule: str, principal: Principal) -> bool:
+    """Prompt debug output shows the operator's system prompt and retrieved documents."""
+    if rule == "off":
+        return False
+    return principal.is_master or (rule == "admins" and principal.role == "team_admin")
 
 
 class MultimodalStage:
@@ -81,7 +89,9 @@ class MultimodalStage:
             return
         rt = self.runtime
         conv_id = req.headers.get("x-conversation-id") if rt.config.conversations.enabled else None
-        debug = req.headers.get("x-fleetgate-debug", "").lower() == "prompt"
+        debug = req.headers.get("x-fleetgate-debug", "").lower() == "prompt" and _may_debug(
+            rt.config.prompt_debug, req.principal
+        )
         if (
             conv_id is None
             and not debug
@@ -101,7 +111,11 @@ class MultimodalStage:
         )
         prompt_debug: dict[str, Any] | None = None
         if assembler is not None:
-            turn_key = conversation_key(req.principal.tenant, conv_id) if conv_id else None
+            turn_key = (
+                conversation_key(req.principal.tenant, conv_id, self._owner(req.principal))
+                if conv_id
+                else None
+            )
             stored: list[Turn] = []
             if turn_key is not None:
                 assert rt.conversations is not None
@@ -231,6 +245,11 @@ class MultimodalStage:
             req.stream_filters.append(spoken)
         else:
             req.response_filters.append(SpokenResponseFilter(rt.synthesizer, voice=voice, fmt=fmt))
+
+    def _owner(self, principal: Principal) -> str:
+        if self.runtime.config.conversations.scope == "team":
+            return ""
+        return f"user:{principal.user_id}" if principal.user_id else f"key:{principal.key_id}"
 
     def _debug(self, req: GatewayRequest, info: dict[str, Any]) -> None:
         encoded = base64.b64encode(orjson.dumps(info)).decode()
