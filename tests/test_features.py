@@ -162,3 +162,15 @@ async def test_a_plugged_in_feature_runs_its_stage_serves_routes_and_reloads(
             assert "reconfigure r" in log
             assert app[GATEWAY] is state
         assert log[-1] == "close r"
+
+
+def test_an_extensions_section_naming_no_feature_is_refused(tmp_path: Path) -> None:
+    from fleetgate.errors import ConfigError
+
+    config = {**EVERYTHING, "extensions": {"region-tagg": {"region": "eu"}}}
+    state = build_state(_settings(tmp_path), parse_config(config))
+    with pytest.raises(ConfigError, match="region-tagg"):
+        create_app(state.settings, state=state, extra=[RegionTag("eu")])
+    config = {**EVERYTHING, "extensions": {"region-tag": {"region": "eu"}}}
+    state = build_state(_settings(tmp_path), parse_config(config))
+    create_app(state.settings, state=state, extra=[RegionTag("eu")])

@@ -163,6 +163,9 @@ def create_app(
     """The gateway as an aiohttp application; run it with ``handler_cancellation=True``."""
     gw = state or build_state(settings, config)
     gw.features = features = Features(build_features(gw, extra))
+    unknown = sorted(set(gw.tables.table.config.extensions) - set(features.names()))
+    if unknown:
+        raise ConfigError(f"extensions: no feature named {', '.join(unknown)}")
     gw.stages = features.stages()
     app = web.Application(middlewares=[error_middleware], client_max_size=gw.max_request_bytes + 1)
     app[GATEWAY] = gw

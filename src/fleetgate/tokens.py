@@ -1,34 +1,51 @@
 """Cheap token estimates for routing, context windows and limits (no tokenizer on the hot path).
 
-The estimate is deliberately a little high (about 4 characters per token plus per-message
-overhead) so that context-window checks err towards falling back rather than overflowing.
+The estimate is deliberately a little high so that context-window checks err towards falling
+back rather than overflowing: about 4 characters per token for ASCII text, one token per
+character for CJK (Chinese, Japanese, Korean: 3 bytes each in UTF-8) and about two characters
+per token for other scripts (2 bytes each), plus per-message overhead. It is computed from the
+text's UTF-8 length, so ASCII text costs one ``isascii`` check.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["estimate_prompt_tokens", "prompt_text"]
+__all__ = ["estimate_prompt_tokens", "estimate_text_tokens", "prompt_text", "text_units"]
 
 _PER_MESSAGE = 4
 _PER_IMAGE = 765  # OpenAI's high-detail 512px tile count, a conservative default
 
 
+def text_units(text: str) -> int:
+    """Quarter-tokens of ``text``: 1 per ASCII character, 4 per CJK character."""
+    n = len(text)
+    if text.isascii():
+        return n
+    extra = len(text.encode("utf-8", "surrogatepass")) - n  # 2 per CJK char, 1 per Cyrillic
+    return n + (3 * extra + 1) // 2
+
+
+def estimate_text_tokens(text: str) -> int:
+    """Estimated tokens of plain text (script-aware, see the module docstring)."""
+    return (text_units(text) + 3) // 4
+
+
 def _text_len(content: Any) -> tuple[int, int]:
-    """Characters of text and number of non-text parts in a message's content."""
+    """Quarter-token units of text and number of non-text parts in a message's content."""
     if isinstance(content, str):
-        return len(content), 0
+        return text_units(content), 0
     chars = parts = 0
     if isinstance(content, list):
         for part in content:
             if isinstance(part, dict):
                 text = part.get("text")
                 if isinstance(text, str):
-                    chars += len(text)
+                    chars += text_units(text)
                 else:
                     parts += 1
             elif isinstance(part, str):
-                chars += len(part)
+                chars += text_units(part)
             elif isinstance(part, int):
                 chars += 4  # a token id
     return chars, parts

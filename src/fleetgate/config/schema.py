@@ -220,7 +220,8 @@ class GatewayConfig(_Model):
     semantic: SemanticConfig | None = None  # the intent router (routing/semantic_config.py)
     canary: CanaryConfig = CanaryConfig()  # version splits (routing/canary_config.py)
     safety: SafetyConfig | None = None  # guardrails (safety/config.py); absent: no safety stage
-    # Sections owned by later packages (tenancy, safety, multimodal, ...) are validated there.
+    # Config sections of plug-in features (`fleetgate.feature.Feature`), by feature name: each
+    # reads its own in ``reconfigure``; a section naming no feature is refused at start-up.
     extensions: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")

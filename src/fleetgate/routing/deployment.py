@@ -58,6 +58,11 @@ class Deployment:
         return self.config.is_local
 
     def fits(self, prompt_tokens: int, max_tokens: int) -> bool:
+        """Whether the prompt and the output asked for fit the context window, and the output
+        the most this deployment writes (``max_output_tokens``)."""
+        cap = self.config.max_output_tokens
+        if cap is not None and max_tokens > cap:
+            return False
         window = self.config.context_window
         return window is None or prompt_tokens + max_tokens <= window
 
