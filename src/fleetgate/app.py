@@ -97,6 +97,7 @@ def build_state(
         access_log=AccessLog(access_path),
         tracer=GenAITracer(cfg.server.otel_exporter, cfg.server.otel_endpoint),
         max_request_bytes=cfg.server.max_request_bytes,
+        body_timeout_s=cfg.server.body_timeout_s,
         engine_routing=engine_aware,
     )
 

@@ -12,6 +12,7 @@ renders them as OpenAI error objects ``{"error": {"message", "type", "param", "c
     │   ├── PermissionDenied           403 permission_error
     │   ├── NotFound                   404 not_found_error
     │   │   └── ModelNotFound          404 code=model_not_found
+    │   ├── RequestTimeout             408 code=request_timeout
     │   ├── PayloadTooLarge            413
     │   ├── RateLimited                429 rate_limit_exceeded (Retry-After)
     │   │   └── BudgetExceeded         429 code=budget_exceeded
@@ -50,6 +51,7 @@ __all__ = [
     "PayloadTooLarge",
     "PermissionDenied",
     "RateLimited",
+    "RequestTimeout",
     "LimiterUnavailable",
     "ServiceUnavailable",
     "UpstreamBadResponse",
@@ -133,6 +135,14 @@ class NotFound(ClientError):
 class ModelNotFound(NotFound):
     type = "invalid_request_error"
     code = "model_not_found"
+
+
+class RequestTimeout(ClientError):
+    """The client did not send its request (headers or body) in time."""
+
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
 
 
 class PayloadTooLarge(ClientError):

@@ -197,7 +197,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
     principal = _principal(request)
     gw = request.app[GATEWAY]
     runtime = _runtime(gw)
-    body = await read_json(request, gw.max_request_bytes)
+    body = await read_json(request, gw.max_request_bytes, gw.body_timeout_s)
     text, voice, fmt, speed = _speech_request(body, runtime)
     req = _gateway_request(gw, "audio/speech", principal, body, estimate_prompt_tokens(body))
     tts = runtime.config.tts

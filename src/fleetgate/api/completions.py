@@ -85,7 +85,7 @@ async def _serve(request: web.Request, endpoint: Endpoint) -> web.StreamResponse
     started = time.perf_counter()
     gw = request.app[GATEWAY]
     principal = gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
-    body = await read_json(request, gw.max_request_bytes)
+    body = await read_json(request, gw.max_request_bytes, gw.body_timeout_s)
     return await serve(request, gw, endpoint, principal, body, started)
 
 

@@ -47,6 +47,7 @@ class CoreFeature(BaseFeature):
     def reconfigure(self, config: GatewayConfig) -> None:
         self.gw.dispatcher.config = config.router
         self.gw.health.config = config.health
+        self.gw.body_timeout_s = config.server.body_timeout_s
 
     async def start(self) -> None:
         gw = self.gw

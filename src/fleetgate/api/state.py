@@ -50,6 +50,7 @@ class GatewayState:
     access_log: AccessLog
     tracer: GenAITracer
     max_request_bytes: int
+    body_timeout_s: float = 30.0  # server.body_timeout_s: a body not in by then is a 408
     engine_routing: EngineAwareRouting | None = None  # the dispatcher's observer
     # The request path's stages, in order: `features.stages()` (set by `create_app`).
     stages: list[Stage] = field(default_factory=list)

@@ -55,7 +55,10 @@ async def serve_forever(settings: Settings, *, reuse_port: bool = False) -> None
     """Serve until SIGINT/SIGTERM; SIGHUP reloads the config."""
     state = build_state(settings)
     app = create_app(settings, state=state)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    server = state.tables.table.config.server
+    runner = web.AppRunner(
+        app, handler_cancellation=True, access_log=None, keepalive_timeout=server.idle_timeout_s
+    )
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, reuse_port=reuse_port, backlog=2048)
     await site.start()

@@ -57,11 +57,14 @@ class Price(_Model):
 
 
 class TimeoutConfig(_Model):
-    """Seconds. ``first_token`` bounds the wait for response headers and the first chunk."""
+    """Seconds. ``first_token`` bounds the wait for response headers and the first chunk,
+    ``idle`` the wait for each later event of a stream, ``total`` the whole exchange."""
 
     connect: float = Field(5.0, gt=0)
     first_token: float = Field(60.0, gt=0)
     total: float = Field(600.0, gt=0)
+    # The most time between two events of a stream; past it the stream ends with an error event.
+    idle: float = Field(120.0, gt=0)
 
 
 class DeploymentConfig(_Model):
@@ -172,6 +175,11 @@ class RoutingConfig(_Model):
 
 class ServerConfig(_Model):
     max_request_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    # A connection that sends no complete request head for this long (an idle keep-alive
+    # connection, or a client trickling its headers) is closed.
+    idle_timeout_s: float = Field(30.0, gt=0)
+    # A request body that has not fully arrived this long after its headers is a 408.
+    body_timeout_s: float = Field(30.0, gt=0)
     access_log: bool = True
     otel_exporter: Literal["none", "console", "memory", "otlp"] = "none"
     otel_endpoint: str | None = None

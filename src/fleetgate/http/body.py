@@ -2,27 +2,36 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from fleetgate.errors import InvalidRequest, PayloadTooLarge
+from fleetgate.errors import InvalidRequest, PayloadTooLarge, RequestTimeout
 
-__all__ = ["MAX_DEPTH", "read_json"]
+__all__ = ["BODY_TIMEOUT_S", "MAX_DEPTH", "read_json"]
+
+BODY_TIMEOUT_S = 30.0  # the default of server.body_timeout_s
 
 MAX_DEPTH = 128  # JSON nesting a request body may have
 
 
-async def read_json(request: web.Request, max_bytes: int) -> dict[str, Any]:
-    """The JSON object in the body; 413 past ``max_bytes``, 400 when it is not a JSON object."""
+async def read_json(
+    request: web.Request, max_bytes: int, timeout_s: float = BODY_TIMEOUT_S
+) -> dict[str, Any]:
+    """The JSON object in the body; 413 past ``max_bytes``, 400 when it is not a JSON object,
+    408 when it has not arrived within ``timeout_s``."""
     length = request.content_length
     if length is not None and length > max_bytes:
         raise PayloadTooLarge(f"Request body of {length} bytes exceeds the {max_bytes} limit.")
     try:
-        raw = await request.read()
+        async with asyncio.timeout(timeout_s):
+            raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLarge(f"Request body exceeds the {max_bytes} byte limit.") from None
+    except TimeoutError:
+        raise RequestTimeout(f"The request body did not arrive within {timeout_s:g} s.") from None
     if len(raw) > max_bytes:
         raise PayloadTooLarge(f"Request body exceeds the {max_bytes} byte limit.")
     if not raw:

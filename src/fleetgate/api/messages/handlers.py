@@ -85,7 +85,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     gw = request.app[GATEWAY]
     try:
         principal = _principal(request)
-        raw = await read_json(request, gw.max_request_bytes)
+        raw = await read_json(request, gw.max_request_bytes, gw.body_timeout_s)
         body = anthropic_request_to_openai(raw)
         wire = AnthropicWire(body["model"])
         return await serve(request, gw, Endpoint.CHAT, principal, body, started, wire)
@@ -98,7 +98,7 @@ async def count_tokens(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     try:
         principal = _principal(request)
-        raw = await read_json(request, gw.max_request_bytes)
+        raw = await read_json(request, gw.max_request_bytes, gw.body_timeout_s)
         if isinstance(raw, dict) and "max_tokens" not in raw:
             raw = {**raw, "max_tokens": 1}  # not part of a count request
         body = anthropic_request_to_openai(raw)
