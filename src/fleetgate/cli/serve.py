@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
-import multiprocessing
 import signal
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from fleetgate.app import build_state, create_app
+from fleetgate.cli.supervisor import Supervisor
 from fleetgate.config.loader import load_config
 from fleetgate.config.settings import Settings
 
@@ -84,28 +85,22 @@ def _worker(settings: Settings) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    load_config(args.config)  # fail fast, before any worker starts
+    config = load_config(args.config)  # fail fast, before any worker starts
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.workers <= 1:
         _use_uvloop()
         asyncio.run(serve_forever(settings))
         return 0
-    ctx = multiprocessing.get_context("spawn")
-    procs = [
-        ctx.Process(target=_worker, args=(settings,), daemon=False) for _ in range(settings.workers)
-    ]
-    for p in procs:
-        p.start()
+    _warn_if_limits_split(settings, config.tenancy.enabled)
+    return Supervisor(functools.partial(_worker, settings), settings.workers).run()
 
-    def forward(signum: int, _frame: object) -> None:
-        for p in procs:
-            if p.pid is not None and p.is_alive():
-                import os
 
-                os.kill(p.pid, signum)
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, forward)
-    for p in procs:
-        p.join()
-    return 0
+def _warn_if_limits_split(settings: Settings, tenancy: bool) -> None:
+    """Without Redis each worker counts its own limits: N workers admit N times each limit."""
+    if tenancy and not settings.redis_url:
+        log.warning(
+            "%d workers without FLEETGATE_REDIS_URL: every worker keeps its own RPM, TPM, "
+            "parallel and budget counters, so each limit is effectively multiplied by %d. "
+            "Set FLEETGATE_REDIS_URL to share them, or run one worker.",
+            settings.workers, settings.workers,
+        )  # fmt: skip
