@@ -12,7 +12,7 @@ renders them as OpenAI error objects ``{"error": {"message", "type", "param", "c
     │   ├── PermissionDenied           403 permission_error
     │   ├── NotFound                   404 not_found_error
     │   │   └── ModelNotFound          404 code=model_not_found
-    │   ├── PayloadTooLarge            413
+    │   ├── PayloadTooLarge            413 code=payload_too_large
     │   ├── RateLimited                429 rate_limit_exceeded (Retry-After)
     │   │   └── BudgetExceeded         429 code=budget_exceeded
     │   └── ContentBlocked             400 code=content_filter
@@ -23,6 +23,7 @@ renders them as OpenAI error objects ``{"error": {"message", "type", "param", "c
     │   ├── UpstreamTimeout            504
     │   └── NoHealthyDeployment        503
     ├── ServiceUnavailable             503 a dependency of ours (store, limiter) failed closed
+    │   └── LimiterUnavailable         503 code=limiter_unavailable: the shared limiter (Redis)
     └── ConfigError                    invalid configuration (never rendered to API callers)
 
 Example::
@@ -44,13 +45,13 @@ __all__ = [
     "ContextWindowExceeded",
     "FleetgateError",
     "InvalidRequest",
+    "LimiterUnavailable",
     "ModelNotFound",
     "NoHealthyDeployment",
     "NotFound",
     "PayloadTooLarge",
     "PermissionDenied",
     "RateLimited",
-    "LimiterUnavailable",
     "ServiceUnavailable",
     "UpstreamBadResponse",
     "UpstreamConnectError",
