@@ -25,8 +25,6 @@ Graph = dict[str, set[str]]
 # strongly connected component of the graph exactly, so a new module joining a known circle
 # fails, and an entry whose circle is gone fails too (delete it then). Target: empty.
 KNOWN_CYCLES: list[frozenset[str]] = [
-    # api/audio.py <-> api/documents.py: the lead is moving the shared piece (issue #11).
-    frozenset({"fleetgate.api.audio", "fleetgate.api.documents"}),
     # routing: strategies -> kv_aware -> engine_stats -> strategies; helper `record` (issue #11).
     frozenset(
         {
