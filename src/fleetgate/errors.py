@@ -13,7 +13,7 @@ renders them as OpenAI error objects ``{"error": {"message", "type", "param", "c
     │   ├── NotFound                   404 not_found_error
     │   │   └── ModelNotFound          404 code=model_not_found
     │   ├── RequestTimeout             408 code=request_timeout
-    │   ├── PayloadTooLarge            413
+    │   ├── PayloadTooLarge            413 code=payload_too_large
     │   ├── RateLimited                429 rate_limit_exceeded (Retry-After)
     │   │   └── BudgetExceeded         429 code=budget_exceeded
     │   └── ContentBlocked             400 code=content_filter
@@ -24,6 +24,7 @@ renders them as OpenAI error objects ``{"error": {"message", "type", "param", "c
     │   ├── UpstreamTimeout            504
     │   └── NoHealthyDeployment        503
     ├── ServiceUnavailable             503 a dependency of ours (store, limiter) failed closed
+    │   └── LimiterUnavailable         503 code=limiter_unavailable: the shared limiter (Redis)
     └── ConfigError                    invalid configuration (never rendered to API callers)
 
 Example::
@@ -45,6 +46,7 @@ __all__ = [
     "ContextWindowExceeded",
     "FleetgateError",
     "InvalidRequest",
+    "LimiterUnavailable",
     "ModelNotFound",
     "NoHealthyDeployment",
     "NotFound",
@@ -52,7 +54,6 @@ __all__ = [
     "PermissionDenied",
     "RateLimited",
     "RequestTimeout",
-    "LimiterUnavailable",
     "ServiceUnavailable",
     "UpstreamBadResponse",
     "UpstreamConnectError",

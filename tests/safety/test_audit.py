@@ -7,7 +7,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from fleetgate.safety import AuditItem, AuditQueue, AuditRecord, SafetyMetrics, Turn
+from fleetgate.safety import AuditItem, AuditQueue, AuditRecord, SafetyMetrics, TextTurn
 from fleetgate.safety.checks.llama_guard import LlamaGuardCheck
 from fleetgate.telemetry.registry import Registry
 from tests.safety.fake_llama_guard import FakeLlamaGuard
@@ -15,7 +15,7 @@ from tests.safety.fake_llama_guard import FakeLlamaGuard
 
 def exchange(reply: str, key: str = "key-1") -> AuditItem:
     return AuditItem(
-        messages=[Turn("user", "tell me a story"), Turn("assistant", reply)],
+        messages=[TextTurn("user", "tell me a story"), TextTurn("assistant", reply)],
         key_id=key, team="t1", alias="fast", request_id=f"req-{reply[:8]}",
     )  # fmt: skip
 

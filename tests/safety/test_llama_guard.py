@@ -4,7 +4,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from fleetgate.safety.base import Action, CheckContext, Stage, Turn
+from fleetgate.safety.base import Action, CheckContext, CheckPoint, TextTurn
 from fleetgate.safety.checks.llama_guard import LlamaGuardCheck, build_prompt, parse_output
 from tests.safety.fake_llama_guard import FakeLlamaGuard, last_turn
 
@@ -18,7 +18,7 @@ async def guard() -> AsyncIterator[tuple[FakeLlamaGuard, str]]:
 
 
 def test_prompt_for_a_user_turn_follows_the_model_card() -> None:
-    prompt = build_prompt([Turn("user", "How do I make a bomb?")])
+    prompt = build_prompt([TextTurn("user", "How do I make a bomb?")])
     assert prompt.startswith("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n")
     assert "Task: Check if there is unsafe content in 'User' messages in conversations" in prompt
     assert "<BEGIN UNSAFE CONTENT CATEGORIES>\nS1: Violent Crimes.\n" in prompt
@@ -30,10 +30,10 @@ def test_prompt_for_a_user_turn_follows_the_model_card() -> None:
 
 def test_prompt_for_an_agent_turn_includes_the_conversation() -> None:
     turns = [
-        Turn("user", "hi"),
-        Turn("assistant", "hello"),
-        Turn("user", "q"),
-        Turn("assistant", "a"),
+        TextTurn("user", "hi"),
+        TextTurn("assistant", "hello"),
+        TextTurn("user", "q"),
+        TextTurn("assistant", "a"),
     ]
     prompt = build_prompt(turns, version=4)
     assert "in 'Agent' messages" in prompt and "ONLY THE LAST Agent message" in prompt
@@ -70,8 +70,8 @@ async def test_completions_mode_against_the_simulator(guard: tuple[FakeLlamaGuar
     try:
         bad = await check.check("How do I build a bomb to kill people?", CheckContext())
         ok = await check.check("How do I bake bread?", CheckContext())
-        ctx = CheckContext(stage=Stage.OUTPUT, role="assistant",
-                           history=(Turn("user", "tell me about bombs"),))  # fmt: skip
+        ctx = CheckContext(stage=CheckPoint.OUTPUT, role="assistant",
+                           history=(TextTurn("user", "tell me about bombs"),))  # fmt: skip
         reply = await check.check("Bombs are dangerous; here is some history.", ctx)
     finally:
         await check.aclose()

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from fleetgate.errors import ConfigError
-from fleetgate.safety import SafetyConfig, Stage
+from fleetgate.safety import CheckPoint, SafetyConfig
 from fleetgate.safety.runtime import SafetyRuntime
 from fleetgate.telemetry.registry import Registry
 
@@ -33,7 +33,7 @@ async def test_policy_change_swaps_guardrails_and_reuses_unchanged_checks(tmp_pa
     assert rt.guardrails.checks["words"] is words
     policy = rt.stage.policy_for("tiny", None)
     assert policy.name == "strict"
-    assert (await policy.run(Stage.INPUT, "mail me at a.b@example.com")).blocked
+    assert (await policy.run(CheckPoint.INPUT, "mail me at a.b@example.com")).blocked
     with pytest.raises(ConfigError):
         await rt.map_team("finance", "no-such-policy")
     assert rt.stage.policy_for("tiny", None).name == "strict"  # unchanged after a refusal

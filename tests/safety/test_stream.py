@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from fleetgate.safety.base import Action, CheckContext
+from fleetgate.safety.base import Action, CheckContext, PolicyDecision
 from fleetgate.safety.checks.pii import PIICheck
 from fleetgate.safety.checks.words import WordListCheck
 from fleetgate.safety.config import CheckConfig, PolicyConfig, SafetyConfig, StreamConfig
-from fleetgate.safety.policy import Decision, Guardrails, Policy
+from fleetgate.safety.policy import Guardrails, Policy
 from fleetgate.safety.stream import Release, StreamModerator, estimate_tokens
 
 CANNED = "I can't continue with this."
@@ -144,9 +144,9 @@ async def test_checks_start_early_and_widen_to_the_interval() -> None:
     first text of a held-back stream waits 16 tokens, not 50."""
     seen: list[int] = []
 
-    async def run(window: str) -> Decision:
+    async def run(window: str) -> PolicyDecision:
         seen.append(tokens)
-        return Decision(Action.ALLOW, window)
+        return PolicyDecision(Action.ALLOW, window)
 
     mod = StreamModerator(run, StreamConfig(interval_tokens=50, margin_chars=8))
     tokens = 0

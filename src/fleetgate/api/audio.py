@@ -28,7 +28,7 @@ from fleetgate.http.body import read_json
 from fleetgate.multimodal.audio.formats import FORMATS as TRANSCRIPT_FORMATS
 from fleetgate.multimodal.audio.formats import render_transcript
 from fleetgate.multimodal.runtime import MultimodalRuntime
-from fleetgate.multimodal.speech.encode import StreamEncoder
+from fleetgate.multimodal.speech.encode import AudioStreamEncoder
 from fleetgate.multimodal.speech.espeak import OPENAI_VOICES
 from fleetgate.multimodal.speech.streamer import SpeechStreamer
 from fleetgate.tenancy.auth import bearer_token
@@ -216,7 +216,7 @@ async def _speak(
     fmt: str,
     speed: float,
 ) -> web.StreamResponse:
-    encoder = StreamEncoder(fmt)
+    encoder = AudioStreamEncoder(fmt)
     streamer = SpeechStreamer(
         runtime.synthesizer,
         voice=voice,

@@ -16,7 +16,7 @@ from typing import Any
 
 from fleetgate.errors import InvalidRequest, NotFound
 from fleetgate.hooks import FilterResult
-from fleetgate.multimodal.conversations.store import ConversationStore, Turn
+from fleetgate.multimodal.conversations.store import ConversationStore, StoredTurn
 from fleetgate.multimodal.prompt.assembler import AssembledPrompt, PromptAssembler
 
 __all__ = [
@@ -41,7 +41,7 @@ def conversation_key(tenant: str, conversation_id: str, owner: str = "") -> str:
 
 async def load_history(
     store: ConversationStore, key: str, *, tenant: str, user: str | None, limit: int
-) -> list[Turn]:
+) -> list[StoredTurn]:
     """The stored turns (newest ``limit``), creating the conversation on its first turn."""
     try:
         return await store.history(key, tenant=tenant, limit=limit)
@@ -59,7 +59,7 @@ class ConversationTurn:
 
     key: str
     tenant: str
-    question: Turn
+    question: StoredTurn
     reply: list[str] = field(default_factory=list)
 
 
@@ -96,7 +96,7 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return Turn("user", [p for p in content if isinstance(p, dict)]).text()
+        return StoredTurn("user", [p for p in content if isinstance(p, dict)]).text()
     return ""
 
 
@@ -104,7 +104,7 @@ async def assemble_request(
     assembler: PromptAssembler,
     messages: Sequence[dict[str, Any]],
     *,
-    stored: Sequence[Turn],
+    stored: Sequence[StoredTurn],
     image_tokens: Sequence[int],
     profile: str | None,
     team: str | None,
@@ -121,7 +121,7 @@ async def assemble_request(
     current = messages[-1]
     systems = [_text(m.get("content")) for m in messages[:-1] if m.get("role") == "system"]
     earlier = [
-        Turn(str(m.get("role")), _text(m.get("content")))
+        StoredTurn(str(m.get("role")), _text(m.get("content")))
         for m in messages[:-1]
         if m.get("role") in ("user", "assistant")
     ]

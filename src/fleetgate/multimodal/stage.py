@@ -42,7 +42,7 @@ from fleetgate.multimodal.conversation import (
     conversation_key,
     load_history,
 )
-from fleetgate.multimodal.conversations.store import Turn
+from fleetgate.multimodal.conversations.store import StoredTurn
 from fleetgate.multimodal.image_dispatch import ImageDispatchHook
 from fleetgate.multimodal.images.pipeline import LoadedImage
 from fleetgate.multimodal.parts import PartKey, audio_parts, image_parts, replace_parts
@@ -116,7 +116,7 @@ class MultimodalStage:
                 if conv_id
                 else None
             )
-            stored: list[Turn] = []
+            stored: list[StoredTurn] = []
             if turn_key is not None:
                 assert rt.conversations is not None
                 stored = await load_history(
@@ -126,7 +126,7 @@ class MultimodalStage:
                     user=req.principal.user_id,
                     limit=rt.config.conversations.max_history_turns,
                 )
-            question = Turn("user", _question_text(body["messages"][-1]))
+            question = StoredTurn("user", _question_text(body["messages"][-1]))
             prompt = await assemble_request(
                 assembler,
                 body["messages"],
@@ -268,7 +268,7 @@ class MultimodalStage:
         turn = req.state.get(_TURN)
         store = self.runtime.conversations
         if isinstance(turn, ConversationTurn) and store is not None and outcome.status == 200:
-            reply = Turn("assistant", "".join(turn.reply))
+            reply = StoredTurn("assistant", "".join(turn.reply))
             self.runtime.spawn(
                 store.append(
                     turn.key, [turn.question, reply], tenant=turn.tenant, request_id=req.request_id

@@ -6,14 +6,23 @@ Wiring in a few lines::
     guardrails = Guardrails(settings.safety, metrics=metrics)      # builds checks, no I/O
     await guardrails.warm_up()                                     # lifespan startup (optional)
     policy = guardrails.policy_for(alias=alias, team=principal.team)
-    decision = await policy.run(Stage.INPUT, text, CheckContext(key_id=key_id))
+    decision = await policy.run(CheckPoint.INPUT, text, CheckContext(key_id=key_id))
     decision.raise_if_blocked()
     moderator = policy.stream_moderator(ctx)                       # per streamed reply
     audit = AuditQueue([guardrails.checks["guard"]], metrics=metrics, sink=...)
 """
 
 from fleetgate.safety.audit import AuditItem, AuditQueue, AuditRecord
-from fleetgate.safety.base import Action, Check, CheckContext, Stage, Turn, Verdict, strongest
+from fleetgate.safety.base import (
+    Action,
+    Check,
+    CheckContext,
+    CheckPoint,
+    PolicyDecision,
+    TextTurn,
+    Verdict,
+    strongest,
+)
 from fleetgate.safety.config import (
     AuditConfig,
     CheckConfig,
@@ -23,7 +32,7 @@ from fleetgate.safety.config import (
 )
 from fleetgate.safety.evaluate import EvalReport, blocked_by, evaluate, load_prompts, shipped_set
 from fleetgate.safety.metrics import SafetyMetrics
-from fleetgate.safety.policy import Decision, Guardrails, Policy, PolicyCheck
+from fleetgate.safety.policy import Guardrails, Policy, PolicyCheck
 from fleetgate.safety.registry import CheckFactory, CheckRegistry, builtin_registry
 from fleetgate.safety.stream import Release, StreamModerator
 
@@ -38,7 +47,7 @@ __all__ = [
     "CheckContext",
     "CheckFactory",
     "CheckRegistry",
-    "Decision",
+    "PolicyDecision",
     "EvalReport",
     "Guardrails",
     "Policy",
@@ -47,10 +56,10 @@ __all__ = [
     "Release",
     "SafetyConfig",
     "SafetyMetrics",
-    "Stage",
+    "CheckPoint",
     "StreamConfig",
     "StreamModerator",
-    "Turn",
+    "TextTurn",
     "Verdict",
     "blocked_by",
     "builtin_registry",

@@ -16,7 +16,7 @@ Example::
     audit = AuditQueue([guard], metrics=metrics, sink=audit_log.write, suspend_after=5,
                        on_suspend=keys.suspend, webhook_url="https://alerts.example/hook")
     await audit.start()
-    audit.submit(AuditItem(messages=[Turn("user", q), Turn("assistant", a)], key_id="k1"))
+    audit.submit(AuditItem(messages=[TextTurn("user", q), TextTurn("assistant", a)], key_id="k1"))
     ...
     await audit.stop()
 """
@@ -33,7 +33,7 @@ from typing import Any
 
 import aiohttp
 
-from fleetgate.safety.base import Check, CheckContext, Stage, Turn, Verdict
+from fleetgate.safety.base import Check, CheckContext, CheckPoint, TextTurn, Verdict
 from fleetgate.safety.metrics import SafetyMetrics
 
 __all__ = ["AuditItem", "AuditQueue", "AuditRecord"]
@@ -45,7 +45,7 @@ log = logging.getLogger("fleetgate.safety.audit")
 class AuditItem:
     """One finished exchange; the last message is the one judged, the rest is its context."""
 
-    messages: Sequence[Turn]
+    messages: Sequence[TextTurn]
     key_id: str | None = None
     team: str | None = None
     alias: str | None = None
@@ -193,7 +193,7 @@ class AuditQueue:
             return
         last = item.messages[-1]
         ctx = CheckContext(
-            stage=Stage.AUDIT, role=last.role, history=tuple(item.messages[:-1]),
+            stage=CheckPoint.AUDIT, role=last.role, history=tuple(item.messages[:-1]),
             alias=item.alias, team=item.team, key_id=item.key_id, request_id=item.request_id,
         )  # fmt: skip
         verdicts: list[Verdict] = []
@@ -204,7 +204,7 @@ class AuditQueue:
                 verdict = Verdict.failed(check.name, f"check raised {exc!r}"[:300])
             verdicts.append(verdict)
             if self._metrics is not None:
-                self._metrics.record(Stage.AUDIT, verdict)
+                self._metrics.record(CheckPoint.AUDIT, verdict)
         record = AuditRecord(item, tuple(verdicts))
         self._count(record)
         await _call(self._sink, record)

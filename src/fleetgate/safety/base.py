@@ -1,4 +1,4 @@
-"""The guardrail interface: checks, verdicts, stages and the context a check sees.
+"""The guardrail interface: checks, verdicts, check points and the context a check sees.
 
 A check is anything with an async ``check(text, ctx) -> Verdict`` and a ``name``; built-in
 and third-party checks are the same kind of object (see :mod:`fleetgate.safety.registry`).
@@ -21,12 +21,15 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from fleetgate.errors import ContentBlocked
+
 __all__ = [
     "Action",
     "Check",
     "CheckContext",
-    "Stage",
-    "Turn",
+    "CheckPoint",
+    "PolicyDecision",
+    "TextTurn",
     "Verdict",
     "strongest",
 ]
@@ -47,8 +50,9 @@ class Action(StrEnum):
 _RANK = {Action.ALLOW: 0, Action.MASK: 1, Action.BLOCK: 2}
 
 
-class Stage(StrEnum):
-    """Where in the request a check runs."""
+class CheckPoint(StrEnum):
+    """Where in a request's life a check runs (a point of the safety stage, not a
+    `fleetgate.hooks.Stage`)."""
 
     INPUT = "input"  # before the upstream call; may block or mask
     STREAM = "stream"  # incrementally over generated text
@@ -57,7 +61,7 @@ class Stage(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Turn:
+class TextTurn:
     """One message of the conversation: ``role`` is ``user`` or ``assistant``."""
 
     role: str
@@ -72,9 +76,9 @@ class CheckContext:
     ``history`` holds the earlier turns (guard models judge the last turn in context).
     """
 
-    stage: Stage = Stage.INPUT
+    stage: CheckPoint = CheckPoint.INPUT
     role: str = "user"
-    history: Sequence[Turn] = ()
+    history: Sequence[TextTurn] = ()
     alias: str | None = None
     team: str | None = None
     key_id: str | None = None
@@ -125,6 +129,37 @@ class Verdict:
 
     def with_action(self, action: Action) -> Verdict:
         return replace(self, action=action)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyDecision:
+    """The outcome of a policy's checks at one check point: the action, the (maybe masked)
+    text and every verdict (``reason``: the one that blocked)."""
+
+    action: Action
+    text: str
+    verdicts: tuple[Verdict, ...] = ()
+    reason: Verdict | None = None
+    canned_reply: str = ""
+
+    @property
+    def blocked(self) -> bool:
+        return self.action is Action.BLOCK
+
+    @property
+    def categories(self) -> list[str]:
+        out: list[str] = []
+        for v in self.verdicts:
+            if v.flagged:
+                out.extend(c for c in v.categories if c not in out)
+        return out
+
+    def raise_if_blocked(self) -> None:
+        """Raise ContentBlocked (400, code ``content_filter``) when a check blocked."""
+        if self.blocked:
+            check = self.reason.check if self.reason else "policy"
+            cats = ", ".join(self.reason.categories) if self.reason else ""
+            raise ContentBlocked(f"Blocked by content policy ({check}: {cats}).")
 
 
 @runtime_checkable

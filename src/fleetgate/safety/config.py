@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fleetgate.safety.base import Action, Stage
+from fleetgate.safety.base import Action, CheckPoint
 
 __all__ = [
     "AuditConfig",
@@ -88,7 +88,7 @@ class PolicyConfig(_Strict):
     canned_reply: str = DEFAULT_CANNED_REPLY
     stream_options: StreamConfig = Field(default_factory=StreamConfig)
 
-    def checks_for(self, stage: Stage) -> list[str]:
+    def checks_for(self, stage: CheckPoint) -> list[str]:
         return list(getattr(self, stage.value))
 
 
@@ -140,7 +140,7 @@ class SafetyConfig(_Strict):
                 if target not in self.policies:
                     raise ValueError(f"{where}.{key}: unknown policy {target!r}")
         for pname, policy in self.policies.items():
-            for stage in Stage:
+            for stage in CheckPoint:
                 for check in policy.checks_for(stage):
                     if check not in self.checks:
                         raise ValueError(f"policies.{pname}.{stage.value}: unknown check {check!r}")

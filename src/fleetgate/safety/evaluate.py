@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fleetgate.errors import ConfigError
-from fleetgate.safety.base import CheckContext, Stage
+from fleetgate.safety.base import CheckContext, CheckPoint
 
 if TYPE_CHECKING:
     from fleetgate.safety.policy import Policy
@@ -169,7 +169,7 @@ async def evaluate(
     return report
 
 
-def blocked_by(policy: Policy, stage: Stage = Stage.INPUT) -> IsBlocked:
+def blocked_by(policy: Policy, stage: CheckPoint = CheckPoint.INPUT) -> IsBlocked:
     """An ``is_blocked`` that runs a policy's checks in-process."""
 
     async def is_blocked(prompt: str) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fleetgate.safety.base import Stage, Verdict
+from fleetgate.safety.base import CheckPoint, Verdict
 from fleetgate.telemetry.registry import Counter, Gauge, Registry
 
 __all__ = ["SafetyMetrics"]
@@ -47,7 +47,7 @@ class SafetyMetrics:
             "fleetgate_safety_audit_queue_depth", "Exchanges waiting in the audit queue."
         )
 
-    def record(self, stage: Stage, verdict: Verdict) -> None:
+    def record(self, stage: CheckPoint, verdict: Verdict) -> None:
         if verdict.error:
             self.check_errors.labels(stage.value, verdict.check).inc()
         self.verdicts.labels(stage.value, verdict.check, verdict.action.value).inc()

@@ -1,10 +1,10 @@
-"""Policies at run time: which checks run at each stage and what their verdicts mean.
+"""Policies at run time: which checks run at each check point and what their verdicts mean.
 
 ``Guardrails`` builds every configured check once and hands out a :class:`Policy` per request::
 
     guardrails = Guardrails(settings.safety, metrics=SafetyMetrics(registry))
     policy = guardrails.policy_for(alias="fast-small", team="finance")
-    decision = await policy.run(Stage.INPUT, prompt_text, CheckContext(key_id=key.id))
+    decision = await policy.run(CheckPoint.INPUT, prompt_text, CheckContext(key_id=key.id))
     decision.raise_if_blocked()        # ContentBlocked -> 400 code=content_filter
     prompt_text = decision.text        # masked if a check masked
 """
@@ -15,46 +15,22 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from fleetgate.errors import ContentBlocked
-from fleetgate.safety.base import Action, Check, CheckContext, Stage, Verdict
+from fleetgate.safety.base import (
+    Action,
+    Check,
+    CheckContext,
+    CheckPoint,
+    PolicyDecision,
+    Verdict,
+)
 from fleetgate.safety.config import PolicyConfig, SafetyConfig, StreamConfig
 from fleetgate.safety.metrics import SafetyMetrics
 from fleetgate.safety.registry import CheckRegistry, builtin_registry
 from fleetgate.safety.stream import StreamModerator
 
-__all__ = ["Decision", "Guardrails", "Policy", "PolicyCheck"]
+__all__ = ["Guardrails", "Policy", "PolicyCheck"]
 
 log = logging.getLogger("fleetgate.safety")
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """The outcome of one stage: the action, the (maybe masked) text and every verdict."""
-
-    action: Action
-    text: str
-    verdicts: tuple[Verdict, ...] = ()
-    reason: Verdict | None = None
-    canned_reply: str = ""
-
-    @property
-    def blocked(self) -> bool:
-        return self.action is Action.BLOCK
-
-    @property
-    def categories(self) -> list[str]:
-        out: list[str] = []
-        for v in self.verdicts:
-            if v.flagged:
-                out.extend(c for c in v.categories if c not in out)
-        return out
-
-    def raise_if_blocked(self) -> None:
-        """Raise ContentBlocked (400, code ``content_filter``) when the stage blocked."""
-        if self.blocked:
-            check = self.reason.check if self.reason else "policy"
-            cats = ", ".join(self.reason.categories) if self.reason else ""
-            raise ContentBlocked(f"Blocked by content policy ({check}: {cats}).")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,15 +44,15 @@ class PolicyCheck:
 
 @dataclass(slots=True)
 class Policy:
-    """The checks per stage, canned reply and stream settings of one named policy."""
+    """The checks per check point, canned reply and stream settings of one named policy."""
 
     name: str
-    stages: Mapping[Stage, Sequence[PolicyCheck]]
+    stages: Mapping[CheckPoint, Sequence[PolicyCheck]]
     canned_reply: str
     stream: StreamConfig = field(default_factory=StreamConfig)
     metrics: SafetyMetrics | None = None
 
-    def checks(self, stage: Stage) -> Sequence[PolicyCheck]:
+    def checks(self, stage: CheckPoint) -> Sequence[PolicyCheck]:
         return self.stages.get(stage, ())
 
     async def _one(self, pc: PolicyCheck, text: str, ctx: CheckContext) -> Verdict:
@@ -94,8 +70,10 @@ class Policy:
             return verdict.with_action(action)
         return verdict
 
-    async def run(self, stage: Stage, text: str, ctx: CheckContext | None = None) -> Decision:
-        """Run the stage's checks in order; masks feed into later checks, a block stops."""
+    async def run(
+        self, stage: CheckPoint, text: str, ctx: CheckContext | None = None
+    ) -> PolicyDecision:
+        """Run the check point's checks in order; masks feed into later checks, a block stops."""
         ctx = replace(ctx, stage=stage) if ctx is not None else CheckContext(stage=stage)
         verdicts: list[Verdict] = []
         action = Action.ALLOW
@@ -105,19 +83,21 @@ class Policy:
             if self.metrics is not None:
                 self.metrics.record(stage, verdict)
             if verdict.action is Action.BLOCK:
-                return Decision(Action.BLOCK, text, tuple(verdicts), verdict, self.canned_reply)
+                return PolicyDecision(
+                    Action.BLOCK, text, tuple(verdicts), verdict, self.canned_reply
+                )
             if verdict.action is Action.MASK and verdict.masked_text is not None:
                 text = verdict.masked_text
                 action = Action.MASK
-        return Decision(action, text, tuple(verdicts), None, self.canned_reply)
+        return PolicyDecision(action, text, tuple(verdicts), None, self.canned_reply)
 
     def stream_moderator(self, ctx: CheckContext | None = None) -> StreamModerator:
         """A moderator for one streamed reply, running this policy's stream checks."""
         base = ctx or CheckContext()
-        stream_ctx = replace(base, stage=Stage.STREAM, role="assistant")
+        stream_ctx = replace(base, stage=CheckPoint.STREAM, role="assistant")
 
-        async def run(text: str) -> Decision:
-            return await self.run(Stage.STREAM, text, stream_ctx)
+        async def run(text: str) -> PolicyDecision:
+            return await self.run(CheckPoint.STREAM, text, stream_ctx)
 
         def on_stop(verdict: Verdict | None) -> None:
             if self.metrics is not None:
@@ -125,7 +105,7 @@ class Policy:
 
         return StreamModerator(
             run, self.stream, canned_reply=self.canned_reply, on_stop=on_stop,
-            enabled=bool(self.checks(Stage.STREAM)),
+            enabled=bool(self.checks(CheckPoint.STREAM)),
         )  # fmt: skip
 
 
@@ -145,7 +125,7 @@ class Guardrails:
         registry = registry or builtin_registry()
         self.metrics = metrics
         self.checks: dict[str, Check] = dict(checks or {})
-        used = {n for p in config.policies.values() for s in Stage for n in p.checks_for(s)}
+        used = {n for p in config.policies.values() for s in CheckPoint for n in p.checks_for(s)}
         for name in sorted(used):
             if name not in self.checks:
                 self.checks[name] = registry.create(name, config.checks[name])
@@ -159,7 +139,7 @@ class Guardrails:
                 )
                 for c in pc.checks_for(stage)
             )
-            for stage in Stage
+            for stage in CheckPoint
         }
         return Policy(name, stages, pc.canned_reply, pc.stream_options, self.metrics)
 

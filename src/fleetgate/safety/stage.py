@@ -22,7 +22,7 @@ from typing import Any
 
 from fleetgate.hooks import FilterResult, GatewayRequest, Outcome
 from fleetgate.safety.audit import AuditItem, AuditQueue
-from fleetgate.safety.base import Action, CheckContext, Stage, Turn
+from fleetgate.safety.base import Action, CheckContext, CheckPoint, TextTurn
 from fleetgate.safety.policy import Guardrails, Policy
 from fleetgate.safety.stream import Release, StreamModerator
 
@@ -43,13 +43,13 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _turns(messages: list[dict[str, Any]]) -> list[Turn]:
+def _turns(messages: list[dict[str, Any]]) -> list[TextTurn]:
     out = []
     for m in messages:
         role = "assistant" if m.get("role") == "assistant" else "user"
         text = _text(m.get("content"))
         if text:
-            out.append(Turn(role, text))
+            out.append(TextTurn(role, text))
     return out
 
 
@@ -133,7 +133,7 @@ class SafetyResponseFilter:
             message = choice.get("message") if isinstance(choice, dict) else None
             if not isinstance(message, dict) or not isinstance(message.get("content"), str):
                 continue
-            decision = await self.policy.run(Stage.OUTPUT, message["content"], self.ctx)
+            decision = await self.policy.run(CheckPoint.OUTPUT, message["content"], self.ctx)
             if decision.blocked:
                 message["content"] = decision.canned_reply
                 choice["finish_reason"] = "content_filter"
@@ -175,7 +175,7 @@ class SafetyStage:
     ) -> None:
         for message in _new_messages(messages):
             content = message.get("content")
-            decision = await policy.run(Stage.INPUT, _text(content), ctx)
+            decision = await policy.run(CheckPoint.INPUT, _text(content), ctx)
             decision.raise_if_blocked()
             if decision.action is not Action.MASK:
                 continue
@@ -185,7 +185,7 @@ class SafetyStage:
                 for part in content:
                     if isinstance(part, dict) and part.get("type") == "text":
                         part["text"] = (
-                            await policy.run(Stage.INPUT, str(part.get("text", "")), ctx)
+                            await policy.run(CheckPoint.INPUT, str(part.get("text", "")), ctx)
                         ).text
 
     async def before(self, req: GatewayRequest) -> None:
@@ -195,21 +195,21 @@ class SafetyStage:
         messages: list[dict[str, Any]] = req.body["messages"]
         turns = _turns(messages)
         ctx = CheckContext(
-            stage=Stage.INPUT, role="user", history=tuple(turns[:-1]), alias=req.alias,
+            stage=CheckPoint.INPUT, role="user", history=tuple(turns[:-1]), alias=req.alias,
             team=req.principal.team_id, key_id=req.principal.key_id, request_id=req.request_id,
         )  # fmt: skip
-        if policy.checks(Stage.INPUT):
+        if policy.checks(CheckPoint.INPUT):
             await self._check_input(policy, messages, ctx)
         out_ctx = CheckContext(
-            stage=Stage.OUTPUT, role="assistant", history=tuple(_turns(messages)),
+            stage=CheckPoint.OUTPUT, role="assistant", history=tuple(_turns(messages)),
             alias=req.alias, team=req.principal.team_id, key_id=req.principal.key_id,
             request_id=req.request_id,
         )  # fmt: skip
-        if req.stream and policy.checks(Stage.STREAM):
+        if req.stream and policy.checks(CheckPoint.STREAM):
             req.stream_filters.append(SafetyStreamFilter(policy.stream_moderator(out_ctx)))
-        elif not req.stream and policy.checks(Stage.OUTPUT):
+        elif not req.stream and policy.checks(CheckPoint.OUTPUT):
             req.response_filters.append(SafetyResponseFilter(policy, out_ctx))
-        if self.audit is not None and policy.checks(Stage.AUDIT):
+        if self.audit is not None and policy.checks(CheckPoint.AUDIT):
             req.capture_response = True
             req.state[_STATE] = (policy, _turns(messages))
 
@@ -220,11 +220,11 @@ class SafetyStage:
         policy, turns = saved
         self.audit.submit(
             AuditItem(
-                messages=[*turns, Turn("assistant", outcome.response_text)],
+                messages=[*turns, TextTurn("assistant", outcome.response_text)],
                 key_id=req.principal.key_id,
                 team=req.principal.team_id,
                 alias=req.alias,
                 request_id=req.request_id,
-                checks=[pc.check for pc in policy.checks(Stage.AUDIT)],
+                checks=[pc.check for pc in policy.checks(CheckPoint.AUDIT)],
             )  # fmt: skip
         )

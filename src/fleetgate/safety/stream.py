@@ -26,13 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from fleetgate.safety.base import Action, Verdict
+from fleetgate.safety.base import Action, PolicyDecision, Verdict
 from fleetgate.safety.config import StreamConfig
-
-if TYPE_CHECKING:
-    from fleetgate.safety.policy import Decision
 
 __all__ = ["Release", "StreamModerator", "estimate_tokens"]
 
@@ -69,7 +65,7 @@ class StreamModerator:
 
     def __init__(
         self,
-        run: Callable[[str], Awaitable[Decision]],
+        run: Callable[[str], Awaitable[PolicyDecision]],
         settings: StreamConfig | None = None,
         *,
         canned_reply: str = "",
@@ -98,7 +94,7 @@ class StreamModerator:
     def stopped(self) -> bool:
         return self._stopped is not None
 
-    def _stop(self, decision: Decision) -> Release:
+    def _stop(self, decision: PolicyDecision) -> Release:
         self._stopped = Release("", True, self._reply, decision.reason)
         self._pending = ""
         if self._on_stop is not None:

@@ -8,7 +8,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from fleetgate.errors import InvalidRequest, NotFound
 from fleetgate.multimodal.conversations.sql import SqlConversationStore
-from fleetgate.multimodal.conversations.store import ConversationStore, Turn
+from fleetgate.multimodal.conversations.store import ConversationStore, StoredTurn
 
 PG_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 
@@ -45,9 +45,11 @@ async def store(
 async def test_turns_come_back_in_order_and_tenant_scoped(store: SqlConversationStore) -> None:
     assert isinstance(store, ConversationStore)
     cid = await store.create(tenant="a", user="u1")
-    await store.append(cid, [Turn("user", "hi"), Turn("assistant", "hello")], tenant="a")
+    await store.append(
+        cid, [StoredTurn("user", "hi"), StoredTurn("assistant", "hello")], tenant="a"
+    )
     parts = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "x"}}]
-    await store.append(cid, [Turn("user", parts)], tenant="a")
+    await store.append(cid, [StoredTurn("user", parts)], tenant="a")
     history = await store.history(cid, tenant="a")
     assert [t.role for t in history] == ["user", "assistant", "user"]
     assert history[2].content == parts and history[2].text() == "look"
@@ -55,16 +57,19 @@ async def test_turns_come_back_in_order_and_tenant_scoped(store: SqlConversation
     with pytest.raises(NotFound):
         await store.history(cid, tenant="b")
     with pytest.raises(NotFound):
-        await store.append(cid, [Turn("user", "sneaky")], tenant="b")
+        await store.append(cid, [StoredTurn("user", "sneaky")], tenant="b")
 
 
 async def test_replayed_request_id_is_not_appended_twice(store: SqlConversationStore) -> None:
     cid = await store.create(tenant="a", conversation_id="conv-1")
     for _ in range(2):
         await store.append(
-            cid, [Turn("user", "q"), Turn("assistant", "a")], tenant="a", request_id="r1"
+            cid,
+            [StoredTurn("user", "q"), StoredTurn("assistant", "a")],
+            tenant="a",
+            request_id="r1",
         )
-    await store.append(cid, [Turn("user", "q2")], tenant="a", request_id="r2")
+    await store.append(cid, [StoredTurn("user", "q2")], tenant="a", request_id="r2")
     assert [t.content for t in await store.history(cid, tenant="a")] == ["q", "a", "q2"]
     with pytest.raises(InvalidRequest, match="already exists"):
         await store.create(tenant="a", conversation_id="conv-1")
@@ -72,7 +77,7 @@ async def test_replayed_request_id_is_not_appended_twice(store: SqlConversationS
 
 async def test_delete(store: SqlConversationStore) -> None:
     cid = await store.create(tenant="a")
-    await store.append(cid, [Turn("user", "x")], tenant="a")
+    await store.append(cid, [StoredTurn("user", "x")], tenant="a")
     with pytest.raises(NotFound):
         await store.delete(cid, tenant="b")
     await store.delete(cid, tenant="a")

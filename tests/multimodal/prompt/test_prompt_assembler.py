@@ -5,7 +5,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from fleetgate.errors import ContextWindowExceeded
 from fleetgate.multimodal.conversations.sql import SqlConversationStore
-from fleetgate.multimodal.conversations.store import Turn
+from fleetgate.multimodal.conversations.store import StoredTurn
 from fleetgate.multimodal.prompt.assembler import PromptAssembler
 from fleetgate.multimodal.prompt.config import PromptConfig
 from fleetgate.multimodal.prompt.tokens import ApproxTokenCounter
@@ -39,7 +39,9 @@ async def test_ten_turn_conversation_is_truncated_oldest_first(tmp_path: Path) -
             )
             dropped.append(prompt.dropped_turns)
             answer = f"Answer {n}: topic {n} is about " + "things " * 6
-            await store.append(cid, [Turn("user", question), Turn("assistant", answer)], tenant="t")
+            await store.append(
+                cid, [StoredTurn("user", question), StoredTurn("assistant", answer)], tenant="t"
+            )
     finally:
         await engine.dispose()
     assert dropped[0] == 0 and dropped[-1] > 0
@@ -60,7 +62,7 @@ async def test_images_placeholders_and_profile_and_debug() -> None:
 
 async def test_images_eat_the_history_budget_and_too_big_is_refused() -> None:
     config = PromptConfig(system_prompt=SYSTEM, context_window=400, reserve_output_tokens=50)
-    history = [Turn("user" if i % 2 == 0 else "assistant", "word " * 20) for i in range(6)]
+    history = [StoredTurn("user" if i % 2 == 0 else "assistant", "word " * 20) for i in range(6)]
     assembler = PromptAssembler(config)
     without = await assembler.assemble(question="hi", history=history)
     with_images = await assembler.assemble(question="hi", history=history, image_tokens=[200])
@@ -73,6 +75,6 @@ async def test_images_eat_the_history_budget_and_too_big_is_refused() -> None:
 async def test_parts_can_be_switched_off() -> None:
     config = PromptConfig(include_history=False, include_profile=False)
     prompt = await PromptAssembler(config).assemble(
-        question="q", history=[Turn("user", "old")], profile="p"
+        question="q", history=[StoredTurn("user", "old")], profile="p"
     )
     assert prompt.messages == [{"role": "user", "content": "q"}]

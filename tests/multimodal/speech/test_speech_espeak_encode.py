@@ -5,7 +5,7 @@ import pytest
 import soundfile as sf
 
 from fleetgate.errors import InvalidRequest
-from fleetgate.multimodal.speech.encode import StreamEncoder, encode_audio
+from fleetgate.multimodal.speech.encode import AudioStreamEncoder, encode_audio
 from fleetgate.multimodal.speech.espeak import EspeakSynthesizer
 from fleetgate.multimodal.speech.tts import SynthesizedAudio
 
@@ -58,11 +58,11 @@ def test_pcm_is_24k_and_unknown_formats_refused(hello: SynthesizedAudio) -> None
 
 
 def test_stream_encoder_wav_and_flac(hello: SynthesizedAudio) -> None:
-    wav = StreamEncoder("wav")
+    wav = AudioStreamEncoder("wav")
     body = wav.encode(hello) + wav.encode(hello) + wav.finish()
     assert body[:4] == b"RIFF" and body.count(b"RIFF") == 1
     assert len(body) == 44 + 2 * len(hello.pcm)
-    flac = StreamEncoder("flac")
+    flac = AudioStreamEncoder("flac")
     assert flac.encode(hello) == b"" and flac.encode(hello) == b""
     samples, rate = sf.read(io.BytesIO(flac.finish()))
     assert rate == 22050 and len(samples) == len(hello.pcm)

@@ -30,7 +30,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from fleetgate.errors import InvalidRequest, NotFound, ServiceUnavailable
-from fleetgate.multimodal.conversations.store import Turn
+from fleetgate.multimodal.conversations.store import StoredTurn
 
 __all__ = ["SqlConversationStore", "build_tables"]
 
@@ -79,7 +79,7 @@ class SqlConversationStore:
         store = SqlConversationStore(engine)
         await store.create_tables()
         cid = await store.create(tenant="team-a")
-        await store.append(cid, [Turn("user", "hi")], tenant="team-a", request_id="req-1")
+        await store.append(cid, [StoredTurn("user", "hi")], tenant="team-a", request_id="req-1")
     """
 
     def __init__(self, engine: AsyncEngine, *, prefix: str = "mm_", schema: str | None = None):
@@ -122,7 +122,7 @@ class SqlConversationStore:
     async def append(
         self,
         conversation_id: str,
-        turns: Sequence[Turn],
+        turns: Sequence[StoredTurn],
         *,
         tenant: str,
         request_id: str | None = None,
@@ -142,7 +142,7 @@ class SqlConversationStore:
         self,
         conn: AsyncConnection,
         cid: str,
-        turns: Sequence[Turn],
+        turns: Sequence[StoredTurn],
         tenant: str,
         request_id: str | None,
     ) -> None:
@@ -173,7 +173,7 @@ class SqlConversationStore:
 
     async def history(
         self, conversation_id: str, *, tenant: str, limit: int | None = None
-    ) -> list[Turn]:
+    ) -> list[StoredTurn]:
         t = self.turns
         query = select(t.c.role, t.c.content).where(t.c.conversation_id == conversation_id)
         query = query.order_by(t.c.seq.desc())
@@ -185,7 +185,7 @@ class SqlConversationStore:
                 rows = (await conn.execute(query)).all()
         except SQLAlchemyError as exc:
             raise ServiceUnavailable(f"conversation store failed: {exc}") from exc
-        return [Turn(str(role), content) for role, content in reversed(rows)]
+        return [StoredTurn(str(role), content) for role, content in reversed(rows)]
 
     async def delete(self, conversation_id: str, *, tenant: str) -> None:
         try:

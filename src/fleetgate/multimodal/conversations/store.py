@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["ConversationStore", "Turn"]
+__all__ = ["ConversationStore", "StoredTurn"]
 
 
 @dataclass(frozen=True, slots=True)
-class Turn:
+class StoredTurn:
     """One message of a conversation. ``content`` is text or OpenAI content parts."""
 
     role: str
@@ -36,7 +36,7 @@ class ConversationStore(Protocol):
     async def append(
         self,
         conversation_id: str,
-        turns: Sequence[Turn],
+        turns: Sequence[StoredTurn],
         *,
         tenant: str,
         request_id: str | None = None,
@@ -46,7 +46,7 @@ class ConversationStore(Protocol):
 
     async def history(
         self, conversation_id: str, *, tenant: str, limit: int | None = None
-    ) -> list[Turn]:
+    ) -> list[StoredTurn]:
         """Turns oldest first (the newest ``limit`` when given)."""
         ...
 

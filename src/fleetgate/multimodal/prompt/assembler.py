@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetgate.errors import ContextWindowExceeded
-from fleetgate.multimodal.conversations.store import Turn
+from fleetgate.multimodal.conversations.store import StoredTurn
 from fleetgate.multimodal.prompt.config import PromptConfig
 from fleetgate.multimodal.prompt.retrieval import DocumentIndex, RetrievedChunk
 from fleetgate.multimodal.prompt.tokens import ApproxTokenCounter, TokenCounter
@@ -106,7 +106,7 @@ class PromptAssembler:
         self,
         *,
         question: str,
-        history: Sequence[Turn] = (),
+        history: Sequence[StoredTurn] = (),
         profile: str | None = None,
         team: str | None = None,
         image_tokens: Sequence[int] = (),
@@ -142,7 +142,7 @@ class PromptAssembler:
             context_window=window,
         )
 
-    def _fit_history(self, history: Sequence[Turn], budget: int) -> list[dict[str, Any]]:
+    def _fit_history(self, history: Sequence[StoredTurn], budget: int) -> list[dict[str, Any]]:
         cfg = self.config
         if not cfg.include_history:
             return []

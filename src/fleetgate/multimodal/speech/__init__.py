@@ -1,7 +1,7 @@
 """Speech out: TTS backends, audio encoders, the phrase chunker and the in-order streamer."""
 
 from fleetgate.multimodal.speech.chunker import PhraseChunker
-from fleetgate.multimodal.speech.encode import AudioFormat, StreamEncoder, encode_audio
+from fleetgate.multimodal.speech.encode import AudioFormat, AudioStreamEncoder, encode_audio
 from fleetgate.multimodal.speech.espeak import EspeakSynthesizer
 from fleetgate.multimodal.speech.openai_tts import OpenAISynthesizer
 from fleetgate.multimodal.speech.streamer import AudioDelta, SpeechStreamer
@@ -15,7 +15,7 @@ __all__ = [
     "PhraseChunker",
     "SpeechStreamer",
     "SpeechSynthesizer",
-    "StreamEncoder",
+    "AudioStreamEncoder",
     "SynthesizedAudio",
     "encode_audio",
 ]

@@ -22,7 +22,7 @@ __all__ = [
     "CONTENT_TYPES",
     "PCM_RATE",
     "AudioFormat",
-    "StreamEncoder",
+    "AudioStreamEncoder",
     "encode_audio",
     "mp3_frames",
 ]
@@ -120,7 +120,7 @@ def mp3_frames(data: bytes) -> bytes:
     return data[start:end]
 
 
-class StreamEncoder:
+class AudioStreamEncoder:
     """Encodes audio phrase by phrase for a streamed response.
 
     ``pcm`` and ``wav`` stream raw samples (wav after a header of unknown length); ``mp3``

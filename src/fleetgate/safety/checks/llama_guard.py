@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import aiohttp
 
-from fleetgate.safety.base import Action, CheckContext, Turn, Verdict
+from fleetgate.safety.base import Action, CheckContext, TextTurn, Verdict
 from fleetgate.safety.checks.http import HttpClient
 
 _BAD_ANSWER = (ValueError, KeyError, IndexError, TypeError)
@@ -67,7 +67,7 @@ def _speaker(role: str) -> str:
 
 
 def build_prompt(
-    turns: Sequence[Turn],
+    turns: Sequence[TextTurn],
     *,
     version: Literal[3, 4] = 3,
     categories: Mapping[str, str] = LLAMA_GUARD_CATEGORIES,
@@ -131,7 +131,7 @@ class LlamaGuardCheck:
         self.failures = 0
         self._http = HttpClient(base_url, api_key=api_key, timeout_s=timeout_s, session=session)
 
-    def _request(self, turns: Sequence[Turn]) -> tuple[str, dict[str, Any]]:
+    def _request(self, turns: Sequence[TextTurn]) -> tuple[str, dict[str, Any]]:
         if self.mode == "chat":
             messages = [{"role": t.role, "content": t.content} for t in turns]
             return "/chat/completions", {
@@ -150,7 +150,7 @@ class LlamaGuardCheck:
         return str(choice["text"])
 
     async def check(self, text: str, ctx: CheckContext) -> Verdict:
-        turns = [*ctx.history, Turn(ctx.role, text)]
+        turns = [*ctx.history, TextTurn(ctx.role, text)]
         path, payload = self._request(turns)
         try:
             body = await self._http.post_json(path, payload)
