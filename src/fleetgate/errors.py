@@ -24,7 +24,8 @@ renders them as OpenAI error objects ``{"error": {"message", "type", "param", "c
     │   ├── UpstreamTimeout            504
     │   └── NoHealthyDeployment        503
     ├── ServiceUnavailable             503 a dependency of ours (store, limiter) failed closed
-    │   └── LimiterUnavailable         503 code=limiter_unavailable: the shared limiter (Redis)
+    │   ├── LimiterUnavailable         503 code=limiter_unavailable: the shared limiter (Redis)
+    │   └── MissingExtra               503 code=missing_extra: an optional package is not installed
     └── ConfigError                    invalid configuration (never rendered to API callers)
 
 Example::
@@ -47,6 +48,7 @@ __all__ = [
     "FleetgateError",
     "InvalidRequest",
     "LimiterUnavailable",
+    "MissingExtra",
     "ModelNotFound",
     "NoHealthyDeployment",
     "NotFound",
@@ -270,6 +272,17 @@ class LimiterUnavailable(ServiceUnavailable):
     def __init__(self, message: str, *, maybe_applied: bool = False) -> None:
         super().__init__(message)
         self.maybe_applied = maybe_applied
+
+
+class MissingExtra(ServiceUnavailable):
+    """An optional dependency is not installed; the message names the ``pip install`` extra
+    that brings it (``fleetgate[bench]``, ``fleetgate[audio]``)."""
+
+    code = "missing_extra"
+
+    def __init__(self, message: str, *, extra: str) -> None:
+        super().__init__(message)
+        self.extra = extra
 
 
 class ConfigError(FleetgateError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,6 +17,9 @@ import yaml
 from tests.procs import free_port, metric_value, serve_process, sim_process
 
 from fleetgate.cli.main import main
+from fleetgate.cli.serve import serve_forever
+from fleetgate.config.settings import Settings
+from fleetgate.errors import ConfigError
 
 GOOD = {"models": [{"alias": "a", "deployments": [{"model": "m", "api_base": "http://x/v1"}]}]}
 
@@ -76,15 +80,19 @@ def test_serve_with_two_workers_and_sighup_reload(tmp_path: Path) -> None:
 def test_up_serves_both_aliases(tmp_path: Path) -> None:
     port, engine_port = free_port(), free_port()
     env = {**os.environ, "FLEETGATE_MASTER_KEY": ""}
+    env.pop("FLEETGATE_LIBRARY_LOG_LEVEL", None)
+    stderr = (tmp_path / "stderr.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "fleetgate.cli.main", "up", "--port", str(port),
          "--engine-port", str(engine_port), "--data-dir", str(tmp_path / "fg")],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+        stdout=subprocess.PIPE, stderr=stderr, env=env,
     )  # fmt: skip
     try:
         assert proc.stdout is not None
         lines = [proc.stdout.readline().decode() for _ in range(5)]
         assert lines[0].startswith(f"fleetgate is up at http://127.0.0.1:{port}/v1")
+        # the banner comes once the port accepts connections: one try, no waiting
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
         key = lines[1].split(":", 1)[1].strip()
         assert key == (tmp_path / "fg" / "master_key").read_text().strip()
         url = f"http://127.0.0.1:{port}"
@@ -105,3 +113,37 @@ def test_up_serves_both_aliases(tmp_path: Path) -> None:
         proc.wait(timeout=15)
         if proc.stdout is not None:
             proc.stdout.close()
+        stderr.close()
+    logs = (tmp_path / "stderr.log").read_text()
+    assert "fleetgate listening on" in logs  # fleetgate's own INFO lines stay
+    assert "alembic" not in logs  # library INFO lines are off unless asked for
+
+
+def test_up_on_a_busy_port_says_so_before_starting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["up", "--port", str(port), "--data-dir", str(tmp_path / "fg")]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in err
+    assert "--port" in err
+    assert not (tmp_path / "fg").exists()  # no engine started, nothing written
+
+
+async def test_serve_on_a_busy_port_is_one_clear_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(GOOD))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        settings = Settings(
+            master_key="k", config_path=cfg, port=port, data_dir=tmp_path, watch_config=False
+        )
+        banner: list[str] = []
+        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}: Address"):
+            await serve_forever(settings, on_listening=lambda: banner.append("up"))
+    assert banner == []

@@ -18,6 +18,7 @@ import orjson
 from fleetgate.bench.knee import knee_index
 from fleetgate.bench.point import PointResult
 from fleetgate.bench.profiles import ProfileResult
+from fleetgate.extras import pyplot
 
 __all__ = [
     "POINT_COLUMNS",
@@ -87,10 +88,7 @@ def write_csv(path: Path, points: Sequence[PointResult]) -> None:
 
 
 def _plots(out_dir: Path, stem: str, points: list[dict[str, Any]], knee: int | None) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("the HTML report's plots")
 
     order = sorted(range(len(points)), key=lambda i: load_axis(points[i]))
     xs = [load_axis(points[i]) for i in order]

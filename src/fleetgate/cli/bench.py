@@ -48,6 +48,7 @@ from fleetgate.bench import (
 )
 from fleetgate.bench.spec import RequestSpec
 from fleetgate.errors import FleetgateError, InvalidRequest
+from fleetgate.extras import require
 
 __all__ = ["register", "run"]
 
@@ -169,6 +170,9 @@ def _first_model(url: str, api_key: str | None) -> str:
 
 def _run_bench(args: argparse.Namespace) -> int:
     url = args.target[0]
+    if args.html and (args.steps or args.sweep or args.search):
+        # the page plots several points: fail now, not after the whole load test
+        require("matplotlib", extra="bench", purpose="the HTML report's plots (--html)")
     if not args.model:
         args.model = _first_model(url, args.api_key)
     target = Target(

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from collections.abc import Sequence
 
-from fleetgate.errors import ConfigError
+from fleetgate.cli.logs import configure as configure_logging
+from fleetgate.errors import ConfigError, MissingExtra
 
 __all__ = ["build_parser", "main"]
 
@@ -21,7 +21,12 @@ SUBCOMMANDS = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fleetgate", description="LLM gateway and platform")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        help="fleetgate's log level: DEBUG, INFO, WARNING, ERROR (libraries log warnings "
+        "only, unless DEBUG or FLEETGATE_LIBRARY_LOG_LEVEL is set)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         try:
@@ -37,17 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.log_level)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()
         return 2
     try:
         return int(func(args) or 0)
-    except ConfigError as exc:
+    except (ConfigError, MissingExtra) as exc:
         print(f"fleetgate: {exc.message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

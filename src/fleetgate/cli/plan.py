@@ -17,9 +17,12 @@ import orjson
 
 from fleetgate.bench.slo import parse_slo
 from fleetgate.errors import FleetgateError, InvalidRequest
+from fleetgate.extras import require
 from fleetgate.plan import PlanInputs, calibrate, make_plan, plan_table, plot_plan
 
 __all__ = ["register", "run"]
+
+PLOT_PURPOSE = "plotting the plan (--plot)"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -117,6 +120,8 @@ def build_inputs(args: argparse.Namespace) -> PlanInputs:
 def run(args: argparse.Namespace) -> int:
     """Print the plan table; write JSON and the plot when asked. Errors return 2."""
     try:
+        if args.plot:  # before any output: say now that the plot cannot be drawn
+            require("matplotlib", extra="bench", purpose=PLOT_PURPOSE)
         plan = make_plan(build_inputs(args))
         if args.json and str(args.json) == "-":
             sys.stdout.write(orjson.dumps(plan, option=orjson.OPT_INDENT_2).decode() + "\n")

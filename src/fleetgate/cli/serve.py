@@ -6,18 +6,22 @@ import argparse
 import asyncio
 import functools
 import logging
+import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from fleetgate.app import build_state, create_app
+from fleetgate.cli.logs import configure as configure_logging
 from fleetgate.cli.supervisor import Supervisor
 from fleetgate.config.loader import load_config
 from fleetgate.config.settings import Settings
+from fleetgate.errors import ConfigError
 
-__all__ = ["register", "run", "serve_forever", "settings_from_args"]
+__all__ = ["listen_error", "register", "run", "serve_forever", "settings_from_args"]
 
 log = logging.getLogger("fleetgate.serve")
 
@@ -52,8 +56,15 @@ def _use_uvloop() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
-async def serve_forever(settings: Settings, *, reuse_port: bool = False) -> None:
-    """Serve until SIGINT/SIGTERM; SIGHUP reloads the config."""
+async def serve_forever(
+    settings: Settings,
+    *,
+    reuse_port: bool = False,
+    on_listening: Callable[[], None] | None = None,
+) -> None:
+    """Serve until SIGINT/SIGTERM; SIGHUP reloads the config. ``on_listening`` runs once the
+    app has started and the port accepts connections (``fleetgate up`` prints its banner
+    there). A port that cannot be bound is a :class:`ConfigError` naming it."""
     state = build_state(settings)
     app = create_app(settings, state=state)
     server = state.tables.table.config.server
@@ -61,26 +72,44 @@ async def serve_forever(settings: Settings, *, reuse_port: bool = False) -> None
         app, handler_cancellation=True, access_log=None, keepalive_timeout=server.idle_timeout_s
     )
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, reuse_port=reuse_port, backlog=2048)
-    await site.start()
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, state.tables.try_reload)
-    log.info("fleetgate listening on http://%s:%d", settings.host, settings.port)
     try:
+        site = web.TCPSite(
+            runner, settings.host, settings.port, reuse_port=reuse_port, backlog=2048
+        )
+        try:
+            await site.start()
+        except OSError as exc:
+            raise ConfigError(listen_error(settings.host, settings.port, exc)) from exc
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, state.tables.try_reload)
+        log.info("fleetgate listening on http://%s:%d", settings.host, settings.port)
+        if on_listening is not None:
+            on_listening()
         await stop.wait()
     finally:
         await runner.cleanup()
 
 
-def _worker(settings: Settings) -> None:
-    _use_uvloop()
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+def listen_error(host: str, port: int, exc: OSError) -> str:
+    """One line for a port that cannot be bound (uvloop's own message repeats the address)."""
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    return (
+        f"cannot listen on {host}:{port}: {reason} "
+        "(is another gateway running there? choose another with --port)"
     )
+
+
+def _worker(settings: Settings, log_level: str) -> None:
+    _use_uvloop()
+    configure_logging(log_level)  # a spawned process starts with no logging set up
     asyncio.run(serve_forever(settings, reuse_port=True))
+
+
+def _log_level(args: argparse.Namespace) -> str:
+    return str(getattr(args, "log_level", None) or "INFO")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(serve_forever(settings))
         return 0
     _warn_if_limits_split(settings, config.tenancy.enabled)
-    return Supervisor(functools.partial(_worker, settings), settings.workers).run()
+    worker = functools.partial(_worker, settings, _log_level(args))
+    return Supervisor(worker, settings.workers).run()
 
 
 def _warn_if_limits_split(settings: Settings, tenancy: bool) -> None:

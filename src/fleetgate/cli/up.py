@@ -2,7 +2,8 @@
 
 Starts two simulated engines, writes a config for the aliases ``fast-small`` and ``smart``
 under ``./.fleetgate/``, and serves the gateway on 127.0.0.1:4000 with SQLite under that
-directory and in-process limits.
+directory and in-process limits. The banner (URL, master key, a curl line) is printed once the
+gateway accepts connections.
 """
 
 from __future__ import annotations
@@ -11,18 +12,21 @@ import argparse
 import asyncio
 import os
 import secrets
+import socket
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from fleetgate.cli.processes import free_port, stop, wait_http
-from fleetgate.cli.serve import _use_uvloop, serve_forever
+from fleetgate.cli.serve import _use_uvloop, listen_error, serve_forever
 from fleetgate.config.settings import Settings
+from fleetgate.errors import ConfigError
 
-__all__ = ["default_config", "register", "run"]
+__all__ = ["default_config", "print_banner", "register", "run"]
 
 # (alias, sim flags): a quick small model and a slower, smarter one.
 ENGINES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -33,11 +37,24 @@ ENGINES: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
-        "up", help="run the embedded default: gateway + simulated engines + SQLite"
+        "up",
+        help="run the embedded default: gateway + simulated engines + SQLite",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--port", type=int, default=4000)
-    parser.add_argument("--data-dir", type=Path, default=Path(".fleetgate"))
-    parser.add_argument("--engine-port", type=int, default=4101, help="first engine port")
+    parser.add_argument("--port", type=int, default=4000, help="gateway port (default: 4000)")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(".fleetgate"),
+        help="config, master key, SQLite database and engine logs (default: ./.fleetgate)",
+    )
+    parser.add_argument(
+        "--engine-port",
+        type=int,
+        default=4101,
+        help="first simulated engine's port; a busy one is replaced by a free one (default: 4101)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -105,12 +122,22 @@ def _start_engines(
     return procs, urls
 
 
+def _check_port(port: int) -> None:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the gateway binds
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise ConfigError(listen_error("127.0.0.1", port, exc)) from None
+
+
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for proc in procs:
         stop(proc, timeout=5)
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_port(args.port)  # before the engines start, not half a minute later
     data_dir: Path = args.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
     key = _master_key(data_dir)
@@ -118,22 +145,28 @@ def run(args: argparse.Namespace) -> int:
     config_path = data_dir / "config.yaml"
     config_path.write_text(yaml.safe_dump(default_config(urls), sort_keys=False))
     base = f"http://127.0.0.1:{args.port}"
+    try:  # whatever happens from here on, the engines are stopped
+        settings = Settings.from_env(
+            master_key=key, config_path=config_path, port=args.port, data_dir=data_dir
+        )
+        _use_uvloop()
+        banner = partial(print_banner, base, key, config_path, list(urls))
+        asyncio.run(serve_forever(settings, on_listening=banner))
+    finally:
+        _stop(procs)
+    return 0
+
+
+def print_banner(base: str, key: str, config_path: Path, aliases: list[str]) -> None:
+    """What a new user needs: the URL, the master key, the aliases and a request to try."""
     print(f"fleetgate is up at {base}/v1")
     print(f"  master key: {key}")
     print(f"  config:     {config_path}  (edit it: changes apply without a restart)")
-    print(f"  aliases:    {', '.join(urls)}")
+    print(f"  aliases:    {', '.join(aliases)}  (simulated engines: they answer made-up words)")
     print(
         f"  try: curl {base}/v1/chat/completions -H 'Authorization: Bearer {key}' "
         "-H 'Content-Type: application/json' "
         """-d '{"model": "fast-small", "messages": [{"role": "user", "content": "Hello!"}]}'"""
     )
+    print("  stop: Ctrl-C")
     sys.stdout.flush()
-    settings = Settings.from_env(
-        master_key=key, config_path=config_path, port=args.port, data_dir=data_dir
-    )
-    try:
-        _use_uvloop()
-        asyncio.run(serve_forever(settings))
-    finally:
-        _stop(procs)
-    return 0

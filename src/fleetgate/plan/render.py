@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fleetgate.extras import pyplot
+
 __all__ = ["plan_table", "plot_plan"]
 
 _ROWS = (
@@ -52,10 +54,7 @@ def plan_table(plan: dict[str, Any]) -> str:
 
 def plot_plan(plan: dict[str, Any], path: Path) -> None:
     """Write a PNG: autoscaled GPUs per hour against the always-on peak fleet."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("plotting the plan")
 
     hours = list(range(24))
     fig, ax = plt.subplots(figsize=(8, 4))

@@ -1,10 +1,11 @@
 import io
+import sys
 
 import numpy as np
 import pytest
 import soundfile as sf
 
-from fleetgate.errors import InvalidRequest
+from fleetgate.errors import InvalidRequest, MissingExtra
 from fleetgate.multimodal.audio.decode import AudioLimits, decode_audio
 
 
@@ -37,3 +38,13 @@ def test_garbage_and_limits_are_400() -> None:
         decode_audio(tone("WAV", "PCM_16"), limits=AudioLimits(max_seconds=0.5))
     with pytest.raises(InvalidRequest, match="larger than"):
         decode_audio(tone("WAV", "PCM_16"), limits=AudioLimits(max_bytes=100))
+
+
+def test_without_scipy_16k_audio_decodes_and_other_rates_name_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "scipy", None)
+    monkeypatch.setitem(sys.modules, "scipy.signal", None)
+    assert len(decode_audio(tone("WAV", "PCM_16", rate=16000))) == 16000
+    with pytest.raises(MissingExtra, match=r"resampling audio needs scipy.*fleetgate\[audio\]"):
+        decode_audio(tone("WAV", "PCM_16", rate=44100))

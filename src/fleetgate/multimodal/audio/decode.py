@@ -1,7 +1,9 @@
 """Decode WAV, FLAC, OGG/Vorbis/Opus and MP3 to 16 kHz mono float32.
 
 libsndfile (through ``soundfile``) reads all four here: libsndfile >= 1.1 has MP3 support built
-in. Resampling is polyphase (``scipy.signal.resample_poly``). CPU work: call from a worker.
+in. Resampling is polyphase (``scipy.signal.resample_poly``, from the ``audio`` extra: without
+it, audio that is not already 16 kHz is refused with a :class:`MissingExtra` naming the extra).
+CPU work: call from a worker.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import soundfile as sf
 from pydantic import BaseModel, Field
 
 from fleetgate.errors import InvalidRequest
+from fleetgate.extras import require
 
 __all__ = ["TARGET_RATE", "AudioLimits", "decode_audio", "resample"]
 
@@ -33,12 +36,11 @@ def resample(samples: Samples, rate: int, target: int = TARGET_RATE) -> Samples:
     """``samples`` at ``rate`` resampled to ``target`` Hz."""
     if rate == target:
         return samples.astype(np.float32, copy=False)
-    # Imported here: scipy.signal takes half a second to import, and most processes never
-    # resample (the gateway imports this module at start-up for its audio routes).
-    from scipy.signal import resample_poly  # type: ignore[import-untyped]
-
+    # Imported here: scipy.signal takes half a second to import, most processes never resample
+    # (the gateway imports this module at start-up for its audio routes), and scipy is optional.
+    signal = require("scipy.signal", extra="audio", purpose="resampling audio")
     ratio = Fraction(target, rate).limit_denominator(1000)
-    out = resample_poly(samples, ratio.numerator, ratio.denominator)
+    out = signal.resample_poly(samples, ratio.numerator, ratio.denominator)
     return np.asarray(out, dtype=np.float32)
 
 
