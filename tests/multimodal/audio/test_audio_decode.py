@@ -48,3 +48,10 @@ def test_without_scipy_16k_audio_decodes_and_other_rates_name_the_extra(
     assert len(decode_audio(tone("WAV", "PCM_16", rate=16000))) == 16000
     with pytest.raises(MissingExtra, match=r"resampling audio needs scipy.*fleetgate\[audio\]"):
         decode_audio(tone("WAV", "PCM_16", rate=44100))
+
+
+def test_without_soundfile_decoding_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    wav = tone("WAV", "PCM_16", rate=16000)
+    monkeypatch.setitem(sys.modules, "soundfile", None)
+    with pytest.raises(MissingExtra, match=r"decoding audio needs soundfile.*fleetgate\[audio\]"):
+        decode_audio(wav)

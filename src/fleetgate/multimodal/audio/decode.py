@@ -1,9 +1,9 @@
 """Decode WAV, FLAC, OGG/Vorbis/Opus and MP3 to 16 kHz mono float32.
 
 libsndfile (through ``soundfile``) reads all four here: libsndfile >= 1.1 has MP3 support built
-in. Resampling is polyphase (``scipy.signal.resample_poly``, from the ``audio`` extra: without
-it, audio that is not already 16 kHz is refused with a :class:`MissingExtra` naming the extra).
-CPU work: call from a worker.
+in. Resampling is polyphase (``scipy.signal.resample_poly``). Both come with the ``audio`` extra
+and are imported on first use: without them, audio routes answer a :class:`MissingExtra` naming
+the extra (16 kHz audio needs no scipy). CPU work: call from a worker.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
-import soundfile as sf
 from pydantic import BaseModel, Field
 
 from fleetgate.errors import InvalidRequest
@@ -49,6 +48,7 @@ def decode_audio(
 ) -> Samples:
     """Mono float32 samples at 16 kHz; raises :class:`InvalidRequest` for unreadable audio."""
     limits = limits or AudioLimits()
+    sf = require("soundfile", extra="audio", purpose="decoding audio")
     if len(data) > limits.max_bytes:
         raise InvalidRequest(f"audio is larger than {limits.max_bytes} bytes", param=param)
     try:

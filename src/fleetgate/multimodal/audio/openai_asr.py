@@ -14,9 +14,9 @@ from collections.abc import Sequence
 import aiohttp
 import numpy as np
 import numpy.typing as npt
-import soundfile as sf
 
 from fleetgate.errors import UpstreamBadResponse
+from fleetgate.extras import require
 from fleetgate.multimodal.audio.decode import TARGET_RATE
 from fleetgate.multimodal.upstream import SideServiceClient
 
@@ -27,6 +27,7 @@ Samples = npt.NDArray[np.float32]
 
 def wav_bytes(samples: Samples, rate: int = TARGET_RATE) -> bytes:
     """``samples`` as a 16-bit PCM WAV file."""
+    sf = require("soundfile", extra="audio", purpose="encoding audio")
     buf = io.BytesIO()
     sf.write(buf, samples, rate, format="WAV", subtype="PCM_16")
     return buf.getvalue()

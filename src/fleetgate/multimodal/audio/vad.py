@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-import webrtcvad
 from pydantic import BaseModel, Field
 
+from fleetgate.extras import require
 from fleetgate.multimodal.audio.decode import TARGET_RATE
 
 __all__ = ["SpeechSegment", "VadConfig", "segment_speech", "to_pcm16"]
@@ -46,6 +46,7 @@ def to_pcm16(samples: npt.NDArray[np.float32]) -> bytes:
 
 
 def _speech_runs(samples: npt.NDArray[np.float32], cfg: VadConfig) -> list[tuple[int, int]]:
+    webrtcvad = require("webrtcvad", extra="audio", purpose="voice activity detection")
     vad = webrtcvad.Vad(cfg.aggressiveness)
     frame = TARGET_RATE * FRAME_MS // 1000
     pcm = to_pcm16(samples)

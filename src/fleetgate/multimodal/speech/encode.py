@@ -12,9 +12,9 @@ import struct
 from typing import Literal, get_args
 
 import numpy as np
-import soundfile as sf
 
 from fleetgate.errors import InvalidRequest
+from fleetgate.extras import require
 from fleetgate.multimodal.audio.decode import resample
 from fleetgate.multimodal.speech.tts import SynthesizedAudio
 
@@ -69,6 +69,7 @@ def encode_audio(audio: SynthesizedAudio, fmt: str) -> bytes:
     if fmt == "opus":
         audio = _as_rate(audio, 48_000)
     container, subtype = _SF[fmt]
+    sf = require("soundfile", extra="audio", purpose=f"encoding {fmt} audio")
     buf = io.BytesIO()
     samples = np.frombuffer(audio.pcm, dtype="<i2")
     sf.write(buf, samples, audio.sample_rate, format=container, subtype=subtype)
