@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetgate.errors import InvalidRequest
+from fleetgate.extras import require
 from fleetgate.multimodal.audio.decode import TARGET_RATE
 from fleetgate.multimodal.audio.vad import to_pcm16
 
@@ -65,11 +66,10 @@ class PocketsphinxTranscriber:
         self._decoders.put(self._new_decoder())
 
     def _new_decoder(self) -> Any:
-        from pocketsphinx import Decoder
-
+        pocketsphinx = require("pocketsphinx", extra="audio", purpose="speech recognition")
         with self._lock:
             self._created += 1
-        return Decoder(**self._config)
+        return pocketsphinx.Decoder(**self._config)
 
     def _take_decoder(self) -> Any:
         try:

@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 from fleetgate.errors import InvalidRequest, ServiceUnavailable
+from fleetgate.extras import require
 from fleetgate.multimodal.speech.tts import SynthesizedAudio
 
 __all__ = ["OPENAI_VOICES", "EspeakSynthesizer"]
@@ -108,8 +109,7 @@ class EspeakSynthesizer:
     """
 
     def __init__(self, *, library_path: str | None = None, data_path: str | None = None) -> None:
-        import espeakng_loader
-
+        espeakng_loader = require("espeakng_loader", extra="audio", purpose="speech synthesis")
         self._library_path = library_path or str(espeakng_loader.get_library_path())
         self._data_path = data_path or str(espeakng_loader.get_data_path())
 
