@@ -61,3 +61,30 @@ async def test_other_process_sees_overrides_through_the_data_dir(tmp_path: Path)
     assert third.config.teams == {"finance": "strict"}
     for rt in (writer, reader, third):
         await rt.stop()
+
+
+async def test_replaced_checks_are_closed_after_a_grace_period_not_kept_forever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fleetgate.safety.runtime as runtime_module
+
+    rt = _runtime(tmp_path)
+    closed: list[str] = []
+    for i in range(50):  # a policy edited over and over: each edit replaces the words check
+        options = {"lists": {"custom": [f"word{i}"]}}
+        config = {
+            **BASE,
+            "checks": {**BASE["checks"], "words": {"type": "words", "options": options}},
+        }
+        old = rt.guardrails.checks["words"]
+        old.close = lambda name=f"w{i}": closed.append(name)  # type: ignore[attr-defined]
+        rt.set_base(SafetyConfig.model_validate(config))
+    assert rt.retired_checks() == 50  # all within the grace period: requests may use them
+    monkeypatch.setattr(runtime_module, "RETIRE_AFTER_S", 0.0)
+    rt.set_base(SafetyConfig.model_validate(BASE))
+    for task in list(rt._tasks):
+        if task.get_name() == "fg-safety-retire":
+            await task
+    assert rt.retired_checks() == 1
+    assert len(closed) == 50
+    await rt.stop()

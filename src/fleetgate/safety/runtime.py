@@ -26,6 +26,7 @@ import contextlib
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ __all__ = ["SafetyRuntime", "localize"]
 log = logging.getLogger("fleetgate.safety")
 
 OVERRIDES_FILE = "safety-policies.json"
+RETIRE_AFTER_S = 900.0  # longer than any request (upstream total timeout: 600 s by default)
 _SECTIONS = ("policies", "aliases", "teams")
 
 
@@ -102,7 +104,9 @@ class SafetyRuntime:
             log.warning("ignoring %s: %s", self.overrides_path, exc.message)
             self.overrides, effective = {}, config
         self.guardrails = self._build(effective, {})
-        self._retired: list[Guardrails] = []
+        # Checks a config change replaced, with when: in-flight requests may still use them, so
+        # they are closed once older than RETIRE_AFTER_S (longer than any request may run).
+        self._retired: list[tuple[float, list[Check]]] = []
         a = config.audit
         self.audit: AuditQueue | None = None
         if a.enabled:
@@ -133,9 +137,35 @@ class SafetyRuntime:
             if old.config.checks.get(name) == new_local.checks.get(name)
         }  # fmt: skip
         new = self._build(config, reuse)
-        self._retired.append(old)  # in-flight requests may still use its checks: closed at stop
+        kept = {id(c) for c in new.checks.values()}
+        replaced = [c for c in old.checks.values() if id(c) not in kept]
+        now = time.monotonic()
+        due = [c for at, checks in self._retired if now - at > RETIRE_AFTER_S for c in checks]
+        self._retired = [(at, cs) for at, cs in self._retired if now - at <= RETIRE_AFTER_S]
+        if replaced:
+            self._retired.append((now, replaced))
+        if due:
+            self._spawn_close(due)
         self.guardrails = self.stage.guardrails = new
         return new
+
+    def retired_checks(self) -> int:
+        """Replaced checks not closed yet (bounded: closed RETIRE_AFTER_S after replacement)."""
+        return sum(len(cs) for _, cs in self._retired)
+
+    def _spawn_close(self, checks: list[Check]) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a reload outside the loop (tests): close at stop
+            self._retired.append((time.monotonic(), checks))
+            return
+        task = loop.create_task(_close_checks(checks), name="fg-safety-retire")
+        self._tasks.append(task)
+        task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        if task in self._tasks:
+            self._tasks.remove(task)
 
     def set_base(self, config: SafetyConfig) -> None:
         """The config file's ``safety:`` section changed (a reload); overrides stay on top."""
@@ -241,13 +271,19 @@ class SafetyRuntime:
         if self.audit is not None:
             await self.audit.stop()
         unique: dict[int, Check] = {}
-        for g in [*self._retired, self.guardrails]:
-            unique.update((id(c), c) for c in g.checks.values())
-        for check in unique.values():
-            with contextlib.suppress(Exception):
-                aclose = getattr(check, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-                close = getattr(check, "close", None)
-                if close is not None:
-                    close()
+        for checks in [*(cs for _, cs in self._retired), list(self.guardrails.checks.values())]:
+            unique.update((id(c), c) for c in checks)
+        self._retired.clear()
+        await _close_checks(list(unique.values()))
+
+
+async def _close_checks(checks: list[Check]) -> None:
+    """Close each check's clients and worker threads; one failing does not stop the rest."""
+    for check in checks:
+        with contextlib.suppress(Exception):
+            aclose = getattr(check, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            close = getattr(check, "close", None)
+            if close is not None:
+                close()
