@@ -26,6 +26,7 @@ renders them as OpenAI error objects ``{"error": {"message", "type", "param", "c
     ├── ServiceUnavailable             503 a dependency of ours (store, limiter) failed closed
     │   ├── LimiterUnavailable         503 code=limiter_unavailable: the shared limiter (Redis)
     │   └── MissingExtra               503 code=missing_extra: an optional package is not installed
+    ├── RecordRefused                  the store refused a record for good (never rendered)
     └── ConfigError                    invalid configuration (never rendered to API callers)
 
 Example::
@@ -55,6 +56,7 @@ __all__ = [
     "PayloadTooLarge",
     "PermissionDenied",
     "RateLimited",
+    "RecordRefused",
     "RequestTimeout",
     "ServiceUnavailable",
     "UpstreamBadResponse",
@@ -283,6 +285,14 @@ class MissingExtra(ServiceUnavailable):
     def __init__(self, message: str, *, extra: str) -> None:
         super().__init__(message)
         self.extra = extra
+
+
+class RecordRefused(FleetgateError):
+    """The store refused a record for what it holds (a value too long or of the wrong type, a
+    missing required value), not for being away: retrying it can never succeed. The record
+    writer sets such a record aside and keeps writing the rest."""
+
+    type = "record_refused"
 
 
 class ConfigError(FleetgateError):

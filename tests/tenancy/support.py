@@ -20,6 +20,7 @@ from fleetgate.app import create_app
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.tenancy.runtime import Tenancy
+from fleetgate.tenancy.writer import RecordWriter
 
 PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -249,3 +250,13 @@ class TcpProxy:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+async def crash_writer(writer: RecordWriter) -> None:
+    """What a killed process leaves of a record writer: its spool files, unlocked, and no
+    open connection (its thread's own is closed here so that nothing leaks into the test)."""
+    for seg in [*writer._closed, *([writer._current] if writer._current else [])]:
+        seg.close()
+    if writer._thread is not None:
+        await writer._in_thread(writer._sink.close)
+        writer._thread.shutdown(wait=False)

@@ -247,3 +247,22 @@ async def test_an_expiry_past_year_9999_is_400(upstream: str, tmp_path: Path) ->
             body = {"team": team, "expires_at": expires}
             status, out = await gw.admin("POST", "/admin/keys", json=body)
             assert status == 400, out
+
+
+async def test_a_tag_longer_than_the_store_holds_is_refused_with_a_400(
+    upstream: str, tmp_path: Path
+) -> None:
+    """Every request of such a key carried a tag its spend rows could not store."""
+    async with running_gateway(upstream, tmp_path, None) as gw:
+        status, team = await gw.admin("POST", "/admin/teams", json={"name": "t"})
+        assert status == 201
+        for path, body in (
+            ("/admin/keys", {"team": team["id"], "tags": {"feature": "x" * 300}}),
+            ("/admin/teams", {"name": "u", "tags": {"f" * 300: "y"}}),
+        ):
+            status, err = await gw.admin("POST", path, json=body)
+            assert status == 400 and err["error"]["param"] == "tags", err
+        status, _ = await gw.admin(
+            "POST", "/admin/keys", json={"team": team["id"], "tags": {"feature": "x" * 290}}
+        )
+        assert status == 201

@@ -96,6 +96,20 @@ async def test_a_key_without_the_audio_model_is_refused(upstream: str, tmp_path:
         assert (await resp.json())["error"]["code"] == "model_not_found"
 
 
+async def test_a_model_name_longer_than_the_store_holds_is_refused_with_a_400(
+    upstream: str, tmp_path: Path
+) -> None:
+    """The audio routes skip the alias table: a 300-character model name reached the spend
+    writer, and on PostgreSQL its row blocked every tenant's spend and audit."""
+    async with running_gateway(upstream, tmp_path, None) as gw:
+        _, _, key = await gw.team_and_key("long")
+        assert (await _speech(gw, key, model="m" * 300))[0] == 400
+        resp = await _transcribe(gw, key, b"RIFF....", model="w" * 300)
+        assert resp.status == 400
+        assert (await resp.json())["error"]["param"] == "model"
+        assert (await _speech(gw, key, model="m" * 200))[0] == 200
+
+
 @pytest.fixture(scope="module")
 def wav() -> bytes:
     return speak_to_wav(SENTENCES[:1], 0.3)

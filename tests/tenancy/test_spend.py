@@ -4,6 +4,7 @@ budgets that stop at the limit, alerts once each, remaining-budget gauges."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from fleetgate.tenancy.writer import RecordWriter
 from tests.tenancy.support import (
     PRICE,
     TcpProxy,
+    crash_writer,
     create_pg_database,
     drop_pg_database,
     running_gateway,
@@ -121,8 +123,7 @@ async def test_spool_left_by_a_crash_is_replayed_exactly_once(db_url: str, tmp_p
         await crashed.flush()  # 25 written ...
         for i in range(25, 40):
             crashed.submit("spend", _row(f"r{i}"))  # ... 15 only spooled, then the "crash":
-        assert crashed._current is not None
-        crashed._current.close()  # the process dies: its lock goes, the file stays
+        await crash_writer(crashed)  # the process dies: its lock goes, the file stays
         files = list((tmp_path / "spool").glob("seg-*.jsonl"))
         assert len(files) == 1 and len(files[0].read_bytes().splitlines()) == 40
         for _ in range(2):  # two restarts: the second finds nothing more to do
@@ -147,13 +148,13 @@ async def test_a_flush_writes_what_was_queued_and_returns_while_records_keep_com
     await db.migrate()
     writer = RecordWriter(db, tmp_path / "spool", batch_size=50)
     writes: list[int] = []
-    original = writer._write
+    original = writer._sink._insert
 
-    async def counting(records: list[dict[str, Any]]) -> bool:
+    def counting(records: Sequence[dict[str, Any]]) -> int:  # in the writer's thread
         writes.append(len(records))
-        return await original(records)
+        return original(records)
 
-    writer._write = counting  # type: ignore[method-assign]
+    writer._sink._insert = counting  # type: ignore[method-assign]
     stop = asyncio.Event()
 
     async def traffic() -> None:

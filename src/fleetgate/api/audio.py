@@ -31,6 +31,8 @@ from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.multimodal.speech.encode import AudioStreamEncoder
 from fleetgate.multimodal.speech.espeak import OPENAI_VOICES
 from fleetgate.multimodal.speech.streamer import SpeechStreamer
+from fleetgate.store.fields import require_fits
+from fleetgate.store.tables import spend
 from fleetgate.tenancy.auth import bearer_token
 from fleetgate.tenancy.money import unit_cost_nusd
 from fleetgate.tenancy.principal import Principal
@@ -63,6 +65,7 @@ def _gateway_request(
     gw: GatewayState, endpoint: str, principal: Principal, body: dict[str, Any], tokens: int
 ) -> GatewayRequest:
     model: str = body["model"]
+    require_fits(model, spend.c.alias, "model")  # stored with the spend of the request
     gw.check_model(principal, model, routed=False)  # audio engines are not route aliases
     return GatewayRequest(
         request_id=gw.request_ids.next(),

@@ -5,6 +5,7 @@ Example::
     db = Database.from_settings(settings)     # sqlite at <data_dir>/fleetgate.db by default
     await db.migrate()                         # Alembic, programmatically, to head
     await db.insert_ignore(spend, rows)        # INSERT ... ON CONFLICT DO NOTHING
+    bulk = db.bulk_insert([spend])             # the same from a worker thread, own connection
     await db.close()
 """
 
@@ -19,6 +20,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from fleetgate.store.bulk import BulkInsert, PostgresBulkInsert, SqliteBulkInsert
 
 __all__ = ["Database", "database_url"]
 
@@ -47,6 +50,8 @@ class Database:
 
     def __init__(self, url: str, *, connect_timeout_s: float = 3.0) -> None:
         self.url = url
+        self.connect_timeout_s = connect_timeout_s
+        self.busy_timeout_s = 5.0  # how long a SQLite writer waits for a lock held elsewhere
         self._insert_stmts: dict[str, Any] = {}
         parsed = make_url(url)
         self.dialect = parsed.get_backend_name()
@@ -99,6 +104,20 @@ class Database:
             self._insert_stmts[table.name] = stmt
         result = await conn.execute(stmt, list(rows))
         return len(result.all())
+
+    def bulk_insert(self, tables: Sequence[Table]) -> BulkInsert:
+        """A `fleetgate.store.bulk.BulkInsert` into ``tables`` with a connection of its own,
+        opened on first use (call it from one worker thread only)."""
+        url = make_url(self.url)
+        if self.dialect == "postgresql":
+            dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
+            return PostgresBulkInsert(
+                dsn, tables, connect_timeout_s=self.connect_timeout_s,
+                command_timeout_s=max(15.0, self.connect_timeout_s * 2),
+            )  # fmt: skip
+        if self.dialect == "sqlite" and url.database and url.database != ":memory:":
+            return SqliteBulkInsert(url.database, tables, busy_timeout_s=self.busy_timeout_s)
+        raise ValueError(f"no bulk insert for {self.dialect} ({self.url.split(':', 1)[0]})")
 
     async def close(self) -> None:
         await self.engine.dispose()

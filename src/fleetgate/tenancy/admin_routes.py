@@ -6,6 +6,7 @@ reads only its own team's spend and audit. Every call is recorded in the admin a
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiohttp import web
@@ -48,6 +49,7 @@ class TenancyAdmin:
             web.get("/admin/keys", self.list_keys),
             web.delete("/admin/keys/{key_id}", self.revoke_key),
             web.get("/admin/spend", self.get_spend),
+            web.get("/admin/spend/dead-letters", self.get_dead_letters),
             web.get("/admin/audit", self.get_audit),
         ]
 
@@ -121,3 +123,15 @@ class TenancyAdmin:
             raise InvalidRequest("'limit' must be an integer", param="limit") from None
         rows = await audit_log(tenancy.db, actor, request.query.get("kind", "admin"), limit)
         return _json({"data": rows})
+
+    async def get_dead_letters(self, request: web.Request) -> web.Response:
+        """``GET /admin/spend/dead-letters?limit=100``: spend/audit records the store refused,
+        set aside by the record writer (newest first; master key only: every team's rows)."""
+        tenancy, actor = self._caller(request)
+        if not actor.is_master:
+            raise PermissionDenied("Only the master key may read the dead-letter records.")
+        raw = request.query.get("limit", "100")
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 4 and 1 <= int(raw) <= 1000):
+            raise InvalidRequest("'limit' must be an integer from 1 to 1000", param="limit")
+        entries, total = await asyncio.to_thread(tenancy.writer.dead_letters.recent, int(raw))
+        return _json({"data": entries, "total": total})

@@ -71,6 +71,14 @@ class Tenancy:
             prefix=config.redis_prefix,
             poll_interval_s=config.poll_interval_s,
         )
+        refused = registry.counter(
+            "fleetgate_spend_dead_letters_total",
+            "Spend/audit records the store refused, set aside in the dead-letter file.",
+        )
+        lost = registry.counter(
+            "fleetgate_spend_dropped_total",
+            "Spend/audit records dropped: the spool failed and the memory queue was full.",
+        )
         self.writer = RecordWriter(
             self.db,
             settings.data_dir / "spool",
@@ -78,11 +86,18 @@ class Tenancy:
             flush_interval_s=config.spend_flush_interval_s,
             fsync=config.spool_fsync,
             on_error=lambda _exc: write_failures.inc(),
+            on_refused=refused.inc,
+            on_dropped=lost.inc,
         )
         pending = registry.gauge(
             "fleetgate_spend_pending_records", "Spend/audit records not yet in the store."
         )
         pending.set_collector(lambda: [((), float(self.writer.pending()))])
+        held = registry.gauge(
+            "fleetgate_spend_memory_records",
+            "Spend/audit records waiting in memory (the spool on disk holds the rest).",
+        )
+        held.set_collector(lambda: [((), float(self.writer.held()))])
         self.alerts = AlertNotifier(self.db, config.alert_webhook)
         self.budgets = Budgets(
             self.db,

@@ -19,7 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied
 from fleetgate.store.database import Database
-from fleetgate.store.tables import admin_audit, api_keys, teams, tenancy_state, users
+from fleetgate.store.fields import require_fits
+from fleetgate.store.tables import admin_audit, api_keys, spend_tags, teams, tenancy_state, users
 from fleetgate.tenancy.model import hash_key, key_hint, new_key
 from fleetgate.tenancy.money import nusd_to_usd, usd_to_nusd
 from fleetgate.tenancy.periods import PERIODS
@@ -105,7 +106,10 @@ def _tags(body: dict[str, Any]) -> dict[str, str]:
     tags = body.get("tags") or {}
     if not isinstance(tags, dict):
         raise InvalidRequest("'tags' must be an object of strings", param="tags")
-    return {str(k): str(v) for k, v in tags.items()}
+    out = {str(k): str(v) for k, v in tags.items()}
+    for k, v in out.items():  # each request's spend row stores "key=value"
+        require_fits(f"{k}={v}", spend_tags.c.tag, "tags")
+    return out
 
 
 def _team_out(r: Any) -> dict[str, Any]:
