@@ -94,7 +94,12 @@ def build_state(
         metrics=metrics,
         http=http,
         auth=MasterKeyAuthenticator(settings.master_key),
-        access_log=AccessLog(access_path),
+        access_log=AccessLog(
+            access_path,
+            max_bytes=cfg.server.access_log_max_bytes,
+            max_age_s=cfg.server.access_log_max_age_s,
+            backups=cfg.server.access_log_backups,
+        ),
         tracer=GenAITracer(cfg.server.otel_exporter, cfg.server.otel_endpoint),
         max_request_bytes=cfg.server.max_request_bytes,
         body_timeout_s=cfg.server.body_timeout_s,

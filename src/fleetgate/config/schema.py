@@ -181,6 +181,11 @@ class ServerConfig(_Model):
     # A request body that has not fully arrived this long after its headers is a 408.
     body_timeout_s: float = Field(30.0, gt=0)
     access_log: bool = True
+    # access.log is rotated when a write would take it past this size or its first line is
+    # this old (None: never for that reason), keeping this many older files (.1 the newest).
+    access_log_max_bytes: int | None = Field(100 * 1024 * 1024, gt=0)
+    access_log_max_age_s: float | None = Field(86_400.0, gt=0)
+    access_log_backups: int = Field(5, ge=0)
     otel_exporter: Literal["none", "console", "memory", "otlp"] = "none"
     otel_endpoint: str | None = None
 

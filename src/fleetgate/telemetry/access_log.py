@@ -1,14 +1,25 @@
-"""A structured access log written off the hot path.
+"""A structured access log written off the hot path, rotated by size and age.
 
 Requests append a small dict to a bounded in-memory buffer; a background task writes the
 buffer as JSON lines every ``flush_interval`` seconds in a worker thread. A full buffer drops
 the oldest entries and counts them, it never blocks a request.
+
+Before each write the worker rotates the file when the write would take it past ``max_bytes``
+or its first line is older than ``max_age_s``: ``access.log`` becomes ``access.log.1``, the
+older copies move up one (``.1`` → ``.2`` ...) and the one past ``backups`` is deleted. Several
+worker processes may share the file: a rotation takes an ``flock`` on ``access.log.lock`` and
+happens only if the file is still the one that was found too big or too old, so two processes
+never rotate it twice; each write opens the file anew, so every process follows a rotation at
+its next write.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import os
+import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -22,14 +33,26 @@ __all__ = ["AccessLog"]
 
 class AccessLog:
     def __init__(
-        self, path: Path | None, *, max_buffer: int = 100_000, flush_interval: float = 0.5
+        self,
+        path: Path | None,
+        *,
+        max_buffer: int = 100_000,
+        flush_interval: float = 0.5,
+        max_bytes: int | None = 100 * 1024 * 1024,
+        max_age_s: float | None = 86_400.0,
+        backups: int = 5,
     ) -> None:
         self.path = path
+        self.max_bytes = max_bytes
+        self.max_age_s = max_age_s
+        self.backups = backups
         self._buffer: deque[dict[str, Any]] = deque(maxlen=max_buffer)
         self._interval = flush_interval
         self._task: asyncio.Task[None] | None = None
+        self._started: tuple[int, float] | None = None  # (inode, time of its first line)
         self.dropped = 0
         self.written = 0
+        self.rotations = 0
 
     def record(self, entry: dict[str, Any]) -> None:
         if self.path is None:
@@ -40,24 +63,62 @@ class AccessLog:
 
     def _write(self, lines: bytes) -> None:
         assert self.path is not None
+        self._rotate_if_due(self.path, len(lines))
         with self.path.open("ab") as fh:
             fh.write(lines)
+
+    def _rotate_if_due(self, path: Path, incoming: int) -> None:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return
+        if st.st_size == 0:
+            return
+        if self._started is None or self._started[0] != st.st_ino:
+            self._started = (st.st_ino, _first_time(path) or time.time())
+        too_big = self.max_bytes is not None and st.st_size + incoming > self.max_bytes
+        too_old = self.max_age_s is not None and time.time() - self._started[1] >= self.max_age_s
+        if too_big or too_old:
+            self._rotate(path, st.st_ino)
+
+    def _rotate(self, path: Path, inode: int) -> None:
+        lock = os.open(path.with_name(path.name + ".lock"), os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if os.stat(path).st_ino != inode:
+                    return  # another process rotated it meanwhile
+            except FileNotFoundError:
+                return
+            if self.backups <= 0:
+                path.unlink()
+            else:
+                for i in range(self.backups - 1, 0, -1):
+                    older = path.with_name(f"{path.name}.{i}")
+                    if older.exists():
+                        older.replace(path.with_name(f"{path.name}.{i + 1}"))
+                path.replace(path.with_name(f"{path.name}.1"))
+            self.rotations += 1
+        finally:
+            os.close(lock)  # releases the flock
 
     async def flush(self) -> None:
         if not self._buffer or self.path is None:
             return
         batch = [self._buffer.popleft() for _ in range(len(self._buffer))]
         data = b"".join(orjson.dumps(e) + b"\n" for e in batch)
-        await asyncio.to_thread(self._write, data)
+        try:
+            await asyncio.to_thread(self._write, data)
+        except OSError:
+            self.dropped += len(batch)  # a full disk: the lines are lost, the requests are not
+            raise
         self.written += len(batch)
 
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self._interval)
-            try:
+            with contextlib.suppress(OSError):  # counted in `dropped`; retried next time
                 await self.flush()
-            except OSError:
-                self.dropped += 1
 
     def start(self) -> None:
         if self.path is not None and self._task is None:
@@ -69,3 +130,14 @@ class AccessLog:
         await cancel_and_wait(task)
         with contextlib.suppress(OSError):
             await self.flush()
+
+
+def _first_time(path: Path) -> float | None:
+    """The ``ts`` of the file's first line (when the file was started), if it has one."""
+    try:
+        with path.open("rb") as fh:
+            entry = orjson.loads(fh.readline(65536))
+        ts = entry.get("ts") if isinstance(entry, dict) else None
+        return float(ts) if isinstance(ts, int | float) else None
+    except (OSError, orjson.JSONDecodeError):
+        return None
