@@ -64,14 +64,16 @@ def _values(shapes: Sequence[RowShape], rows: Rows, fit: bool) -> list[list[list
 
 
 def _insert_fitting(
-    insert: Callable[[list[list[list[Any]]]], list[int]], shapes: Sequence[RowShape], rows: Rows
+    insert: Callable[[list[list[list[Any]]], bool], list[int]],
+    shapes: Sequence[RowShape],
+    rows: Rows,
 ) -> list[int]:
     """Insert the rows as they are; when the store refuses them, once more clamped in Python
-    (`RecordRefused` if it refuses those too)."""
+    (`RecordRefused` if it refuses those too). ``insert(values, fitted)``."""
     try:
-        return insert(_values(shapes, rows, fit=False))
+        return insert(_values(shapes, rows, fit=False), False)
     except RecordRefused:
-        return insert(_values(shapes, rows, fit=True))
+        return insert(_values(shapes, rows, fit=True), True)
 
 
 class SqliteBulkInsert:
@@ -111,11 +113,14 @@ class SqliteBulkInsert:
     def insert(self, rows: Rows) -> list[int]:
         return _insert_fitting(self._insert, self.shapes, rows)
 
-    def _insert(self, values: list[list[list[Any]]]) -> list[int]:
+    def _insert(self, values: list[list[list[Any]]], fitted: bool) -> list[int]:
         try:
             arrays = [orjson.dumps(vals).decode() if vals else None for vals in values]
         except TypeError as exc:  # a value of no JSON type, left by the clamp for the store
             raise RecordRefused(f"a row cannot be encoded: {exc}") from exc
+        if not fitted and any(a is not None and "\\u0000" in a for a in arrays):
+            # SQLite's JSON functions cut a string at a NUL: clamp in Python, which replaces it
+            raise RecordRefused("a NUL character in a value")
         conn = self._connect()
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -165,7 +170,7 @@ class PostgresBulkInsert:
     def insert(self, rows: Rows) -> list[int]:
         return _insert_fitting(self._insert, self.shapes, rows)
 
-    def _insert(self, values: list[list[list[Any]]]) -> list[int]:
+    def _insert(self, values: list[list[list[Any]]], fitted: bool) -> list[int]:
         args: list[list[Any]] = []
         for shape, vals in zip(self.shapes, values, strict=True):
             columns = list(zip(*vals, strict=True)) if vals else [() for _ in shape.columns]

@@ -30,7 +30,7 @@ from sqlalchemy import JSON, BigInteger, Boolean, Column, Integer, String, Table
 
 from fleetgate.errors import InvalidRequest
 
-__all__ = ["ColumnShape", "RowShape", "column_limit", "require_fits"]
+__all__ = ["ColumnShape", "RowShape", "column_limit", "column_range", "require_fits"]
 
 Kind = Literal["str", "int", "bool", "json", "other"]
 
@@ -41,6 +41,11 @@ def column_limit(column: Column[Any]) -> int | None:
     """The most characters ``column`` holds (``None``: unbounded or not a string)."""
     length = getattr(column.type, "length", None)
     return int(length) if isinstance(column.type, String) and length else None
+
+
+def column_range(column: Column[Any]) -> tuple[int, int]:
+    """The smallest and largest integer ``column`` holds (an ``Integer`` or ``BigInteger``)."""
+    return _RANGES["int8" if isinstance(column.type, BigInteger) else "int4"]
 
 
 def require_fits(value: str, column: Column[Any], param: str) -> str:

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied
 from fleetgate.store.database import Database
-from fleetgate.store.fields import require_fits
+from fleetgate.store.fields import column_range, require_fits
 from fleetgate.store.tables import admin_audit, api_keys, spend_tags, teams, tenancy_state, users
 from fleetgate.tenancy.model import hash_key, key_hint, new_key
 from fleetgate.tenancy.money import nusd_to_usd, usd_to_nusd
@@ -82,13 +82,17 @@ def _limits(body: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in ("rpm", "tpm", "max_parallel"):
         value = body.get(name)
-        if value is not None and (not isinstance(value, int) or value < 0):
-            raise InvalidRequest(f"'{name}' must be a non-negative integer", param=name)
+        top = column_range(api_keys.c[name])[1]  # the store's column: beyond it, a 500 later
+        if value is not None and (not isinstance(value, int) or not 0 <= value <= top):
+            raise InvalidRequest(f"'{name}' must be an integer from 0 to {top}", param=name)
         out[name] = value
     budget = body.get("max_budget_usd")
-    if budget is not None and (not isinstance(budget, int | float) or budget < 0):
+    top_usd = column_range(api_keys.c.max_budget_nusd)[1] // 10**9
+    if budget is not None and (
+        not isinstance(budget, int | float) or not 0 <= budget <= top_usd  # NaN fails too
+    ):
         raise InvalidRequest(
-            "'max_budget_usd' must be a non-negative number", param="max_budget_usd"
+            f"'max_budget_usd' must be a number from 0 to {top_usd}", param="max_budget_usd"
         )
     out["max_budget_nusd"] = None if budget is None else usd_to_nusd(budget)
     period = body.get("budget_period")
