@@ -194,6 +194,7 @@ async def test_a_full_spool_disk_never_fails_a_response_and_the_request_is_still
         assert gw.tenancy.writer.dropped == 0
 
 
+@pytest.mark.postgres
 async def test_records_held_in_memory_stay_bounded_through_an_outage(tmp_path: Path) -> None:
     url = await create_pg_database()
     proxy = TcpProxy(5432)

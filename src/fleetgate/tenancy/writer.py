@@ -243,27 +243,34 @@ class RecordWriter:
     async def flush(self) -> None:
         """Write every record queued when it is called (stops at the first store error)."""
         async with self._lock:
-            cur = self._current
-            if (
-                cur is not None
-                and cur.appended
-                and (
-                    cur.pending is None  # its file is read back: no appends meanwhile
-                    or cur.broken
-                    or time.monotonic() - cur.opened > self.segment_max_s
-                )
-            ):
-                self._close_current()
             self._respool()
-            cur = self._current
-            for seg in [*self._closed, *([cur] if cur is not None else [])]:
+            for seg in list(self._closed):
                 if not await self._drain(seg):
                     return
-                if seg is not cur:
-                    self._closed.remove(seg)
-                    seg.close()
-                    seg.path.unlink(missing_ok=True)
-            await self._drain_unspooled()
+                self._finish(seg)
+            if await self._drain_current():
+                await self._drain_unspooled()
+
+    async def _drain_current(self) -> bool:
+        cur = self._current
+        if cur is None or not cur.appended:
+            return True
+        young = time.monotonic() - cur.opened <= self.segment_max_s
+        if cur.pending is not None and not cur.broken and young:
+            return await self._drain(cur)  # in memory: it keeps taking records meanwhile
+        self._close_current()  # file-backed: read back from its file, so no appends meanwhile
+        if cur not in self._closed:
+            return True  # nothing left in it: deleted
+        if not await self._drain(cur):
+            return False
+        self._finish(cur)
+        return True
+
+    def _finish(self, seg: Segment) -> None:
+        """A closed segment whose records are all in the store: delete it."""
+        self._closed.remove(seg)
+        seg.close()
+        seg.path.unlink(missing_ok=True)
 
     async def _drain(self, seg: Segment) -> bool:
         if seg.pending is not None:
