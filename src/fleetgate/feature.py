@@ -8,6 +8,7 @@ on the request path, serve routes, follow config reloads and run background work
 - ``stage``: its step of the request path, or ``None``;
 - ``routes()``: its HTTP routes (registered once, when the app is built);
 - ``reconfigure(config)``: a reloaded config was swapped in; apply what can change live;
+- ``missing()``: what it still lacks to serve fully (a database not reached yet), for readiness;
 - ``start()``: open connections, start tasks (called in order, before the first request);
 - ``aclose()``: stop tasks, flush, close (called in reverse order at shutdown).
 
@@ -66,6 +67,10 @@ class Feature(Protocol):
 
     def reconfigure(self, config: GatewayConfig) -> None: ...
 
+    def missing(self) -> list[str]:
+        """What it still lacks to serve fully (``/health/ready`` lists it); empty when ready."""
+        ...
+
     async def start(self) -> None: ...
 
     async def aclose(self) -> None: ...
@@ -82,6 +87,9 @@ class BaseFeature:
 
     def reconfigure(self, config: GatewayConfig) -> None:
         return None
+
+    def missing(self) -> list[str]:
+        return []
 
     async def start(self) -> None:
         return None
@@ -122,6 +130,10 @@ class Features:
 
     def routes(self) -> list[web.AbstractRouteDef]:
         return [route for f in self.all for route in f.routes()]
+
+    def missing(self) -> list[str]:
+        """What the features still lack (``"tenancy: database"``), for readiness."""
+        return [f"{f.name}: {m}" for f in self.all for m in f.missing()]
 
     def reconfigure(self, config: GatewayConfig) -> None:
         """Tell every feature about a reloaded config (one failing does not stop the rest)."""

@@ -59,9 +59,12 @@ async def ready(request: web.Request) -> web.Response:
         ok = not unavailable
     else:
         ok = len(unavailable) < len(aliases) or not aliases
+    missing = gw.features.missing() if one is None else []
+    ok = ok and not missing
     body = {
-        "status": "ok" if not unavailable else "degraded",
+        "status": "ok" if not unavailable and not missing else "degraded",
         "ready": ok,
+        "missing": missing,
         "rule": rule,
         "unavailable_aliases": unavailable,
         "aliases": aliases,

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied, ServiceUnavailable
 from fleetgate.http import AdminAccess, json_reply, read_json
+from fleetgate.store.errors import store_unavailable_is_503
 from fleetgate.tenancy.principal import Principal
 from fleetgate.tenancy.reports import audit_log, spend_report
 from fleetgate.tenancy.runtime import Tenancy
@@ -41,16 +42,16 @@ class TenancyAdmin:
 
     def routes(self) -> list[web.RouteDef]:
         return [
-            web.post("/admin/teams", self.create_team),
-            web.get("/admin/teams", self.list_teams),
-            web.get("/admin/teams/{team}", self.get_team),
-            web.post("/admin/users", self.create_user),
-            web.post("/admin/keys", self.create_key),
-            web.get("/admin/keys", self.list_keys),
-            web.delete("/admin/keys/{key_id}", self.revoke_key),
-            web.get("/admin/spend", self.get_spend),
-            web.get("/admin/spend/dead-letters", self.get_dead_letters),
-            web.get("/admin/audit", self.get_audit),
+            web.post("/admin/teams", store_unavailable_is_503(self.create_team)),
+            web.get("/admin/teams", store_unavailable_is_503(self.list_teams)),
+            web.get("/admin/teams/{team}", store_unavailable_is_503(self.get_team)),
+            web.post("/admin/users", store_unavailable_is_503(self.create_user)),
+            web.post("/admin/keys", store_unavailable_is_503(self.create_key)),
+            web.get("/admin/keys", store_unavailable_is_503(self.list_keys)),
+            web.delete("/admin/keys/{key_id}", store_unavailable_is_503(self.revoke_key)),
+            web.get("/admin/spend", store_unavailable_is_503(self.get_spend)),
+            web.get("/admin/spend/dead-letters", store_unavailable_is_503(self.get_dead_letters)),
+            web.get("/admin/audit", store_unavailable_is_503(self.get_audit)),
         ]
 
     async def create_team(self, request: web.Request) -> web.Response:

@@ -17,6 +17,7 @@ from fleetgate.config.settings import Settings
 from fleetgate.feature import BaseFeature
 from fleetgate.hooks import Stage
 from fleetgate.http import AdminAccess
+from fleetgate.store.errors import store_unavailable_is_503
 from fleetgate.telemetry.registry import Registry
 from fleetgate.tenancy.admin_routes import TenancyAdmin
 from fleetgate.tenancy.principal import Principal
@@ -48,9 +49,16 @@ class TenancyFeature(BaseFeature):
     async def record_admin(
         self, actor: Principal, action: str, target: str, detail: Any, *, team_id: str | None = None
     ) -> None:
-        """The admin audit log (`fleetgate.http.AdminAudit`) for every feature's admin routes."""
+        """The admin audit log (`fleetgate.http.AdminAudit`) for every feature's admin routes;
+        an unreachable database is a 503 (an admin action is not done unaudited)."""
         if self.runtime is not None:
-            await self.runtime.service.record_admin(actor, action, target, detail, team_id=team_id)
+            record = store_unavailable_is_503(self.runtime.service.record_admin)
+            await record(actor, action, target, detail, team_id=team_id)
+
+    def missing(self) -> list[str]:
+        if self.runtime is not None and not self.runtime.store_ready:
+            return ["database"]
+        return []
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         return self._admin.routes()

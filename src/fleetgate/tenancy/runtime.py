@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from redis.asyncio import Redis
@@ -21,6 +22,7 @@ from fleetgate.limits.base import Limiter
 from fleetgate.limits.memory import MemoryLimiter
 from fleetgate.limits.redis import RedisLimiter, limiter_redis
 from fleetgate.store.database import Database
+from fleetgate.tasks import cancel_and_wait
 from fleetgate.telemetry.registry import Registry
 from fleetgate.tenancy.alerts import AlertNotifier
 from fleetgate.tenancy.budgets import Budgets
@@ -42,6 +44,8 @@ class Tenancy:
 
     def __init__(self, settings: Settings, config: TenancyConfig, registry: Registry) -> None:
         self.config = config
+        self._store_ready = False
+        self._store_task: asyncio.Task[None] | None = None
         self.db = Database.from_url(settings.database_url, settings.data_dir)
         self.cache = KeyCache(self.db)
         unavailable = registry.counter(
@@ -150,17 +154,48 @@ class Tenancy:
         self.writer.fsync = config.spool_fsync
         self.stage.audit_requests = config.audit_requests
 
+    @property
+    def store_ready(self) -> bool:
+        """The store was reached: migrated, keys loaded, budgets seeded."""
+        return self._store_ready
+
     async def start(self) -> None:
-        """Migrate the store, replay any spool left by a crash, load keys, seed budgets."""
-        await self.db.migrate()
+        """Migrate the store, replay any spool left by a crash, load keys, seed budgets.
+
+        A database that cannot be reached does not stop the gateway: it serves the master key
+        (readiness says the database is missing), records wait in the spool, and the store is
+        opened in the background as soon as it answers."""
+        try:
+            await self._open_store()
+        except Exception as exc:
+            log.error("the database is unreachable (%s); retrying in the background", exc)
+            self._store_task = asyncio.get_running_loop().create_task(
+                self._open_store_when_back(), name="fg-tenancy-store"
+            )
         await self.writer.start()
+
+    async def _open_store(self) -> None:
+        await self.db.migrate()
         await self.cache.load()
         await self.budgets.seed()
+        self._store_ready = True
         self.sync.start()
         self.alerts.start()
         self.budgets.start()
 
+    async def _open_store_when_back(self, interval_s: float = 1.0) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self._open_store()
+            except Exception as exc:
+                log.debug("the database is still unreachable: %s", exc)
+            else:
+                log.warning("the database is back: keys loaded, budgets seeded")
+                return
+
     async def stop(self) -> None:
+        await cancel_and_wait(self._store_task)
         await self.sync.stop()
         await self.stage.drain()
         await self.budgets.stop()
