@@ -5,6 +5,11 @@ body or alias, add response headers, or raise a `fleetgate.errors.FleetgateError
 and ``after`` it with the `Outcome` (settle limits, record spend, audit). Stages run
 ``before`` in order and ``after`` in reverse order; a stage whose ``before`` ran always gets
 its ``after``, even when a later stage or the upstream failed, so reservations are released.
+Every endpoint (chat, completions, embeddings, the ``/v1/messages`` front door, audio) runs
+its stages through one `StageRun`.
+
+A request is one `GatewayRequest` from the route handler to the record: what was asked (the
+stages may rewrite it), its scratch space for stages (``state``), and its `Outcome`.
 
 ``after`` runs on the event loop right after the response: it must not block; queue I/O.
 
@@ -22,11 +27,17 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Protocol
 
 from fleetgate.config.schema import Price
+from fleetgate.errors import FleetgateError
+from fleetgate.providers.base import Endpoint
+from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch_hooks import DispatchHook
 from fleetgate.tenancy.principal import Principal
 
@@ -96,38 +107,14 @@ class ResponseWire(Protocol):
 
 
 @dataclass(slots=True)
-class GatewayRequest:
-    """One model request as it travels the path. Stages may change ``body`` and ``alias``."""
-
-    request_id: str
-    endpoint: str  # "chat/completions" | "completions" | "embeddings" | ...
-    principal: Principal
-    body: dict[str, Any]
-    alias: str
-    stream: bool
-    want_usage: bool
-    prompt_tokens: int
-    max_tokens: int
-    headers: dict[str, str] = field(default_factory=dict)  # selected request headers
-    response_headers: dict[str, str] = field(default_factory=dict)
-    state: dict[str, Any] = field(default_factory=dict)  # per-stage scratch space
-    received_at: float = 0.0  # time.time()
-    stream_filters: list[StreamFilter] = field(default_factory=list)
-    response_filters: list[ResponseFilter] = field(default_factory=list)
-    capture_response: bool = False  # a stage wants `Outcome.response_text` (audit)
-    # Consulted by the dispatcher for each attempt (prefer replicas, gate the send).
-    dispatch_hooks: list[DispatchHook] = field(default_factory=list)
-    wire: ResponseWire | None = None  # None: answer in OpenAI's format (the fast path)
-
-
-@dataclass(slots=True)
 class Outcome:
-    """What happened, for settling, billing and audit."""
+    """What happened to one request, filled in along the path: for settling, billing, audit,
+    metrics and traces. Stages read it in ``after``."""
 
-    status: int
+    status: int = 200
     error_type: str | None = None
-    alias: str = ""
-    deployment: str | None = None
+    alias: str = ""  # the alias served (after the stages' rewrites)
+    deployment: str | None = None  # set once an upstream (or audio engine) was reached
     version: str | None = None
     upstream_model: str | None = None
     price: Price | None = None
@@ -141,6 +128,12 @@ class Outcome:
     response_text: str | None = None  # filled only when a stage asked for it (audit)
     tags: dict[str, str] = field(default_factory=dict)
     cost_nusd: int | None = None  # set when not priced per token (audio by minute or character)
+    # Timings on the gateway's clock (time.perf_counter), for metrics and the access log.
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    upstream_s: float = 0.0  # waiting for the upstream's first answer
+    overhead_s: float = 0.0  # the gateway's own time before that
+    span: Any = None  # the request's trace span, when tracing is on
 
     @property
     def cost_usd(self) -> float:
@@ -160,6 +153,55 @@ class Outcome:
             + self.completion_tokens * p.output_per_mtok
         ) / 1_000_000
 
+    def served_by(self, dep: Deployment) -> None:
+        """The upstream deployment that answered."""
+        config = dep.config
+        self.deployment = dep.id
+        self.version = config.version
+        self.upstream_model = config.model
+        self.price = config.price
+
+    def take_usage(self, usage: Any) -> None:
+        """Token counts from an OpenAI ``usage`` object (ignored when malformed)."""
+        if not isinstance(usage, dict):
+            return
+        prompt = usage.get("prompt_tokens") or 0
+        completion = usage.get("completion_tokens") or 0
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") or 0 if isinstance(details, dict) else 0
+        if isinstance(prompt, int) and isinstance(completion, int) and isinstance(cached, int):
+            self.prompt_tokens = prompt
+            self.completion_tokens = completion
+            self.cached_tokens = cached
+
+
+@dataclass(slots=True)
+class GatewayRequest:
+    """One model request as it travels the path, with its `Outcome`. Stages may change
+    ``body`` and ``alias``; routing reads it (`fleetgate.routing.context.RoutedRequest`)."""
+
+    request_id: str
+    endpoint: Endpoint
+    principal: Principal
+    body: dict[str, Any]
+    alias: str
+    stream: bool
+    want_usage: bool
+    prompt_tokens: int
+    max_tokens: int
+    headers: dict[str, str] = field(default_factory=dict)  # selected request headers
+    response_headers: dict[str, str] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)  # per-stage scratch space
+    received_at: float = 0.0  # time.time()
+    started: float = 0.0  # time.perf_counter() when the request arrived
+    stream_filters: list[StreamFilter] = field(default_factory=list)
+    response_filters: list[ResponseFilter] = field(default_factory=list)
+    capture_response: bool = False  # a stage wants `Outcome.response_text` (audit)
+    # Consulted by the dispatcher for each attempt (prefer replicas, gate the send).
+    dispatch_hooks: list[DispatchHook] = field(default_factory=list)
+    wire: ResponseWire | None = None  # None: answer in OpenAI's format (the fast path)
+    outcome: Outcome = field(default_factory=Outcome)
+
 
 class Stage(Protocol):
     """A step of the request path around the upstream call."""
@@ -172,38 +214,87 @@ class Stage(Protocol):
 
 
 class StageRun:
-    """The stages around one request: ``before`` in order, then ``after`` in reverse for exactly
-    the stages whose ``before`` completed (so a stage that reserved something always settles).
+    """The stages around one request, as an async context manager: ``before`` of each stage in
+    order on entry; on exit, however the block (or a ``before``) ended, the outcome's end is
+    written, ``record`` is called, then ``after`` in reverse for exactly the stages whose
+    ``before`` completed (so a stage that reserved something always settles).
+
+    How it ended: a `fleetgate.errors.FleetgateError` gives the outcome its status and type and
+    carries the stages' response headers; a cancellation is 499 ``client_disconnected``; any
+    other exception is 500 ``internal_error``. The exception always propagates: the one error
+    handler (``api/errors.py``) renders it (and logs the unexpected ones).
 
     Example::
 
-        run = StageRun(gw.stages, req)
-        try:
-            await run.before()
-            ...  # the upstream call
-        finally:
-            if run.started:
-                run.after(outcome)
+        async with StageRun(stages, req, record=write_access_log) as outcome:
+            ...  # the upstream call; fill in ``outcome``
     """
 
-    __slots__ = ("_ran", "req", "stages")
+    __slots__ = ("_ran", "record", "req", "stages")
 
-    def __init__(self, stages: Sequence[Stage], req: GatewayRequest) -> None:
+    def __init__(
+        self,
+        stages: Sequence[Stage],
+        req: GatewayRequest,
+        record: Callable[[GatewayRequest], None] | None = None,
+    ) -> None:
         self.stages = stages
         self.req = req
+        self.record = record  # metrics, access log, trace: before the stages' ``after``
         self._ran: list[Stage] = []
 
-    async def before(self) -> None:
-        for stage in self.stages:
-            await stage.before(self.req)
-            self._ran.append(stage)
+    async def __aenter__(self) -> Outcome:
+        req = self.req
+        req.outcome.alias = req.alias  # as asked, should a stage refuse
+        try:
+            for stage in self.stages:
+                await stage.before(req)
+                self._ran.append(stage)
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        req.outcome.alias = req.alias
+        return req.outcome
 
-    @property
-    def started(self) -> bool:
-        """Whether any stage's ``before`` completed (and so is owed an ``after``)."""
-        return bool(self._ran)
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._end(exc)
 
-    def after(self, outcome: Outcome) -> None:
+    def _end(self, exc: BaseException | None) -> None:
+        req = self.req
+        outcome = req.outcome
+        now = time.perf_counter()
+        if exc is not None:
+            _failed(req, exc, now)
+        outcome.latency_s = now - req.started
+        if outcome.first_token_at is not None:
+            outcome.ttft_s = outcome.first_token_at - req.started
         ran, self._ran = self._ran, []
-        for stage in reversed(ran):
-            stage.after(self.req, outcome)
+        try:
+            if self.record is not None:
+                self.record(req)
+        finally:
+            for stage in reversed(ran):
+                stage.after(req, outcome)
+
+
+def _failed(req: GatewayRequest, exc: BaseException, now: float) -> None:
+    """Mark ``req``'s outcome with how ``exc`` ended it."""
+    outcome = req.outcome
+    if isinstance(exc, asyncio.CancelledError):
+        outcome.status, outcome.error_type = 499, "client_disconnected"
+        return
+    if isinstance(exc, FleetgateError):
+        outcome.status, outcome.error_type = exc.status, exc.type
+        if req.response_headers:
+            exc.headers.update(req.response_headers)
+    elif isinstance(exc, Exception):
+        outcome.status, outcome.error_type = 500, "internal_error"
+    else:
+        return
+    if outcome.deployment is None:  # never reached an upstream: all of it was ours
+        outcome.overhead_s = now - req.started

@@ -156,3 +156,26 @@ async def test_response_filter(gateway: GatewayFactory, upstream: FakeUpstream) 
     client = await gateway(one_alias(upstream), stages=[Shout()])
     data = await (await client.post("/v1/chat/completions", json=CHAT, headers=AUTH)).json()
     assert data["choices"][0]["message"]["content"] == "HELLO THERE."
+
+
+class Broken:
+    name = "broken"
+
+    async def before(self, req: GatewayRequest) -> None:
+        raise RuntimeError("a bug in a stage")
+
+    def after(self, req: GatewayRequest, outcome: Outcome) -> None:
+        raise AssertionError("its before did not complete")
+
+
+async def test_a_bug_in_a_stage_is_a_500_that_earlier_stages_settle(
+    gateway: GatewayFactory, upstream: FakeUpstream
+) -> None:
+    log: list[str] = []
+    a = Recorder("a", log)
+    client = await gateway(one_alias(upstream), stages=[a, Broken()])
+    resp = await client.post("/v1/chat/completions", json=CHAT, headers=AUTH)
+    assert resp.status == 500
+    assert (await resp.json())["error"]["code"] == "internal_error"
+    assert (a.outcomes[0].status, a.outcomes[0].error_type) == (500, "internal_error")
+    assert not upstream.seen

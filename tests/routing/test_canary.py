@@ -10,10 +10,10 @@ import pytest
 
 from fleetgate.errors import InvalidRequest
 from fleetgate.routing.canary import CanarySplits, Split
-from fleetgate.routing.strategies import RouteContext
 from fleetgate.tenancy.principal import Principal
 from tests.conftest import AUTH, GatewayFactory
 from tests.fakes import FakeUpstream
+from tests.routing.support import route_ctx
 
 
 def versioned(v1: FakeUpstream, v2: FakeUpstream) -> dict[str, Any]:
@@ -47,11 +47,11 @@ def test_split_must_add_up_to_100() -> None:
 async def test_weights_are_followed_and_sticky_callers_stay_put() -> None:
     splits = CanarySplits(rng=random.Random(7))
     await splits.set("chat", Split({"v1": 90, "v2": 10}))
-    counts = Counter(splits.choose("chat", RouteContext(alias="chat")) for _ in range(4000))
+    counts = Counter(splits.choose("chat", route_ctx()) for _ in range(4000))
     assert 300 < counts["v2"] < 500 and counts["v1"] + counts["v2"] == 4000
 
     await splits.set("chat", Split({"v1": 90, "v2": 10}, sticky=True))
-    users = [RouteContext(alias="chat", headers={"x-user-id": f"user-{i}"}) for i in range(400)]
+    users = [route_ctx(headers={"x-user-id": f"user-{i}"}) for i in range(400)]
     first = [splits.choose("chat", u) for u in users]
     assert first == [splits.choose("chat", u) for u in users]  # same user, same version
     on_canary = {i for i, v in enumerate(first) if v == "v2"}
@@ -62,7 +62,7 @@ async def test_weights_are_followed_and_sticky_callers_stay_put() -> None:
     assert all(later[i] == "v2" for i in on_canary)
     assert sum(v == "v2" for v in later) > len(on_canary)
     # Without a header, the key's user decides.
-    key = RouteContext(alias="chat", principal=Principal(key_id="k1", user_id="alice"))
+    key = route_ctx(principal=Principal(key_id="k1", user_id="alice"))
     assert len({splits.choose("chat", key) for _ in range(20)}) == 1
 
 

@@ -4,12 +4,23 @@ through the in-process gateway against fake upstreams that fail in each way."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
 
+from fleetgate.config.schema import GatewayConfig, HealthConfig, RouterConfig, TimeoutConfig
+from fleetgate.providers.base import Endpoint, UpstreamCall, UpstreamResponse
+from fleetgate.routing.context import Pick, RouteContext
+from fleetgate.routing.deployment import Deployment
+from fleetgate.routing.dispatch import Dispatcher
+from fleetgate.routing.health import HealthTracker
+from fleetgate.routing.strategies import StrategyRegistry
+from fleetgate.routing.table import RouteTable
+from fleetgate.telemetry.metrics import GatewayMetrics
 from tests.conftest import AUTH, GatewayFactory
 from tests.fakes import FakeUpstream, Garbage, Hang, Reply, Reset, Status
+from tests.routing.support import route_ctx
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hello"}]}
 
@@ -189,3 +200,95 @@ async def test_no_retry_after_first_byte(gateway: GatewayFactory, upstream: Fake
     text = (await resp.read()).decode()
     assert '"error"' in text  # reported inside the stream, not retried
     assert len(upstream.seen) == 1
+
+
+class _Answers:
+    """A provider whose streams record how they were closed."""
+
+    def __init__(self) -> None:
+        self.calls: list[UpstreamCall] = []
+        self.closed: list[bool] = []
+
+    async def send(self, call: UpstreamCall) -> UpstreamResponse:
+        self.calls.append(call)
+
+        async def close(graceful: bool) -> None:
+            self.closed.append(graceful)
+
+        async def more() -> AsyncIterator[list[bytes]]:
+            yield [b"data: [DONE]\n\n"]
+
+        return UpstreamResponse(first_batch=[b"data: {}\n\n"], batches=more(), closer=close)
+
+    async def probe(self) -> bool:
+        return True
+
+
+class _Salted:
+    name = "salted"
+
+    def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Pick:
+        return Pick(candidates[0], {"cache_salt": "s1"}, uncached_tokens=7)
+
+
+class _Observer:
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    def dispatched(self, pick: Pick, ctx: RouteContext) -> object:
+        self.log.append(f"dispatched:{pick.deployment.id}:{pick.uncached_tokens}")
+        return "ticket"
+
+    def first_token(self, ticket: object) -> None:
+        self.log.append(f"first_token:{ticket}")
+
+    def finished(self, ticket: object) -> None:
+        self.log.append(f"finished:{ticket}")
+
+
+def _table(provider: _Answers) -> RouteTable:
+    registry = StrategyRegistry()
+    registry.register("salted", lambda _: _Salted())
+    config = GatewayConfig.model_validate(
+        {"models": [{"alias": "a", "strategy": "salted",
+                     "deployments": [{"model": "m", "api_base": "http://x", "name": "d"}]}]}
+    )  # fmt: skip
+    return RouteTable.build(config, lambda _: provider, registry, {})
+
+
+def _dispatcher(table: RouteTable, observer: _Observer) -> Dispatcher:
+    metrics = GatewayMetrics()
+    health = HealthTracker(HealthConfig(), metrics, table.deployments)
+    return Dispatcher(RouterConfig(), health, metrics, observer=observer)
+
+
+def _build(pick: Pick) -> UpstreamCall:
+    body = {"model": pick.deployment.config.model, **(pick.extra_body or {})}
+    return UpstreamCall(Endpoint.CHAT, body, True, TimeoutConfig())
+
+
+async def test_the_pick_reaches_the_call_and_the_block_gives_everything_back() -> None:
+    provider, observer = _Answers(), _Observer()
+    table = _table(provider)
+    dispatcher = _dispatcher(table, observer)
+    [dep] = table.deployments()
+    async with dispatcher.dispatch(table, route_ctx("a").request, _build) as sent:
+        assert dep.state.in_flight == 1
+        assert provider.calls[0].body == {"model": "m", "cache_salt": "s1"}
+        sent.upstream_done = True
+    assert dep.state.in_flight == 0
+    assert provider.closed == [True]  # the stream ended: the connection may be kept
+    assert observer.log == ["dispatched:d:7", "first_token:ticket", "finished:ticket"]
+
+
+async def test_a_failure_inside_the_block_still_gives_everything_back() -> None:
+    provider, observer = _Answers(), _Observer()
+    table = _table(provider)
+    dispatcher = _dispatcher(table, observer)
+    [dep] = table.deployments()
+    with pytest.raises(ZeroDivisionError):
+        async with dispatcher.dispatch(table, route_ctx("a").request, _build):
+            _ = 1 / 0
+    assert dep.state.in_flight == 0
+    assert provider.closed == [False]  # cut short: the upstream request is aborted
+    assert observer.log[-1] == "finished:ticket"

@@ -6,11 +6,12 @@ import socket
 from typing import Any
 
 from fleetgate.config.schema import DeploymentConfig, RoutingConfig
+from fleetgate.routing.context import Pick
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.engine_metrics import EngineSnapshot
 from fleetgate.routing.engine_stats import EngineStats, engine_key
-from fleetgate.routing.strategies import RouteContext
 from fleetgate.sim import SimConfig, running_sim
+from tests.routing.support import route_ctx
 
 
 def dep(api_base: str, name: str = "d") -> Deployment:
@@ -34,7 +35,7 @@ def test_engine_key_strips_v1() -> None:
 def test_view_without_scrape_is_local_tracking() -> None:
     d = dep("http://e1/v1")
     stats = EngineStats(RoutingConfig(), lambda: [d])
-    t = stats.dispatched(d, RouteContext("chat", prompt_tokens=500))
+    t = stats.dispatched(Pick(d), route_ctx(prompt_tokens=500))
     view = stats.view(d)
     assert (view.queued, view.queued_prefill_tokens, view.running) == (1, 500, 0)
     assert not view.scraped
@@ -50,8 +51,8 @@ def test_scrape_is_moved_forward_by_what_was_sent_since() -> None:
     stats = EngineStats(RoutingConfig(), lambda: [d], clock=clock)
     stats.record(engine_key(d), EngineSnapshot("vllm", waiting=4, running=10, at=clock.now))
     # Between two scrapes we send 3 requests: the router must see them at once.
-    ctx = RouteContext("chat", prompt_tokens=100, uncached_tokens=300)
-    tickets = [stats.dispatched(d, ctx) for _ in range(3)]
+    ctx = route_ctx(prompt_tokens=100)
+    tickets = [stats.dispatched(Pick(d, uncached_tokens=300), ctx) for _ in range(3)]
     view = stats.view(d)
     assert view.scraped
     assert view.queued == 7 and view.running == 10

@@ -8,13 +8,15 @@ from typing import Any
 import pytest
 
 from fleetgate.config.schema import DeploymentConfig, KvAwareConfig, RoutingConfig
+from fleetgate.routing.context import Pick, RouteContext
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.engine_metrics import EngineSnapshot
 from fleetgate.routing.engine_stats import EngineStats, EngineView, engine_key
 from fleetgate.routing.kv_aware import EngineAwareRouting, KvAwareStrategy, expected_ttft
-from fleetgate.routing.strategies import RouteContext, StrategyRegistry
+from fleetgate.routing.strategies import StrategyRegistry
 from fleetgate.tenancy.principal import Principal
 from fleetgate.tokens import estimate_prompt_tokens
+from tests.routing.support import route_ctx
 
 SYSTEM = "You are the billing assistant of a large telecom company. " * 60
 TEAM_A = Principal("key-a", team_id="team-a")
@@ -41,7 +43,7 @@ def routing(**overrides: Any) -> EngineAwareRouting:
 def ctx(question: str, principal: Principal = TEAM_A, **headers: str) -> RouteContext:
     body = {"messages": [{"role": "system", "content": SYSTEM},
                          {"role": "user", "content": question}]}  # fmt: skip
-    return RouteContext(
+    return route_ctx(
         "chat", principal=principal, prompt_tokens=estimate_prompt_tokens(body), body=body,
         headers=headers, max_tokens=50,
     )  # fmt: skip
@@ -63,13 +65,14 @@ def test_follow_ups_of_a_shared_prefix_go_where_it_is_cached() -> None:
     shared = routing()
     strategy = KvAwareStrategy(shared, "chat")
     candidates = deps(4)
-    first = strategy.pick(candidates, ctx("How do I read my bill?"))
+    first = strategy.pick(candidates, ctx("How do I read my bill?")).deployment
     stats = shared.stats
     for i in range(5):
         c = ctx(f"Question number {i} about roaming charges?")
         picked = strategy.pick(candidates, c)
-        assert picked is first
-        assert c.uncached_tokens is not None and c.uncached_tokens < c.prompt_tokens / 5
+        assert picked.deployment is first
+        uncached = picked.uncached_tokens
+        assert uncached is not None and uncached < c.request.prompt_tokens / 5
         stats.finished(stats.dispatched(picked, c))
     found = shared.decisions.query(alias="chat", reason="prefix-hit")
     assert len(found) == 5
@@ -82,14 +85,14 @@ def test_a_long_queue_outweighs_a_cached_prefix() -> None:
     shared = routing()
     strategy = KvAwareStrategy(shared, "chat")
     candidates = deps(2)
-    home = strategy.pick(candidates, ctx("first"))
+    home = strategy.pick(candidates, ctx("first")).deployment
     # The replica holding the prefix has 40 requests of 2000 uncached tokens queued.
     shared.stats.record(engine_key(home), EngineSnapshot("vllm", waiting=0, running=0, at=1e18))
     for _ in range(40):
-        shared.stats.dispatched(home, RouteContext("chat", prompt_tokens=2000))
+        shared.stats.dispatched(Pick(home), route_ctx(prompt_tokens=2000))
     c = ctx("second")
     picked = strategy.pick(candidates, c)
-    assert picked is not home
+    assert picked.deployment is not home
     assert shared.decisions.query(limit=1)[0].reason in ("load", "hotspot-guard")
 
 
@@ -98,12 +101,12 @@ def test_hotspot_guard_excludes_a_replica_far_above_the_rest() -> None:
                                             hotspot_slack=4, hotspot_ratio=2.0))  # fmt: skip
     strategy = KvAwareStrategy(shared, "chat")
     candidates = deps(2)
-    home = strategy.pick(candidates, ctx("first"))
+    home = strategy.pick(candidates, ctx("first")).deployment
     for _ in range(10):  # cheap work, but many requests: the guard, not the cost, moves it
-        t = shared.stats.dispatched(home, RouteContext("chat", prompt_tokens=1))
+        t = shared.stats.dispatched(Pick(home), route_ctx(prompt_tokens=1))
         shared.stats.first_token(t)
     c = ctx("second")
-    assert strategy.pick(candidates, c) is not home
+    assert strategy.pick(candidates, c).deployment is not home
     decision = shared.decisions.query(limit=1)[0]
     assert decision.reason == "hotspot-guard"
     assert [x.excluded for x in decision.candidates if x.deployment == home.id] == ["hotspot"]
@@ -116,10 +119,10 @@ def test_without_shared_prefixes_it_balances_load() -> None:
     counts = {d.id: 0 for d in candidates}
     for i in range(30):
         body = {"messages": [{"role": "user", "content": f"{i} " + "unique words " * 50}]}
-        c = RouteContext("chat", principal=TEAM_A, prompt_tokens=estimate_prompt_tokens(body),
-                         body=body)  # fmt: skip
+        c = route_ctx("chat", principal=TEAM_A, prompt_tokens=estimate_prompt_tokens(body),
+                      body=body)  # fmt: skip
         picked = strategy.pick(candidates, c)
-        counts[picked.id] += 1
+        counts[picked.deployment.id] += 1
         shared.stats.dispatched(picked, c)  # never finishes: load accumulates
     assert sorted(counts.values()) == [10, 10, 10]
 
@@ -130,16 +133,16 @@ def test_session_affinity_counts_the_previous_turn_as_cached() -> None:
     candidates = deps(3)
     img = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}
     body = {"messages": [img]}  # no text at all: no prefix to index, only the session
-    first = RouteContext("chat", principal=TEAM_A, prompt_tokens=800, body=body,
-                         headers={"x-session-id": "conv-1"})  # fmt: skip
-    home = strategy.pick(candidates, first)
-    follow = RouteContext("chat", principal=TEAM_A, prompt_tokens=900, body=body,
-                          headers={"x-session-id": "conv-1"})  # fmt: skip
-    assert strategy.pick(candidates, follow) is home
+    first = route_ctx("chat", principal=TEAM_A, prompt_tokens=800, body=body,
+                      headers={"x-session-id": "conv-1"})  # fmt: skip
+    home = strategy.pick(candidates, first).deployment
+    follow = route_ctx("chat", principal=TEAM_A, prompt_tokens=900, body=body,
+                       headers={"x-session-id": "conv-1"})  # fmt: skip
+    assert strategy.pick(candidates, follow).deployment is home
     assert shared.decisions.query(limit=1)[0].reason == "affinity"
     # Another tenant using the same conversation id is not steered by it.
-    other = RouteContext("chat", principal=TEAM_B, prompt_tokens=900, body=body,
-                         headers={"x-session-id": "conv-1"})  # fmt: skip
+    other = route_ctx("chat", principal=TEAM_B, prompt_tokens=900, body=body,
+                      headers={"x-session-id": "conv-1"})  # fmt: skip
     strategy.pick(candidates, other)
     assert shared.decisions.query(limit=1)[0].reason != "affinity"
 
@@ -148,14 +151,13 @@ def test_tenants_do_not_share_prefixes_and_get_their_own_salt() -> None:
     shared = routing(cache_salt="always")
     strategy = KvAwareStrategy(shared, "chat")
     candidates = deps(4)
-    a = ctx("hello", TEAM_A)
-    strategy.pick(candidates, a)
-    b = ctx("hello again", TEAM_B)
-    strategy.pick(candidates, b)
+    a = strategy.pick(candidates, ctx("hello", TEAM_A))
+    b = strategy.pick(candidates, ctx("hello again", TEAM_B))
     assert shared.decisions.query(limit=1)[0].cached_tokens == 0  # A's prefix is not B's
+    assert a.extra_body is not None and b.extra_body is not None
     assert a.extra_body["cache_salt"] != b.extra_body["cache_salt"]
-    a2 = ctx("more", TEAM_A)
-    strategy.pick(candidates, a2)
+    a2 = strategy.pick(candidates, ctx("more", TEAM_A))
+    assert a2.extra_body is not None
     assert a2.extra_body["cache_salt"] == a.extra_body["cache_salt"]
     assert shared.decisions.query(limit=1)[0].cached_tokens > 0
 
@@ -165,9 +167,8 @@ def test_public_prefixes_are_shared_and_unsalted() -> None:
     strategy = KvAwareStrategy(shared, "chat")
     candidates = deps(4)
     strategy.pick(candidates, ctx("hello", TEAM_A))
-    b = ctx("hello again", TEAM_B)
-    strategy.pick(candidates, b)
-    assert "cache_salt" not in b.extra_body
+    b = strategy.pick(candidates, ctx("hello again", TEAM_B))
+    assert b.extra_body is None
     assert shared.decisions.query(limit=1)[0].reason == "prefix-hit"
 
 
@@ -175,13 +176,11 @@ def test_salt_only_goes_to_vllm_engines_in_auto_mode() -> None:
     shared = routing()
     strategy = KvAwareStrategy(shared, "chat")
     [only] = deps(1)
-    c = ctx("hi")
-    strategy.pick([only], c)
-    assert "cache_salt" not in c.extra_body  # engine unknown: a hosted API would refuse it
+    picked = strategy.pick([only], ctx("hi"))
+    assert picked.extra_body is None  # engine unknown: a hosted API would refuse it
     shared.stats.record(engine_key(only), EngineSnapshot("vllm", at=1e18))
-    c = ctx("hi")
-    strategy.pick([only], c)
-    assert c.extra_body["cache_salt"] == shared.salt("team-a")
+    picked = strategy.pick([only], ctx("hi"))
+    assert picked.extra_body == {"cache_salt": shared.salt("team-a")}
     assert shared.decisions.query(limit=1)[0].reason == "only-candidate"
 
 
@@ -198,9 +197,9 @@ def test_affinity_does_not_pin_a_session_whose_prompt_changed() -> None:
     for i in range(30):  # one session, but every request starts with a new system prompt
         body = {"messages": [{"role": "system", "content": f"Request {i}. " + "fresh words " * 60},
                              {"role": "user", "content": "same question"}]}  # fmt: skip
-        c = RouteContext("chat", principal=TEAM_A, prompt_tokens=estimate_prompt_tokens(body),
-                         body=body, headers={"x-session-id": "conv-9"})  # fmt: skip
+        c = route_ctx("chat", principal=TEAM_A, prompt_tokens=estimate_prompt_tokens(body),
+                      body=body, headers={"x-session-id": "conv-9"})  # fmt: skip
         picked = strategy.pick(candidates, c)
-        counts[picked.id] += 1
+        counts[picked.deployment.id] += 1
         shared.stats.dispatched(picked, c)  # never finishes: load accumulates
     assert sorted(counts.values()) == [10, 10, 10]

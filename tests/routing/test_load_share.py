@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 
 from fleetgate.config.schema import DeploymentConfig, RoutingConfig
+from fleetgate.routing.context import Pick
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.engine_stats import EngineStats
 from fleetgate.routing.load_share import RedisLoadShare
-from fleetgate.routing.strategies import RouteContext
+from tests.routing.support import route_ctx
 
 pytestmark = pytest.mark.redis
 
@@ -27,8 +28,8 @@ async def test_replicas_route_on_each_others_load(redis_url: str) -> None:
     a = EngineStats(config, lambda: [], share=RedisLoadShare.from_url(redis_url, "replica-a"))
     b = EngineStats(config, lambda: [], share=RedisLoadShare.from_url(redis_url, "replica-b"))
     try:
-        ctx = RouteContext("chat", prompt_tokens=400)
-        tickets = [a.dispatched(d, ctx) for _ in range(3)]
+        ctx = route_ctx(prompt_tokens=400)
+        tickets = [a.dispatched(Pick(d), ctx) for _ in range(3)]
         await a.sync_share()
         await b.sync_share()
         seen = b.view(d)

@@ -13,10 +13,10 @@ from fleetgate.routing.strategies import (
     CostStrategy,
     LatencyStrategy,
     LeastLoadStrategy,
-    RouteContext,
     StrategyRegistry,
     WeightedStrategy,
 )
+from tests.routing.support import route_ctx
 
 
 class _NoProvider:
@@ -35,13 +35,13 @@ def _deps(*configs: dict[str, object]) -> list[Deployment]:
     return out
 
 
-CTX = RouteContext(alias="a")
+CTX = route_ctx("a")
 
 
 def test_weighted_follows_weights() -> None:
     deps = _deps({"weight": 3}, {"weight": 1}, {"weight": 0})
     s = WeightedStrategy(random.Random(1))
-    counts = Counter(s.pick(deps, CTX).id for _ in range(4000))
+    counts = Counter(s.pick(deps, CTX).deployment.id for _ in range(4000))
     assert counts["d2"] == 0
     assert 2.5 < counts["d0"] / counts["d1"] < 3.5
 
@@ -49,7 +49,7 @@ def test_weighted_follows_weights() -> None:
 def test_least_load_picks_fewest_in_flight() -> None:
     deps = _deps({}, {}, {})
     deps[0].state.in_flight, deps[1].state.in_flight, deps[2].state.in_flight = 5, 1, 3
-    assert LeastLoadStrategy().pick(deps, CTX).id == "d1"
+    assert LeastLoadStrategy().pick(deps, CTX).deployment.id == "d1"
 
 
 def test_latency_prefers_low_ewma_and_explores_unmeasured() -> None:
@@ -57,19 +57,19 @@ def test_latency_prefers_low_ewma_and_explores_unmeasured() -> None:
     for _ in range(5):
         deps[0].state.observe_ttft(0.5)
     s = LatencyStrategy()
-    assert s.pick(deps, CTX).id == "d1"  # never measured: try it
+    assert s.pick(deps, CTX).deployment.id == "d1"  # never measured: try it
     deps[1].state.observe_ttft(0.1)
-    assert s.pick(deps, CTX).id == "d1"
+    assert s.pick(deps, CTX).deployment.id == "d1"
     deps[1].state.observe_ttft(2.0)
     deps[1].state.observe_ttft(2.0)
-    assert s.pick(deps, CTX).id == "d0"
+    assert s.pick(deps, CTX).deployment.id == "d0"
 
 
 def test_cost_picks_cheapest_then_least_loaded() -> None:
     cheap = {"price": Price(input_per_mtok=0.1, output_per_mtok=0.2)}
     deps = _deps({"price": Price(input_per_mtok=1, output_per_mtok=2)}, cheap, cheap)
     deps[1].state.in_flight = 4
-    assert CostStrategy().pick(deps, CTX).id == "d2"
+    assert CostStrategy().pick(deps, CTX).deployment.id == "d2"
 
 
 def test_registry_refuses_unknown_names() -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from fleetgate.errors import ContentBlocked
 from fleetgate.hooks import GatewayRequest, Outcome
+from fleetgate.providers.base import Endpoint
 from fleetgate.safety import (
     Action,
     AuditQueue,
@@ -41,7 +42,7 @@ def guardrails(guard_url: str | None = None, **policy: Any) -> Guardrails:
 
 def request(messages: list[dict[str, Any]], *, stream: bool = True) -> GatewayRequest:
     return GatewayRequest(
-        request_id="req-1", endpoint="chat/completions",
+        request_id="req-1", endpoint=Endpoint.CHAT,
         principal=Principal(key_id="key-1", team_id="team-a"),
         body={"model": "m", "messages": messages, "stream": stream}, alias="m", stream=stream,
         want_usage=False, prompt_tokens=10, max_tokens=100,

@@ -13,8 +13,6 @@ text spoken or transcribed; cost from ``tts.price_per_mchars_usd`` per million c
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -22,8 +20,8 @@ from typing import Any
 from aiohttp import BodyPartReader, web
 
 from fleetgate.api.state import GATEWAY, GatewayState
-from fleetgate.errors import FleetgateError, InvalidRequest, PayloadTooLarge
-from fleetgate.hooks import GatewayRequest, Outcome, StageRun
+from fleetgate.errors import InvalidRequest, PayloadTooLarge
+from fleetgate.hooks import GatewayRequest, StageRun
 from fleetgate.http.body import read_json
 from fleetgate.multimodal.audio.formats import FORMATS as TRANSCRIPT_FORMATS
 from fleetgate.multimodal.audio.formats import render_transcript
@@ -31,6 +29,7 @@ from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.multimodal.speech.encode import AudioStreamEncoder
 from fleetgate.multimodal.speech.espeak import OPENAI_VOICES
 from fleetgate.multimodal.speech.streamer import SpeechStreamer
+from fleetgate.providers.base import Endpoint
 from fleetgate.store.fields import require_fits
 from fleetgate.store.tables import spend
 from fleetgate.tenancy.auth import bearer_token
@@ -62,12 +61,12 @@ def _principal(request: web.Request) -> Principal:
 
 
 def _gateway_request(
-    gw: GatewayState, endpoint: str, principal: Principal, body: dict[str, Any], tokens: int
+    gw: GatewayState, endpoint: Endpoint, principal: Principal, body: dict[str, Any], tokens: int
 ) -> GatewayRequest:
     model: str = body["model"]
     require_fits(model, spend.c.alias, "model")  # stored with the spend of the request
     gw.check_model(principal, model, routed=False)  # audio engines are not route aliases
-    return GatewayRequest(
+    req = GatewayRequest(
         request_id=gw.request_ids.next(),
         endpoint=endpoint,
         principal=principal,
@@ -78,34 +77,10 @@ def _gateway_request(
         prompt_tokens=tokens,
         max_tokens=0,
         received_at=time.time(),
+        started=time.perf_counter(),
     )
-
-
-@contextlib.asynccontextmanager
-async def _staged(gw: GatewayState, req: GatewayRequest, engine: str) -> AsyncIterator[Outcome]:
-    """Run the stages around an audio request; the caller fills in the yielded `Outcome`
-    (tokens) and the stages' ``after`` sees how it ended."""
-    started = time.perf_counter()
-    run = StageRun(gw.stages, req)
-    outcome = Outcome(status=200, alias=req.alias, prompt_tokens=req.prompt_tokens)
-    try:
-        await run.before()
-        outcome.deployment = engine
-        yield outcome
-    except FleetgateError as exc:
-        outcome.status, outcome.error_type = exc.status, exc.type
-        exc.headers.update(req.response_headers)
-        raise
-    except asyncio.CancelledError:
-        outcome.status, outcome.error_type = 499, "client_disconnected"
-        raise
-    except Exception:
-        outcome.status, outcome.error_type = 500, "internal_error"
-        raise
-    finally:
-        outcome.latency_s = time.perf_counter() - started
-        if run.started:
-            run.after(outcome)
+    req.outcome.prompt_tokens = tokens  # the estimate is the count: no upstream usage
+    return req
 
 
 def _headers(req: GatewayRequest, content_type: str) -> dict[str, str]:
@@ -154,8 +129,9 @@ async def transcriptions(request: web.Request) -> web.Response:
             f"response_format must be one of {', '.join(TRANSCRIPT_FORMATS)}",
             param="response_format",
         )
-    req = _gateway_request(gw, "audio/transcriptions", principal, dict(fields), 0)
-    async with _staged(gw, req, f"asr:{runtime.config.asr.backend}") as outcome:
+    req = _gateway_request(gw, Endpoint.AUDIO_TRANSCRIPTIONS, principal, dict(fields), 0)
+    async with StageRun(gw.stages, req) as outcome:
+        outcome.deployment = f"asr:{runtime.config.asr.backend}"
         transcript = await runtime.transcriber.transcribe(
             audio, language=fields.get("language") or None, prompt=fields.get("prompt") or None
         )
@@ -202,9 +178,11 @@ async def speech(request: web.Request) -> web.StreamResponse:
     runtime = _runtime(gw)
     body = await read_json(request, gw.max_request_bytes, gw.body_timeout_s)
     text, voice, fmt, speed = _speech_request(body, runtime)
-    req = _gateway_request(gw, "audio/speech", principal, body, estimate_prompt_tokens(body))
+    tokens = estimate_prompt_tokens(body)
+    req = _gateway_request(gw, Endpoint.AUDIO_SPEECH, principal, body, tokens)
     tts = runtime.config.tts
-    async with _staged(gw, req, f"tts:{tts.backend}") as outcome:
+    async with StageRun(gw.stages, req) as outcome:
+        outcome.deployment = f"tts:{tts.backend}"
         resp = await _speak(request, req, runtime, text, voice, fmt, speed)
         outcome.cost_nusd = unit_cost_nusd(tts.price_per_mchars_usd, len(text), 1_000_000)
         return resp

@@ -1,12 +1,14 @@
 """``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``: the request path.
 
-authenticate → parse and validate → route (retries, fallbacks) → relay → record.
+authenticate → parse and validate → stages (`fleetgate.hooks.StageRun`) → route (retries,
+fallbacks) → relay → record. One `fleetgate.hooks.GatewayRequest` carries the request and its
+outcome through all of it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -14,7 +16,7 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from fleetgate.api.capture import ResponseCapture, response_text
-from fleetgate.api.exchange import Exchange, record_exchange
+from fleetgate.api.exchange import record_exchange
 from fleetgate.api.relay import relay_stream
 from fleetgate.api.schemas import (
     ChatCompletionRequest,
@@ -23,13 +25,11 @@ from fleetgate.api.schemas import (
     validate_request,
 )
 from fleetgate.api.state import GATEWAY, GatewayState
-from fleetgate.errors import FleetgateError
 from fleetgate.hooks import GatewayRequest, ResponseWire, StageRun
 from fleetgate.http.body import read_json
 from fleetgate.providers.base import Endpoint, UpstreamCall
-from fleetgate.routing.deployment import Deployment
+from fleetgate.routing.context import Pick
 from fleetgate.routing.dispatch import Dispatch
-from fleetgate.routing.strategies import RouteContext
 from fleetgate.tenancy.auth import bearer_token
 from fleetgate.tenancy.principal import Principal
 from fleetgate.tokens import estimate_prompt_tokens
@@ -110,7 +110,7 @@ async def serve(
         # Our own id, never the caller's: spend is idempotent on it, and a caller that could
         # choose it could replay requests without paying for them.
         request_id=gw.request_ids.next(),
-        endpoint=endpoint.value,
+        endpoint=endpoint,
         principal=principal,
         body=body,
         alias=alias,
@@ -120,65 +120,40 @@ async def serve(
         max_tokens=max_tokens if isinstance(max_tokens, int) else 0,
         headers=_selected_headers(request, gw.tables.table.affinity_headers),
         received_at=time.time(),
+        started=started,
         wire=wire,
     )
-    ex = Exchange(req.request_id, endpoint, alias, principal, started, stream)
-    ex.client_request_id = req.headers.get("x-request-id")
-    run = StageRun(gw.stages, req)
-    try:
-        await run.before()
-        ex.alias = req.alias
-        return await _dispatch(request, gw, req, ex, endpoint)
-    except asyncio.CancelledError:
-        if ex.deployment is None:
-            ex.status, ex.error_type = 499, "client_disconnected"
-            _record(gw, ex)
-        raise
-    except FleetgateError as exc:
-        if ex.deployment is None:
-            ex.status, ex.error_type = exc.status, exc.type
-            ex.overhead_s = time.perf_counter() - started
-            _record(gw, ex)
-        if req.response_headers:
-            exc.headers.update(req.response_headers)
-        raise
-    finally:
-        if run.started:
-            run.after(ex.outcome())
+    async with StageRun(gw.stages, req, _recorder(gw)):
+        return await _dispatch(request, gw, req)
+
+
+def _recorder(gw: GatewayState) -> Callable[[GatewayRequest], None]:
+    def record(req: GatewayRequest) -> None:
+        record_exchange(req, gw.metrics, gw.access_log, gw.tracer)
+
+    return record
 
 
 async def _dispatch(
-    request: web.Request,
-    gw: GatewayState,
-    req: GatewayRequest,
-    ex: Exchange,
-    endpoint: Endpoint,
+    request: web.Request, gw: GatewayState, req: GatewayRequest
 ) -> web.StreamResponse:
-    table = gw.tables.table
-    ctx = RouteContext(
-        alias=req.alias,
-        principal=req.principal,
-        prompt_tokens=req.prompt_tokens,
-        max_tokens=req.max_tokens,
-        session_id=req.headers.get("x-session-id"),
-        body=req.body,
-        headers=req.headers,
-        dispatch_hooks=tuple(req.dispatch_hooks),
-    )
+    out = req.outcome
+    endpoint = req.endpoint
     base = _upstream_body(req.body, req.stream)
     timeouts = gw.dispatcher.config.timeouts
     forward = {"x-request-id": req.request_id}
     stream = req.stream
 
-    def build(dep: Deployment) -> UpstreamCall:
+    def build(pick: Pick) -> UpstreamCall:
+        dep = pick.deployment
         call_body = dict(base)
         call_body["model"] = dep.config.model
-        if ctx.extra_body:  # fields the strategy chose for this deployment (e.g. cache_salt)
-            call_body.update(ctx.extra_body)
+        if pick.extra_body:  # fields the strategy chose for this deployment (e.g. cache_salt)
+            call_body.update(pick.extra_body)
         return UpstreamCall(endpoint, call_body, stream, dep.config.timeouts or timeouts, forward)
 
     if gw.tracer.enabled:
-        ex.span = gw.tracer.start(
+        out.span = gw.tracer.start(
             "chat" if endpoint is Endpoint.CHAT else endpoint.value,
             req.alias,
             {
@@ -186,59 +161,47 @@ async def _dispatch(
                 "fleetgate.request_id": req.request_id,
             },
         )
-    dispatch = await gw.dispatcher.send(table, ctx, build)
-    ex.deployment = dispatch.deployment
-    ex.attempts = dispatch.attempts
-    ex.upstream_s = dispatch.upstream_answered - dispatch.upstream_started
-    if stream:
-        ex.overhead_s = dispatch.upstream_started - ex.started
-        capture = ResponseCapture() if req.capture_response else None
-        if capture is not None:
-            req.stream_filters.append(capture)
-        try:
-            return await relay_stream(request, dispatch, ex, gw.metrics, req, timeouts.total)
-        finally:
+    async with gw.dispatcher.dispatch(gw.tables.table, req, build) as dispatch:
+        out.served_by(dispatch.deployment)
+        out.attempts = dispatch.attempts
+        out.upstream_s = dispatch.upstream_answered - dispatch.upstream_started
+        if stream:
+            out.overhead_s = dispatch.upstream_started - req.started
+            capture = ResponseCapture() if req.capture_response else None
             if capture is not None:
-                ex.response_text = capture.text
-            _record(gw, ex)
-    return await _json_response(gw, dispatch, ex, req)
+                req.stream_filters.append(capture)
+            try:
+                return await relay_stream(request, dispatch, req, gw.metrics, timeouts.total)
+            finally:
+                if capture is not None:
+                    out.response_text = capture.text
+        return await _json_response(dispatch, req)
 
 
-async def _json_response(
-    gw: GatewayState, dispatch: Dispatch, ex: Exchange, req: GatewayRequest
-) -> web.Response:
-    try:
-        data = dispatch.response.json()
-        ex.take_usage(data.get("usage"))
-        body = dispatch.response.body
-        if req.response_filters:
-            for f in req.response_filters:
-                data = await f.apply(data)
-            body = orjson.dumps(data)
-        if req.wire is not None:
-            body = req.wire.json(data)
-        choices = data.get("choices")
-        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-            ex.finish_reason = choices[0].get("finish_reason")
-        if req.capture_response:
-            ex.response_text = response_text(data)
-    finally:
-        dispatch.release()
-    ex.first_token_at = ex.last_token_at = None
-    ex.overhead_s = time.perf_counter() - ex.started - ex.upstream_s
-    resp = web.Response(
+async def _json_response(dispatch: Dispatch, req: GatewayRequest) -> web.Response:
+    out = req.outcome
+    data = dispatch.response.json()
+    out.take_usage(data.get("usage"))
+    body = dispatch.response.body
+    if req.response_filters:
+        for f in req.response_filters:
+            data = await f.apply(data)
+        body = orjson.dumps(data)
+    if req.wire is not None:
+        body = req.wire.json(data)
+    choices = data.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        out.finish_reason = choices[0].get("finish_reason")
+    if req.capture_response:
+        out.response_text = response_text(data)
+    out.overhead_s = time.perf_counter() - req.started - out.upstream_s
+    return web.Response(
         body=body,
         content_type="application/json",
         headers={
-            "x-request-id": ex.request_id,
+            "x-request-id": req.request_id,
             "x-fleetgate-deployment": dispatch.deployment.id,
-            "x-fleetgate-overhead-ms": f"{ex.overhead_s * 1000:.3f}",
+            "x-fleetgate-overhead-ms": f"{out.overhead_s * 1000:.3f}",
             **req.response_headers,
         },
     )
-    _record(gw, ex)
-    return resp
-
-
-def _record(gw: GatewayState, ex: Exchange) -> None:
-    record_exchange(ex, gw.metrics, gw.access_log, gw.tracer)

@@ -1,8 +1,10 @@
 """The SSE relay: upstream events go to the client as bytes, decoded only when needed.
 
 Only a chunk that carries a usage object is parsed (to record tokens); it is dropped when the
-client did not ask for usage (we always ask the upstream for it). A client that goes away
-cancels the handler, and closing the upstream response aborts the upstream request.
+client did not ask for usage (we always ask the upstream for it). What the stream tells goes
+into the request's `fleetgate.hooks.Outcome`. A client that goes away cancels the handler, and
+the end of the dispatch block (`fleetgate.routing.dispatch.Dispatcher.dispatch`) closes the
+upstream response, which aborts the upstream request unless the relay saw its end.
 """
 
 from __future__ import annotations
@@ -15,9 +17,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from fleetgate.api.exchange import Exchange
 from fleetgate.errors import FleetgateError, UpstreamError
-from fleetgate.hooks import GatewayRequest, StreamEncoder, StreamFilter
+from fleetgate.hooks import GatewayRequest, Outcome, StreamEncoder, StreamFilter
 from fleetgate.routing.dispatch import Dispatch
 from fleetgate.telemetry.metrics import GatewayMetrics
 
@@ -28,122 +29,126 @@ _USAGE_MARKERS = (b'"usage":{', b'"usage": {')
 _EMPTY_CHOICES = (b'"choices":[]', b'"choices": []')
 
 
-def sse_headers(dispatch: Dispatch, ex: Exchange, extra: dict[str, str]) -> dict[str, str]:
+def sse_headers(dispatch: Dispatch, req: GatewayRequest) -> dict[str, str]:
     return {
-        **extra,
+        **req.response_headers,
         "Content-Type": "text/event-stream",
         "Cache-Control": "no-cache",
-        "x-request-id": ex.request_id,
+        "x-request-id": req.request_id,
         "x-fleetgate-deployment": dispatch.deployment.id,
-        "x-fleetgate-overhead-ms": f"{ex.overhead_s * 1000:.3f}",
+        "x-fleetgate-overhead-ms": f"{req.outcome.overhead_s * 1000:.3f}",
     }
 
 
-def _inspect(event: bytes, ex: Exchange, want_usage: bool) -> bool:
+def _inspect(event: bytes, out: Outcome, want_usage: bool) -> bool:
     """Record what the event tells us; False when the event must not reach the client."""
     if not any(m in event for m in _USAGE_MARKERS):
         if b'"finish_reason":"' in event or b'"finish_reason": "' in event:
-            _take_finish(event, ex)
+            _take_finish(event, out)
         return True
     try:
         data = orjson.loads(event[event.index(b"{") :])
     except (ValueError, orjson.JSONDecodeError):
         return True
     if isinstance(data, dict):
-        ex.take_usage(data.get("usage"))
+        out.take_usage(data.get("usage"))
         choices = data.get("choices")
         if choices:
-            _take_finish(event, ex)
+            _take_finish(event, out)
         elif not want_usage and any(m in event for m in _EMPTY_CHOICES):
             return False
     return True
 
 
-def _take_finish(event: bytes, ex: Exchange) -> None:
+def _take_finish(event: bytes, out: Outcome) -> None:
     for marker in (b'"finish_reason":"', b'"finish_reason": "'):
         at = event.find(marker)
         if at >= 0:
             start = at + len(marker)
-            ex.finish_reason = event[start : event.find(b'"', start)].decode(errors="replace")
+            out.finish_reason = event[start : event.find(b'"', start)].decode(errors="replace")
             return
 
 
 async def relay_stream(
     request: web.Request,
     dispatch: Dispatch,
-    ex: Exchange,
-    metrics: GatewayMetrics,
     req: GatewayRequest,
+    metrics: GatewayMetrics,
     total_timeout: float,
 ) -> web.StreamResponse:
-    upstream = dispatch.response
+    """Relay the stream to the client; the outcome gets its tokens, timings and status (an
+    error after the first byte goes into the stream, never raised)."""
+    out = req.outcome
     dep = dispatch.deployment
-    resp = web.StreamResponse(status=200, headers=sse_headers(dispatch, ex, req.response_headers))
+    resp = web.StreamResponse(status=200, headers=sse_headers(dispatch, req))
     encoder: StreamEncoder | None = None  # the fast path writes the upstream's own bytes
-    ex.first_token_at = dispatch.upstream_answered
+    out.first_token_at = dispatch.upstream_answered
     dep.state.observe_ttft(dispatch.upstream_answered - dispatch.upstream_started)
+    chunks = 0
     try:
         await resp.prepare(request)
         async with asyncio.timeout(total_timeout):
             if req.stream_filters or req.wire is not None:
                 encoder = _encoder(req)
-                await _FilteredRelay(resp, dispatch, ex, metrics, req, encoder).run()
+                relay = _FilteredRelay(resp, dispatch, req, metrics, encoder)
+                await relay.run()
+                chunks = relay.chunks
             else:
-                await _relay_bytes(resp, dispatch, ex, metrics, req.want_usage)
-        if not ex.completion_tokens:
-            ex.completion_tokens = ex.chunks
+                chunks = await _relay_bytes(resp, dispatch, out, metrics, req.want_usage)
+        if not out.completion_tokens:
+            out.completion_tokens = chunks
         await resp.write_eof()
     except asyncio.CancelledError:
-        ex.status, ex.error_type = 499, "client_disconnected"
-        metrics.client_disconnects.labels(ex.alias).inc()
+        out.status, out.error_type = 499, "client_disconnected"
+        metrics.client_disconnects.labels(out.alias).inc()
         raise
     except (ConnectionResetError, ConnectionError):
-        ex.status, ex.error_type = 499, "client_disconnected"
-        metrics.client_disconnects.labels(ex.alias).inc()
+        out.status, out.error_type = 499, "client_disconnected"
+        metrics.client_disconnects.labels(out.alias).inc()
     except (FleetgateError, TimeoutError) as exc:
         err = exc if isinstance(exc, FleetgateError) else UpstreamError("upstream stream timed out")
-        ex.status, ex.error_type = err.status, err.type
+        out.status, out.error_type = err.status, err.type
         await _write_error(resp, err, encoder or _encoder(req))
-    finally:
-        await upstream.aclose(graceful=ex.upstream_done)
-        dispatch.release()
     return resp
 
 
 async def _relay_bytes(
     resp: web.StreamResponse,
     dispatch: Dispatch,
-    ex: Exchange,
+    out: Outcome,
     metrics: GatewayMetrics,
     want_usage: bool,
-) -> None:
-    """The fast path: events go out as the bytes that came in, one write per upstream read."""
+) -> int:
+    """The fast path: events go out as the bytes that came in, one write per upstream read.
+    Returns the number of events relayed."""
     dep = dispatch.deployment
-    itl = metrics.itl.labels(ex.alias, dep.id, dep.version)
+    itl = metrics.itl.labels(out.alias, dep.id, dep.version)
     last = dispatch.upstream_answered
     first = True
+    chunks = 0
     async for batch in _all_batches(dispatch):
         now = time.perf_counter()
-        out = []
+        send = []
         done = False
         for event in batch:
             if event.startswith(_DONE):
-                out.append(event)
+                send.append(event)
                 done = True
                 break
-            if _inspect(event, ex, want_usage):
+            if _inspect(event, out, want_usage):
                 if not first:
                     itl.observe(now - last)  # events that arrived together are 0 s apart
                 first = False
                 last = now
-                ex.chunks += 1
-                out.append(event)
-        if out:
-            await resp.write(out[0] if len(out) == 1 else b"".join(out))
+                chunks += 1
+                send.append(event)
+        if send:
+            await resp.write(send[0] if len(send) == 1 else b"".join(send))
         if done:
             break
-    ex.upstream_done = True
-    ex.last_token_at = last
+    dispatch.upstream_done = True
+    out.last_token_at = last
+    return chunks
 
 
 async def _all_batches(dispatch: Dispatch) -> AsyncIterator[list[bytes]]:
@@ -184,30 +189,30 @@ class _FilteredRelay:
         self,
         resp: web.StreamResponse,
         dispatch: Dispatch,
-        ex: Exchange,
-        metrics: GatewayMetrics,
         req: GatewayRequest,
+        metrics: GatewayMetrics,
         encoder: StreamEncoder,
     ) -> None:
         dep = dispatch.deployment
         self.resp = resp
         self.encoder = encoder
         self.dispatch = dispatch
-        self.ex = ex
-        self.req = req
-        self.itl = metrics.itl.labels(ex.alias, dep.id, dep.version)
+        self.out = req.outcome
+        self.filters = req.stream_filters
+        self.itl = metrics.itl.labels(self.out.alias, dep.id, dep.version)
         self.last = dispatch.upstream_answered
         self.usage: dict[str, Any] | None = None
+        self.chunks = 0  # chunks sent
 
     async def emit(self, chunks: list[dict[str, Any]]) -> None:
         for chunk in chunks:
             now = time.perf_counter()
             self.itl.observe(now - self.last)
             self.last = now
-            self.ex.chunks += 1
+            self.chunks += 1
             for choice in chunk.get("choices") or ():
                 if isinstance(choice, dict) and choice.get("finish_reason"):
-                    self.ex.finish_reason = str(choice["finish_reason"])
+                    self.out.finish_reason = str(choice["finish_reason"])
             await self.resp.write(self.encoder.chunk(chunk))
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
@@ -224,14 +229,14 @@ class _FilteredRelay:
         if chunk is None:
             return None
         if isinstance(chunk.get("usage"), dict):
-            self.ex.take_usage(chunk["usage"])
+            self.out.take_usage(chunk["usage"])
             if not chunk.get("choices"):
                 self.usage = chunk  # sent after the filters have flushed
                 return None
         return chunk
 
     async def run(self) -> None:
-        filters = self.req.stream_filters
+        filters = self.filters
         stopped = False
         async for chunk in self.events():
             out, stopped = await _run_filters(filters, [chunk])
@@ -239,7 +244,7 @@ class _FilteredRelay:
             if stopped:
                 break
         if not stopped:
-            self.ex.upstream_done = True
+            self.dispatch.upstream_done = True
             for i, f in enumerate(filters):
                 result = await f.finish()
                 out, stop = await _run_filters(filters, result.chunks, i + 1)
@@ -247,7 +252,7 @@ class _FilteredRelay:
                 if result.stop or stop:
                     break
         await self.resp.write(self.encoder.end(self.usage))
-        self.ex.last_token_at = self.last
+        self.out.last_token_at = self.last
 
 
 def _encoder(req: GatewayRequest) -> StreamEncoder:

@@ -48,6 +48,7 @@ from fleetgate.multimodal.images.pipeline import LoadedImage
 from fleetgate.multimodal.parts import PartKey, audio_parts, image_parts, replace_parts
 from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.multimodal.speech.streamer import SpeechStreamer
+from fleetgate.providers.base import Endpoint
 from fleetgate.routing.table import RouteTable
 from fleetgate.tenancy.principal import Principal
 from fleetgate.tokens import estimate_prompt_tokens
@@ -85,7 +86,7 @@ class MultimodalStage:
         self._table = table
 
     async def before(self, req: GatewayRequest) -> None:
-        if req.endpoint != "chat/completions" or not isinstance(req.body.get("messages"), list):
+        if req.endpoint is not Endpoint.CHAT or not isinstance(req.body.get("messages"), list):
             return
         rt = self.runtime
         conv_id = req.headers.get("x-conversation-id") if rt.config.conversations.enabled else None

@@ -24,9 +24,14 @@ __all__ = ["Endpoint", "Provider", "UpstreamCall", "UpstreamResponse"]
 
 
 class Endpoint(enum.Enum):
+    """The gateway's model endpoints (the path under ``/v1``); the first three are routed to
+    providers, the audio ones to the multimodal engines."""
+
     CHAT = "chat/completions"
     COMPLETIONS = "completions"
     EMBEDDINGS = "embeddings"
+    AUDIO_TRANSCRIPTIONS = "audio/transcriptions"
+    AUDIO_SPEECH = "audio/speech"
 
 
 @dataclass(slots=True)

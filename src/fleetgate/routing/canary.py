@@ -35,8 +35,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from fleetgate.errors import InvalidRequest, ServiceUnavailable
+from fleetgate.routing.context import RouteContext
 from fleetgate.routing.deployment import Deployment
-from fleetgate.routing.strategies import RouteContext
 from fleetgate.tasks import cancel_and_wait, retry_forever
 
 __all__ = ["CanarySplits", "Split"]
@@ -95,12 +95,10 @@ class Split:
 
 
 def _caller(ctx: RouteContext) -> str:
-    user = ctx.headers.get("x-user-id")
+    user = ctx.request.headers.get("x-user-id")
     if user:
         return f"u:{user}"
-    p = ctx.principal
-    if p is None:
-        return ""
+    p = ctx.request.principal
     return f"u:{p.user_id}" if p.user_id else f"k:{p.key_id}"
 
 

@@ -2,6 +2,12 @@
 
 Retries and fallbacks happen only before the first byte reaches the client: for streams the
 provider returns after the first event, so everything here is still invisible to the client.
+
+The answer comes only as an async context manager, so the deployment's in-flight count and the
+upstream connection are always given back::
+
+    async with dispatcher.dispatch(table, req, build) as sent:
+        ...  # read sent.response; sent.upstream_done = True once the stream reached its end
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Protocol
 
 from fleetgate.config.schema import RouterConfig
@@ -21,16 +28,17 @@ from fleetgate.errors import (
     UpstreamError,
 )
 from fleetgate.providers.base import UpstreamCall, UpstreamResponse
+from fleetgate.routing.context import Pick, RouteContext, RoutedRequest
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch_hooks import admitted, preferred
 from fleetgate.routing.health import HealthTracker
-from fleetgate.routing.strategies import RouteContext
 from fleetgate.routing.table import AliasRoute, RouteTable
 from fleetgate.telemetry.metrics import GatewayMetrics
 
-__all__ = ["Dispatch", "DispatchObserver", "Dispatcher", "VersionPicker"]
+__all__ = ["CallBuilder", "Dispatch", "DispatchObserver", "Dispatcher", "VersionPicker"]
 
-CallBuilder = Callable[[Deployment], UpstreamCall]
+# The upstream call of one attempt, from the strategy's pick (its deployment and body fields).
+CallBuilder = Callable[[Pick], UpstreamCall]
 Prepare = Callable[[Sequence[Deployment], RouteContext], Awaitable[None]]
 
 
@@ -45,7 +53,7 @@ class VersionPicker(Protocol):
 class DispatchObserver(Protocol):
     """Hears of every attempt: sent, first token (stream answered / body received), ended."""
 
-    def dispatched(self, dep: Deployment, ctx: RouteContext) -> object:
+    def dispatched(self, pick: Pick, ctx: RouteContext) -> object:
         """Returns a ticket passed back to the two calls below."""
         ...
 
@@ -55,7 +63,7 @@ class DispatchObserver(Protocol):
 
 
 class _NoObserver:
-    def dispatched(self, dep: Deployment, ctx: RouteContext) -> object:
+    def dispatched(self, pick: Pick, ctx: RouteContext) -> object:
         return None
 
     def first_token(self, ticket: object) -> None:
@@ -67,7 +75,8 @@ class _NoObserver:
 
 @dataclass(slots=True)
 class Dispatch:
-    """A successful attempt. The deployment's in-flight count is held until `release`."""
+    """A successful attempt. The deployment's in-flight count and the upstream connection are
+    held until the `Dispatcher.dispatch` block ends."""
 
     response: UpstreamResponse
     deployment: Deployment
@@ -75,13 +84,45 @@ class Dispatch:
     attempts: int
     upstream_started: float
     upstream_answered: float
-    observer: DispatchObserver | None = None
+    observer: DispatchObserver
     ticket: object = None
+    upstream_done: bool = False  # the stream reached its end: the connection may be kept
 
-    def release(self) -> None:
-        self.deployment.state.in_flight -= 1
-        if self.observer is not None:
+    async def _close(self) -> None:
+        try:
+            await self.response.aclose(graceful=self.upstream_done)
+        finally:
+            self.deployment.state.in_flight -= 1
             self.observer.finished(self.ticket)
+
+
+class _Sending:
+    """`Dispatcher.dispatch`'s context manager: sends on entry, gives everything back on exit."""
+
+    __slots__ = ("_build", "_ctx", "_dispatcher", "_sent", "_table")
+
+    def __init__(
+        self, dispatcher: Dispatcher, table: RouteTable, ctx: RouteContext, build: CallBuilder
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._table = table
+        self._ctx = ctx
+        self._build = build
+        self._sent: Dispatch | None = None
+
+    async def __aenter__(self) -> Dispatch:
+        self._sent = await self._dispatcher._send(self._table, self._ctx, self._build)
+        return self._sent
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        sent, self._sent = self._sent, None
+        if sent is not None:
+            await sent._close()
 
 
 class Dispatcher:
@@ -105,7 +146,8 @@ class Dispatcher:
     ) -> tuple[list[Deployment], bool]:
         """Deployments allowed for this hop, and whether any was dropped for its window."""
         allowed = [d for d in route.deployments if d.is_local or not local_only]
-        fitting = [d for d in allowed if d.fits(ctx.prompt_tokens, ctx.max_tokens)]
+        req = ctx.request
+        fitting = [d for d in allowed if d.fits(req.prompt_tokens, req.max_tokens)]
         dropped = len(fitting) < len(allowed)
         if self.versions is not None and fitting:
             fitting = self.versions.narrow(route.name, fitting, ctx)
@@ -117,8 +159,13 @@ class Dispatcher:
         if delay > 0:
             await asyncio.sleep(delay)
 
-    async def send(self, table: RouteTable, ctx: RouteContext, build: CallBuilder) -> Dispatch:
-        chain = table.chain(ctx.alias)
+    def dispatch(self, table: RouteTable, req: RoutedRequest, build: CallBuilder) -> _Sending:
+        """Send ``req`` through its alias (retries, fallbacks): ``async with`` it."""
+        return _Sending(self, table, RouteContext(req), build)
+
+    async def _send(self, table: RouteTable, ctx: RouteContext, build: CallBuilder) -> Dispatch:
+        req = ctx.request
+        chain = table.chain(req.alias)
         local_only = chain[0].local_only
         last_error: FleetgateError | None = None
         too_long = False
@@ -137,12 +184,12 @@ class Dispatcher:
             raise last_error
         if too_long:
             raise ContextWindowExceeded(
-                f"This request needs about {ctx.prompt_tokens + ctx.max_tokens} tokens "
-                f"(prompt {ctx.prompt_tokens} + max_tokens {ctx.max_tokens}), more than the "
-                f"context window of every deployment of '{ctx.alias}' and its fallbacks.",
+                f"This request needs about {req.prompt_tokens + req.max_tokens} tokens "
+                f"(prompt {req.prompt_tokens} + max_tokens {req.max_tokens}), more than the "
+                f"context window of every deployment of '{req.alias}' and its fallbacks.",
                 param="messages",
             )
-        raise NoHealthyDeployment(f"No deployment of '{ctx.alias}' can serve this request.")
+        raise NoHealthyDeployment(f"No deployment of '{req.alias}' can serve this request.")
 
     async def _try_route(
         self,
@@ -159,6 +206,7 @@ class Dispatcher:
         if prepare is not None:
             await prepare(fitting, ctx)
         observer: DispatchObserver = self.observer or _NoObserver()
+        hooks = ctx.request.dispatch_hooks
         for attempt in range(budget):
             now = time.monotonic()
             healthy = [d for d in fitting if d.state.healthy(now)]
@@ -166,18 +214,19 @@ class Dispatcher:
                 break
             fresh = [d for d in healthy if id(d) not in tried]
             pool = fresh or healthy
-            if ctx.dispatch_hooks:
-                pool = preferred(ctx.dispatch_hooks, pool)
-            dep = route.strategy.pick(pool, ctx)
+            if hooks:
+                pool = preferred(hooks, pool)
+            pick = route.strategy.pick(pool, ctx)
+            dep = pick.deployment
             tried.add(id(dep))
             if attempt > 0:
                 await self._backoff(attempt)
             dep.state.in_flight += 1
-            ticket = observer.dispatched(dep, ctx)
+            ticket = observer.dispatched(pick, ctx)
             started = time.perf_counter()
             try:
-                async with admitted(ctx.dispatch_hooks, dep):
-                    response = await dep.provider.send(build(dep))
+                async with admitted(hooks, dep):
+                    response = await dep.provider.send(build(pick))
             except UpstreamError as exc:
                 dep.state.in_flight -= 1
                 observer.finished(ticket)

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 import aiohttp
 
 from fleetgate.config.schema import RoutingConfig
+from fleetgate.routing.context import Pick, RouteContext
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.engine_metrics import EngineSnapshot, parse_engine_metrics
 from fleetgate.routing.load import LoadTracker, LocalLoad, Ticket
 from fleetgate.routing.load_share import LoadShare
-from fleetgate.routing.strategies import RouteContext
 from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["EngineStats", "EngineView", "engine_key", "metrics_url"]
@@ -104,10 +104,12 @@ class EngineStats:
 
     # ------------------------------------------------------------------ observer
 
-    def dispatched(self, dep: Deployment, ctx: RouteContext) -> Ticket:
-        """Dispatcher hook: an attempt was sent to ``dep``."""
-        key = engine_key(dep)
-        tokens = ctx.prompt_tokens if ctx.uncached_tokens is None else ctx.uncached_tokens
+    def dispatched(self, pick: Pick, ctx: RouteContext) -> Ticket:
+        """Dispatcher hook: an attempt was sent to ``pick.deployment``."""
+        key = engine_key(pick.deployment)
+        tokens = pick.uncached_tokens
+        if tokens is None:
+            tokens = ctx.request.prompt_tokens
         target = self._state.setdefault(key, _Target())
         target.avg_prefill += 0.2 * (tokens - target.avg_prefill)
         return self.tracker.dispatched(key, tokens)

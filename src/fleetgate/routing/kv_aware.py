@@ -37,12 +37,12 @@ import aiohttp
 
 from fleetgate.config.schema import KvAwareConfig, RoutingConfig
 from fleetgate.routing.affinity import SessionTable
+from fleetgate.routing.context import Pick, RouteContext, RoutedRequest
 from fleetgate.routing.decisions import CandidateCost, Decision, DecisionLog
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.engine_stats import EngineStats, EngineView, engine_key
 from fleetgate.routing.prefix import PrefixIndex, text_block_hashes, token_block_hashes
 from fleetgate.routing.prefix_share import PrefixShare
-from fleetgate.routing.strategies import RouteContext
 from fleetgate.telemetry.registry import Registry
 from fleetgate.tokens import prompt_text
 
@@ -125,8 +125,8 @@ class EngineAwareRouting:
 
     # -------------------------------------------------------------- observer + lifecycle
 
-    def dispatched(self, dep: Deployment, ctx: RouteContext) -> object:
-        return self.stats.dispatched(dep, ctx)
+    def dispatched(self, pick: Pick, ctx: RouteContext) -> object:
+        return self.stats.dispatched(pick, ctx)
 
     def first_token(self, ticket: object) -> None:
         self.stats.first_token(ticket)
@@ -162,10 +162,10 @@ class EngineAwareRouting:
     def namespace(self, ctx: RouteContext) -> tuple[str, str | None]:
         """(index namespace, cache_salt or None) of a request."""
         cfg = self.config
-        lead = _leading_text(ctx.body)
+        lead = _leading_text(ctx.request.body)
         if not cfg.tenant_isolation or any(lead.startswith(p) for p in cfg.public_prefixes):
             return "public", None
-        tenant = ctx.principal.tenant if ctx.principal is not None else "anonymous"
+        tenant = ctx.request.principal.tenant
         return f"tenant:{tenant}", self.salt(tenant)
 
     # -------------------------------------------------------------- exact tokens
@@ -211,42 +211,41 @@ class KvAwareStrategy:
     async def prepare(self, candidates: Sequence[Deployment], ctx: RouteContext) -> None:
         """With ``kv_aware.exact_tokenize``, fetch the prompt's token ids from an engine."""
         if self.shared.config.kv_aware.exact_tokenize and candidates:
-            ids = await self.shared.tokenize(candidates[0], ctx.body)
+            ids = await self.shared.tokenize(candidates[0], ctx.request.body)
             if ids is not None:
-                ctx.scratch["prefix_ids"] = ids
+                ctx.prompt_ids = ids
 
     def _hashes(self, ctx: RouteContext, namespace: str) -> tuple[list[int], float]:
         """Block hashes of the prompt and the tokens one block stands for."""
         kv = self.shared.config.kv_aware
-        ids = ctx.scratch.get("prefix_ids")
-        if isinstance(ids, list):
+        ids = ctx.prompt_ids
+        if ids is not None:
             return token_block_hashes(ids, namespace, kv.index_block_tokens), kv.index_block_tokens
-        text = ctx.prompt_text
-        if not text and ctx.body is not None:
-            text = prompt_text(dict(ctx.body), kv.max_prompt_chars)
+        text = prompt_text(ctx.request.body, kv.max_prompt_chars)
         block_chars = kv.index_block_tokens * _CHARS_PER_TOKEN
-        per_char = ctx.prompt_tokens / len(text) if text else 0.0
+        per_char = ctx.request.prompt_tokens / len(text) if text else 0.0
         return text_block_hashes(text, namespace, block_chars), block_chars * per_char
 
-    def _session_key(self, ctx: RouteContext) -> tuple[str, str, str] | None:
+    def _session_key(self, req: RoutedRequest) -> tuple[str, str, str] | None:
+        headers = req.headers
         for name in self.shared.config.affinity_headers:
-            value = ctx.headers.get(name) or ctx.headers.get(name.lower())
+            value = headers.get(name) or headers.get(name.lower())
             if value:
-                tenant = ctx.principal.tenant if ctx.principal is not None else ""
-                return tenant, self.alias, value
-        if ctx.session_id:
-            tenant = ctx.principal.tenant if ctx.principal is not None else ""
-            return tenant, self.alias, ctx.session_id
+                return req.principal.tenant, self.alias, value
+        session = headers.get("x-session-id")
+        if session:
+            return req.principal.tenant, self.alias, session
         return None
 
-    def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Deployment:
+    def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Pick:
         shared = self.shared
+        req = ctx.request
         kv = shared.config.kv_aware
         namespace, salt = shared.namespace(ctx)
         hashes, tokens_per_block = self._hashes(ctx, namespace)
-        key = self._session_key(ctx)
+        key = self._session_key(req)
         entry = shared.sessions.get(key) if key is not None else None
-        prompt = max(1, ctx.prompt_tokens)
+        prompt = max(1, req.prompt_tokens)
         costs: list[CandidateCost] = []
         views: list[EngineView] = []
         via_affinity: list[bool] = []
@@ -313,12 +312,10 @@ class KvAwareStrategy:
             reason = "prefix-hit"
         else:
             reason = "load"
-        ctx.uncached_tokens = prompt - chosen.cached_tokens
-        self._send_salt(ctx, views[i], salt)
         ekey = engine_key(dep)
         shared.remember_prefix(ekey, hashes)
         if key is not None:
-            shared.sessions.remember(key, ekey, prompt + ctx.max_tokens)
+            shared.sessions.remember(key, ekey, prompt + req.max_tokens)
         shared.decisions.record(
             Decision(
                 at=time.time(),
@@ -328,12 +325,12 @@ class KvAwareStrategy:
                 reason=reason,
                 prompt_tokens=prompt,
                 cached_tokens=chosen.cached_tokens,
-                tenant=ctx.principal.tenant if ctx.principal is not None else None,
+                tenant=req.principal.tenant,
                 session=key[2] if key is not None else None,
                 candidates=tuple(costs),
             )
         )
-        return dep
+        return Pick(dep, self._extra_body(views[i], salt), prompt - chosen.cached_tokens)
 
     def _guard(self, costs: list[CandidateCost]) -> list[CandidateCost]:
         kv = self.shared.config.kv_aware
@@ -344,13 +341,14 @@ class KvAwareStrategy:
             out.append(_excluded(c) if hot else c)
         return out
 
-    def _send_salt(self, ctx: RouteContext, view: EngineView, salt: str | None) -> None:
+    def _extra_body(self, view: EngineView, salt: str | None) -> dict[str, Any] | None:
+        """The tenant's ``cache_salt`` where the engine takes one (vLLM), per config."""
         mode = self.shared.config.cache_salt
-        ctx.extra_body.pop("cache_salt", None)
         if salt is None or mode == "never":
-            return
+            return None
         if mode == "always" or view.engine == "vllm":
-            ctx.extra_body["cache_salt"] = salt
+            return {"cache_salt": salt}
+        return None
 
 
 def _excluded(c: CandidateCost) -> CandidateCost:

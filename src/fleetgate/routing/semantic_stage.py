@@ -29,6 +29,7 @@ import orjson
 
 from fleetgate.errors import InvalidRequest, PermissionDenied
 from fleetgate.hooks import GatewayRequest, Outcome
+from fleetgate.providers.base import Endpoint
 from fleetgate.routing.semantic import (
     IntentRouter,
     LabelledText,
@@ -166,7 +167,7 @@ class SemanticStage:
     async def before(self, req: GatewayRequest) -> None:
         if req.alias != self.config.alias:
             return
-        if req.endpoint not in ("chat/completions", "completions"):
+        if req.endpoint not in (Endpoint.CHAT, Endpoint.COMPLETIONS):
             raise InvalidRequest(
                 f"The router alias '{self.config.alias}' serves chat and text completions only.",
                 param="model",

@@ -1,7 +1,8 @@
 """Replica-choice strategies and their registry.
 
-A strategy picks one deployment among healthy candidates that fit the request. Built-ins
-register themselves in `StrategyRegistry.with_builtins()` exactly as a third party would::
+A strategy (`fleetgate.routing.context.Strategy`) picks one deployment among healthy
+candidates that fit the request and returns it as a `Pick`. Built-ins register themselves in
+`StrategyRegistry.with_builtins()` exactly as a third party would::
 
     registry = StrategyRegistry.with_builtins()
     registry.register("my-strategy", lambda alias_config: MyStrategy())
@@ -11,59 +12,22 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Sequence
 
 from fleetgate.config.schema import AliasConfig
 from fleetgate.errors import ConfigError
+from fleetgate.routing.context import Pick, RouteContext, Strategy
 from fleetgate.routing.deployment import Deployment
-from fleetgate.routing.dispatch_hooks import DispatchHook
-from fleetgate.tenancy.principal import Principal
-
-if TYPE_CHECKING:
-    from fleetgate.routing.kv_aware import EngineAwareRouting
+from fleetgate.routing.kv_aware import EngineAwareRouting, KvAwareStrategy
 
 __all__ = [
     "CostStrategy",
     "LatencyStrategy",
     "LeastLoadStrategy",
     "RoundRobinStrategy",
-    "RouteContext",
-    "Strategy",
     "StrategyRegistry",
     "WeightedStrategy",
 ]
-
-
-@dataclass(slots=True)
-class RouteContext:
-    """What a strategy may look at about the request."""
-
-    alias: str
-    principal: Principal | None = None
-    prompt_tokens: int = 0
-    max_tokens: int = 0
-    prompt_text: str = ""
-    session_id: str | None = None
-    body: Mapping[str, Any] | None = None  # the request body (read-only for strategies)
-    headers: Mapping[str, str] = field(default_factory=dict)  # forwarded request headers
-    # Set by a strategy in `pick` for the deployment it picked: the prompt tokens it expects the
-    # engine to compute (not served from its prefix cache), and fields to add to the upstream
-    # body (for example vLLM's ``cache_salt``).
-    uncached_tokens: int | None = None
-    extra_body: dict[str, Any] = field(default_factory=dict)
-    scratch: dict[str, Any] = field(default_factory=dict)  # a strategy's per-request notes
-    # Added by request stages: narrow the candidates and gate the send (see dispatch_hooks).
-    dispatch_hooks: Sequence[DispatchHook] = ()
-
-
-class Strategy(Protocol):
-    name: str
-
-    def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Deployment:
-        """Choose one of ``candidates`` (never empty)."""
-        ...
 
 
 class WeightedStrategy:
@@ -72,13 +36,13 @@ class WeightedStrategy:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
 
-    def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Deployment:
+    def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Pick:
         if len(candidates) == 1:
-            return candidates[0]
+            return Pick(candidates[0])
         weights = [d.config.weight for d in candidates]
         if sum(weights) <= 0:
-            return self._rng.choice(candidates)
-        return self._rng.choices(candidates, weights=weights)[0]
+            return Pick(self._rng.choice(candidates))
+        return Pick(self._rng.choices(candidates, weights=weights)[0])
 
 
 def _min_random_tie(
@@ -99,8 +63,8 @@ class LeastLoadStrategy:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
 
-    def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Deployment:
-        return _min_random_tie(candidates, lambda d: d.state.in_flight, self._rng)
+    def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Pick:
+        return Pick(_min_random_tie(candidates, lambda d: d.state.in_flight, self._rng))
 
 
 class LatencyStrategy:
@@ -111,12 +75,12 @@ class LatencyStrategy:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
 
-    def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Deployment:
+    def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Pick:
         def key(d: Deployment) -> float:
             ttft = d.state.ewma_ttft_s
             return 0.0 if ttft is None else ttft * (1 + d.state.in_flight)
 
-        return _min_random_tie(candidates, key, self._rng)
+        return Pick(_min_random_tie(candidates, key, self._rng))
 
 
 class CostStrategy:
@@ -127,10 +91,10 @@ class CostStrategy:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
 
-    def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Deployment:
+    def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Pick:
         cheapest = min(d.price_per_mtok() for d in candidates)
         pool = [d for d in candidates if d.price_per_mtok() == cheapest]
-        return _min_random_tie(pool, lambda d: d.state.in_flight, self._rng)
+        return Pick(_min_random_tie(pool, lambda d: d.state.in_flight, self._rng))
 
 
 class RoundRobinStrategy:
@@ -141,8 +105,8 @@ class RoundRobinStrategy:
     def __init__(self) -> None:
         self._counter = itertools.count()
 
-    def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Deployment:
-        return candidates[next(self._counter) % len(candidates)]
+    def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Pick:
+        return Pick(candidates[next(self._counter) % len(candidates)])
 
 
 StrategyFactory = Callable[[AliasConfig], Strategy]
@@ -174,8 +138,6 @@ class StrategyRegistry:
         """Every built-in strategy. ``engine_aware`` is the app's shared engine state for
         ``kv-aware`` (without it each kv-aware alias keeps a private one: local tracking only).
         """
-        from fleetgate.routing.kv_aware import EngineAwareRouting, KvAwareStrategy
-
         registry = cls()
         registry.register("round-robin", lambda _: RoundRobinStrategy())
         shared = engine_aware

@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterator
 from fleetgate.config.schema import AliasConfig, DeploymentConfig, GatewayConfig
 from fleetgate.errors import ModelNotFound
 from fleetgate.providers.base import Provider
+from fleetgate.routing.context import Strategy
 from fleetgate.routing.deployment import Deployment, DeploymentState, deployment_key
-from fleetgate.routing.strategies import Strategy, StrategyRegistry
+from fleetgate.routing.strategies import StrategyRegistry
 
 __all__ = ["AliasRoute", "ProviderFactory", "RouteTable"]
 

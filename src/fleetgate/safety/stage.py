@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fleetgate.hooks import FilterResult, GatewayRequest, Outcome
+from fleetgate.providers.base import Endpoint
 from fleetgate.safety.audit import AuditItem, AuditQueue
 from fleetgate.safety.base import Action, CheckContext, CheckPoint, TextTurn
 from fleetgate.safety.policy import Guardrails, Policy
@@ -28,7 +29,6 @@ from fleetgate.safety.stream import Release, StreamModerator
 
 __all__ = ["SafetyResponseFilter", "SafetyStage", "SafetyStreamFilter"]
 
-_CHAT = "chat/completions"
 _STATE = "safety"
 
 
@@ -189,7 +189,7 @@ class SafetyStage:
                         ).text
 
     async def before(self, req: GatewayRequest) -> None:
-        if req.endpoint != _CHAT or not isinstance(req.body.get("messages"), list):
+        if req.endpoint is not Endpoint.CHAT or not isinstance(req.body.get("messages"), list):
             return
         policy = self.policy_for(req.alias, req.principal.team_id)
         messages: list[dict[str, Any]] = req.body["messages"]

@@ -14,6 +14,7 @@ from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.multimodal.images.process import ImageProcessor
 from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.multimodal.stage import MultimodalStage
+from fleetgate.providers.base import Endpoint
 from fleetgate.routing.table import RouteTable
 from fleetgate.tenancy.principal import Principal
 
@@ -22,7 +23,7 @@ def _request(team: str, url: str) -> GatewayRequest:
     parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": url}}]
     return GatewayRequest(
         request_id="r",
-        endpoint="chat/completions",
+        endpoint=Endpoint.CHAT,
         principal=Principal(key_id=f"k-{team}", team_id=team),
         body={"model": "tiny", "messages": [{"role": "user", "content": parts}]},
         alias="tiny",

@@ -1,0 +1,91 @@
+"""What a strategy sees of a request, and what it returns: the strategy interface.
+
+The dispatcher wraps the request in a `RouteContext` for the routing of it, asks the alias's
+`Strategy` to pick among the candidates, and sends to the `Pick`'s deployment with its extra
+body fields (for example vLLM's ``cache_salt``). A strategy reads the request, never writes
+it, and returns everything it decided.
+
+Example::
+
+    class FirstStrategy:
+        name = "first"
+
+        def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Pick:
+            return Pick(candidates[0])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from fleetgate.routing.deployment import Deployment
+from fleetgate.routing.dispatch_hooks import DispatchHook
+from fleetgate.tenancy.principal import Principal
+
+__all__ = ["Pick", "RouteContext", "RoutedRequest", "Strategy"]
+
+
+class RoutedRequest(Protocol):
+    """What routing reads of a request (`fleetgate.hooks.GatewayRequest` is one)."""
+
+    @property
+    def alias(self) -> str: ...
+
+    @property
+    def principal(self) -> Principal: ...
+
+    @property
+    def prompt_tokens(self) -> int: ...
+
+    @property
+    def max_tokens(self) -> int: ...
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The request body (OpenAI format); never changed by routing."""
+        ...
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """Selected request headers, lower-case names (affinity, ``x-session-id``, ...)."""
+        ...
+
+    @property
+    def dispatch_hooks(self) -> Sequence[DispatchHook]:
+        """Added by request stages: narrow the candidates and gate the send."""
+        ...
+
+
+@dataclass(slots=True)
+class RouteContext:
+    """The routing of one request: the request itself (read-only) and what a strategy's
+    ``prepare`` learned about it for its ``pick``."""
+
+    request: RoutedRequest
+    prompt_ids: list[int] | None = None  # the prompt's token ids, when an engine told us
+
+
+@dataclass(slots=True)
+class Pick:
+    """A strategy's decision for one attempt (read-only once returned)."""
+
+    deployment: Deployment
+    # Fields to add to the upstream body for this deployment (vLLM's ``cache_salt``).
+    extra_body: Mapping[str, Any] | None = None
+    # The prompt tokens the engine is expected to compute (not served from its prefix cache);
+    # None: all of them.
+    uncached_tokens: int | None = None
+
+
+class Strategy(Protocol):
+    """Picks one deployment per attempt. A strategy may also have
+    ``async def prepare(self, candidates, ctx) -> None``, awaited once per alias before its
+    picks (to fetch what ``pick`` needs into ``ctx``; see `KvAwareStrategy.prepare`)."""
+
+    name: str
+
+    def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Pick:
+        """Choose one of ``candidates`` (never empty)."""
+        ...
