@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 
 from fleetgate.errors import ConfigError
 from fleetgate.providers.azure_openai import AZURE_ENDPOINTS, azure_headers, azure_url
-from fleetgate.providers.base import Endpoint
+from fleetgate.providers.base import Endpoint, RoutedEndpoint
 
 
 @pytest.mark.parametrize(
@@ -56,6 +58,9 @@ def test_key_goes_in_api_key_header_not_authorization() -> None:
         azure_headers("a", ad_token="b")
 
 
-def test_every_gateway_endpoint_has_an_azure_path() -> None:
-    # AzureOpenAIProvider.url passes Endpoint values to azure_url, which refuses unknown ones.
-    assert {endpoint.value for endpoint in Endpoint} <= set(AZURE_ENDPOINTS)
+def test_every_routed_endpoint_has_an_azure_path() -> None:
+    # AzureOpenAIProvider.url passes the values of the endpoints a provider is sent
+    # (RoutedEndpoint) to azure_url, which refuses unknown ones.
+    routed: tuple[Endpoint, ...] = get_args(RoutedEndpoint)
+    assert {Endpoint.CHAT, Endpoint.COMPLETIONS, Endpoint.EMBEDDINGS} <= set(routed)
+    assert {endpoint.value for endpoint in routed} <= set(AZURE_ENDPOINTS)

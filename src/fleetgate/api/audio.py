@@ -14,7 +14,6 @@ text spoken or transcribed; cost from ``tts.price_per_mchars_usd`` per million c
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import BodyPartReader, web

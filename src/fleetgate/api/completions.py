@@ -27,7 +27,7 @@ from fleetgate.api.schemas import (
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.hooks import GatewayRequest, ResponseWire, StageRun
 from fleetgate.http.body import read_json
-from fleetgate.providers.base import Endpoint, UpstreamCall
+from fleetgate.providers.base import Endpoint, RoutedEndpoint, UpstreamCall
 from fleetgate.routing.context import Pick
 from fleetgate.routing.dispatch import Dispatch
 from fleetgate.tenancy.auth import bearer_token
@@ -36,7 +36,7 @@ from fleetgate.tokens import estimate_prompt_tokens
 
 __all__ = ["chat_completions", "completions", "embeddings", "serve"]
 
-_SCHEMAS: dict[Endpoint, type[BaseModel]] = {
+_SCHEMAS: dict[RoutedEndpoint, type[BaseModel]] = {
     Endpoint.CHAT: ChatCompletionRequest,
     Endpoint.COMPLETIONS: CompletionRequest,
     Endpoint.EMBEDDINGS: EmbeddingRequest,
@@ -81,7 +81,7 @@ def _upstream_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:
     return out
 
 
-async def _serve(request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
+async def _serve(request: web.Request, endpoint: RoutedEndpoint) -> web.StreamResponse:
     started = time.perf_counter()
     gw = request.app[GATEWAY]
     principal = gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
@@ -92,7 +92,7 @@ async def _serve(request: web.Request, endpoint: Endpoint) -> web.StreamResponse
 async def serve(
     request: web.Request,
     gw: GatewayState,
-    endpoint: Endpoint,
+    endpoint: RoutedEndpoint,
     principal: Principal,
     body: dict[str, Any],
     started: float,
@@ -124,7 +124,7 @@ async def serve(
         wire=wire,
     )
     async with StageRun(gw.stages, req, _recorder(gw)):
-        return await _dispatch(request, gw, req)
+        return await _dispatch(request, gw, req, endpoint)
 
 
 def _recorder(gw: GatewayState) -> Callable[[GatewayRequest], None]:
@@ -135,10 +135,9 @@ def _recorder(gw: GatewayState) -> Callable[[GatewayRequest], None]:
 
 
 async def _dispatch(
-    request: web.Request, gw: GatewayState, req: GatewayRequest
+    request: web.Request, gw: GatewayState, req: GatewayRequest, endpoint: RoutedEndpoint
 ) -> web.StreamResponse:
     out = req.outcome
-    endpoint = req.endpoint
     base = _upstream_body(req.body, req.stream)
     timeouts = gw.dispatcher.config.timeouts
     forward = {"x-request-id": req.request_id}

@@ -13,14 +13,14 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import orjson
 
 from fleetgate.config.schema import TimeoutConfig
 from fleetgate.errors import UpstreamBadResponse
 
-__all__ = ["Endpoint", "Provider", "UpstreamCall", "UpstreamResponse"]
+__all__ = ["Endpoint", "Provider", "RoutedEndpoint", "UpstreamCall", "UpstreamResponse"]
 
 
 class Endpoint(enum.Enum):
@@ -34,11 +34,15 @@ class Endpoint(enum.Enum):
     AUDIO_SPEECH = "audio/speech"
 
 
+# The endpoints a provider is sent (the audio ones go to the multimodal engines).
+RoutedEndpoint = Literal[Endpoint.CHAT, Endpoint.COMPLETIONS, Endpoint.EMBEDDINGS]
+
+
 @dataclass(slots=True)
 class UpstreamCall:
     """One attempt's request. ``body`` is OpenAI-format and already names the upstream model."""
 
-    endpoint: Endpoint
+    endpoint: RoutedEndpoint
     body: dict[str, Any]
     stream: bool
     timeouts: TimeoutConfig

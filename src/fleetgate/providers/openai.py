@@ -14,7 +14,7 @@ from fleetgate.config.schema import DeploymentConfig
 from fleetgate.errors import UpstreamBadResponse, UpstreamError
 from fleetgate.http1 import PooledResponse
 from fleetgate.providers.azure_openai import azure_url
-from fleetgate.providers.base import Endpoint, UpstreamCall, UpstreamResponse
+from fleetgate.providers.base import RoutedEndpoint, UpstreamCall, UpstreamResponse
 from fleetgate.providers.http import HttpClient, map_client_error
 from fleetgate.sse import iter_sse_batches
 
@@ -39,7 +39,7 @@ class OpenAIProvider:
     def _auth_headers(self, api_key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {api_key}"}
 
-    def url(self, endpoint: Endpoint) -> str:
+    def url(self, endpoint: RoutedEndpoint) -> str:
         return f"{self.config.api_base}/{endpoint.value}"
 
     def probe_url(self) -> str:
@@ -141,7 +141,7 @@ class AzureOpenAIProvider(OpenAIProvider):
     def _auth_headers(self, api_key: str) -> dict[str, str]:
         return {"api-key": api_key}
 
-    def url(self, endpoint: Endpoint) -> str:
+    def url(self, endpoint: RoutedEndpoint) -> str:
         deployment = self.config.azure_deployment or self.config.model
         version = self.config.api_version or ""  # the config requires one for azure
         return azure_url(self.config.api_base, deployment, endpoint.value, version)
