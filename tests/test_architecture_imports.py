@@ -24,16 +24,7 @@ Graph = dict[str, set[str]]
 # Circles that exist today and are being removed by other work; each entry must match one
 # strongly connected component of the graph exactly, so a new module joining a known circle
 # fails, and an entry whose circle is gone fails too (delete it then). Target: empty.
-KNOWN_CYCLES: list[frozenset[str]] = [
-    # routing: strategies -> kv_aware -> engine_stats -> strategies; helper `record` (issue #11).
-    frozenset(
-        {
-            "fleetgate.routing.engine_stats",
-            "fleetgate.routing.kv_aware",
-            "fleetgate.routing.strategies",
-        }
-    ),
-]
+KNOWN_CYCLES: list[frozenset[str]] = []
 
 
 def module_files(root: Path = ROOT, package: str = PACKAGE) -> dict[str, Path]:
