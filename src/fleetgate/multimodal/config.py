@@ -83,7 +83,8 @@ class ImageBudgetConfig(_Model):
 class ImageConfig(_Model):
     fetch: ImageFetchConfig = ImageFetchConfig()
     max_pixels: int = Field(1024 * 1024, gt=0)
-    max_decode_pixels: int = Field(40_000_000, gt=0)
+    max_decode_pixels: int = Field(40_000_000, gt=0)  # deprecated: inputs.image_pixels
+    decode_workers: int = Field(2, ge=1)  # processes decoding images (at most this many at once)
     output_format: Literal["auto", "png", "jpeg"] = "auto"
     jpeg_quality: int = Field(90, ge=1, le=100)
     token_family: TokenFamily = "qwen2-vl"

@@ -24,8 +24,9 @@ from fleetgate.multimodal.images.affinity import ImageAffinity
 from fleetgate.multimodal.images.budget import ImageComputeBudget
 from fleetgate.multimodal.images.cache import ProcessedImageCache
 from fleetgate.multimodal.images.fetch import FetchPolicy, ImageFetcher
+from fleetgate.multimodal.images.isolated import IsolatedImageProcessor
 from fleetgate.multimodal.images.pipeline import ImagePipeline
-from fleetgate.multimodal.images.process import ImageProcessor, ProcessingParams
+from fleetgate.multimodal.images.process import ProcessingParams
 from fleetgate.multimodal.prompt.assembler import PromptAssembler
 from fleetgate.multimodal.prompt.config import PromptConfig
 from fleetgate.multimodal.prompt.retrieval import DocumentIndex, MiniLMEmbedder
@@ -77,13 +78,15 @@ class MultimodalRuntime:
         )
         img = config.images
         self.fetcher = ImageFetcher(_fetch_policy(config))
-        self.processor = ImageProcessor(
+        self.processor = IsolatedImageProcessor(
             ProcessingParams(
                 max_pixels=img.max_pixels,
                 max_decode_pixels=config.inputs.image_pixels,
                 output_format=img.output_format,
                 jpeg_quality=img.jpeg_quality,
-            )
+            ),
+            workers=img.decode_workers,
+            on_failure=self._worker_failed,
         )
         self.cache = ProcessedImageCache(
             max_bytes=img.cache.max_bytes,
@@ -123,6 +126,7 @@ class MultimodalRuntime:
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         await self.fetcher.aclose()
+        await self.processor.aclose()
         if self._transcriber is not None:
             await self._transcriber.aclose()
         if self._synthesizer is not None:

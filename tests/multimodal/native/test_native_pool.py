@@ -127,3 +127,14 @@ async def test_close_stops_the_workers_and_later_calls_are_refused() -> None:
             os.kill(pid, 0)
     with pytest.raises(ServiceUnavailable):
         await pool.call("pid")
+
+
+async def test_a_worker_that_died_while_idle_is_replaced_before_the_next_call(
+    pool: NativeWorkerPool,
+) -> None:
+    first = await pool.call("pid")
+    os.kill(first, signal.SIGKILL)
+    while first in pool.pids():
+        await asyncio.sleep(0.01)
+    assert await pool.call("pid") != first
+    assert pool.failures == [("test", "crashed")]  # type: ignore[attr-defined]

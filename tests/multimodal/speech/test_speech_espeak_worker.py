@@ -9,6 +9,7 @@ import os
 import signal
 from typing import Any
 
+import aiohttp
 import pytest
 from tests.conftest import AUTH, GatewayFactory, one_alias
 from tests.fakes import FakeUpstream
@@ -82,3 +83,24 @@ async def test_a_speech_worker_killed_mid_request_costs_that_request_and_the_nex
     assert after.status == 200
     assert len(await after.read()) > 24_000  # over half a second of 24 kHz pcm16
     assert synthesizer.workers.pids() and pid not in synthesizer.workers.pids()
+
+
+async def test_a_worker_lost_after_the_first_phrase_cuts_the_stream_instead_of_hanging(
+    gateway: GatewayFactory, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = "tests.multimodal.speech.slow_engine:StallsAfterFirstPhrase"
+    monkeypatch.setattr(espeak, "ENGINE", engine)
+    client = await gateway(_config(upstream))
+    text = "Hello there, this is the first phrase. And this is the second one."
+    resp = await client.post("/v1/audio/speech", json=_speech(text), headers=AUTH)
+    assert resp.status == 200
+    assert len(await resp.content.readany()) > 1000  # the first phrase arrived
+    synthesizer = client.server.app[MULTIMODAL].synthesizer
+    assert isinstance(synthesizer, EspeakSynthesizer)
+    while not synthesizer.workers.in_flight:
+        await asyncio.sleep(0.01)
+    os.kill(synthesizer.workers.pids()[0], signal.SIGKILL)
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await asyncio.wait_for(resp.read(), 20)  # an incomplete body, not a short file
+    after = await client.post("/v1/audio/speech", json=_speech("Hello again."), headers=AUTH)
+    assert after.status == 200 and len(await after.read()) > 24_000

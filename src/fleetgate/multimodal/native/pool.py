@@ -51,11 +51,13 @@ class WorkerSpec:
 
 
 class _Lost(Exception):
-    """The worker is gone (or was killed); the message says why."""
+    """The worker is gone (or was killed); the message says why. ``unsent``: it was gone
+    before the call reached it (so the call may go to a new worker)."""
 
-    def __init__(self, message: str, reason: str) -> None:
+    def __init__(self, message: str, reason: str, *, unsent: bool = False) -> None:
         super().__init__(message)
         self.reason = reason
+        self.unsent = unsent
 
 
 def _child_env() -> dict[str, str]:
@@ -107,6 +109,12 @@ class _Worker:
         try:
             self.sock.settimeout(timeout_s)
             send_frame(self.sock, dumps((method, args)))
+        except OSError as exc:
+            self.kill(grace_s=1.0)
+            raise _Lost(
+                f"{self.name} worker died ({self._exit()})", "crashed", unsent=True
+            ) from exc
+        try:
             frame = recv_frame(self.sock)
         except TimeoutError as exc:
             self.kill()
@@ -240,22 +248,35 @@ class NativeWorkerPool:
         with self._lock:
             self._in_flight += 1
         try:
-            worker = slot.worker
-            if worker is not None and worker.proc.poll() is not None:
-                slot.worker = None
-                worker.kill()
-                self._lost(_Lost(f"{self.spec.name} worker died while idle", "crashed"))
+            try:
+                return self._call_on(slot, method, args, timeout_s)
+            except _Lost as exc:
+                if not exc.unsent:
+                    raise
+                return self._call_on(slot, method, args, timeout_s)  # died while idle
+        except _Lost as exc:
+            raise ServiceUnavailable(str(exc), code=f"native_worker_{exc.reason}") from None
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+            self._slots.put(slot)
+
+    def _call_on(
+        self, slot: _Slot, method: str, args: tuple[Any, ...], timeout_s: float | None
+    ) -> Any:
+        worker = slot.worker
+        if worker is not None and worker.proc.poll() is not None:
+            slot.worker = None
+            worker.kill()
+            self._lost(_Lost(f"{self.spec.name} worker died while idle", "crashed"))
+        try:
             if slot.worker is None:
                 slot.worker = self._start()
             return slot.worker.call(method, args, timeout_s or self.call_timeout_s)
         except _Lost as exc:
             slot.worker = None
             self._lost(exc)
-            raise ServiceUnavailable(str(exc), code=f"native_worker_{exc.reason}") from None
-        finally:
-            with self._lock:
-                self._in_flight -= 1
-            self._slots.put(slot)
+            raise
 
     def _start(self) -> _Worker:
         if self._closed:
