@@ -10,6 +10,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 import soundfile as sf
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fleetgate.errors import RateLimited
 from fleetgate.hooks import GatewayRequest, Outcome
@@ -155,3 +157,46 @@ async def test_a_big_field_is_413_naming_the_field(
     resp = await client.post("/v1/audio/transcriptions", data=body, headers=MULTIPART)
     assert resp.status == 413
     assert (await _error(resp))["param"] == "prompt"
+
+
+part_name = st.sampled_from(["file", "model", "language", "prompt", "response_format", "x", ""])
+part_value = st.one_of(
+    st.binary(max_size=256),
+    st.sampled_from([b"whisper-1", b"json", b"srt", b"xml", b"en", b"RIFF", b"fLaC\x00"]),
+)
+form_part = st.tuples(part_name, part_value, st.booleans())
+upload_body = st.one_of(
+    st.lists(form_part, max_size=6).map(
+        lambda parts: _body(*(_part(n, v, "a.wav" if f else None) for n, v, f in parts))
+    ),
+    st.binary(max_size=256),
+)
+upload_headers = st.fixed_dictionaries(
+    {"Content-Type": st.sampled_from([MULTIPART["Content-Type"], "multipart/form-data",
+                                      "multipart/mixed; boundary=x", "application/json", ""])},
+    optional={"Content-Encoding": st.sampled_from(["gzip", "deflate", "br", "zstd", "bogus"])},
+)  # fmt: skip
+
+
+@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    uploads=st.lists(st.tuples(upload_body, upload_headers), min_size=60, max_size=60),
+    documents=st.lists(st.binary(max_size=64) | st.text(max_size=64).map(str.encode), max_size=20),
+)
+async def test_no_5xx_for_any_upload(
+    gateway: GatewayFactory,
+    upstream: FakeUpstream,
+    uploads: list[tuple[bytes, dict[str, str]]],
+    documents: list[bytes],
+) -> None:
+    client = await gateway(_config(upstream))
+    statuses = []
+    for body, headers in uploads:
+        resp = await client.post("/v1/audio/transcriptions", data=body, headers={**AUTH, **headers})
+        await resp.read()
+        statuses.append(resp.status)
+    for doc in documents:
+        resp = await client.put("/admin/teams/t1/documents/d", data=doc, headers=AUTH)
+        await resp.read()
+        statuses.append(resp.status)
+    assert all(status < 500 for status in statuses), statuses
