@@ -45,7 +45,8 @@ def _authorized(request: web.Request) -> tuple[MultimodalRuntime, str]:
 
 async def put_document(request: web.Request) -> web.Response:
     runtime, team = _authorized(request)
-    body = await read_json(request, request.app[GATEWAY].max_request_bytes)
+    gw = request.app[GATEWAY]
+    body = await read_json(request, gw.max_request_bytes, gw.body_timeout_s)
     text = body.get("text")
     if not isinstance(text, str) or not text.strip():
         raise InvalidRequest("'text' must be a non-empty string", param="text")

@@ -18,8 +18,9 @@ from tests.conftest import AUTH, GatewayFactory, one_alias
 from tests.fakes import FakeUpstream
 from tests.multimodal.audio.conftest import declared_flac
 
-from fleetgate.api.audio import MULTIMODAL
+from fleetgate.api.state import GATEWAY
 from fleetgate.multimodal.audio.asr import PocketsphinxTranscriber
+from fleetgate.multimodal.runtime import MultimodalRuntime
 
 # Same tolerance as the library round trip (tests/multimodal/audio/test_audio_roundtrip.py).
 WER_TOLERANCE = 0.35
@@ -196,7 +197,7 @@ async def test_killed_recogniser_workers_are_replaced_and_the_next_upload_is_tra
         "/v1/audio/transcriptions", data=_form(spoken_wav, model="whisper-1"), headers=AUTH
     )
     assert first.status == 200
-    backend = client.server.app[MULTIMODAL].transcriber.backend
+    backend = _runtime(client).transcriber.backend
     assert isinstance(backend, PocketsphinxTranscriber)
     killed = backend.workers.pids()
     assert killed  # the recogniser runs outside the gateway's process
@@ -210,3 +211,9 @@ async def test_killed_recogniser_workers_are_replaced_and_the_next_upload_is_tra
     assert again.status == 200, await again.text()
     assert (await again.json())["text"] == (await first.json())["text"]
     assert not set(backend.workers.pids()) & set(killed)
+
+
+def _runtime(client: Any) -> MultimodalRuntime:
+    runtime = client.server.app[GATEWAY].multimodal
+    assert runtime is not None
+    return runtime

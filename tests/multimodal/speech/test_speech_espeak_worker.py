@@ -14,7 +14,8 @@ import pytest
 from tests.conftest import AUTH, GatewayFactory, one_alias
 from tests.fakes import FakeUpstream
 
-from fleetgate.api.audio import MULTIMODAL
+from fleetgate.api.state import GATEWAY
+from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.multimodal.speech import espeak
 from fleetgate.multimodal.speech.espeak import OPENAI_VOICES, EspeakSynthesizer
 
@@ -64,7 +65,7 @@ async def test_a_speech_worker_killed_mid_request_costs_that_request_and_the_nex
     slow = asyncio.create_task(
         client.post("/v1/audio/speech", json=_speech("Say this slowly."), headers=AUTH)
     )
-    synthesizer = client.server.app[MULTIMODAL].synthesizer
+    synthesizer = _runtime(client).synthesizer
     assert isinstance(synthesizer, EspeakSynthesizer)
     for _ in range(1000):
         if synthesizer.workers.in_flight and synthesizer.workers.pids():
@@ -95,7 +96,7 @@ async def test_a_worker_lost_after_the_first_phrase_cuts_the_stream_instead_of_h
     resp = await client.post("/v1/audio/speech", json=_speech(text), headers=AUTH)
     assert resp.status == 200
     assert len(await resp.content.readany()) > 1000  # the first phrase arrived
-    synthesizer = client.server.app[MULTIMODAL].synthesizer
+    synthesizer = _runtime(client).synthesizer
     assert isinstance(synthesizer, EspeakSynthesizer)
     while not synthesizer.workers.in_flight:
         await asyncio.sleep(0.01)
@@ -104,3 +105,9 @@ async def test_a_worker_lost_after_the_first_phrase_cuts_the_stream_instead_of_h
         await asyncio.wait_for(resp.read(), 20)  # an incomplete body, not a short file
     after = await client.post("/v1/audio/speech", json=_speech("Hello again."), headers=AUTH)
     assert after.status == 200 and len(await after.read()) > 24_000
+
+
+def _runtime(client: Any) -> MultimodalRuntime:
+    runtime = client.server.app[GATEWAY].multimodal
+    assert runtime is not None
+    return runtime
