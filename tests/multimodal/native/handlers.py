@@ -7,12 +7,15 @@ import os
 import time
 
 from fleetgate.errors import InvalidRequest
+from fleetgate.extras import require
 
 
 class Handler:
-    def __init__(self, *, fail_start: bool = False) -> None:
+    def __init__(self, *, fail_start: bool = False, needs: str | None = None) -> None:
         if fail_start:
             raise RuntimeError("no model files here")
+        if needs is not None:
+            require(needs, extra="audio", purpose="testing")
         self.calls = 0
 
     def info(self) -> dict[str, int]:

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from fleetgate.errors import InvalidRequest, ServiceUnavailable
+from fleetgate.errors import InvalidRequest, MissingExtra, ServiceUnavailable
 from fleetgate.multimodal.native.pool import NativeWorkerPool, WorkerSpec
 
 SPEC = WorkerSpec("tests.multimodal.native.handlers:Handler", name="test")
@@ -112,6 +112,18 @@ async def test_a_handler_that_cannot_start_is_a_503_per_call() -> None:
                 await pool.call("pid")
             assert info.value.code == "native_worker_start"
             assert "no model files here" in info.value.message
+    finally:
+        await pool.aclose()
+
+
+async def test_a_missing_extra_in_the_worker_is_named_to_the_caller() -> None:
+    spec = WorkerSpec(SPEC.factory, {"needs": "no_such_package_fleetgate"}, name="extra")
+    pool = NativeWorkerPool(spec, start_timeout_s=20)
+    try:
+        with pytest.raises(MissingExtra) as info:
+            await pool.call("pid")
+        assert info.value.extra == "audio" and info.value.code == "missing_extra"
+        assert "pip install 'fleetgate[audio]'" in info.value.message
     finally:
         await pool.aclose()
 
