@@ -55,6 +55,7 @@ async def main(requests: int, output_len: int, decode_ms: float) -> None:
                     f"request {i}: first audio {t.first_audio * 1000:7.1f} ms, text complete "
                     f"{t.last_text * 1000:7.1f} ms, whole-reply TTS {whole * 1000:6.1f} ms"
                 )
+    await tts.aclose()
     s, e = statistics.median(streamed), statistics.median(at_end)
     print(f"\ntime to first audio (median of {requests}, {output_len}-token replies):")
     print(f"  streamed phrases      {s * 1000:8.1f} ms")

@@ -146,3 +146,24 @@ async def test_audio_is_billed_by_minute_and_by_character(
     expected = round(Decimal("0.006") * Decimal(repr(seconds)) / 60 * 10**9)
     # the transcript's duration is in whole milliseconds: 1 ms of audio is 100 nano-USD here
     assert abs(rows["asr:pocketsphinx"].cost_nusd - expected) <= 100
+
+
+async def test_a_key_over_its_rpm_is_refused_before_its_upload_is_read(
+    upstream: str, tmp_path: Path, wav: bytes
+) -> None:
+    # The file is over the size limit: reading it first would answer 413, not 429.
+    async with running_gateway(
+        upstream, tmp_path, None, multimodal={"asr": {"max_bytes": 4096}}
+    ) as gw:
+        _, _, key = await gw.team_and_key("ears", rpm=1)
+        assert (await _speech(gw, key))[0] == 200
+        form = aiohttp.FormData()
+        form.add_field("model", "whisper-1")
+        form.add_field("file", wav, filename="a.wav", content_type="audio/wav")
+        async with gw.session.post(
+            gw.url + "/v1/audio/transcriptions",
+            data=form,
+            headers={"Authorization": f"Bearer {key}"},
+        ) as resp:
+            assert resp.status == 429, await resp.text()
+            assert "retry-after" in {k.lower() for k in resp.headers}

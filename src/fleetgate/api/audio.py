@@ -2,13 +2,15 @@
 
 Transcriptions take a multipart upload (``file``, ``model``, optional ``language``,
 ``prompt``, ``response_format`` of json / text / verbose_json / srt / vtt) and run the
-speech-in pipeline (decode, 16 kHz, VAD, batch ASR). Speech takes JSON (``model``, ``input``,
-``voice``, ``response_format`` of wav / pcm / mp3 / flac / opus, ``speed``) and streams the
-audio phrase by phrase as it is synthesised. Both authenticate like the chat route and pass
-the same stages (`fleetgate.hooks.StageRun`): the key's allowed models, RPM/TPM/parallel limits
-and budget apply, and each request is audited and counted in spend (tokens estimated from the
-text spoken or transcribed; cost from ``tts.price_per_mchars_usd`` per million characters and
-``asr.price_per_minute_usd`` per minute of audio, zero when unset).
+speech-in pipeline (decode, 16 kHz, VAD, batch ASR); the upload is read within
+``multimodal.inputs`` (`fleetgate.multimodal.budgets.InputBudget`). Speech takes JSON
+(``model``, ``input``, ``voice``, ``response_format`` of wav / pcm / mp3 / flac / opus,
+``speed``) and streams the audio phrase by phrase as it is synthesised. Both authenticate
+like the chat route and pass the same stages (`fleetgate.hooks.StageRun`): the key's allowed
+models, RPM/TPM/parallel limits and budget apply, and each request is audited and counted in
+spend (tokens estimated from the text spoken or transcribed; cost from
+``tts.price_per_mchars_usd`` per million characters and ``asr.price_per_minute_usd`` per
+minute of audio, zero when unset).
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from aiohttp import BodyPartReader, web
+from aiohttp import web
 
 from fleetgate.api.state import GATEWAY, GatewayState
-from fleetgate.errors import InvalidRequest, PayloadTooLarge
+from fleetgate.api.uploads import UploadForm
+from fleetgate.errors import FleetgateError, InvalidRequest
 from fleetgate.hooks import GatewayRequest, StageRun
 from fleetgate.http.body import read_json
 from fleetgate.multimodal.audio.formats import FORMATS as TRANSCRIPT_FORMATS
@@ -86,58 +89,56 @@ def _headers(req: GatewayRequest, content_type: str) -> dict[str, str]:
     return {"Content-Type": content_type, "x-request-id": req.request_id, **req.response_headers}
 
 
-async def _read_form(request: web.Request, max_bytes: int) -> tuple[dict[str, str], bytes | None]:
-    if not request.content_type.startswith("multipart/"):
-        raise InvalidRequest("expected a multipart/form-data upload", param="file")
-    fields: dict[str, str] = {}
-    audio: bytes | None = None
-    reader = await request.multipart()
-    while (part := await reader.next()) is not None:
-        if not isinstance(part, BodyPartReader) or part.name is None:
-            continue
-        if part.name == "file":
-            audio = await _read_limited(part, max_bytes)
-        else:
-            fields[part.name] = (await _read_limited(part, 64 * 1024)).decode(errors="replace")
-    return fields, audio
-
-
-async def _read_limited(part: BodyPartReader, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while chunk := await part.read_chunk(64 * 1024):
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"'{part.name}' is larger than {limit} bytes", param=part.name)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-async def transcriptions(request: web.Request) -> web.Response:
-    principal = _principal(request)
-    gw = request.app[GATEWAY]
-    runtime = _runtime(gw)
-    fields, audio = await _read_form(request, runtime.config.asr.max_bytes)
-    if not audio:
-        raise InvalidRequest("'file' is required and must not be empty", param="file")
-    if not fields.get("model"):
-        raise InvalidRequest("'model' is required", param="model")
+def _check_fields(fields: dict[str, str]) -> None:
+    """Refuse bad fields seen so far (called before the limits, and again after the file)."""
     fmt = fields.get("response_format", "json")
     if fmt not in TRANSCRIPT_FORMATS:
         raise InvalidRequest(
             f"response_format must be one of {', '.join(TRANSCRIPT_FORMATS)}",
             param="response_format",
         )
+
+
+async def _read_upload(
+    request: web.Request, gw: GatewayState, runtime: MultimodalRuntime
+) -> tuple[UploadForm, dict[str, str]]:
+    """The upload's fields up to the file; the whole form when ``model`` comes after the file
+    (read within the input budget either way, before the limits apply only in that case)."""
+    inputs = runtime.inputs
+    form = UploadForm(request, inputs, file_bytes=inputs.audio_bytes, timeout_s=gw.body_timeout_s)
+    fields = await form.read_fields()
+    if not fields.get("model"):
+        fields = await form.read_rest()
+    if not form.has_file:
+        raise InvalidRequest("'file' is required and must not be empty", param="file")
+    if not fields.get("model"):
+        raise InvalidRequest("'model' is required", param="model")
+    _check_fields(fields)
+    return form, fields
+
+
+async def transcriptions(request: web.Request) -> web.Response:
+    # Authenticated from the headers, and limited as soon as the model is known: the file is
+    # read only after the stages have admitted the request (when, as the OpenAI SDKs do, the
+    # client sends ``model`` before ``file``).
+    principal = _principal(request)
+    gw = request.app[GATEWAY]
+    runtime = _runtime(gw)
+    form, fields = await _read_upload(request, gw, runtime)
     req = _gateway_request(gw, Endpoint.AUDIO_TRANSCRIPTIONS, principal, dict(fields), 0)
     async with StageRun(gw.stages, req) as outcome:
         outcome.deployment = f"asr:{runtime.config.asr.backend}"
+        fields = await form.read_rest()
+        _check_fields(fields)
+        if not form.file:
+            raise InvalidRequest("'file' is required and must not be empty", param="file")
         transcript = await runtime.transcriber.transcribe(
-            audio, language=fields.get("language") or None, prompt=fields.get("prompt") or None
+            form.file, language=fields.get("language") or None, prompt=fields.get("prompt") or None
         )
         outcome.completion_tokens = estimate_prompt_tokens({"input": transcript.text})
         asr = runtime.config.asr
         outcome.cost_nusd = unit_cost_nusd(asr.price_per_minute_usd, transcript.duration, 60)
-        body, content_type = render_transcript(transcript, fmt)
+        body, content_type = render_transcript(transcript, fields.get("response_format", "json"))
         return web.Response(body=body, headers=_headers(req, content_type))
 
 
@@ -219,6 +220,12 @@ async def _speak(
         if tail:
             await resp.write(tail)
         await resp.write_eof()
+    except FleetgateError:
+        if resp.prepared and request.transport is not None:
+            # The status line is sent and raw audio has no error frame: cut the connection so
+            # the client sees an incomplete body (not a short file, not a hang).
+            request.transport.close()
+        raise
     finally:
         await streamer.aclose()
     return resp

@@ -3,7 +3,9 @@
 ``PUT /admin/teams/{team}/documents/{doc_id}`` with ``{"text": "..."}`` indexes (or re-indexes)
 one document with sentence embeddings; ``DELETE`` removes it. The master key may manage any
 team's documents, a team admin key only its own team's. The index lives in the gateway's
-memory: upload to every replica (or re-upload after a restart).
+memory: upload to every replica (or re-upload after a restart). ``multimodal.inputs`` bounds
+one document (``document_chars``) and a team's whole collection (``team_document_bytes``,
+``team_documents``: 413 past them).
 """
 
 from __future__ import annotations
@@ -18,8 +20,6 @@ from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.tenancy.auth import bearer_token
 
 __all__ = ["document_routes"]
-
-_MAX_DOCUMENT_CHARS = 2_000_000
 
 
 def document_routes() -> list[web.RouteDef]:
@@ -45,14 +45,14 @@ def _authorized(request: web.Request) -> tuple[MultimodalRuntime, str]:
 
 async def put_document(request: web.Request) -> web.Response:
     runtime, team = _authorized(request)
-    body = await read_json(request, request.app[GATEWAY].max_request_bytes)
+    gw = request.app[GATEWAY]
+    body = await read_json(request, gw.max_request_bytes, gw.body_timeout_s)
     text = body.get("text")
     if not isinstance(text, str) or not text.strip():
         raise InvalidRequest("'text' must be a non-empty string", param="text")
-    if len(text) > _MAX_DOCUMENT_CHARS:
-        raise InvalidRequest(
-            f"'text' is longer than {_MAX_DOCUMENT_CHARS} characters", param="text"
-        )
+    limit = runtime.inputs.document_chars
+    if len(text) > limit:
+        raise InvalidRequest(f"'text' is longer than {limit} characters", param="text")
     doc_id = request.match_info["doc_id"]
     chunks = await runtime.index.add(team, doc_id, text)
     out = {"team": team, "id": doc_id, "chunks": chunks}

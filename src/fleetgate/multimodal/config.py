@@ -13,6 +13,7 @@ Example (YAML)::
       asr: {backend: pocketsphinx}  # or {backend: openai, url: http://whisper/v1, model: ...}
       tts: {backend: espeak}  # or {backend: openai, url: ..., model: ...}
       conversations: {enabled: true}
+      inputs: {upload_bytes: 33554432, audio_samples: 28800000}  # see fleetgate.multimodal.budgets
       prompts:
         assistant: {system_prompt: "You are ACME's assistant.", context_window: 8192}
 """
@@ -23,6 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fleetgate.multimodal.budgets import InputBudget
 from fleetgate.multimodal.prompt.config import PromptConfig
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "ImageCacheConfig",
     "ImageConfig",
     "ImageFetchConfig",
+    "InputBudget",
     "MultimodalConfig",
     "TtsConfig",
 ]
@@ -80,7 +83,8 @@ class ImageBudgetConfig(_Model):
 class ImageConfig(_Model):
     fetch: ImageFetchConfig = ImageFetchConfig()
     max_pixels: int = Field(1024 * 1024, gt=0)
-    max_decode_pixels: int = Field(40_000_000, gt=0)
+    max_decode_pixels: int = Field(40_000_000, gt=0)  # deprecated: inputs.image_pixels
+    decode_workers: int = Field(2, ge=1)  # processes decoding images (at most this many at once)
     output_format: Literal["auto", "png", "jpeg"] = "auto"
     jpeg_quality: int = Field(90, ge=1, le=100)
     token_family: TokenFamily = "qwen2-vl"
@@ -111,8 +115,8 @@ class AsrConfig(_Backend):
     backend: Literal["pocketsphinx", "openai"] = "pocketsphinx"
     price_per_minute_usd: float | None = Field(None, ge=0)  # billed per minute of audio
     workers: int = Field(2, ge=1)
-    max_bytes: int = Field(25 * 1024 * 1024, gt=0)
-    max_seconds: float = Field(600.0, gt=0)
+    max_bytes: int = Field(25 * 1024 * 1024, gt=0)  # deprecated: inputs.audio_bytes
+    max_seconds: float = Field(600.0, gt=0)  # deprecated: inputs.audio_seconds
 
 
 class TtsConfig(_Backend):
@@ -123,6 +127,7 @@ class TtsConfig(_Backend):
     """
 
     backend: Literal["espeak", "openai"] = "espeak"
+    workers: int = Field(1, ge=1)  # espeak worker processes
     price_per_mchars_usd: float | None = Field(None, ge=0)  # billed per million characters
     max_concurrency: int = Field(4, ge=1)
     max_input_chars: int = Field(4096, ge=1)
@@ -152,7 +157,27 @@ class MultimodalConfig(_Model):
     asr: AsrConfig = AsrConfig()
     tts: TtsConfig = TtsConfig()
     conversations: ConversationConfig = ConversationConfig()
+    inputs: InputBudget = InputBudget()
     prompts: dict[str, PromptConfig] = Field(default_factory=dict)
     # Who may ask for ``x-fleetgate-debug: prompt`` (the assembled prompt, with the operator's
     # system prompt, retrieved documents and history): the master key, or team admins as well.
     prompt_debug: Literal["master", "admins", "off"] = "master"
+
+    @model_validator(mode="after")
+    def _older_limit_fields(self) -> MultimodalConfig:
+        # asr.max_bytes, asr.max_seconds and images.max_decode_pixels predate `inputs`: set
+        # alone, they still apply.
+        older = {
+            "audio_bytes": (self.asr, "max_bytes"),
+            "audio_seconds": (self.asr, "max_seconds"),
+            "image_pixels": (self.images, "max_decode_pixels"),
+        }
+        update = {
+            field: getattr(section, name)
+            for field, (section, name) in older.items()
+            if name in section.model_fields_set and field not in self.inputs.model_fields_set
+        }
+        if not update:
+            return self
+        inputs = InputBudget.model_validate({**self.inputs.model_dump(), **update})
+        return self.model_copy(update={"inputs": inputs})

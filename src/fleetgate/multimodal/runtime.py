@@ -2,7 +2,8 @@
 
 One per app: the image pipeline (fetcher, processor, cache), compute budget, image affinity,
 the speech backends (created on first use, so a gateway that never sees audio never loads a
-recogniser), the conversation store and the prompt assemblers. ``start``/``stop`` run in the
+recogniser; their native libraries run in supervised worker processes), the input limits
+(``inputs``), the conversation store and the prompt assemblers. ``start``/``stop`` run in the
 app's lifespan.
 """
 
@@ -14,8 +15,8 @@ from typing import Any
 
 from fleetgate.config.settings import Settings
 from fleetgate.multimodal.audio.asr import PocketsphinxTranscriber, SegmentTranscriber
-from fleetgate.multimodal.audio.decode import AudioLimits
 from fleetgate.multimodal.audio.openai_asr import OpenAITranscriber
+from fleetgate.multimodal.audio.prepare import AudioPreparer, IsolatedAudioDecoder
 from fleetgate.multimodal.audio.transcribe import Transcriber
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.multimodal.conversations.sql import SqlConversationStore
@@ -23,8 +24,9 @@ from fleetgate.multimodal.images.affinity import ImageAffinity
 from fleetgate.multimodal.images.budget import ImageComputeBudget
 from fleetgate.multimodal.images.cache import ProcessedImageCache
 from fleetgate.multimodal.images.fetch import FetchPolicy, ImageFetcher
+from fleetgate.multimodal.images.isolated import IsolatedImageProcessor
 from fleetgate.multimodal.images.pipeline import ImagePipeline
-from fleetgate.multimodal.images.process import ImageProcessor, ProcessingParams
+from fleetgate.multimodal.images.process import ProcessingParams
 from fleetgate.multimodal.prompt.assembler import PromptAssembler
 from fleetgate.multimodal.prompt.config import PromptConfig
 from fleetgate.multimodal.prompt.retrieval import DocumentIndex, MiniLMEmbedder
@@ -67,15 +69,24 @@ class MultimodalRuntime:
         self.config = config
         self.settings = settings
         registry = registry or Registry()
+        self.inputs = config.inputs
+        self._worker_failures = registry.counter(
+            "fleetgate_native_worker_failures_total",
+            "Native worker processes lost (crashed, timed out or failed to start); each cost "
+            "the call it was running.",
+            ["pool", "reason"],
+        )
         img = config.images
         self.fetcher = ImageFetcher(_fetch_policy(config))
-        self.processor = ImageProcessor(
+        self.processor = IsolatedImageProcessor(
             ProcessingParams(
                 max_pixels=img.max_pixels,
-                max_decode_pixels=img.max_decode_pixels,
+                max_decode_pixels=config.inputs.image_pixels,
                 output_format=img.output_format,
                 jpeg_quality=img.jpeg_quality,
-            )
+            ),
+            workers=img.decode_workers,
+            on_failure=self._worker_failed,
         )
         self.cache = ProcessedImageCache(
             max_bytes=img.cache.max_bytes,
@@ -91,7 +102,11 @@ class MultimodalRuntime:
             per_deployment=img.budget.per_deployment,
         )
         self.affinity = ImageAffinity(ttl_s=img.affinity_ttl_s)
-        self.index = DocumentIndex(MiniLMEmbedder())
+        self.index = DocumentIndex(
+            MiniLMEmbedder(),
+            max_team_bytes=config.inputs.team_document_bytes,
+            max_team_documents=config.inputs.team_documents,
+        )
         self._transcriber: Transcriber | None = None
         self._synthesizer: SpeechSynthesizer | None = None
         self._db: Database | None = None
@@ -111,8 +126,9 @@ class MultimodalRuntime:
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         await self.fetcher.aclose()
+        await self.processor.aclose()
         if self._transcriber is not None:
-            await self._transcriber.backend.aclose()
+            await self._transcriber.aclose()
         if self._synthesizer is not None:
             await self._synthesizer.aclose()
         if self._db is not None:
@@ -139,10 +155,15 @@ class MultimodalRuntime:
                     concurrency=asr.concurrency,
                     timeout_s=asr.timeout_s,
                 )
+                preparer: AudioPreparer = IsolatedAudioDecoder(
+                    timeout_s=asr.timeout_s, on_failure=self._worker_failed
+                )
             else:
-                backend = PocketsphinxTranscriber(workers=asr.workers)
-            limits = AudioLimits(max_bytes=asr.max_bytes, max_seconds=asr.max_seconds)
-            self._transcriber = Transcriber(backend, limits=limits)
+                backend = preparer = PocketsphinxTranscriber(
+                    workers=asr.workers, timeout_s=asr.timeout_s, on_failure=self._worker_failed
+                )
+            limits = self.inputs.audio_limits()
+            self._transcriber = Transcriber(backend, limits=limits, preparer=preparer)
         return self._transcriber
 
     @property
@@ -160,8 +181,14 @@ class MultimodalRuntime:
                     timeout_s=tts.timeout_s,
                 )
             else:
-                self._synthesizer = EspeakSynthesizer()
+                self._synthesizer = EspeakSynthesizer(
+                    workers=tts.workers, timeout_s=tts.timeout_s, on_failure=self._worker_failed
+                )
         return self._synthesizer
+
+    def _worker_failed(self, pool: str, reason: str) -> None:
+        # Called from a worker pool's thread; a counter increment is a single float add.
+        self._worker_failures.labels(pool, reason).inc()
 
     def assembler(self, alias: str) -> PromptAssembler | None:
         """The prompt assembler of ``alias`` when it has a ``prompts`` entry."""

@@ -31,11 +31,22 @@ def speak_to_wav(sentences: list[str], gap_s: float) -> bytes:
             audio = await tts.synthesize(sentence, voice="alloy")
             rate = audio.sample_rate
             parts += [audio.samples(), np.zeros(int(gap_s * rate), np.float32)]
+        await tts.aclose()
         buf = io.BytesIO()
         sf.write(buf, np.concatenate(parts), rate, format="WAV", subtype="PCM_16")
         return buf.getvalue()
 
     return asyncio.run(run())
+
+
+def declared_flac(rate: int, channels: int, seconds: int) -> bytes:
+    """Silence: FLAC stores it in a few bytes a block, so the file is tiny for its length."""
+    buf = io.BytesIO()
+    with sf.SoundFile(buf, "w", rate, channels, format="FLAC", subtype="PCM_16") as f:
+        block = np.zeros((rate, channels), np.int16)
+        for _ in range(seconds):
+            f.write(block)
+    return buf.getvalue()
 
 
 @pytest.fixture(scope="module")

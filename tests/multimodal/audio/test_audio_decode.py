@@ -1,9 +1,14 @@
+from __future__ import annotations
+
 import io
 import sys
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
 import soundfile as sf
+from tests.multimodal.audio.conftest import declared_flac
 
 from fleetgate.errors import InvalidRequest, MissingExtra
 from fleetgate.multimodal.audio.decode import AudioLimits, decode_audio
@@ -55,3 +60,54 @@ def test_without_soundfile_decoding_names_the_extra(monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(sys.modules, "soundfile", None)
     with pytest.raises(MissingExtra, match=r"decoding audio needs soundfile.*fleetgate\[audio\]"):
         decode_audio(wav)
+
+
+def test_a_small_flac_of_8_channels_at_192_khz_is_refused_from_its_header() -> None:
+    data = declared_flac(192_000, 8, 60)
+    assert len(data) < 120_000  # ~93 KB that would decode to 92 million samples (368 MB)
+    with pytest.raises(InvalidRequest) as info:
+        decode_audio(data)
+    assert info.value.code == "audio_too_large" and info.value.param == "file"
+    assert "92160000" in info.value.message or "more than 57600000 samples" in info.value.message
+
+
+def test_rate_channels_and_samples_are_bounded() -> None:
+    with pytest.raises(InvalidRequest, match="sample rate"):
+        decode_audio(tone("WAV", "PCM_16", rate=48_000), limits=AudioLimits(max_rate=44_100))
+    with pytest.raises(InvalidRequest, match="channels"):
+        decode_audio(tone("WAV", "PCM_16"), limits=AudioLimits(max_channels=1))
+    with pytest.raises(InvalidRequest, match="samples"):
+        decode_audio(tone("WAV", "PCM_16"), limits=AudioLimits(max_samples=44_100))
+
+
+def test_a_header_that_understates_the_length_is_stopped_while_decoding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class LyingHeader:
+        """A decoder whose header says one frame (a stream of unknown length can)."""
+
+        frames = 1
+
+        def __init__(self, file: io.BytesIO) -> None:
+            self._real = sf.SoundFile(file)
+            self.samplerate, self.channels = self._real.samplerate, self._real.channels
+
+        def __enter__(self) -> LyingHeader:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self._real.close()
+
+        def read(self, frames: int, **kwargs: Any) -> Any:
+            return self._real.read(frames, **kwargs)
+
+    lying = ModuleType("soundfile")
+    lying.SoundFile = LyingHeader  # type: ignore[attr-defined]
+    lying.LibsndfileError = sf.LibsndfileError  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "soundfile", lying)
+    data = tone("WAV", "PCM_16", rate=8_000, seconds=3.0)
+    with pytest.raises(InvalidRequest, match="longer than 2 seconds"):
+        decode_audio(data, limits=AudioLimits(max_seconds=2.0))
+    with pytest.raises(InvalidRequest, match="samples"):
+        decode_audio(data, limits=AudioLimits(max_samples=8_000 * 2 * 2))
+    assert len(decode_audio(data)) == 3 * 16_000

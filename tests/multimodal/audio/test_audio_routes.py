@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
+import os
+import signal
 from typing import Any
 
 import aiohttp
@@ -13,6 +16,11 @@ import pytest
 import soundfile as sf
 from tests.conftest import AUTH, GatewayFactory, one_alias
 from tests.fakes import FakeUpstream
+from tests.multimodal.audio.conftest import declared_flac
+
+from fleetgate.api.state import GATEWAY
+from fleetgate.multimodal.audio.asr import PocketsphinxTranscriber
+from fleetgate.multimodal.runtime import MultimodalRuntime
 
 # Same tolerance as the library round trip (tests/multimodal/audio/test_audio_roundtrip.py).
 WER_TOLERANCE = 0.35
@@ -166,3 +174,46 @@ async def test_input_audio_in_chat_is_transcribed_into_the_prompt(
     assert sent[0]["type"] == "text"
     assert "open the door" in sent[0]["text"].lower()
     assert "input_audio" not in str(upstream.seen[0].body)
+
+
+async def test_a_small_flac_declaring_8_channels_at_192_khz_is_refused_not_decoded(
+    gateway: GatewayFactory, upstream: FakeUpstream
+) -> None:
+    client = await gateway(_config(upstream))
+    flac = declared_flac(192_000, 8, 60)  # ~93 KB declaring 92 million samples
+    resp = await client.post(
+        "/v1/audio/transcriptions", data=_form(flac, model="whisper-1"), headers=AUTH
+    )
+    assert resp.status == 400, await resp.text()
+    err = (await resp.json())["error"]
+    assert (err["param"], err["code"]) == ("file", "audio_too_large")
+
+
+async def test_killed_recogniser_workers_are_replaced_and_the_next_upload_is_transcribed(
+    gateway: GatewayFactory, upstream: FakeUpstream, spoken_wav: bytes
+) -> None:
+    client = await gateway(_config(upstream))
+    first = await client.post(
+        "/v1/audio/transcriptions", data=_form(spoken_wav, model="whisper-1"), headers=AUTH
+    )
+    assert first.status == 200
+    backend = _runtime(client).transcriber.backend
+    assert isinstance(backend, PocketsphinxTranscriber)
+    killed = backend.workers.pids()
+    assert killed  # the recogniser runs outside the gateway's process
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    while set(backend.workers.pids()) & set(killed):  # until the kills have landed
+        await asyncio.sleep(0.01)
+    again = await client.post(
+        "/v1/audio/transcriptions", data=_form(spoken_wav, model="whisper-1"), headers=AUTH
+    )
+    assert again.status == 200, await again.text()
+    assert (await again.json())["text"] == (await first.json())["text"]
+    assert not set(backend.workers.pids()) & set(killed)
+
+
+def _runtime(client: Any) -> MultimodalRuntime:
+    runtime = client.server.app[GATEWAY].multimodal
+    assert runtime is not None
+    return runtime

@@ -60,3 +60,33 @@ async def test_uploaded_document_is_retrieved_for_its_team_only(
         "/v1/chat/completions", json=question, headers={"Authorization": f"Bearer {key_a}"}
     )
     assert "27 paid vacation days" not in str(upstream.seen[-1].body["messages"])
+
+
+async def test_a_team_over_its_document_budget_gets_413_and_other_teams_are_unaffected(
+    gateway: GatewayFactory, upstream: FakeUpstream
+) -> None:
+    cfg = one_alias(upstream)
+    cfg["multimodal"] = {
+        "inputs": {"team_document_bytes": 300, "team_documents": 3, "document_chars": 250}
+    }
+    client = await gateway(cfg)
+    team_a, _ = await _team_key(client, "acme")
+    team_b, _ = await _team_key(client, "other")
+
+    def put(team: str, doc: str, text: str) -> Any:
+        return client.put(f"/admin/teams/{team}/documents/{doc}", json={"text": text}, headers=AUTH)
+
+    too_long = await put(team_a, "long", "word " * 60)
+    assert too_long.status == 400 and (await too_long.json())["error"]["param"] == "text"
+    assert (await put(team_a, "one", "a" * 200)).status == 200
+    full = await put(team_a, "two", "b" * 200)  # 400 bytes in all: over the 300
+    assert full.status == 413
+    assert (await full.json())["error"]["code"] == "team_documents_full"
+    assert (await put(team_a, "one", "c" * 250)).status == 200  # replacing counts once
+    assert (await put(team_b, "two", "b" * 200)).status == 200  # per team
+    for doc in ("x", "y"):
+        assert (await put(team_b, doc, "small")).status == 200
+    too_many = await put(team_b, "z", "small")
+    assert too_many.status == 413 and "documents" in (await too_many.json())["error"]["message"]
+    assert (await client.delete(f"/admin/teams/{team_b}/documents/x", headers=AUTH)).status == 200
+    assert (await put(team_b, "z", "small")).status == 200  # deleting frees room

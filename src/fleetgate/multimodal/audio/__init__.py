@@ -4,13 +4,17 @@ from fleetgate.multimodal.audio.asr import PocketsphinxTranscriber, SegmentTrans
 from fleetgate.multimodal.audio.decode import AudioLimits, decode_audio
 from fleetgate.multimodal.audio.formats import ResponseFormat, render_transcript
 from fleetgate.multimodal.audio.openai_asr import OpenAITranscriber
+from fleetgate.multimodal.audio.prepare import AudioPreparer, IsolatedAudioDecoder, PreparedAudio
 from fleetgate.multimodal.audio.transcribe import Transcriber, Transcript, TranscriptSegment
 from fleetgate.multimodal.audio.vad import SpeechSegment, VadConfig, segment_speech
 
 __all__ = [
     "AudioLimits",
+    "AudioPreparer",
+    "IsolatedAudioDecoder",
     "OpenAITranscriber",
     "PocketsphinxTranscriber",
+    "PreparedAudio",
     "ResponseFormat",
     "SegmentTranscriber",
     "SpeechSegment",

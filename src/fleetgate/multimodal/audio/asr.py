@@ -1,26 +1,25 @@
 """Segment transcribers: the interface and the embedded pocketsphinx default.
 
 A transcriber turns a batch of 16 kHz speech segments into one text per segment, working on the
-segments in parallel. The pocketsphinx decoders are not thread-safe, so each worker thread takes
-one from a pool of decoders (loaded once, reused).
+segments in parallel. pocketsphinx runs in ``workers`` worker processes
+(`fleetgate.multimodal.native`), each with its own decoder loaded once at start; the same
+workers decode the uploads (`AudioPreparer`), so the gateway never runs either library itself.
 """
 
 from __future__ import annotations
 
 import asyncio
-import queue
-import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from fleetgate.errors import InvalidRequest
-from fleetgate.extras import require
-from fleetgate.multimodal.audio.decode import TARGET_RATE
-from fleetgate.multimodal.audio.vad import to_pcm16
+from fleetgate.multimodal.audio.decode import AudioLimits
+from fleetgate.multimodal.audio.prepare import AUDIO_WORKER, PreparedAudio, prepare_in
+from fleetgate.multimodal.audio.vad import VadConfig
+from fleetgate.multimodal.native.pool import FailureHook, NativeWorkerPool, WorkerSpec
 
 __all__ = ["PocketsphinxTranscriber", "SegmentTranscriber"]
 
@@ -50,69 +49,53 @@ class PocketsphinxTranscriber:
 
     LANGUAGES = frozenset({"en", "en-us", "english"})
 
-    def __init__(self, *, workers: int = 2, pad_s: float = 0.3, **decoder_config: Any) -> None:
+    def __init__(
+        self,
+        *,
+        workers: int = 2,
+        pad_s: float = 0.3,
+        timeout_s: float = 60.0,
+        on_failure: FailureHook | None = None,
+        **decoder_config: Any,
+    ) -> None:
         if workers <= 0:
             raise ValueError("workers must be positive")
-        self._workers = workers
-        self._pad = np.zeros(int(pad_s * TARGET_RATE), dtype=np.float32)
-        self._config = {"loglevel": "FATAL", **decoder_config, "samprate": TARGET_RATE}
-        self._decoders: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._created = 0
-        self._lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
+        spec = WorkerSpec(
+            AUDIO_WORKER,
+            {"recogniser": True, "pad_s": pad_s, "decoder_config": decoder_config},
+            name="pocketsphinx",
+        )
+        self.workers = NativeWorkerPool(
+            spec, size=workers, call_timeout_s=timeout_s, on_failure=on_failure
+        )
 
     def warm_up(self) -> None:
-        """Load one decoder now (blocking) instead of on the first request."""
-        self._decoders.put(self._new_decoder())
+        """Start the workers (and load their decoders) now, blocking, instead of on first use."""
+        self.workers.warm_up()
 
-    def _new_decoder(self) -> Any:
-        pocketsphinx = require("pocketsphinx", extra="audio", purpose="speech recognition")
-        with self._lock:
-            self._created += 1
-        return pocketsphinx.Decoder(**self._config)
-
-    def _take_decoder(self) -> Any:
-        try:
-            return self._decoders.get_nowait()
-        except queue.Empty:
-            return self._new_decoder()
-
-    def _decode(self, samples: Samples) -> str:
-        decoder = self._take_decoder()
-        try:
-            audio = np.concatenate([self._pad, samples, self._pad])
-            # A whisper of deterministic dither keeps the feature normalisation away from log(0).
-            rng = np.random.default_rng(len(samples))
-            audio = audio + rng.normal(0.0, 1e-3, audio.size).astype(np.float32)
-            decoder.start_utt()
-            decoder.process_raw(to_pcm16(audio), full_utt=True)
-            decoder.end_utt()
-            hyp = decoder.hyp()
-            return str(hyp.hypstr) if hyp is not None else ""
-        finally:
-            self._decoders.put(decoder)
+    async def prepare(self, data: bytes, limits: AudioLimits, vad: VadConfig) -> PreparedAudio:
+        """Decode and segment an upload on the recogniser's workers."""
+        return await prepare_in(self.workers, data, limits, vad)
 
     async def transcribe_segments(
         self, segments: Sequence[Samples], *, language: str | None = None, prompt: str | None = None
     ) -> list[str]:
-        """Transcribe ``segments`` in parallel on the worker threads."""
+        """Transcribe ``segments`` in parallel on the workers."""
         if language is not None and language.lower() not in self.LANGUAGES:
             raise InvalidRequest(
                 f"language {language!r} is not supported by the embedded recogniser (English only)",
                 param="language",
             )
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(self._workers, thread_name_prefix="asr")
-        loop = asyncio.get_running_loop()
-        jobs = [loop.run_in_executor(self._executor, self._decode, seg) for seg in segments]
-        return list(await asyncio.gather(*jobs))
+        jobs = [
+            self.workers.call("recognise", np.asarray(seg, dtype=np.float32).tobytes())
+            for seg in segments
+        ]
+        return [str(text) for text in await asyncio.gather(*jobs)]
 
     def close(self) -> None:
-        """Stop the worker threads (blocking)."""
-        if self._executor is not None:
-            executor, self._executor = self._executor, None
-            executor.shutdown(wait=True)
+        """Stop the workers (blocking)."""
+        self.workers.close()
 
     async def aclose(self) -> None:
-        """Stop the worker threads."""
-        await asyncio.to_thread(self.close)
+        """Stop the workers."""
+        await self.workers.aclose()

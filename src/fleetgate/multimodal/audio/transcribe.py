@@ -1,22 +1,18 @@
 """The speech-in pipeline: bytes -> 16 kHz -> speech segments -> batch transcription.
 
 Stateless apart from the backend it is given, so it scales by adding workers. Decoding and VAD
-run in an executor, never on the event loop.
+run in worker processes (an `AudioPreparer`), never in the gateway's process.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
-from concurrent.futures import Executor
 from dataclasses import dataclass
-
-import numpy as np
-import numpy.typing as npt
+from typing import cast
 
 from fleetgate.multimodal.audio.asr import SegmentTranscriber
-from fleetgate.multimodal.audio.decode import TARGET_RATE, AudioLimits, decode_audio
-from fleetgate.multimodal.audio.vad import SpeechSegment, VadConfig, segment_speech
+from fleetgate.multimodal.audio.decode import TARGET_RATE, AudioLimits
+from fleetgate.multimodal.audio.prepare import AudioPreparer, IsolatedAudioDecoder
+from fleetgate.multimodal.audio.vad import VadConfig
 
 __all__ = ["Transcriber", "Transcript", "TranscriptSegment"]
 
@@ -41,21 +37,19 @@ class Transcript:
     segments: tuple[TranscriptSegment, ...]
 
 
-def _prepare(
-    data: bytes, limits: AudioLimits, vad: VadConfig
-) -> tuple[npt.NDArray[np.float32], list[SpeechSegment]]:
-    samples = decode_audio(data, limits=limits)
-    return samples, segment_speech(samples, vad)
-
-
 class Transcriber:
     """Turns uploaded audio into a :class:`Transcript` through a :class:`SegmentTranscriber`.
+
+    ``preparer`` decodes and segments the upload: by default the backend when it can (the
+    pocketsphinx workers do), else an `IsolatedAudioDecoder` of its own. :meth:`aclose`
+    stops both.
 
     Example::
 
         transcriber = Transcriber(PocketsphinxTranscriber())
         transcript = await transcriber.transcribe(wav_bytes)
         body, content_type = render_transcript(transcript, "verbose_json")
+        await transcriber.aclose()
     """
 
     def __init__(
@@ -64,22 +58,23 @@ class Transcriber:
         *,
         vad: VadConfig | None = None,
         limits: AudioLimits | None = None,
-        executor: Executor | None = None,
+        preparer: AudioPreparer | None = None,
         default_language: str = "en",
     ) -> None:
         self.backend = backend
         self.vad = vad or VadConfig()
         self.limits = limits or AudioLimits()
-        self._executor = executor
+        if preparer is None:
+            preparer = backend if isinstance(backend, AudioPreparer) else IsolatedAudioDecoder()
+        self.preparer = preparer
         self._language = default_language
 
     async def transcribe(
         self, data: bytes, *, language: str | None = None, prompt: str | None = None
     ) -> Transcript:
         """Transcribe one uploaded file (WAV, FLAC, OGG or MP3)."""
-        loop = asyncio.get_running_loop()
-        call = functools.partial(_prepare, data, self.limits, self.vad)
-        samples, segments = await loop.run_in_executor(self._executor, call)
+        prepared = await self.preparer.prepare(data, self.limits, self.vad)
+        segments = prepared.segments
         texts = await self.backend.transcribe_segments(
             [s.samples for s in segments], language=language, prompt=prompt
         )
@@ -91,7 +86,13 @@ class Transcriber:
         ]
         return Transcript(
             text=" ".join(s.text for s in kept),
-            duration=round(len(samples) / TARGET_RATE, 3),
+            duration=round(prepared.samples / TARGET_RATE, 3),
             language=language or self._language,
             segments=tuple(kept),
         )
+
+    async def aclose(self) -> None:
+        """Stop the backend and the decoding workers."""
+        await self.backend.aclose()
+        if self.preparer is not cast(object, self.backend):
+            await self.preparer.aclose()

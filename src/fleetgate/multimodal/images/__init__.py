@@ -4,6 +4,7 @@ from fleetgate.multimodal.images.affinity import ImageAffinity
 from fleetgate.multimodal.images.budget import ImageComputeBudget
 from fleetgate.multimodal.images.cache import ProcessedImageCache
 from fleetgate.multimodal.images.fetch import FetchPolicy, ImageFetcher
+from fleetgate.multimodal.images.isolated import IsolatedImageProcessor
 from fleetgate.multimodal.images.netguard import AddressPolicy
 from fleetgate.multimodal.images.pipeline import ImagePipeline, LoadedImage
 from fleetgate.multimodal.images.process import ImageProcessor, ProcessedImage, ProcessingParams
@@ -17,6 +18,7 @@ __all__ = [
     "ImageFetcher",
     "ImagePipeline",
     "ImageProcessor",
+    "IsolatedImageProcessor",
     "LoadedImage",
     "ModelFamily",
     "ProcessedImage",

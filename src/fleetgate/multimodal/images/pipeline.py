@@ -13,6 +13,7 @@ from typing import Literal
 
 from fleetgate.multimodal.images.cache import ProcessedImageCache, image_cache_key
 from fleetgate.multimodal.images.fetch import ImageFetcher
+from fleetgate.multimodal.images.isolated import IsolatedImageProcessor
 from fleetgate.multimodal.images.process import ImageProcessor, ProcessedImage
 from fleetgate.multimodal.images.tokens import ModelFamily, estimate_image_tokens
 from fleetgate.telemetry.registry import Registry
@@ -44,8 +45,9 @@ class LoadedImage:
 class ImagePipeline:
     """Loads images for requests.
 
-    ``executor`` runs the decode (None: the loop's default thread pool; a
-    ``ProcessPoolExecutor`` works too since :class:`ImageProcessor` pickles).
+    An `IsolatedImageProcessor` decodes in its own worker processes (what the gateway uses);
+    a plain :class:`ImageProcessor` runs on ``executor`` (None: the loop's default thread
+    pool).
 
     Example::
 
@@ -57,7 +59,7 @@ class ImagePipeline:
     def __init__(
         self,
         fetcher: ImageFetcher,
-        processor: ImageProcessor,
+        processor: ImageProcessor | IsolatedImageProcessor,
         cache: ProcessedImageCache | None = None,
         *,
         executor: Executor | None = None,
@@ -111,8 +113,11 @@ class ImagePipeline:
     async def _decode(self, source: bytes, param: str | None) -> ProcessedImage:
         loop = asyncio.get_running_loop()
         start = loop.time()
-        call = functools.partial(self._processor.process, source, param=param)
-        image = await loop.run_in_executor(self._executor, call)
+        if isinstance(self._processor, IsolatedImageProcessor):
+            image = await self._processor.process(source, param=param)
+        else:
+            call = functools.partial(self._processor.process, source, param=param)
+            image = await loop.run_in_executor(self._executor, call)
         self._decodes.inc()
         self._decode_seconds.observe(loop.time() - start)
         return image

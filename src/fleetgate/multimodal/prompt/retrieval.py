@@ -17,6 +17,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from fleetgate.errors import PayloadTooLarge
+
 __all__ = ["DocumentIndex", "Embedder", "MiniLMEmbedder", "RetrievedChunk", "split_text"]
 
 Vectors = npt.NDArray[np.float32]
@@ -84,10 +86,12 @@ class _TeamIndex:
     doc_ids: list[str] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     vectors: Vectors | None = None
+    doc_bytes: dict[str, int] = field(default_factory=dict)  # counted before embedding
 
 
 class DocumentIndex:
-    """Per-team in-memory vector index.
+    """Per-team in-memory vector index, at most ``max_team_documents`` documents and
+    ``max_team_bytes`` of UTF-8 text per team (`PayloadTooLarge` past either).
 
     Example::
 
@@ -97,12 +101,47 @@ class DocumentIndex:
     """
 
     def __init__(
-        self, embedder: Embedder, *, chunk_chars: int = 600, executor: Executor | None = None
+        self,
+        embedder: Embedder,
+        *,
+        chunk_chars: int = 600,
+        executor: Executor | None = None,
+        max_team_bytes: int | None = None,
+        max_team_documents: int | None = None,
     ) -> None:
         self._embedder = embedder
         self._chunk_chars = chunk_chars
         self._executor = executor
+        self._max_bytes = max_team_bytes
+        self._max_documents = max_team_documents
         self._teams: dict[str, _TeamIndex] = {}
+
+    def usage(self, team: str) -> tuple[int, int]:
+        """``(documents, UTF-8 bytes)`` the team keeps (uploads in progress included)."""
+        idx = self._teams.get(team)
+        if idx is None:
+            return 0, 0
+        return len(idx.doc_bytes), sum(idx.doc_bytes.values())
+
+    def _reserve(self, team: str, doc_id: str, size: int) -> _TeamIndex:
+        # Counted before the (slow) embedding, so concurrent uploads cannot both fit.
+        idx = self._teams.setdefault(team, _TeamIndex())
+        others = {d: n for d, n in idx.doc_bytes.items() if d != doc_id}
+        if self._max_documents is not None and len(others) + 1 > self._max_documents:
+            raise PayloadTooLarge(
+                f"team {team!r} already keeps {len(others)} documents, the limit",
+                code="team_documents_full",
+            )
+        total = sum(others.values()) + size
+        if self._max_bytes is not None and total > self._max_bytes:
+            raise PayloadTooLarge(
+                f"team {team!r}'s documents would take {total} bytes, over the "
+                f"{self._max_bytes} byte limit",
+                param="text",
+                code="team_documents_full",
+            )
+        idx.doc_bytes[doc_id] = size
+        return idx
 
     async def _embed(self, texts: Sequence[str]) -> Vectors:
         loop = asyncio.get_running_loop()
@@ -114,8 +153,14 @@ class DocumentIndex:
         chunks = split_text(text, max_chars=self._chunk_chars)
         if not chunks:
             return 0
-        vectors = await self._embed(chunks)
-        idx = self._teams.setdefault(team, _TeamIndex())
+        size = len(text.encode("utf-8", "surrogatepass"))
+        idx = self._reserve(team, doc_id, size)
+        try:
+            vectors = await self._embed(chunks)
+        except BaseException:
+            idx.doc_bytes.pop(doc_id, None)
+            raise
+        idx.doc_bytes[doc_id] = size  # a concurrent remove() may have dropped the reservation
         idx.doc_ids += [doc_id] * len(chunks)
         idx.texts += chunks
         idx.vectors = vectors if idx.vectors is None else np.vstack([idx.vectors, vectors])
@@ -124,7 +169,10 @@ class DocumentIndex:
     def remove(self, team: str, doc_id: str) -> None:
         """Drop a document's chunks."""
         idx = self._teams.get(team)
-        if idx is None or idx.vectors is None or doc_id not in idx.doc_ids:
+        if idx is None:
+            return
+        idx.doc_bytes.pop(doc_id, None)
+        if idx.vectors is None or doc_id not in idx.doc_ids:
             return
         keep = [i for i, d in enumerate(idx.doc_ids) if d != doc_id]
         idx.doc_ids = [idx.doc_ids[i] for i in keep]

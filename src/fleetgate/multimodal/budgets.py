@@ -1,0 +1,74 @@
+"""`InputBudget`: the one place that bounds what a caller may upload.
+
+Every upload path takes its limits from here (``multimodal.inputs`` in the config):
+
+============================  =========================================================
+``upload_bytes``              a whole multipart upload, counted after Content-Encoding
+                              (gzip, deflate, br) is undone, while it is read (a
+                              larger ``audio_bytes`` is capped by it)
+``upload_parts``              multipart parts in one upload
+``field_bytes``               each multipart field other than the file
+``audio_bytes``               one audio file as sent (an upload or an ``input_audio``)
+``audio_seconds``             its length, from the header, then counted while decoding
+``audio_samples``             decoded frames x channels, same
+``audio_rate`` / ``_channels``  sample rate and channels from the header
+``image_pixels``              width x height from the image header, before decoding
+``document_chars``            one retrieval document
+``team_document_bytes``       all of a team's retrieval documents (UTF-8 bytes)
+``team_documents``            how many documents a team may keep
+============================  =========================================================
+
+JSON bodies are bounded by ``server.max_request_bytes``; fetched images by
+``images.fetch.max_bytes``. The older ``asr.max_bytes``, ``asr.max_seconds`` and
+``images.max_decode_pixels`` still work: set alone, they fill the matching field here.
+
+Example (YAML)::
+
+    multimodal:
+      inputs: {upload_bytes: 33554432, audio_samples: 28800000, team_document_bytes: 8388608}
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from fleetgate.multimodal.audio.decode import AudioLimits
+
+__all__ = ["InputBudget"]
+
+_MIB = 1024 * 1024
+
+
+class InputBudget(BaseModel):
+    """Limits on every input; each is enforced while reading or decoding, before the large
+    allocation it guards, with a 400 or 413 in OpenAI's error format."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    upload_bytes: int = Field(32 * _MIB, gt=0)
+    upload_parts: int = Field(16, gt=0)
+    field_bytes: int = Field(64 * 1024, gt=0)
+    audio_bytes: int = Field(25 * _MIB, gt=0)
+    audio_seconds: float = Field(600.0, gt=0)
+    audio_samples: int = Field(57_600_000, gt=0)  # 600 s of 48 kHz stereo
+    audio_rate: int = Field(192_000, gt=0)
+    audio_channels: int = Field(8, gt=0)
+    image_pixels: int = Field(40_000_000, gt=0)
+    document_chars: int = Field(2_000_000, gt=0)
+    team_document_bytes: int = Field(16 * _MIB, gt=0)
+    team_documents: int = Field(10_000, gt=0)
+
+    def audio_limits(self) -> AudioLimits:
+        """The bounds `fleetgate.multimodal.audio.decode.decode_audio` applies."""
+        from fleetgate.multimodal.audio.decode import AudioLimits
+
+        return AudioLimits(
+            max_bytes=self.audio_bytes,
+            max_seconds=self.audio_seconds,
+            max_samples=self.audio_samples,
+            max_rate=self.audio_rate,
+            max_channels=self.audio_channels,
+        )
