@@ -66,7 +66,9 @@ class StreamFilter(Protocol):
     """Sees a chat stream's chunks (decoded) and may hold, rewrite, add or stop them.
 
     Stages add filters in ``before`` (``req.stream_filters``); with none the relay forwards
-    bytes untouched. Usage-only chunks (empty ``choices``) bypass filters. When a filter says
+    bytes untouched. Chunks pass the stages' filters inside out: a later stage's filters (the
+    guardrails) before an earlier stage's (speech, conversation memory), as `StageRun` orders
+    them, so nothing an output check blocks reaches what speaks or stores the reply. Usage-only chunks (empty ``choices``) bypass filters. When a filter says
     ``stop``, the upstream request is cancelled and the stream ends after its chunks.
     """
 
@@ -248,8 +250,14 @@ class StageRun:
         req.outcome.alias = req.alias  # as asked, should a stage refuse
         try:
             for stage in self.stages:
+                streams = tuple(req.stream_filters) if req.stream_filters else ()
+                responses = tuple(req.response_filters) if req.response_filters else ()
                 await stage.before(req)
                 self._ran.append(stage)
+                if streams and len(req.stream_filters) != len(streams):
+                    _inner_first(req.stream_filters, streams)
+                if responses and len(req.response_filters) != len(responses):
+                    _inner_first(req.response_filters, responses)
         except BaseException as exc:
             self._end(exc)
             raise
@@ -280,6 +288,17 @@ class StageRun:
         finally:
             for stage in reversed(ran):
                 stage.after(req, outcome)
+
+
+def _inner_first(filters: list[Any], earlier: tuple[Any, ...]) -> None:
+    """Put the filters the last stage added ahead of the ones earlier stages added.
+
+    A response travels the stages inside out: the stage nearest the upstream (the last one)
+    sees it first, as ``after`` runs in reverse. So what the guardrails (a later stage) hold
+    back, cut or replace never reaches an earlier stage's speech synthesis or conversation
+    memory. The added filters keep their own order."""
+    seen = {id(f) for f in earlier}
+    filters[:] = [*(f for f in filters if id(f) not in seen), *earlier]
 
 
 def _failed(req: GatewayRequest, exc: BaseException, now: float) -> None:
