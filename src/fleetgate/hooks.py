@@ -68,7 +68,8 @@ class StreamFilter(Protocol):
     Stages add filters in ``before`` (``req.stream_filters``); with none the relay forwards
     bytes untouched. Chunks pass the stages' filters inside out: a later stage's filters (the
     guardrails) before an earlier stage's (speech, conversation memory), as `StageRun` orders
-    them, so nothing an output check blocks reaches what speaks or stores the reply. Usage-only chunks (empty ``choices``) bypass filters. When a filter says
+    them, so nothing an output check blocks reaches what speaks or stores the reply.
+    Usage-only chunks (empty ``choices``) bypass filters. When a filter says
     ``stop``, the upstream request is cancelled and the stream ends after its chunks.
     """
 
@@ -130,6 +131,7 @@ class Outcome:
     response_text: str | None = None  # filled only when a stage asked for it (audit)
     tags: dict[str, str] = field(default_factory=dict)
     cost_nusd: int | None = None  # set when not priced per token (audio by minute or character)
+    relayed: int = 0  # stream chunks sent to the client: the output's count without usage
     # Timings on the gateway's clock (time.perf_counter), for metrics and the access log.
     first_token_at: float | None = None
     last_token_at: float | None = None
@@ -279,6 +281,11 @@ class StageRun:
         if exc is not None:
             _failed(req, exc, now)
         outcome.latency_s = now - req.started
+        if outcome.deployment is not None:  # an upstream worked on it: bill what we know
+            if not outcome.prompt_tokens:
+                outcome.prompt_tokens = req.prompt_tokens  # no usage (abandoned, cut): estimate
+            if not outcome.completion_tokens:
+                outcome.completion_tokens = outcome.relayed
         if outcome.first_token_at is not None:
             outcome.ttft_s = outcome.first_token_at - req.started
         ran, self._ran = self._ran, []

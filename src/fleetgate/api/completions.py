@@ -170,7 +170,8 @@ async def _dispatch(
             if capture is not None:
                 req.stream_filters.append(capture)
             try:
-                return await relay_stream(request, dispatch, req, gw.metrics, timeouts.total)
+                deployment_timeouts = dispatch.deployment.config.timeouts or timeouts
+                return await relay_stream(request, dispatch, req, gw.metrics, deployment_timeouts)
             finally:
                 if capture is not None:
                     out.response_text = capture.text

@@ -17,7 +17,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from fleetgate.errors import FleetgateError, UpstreamError
+from fleetgate.config.schema import TimeoutConfig
+from fleetgate.errors import FleetgateError, UpstreamTimeout
 from fleetgate.hooks import GatewayRequest, Outcome, StreamEncoder, StreamFilter
 from fleetgate.routing.dispatch import Dispatch
 from fleetgate.telemetry.metrics import GatewayMetrics
@@ -69,12 +70,30 @@ def _take_finish(event: bytes, out: Outcome) -> None:
             return
 
 
+class _IdleTimer:
+    """Ends a stream whose upstream falls silent for ``idle_s``: pushes the deadline of an
+    ``asyncio.timeout`` forward as events arrive, at most every tenth of ``idle_s`` (so a busy
+    stream pays a float comparison per read, and a silent one ends after 0.9-1x ``idle_s``)."""
+
+    __slots__ = ("_cm", "_idle", "_rearm_at")
+
+    def __init__(self, cm: asyncio.Timeout, idle_s: float) -> None:
+        self._cm = cm
+        self._idle = idle_s
+        self._rearm_at = 0.0
+
+    def touch(self, now: float) -> None:
+        if now >= self._rearm_at:
+            self._cm.reschedule(asyncio.get_running_loop().time() + self._idle)
+            self._rearm_at = now + self._idle / 10
+
+
 async def relay_stream(
     request: web.Request,
     dispatch: Dispatch,
     req: GatewayRequest,
     metrics: GatewayMetrics,
-    total_timeout: float,
+    timeouts: TimeoutConfig,
 ) -> web.StreamResponse:
     """Relay the stream to the client; the outcome gets its tokens, timings and status (an
     error after the first byte goes into the stream, never raised)."""
@@ -84,19 +103,16 @@ async def relay_stream(
     encoder: StreamEncoder | None = None  # the fast path writes the upstream's own bytes
     out.first_token_at = dispatch.upstream_answered
     dep.state.observe_ttft(dispatch.upstream_answered - dispatch.upstream_started)
-    chunks = 0
+    idle_s = timeouts.idle
     try:
         await resp.prepare(request)
-        async with asyncio.timeout(total_timeout):
+        async with asyncio.timeout(timeouts.total), asyncio.timeout(idle_s) as silence:
+            idle = _IdleTimer(silence, idle_s)
             if req.stream_filters or req.wire is not None:
                 encoder = _encoder(req)
-                relay = _FilteredRelay(resp, dispatch, req, metrics, encoder)
-                await relay.run()
-                chunks = relay.chunks
+                await _FilteredRelay(resp, dispatch, req, metrics, encoder, idle).run()
             else:
-                chunks = await _relay_bytes(resp, dispatch, out, metrics, req.want_usage)
-        if not out.completion_tokens:
-            out.completion_tokens = chunks
+                await _relay_bytes(resp, dispatch, out, metrics, req.want_usage, idle)
         await resp.write_eof()
     except asyncio.CancelledError:
         out.status, out.error_type = 499, "client_disconnected"
@@ -106,7 +122,14 @@ async def relay_stream(
         out.status, out.error_type = 499, "client_disconnected"
         metrics.client_disconnects.labels(out.alias).inc()
     except (FleetgateError, TimeoutError) as exc:
-        err = exc if isinstance(exc, FleetgateError) else UpstreamError("upstream stream timed out")
+        err = (
+            exc
+            if isinstance(exc, FleetgateError)
+            else UpstreamTimeout(
+                "The upstream stream timed out (no event within timeouts.idle, or past "
+                "timeouts.total)."
+            )
+        )
         out.status, out.error_type = err.status, err.type
         await _write_error(resp, err, encoder or _encoder(req))
     return resp
@@ -118,9 +141,9 @@ async def _relay_bytes(
     out: Outcome,
     metrics: GatewayMetrics,
     want_usage: bool,
-) -> int:
-    """The fast path: events go out as the bytes that came in, one write per upstream read.
-    Returns the number of events relayed."""
+    idle: _IdleTimer,
+) -> None:
+    """The fast path: events go out as the bytes that came in, one write per upstream read."""
     dep = dispatch.deployment
     itl = metrics.itl.labels(out.alias, dep.id, dep.version)
     last = dispatch.upstream_answered
@@ -128,6 +151,7 @@ async def _relay_bytes(
     chunks = 0
     async for batch in _all_batches(dispatch):
         now = time.perf_counter()
+        idle.touch(now)
         send = []
         done = False
         for event in batch:
@@ -142,13 +166,13 @@ async def _relay_bytes(
                 last = now
                 chunks += 1
                 send.append(event)
+        out.relayed = chunks
         if send:
             await resp.write(send[0] if len(send) == 1 else b"".join(send))
         if done:
             break
     dispatch.upstream_done = True
     out.last_token_at = last
-    return chunks
 
 
 async def _all_batches(dispatch: Dispatch) -> AsyncIterator[list[bytes]]:
@@ -192,8 +216,10 @@ class _FilteredRelay:
         req: GatewayRequest,
         metrics: GatewayMetrics,
         encoder: StreamEncoder,
+        idle: _IdleTimer,
     ) -> None:
         dep = dispatch.deployment
+        self.idle = idle
         self.resp = resp
         self.encoder = encoder
         self.dispatch = dispatch
@@ -202,14 +228,13 @@ class _FilteredRelay:
         self.itl = metrics.itl.labels(self.out.alias, dep.id, dep.version)
         self.last = dispatch.upstream_answered
         self.usage: dict[str, Any] | None = None
-        self.chunks = 0  # chunks sent
 
     async def emit(self, chunks: list[dict[str, Any]]) -> None:
         for chunk in chunks:
             now = time.perf_counter()
             self.itl.observe(now - self.last)
             self.last = now
-            self.chunks += 1
+            self.out.relayed += 1
             for choice in chunk.get("choices") or ():
                 if isinstance(choice, dict) and choice.get("finish_reason"):
                     self.out.finish_reason = str(choice["finish_reason"])
@@ -218,6 +243,7 @@ class _FilteredRelay:
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         """Decoded upstream chunks; usage-only chunks are kept aside."""
         async for event in self.dispatch.response.events():
+            self.idle.touch(time.perf_counter())
             if event.startswith(_DONE):
                 return
             chunk = self._take(event)
