@@ -21,6 +21,7 @@ renders them as OpenAI error objects ``{"error": {"message", "type", "param", "c
     │   ├── UpstreamConnectError       502 could not connect / connection reset
     │   ├── UpstreamBadResponse        502 garbage from upstream
     │   ├── UpstreamStatusError        upstream answered 4xx/5xx (status kept)
+    │   │   └── UpstreamContextExceeded   400 code=context_length_exceeded: try a bigger window
     │   ├── UpstreamTimeout            504
     │   └── NoHealthyDeployment        503
     ├── ServiceUnavailable             503 a dependency of ours (store, limiter) failed closed
@@ -61,6 +62,7 @@ __all__ = [
     "ServiceUnavailable",
     "UpstreamBadResponse",
     "UpstreamConnectError",
+    "UpstreamContextExceeded",
     "UpstreamError",
     "UpstreamStatusError",
     "UpstreamTimeout",
@@ -252,6 +254,19 @@ class UpstreamStatusError(UpstreamError):
                     }
                 }
         return super().to_dict()
+
+
+class UpstreamContextExceeded(UpstreamStatusError):
+    """The upstream said the prompt does not fit its context window (a 400 that another
+    deployment or a fallback alias with a larger window may still serve: tried, never a
+    cooldown)."""
+
+    code = "context_length_exceeded"
+
+    def __init__(self, message: str, *, upstream_status: int, body: Any = None) -> None:
+        super().__init__(message, upstream_status=upstream_status, body=body)
+        self.code = "context_length_exceeded"
+        self.retryable = True
 
 
 class NoHealthyDeployment(UpstreamError):

@@ -292,3 +292,44 @@ async def test_a_failure_inside_the_block_still_gives_everything_back() -> None:
     assert dep.state.in_flight == 0
     assert provider.closed == [False]  # cut short: the upstream request is aborted
     assert observer.log[-1] == "finished:ticket"
+
+
+async def test_an_upstream_context_length_error_falls_back_like_an_oversized_prompt(
+    gateway: GatewayFactory, upstream: FakeUpstream, upstream_b: FakeUpstream
+) -> None:
+    vllm_says = (
+        "This model's maximum context length is 2048 tokens. However, you requested 2700 "
+        "tokens (2600 in the messages, 100 in the completion)."
+    )
+    for _ in range(3):
+        upstream.queue(Status(400, message=vllm_says))  # one per request: never tried twice
+    client = await gateway({
+        "models": [
+            {"alias": "tiny", "deployments": [_dep(upstream)], "fallbacks": ["big"]},
+            {"alias": "big", "deployments": [_dep(upstream_b)]},
+        ],
+        "router": {"retry_backoff_s": 0.001, "retry_backoff_max_s": 0.01},
+        "tenancy": {"enabled": False},
+    })  # fmt: skip
+    for _ in range(3):
+        resp = await client.post("/v1/chat/completions", json=CHAT, headers=AUTH)
+        assert resp.status == 200, await resp.text()
+        assert resp.headers["x-fleetgate-deployment"] == "b"
+    ready = await (await client.get("/health/ready")).json()
+    assert ready["aliases"]["tiny"]["healthy"] == 1  # never cooled down for it
+
+
+async def test_a_plain_upstream_400_is_still_the_callers_error(
+    gateway: GatewayFactory, upstream: FakeUpstream, upstream_b: FakeUpstream
+) -> None:
+    upstream.queue(Status(400, message="temperature must be at most 2"))
+    client = await gateway({
+        "models": [
+            {"alias": "tiny", "deployments": [_dep(upstream)], "fallbacks": ["big"]},
+            {"alias": "big", "deployments": [_dep(upstream_b)]},
+        ],
+        "tenancy": {"enabled": False},
+    })  # fmt: skip
+    resp = await client.post("/v1/chat/completions", json=CHAT, headers=AUTH)
+    assert resp.status == 400
+    assert not upstream_b.seen

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,6 +19,7 @@ from fleetgate.errors import (
     FleetgateError,
     UpstreamBadResponse,
     UpstreamConnectError,
+    UpstreamContextExceeded,
     UpstreamError,
     UpstreamStatusError,
     UpstreamTimeout,
@@ -58,6 +60,16 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
         return None
 
 
+# How engines and providers say a prompt is too long: vLLM and OpenAI ("maximum context length
+# is N tokens", code context_length_exceeded), SGLang ("longer than the model's context
+# length"), llama.cpp ("exceeds the available context size"), Anthropic ("prompt is too long").
+_CONTEXT_EXCEEDED = re.compile(
+    r"context[ _]length|context window|context size|prompt is too long|too many tokens"
+    r"|maximum (?:input )?length",
+    re.IGNORECASE,
+)
+
+
 def status_error(status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamStatusError:
     parsed: Any
     try:
@@ -67,6 +79,10 @@ def status_error(status: int, body: bytes, headers: Mapping[str, str]) -> Upstre
     detail = body[:200].decode("utf-8", "replace") if body else ""
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
         detail = str(parsed["error"].get("message", detail))
+    if status in (400, 413, 422) and _CONTEXT_EXCEEDED.search(detail):
+        return UpstreamContextExceeded(
+            f"upstream returned HTTP {status}: {detail}", upstream_status=status, body=parsed
+        )
     return UpstreamStatusError(
         f"upstream returned HTTP {status}: {detail}".rstrip(": "),
         upstream_status=status,

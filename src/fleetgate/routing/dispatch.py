@@ -25,6 +25,7 @@ from fleetgate.errors import (
     ContextWindowExceeded,
     FleetgateError,
     NoHealthyDeployment,
+    UpstreamContextExceeded,
     UpstreamError,
 )
 from fleetgate.providers.base import UpstreamCall, UpstreamResponse
@@ -230,7 +231,12 @@ class Dispatcher:
             except UpstreamError as exc:
                 dep.state.in_flight -= 1
                 observer.finished(ticket)
-                self._health.failure(dep, exc)
+                if isinstance(exc, UpstreamContextExceeded):
+                    # Not the deployment's fault (no cooldown), but it cannot take this prompt:
+                    # try the others, then the fallbacks, as for a prompt estimated too long.
+                    fitting = [d for d in fitting if d is not dep]
+                else:
+                    self._health.failure(dep, exc)
                 if not exc.retryable:
                     raise
                 last_error = exc
