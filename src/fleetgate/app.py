@@ -79,6 +79,7 @@ def build_state(
     )
     health = HealthTracker(cfg.health, metrics, lambda: tables.table.deployments())
     dispatcher = Dispatcher(cfg.router, health, metrics, observer=engine_aware)
+    dispatcher.salt = engine_aware.tenant_salt
 
     def deployment_gauges() -> Iterable[tuple[tuple[str, str, str], int, bool]]:
         for d in tables.table.deployments():

@@ -147,16 +147,21 @@ def test_session_affinity_counts_the_previous_turn_as_cached() -> None:
     assert shared.decisions.query(limit=1)[0].reason != "affinity"
 
 
+def _salted(shared: Any, strategy: KvAwareStrategy, candidates: Any, c: Any) -> Any:
+    """The pick as the dispatcher sends it: with the tenant's cache_salt (routing/salt.py)."""
+    return shared.tenant_salt.apply(strategy.pick(candidates, c), c)
+
+
 def test_tenants_do_not_share_prefixes_and_get_their_own_salt() -> None:
     shared = routing(cache_salt="always")
     strategy = KvAwareStrategy(shared, "chat")
     candidates = deps(4)
-    a = strategy.pick(candidates, ctx("hello", TEAM_A))
-    b = strategy.pick(candidates, ctx("hello again", TEAM_B))
+    a = _salted(shared, strategy, candidates, ctx("hello", TEAM_A))
+    b = _salted(shared, strategy, candidates, ctx("hello again", TEAM_B))
     assert shared.decisions.query(limit=1)[0].cached_tokens == 0  # A's prefix is not B's
     assert a.extra_body is not None and b.extra_body is not None
     assert a.extra_body["cache_salt"] != b.extra_body["cache_salt"]
-    a2 = strategy.pick(candidates, ctx("more", TEAM_A))
+    a2 = _salted(shared, strategy, candidates, ctx("more", TEAM_A))
     assert a2.extra_body is not None
     assert a2.extra_body["cache_salt"] == a.extra_body["cache_salt"]
     assert shared.decisions.query(limit=1)[0].cached_tokens > 0
@@ -167,7 +172,7 @@ def test_public_prefixes_are_shared_and_unsalted() -> None:
     strategy = KvAwareStrategy(shared, "chat")
     candidates = deps(4)
     strategy.pick(candidates, ctx("hello", TEAM_A))
-    b = strategy.pick(candidates, ctx("hello again", TEAM_B))
+    b = _salted(shared, strategy, candidates, ctx("hello again", TEAM_B))
     assert b.extra_body is None
     assert shared.decisions.query(limit=1)[0].reason == "prefix-hit"
 
@@ -176,10 +181,10 @@ def test_salt_only_goes_to_vllm_engines_in_auto_mode() -> None:
     shared = routing()
     strategy = KvAwareStrategy(shared, "chat")
     [only] = deps(1)
-    picked = strategy.pick([only], ctx("hi"))
+    picked = _salted(shared, strategy, [only], ctx("hi"))
     assert picked.extra_body is None  # engine unknown: a hosted API would refuse it
     shared.stats.record(engine_key(only), EngineSnapshot("vllm", at=1e18))
-    picked = strategy.pick([only], ctx("hi"))
+    picked = _salted(shared, strategy, [only], ctx("hi"))
     assert picked.extra_body == {"cache_salt": shared.salt("team-a")}
     assert shared.decisions.query(limit=1)[0].reason == "only-candidate"
 

@@ -69,6 +69,9 @@ class TimeoutConfig(_Model):
 
 class DeploymentConfig(_Model):
     provider: ProviderName = "openai"
+    # The engine behind an OpenAI-compatible deployment; ``auto``: learned from its metrics or
+    # its ``/models`` answer. Decides whether it gets a per-tenant ``cache_salt`` (vLLM).
+    engine: Literal["auto", "vllm", "sglang", "llamacpp", "other"] = "auto"
     model: str = Field(min_length=1)
     api_base: str = Field(min_length=1)
     api_key: str | None = None

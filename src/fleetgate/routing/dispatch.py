@@ -33,6 +33,7 @@ from fleetgate.routing.context import Pick, RouteContext, RoutedRequest
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch_hooks import admitted, preferred
 from fleetgate.routing.health import HealthTracker
+from fleetgate.routing.salt import TenantSalt
 from fleetgate.routing.table import AliasRoute, RouteTable
 from fleetgate.telemetry.metrics import GatewayMetrics
 
@@ -141,6 +142,7 @@ class Dispatcher:
         self._rng = rng or random.Random()
         self.observer = observer
         self.versions: VersionPicker | None = None  # canary splits (routing/canary.py)
+        self.salt: TenantSalt | None = None  # cache_salt per tenant (routing/salt.py)
 
     def _candidates(
         self, route: AliasRoute, ctx: RouteContext, local_only: bool
@@ -218,6 +220,8 @@ class Dispatcher:
             if hooks:
                 pool = preferred(hooks, pool)
             pick = route.strategy.pick(pool, ctx)
+            if self.salt is not None:  # per-tenant prefix-cache isolation, every strategy
+                pick = self.salt.apply(pick, ctx)
             dep = pick.deployment
             tried.add(id(dep))
             if attempt > 0:

@@ -11,9 +11,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Iterable
 
+import aiohttp
 from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig, RoutingConfig
@@ -28,8 +30,10 @@ from fleetgate.routing.engine_stats import EngineStats
 from fleetgate.routing.kv_aware import EngineAwareRouting
 from fleetgate.routing.load_share import RedisLoadShare
 from fleetgate.routing.prefix_share import PrefixShare
+from fleetgate.routing.salt import TenantSalt, engine_of_models
 from fleetgate.routing.semantic_stage import SemanticStage
 from fleetgate.routing.table import RouteTable
+from fleetgate.tasks import cancel_and_wait
 from fleetgate.telemetry.registry import Registry
 
 __all__ = ["CanaryFeature", "EngineRoutingFeature", "SemanticFeature", "engine_routing"]
@@ -112,6 +116,8 @@ class EngineRoutingFeature(BaseFeature):
         access: AdminAccess,
     ) -> None:
         self.routing = routing
+        self._table = table
+        self._identifying: asyncio.Task[None] | None = None
         self._admin = EngineRoutingAdmin(routing, table, access)
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
@@ -120,14 +126,34 @@ class EngineRoutingFeature(BaseFeature):
     def reconfigure(self, config: GatewayConfig) -> None:
         if self.routing is not None:
             self.routing.update_config(config.routing)
+            self._identify()
 
     async def start(self) -> None:
         if self.routing is not None:
             self.routing.start()
+            self._identify()
 
     async def aclose(self) -> None:
+        await cancel_and_wait(self._identifying)
         if self.routing is not None:
             await self.routing.stop()
+
+    def _identify(self) -> None:
+        """Learn in the background which engines take ``cache_salt`` (their ``/models``)."""
+        if self.routing is None or self.routing.config.cache_salt != "auto":
+            return
+        salt = self.routing.tenant_salt
+        unknown = {
+            d.config.api_base: d
+            for d in self._table().deployments()
+            if d.config.provider == "openai"
+            and d.config.engine == "auto"
+            and d.config.api_base not in salt.kinds
+        }
+        if unknown and (self._identifying is None or self._identifying.done()):
+            self._identifying = asyncio.get_running_loop().create_task(
+                _identify(salt, list(unknown.values())), name="fg-engine-kinds"
+            )
 
 
 def engine_routing(
@@ -162,3 +188,23 @@ def engine_routing(
             routing.redis_url, replica, engine_aware.index
         )
     return engine_aware
+
+
+async def _identify(salt: TenantSalt, deployments: list[Deployment]) -> None:
+    timeout = aiohttp.ClientTimeout(total=3.0)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+
+        async def one(dep: Deployment) -> tuple[str, str]:
+            cfg = dep.config
+            headers = dict(cfg.extra_headers)
+            if cfg.api_key:
+                headers["Authorization"] = f"Bearer {cfg.api_key}"
+            try:
+                async with session.get(f"{cfg.api_base}/models", headers=headers) as resp:
+                    answer = await resp.json(content_type=None) if resp.status == 200 else None
+            except (aiohttp.ClientError, TimeoutError, ValueError):
+                return cfg.api_base, ""  # unknown: asked again at the next reload
+            return cfg.api_base, engine_of_models(answer)
+
+        found = await asyncio.gather(*(one(d) for d in deployments))
+    salt.remember((base, kind) for base, kind in found if kind)

@@ -24,8 +24,6 @@ start with a ``routing.public_prefixes`` entry are indexed and cached in a share
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import math
 import os
 import random
@@ -43,6 +41,7 @@ from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.engine_stats import EngineStats, EngineView, engine_key
 from fleetgate.routing.prefix import PrefixIndex, text_block_hashes, token_block_hashes
 from fleetgate.routing.prefix_share import PrefixShare
+from fleetgate.routing.salt import TenantSalt, leading_text
 from fleetgate.telemetry.registry import Registry
 from fleetgate.tokens import prompt_text
 
@@ -71,19 +70,6 @@ def expected_ttft(
     return queue_s, prefill_s, interference_s
 
 
-def _leading_text(body: Any) -> str:
-    if not isinstance(body, dict):
-        return ""
-    messages = body.get("messages")
-    if isinstance(messages, list) and messages and isinstance(messages[0], dict):
-        content = messages[0].get("content")
-        if isinstance(content, list):
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        return content if isinstance(content, str) else ""
-    prompt = body.get("prompt")
-    return prompt if isinstance(prompt, str) else ""
-
-
 class EngineAwareRouting:
     """What every kv-aware alias of one app shares: engine stats, prefix index, sessions, log.
 
@@ -106,7 +92,8 @@ class EngineAwareRouting:
         self.decisions = DecisionLog(
             registry, size=config.decision_log_size, sample_rate=config.decision_sample_rate
         )
-        self._secret = secret
+        # Every strategy's pick gets the tenant's cache_salt through this (the dispatcher).
+        self.tenant_salt = TenantSalt(config, secret, lambda dep: self.stats.view(dep).engine)
         self.rng = rng or random.Random()
         self._session: aiohttp.ClientSession | None = None
         self.prefix_share: PrefixShare | None = None  # the index shared between replicas
@@ -120,6 +107,7 @@ class EngineAwareRouting:
     def update_config(self, config: RoutingConfig) -> None:
         self.config = config
         self.stats.config = config
+        self.tenant_salt.config = config
         self.sessions.ttl_s = config.affinity_ttl_s
         self.decisions.resize(config.decision_log_size, config.decision_sample_rate)
 
@@ -157,12 +145,12 @@ class EngineAwareRouting:
 
     def salt(self, tenant: str) -> str:
         """The ``cache_salt`` of ``tenant``: stable across replicas sharing the secret."""
-        return hmac.new(self._secret, tenant.encode(), hashlib.sha256).hexdigest()[:24]
+        return self.tenant_salt.salt(tenant)
 
     def namespace(self, ctx: RouteContext) -> tuple[str, str | None]:
         """(index namespace, cache_salt or None) of a request."""
         cfg = self.config
-        lead = _leading_text(ctx.request.body)
+        lead = leading_text(ctx.request.body)
         if not cfg.tenant_isolation or any(lead.startswith(p) for p in cfg.public_prefixes):
             return "public", None
         tenant = ctx.request.principal.tenant
@@ -241,7 +229,7 @@ class KvAwareStrategy:
         shared = self.shared
         req = ctx.request
         kv = shared.config.kv_aware
-        namespace, salt = shared.namespace(ctx)
+        namespace, _ = shared.namespace(ctx)
         hashes, tokens_per_block = self._hashes(ctx, namespace)
         key = self._session_key(req)
         entry = shared.sessions.get(key) if key is not None else None
@@ -330,7 +318,7 @@ class KvAwareStrategy:
                 candidates=tuple(costs),
             )
         )
-        return Pick(dep, self._extra_body(views[i], salt), prompt - chosen.cached_tokens)
+        return Pick(dep, None, prompt - chosen.cached_tokens)  # salted by the dispatcher
 
     def _guard(self, costs: list[CandidateCost]) -> list[CandidateCost]:
         kv = self.shared.config.kv_aware
@@ -340,15 +328,6 @@ class KvAwareStrategy:
             hot = c.load - least > kv.hotspot_slack and c.load > kv.hotspot_ratio * max(least, 1)
             out.append(_excluded(c) if hot else c)
         return out
-
-    def _extra_body(self, view: EngineView, salt: str | None) -> dict[str, Any] | None:
-        """The tenant's ``cache_salt`` where the engine takes one (vLLM), per config."""
-        mode = self.shared.config.cache_salt
-        if salt is None or mode == "never":
-            return None
-        if mode == "always" or view.engine == "vllm":
-            return {"cache_salt": salt}
-        return None
 
 
 def _excluded(c: CandidateCost) -> CandidateCost:
