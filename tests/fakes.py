@@ -65,6 +65,7 @@ class FakeUpstream:
     cancelled: int = 0
     probes: int = 0
     healthy: bool = True
+    delay_s: float = 0.0  # before every chat answer (a slow engine)
     port: int = 0
     _runner: web.AppRunner | None = None
 
@@ -118,6 +119,8 @@ class FakeUpstream:
         self.seen.append(Seen(request.path, body, dict(request.headers)))
         behaviour = self.script.popleft() if self.script else Reply()
         try:
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
             return await self._act(request, body, behaviour)
         except asyncio.CancelledError:
             self.cancelled += 1

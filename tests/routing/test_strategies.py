@@ -16,6 +16,8 @@ from fleetgate.routing.strategies import (
     StrategyRegistry,
     WeightedStrategy,
 )
+from tests.conftest import AUTH, GatewayFactory
+from tests.fakes import FakeUpstream
 from tests.routing.support import route_ctx
 
 
@@ -85,3 +87,23 @@ def test_registry_refuses_unknown_names() -> None:
         reg.create(alias)
     reg.register("psychic", lambda _: LeastLoadStrategy())
     assert reg.create(alias).name == "least-load"
+
+
+async def test_latency_learns_from_json_responses_too(
+    gateway: GatewayFactory, upstream: FakeUpstream, upstream_b: FakeUpstream
+) -> None:
+    """JSON-only traffic: the slow deployment's answers teach the strategy to avoid it."""
+    slow = {"provider": "openai", "model": "m", "api_base": upstream.url, "name": "slow"}
+    fast = {"provider": "openai", "model": "m", "api_base": upstream_b.url, "name": "fast"}
+    client = await gateway({
+        "models": [{"alias": "tiny", "strategy": "latency", "deployments": [slow, fast]}],
+        "tenancy": {"enabled": False},
+    })  # fmt: skip
+    upstream.delay_s = 0.2
+    served = []
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+    for _ in range(12):
+        resp = await client.post("/v1/chat/completions", json=body, headers=AUTH)
+        assert resp.status == 200
+        served.append(resp.headers["x-fleetgate-deployment"])
+    assert served[-8:].count("fast") >= 7, served

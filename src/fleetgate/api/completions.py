@@ -180,6 +180,7 @@ async def _dispatch(
 
 async def _json_response(dispatch: Dispatch, req: GatewayRequest) -> web.Response:
     out = req.outcome
+    dispatch.deployment.state.observe_response(out.upstream_s)  # the latency strategy learns
     data = dispatch.response.json()
     out.take_usage(data.get("usage"))
     body = dispatch.response.body

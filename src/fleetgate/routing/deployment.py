@@ -21,7 +21,8 @@ class DeploymentState:
     """Live numbers about one upstream; survives hot reloads (keyed by `deployment_key`)."""
 
     in_flight: int = 0
-    ewma_ttft_s: float | None = None
+    ewma_ttft_s: float | None = None  # streams: time to the first token
+    ewma_response_s: float | None = None  # JSON responses: time to the whole answer
     consecutive_failures: int = 0
     cooldown_until: float = 0.0
     last_failure: str = ""
@@ -33,6 +34,15 @@ class DeploymentState:
     def observe_ttft(self, seconds: float, alpha: float = 0.2) -> None:
         prev = self.ewma_ttft_s
         self.ewma_ttft_s = seconds if prev is None else prev + alpha * (seconds - prev)
+
+    def observe_response(self, seconds: float, alpha: float = 0.2) -> None:
+        prev = self.ewma_response_s
+        self.ewma_response_s = seconds if prev is None else prev + alpha * (seconds - prev)
+
+    def latency_s(self) -> float | None:
+        """What the latency strategy compares: the TTFT of streams when any were seen, else
+        the time to a whole JSON answer (so JSON-only traffic is routed by latency too)."""
+        return self.ewma_ttft_s if self.ewma_ttft_s is not None else self.ewma_response_s
 
 
 @dataclass(eq=False, slots=True)

@@ -68,7 +68,8 @@ class LeastLoadStrategy:
 
 
 class LatencyStrategy:
-    """Lowest EWMA time to first token; unmeasured deployments are tried first."""
+    """Lowest EWMA latency (time to first token of streams, else time to a JSON answer),
+    scaled by the requests in flight; unmeasured deployments are tried first."""
 
     name = "latency"
 
@@ -77,8 +78,8 @@ class LatencyStrategy:
 
     def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Pick:
         def key(d: Deployment) -> float:
-            ttft = d.state.ewma_ttft_s
-            return 0.0 if ttft is None else ttft * (1 + d.state.in_flight)
+            latency = d.state.latency_s()
+            return 0.0 if latency is None else latency * (1 + d.state.in_flight)
 
         return Pick(_min_random_tie(candidates, key, self._rng))
 
