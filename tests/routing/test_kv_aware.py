@@ -208,3 +208,16 @@ def test_affinity_does_not_pin_a_session_whose_prompt_changed() -> None:
         counts[picked.deployment.id] += 1
         shared.stats.dispatched(picked, c)  # never finishes: load accumulates
     assert sorted(counts.values()) == [10, 10, 10]
+
+
+def test_a_full_kv_cache_counts_against_an_engine() -> None:
+    shared = routing()
+    strategy = KvAwareStrategy(shared, "chat")
+    full, free = deps(2)
+    shared.stats.record(engine_key(full), EngineSnapshot("vllm", at=1e18, kv_usage=0.99))
+    shared.stats.record(engine_key(free), EngineSnapshot("vllm", at=1e18, kv_usage=0.2))
+    for _ in range(5):
+        assert strategy.pick([full, free], ctx("hello there")).deployment is free
+    decision = shared.decisions.query(limit=1)[0]
+    costs = {c.deployment: c.queue_s for c in decision.candidates}
+    assert costs[full.id] > costs[free.id] + 1.0

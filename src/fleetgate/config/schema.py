@@ -154,6 +154,10 @@ class KvAwareConfig(_Model):
     # ``hotspot_ratio`` times as many, is not picked while another one is below that.
     hotspot_slack: int = Field(8, ge=0)
     hotspot_ratio: float = Field(2.0, ge=1.0)
+    # A KV cache fuller than this makes new prompts wait for blocks (or preempt): up to
+    # ``kv_full_penalty_s`` is added to the expected TTFT, all of it when the prompt cannot fit.
+    kv_high_water: float = Field(0.9, ge=0, lt=1)
+    kv_full_penalty_s: float = Field(2.0, ge=0)
     index_block_tokens: int = Field(64, ge=1)
     max_prompt_chars: int = Field(131072, ge=256)
     exact_tokenize: bool = False

@@ -4,6 +4,7 @@ For every candidate engine the expected time to first token, in seconds, is::
 
     queue_s        = queued_prefill_tokens * prefill_s_per_token
                      + steps(queued_prefill_tokens) * decode_step_s(running)
+                     + kv_wait_s(kv_usage, free blocks)
     prefill_s      = uncached_tokens * prefill_s_per_token
     interference_s = steps(uncached_tokens) * decode_step_s(running)
     cost_s         = queue_s + prefill_s + interference_s
@@ -56,6 +57,20 @@ def _decode_step_s(kv: KvAwareConfig, running: float) -> float:
     return kv.decode_ms_per_step / 1000.0 * (1.0 + kv.decode_batch_factor * (running - 1))
 
 
+def kv_wait_s(kv: KvAwareConfig, view: EngineView, uncached_tokens: float) -> float:
+    """The wait a full KV cache adds: an engine above ``kv_high_water`` usage admits a new
+    prompt only as running requests free blocks (or preempts one), so it costs up to
+    ``kv_full_penalty_s``, all of it when the prompt does not fit the free blocks at all."""
+    usage = view.kv_usage
+    if view.num_blocks and view.block_size:
+        free_tokens = (1.0 - usage) * view.num_blocks * view.block_size
+        if uncached_tokens > free_tokens:
+            return kv.kv_full_penalty_s
+    if usage <= kv.kv_high_water:
+        return 0.0
+    return kv.kv_full_penalty_s * min(1.0, (usage - kv.kv_high_water) / (1.0 - kv.kv_high_water))
+
+
 def expected_ttft(
     kv: KvAwareConfig, view: EngineView, uncached_tokens: float
 ) -> tuple[float, float, float]:
@@ -64,7 +79,9 @@ def expected_ttft(
     step = _decode_step_s(kv, view.running)
     chunk = max(1.0, kv.max_num_batched_tokens - view.running)
     queued = view.queued_prefill_tokens
-    queue_s = queued * per_token + math.ceil(queued / chunk) * step
+    queue_s = (
+        queued * per_token + math.ceil(queued / chunk) * step + kv_wait_s(kv, view, uncached_tokens)
+    )
     prefill_s = uncached_tokens * per_token
     interference_s = math.ceil(max(1.0, uncached_tokens) / chunk) * step
     return queue_s, prefill_s, interference_s
