@@ -109,6 +109,7 @@ async def assemble_request(
     profile: str | None,
     team: str | None,
     context_window: int | None,
+    retrieve: bool | None = None,
 ) -> AssembledPrompt:
     """Assemble the prompt for a request whose last message is the current question.
 
@@ -135,6 +136,7 @@ async def assemble_request(
         team=team,
         image_tokens=image_tokens,
         context_window=context_window,
+        retrieve=retrieve,
     )
     content = current.get("content")
     images = (

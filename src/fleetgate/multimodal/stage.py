@@ -64,6 +64,13 @@ _HEADER_LIMIT = 6 * 1024
 _EXTRA_FIELDS = frozenset({"user_profile", "modalities", "audio"})
 
 
+def _retrieval_wanted(req: GatewayRequest) -> bool | None:
+    """The semantic router's retrieval decision for ``model: auto`` (None: not routed)."""
+    decision = req.state.get("semantic")
+    retrieval = getattr(decision, "retrieval", None)
+    return retrieval if isinstance(retrieval, bool) else None
+
+
 def _may_debug(rule: str, principal: Principal) -> bool:
     """Prompt debug output shows the operator's system prompt and retrieved documents."""
     if rule == "off":
@@ -136,6 +143,7 @@ class MultimodalStage:
                 profile=profile,
                 team=req.principal.team_id,
                 context_window=self._window(req, assembler.config.reserve_output_tokens),
+                retrieve=_retrieval_wanted(req),
             )
             body["messages"] = prompt.messages
             req.prompt_tokens = prompt.prompt_tokens

@@ -48,3 +48,20 @@ def test_split_text_keeps_chunks_bounded() -> None:
     chunks = split_text(text, max_chars=100)
     assert all(len(c) <= 100 for c in chunks)
     assert "".join(chunks).replace(" ", "") == text.replace(" ", "").replace("\n", "")
+
+
+async def test_the_semantic_routers_retrieval_decision_drives_retrieval(
+    embedder: MiniLMEmbedder,
+) -> None:
+    index = DocumentIndex(embedder)
+    for doc_id, body in DOCS.items():
+        await index.add("team-a", doc_id, body)
+    question = "Does my laptop need encryption?"
+    on = PromptAssembler(PromptConfig(retrieval=RetrievalConfig(top_k=1)), index=index)
+    off = PromptAssembler(
+        PromptConfig(retrieval=RetrievalConfig(top_k=1, enabled=False)), index=index
+    )
+    assert (await on.assemble(question=question, team="team-a")).retrieved
+    assert not (await on.assemble(question=question, team="team-a", retrieve=False)).retrieved
+    assert not (await off.assemble(question=question, team="team-a")).retrieved
+    assert (await off.assemble(question=question, team="team-a", retrieve=True)).retrieved

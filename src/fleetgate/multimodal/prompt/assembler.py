@@ -74,9 +74,12 @@ class PromptAssembler:
     def _tokens(self, message: dict[str, Any]) -> int:
         return self.counter.count(str(message["content"])) + self.counter.message_overhead()
 
-    async def _retrieve(self, team: str | None, question: str) -> list[RetrievedChunk]:
+    async def _retrieve(
+        self, team: str | None, question: str, wanted: bool | None = None
+    ) -> list[RetrievedChunk]:
         cfg = self.config.retrieval
-        if not cfg.enabled or self.index is None or team is None:
+        enabled = cfg.enabled if wanted is None else wanted
+        if not enabled or self.index is None or team is None:
             return []
         return await self.index.search(team, question, k=cfg.top_k, min_score=cfg.min_score)
 
@@ -111,12 +114,14 @@ class PromptAssembler:
         team: str | None = None,
         image_tokens: Sequence[int] = (),
         context_window: int | None = None,
+        retrieve: bool | None = None,
     ) -> AssembledPrompt:
         """Build the prompt; raises :class:`ContextWindowExceeded` if even the fixed parts
-        (system prompt, question, images, reserved output) do not fit."""
+        (system prompt, question, images, reserved output) do not fit. ``retrieve``: the
+        semantic router's decision (None: the alias's ``retrieval.enabled``)."""
         window = context_window or self.config.context_window
         budget = window - self.config.reserve_output_tokens - sum(image_tokens)
-        chunks = await self._retrieve(team, question)
+        chunks = await self._retrieve(team, question, retrieve)
         while True:
             system = self._system_message(profile, chunks)
             current = self._question_message(question, len(image_tokens), chunks)
