@@ -68,3 +68,33 @@ async def test_max_output_tokens_of_a_deployment_is_respected(
         resp = await client.post("/v1/chat/completions", json=body, headers=AUTH)
         assert resp.status == 200
         assert resp.headers["x-fleetgate-deployment"] == served_by
+
+
+async def test_a_deployment_with_a_tokenizer_is_checked_with_the_exact_count(
+    gateway: GatewayFactory, upstream: FakeUpstream, upstream_b: FakeUpstream, tmp_path: Any
+) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    # A tokenizer whose every character is a token: far more than the estimate's 4 per token.
+    vocab = {"[UNK]": 0, **{c: i + 1 for i, c in enumerate("abcdefghijklmnopqrstuvwxyz:")}}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    exact = {"provider": "openai", "model": "s", "api_base": upstream.url, "name": "small",
+             "context_window": 2048, "tokenizer": str(path)}  # fmt: skip
+    big = {"provider": "openai", "model": "b", "api_base": upstream_b.url, "name": "big"}
+    config: dict[str, Any] = {
+        "models": [{"alias": "chat", "deployments": [exact], "fallbacks": ["long"]},
+                   {"alias": "long", "deployments": [big]}],
+        "tenancy": {"enabled": False},
+    }  # fmt: skip
+    client = await gateway(config)
+    text = "abcd" * 1000  # ~1,000 tokens by the estimate, 4,000 by this tokenizer
+    body = {"model": "chat", "max_tokens": 16, "messages": [{"role": "user", "content": text}]}
+    resp = await client.post("/v1/chat/completions", json=body, headers=AUTH)
+    assert resp.status == 200
+    assert resp.headers["x-fleetgate-deployment"] == "big"
+    short = {"model": "chat", "max_tokens": 16, "messages": [{"role": "user", "content": "abc"}]}
+    resp = await client.post("/v1/chat/completions", json=short, headers=AUTH)
+    assert resp.headers["x-fleetgate-deployment"] == "small"

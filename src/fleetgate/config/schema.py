@@ -82,6 +82,8 @@ class DeploymentConfig(_Model):
     version: str = "v1"
     context_window: int | None = Field(None, gt=0)
     max_output_tokens: int | None = Field(None, gt=0)
+    # A `tokenizers` JSON file of the model: the context window is checked with its exact count.
+    tokenizer: str | None = None
     price: Price = Price()
     tags: tuple[str, ...] = ()
     timeouts: TimeoutConfig | None = None

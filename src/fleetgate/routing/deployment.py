@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from fleetgate.config.schema import DeploymentConfig
 from fleetgate.providers.base import Provider
+from fleetgate.routing.tokenizer import PromptCounter
 
 __all__ = ["Deployment", "DeploymentState", "deployment_key"]
 
@@ -54,6 +56,15 @@ class Deployment:
     config: DeploymentConfig
     provider: Provider
     state: DeploymentState = field(default_factory=DeploymentState)
+    counter: PromptCounter | None = None  # exact prompt counts (``tokenizer:``), else None
+
+    def __post_init__(self) -> None:
+        if self.counter is None and self.config.tokenizer:
+            self.counter = PromptCounter(self.config.tokenizer)
+
+    def prompt_tokens(self, body: dict[str, Any], estimate: int) -> int:
+        """The prompt's tokens for this deployment: exact with a tokenizer, else ``estimate``."""
+        return estimate if self.counter is None else self.counter.count(body)
 
     @property
     def name(self) -> str:

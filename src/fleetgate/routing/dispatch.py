@@ -150,7 +150,11 @@ class Dispatcher:
         """Deployments allowed for this hop, and whether any was dropped for its window."""
         allowed = [d for d in route.deployments if d.is_local or not local_only]
         req = ctx.request
-        fitting = [d for d in allowed if d.fits(req.prompt_tokens, req.max_tokens)]
+        fitting = [
+            d
+            for d in allowed
+            if d.fits(d.prompt_tokens(req.body, req.prompt_tokens), req.max_tokens)
+        ]
         dropped = len(fitting) < len(allowed)
         if self.versions is not None and fitting:
             fitting = self.versions.narrow(route.name, fitting, ctx)
