@@ -129,3 +129,17 @@ async def test_admin_split_validation(
     assert resp.status == 404
     resp = await client.put("/admin/aliases/chat/split", json={"weights": {"v1": 100}})
     assert resp.status == 401
+
+
+@pytest.mark.parametrize(
+    "extra", [{"revision": "x"}, {"revision": []}, {"updated_at": "soon"}, {"updated_at": {}}]
+)
+async def test_split_with_a_non_numeric_revision_or_time_is_400(
+    gateway: GatewayFactory, upstream: FakeUpstream, upstream_b: FakeUpstream,
+    extra: dict[str, object],
+) -> None:  # fmt: skip
+    client = await gateway(versioned(upstream, upstream_b))
+    body = {"weights": {"v1": 100}, **extra}
+    resp = await client.put("/admin/aliases/chat/split", headers=AUTH, json=body)
+    assert resp.status == 400, await resp.text()
+    assert (await resp.json())["error"]["param"] == next(iter(extra))

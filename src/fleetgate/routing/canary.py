@@ -86,11 +86,17 @@ class Split:
         if not isinstance(weights, dict):
             raise InvalidRequest("'weights' must be an object of version -> percent",
                                  param="weights")  # fmt: skip
+        revision = raw.get("revision", 0)
+        if isinstance(revision, bool) or not isinstance(revision, int):
+            raise InvalidRequest("'revision' must be an integer", param="revision")
+        updated_at = raw.get("updated_at", 0.0)
+        if isinstance(updated_at, bool) or not isinstance(updated_at, int | float):
+            raise InvalidRequest("'updated_at' must be a number", param="updated_at")
         return cls(
             {str(k): v for k, v in weights.items()},
             sticky=bool(raw.get("sticky", False)),
-            revision=int(raw.get("revision", 0)),
-            updated_at=float(raw.get("updated_at", 0.0)),
+            revision=revision,
+            updated_at=float(updated_at),
         )
 
 
