@@ -14,6 +14,8 @@ from sqlalchemy import select
 
 from fleetgate.cli.main import main as cli_main
 from fleetgate.store.tables import admin_audit, api_keys
+from tests.conftest import MASTER as CONFTEST_MASTER
+from tests.conftest import GatewayFactory
 from tests.tenancy.support import MASTER, running_gateway
 
 
@@ -279,3 +281,68 @@ async def test_a_limit_beyond_what_the_store_holds_is_a_400(
             assert status == 400 and out["error"]["param"] == field, out
         status, _ = await gw.admin("POST", "/admin/keys", json={"team": team, "tpm": 2**31 - 1})
         assert status == 201
+
+
+async def test_names_and_user_ids_that_do_not_fit_their_column_are_400_not_500(
+    db_url: str, upstream: str, tmp_path: Path
+) -> None:
+    # SQLite stores these; PostgreSQL refused them (a 500). Refused at the edge, naming the
+    # field, on both.
+    async with running_gateway(upstream, tmp_path, db_url) as gw:
+        team, _, _ = await gw.team_and_key("a")
+        long = "x" * 201
+        cases: list[tuple[str, dict[str, object], str]] = [
+            ("/admin/teams", {"name": long}, "name"),
+            ("/admin/teams", {"name": "a\x00b"}, "name"),
+            ("/admin/users", {"team": team, "name": long}, "name"),
+            ("/admin/users", {"team": team, "name": "u\x00"}, "name"),
+            ("/admin/keys", {"team": team, "user": "u" * 41}, "user"),
+            ("/admin/keys", {"team": team, "user": "u\x00"}, "user"),
+            ("/admin/keys", {"team": team, "user": {}}, "user"),
+            ("/admin/keys", {"team": team, "user": 5}, "user"),
+        ]
+        for path, body, param in cases:
+            status, out = await gw.admin("POST", path, json=body)
+            assert status == 400 and out["error"]["param"] == param, (path, body, out)
+        status, _ = await gw.admin("POST", "/admin/teams", json={"name": "x" * 200})
+        assert status == 201  # the longest that fits
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/admin/teams/a%00", None),
+        ("GET", "/admin/keys?team=a%00", None),
+        ("GET", "/admin/spend?team=a%00", None),
+        ("DELETE", "/admin/keys/key%00", None),
+        ("POST", "/admin/users", {"team": "a\x00", "name": "u"}),
+        ("POST", "/admin/keys", {"team": "a\x00"}),
+    ],
+)
+async def test_a_team_or_key_named_with_a_nul_is_404_not_500(
+    db_url: str, upstream: str, tmp_path: Path, method: str, path: str, body: object
+) -> None:
+    async with running_gateway(upstream, tmp_path, db_url) as gw:
+        status, out = await gw.admin(method, path, json=body)
+        assert status == 404, out
+
+
+async def test_an_admin_action_on_a_target_longer_than_the_audit_column_is_recorded(
+    db_url: str, upstream: str, tmp_path: Path, gateway: GatewayFactory
+) -> None:
+    # PostgreSQL refused the audit row, so the change was made and the caller got a 500.
+    config = {
+        "models": [{"alias": "tiny", "deployments": [{"model": "m", "api_base": upstream}]}],
+        "safety": {"checks": {"words": {"type": "words"}},
+                   "policies": {"default": {"input": ["words"]}}},
+    }  # fmt: skip
+    client = await gateway(config, database_url=db_url)
+    headers = {"Authorization": f"Bearer {CONFTEST_MASTER}"}
+    for target in ("x" * 300, "a%00b"):
+        resp = await client.put(
+            f"/admin/safety/aliases/{target}", json={"policy": "default"}, headers=headers
+        )
+        assert resp.status == 200, await resp.text()
+    resp = await client.get("/admin/audit", headers=headers)
+    targets = [r["target"] for r in (await resp.json())["data"]]
+    assert targets[:2] == ["a\ufffdb", "x" * 200]

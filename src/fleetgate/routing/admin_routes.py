@@ -18,6 +18,7 @@ Engine-aware routing:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from aiohttp import web
@@ -103,9 +104,12 @@ def _number(request: web.Request, name: str) -> float | None:
     if raw is None:
         return None
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
-        raise InvalidRequest(f"'{name}' must be a number", param=name) from None
+        value = math.nan
+    if not math.isfinite(value):  # "nan", "inf", "1e400"
+        raise InvalidRequest(f"'{name}' must be a finite number", param=name)
+    return value
 
 
 class EngineRoutingAdmin:

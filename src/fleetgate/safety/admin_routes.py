@@ -128,7 +128,8 @@ class SafetyAdmin:
         except ValueError:
             raise InvalidRequest("'limit' must be an integer", param="limit") from None
         flagged = {"true": True, "false": False}.get(q.get("flagged", "").lower())
-        rows = await self._audit_log().recent(
-            limit=limit, key_id=q.get("key_id") or None, flagged=flagged
-        )
+        key_id = q.get("key_id") or None
+        if key_id is not None and "\x00" in key_id:  # no key id has one; PostgreSQL refuses it
+            raise InvalidRequest("'key_id' is not a key id", param="key_id")
+        rows = await self._audit_log().recent(limit=limit, key_id=key_id, flagged=flagged)
         return _json({"data": rows})

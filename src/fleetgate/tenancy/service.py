@@ -13,13 +13,13 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Column, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied
 from fleetgate.store.database import Database
-from fleetgate.store.fields import column_range, require_fits
+from fleetgate.store.fields import ColumnShape, column_range, require_fits
 from fleetgate.store.tables import admin_audit, api_keys, spend_tags, teams, tenancy_state, users
 from fleetgate.tenancy.model import hash_key, key_hint, new_key
 from fleetgate.tenancy.money import nusd_to_usd, usd_to_nusd
@@ -60,6 +60,20 @@ def parse_time_ms(value: Any, param: str) -> int | None:
             f"'{param}' must be an ISO-8601 time or epoch seconds (years 1970-9999)", param=param
         )
     return int(seconds * 1000)
+
+
+def _name(value: Any, column: Column[Any], param: str) -> str:
+    """A required name as it will be stored (stripped; fits ``column``, no NUL)."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequest(f"'{param}' is required", param=param)
+    return require_fits(value.strip(), column, param)
+
+
+def _audit_target(target: str) -> str:
+    """What the audit row holds of a caller-given target (clipped, NUL replaced): recording an
+    action never fails it after it was made."""
+    fitted: str = ColumnShape.of(admin_audit.c.target).fit(target)
+    return fitted
 
 
 def _within_scope(actor: Principal, aliases: list[str] | None) -> list[str] | None:
@@ -153,7 +167,7 @@ class TenancyService:
     ) -> None:
         await conn.execute(admin_audit.insert().values(
             created_ms=_now_ms(), actor_key_id=actor.key_id, actor_team_id=actor.team_id,
-            team_id=team_id, action=action, target=target, detail=detail,
+            team_id=team_id, action=action, target=_audit_target(target), detail=detail,
         ))  # fmt: skip
         await conn.execute(
             update(tenancy_state).where(tenancy_state.c.id == 1)
@@ -161,11 +175,10 @@ class TenancyService:
         )  # fmt: skip
 
     async def _team_id(self, conn: AsyncConnection, ref: str) -> str:
-        row = (
-            await conn.execute(
-                select(teams.c.id).where((teams.c.id == ref) | (teams.c.name == ref))
-            )
-        ).first()
+        row = None
+        if "\x00" not in ref:  # no stored name has one (and PostgreSQL refuses to compare it)
+            query = select(teams.c.id).where((teams.c.id == ref) | (teams.c.name == ref))
+            row = (await conn.execute(query)).first()
         if row is None:
             raise NotFound(f"No team '{ref}'.", param="team")
         return str(row.id)
@@ -173,10 +186,8 @@ class TenancyService:
     async def create_team(self, actor: Principal, body: dict[str, Any]) -> dict[str, Any]:
         if not actor.is_master:
             raise PermissionDenied("Only the master key creates teams.")
-        name = body.get("name")
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidRequest("'name' is required", param="name")
-        row = {"id": "team_" + os.urandom(8).hex(), "name": name.strip(), **_limits(body),
+        name = _name(body.get("name"), teams.c.name, "name")
+        row = {"id": "team_" + os.urandom(8).hex(), "name": name, **_limits(body),
                "log_payloads": bool(body.get("log_payloads", False)), "tags": _tags(body),
                "created_ms": _now_ms()}  # fmt: skip
         try:
@@ -209,9 +220,7 @@ class TenancyService:
         async with self.db.engine.begin() as conn:
             team_id = await self._team_id(conn, str(body.get("team") or ""))
             self._may_manage(actor, team_id)
-            name = str(body.get("name") or "").strip()
-            if not name:
-                raise InvalidRequest("'name' is required", param="name")
+            name = _name(str(body.get("name") or ""), users.c.name, "name")
             row: dict[str, Any] = {"id": "user_" + os.urandom(8).hex(), "team_id": team_id,
                                    "name": name,
                    "created_ms": _now_ms()}  # fmt: skip
@@ -239,6 +248,11 @@ class TenancyService:
         ):
             raise InvalidRequest("'aliases' must be a list of strings", param="aliases")
         aliases = _within_scope(actor, aliases)
+        user = body.get("user")
+        if user is not None and not isinstance(user, str):
+            raise InvalidRequest("'user' must be a user id", param="user")
+        if user is not None:
+            require_fits(user, api_keys.c.user_id, "user")
         key = new_key()
         async with self.db.engine.begin() as conn:
             team_id = await self._team_id(conn, team_ref)
@@ -246,7 +260,7 @@ class TenancyService:
             if role == "team_admin" and not actor.is_master:
                 raise PermissionDenied("Only the master key creates team admin keys.")
             row = {"id": "key_" + os.urandom(8).hex(), "key_hash": hash_key(key),
-                   "key_hint": key_hint(key), "team_id": team_id, "user_id": body.get("user"),
+                   "key_hint": key_hint(key), "team_id": team_id, "user_id": user,
                    "role": role, "aliases": aliases, **_limits(body), "tags": _tags(body),
                    "expires_ms": parse_time_ms(body.get("expires_at"), "expires_at"),
                    "revoked_ms": None, "created_ms": _now_ms()}  # fmt: skip
@@ -273,7 +287,8 @@ class TenancyService:
 
     async def revoke_key(self, actor: Principal, key_id: str) -> dict[str, Any]:
         async with self.db.engine.begin() as conn:
-            row = (await conn.execute(select(api_keys).where(api_keys.c.id == key_id))).first()
+            query = select(api_keys).where(api_keys.c.id == key_id)
+            row = None if "\x00" in key_id else (await conn.execute(query)).first()
             if row is None or (not actor.is_master and row.team_id != actor.team_id):
                 raise NotFound(f"No key '{key_id}'.")
             self._may_manage(actor, row.team_id)
@@ -299,7 +314,8 @@ class TenancyService:
         async with self.db.engine.begin() as conn:
             await conn.execute(admin_audit.insert().values(
                 created_ms=_now_ms(), actor_key_id=actor.key_id, actor_team_id=actor.team_id,
-                team_id=team_id or actor.team_id, action=action, target=target, detail=detail,
+                team_id=team_id or actor.team_id, action=action, target=_audit_target(target),
+                detail=detail,
             ))  # fmt: skip
 
     async def team_id(self, ref: str) -> str:
