@@ -134,3 +134,27 @@ async def test_count_tokens_and_bearer_auth(
     resp = await client.post("/v1/messages", json=body)
     assert resp.status == 401
     assert (await resp.json())["error"]["type"] == "authentication_error"
+
+
+@pytest.mark.parametrize(
+    ("change", "param"),
+    [
+        ({"stop_sequences": 5}, "stop_sequences"),
+        ({"stop_sequences": [None]}, "stop_sequences"),
+        ({"output_config": 5}, "output_config"),
+        ({"output_config": "json"}, "output_config"),
+    ],
+)
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
+async def test_odd_stop_sequences_or_output_config_are_400_not_500(
+    gateway: GatewayFactory, upstream: FakeUpstream, path: str, change: dict[str, Any], param: str
+) -> None:
+    # list(5) and 5.get("format") raised inside the translation: an OpenAI-shaped 500.
+    client = await gateway(one_alias(upstream))
+    body = {"model": "tiny", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    resp = await client.post(path, json={**body, **change}, headers=AUTH)
+    assert resp.status == 400, await resp.text()
+    error = await resp.json()
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    assert param in error["error"]["message"]
+    assert not upstream.seen

@@ -41,9 +41,7 @@ def anthropic_request_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     for name in ("temperature", "top_p", "top_k"):
         if body.get(name) is not None:
             out[name] = body[name]
-    stops = body.get("stop_sequences")
-    if stops:
-        out["stop"] = list(stops)
+    out.update(_stop(body.get("stop_sequences")))
     tools = _convert_tools(body.get("tools"))
     if tools:
         out["tools"] = tools
@@ -51,14 +49,33 @@ def anthropic_request_to_openai(body: dict[str, Any]) -> dict[str, Any]:
     metadata = body.get("metadata")
     if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
         out["user"] = metadata["user_id"]
-    fmt = (body.get("output_config") or {}).get("format")
-    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
-        schema = {"name": "output", "schema": fmt.get("schema"), "strict": True}
-        out["response_format"] = {"type": "json_schema", "json_schema": schema}
+    out.update(_response_format(body.get("output_config")))
     if body.get("stream"):
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}
     return out
+
+
+def _stop(stops: Any) -> dict[str, Any]:
+    """OpenAI ``stop`` from ``stop_sequences`` (an array of strings)."""
+    if not stops:
+        return {}
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise InvalidRequest("'stop_sequences' must be an array of strings", param="stop_sequences")
+    return {"stop": list(stops)}
+
+
+def _response_format(config: Any) -> dict[str, Any]:
+    """OpenAI ``response_format`` from ``output_config.format`` (a JSON schema)."""
+    if not config:
+        return {}
+    if not isinstance(config, dict):
+        raise InvalidRequest("'output_config' must be an object", param="output_config")
+    fmt = config.get("format")
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return {}
+    schema = {"name": "output", "schema": fmt.get("schema"), "strict": True}
+    return {"response_format": {"type": "json_schema", "json_schema": schema}}
 
 
 def _convert_messages(raw: Any) -> list[dict[str, Any]]:
