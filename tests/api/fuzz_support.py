@@ -95,9 +95,10 @@ async def send(port: int, request: RawRequest) -> Answer:
     return Answer(int(status_line.split()[1]), headers, body)
 
 
-def assert_answer(request: RawRequest, answer: Answer) -> None:
+def assert_answer(request: RawRequest, answer: Answer, *, anthropic: bool = False) -> None:
     """Never a 5xx; every 4xx an OpenAI error object (``message``, ``type``, ``param``,
-    ``code``)."""
+    ``code``), or with ``anthropic`` an Anthropic one (``{"type": "error", "error": {"type",
+    "message"}}``)."""
     shown = (
         f"{request.method} {request.target[:1000]!r} {request.body[:1000]!r}"
         f" -> {answer.status}: {answer.body[:300]!r}"
@@ -106,8 +107,11 @@ def assert_answer(request: RawRequest, answer: Answer) -> None:
     if answer.status < 400 or request.method == "HEAD":
         return
     assert answer.headers.get("content-type", "").startswith("application/json"), shown
-    error = orjson.loads(answer.body)["error"]
-    assert isinstance(error, dict) and {"message", "type", "param", "code"} <= set(error), shown
+    body = orjson.loads(answer.body)
+    error = body["error"]
+    fields = {"message", "type"} if anthropic else {"message", "type", "param", "code"}
+    assert isinstance(error, dict) and fields <= set(error), shown
+    assert not anthropic or body["type"] == "error", shown
     assert isinstance(error["message"], str) and isinstance(error["type"], str), shown
 
 
