@@ -185,7 +185,12 @@ async def fuzzed(
     client = await gateway(_config(upstream), database_url=database_url)
     runtime = client.app[GATEWAY].multimodal
     assert runtime is not None
-    runtime.index = DocumentIndex(HashEmbedder())
+    inputs = runtime.inputs  # the same bounds as the index it replaces
+    runtime.index = DocumentIndex(
+        HashEmbedder(),
+        max_team_bytes=inputs.team_document_bytes,
+        max_team_documents=inputs.team_documents,
+    )
     master = {"Authorization": f"Bearer {MASTER}"}
 
     async def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
