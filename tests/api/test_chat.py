@@ -34,8 +34,10 @@ async def test_chat_passes_vendor_fields_and_renames_model(
     sent = upstream.seen[-1].body
     assert sent["model"] == "up-model"
     for key in ("tools", "tool_choice", "response_format", "logprobs", "seed", "n",
-                "cache_salt", "chat_template_kwargs"):  # fmt: skip
+                "chat_template_kwargs"):  # fmt: skip
         assert sent[key] == body[key], key
+    # A caller's own cache_salt reaches the engine namespaced by its tenant (routing/salt.py).
+    assert isinstance(sent["cache_salt"], str) and sent["cache_salt"] != body["cache_salt"]
     data = await resp.json()
     assert data["choices"][0]["message"]["content"] == "Hello there."
 
