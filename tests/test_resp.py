@@ -69,6 +69,22 @@ async def test_an_error_reply_raises_and_the_connection_stays_usable(
     assert await client.call("GET", key) == b"text"
 
 
+async def test_send_now_writes_at_once_when_nothing_is_in_flight(
+    client: RespClient, key: str
+) -> None:
+    assert client.send_now(encode_command("PING")) is None  # not connected yet: use send
+    await client.call("PING")
+    conn = client._conn
+    assert conn is not None
+    fut = client.send_now(encode_command("SET", key, "a"))
+    assert fut is not None and not conn._out  # written, not queued for the end of the turn
+    queued = client.send_now(encode_command("APPEND", key, "b"))  # one in flight: queued
+    assert queued is not None and conn._out
+    later = asyncio.ensure_future(client.call("APPEND", key, "c"))
+    assert await fut == b"OK" and await queued == 2 and await later == 3
+    assert await client.call("GET", key) == b"abc"  # in order
+
+
 async def test_scripts_are_loaded_when_redis_does_not_know_them(client: RespClient) -> None:
     script = Script(f"return {{ARGV[1], KEYS[1], '{os.urandom(4).hex()}'}}")
     assert await client.call("SCRIPT", "EXISTS", script.sha) == [0]

@@ -10,11 +10,17 @@ from wrkrun import WrkResult
 
 HEADING = "## Gateway overhead"
 GATEWAY = "fleetgate"
+BASELINE = "baseline"  # fleetgate from another source tree (--baseline-src), same run
 # The issue's targets for one gateway worker with every core feature on.
 MIN_VS_LITELLM = 25.0
 MIN_VS_BARE = 0.60
 MAX_ADDED_P50_MS = 1.0
 MAX_RSS_GROWTH = 0.10
+MAX_P99_VS_BARE = 2.0  # the gateway's p99 at c=64 within 2x of the bare relay's
+# "No worse than before in the same run", with room for run-to-run noise: throughput at c=64
+# at least 95 % of the baseline's, p50 at c=1 at most 5 % above it.
+MIN_VS_BASELINE = 0.95
+MAX_P50_VS_BASELINE = 1.05
 
 Cell = tuple[str, str, int]  # (target, mode, concurrency)
 
@@ -60,15 +66,34 @@ def _ratio(med: dict[Cell, dict[str, float]], a: Cell, b: Cell) -> float | None:
     return med[a]["request_throughput"] / med[b]["request_throughput"]
 
 
+def _latency_ratio(
+    med: dict[Cell, dict[str, float]], a: Cell, b: Cell, metric: str
+) -> float | None:
+    if a not in med or b not in med or med[b][metric] <= 0:
+        return None
+    return med[a][metric] / med[b][metric]
+
+
 def ratios(med: dict[Cell, dict[str, float]], targets: list[str]) -> dict[str, float | None]:
-    """Throughput ratios per mode and concurrency, and added p50 over direct at each cell."""
+    """Throughput ratios per mode and concurrency, p99 (and p50 against the baseline)
+    ratios, and added p50 over direct at each cell."""
     out: dict[str, float | None] = {}
     cells = sorted({(mode, conc) for _, mode, conc in med})
     for mode, conc in cells:
-        for peer in ("litellm", "bare"):
+        for peer in ("litellm", "bare", BASELINE):
             if GATEWAY in targets and peer in targets:
                 key = f"{GATEWAY}/{peer} {mode} c={conc}"
                 out[key] = _ratio(med, (GATEWAY, mode, conc), (peer, mode, conc))
+        for peer in ("bare", BASELINE):
+            if GATEWAY in targets and peer in targets:
+                a, b = (GATEWAY, mode, conc), (peer, mode, conc)
+                out[f"p99 {GATEWAY}/{peer} {mode} c={conc}"] = _latency_ratio(
+                    med, a, b, "p99_e2el_ms"
+                )
+                if peer == BASELINE:
+                    out[f"p50 {GATEWAY}/{peer} {mode} c={conc}"] = _latency_ratio(
+                        med, a, b, "median_e2el_ms"
+                    )
         direct = med.get(("direct", mode, conc))
         for name in targets:
             cell = (name, mode, conc)
@@ -79,9 +104,14 @@ def ratios(med: dict[Cell, dict[str, float]], targets: list[str]) -> dict[str, f
 
 
 def checks(
-    ratio: dict[str, float | None], modes: list[str], rss_growth: float | None, rss_label: str
+    ratio: dict[str, float | None],
+    modes: list[str],
+    rss_growth: float | None,
+    rss_label: str,
+    baseline: bool = False,
 ) -> list[Check]:
-    """The issue's targets, evaluated on this run's medians."""
+    """The issue's targets, evaluated on this run's medians; ``baseline``: also "no worse
+    than the baseline tree" (throughput at c=64, p50 at c=1)."""
     out = []
     for mode in modes:
         out.append(
@@ -108,6 +138,13 @@ def checks(
                 False,
             )
         )
+        name = f"p99 {GATEWAY}/bare {mode} c=64"
+        out.append(Check(name, ratio.get(name), MAX_P99_VS_BARE, False))
+        if baseline:
+            name = f"{GATEWAY}/{BASELINE} {mode} c=64"
+            out.append(Check(name, ratio.get(name), MIN_VS_BASELINE, True))
+            name = f"p50 {GATEWAY}/{BASELINE} {mode} c=1"
+            out.append(Check(name, ratio.get(name), MAX_P50_VS_BASELINE, False))
     out.append(Check(f"RSS growth {rss_label}", rss_growth, MAX_RSS_GROWTH, False))
     return out
 

@@ -3,6 +3,8 @@
     .venv/bin/python bench/overhead/run.py                      # full run, ~10 minutes
     .venv/bin/python bench/overhead/run.py --duration 3 --reps 1 --targets direct,bare
     .venv/bin/python bench/overhead/run.py --write-docs         # also update docs/benchmarks.md
+    .venv/bin/python bench/overhead/run.py --targets direct,bare,fleetgate \
+        --baseline-src /tmp/old/src                             # this tree vs another, same run
 
 Every target gets the same wrk load (one thread; concurrency 1 and 64; JSON and SSE with
 ``stream_options.include_usage``) against one instant upstream, repetitions interleaved across
@@ -33,6 +35,7 @@ from targets import Skip, Target, start_bare, start_fleetgate, start_litellm, st
 
 REPO = Path(__file__).resolve().parents[2]
 ALL_TARGETS = ("direct", "bare", "fleetgate", "litellm")
+BASELINE = report.BASELINE  # fleetgate from --baseline-src, measured beside this tree's
 MASTER_KEY = "sk-fleetgate-bench-0000"
 
 
@@ -54,6 +57,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--litellm-spec", default=litellm_env.DEFAULT_SPEC)
     p.add_argument("--fleetgate-cmd", help="command that runs the fleetgate CLI")
     p.add_argument("--fleetgate-config", type=Path, help="config template; {upstream} = base URL")
+    p.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="also run fleetgate from this source tree (its src/ directory) as target "
+        f"'{BASELINE}', same config, interleaved with the others",
+    )
     p.add_argument("--results-dir", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
     p.add_argument("--docs", type=Path, default=REPO / "docs" / "benchmarks.md")
@@ -63,6 +72,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = set(args.targets) - set(ALL_TARGETS)
     if unknown:
         p.error(f"unknown targets: {', '.join(sorted(unknown))}")
+    if args.baseline_src is not None:
+        if not (args.baseline_src / "fleetgate" / "__init__.py").is_file():
+            p.error(f"--baseline-src {args.baseline_src}: no fleetgate package there")
+        args.targets.append(BASELINE)
     args.modes = [m for m in args.modes.split(",") if m]
     if set(args.modes) - {"json", "sse"}:
         p.error("--modes takes json and/or sse")
@@ -87,7 +100,7 @@ def start_targets(
         try:
             if name == "bare":
                 target = start_bare(log_dir, upstream.base_url)
-            elif name == "fleetgate":
+            elif name in ("fleetgate", BASELINE):
                 target = start_fleetgate(
                     log_dir,
                     upstream.base_url,
@@ -95,6 +108,8 @@ def start_targets(
                     REPO,
                     args.fleetgate_cmd,
                     args.fleetgate_config,
+                    name=name,
+                    src=args.baseline_src if name == BASELINE else None,
                 )
             else:
                 target, info["litellm"] = start_litellm(
@@ -182,8 +197,10 @@ def summarise(
     growth = memory.growth(mem)
     first, last = min(args.memory_requests), max(args.memory_requests)
     label = f"{args.memory_target} {first:,} -> {last:,} requests"
-    checks = report.checks(ratio, args.modes, growth, label)
+    checks = report.checks(ratio, args.modes, growth, label, baseline=BASELINE in names)
     lines = [*report.table(med, names), "", "Ratios:", ""]
+    if BASELINE in names:
+        lines[0:0] = [f"`{BASELINE}`: fleetgate from `{args.baseline_src}`.", ""]
     lines += [f"- {k}: {'-' if v is None else f'{v:.3g}'}" for k, v in ratio.items()]
     if mem:
         lines += ["", f"Resident memory of {args.memory_target} (process tree):", ""]

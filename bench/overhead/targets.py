@@ -92,8 +92,15 @@ def start_bare(log_dir: Path, upstream: str) -> Target:
     return Target("bare", f"http://127.0.0.1:{port}", None, proc).start_ready(30)
 
 
-def fleetgate_command(repo: Path, override: str | None) -> tuple[list[str], dict[str, str]]:
-    """The command that runs the fleetgate CLI, and the environment it needs."""
+def fleetgate_command(
+    repo: Path, override: str | None, src: Path | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """The command that runs the fleetgate CLI, and the environment it needs.
+
+    ``src``: run the package from that source tree instead (``--baseline-src``: the same
+    interpreter and dependencies, another version of fleetgate)."""
+    if src is not None:
+        return [sys.executable, "-m", "fleetgate.cli.main"], {"PYTHONPATH": str(src)}
     if override:
         return shlex.split(override), {}
     exe = repo / ".venv" / "bin" / "fleetgate"
@@ -122,9 +129,14 @@ def start_fleetgate(
     repo: Path,
     command_override: str | None = None,
     config_template: Path | None = None,
+    *,
+    name: str = "fleetgate",
+    src: Path | None = None,
 ) -> Target:
-    """fleetgate with one worker; :class:`Skip` when its ``serve`` command is not there yet."""
-    argv, env = fleetgate_command(repo, command_override)
+    """fleetgate with one worker; :class:`Skip` when its ``serve`` command is not there yet.
+
+    ``name`` and ``src`` start a second fleetgate from another source tree (the baseline)."""
+    argv, env = fleetgate_command(repo, command_override, src)
     probe = subprocess.run(
         [*argv, "serve", "--help"],
         capture_output=True,
@@ -139,12 +151,13 @@ def start_fleetgate(
             f"`fleetgate serve` is not available yet (`{shlex.join(argv)} serve --help` "
             f"exited {probe.returncode}: {tail}); pass --fleetgate-cmd to point elsewhere"
         )
-    config = fleetgate_config(log_dir / "fleetgate.yaml", upstream, config_template)
+    config = fleetgate_config(log_dir / f"{name}.yaml", upstream, config_template)
     port = free_port()
     serve = ["serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
+    serve += ["--data-dir", str(log_dir / f"{name}-data")]
     env["FLEETGATE_MASTER_KEY"] = master_key
-    proc = Proc.start("fleetgate", [*argv, *serve, "--workers", "1"], log_dir, env, cwd=log_dir)
-    return Target("fleetgate", f"http://127.0.0.1:{port}", master_key, proc).start_ready(120)
+    proc = Proc.start(name, [*argv, *serve, "--workers", "1"], log_dir, env, cwd=log_dir)
+    return Target(name, f"http://127.0.0.1:{port}", master_key, proc).start_ready(120)
 
 
 def start_litellm(

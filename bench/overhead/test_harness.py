@@ -10,6 +10,7 @@ from pathlib import Path
 import memory
 import report
 import run
+import targets
 import upstream
 import wrkrun
 
@@ -72,6 +73,37 @@ def test_ratios_and_checks_use_medians_over_repetitions() -> None:
     assert verdicts["fleetgate/bare json c=64"] is True
     assert verdicts["added p50 json c=1 (ms)"] is True
     assert verdicts["RSS growth x"] is True
+
+
+def _latency(rps: float, p50_ms: float, p99_ms: float) -> wrkrun.WrkResult:
+    return wrkrun.WrkResult(100, 0, 1.0, rps, p50_ms, p50_ms, p50_ms, p99_ms, p99_ms)
+
+
+def test_p99_against_the_bare_relay_and_the_baseline_tree_are_checked() -> None:
+    runs = {
+        ("bare", "json", 64): [_latency(2500, 4.0, 10.0)] * 3,
+        ("fleetgate", "json", 64): [_latency(2000, 5.0, 25.0)] * 3,
+        ("baseline", "json", 64): [_latency(2200, 5.0, 40.0)] * 3,
+        ("fleetgate", "json", 1): [_latency(900, 1.0, 2.0)] * 3,
+        ("baseline", "json", 1): [_latency(950, 1.04, 2.0)] * 3,
+    }
+    ratio = report.ratios(report.medians(runs), ["bare", "fleetgate", "baseline"])
+    assert ratio["p99 fleetgate/bare json c=64"] == 2.5
+    assert ratio["p99 fleetgate/baseline json c=64"] == 0.625
+    assert abs((ratio["fleetgate/baseline json c=64"] or 0) - 2000 / 2200) < 1e-9
+    assert abs((ratio["p50 fleetgate/baseline json c=1"] or 0) - 1 / 1.04) < 1e-9
+    verdicts = {c.name: c.passed for c in report.checks(ratio, ["json"], None, "x", True)}
+    assert verdicts["p99 fleetgate/bare json c=64"] is False
+    assert verdicts["fleetgate/baseline json c=64"] is False  # 0.91 < 0.95
+    assert verdicts["p50 fleetgate/baseline json c=1"] is True
+    without = {c.name for c in report.checks(ratio, ["json"], None, "x")}
+    assert "fleetgate/baseline json c=64" not in without
+
+
+def test_the_baseline_runs_from_its_own_source_tree(tmp_path: Path) -> None:
+    argv, env = targets.fleetgate_command(tmp_path, "ignored --cmd", tmp_path / "src")
+    assert argv[1:] == ["-m", "fleetgate.cli.main"]
+    assert env == {"PYTHONPATH": str(tmp_path / "src")}
 
 
 def test_rss_growth_is_measured_from_the_first_loaded_checkpoint() -> None:

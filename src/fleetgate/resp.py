@@ -6,7 +6,8 @@ checkout, command objects, response callbacks). What the limiter needs is little
 command, get its reply. Every command of a process goes down one connection and is answered in
 order (Redis pipelines them), so concurrent requests never wait for a free connection; the
 commands issued during one turn of the event loop leave in one write (under load that saves a
-system call per command; alone, a command leaves a few microseconds later).
+system call per command; alone, a command leaves a few microseconds later). An ``eager``
+command leaves at once when nothing else is in flight (see `RespClient.send_now`).
 
 Failures are plain ``ConnectionError`` / ``TimeoutError`` (both ``OSError``), `CommandNotSent`
 when the command certainly never reached Redis; a command that Redis answers with an error
@@ -115,11 +116,16 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.abort(ConnectionError(f"Redis connection lost: {exc or 'closed'}"))
 
-    def send(self, data: bytes) -> asyncio.Future[Any]:
+    def send(self, data: bytes, eager: bool = False) -> asyncio.Future[Any]:
+        """Queue ``data`` for the write at the end of this loop turn; ``eager``: write it now
+        if no command is in flight (then nothing is queued either, and order is kept)."""
         fut = self._loop.create_future()
-        if not self._out:
-            self._loop.call_soon(self._write)
-        self._out.append(data)
+        if eager and not self.waiting and self.transport is not None:
+            self.transport.write(data)
+        else:
+            if not self._out:
+                self._loop.call_soon(self._write)
+            self._out.append(data)
         self.waiting.append((fut, time.monotonic() + self.timeout_s))
         if self._timer is None:
             self._timer = self._loop.call_later(self.timeout_s, self._check)
@@ -128,7 +134,7 @@ class _Connection(asyncio.Protocol):
     def _write(self) -> None:
         """Everything sent during one turn of the loop goes out in one write."""
         out, self._out = self._out, []
-        if self.transport is not None and not self.closed:
+        if out and self.transport is not None and not self.closed:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def _check(self) -> None:
@@ -217,6 +223,17 @@ class RespClient:
         self.connects += 1
         return conn
 
+    def send_now(self, command: bytes) -> asyncio.Future[Any] | None:
+        """Send one encoded command without awaiting anything, and return its reply's future;
+        ``None`` when it cannot leave this way (no connection yet, too many waiting): use
+        `send`. It is written at once when nothing else is in flight: a command issued just
+        before a response is written (a limiter settle) then reaches Redis first, and its reply
+        tends to arrive while this process is still busy, sparing it a wake-up."""
+        conn = self._conn
+        if conn is None or conn.closed or len(conn.waiting) >= self.max_pending:
+            return None
+        return conn.send(command, eager=True)
+
     async def send(self, command: bytes) -> Any:
         """Send one encoded command (`encode_command`) and return its reply."""
         conn = self._conn
@@ -237,10 +254,13 @@ class RespClient:
             script, encode_command("EVALSHA", script.sha, len(keys), *keys, *args)
         )
 
-    async def eval_encoded(self, script: Script, evalsha: bytes) -> Any:
-        """Run an already-encoded ``EVALSHA`` of ``script``, loading the script if needed."""
+    async def eval_encoded(
+        self, script: Script, evalsha: bytes, sent: asyncio.Future[Any] | None = None
+    ) -> Any:
+        """Run an already-encoded ``EVALSHA`` of ``script``, loading the script if needed;
+        ``sent``: that command's reply from `send_now`."""
         try:
-            return await self.send(evalsha)
+            return await (sent if sent is not None else self.send(evalsha))
         except RespError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise

@@ -143,3 +143,21 @@ async def test_a_restarted_counter_is_raised_to_the_store_total(redis_prefix: st
         assert await lim.spent(scope) == 3_200
     finally:
         await lim.close()
+
+
+async def test_a_redis_settle_is_sent_when_called_not_when_awaited(redis_prefix: str) -> None:
+    """So a settle issued before the response is written frees the slot before the client can
+    send its next request, to this replica or any other."""
+    lim = RedisLimiter(limiter_redis(REDIS_URL), prefix=redis_prefix)
+    other = RedisLimiter(limiter_redis(REDIS_URL), prefix=redis_prefix)
+    try:
+        scope = Scope("key:s", max_parallel=1)
+        first = await lim.reserve("m1", (scope,), 1)
+        assert isinstance(first, Reservation)
+        settling = lim.settle(first, 1, 0)  # not awaited yet
+        # another replica's reservation, sent after it, sees the slot free
+        assert isinstance(await other.reserve("m2", (scope,), 1), Reservation)
+        assert await settling == {}
+    finally:
+        await lim.close()
+        await other.close()

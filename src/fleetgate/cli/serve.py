@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import gc
 import logging
 import os
 import signal
@@ -56,6 +57,29 @@ def _use_uvloop() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
+# Collector thresholds while serving (CPython's default is (700, 10, 10)). With 64 requests in
+# flight their live objects alone exceed 700, so the default ran a young collection every ~20
+# requests, each promoting those still-live (soon freed) objects towards the oldest generation
+# and so bringing the next full collection closer. Above the in-flight working set, young
+# collections become rare; cyclic garbage is still collected every 10,000 net allocations.
+_GC_THRESHOLDS = (10_000, 10, 10)
+
+
+def settle_heap() -> None:
+    """Collect once, freeze what start-up left alive, and raise the collector's thresholds.
+
+    Start-up leaves well over 100,000 long-lived objects (modules, pydantic and SQLAlchemy
+    classes, config tables), and every full (oldest-generation) collection walks all of them:
+    measured at 64 connections, one every few seconds, 190-700 ms each on a busy 2-core box
+    (the gateway's p99). Frozen objects are left out of every collection; they live for the
+    process anyway (one that later becomes cyclic garbage, e.g. a reloaded config's first
+    tables, is not reclaimed: a one-time cost). Everything allocated later is collected as usual.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*_GC_THRESHOLDS)
+
+
 async def serve_forever(
     settings: Settings,
     *,
@@ -80,6 +104,7 @@ async def serve_forever(
             await site.start()
         except OSError as exc:
             raise ConfigError(listen_error(settings.host, settings.port, exc)) from exc
+        settle_heap()
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -12,11 +12,12 @@ later than the client's timeout break the connection, and the commands in flight
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from fleetgate.errors import LimiterUnavailable
 from fleetgate.limits.base import LEASE_MS, WINDOW_MS, Denial, Reservation, Scope, ScopeUsage
@@ -157,13 +158,18 @@ class RedisLimiter:
         ]
         return Reservation(member, scopes, tokens, True, usage)
 
-    async def settle(self, reservation: Reservation, tokens: int, cost_nusd: int) -> dict[str, int]:
-        """Free the parallel slot, true up the tokens, add the cost. Settles of concurrent
-        requests share the connection and so reach Redis pipelined."""
+    def settle(
+        self, reservation: Reservation, tokens: int, cost_nusd: int
+    ) -> Coroutine[Any, Any, dict[str, int]]:
+        """Free the parallel slot, true up the tokens, add the cost. The command is sent when
+        this is called, not when it is awaited (`RespClient.send_now`): with nothing else in
+        flight it is written at once, so a settle issued before a response is written reaches
+        Redis before the client has the response; otherwise it leaves with the other commands
+        of this loop turn. Settles of concurrent requests share the connection and so reach
+        Redis pipelined."""
         if time.monotonic() < self._down_until:
-            raise LimiterUnavailable("Redis is unavailable; settle later")
-        scopes = reservation.scopes
-        enc = self._commands(scopes)
+            return self._settle_unavailable()
+        enc = self._commands(reservation.scopes)
         command = (
             enc.settle_head
             + bulk(reservation.member)
@@ -171,8 +177,16 @@ class RedisLimiter:
             + bulk(cost_nusd)
             + enc.settle_tail
         )
+        return self._settled(reservation.scopes, command, self.redis.send_now(command))
+
+    async def _settle_unavailable(self) -> dict[str, int]:
+        raise LimiterUnavailable("Redis is unavailable; settle later")
+
+    async def _settled(
+        self, scopes: tuple[Scope, ...], command: bytes, sent: asyncio.Future[Any] | None
+    ) -> dict[str, int]:
         try:
-            out = await self.redis.eval_encoded(_SETTLE, command)
+            out = await self.redis.eval_encoded(_SETTLE, command, sent)
         except CommandNotSent as exc:
             self._unavailable(exc, decided=False)
             raise LimiterUnavailable(f"settle not sent: {exc}") from exc

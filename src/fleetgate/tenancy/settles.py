@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from fleetgate.errors import LimiterUnavailable
@@ -63,16 +63,22 @@ class Settles:
         return len(self._queue)
 
     def submit(self, reservation: Reservation, tokens: int, cost_nusd: int) -> None:
-        """Settle in the background (never raises, never blocks)."""
-        task = asyncio.get_running_loop().create_task(
-            self._settle(_Pending(reservation, tokens, cost_nusd))
-        )
+        """Settle in the background (never raises, never blocks). The limiter is called here,
+        not in the task: `RedisLimiter` sends the command at once, so a settle submitted
+        before the response is written reaches Redis before the client's next request."""
+        item = _Pending(reservation, tokens, cost_nusd)
+        settle = self.limiter.settle(reservation, tokens, cost_nusd)
+        task = asyncio.get_running_loop().create_task(self._settle(item, settle))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _settle(self, item: _Pending) -> bool:
+    async def _settle(
+        self, item: _Pending, settle: Awaitable[dict[str, int]] | None = None
+    ) -> bool:
         try:
-            totals = await self.limiter.settle(item.reservation, item.tokens, item.cost_nusd)
+            if settle is None:
+                settle = self.limiter.settle(item.reservation, item.tokens, item.cost_nusd)
+            totals = await settle
         except LimiterUnavailable:
             if not item.reservation.enforced:
                 return False  # admitted without Redis: nothing to release, the cost is stored
