@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -161,3 +163,46 @@ async def test_a_redis_settle_is_sent_when_called_not_when_awaited(redis_prefix:
     finally:
         await lim.close()
         await other.close()
+
+
+@pytest.mark.parametrize("policy", ["fail_open", "fail_closed"])
+async def test_a_redis_error_reply_such_as_readonly_follows_the_policy(
+    policy: str, tmp_path: Path
+) -> None:
+    """A replica during a failover answers writes with READONLY: the failure policy applies,
+    never a 500."""
+    import shutil
+    import subprocess
+
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    proc = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--replicaof", "127.0.0.1", str(free_port()), "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    seen: list[str] = []
+    lim = RedisLimiter(
+        limiter_redis(f"redis://127.0.0.1:{port}/0"), policy=policy, on_unavailable=seen.append
+    )  # type: ignore[arg-type]
+    try:
+        for _ in range(50):  # until the replica answers
+            try:
+                await lim.redis.call("PING")
+                break
+            except (ConnectionError, OSError):
+                await asyncio.sleep(0.1)
+        scopes = (Scope("key:x", rpm=1),)
+        if policy == "fail_open":
+            r = await lim.reserve("m", scopes, 1)
+            assert isinstance(r, Reservation) and not r.enforced
+        else:
+            with pytest.raises(ServiceUnavailable):
+                await lim.reserve("m", scopes, 1)
+        assert seen == [policy]
+    finally:
+        await lim.close()
+        proc.terminate()
+        proc.wait(10)

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from fleetgate.errors import LimiterUnavailable
 from fleetgate.limits.base import LEASE_MS, WINDOW_MS, Denial, Reservation, Scope, ScopeUsage
 from fleetgate.limits.scripts import RAISE_SPEND, RESERVE, SETTLE
-from fleetgate.resp import CommandNotSent, RespClient, Script, bulk
+from fleetgate.resp import CommandNotSent, RespClient, RespError, Script, bulk
 
 __all__ = ["FailPolicy", "RedisLimiter", "limiter_redis"]
 
@@ -31,7 +31,9 @@ log = logging.getLogger("fleetgate.limits")
 FailPolicy = Literal["fail_open", "fail_closed"]
 _REASONS = {1: "requests", 2: "tokens", 3: "parallel", 4: "budget"}
 _DAY_MS = 86_400_000
-_DOWN = (ConnectionError, TimeoutError, OSError)
+# An error reply (READONLY during a failover, OOM, a script error) fails like an outage: the
+# policy decides, never a 500.
+_DOWN = (ConnectionError, TimeoutError, OSError, RespError)
 _RESERVE = Script(RESERVE)
 _SETTLE = Script(SETTLE)
 _RAISE_SPEND = Script(RAISE_SPEND)
