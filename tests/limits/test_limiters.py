@@ -14,8 +14,8 @@ from fleetgate.limits import (
     RedisLimiter,
     Reservation,
     Scope,
-    limiter_redis,
 )
+from fleetgate.resp import RespClient
 from tests.tenancy.support import REDIS_URL, free_port
 
 
@@ -25,11 +25,13 @@ async def limiter(request: pytest.FixtureRequest, redis_prefix: str) -> AsyncIte
     if request.param == "memory":
         lim = MemoryLimiter()
     else:
-        lim = RedisLimiter(limiter_redis(REDIS_URL), prefix=redis_prefix)
+        lim = RedisLimiter(RespClient(REDIS_URL), prefix=redis_prefix)
     try:
         yield lim
     finally:
         await lim.close()
+        if isinstance(lim, RedisLimiter):
+            await lim.redis.close()  # the limiter never closes the connection it was handed
 
 
 async def test_rpm_admits_exactly_the_limit(limiter: Limiter) -> None:
@@ -88,21 +90,21 @@ async def test_budget_refuses_once_spent(limiter: Limiter) -> None:
 
 
 async def test_two_replicas_share_one_redis_counter(redis_prefix: str) -> None:
-    a = RedisLimiter(limiter_redis(REDIS_URL), prefix=redis_prefix)
-    b = RedisLimiter(limiter_redis(REDIS_URL), prefix=redis_prefix)
+    a = RedisLimiter(RespClient(REDIS_URL), prefix=redis_prefix)
+    b = RedisLimiter(RespClient(REDIS_URL), prefix=redis_prefix)
     try:
         scopes = (Scope("key:shared", rpm=4),)
         got = [await (a if i % 2 else b).reserve(f"m{i}", scopes, 1) for i in range(10)]
         assert sum(isinstance(r, Reservation) for r in got) == 4
     finally:
-        await a.close()
-        await b.close()
+        await a.redis.close()
+        await b.redis.close()
 
 
 @pytest.mark.parametrize("policy", ["fail_open", "fail_closed"])
 async def test_redis_down_applies_the_policy_and_counts_it(policy: str) -> None:
     seen: list[str] = []
-    dead = limiter_redis(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.1)
+    dead = RespClient(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.1)
     lim = RedisLimiter(dead, policy=policy, on_unavailable=seen.append)  # type: ignore[arg-type]
     try:
         scopes = (Scope("key:x", rpm=1),)
@@ -121,13 +123,13 @@ async def test_redis_down_applies_the_policy_and_counts_it(policy: str) -> None:
         assert not caught.value.maybe_applied
         assert seen == [policy] * 3  # settles are not requests decided by the policy
     finally:
-        await lim.close()
+        await dead.close()
 
 
 async def test_a_restarted_counter_is_raised_to_the_store_total(redis_prefix: str) -> None:
     """Budget counters are raised, never lowered: what the store knows survives a Redis
     that lost its data, and a live counter above the store's total is kept."""
-    lim = RedisLimiter(limiter_redis(REDIS_URL), prefix=redis_prefix)
+    lim = RedisLimiter(RespClient(REDIS_URL), prefix=redis_prefix)
     try:
         scope = Scope("team:r", budget_nusd=10_000, period_start_ms=0)
         first = lim.generation()
@@ -142,4 +144,4 @@ async def test_a_restarted_counter_is_raised_to_the_store_total(redis_prefix: st
         await lim.raise_spend(scope, 3_200)
         assert await lim.spent(scope) == 3_200
     finally:
-        await lim.close()
+        await lim.redis.close()
