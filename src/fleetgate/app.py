@@ -29,6 +29,7 @@ from fleetgate.http import AdminAccess
 from fleetgate.multimodal.feature import MultimodalFeature
 from fleetgate.providers.http import HttpClient
 from fleetgate.providers.registry import ProviderRegistry
+from fleetgate.resources import Resources
 from fleetgate.routing.dispatch import Dispatcher
 from fleetgate.routing.features import (
     CanaryFeature,
@@ -67,10 +68,13 @@ def build_state(
 ) -> GatewayState:
     """Build the gateway's parts (no I/O, no tasks started)."""
     cfg = _config(settings, config)
-    http = HttpClient()
+    resources = Resources()  # shared connections, databases, side-service HTTP, MiniLM
+    http = HttpClient()  # the upstream providers' data-path pool
     providers = ProviderRegistry.with_builtins(http)
     metrics = GatewayMetrics()
-    engine_aware = engine_routing(settings, cfg.routing, metrics.registry, lambda: tables.table)
+    engine_aware = engine_routing(
+        settings, cfg.routing, metrics.registry, lambda: tables.table, resources
+    )
     tables = TableManager(
         cfg,
         providers.create,
@@ -104,6 +108,7 @@ def build_state(
         tracer=GenAITracer(cfg.server.otel_exporter, cfg.server.otel_endpoint),
         max_request_bytes=cfg.server.max_request_bytes,
         body_timeout_s=cfg.server.body_timeout_s,
+        resources=resources,
         engine_routing=engine_aware,
     )
 
@@ -117,27 +122,28 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
     Sets the typed feature attributes of ``gw`` (``gw.tenancy``, ``gw.safety``, ...).
     """
     settings, cfg, registry = gw.settings, gw.tables.table.config, gw.metrics.registry
+    resources = gw.resources
 
     def table() -> RouteTable:
         return gw.tables.table
 
     access = gw.access = AdminAccess(lambda: gw.auth)
-    tenancy = TenancyFeature.build(settings, cfg, registry, access)
+    tenancy = TenancyFeature.build(settings, cfg, registry, access, resources)
     if tenancy.runtime is not None:
         gw.auth = MasterKeyAuthenticator(settings.master_key, next=tenancy.runtime.cache)
     gw.tenancy = tenancy.runtime
     multimodal = MultimodalFeature.build(
-        settings, cfg, registry, table, [*audio_routes(), *document_routes()]
+        settings, cfg, registry, table, [*audio_routes(), *document_routes()], resources
     )
     gw.multimodal = multimodal.runtime if multimodal is not None else None
-    safety = SafetyFeature.build(settings, cfg, registry, access, tenancy.runtime)
+    safety = SafetyFeature.build(settings, cfg, registry, access, tenancy.runtime, resources)
     gw.safety = safety.runtime
-    semantic = SemanticFeature.build(settings, cfg)
-    canary = CanaryFeature.build(settings, cfg, table, access)
+    semantic = SemanticFeature.build(settings, cfg, resources)
+    canary = CanaryFeature.build(settings, cfg, table, access, resources)
     gw.dispatcher.versions = gw.canary = canary.splits
-    engine = EngineRoutingFeature(gw.engine_routing, table, access)
+    engine = EngineRoutingFeature(gw.engine_routing, table, access, http=resources.http)
     features = (
-        CoreFeature(gw),  # routes, health, access log, config watch; closes the pool last
+        CoreFeature(gw),  # routes, health, access log, config watch; closes the shared last
         semantic,  # `model: auto` -> an alias, before everything that depends on the alias
         tenancy,  # may this key use the alias, within limits; settles and bills after
         multimodal,  # images, audio, prompt assembly (checks below see transcripts)

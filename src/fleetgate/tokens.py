@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleetgate.messages_text import content_text
+
 __all__ = ["estimate_prompt_tokens", "estimate_text_tokens", "prompt_text", "text_units"]
 
 _PER_MESSAGE = 4
@@ -89,10 +91,8 @@ def prompt_text(body: dict[str, Any], limit: int = 8192) -> str:
         if not isinstance(message, dict):
             continue
         content = message.get("content")
-        if isinstance(content, list):
-            content = "".join(
-                p.get("text", "") for p in content if isinstance(p, dict) and p.get("text")
-            )
+        if isinstance(content, list):  # every part with a text, whatever its type
+            content = content_text(content, sep="", types=None)
         if isinstance(content, str):
             out.append(f"{message.get('role', '')}:{content}\n")
             size += len(content)

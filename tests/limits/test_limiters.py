@@ -16,8 +16,8 @@ from fleetgate.limits import (
     RedisLimiter,
     Reservation,
     Scope,
-    limiter_redis,
 )
+from fleetgate.resp import RespClient
 from tests.tenancy.support import REDIS_URL, free_port
 
 
@@ -27,11 +27,13 @@ async def limiter(request: pytest.FixtureRequest, redis_prefix: str) -> AsyncIte
     if request.param == "memory":
         lim = MemoryLimiter()
     else:
-        lim = RedisLimiter(limiter_redis(REDIS_URL), prefix=redis_prefix)
+        lim = RedisLimiter(RespClient(REDIS_URL), prefix=redis_prefix)
     try:
         yield lim
     finally:
         await lim.close()
+        if isinstance(lim, RedisLimiter):
+            await lim.redis.close()  # the limiter never closes the connection it was handed
 
 
 async def test_rpm_admits_exactly_the_limit(limiter: Limiter) -> None:
@@ -90,21 +92,21 @@ async def test_budget_refuses_once_spent(limiter: Limiter) -> None:
 
 
 async def test_two_replicas_share_one_redis_counter(redis_prefix: str) -> None:
-    a = RedisLimiter(limiter_redis(REDIS_URL), prefix=redis_prefix)
-    b = RedisLimiter(limiter_redis(REDIS_URL), prefix=redis_prefix)
+    a = RedisLimiter(RespClient(REDIS_URL), prefix=redis_prefix)
+    b = RedisLimiter(RespClient(REDIS_URL), prefix=redis_prefix)
     try:
         scopes = (Scope("key:shared", rpm=4),)
         got = [await (a if i % 2 else b).reserve(f"m{i}", scopes, 1) for i in range(10)]
         assert sum(isinstance(r, Reservation) for r in got) == 4
     finally:
-        await a.close()
-        await b.close()
+        await a.redis.close()
+        await b.redis.close()
 
 
 @pytest.mark.parametrize("policy", ["fail_open", "fail_closed"])
 async def test_redis_down_applies_the_policy_and_counts_it(policy: str) -> None:
     seen: list[str] = []
-    dead = limiter_redis(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.1)
+    dead = RespClient(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.1)
     lim = RedisLimiter(dead, policy=policy, on_unavailable=seen.append)  # type: ignore[arg-type]
     try:
         scopes = (Scope("key:x", rpm=1),)
@@ -123,13 +125,13 @@ async def test_redis_down_applies_the_policy_and_counts_it(policy: str) -> None:
         assert not caught.value.maybe_applied
         assert seen == [policy] * 3  # settles are not requests decided by the policy
     finally:
-        await lim.close()
+        await dead.close()
 
 
 async def test_a_restarted_counter_is_raised_to_the_store_total(redis_prefix: str) -> None:
     """Budget counters are raised, never lowered: what the store knows survives a Redis
     that lost its data, and a live counter above the store's total is kept."""
-    lim = RedisLimiter(limiter_redis(REDIS_URL), prefix=redis_prefix)
+    lim = RedisLimiter(RespClient(REDIS_URL), prefix=redis_prefix)
     try:
         scope = Scope("team:r", budget_nusd=10_000, period_start_ms=0)
         first = lim.generation()
@@ -144,14 +146,14 @@ async def test_a_restarted_counter_is_raised_to_the_store_total(redis_prefix: st
         await lim.raise_spend(scope, 3_200)
         assert await lim.spent(scope) == 3_200
     finally:
-        await lim.close()
+        await lim.redis.close()
 
 
 async def test_a_redis_settle_is_sent_when_called_not_when_awaited(redis_prefix: str) -> None:
     """So a settle issued before the response is written frees the slot before the client can
     send its next request, to this replica or any other."""
-    lim = RedisLimiter(limiter_redis(REDIS_URL), prefix=redis_prefix)
-    other = RedisLimiter(limiter_redis(REDIS_URL), prefix=redis_prefix)
+    lim = RedisLimiter(RespClient(REDIS_URL), prefix=redis_prefix)
+    other = RedisLimiter(RespClient(REDIS_URL), prefix=redis_prefix)
     try:
         scope = Scope("key:s", max_parallel=1)
         first = await lim.reserve("m1", (scope,), 1)
@@ -161,8 +163,8 @@ async def test_a_redis_settle_is_sent_when_called_not_when_awaited(redis_prefix:
         assert isinstance(await other.reserve("m2", (scope,), 1), Reservation)
         assert await settling == {}
     finally:
-        await lim.close()
-        await other.close()
+        await lim.redis.close()
+        await other.redis.close()
 
 
 @pytest.mark.parametrize("policy", ["fail_open", "fail_closed"])
@@ -185,7 +187,7 @@ async def test_a_redis_error_reply_such_as_readonly_follows_the_policy(
     )  # fmt: skip
     seen: list[str] = []
     lim = RedisLimiter(
-        limiter_redis(f"redis://127.0.0.1:{port}/0"), policy=policy, on_unavailable=seen.append
+        RespClient(f"redis://127.0.0.1:{port}/0"), policy=policy, on_unavailable=seen.append
     )  # type: ignore[arg-type]
     try:
         for _ in range(50):  # until the replica answers
@@ -203,6 +205,6 @@ async def test_a_redis_error_reply_such_as_readonly_follows_the_policy(
                 await lim.reserve("m", scopes, 1)
         assert seen == [policy]
     finally:
-        await lim.close()
+        await lim.redis.close()
         proc.terminate()
         proc.wait(10)

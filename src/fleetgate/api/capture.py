@@ -5,16 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from fleetgate.hooks import FilterResult
+from fleetgate.messages_text import content_text
 
 __all__ = ["ResponseCapture", "response_text"]
 
 
 def _content(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):  # content parts
-        return "".join(p.get("text", "") for p in value if isinstance(p, dict))
-    return ""
+    return content_text(value, sep="", types=None)  # every part with a text
 
 
 def response_text(response: dict[str, Any]) -> str:

@@ -3,7 +3,9 @@
 `CoreFeature` comes first in `fleetgate.app`'s feature tuple: it serves the OpenAI and
 Anthropic routes, models, health, metrics, the OpenAPI document and the config admin routes;
 it starts the health prober, the access log, the per-worker metrics and the config watcher,
-and closes the upstream connection pool and the tracer last.
+and closes the upstream connection pool, the tracer and the shared resources
+(`fleetgate.resources.Resources`: Redis, databases, side-service HTTP) last, after every
+feature using them has stopped.
 """
 
 from __future__ import annotations
@@ -67,3 +69,4 @@ class CoreFeature(BaseFeature):
             await gw.worker_metrics.stop()
         await gw.http.close()
         gw.tracer.shutdown()
+        await gw.resources.aclose()

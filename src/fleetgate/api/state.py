@@ -20,6 +20,7 @@ from fleetgate.hooks import Stage
 from fleetgate.http import AdminAccess
 from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.providers.http import HttpClient
+from fleetgate.resources import Resources
 from fleetgate.routing.canary import CanarySplits
 from fleetgate.routing.dispatch import Dispatcher
 from fleetgate.routing.health import HealthTracker
@@ -51,6 +52,8 @@ class GatewayState:
     tracer: GenAITracer
     max_request_bytes: int
     body_timeout_s: float = 30.0  # server.body_timeout_s: a body not in by then is a 408
+    # The one owner of Redis connections, databases, side-service HTTP and MiniLM (closed last).
+    resources: Resources = field(default_factory=Resources)
     engine_routing: EngineAwareRouting | None = None  # the dispatcher's observer
     # The request path's stages, in order: `features.stages()` (set by `create_app`).
     stages: list[Stage] = field(default_factory=list)

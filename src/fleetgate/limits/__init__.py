@@ -2,7 +2,7 @@
 
 from fleetgate.limits.base import Denial, Limiter, Reservation, Scope, ScopeUsage
 from fleetgate.limits.memory import MemoryLimiter
-from fleetgate.limits.redis import FailPolicy, RedisLimiter, limiter_redis
+from fleetgate.limits.redis import FailPolicy, RedisLimiter
 
 __all__ = [
     "Denial",
@@ -13,5 +13,4 @@ __all__ = [
     "Reservation",
     "Scope",
     "ScopeUsage",
-    "limiter_redis",
 ]

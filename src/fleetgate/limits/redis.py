@@ -1,6 +1,7 @@
 """`RedisLimiter`: exact limits shared by every replica and worker through atomic Lua scripts.
 
-Calls go through `fleetgate.resp.RespClient` (one pipelined connection per process), and the
+Calls go through `fleetgate.resp.RespClient` (the one pipelined connection per process and Redis
+URL, owned by `fleetgate.resources.RedisConnections`, which also closes it), and the
 part of each script call that depends only on the scopes (keys, limits) is encoded once per
 scope set, so a reservation costs the gateway little more than the round trip.
 
@@ -24,7 +25,7 @@ from fleetgate.limits.base import LEASE_MS, WINDOW_MS, Denial, Reservation, Scop
 from fleetgate.limits.scripts import RAISE_SPEND, RESERVE, SETTLE
 from fleetgate.resp import CommandNotSent, RespClient, RespError, Script, bulk
 
-__all__ = ["FailPolicy", "RedisLimiter", "limiter_redis"]
+__all__ = ["FailPolicy", "RedisLimiter"]
 
 log = logging.getLogger("fleetgate.limits")
 
@@ -38,11 +39,6 @@ _RESERVE = Script(RESERVE)
 _SETTLE = Script(SETTLE)
 _RAISE_SPEND = Script(RAISE_SPEND)
 _MAX_ENCODED = 50_000  # scope sets whose commands are kept encoded
-
-
-def limiter_redis(url: str, *, timeout_s: float = 0.25, max_pending: int = 10_000) -> RespClient:
-    """A Redis client for limits: short timeouts, a bounded number of commands in flight."""
-    return RespClient(url, timeout_s=timeout_s, max_pending=max_pending)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +84,11 @@ def _encode(prefix: str, scopes: tuple[Scope, ...]) -> _Encoded:
 
 
 class RedisLimiter:
-    """See `fleetgate.limits.base.Limiter`. ``on_unavailable(policy)`` counts outages."""
+    """See `fleetgate.limits.base.Limiter`. ``on_unavailable(policy)`` counts outages.
+
+    ``redis``: a connection with short timeouts and a bounded queue (``RespClient`` defaults),
+    normally ``resources.redis.commands(url)``; its owner closes it, not the limiter.
+    """
 
     def __init__(
         self,
@@ -210,4 +210,4 @@ class RedisLimiter:
         await self.redis.eval(_RAISE_SPEND, [key], [nusd, min(ttl, 2**40)])
 
     async def close(self) -> None:
-        await self.redis.close()
+        """Nothing of its own to release: the connection belongs to whoever handed it over."""

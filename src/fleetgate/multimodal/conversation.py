@@ -16,6 +16,7 @@ from typing import Any
 
 from fleetgate.errors import InvalidRequest, NotFound
 from fleetgate.hooks import FilterResult
+from fleetgate.messages_text import content_text
 from fleetgate.multimodal.conversations.store import ConversationStore, StoredTurn
 from fleetgate.multimodal.prompt.assembler import AssembledPrompt, PromptAssembler
 
@@ -93,11 +94,7 @@ class ReplyCapture:
 
 
 def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return StoredTurn("user", [p for p in content if isinstance(p, dict)]).text()
-    return ""
+    return content_text(content, coerce=True)
 
 
 async def assemble_request(

@@ -18,6 +18,7 @@ from fleetgate.config.settings import Settings
 from fleetgate.feature import BaseFeature
 from fleetgate.hooks import Stage
 from fleetgate.multimodal.runtime import MultimodalRuntime
+from fleetgate.resources import Resources
 from fleetgate.routing.table import RouteTable
 from fleetgate.telemetry.registry import Registry
 
@@ -42,12 +43,13 @@ class MultimodalFeature(BaseFeature):
         registry: Registry,
         table: Callable[[], RouteTable],
         routes: Sequence[web.AbstractRouteDef],
+        resources: Resources,
     ) -> MultimodalFeature | None:
         if not config.multimodal.enabled:
             return None
         from fleetgate.multimodal.stage import MultimodalStage
 
-        runtime = MultimodalRuntime(config.multimodal, settings, registry)
+        runtime = MultimodalRuntime(config.multimodal, settings, registry, resources=resources)
         return cls(runtime, MultimodalStage(runtime, table), routes)
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:

@@ -4,7 +4,8 @@ One per app: the image pipeline (fetcher, processor, cache), compute budget, ima
 the speech backends (created on first use, so a gateway that never sees audio never loads a
 recogniser; their native libraries run in supervised worker processes), the input limits
 (``inputs``), the conversation store and the prompt assemblers. ``start``/``stop`` run in the
-app's lifespan.
+app's lifespan. The database, the side-service HTTP session (remote ASR/TTS) and the MiniLM
+model come from the process's `fleetgate.resources.Resources`.
 """
 
 from __future__ import annotations
@@ -29,11 +30,11 @@ from fleetgate.multimodal.images.pipeline import ImagePipeline
 from fleetgate.multimodal.images.process import ProcessingParams
 from fleetgate.multimodal.prompt.assembler import PromptAssembler
 from fleetgate.multimodal.prompt.config import PromptConfig
-from fleetgate.multimodal.prompt.retrieval import DocumentIndex, MiniLMEmbedder
+from fleetgate.multimodal.prompt.retrieval import DocumentIndex
 from fleetgate.multimodal.speech.espeak import EspeakSynthesizer
 from fleetgate.multimodal.speech.openai_tts import OpenAISynthesizer
 from fleetgate.multimodal.speech.tts import SpeechSynthesizer
-from fleetgate.store.database import Database
+from fleetgate.resources import MiniLMEmbedder, Resources
 from fleetgate.telemetry.registry import Registry
 
 __all__ = ["MultimodalRuntime"]
@@ -56,7 +57,7 @@ class MultimodalRuntime:
 
     Example::
 
-        runtime = MultimodalRuntime(config.multimodal, settings, registry)
+        runtime = MultimodalRuntime(config.multimodal, settings, registry, resources=resources)
         await runtime.start()
         stage = MultimodalStage(runtime, table_config)
         ...
@@ -64,10 +65,19 @@ class MultimodalRuntime:
     """
 
     def __init__(
-        self, config: MultimodalConfig, settings: Settings, registry: Registry | None = None
+        self,
+        config: MultimodalConfig,
+        settings: Settings,
+        registry: Registry | None = None,
+        *,
+        resources: Resources | None = None,
     ) -> None:
+        """``resources``: the process's shared owner; without one the runtime makes its own
+        and closes it in `stop`."""
         self.config = config
         self.settings = settings
+        self._own_resources = resources is None
+        self.resources = resources or Resources()
         registry = registry or Registry()
         self.inputs = config.inputs
         self._worker_failures = registry.counter(
@@ -103,26 +113,26 @@ class MultimodalRuntime:
         )
         self.affinity = ImageAffinity(ttl_s=img.affinity_ttl_s)
         self.index = DocumentIndex(
-            MiniLMEmbedder(),
+            MiniLMEmbedder(self.resources.minilm),
             max_team_bytes=config.inputs.team_document_bytes,
             max_team_documents=config.inputs.team_documents,
         )
         self._transcriber: Transcriber | None = None
         self._synthesizer: SpeechSynthesizer | None = None
-        self._db: Database | None = None
         self.conversations: SqlConversationStore | None = None
         self._assemblers: dict[str, PromptAssembler] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
-        """Open the conversation store (creating its tables) when conversations are on."""
+        """Open the conversation store (migrating the database) when conversations are on."""
         if self.config.conversations.enabled:
-            self._db = Database.from_url(self.settings.database_url, self.settings.data_dir)
-            self.conversations = SqlConversationStore(self._db.engine)
-            await self.conversations.create_tables()
+            databases = self.resources.databases
+            db = databases.get(self.settings.database_url, self.settings.data_dir)
+            await databases.migrate(db)
+            self.conversations = SqlConversationStore(db.engine)
 
     async def stop(self) -> None:
-        """Finish queued writes, then close sessions, workers and the database."""
+        """Finish queued writes, then close sessions and workers (shared ones: their owner)."""
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         await self.fetcher.aclose()
@@ -131,8 +141,8 @@ class MultimodalRuntime:
             await self._transcriber.aclose()
         if self._synthesizer is not None:
             await self._synthesizer.aclose()
-        if self._db is not None:
-            await self._db.close()
+        if self._own_resources:
+            await self.resources.aclose()
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run ``coro`` in the background (off the request path); awaited by `stop`."""
@@ -154,6 +164,7 @@ class MultimodalRuntime:
                     api_key=asr.api_key,
                     concurrency=asr.concurrency,
                     timeout_s=asr.timeout_s,
+                    http=self.resources.http,
                 )
                 preparer: AudioPreparer = IsolatedAudioDecoder(
                     timeout_s=asr.timeout_s, on_failure=self._worker_failed
@@ -179,6 +190,7 @@ class MultimodalRuntime:
                     api_key=tts.api_key,
                     concurrency=tts.concurrency,
                     timeout_s=tts.timeout_s,
+                    http=self.resources.http,
                 )
             else:
                 self._synthesizer = EspeakSynthesizer(

@@ -34,6 +34,7 @@ import orjson
 
 from fleetgate.errors import InvalidRequest
 from fleetgate.hooks import FilterResult, GatewayRequest, Outcome
+from fleetgate.messages_text import content_text
 from fleetgate.multimodal.audio_stream import SpokenResponseFilter, SpokenStreamFilter, audio_format
 from fleetgate.multimodal.conversation import (
     ConversationTurn,
@@ -319,9 +320,5 @@ def _text_only(message: dict[str, Any]) -> dict[str, Any]:
 def _question_text(message: dict[str, Any]) -> str:
     content = message.get("content")
     if isinstance(content, list):
-        return "\n".join(
-            str(p.get("text", ""))
-            for p in content
-            if isinstance(p, dict) and p.get("type") == "text"
-        )
+        return content_text(content, coerce=True)
     return str(content or "")

@@ -1,5 +1,6 @@
-"""The shared half of the OpenAI-compatible side services (transcription, speech): one lazily
-created aiohttp session, a concurrency cap, a time limit, and errors mapped into the tree."""
+"""The shared half of the OpenAI-compatible side services (transcription, speech): the
+process's side-service session (`fleetgate.resources.OutboundHttp`), a concurrency cap, a time
+limit, and errors mapped into the tree."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import aiohttp
 
 from fleetgate.errors import UpstreamConnectError, UpstreamStatusError, UpstreamTimeout
+from fleetgate.resources.http import OutboundHttp
 
 __all__ = ["SideServiceClient"]
 
@@ -27,23 +29,24 @@ class SideServiceClient:
         api_key: str | None = None,
         concurrency: int = 8,
         timeout_s: float = 60.0,
-        session: aiohttp.ClientSession | None = None,
+        http: OutboundHttp | None = None,
     ) -> None:
+        """``http``: the shared session; without one the client opens (and closes) its own."""
         self.url = base_url.rstrip("/") + self.path
         self.model = model
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._limit = asyncio.Semaphore(concurrency)
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self._session = session
-        self._owns_session = session is None
+        self._own_http = http is None
+        self._http = http or OutboundHttp()
 
     async def _post(self, **kwargs: Any) -> bytes:
         """POST (``data=`` or ``json=``) within the concurrency cap; the body of a 2xx answer."""
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
         async with self._limit:
             try:
-                async with self._session.post(self.url, headers=self._headers, **kwargs) as resp:
+                async with self._http.session().post(
+                    self.url, headers=self._headers, timeout=self._timeout, **kwargs
+                ) as resp:
                     data = await resp.read()
             except TimeoutError as exc:
                 raise UpstreamTimeout(f"{self.service} upstream timed out") from exc
@@ -64,7 +67,6 @@ class SideServiceClient:
         return data.decode(errors="replace")
 
     async def aclose(self) -> None:
-        """Close the HTTP session if this client created it."""
-        if self._owns_session and self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the HTTP session if this client opened its own."""
+        if self._own_http:
+            await self._http.aclose()

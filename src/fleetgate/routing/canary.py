@@ -109,7 +109,10 @@ def _caller(ctx: RouteContext) -> str:
 
 
 class CanarySplits:
-    """The live splits of this replica; the dispatcher asks it to narrow candidates."""
+    """The live splits of this replica; the dispatcher asks it to narrow candidates.
+
+    ``redis``: the process's shared redis-py client (``resources.redis.client(url)``), or None.
+    """
 
     def __init__(
         self,
@@ -206,10 +209,9 @@ class CanarySplits:
             self._task = asyncio.get_running_loop().create_task(self._listen(), name="canary")
 
     async def stop(self) -> None:
+        """Stop following changes (the Redis client belongs to its owner, who closes it)."""
         await cancel_and_wait(self._task)
         self._task = None
-        if self.redis is not None:
-            await self.redis.aclose()
 
     async def _listen(self) -> None:
         def interrupted(exc: Exception) -> None:

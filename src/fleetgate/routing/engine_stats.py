@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from fleetgate.config.schema import RoutingConfig
+from fleetgate.resources.http import OutboundHttp
 from fleetgate.routing.context import Pick, RouteContext
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.engine_metrics import EngineSnapshot, parse_engine_metrics
@@ -90,7 +91,9 @@ class EngineStats:
         *,
         share: LoadShare | None = None,
         clock: Callable[[], float] = time.monotonic,
+        http: OutboundHttp | None = None,
     ) -> None:
+        """``http``: the shared side-service session (without one, a session of its own)."""
         self.config = config
         self._targets = targets
         self._share = share
@@ -99,7 +102,8 @@ class EngineStats:
         self._state: dict[str, _Target] = {}
         self._remote: dict[str, LocalLoad] = {}
         self._task: asyncio.Task[None] | None = None
-        self._session: aiohttp.ClientSession | None = None
+        self._own_http = http is None
+        self._http = http or OutboundHttp()
         self.scrapes = 0
 
     # ------------------------------------------------------------------ observer
@@ -191,13 +195,12 @@ class EngineStats:
         target = self._state.setdefault(key, _Target())
         if target.next_try > now:
             return
-        assert self._session is not None
         headers = {}
         if dep.config.api_key:
             headers["Authorization"] = f"Bearer {dep.config.api_key}"
         timeout = aiohttp.ClientTimeout(total=self.config.scrape_timeout_s)
         try:
-            async with self._session.get(
+            async with self._http.session().get(
                 metrics_url(dep), headers=headers, timeout=timeout
             ) as resp:
                 if resp.status != 200:
@@ -216,8 +219,6 @@ class EngineStats:
 
     async def scrape_once(self) -> None:
         """Scrape every engine once (concurrently); failures back off exponentially."""
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
         now = self._clock()
         engines = self._engines()
         await asyncio.gather(*(self._scrape(k, d, now) for k, d in engines.items()))
@@ -254,9 +255,8 @@ class EngineStats:
     async def stop(self) -> None:
         task, self._task = self._task, None
         await cancel_and_wait(task)
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._own_http:
+            await self._http.aclose()
         if self._share is not None:
             with contextlib.suppress(Exception):
                 await self._share.close()

@@ -23,6 +23,8 @@ from fleetgate.config.settings import Settings
 from fleetgate.feature import BaseFeature
 from fleetgate.hooks import Stage
 from fleetgate.http import AdminAccess
+from fleetgate.resources import Resources
+from fleetgate.resources.http import OutboundHttp
 from fleetgate.routing.admin_routes import CanaryAdmin, EngineRoutingAdmin
 from fleetgate.routing.canary import CanarySplits
 from fleetgate.routing.deployment import Deployment
@@ -49,10 +51,12 @@ class SemanticFeature(BaseFeature):
         self.stage: Stage | None = stage
 
     @classmethod
-    def build(cls, settings: Settings, config: GatewayConfig) -> SemanticFeature | None:
+    def build(
+        cls, settings: Settings, config: GatewayConfig, resources: Resources
+    ) -> SemanticFeature | None:
         if config.semantic is None:
             return None
-        return cls(SemanticStage(config.semantic, settings.data_dir))
+        return cls(SemanticStage(config.semantic, settings.data_dir, minilm=resources.minilm))
 
     @property
     def alias(self) -> str:
@@ -80,14 +84,11 @@ class CanaryFeature(BaseFeature):
         config: GatewayConfig,
         table: Callable[[], RouteTable],
         access: AdminAccess,
+        resources: Resources,
     ) -> CanaryFeature:
         cfg = config.canary
         url = cfg.redis_url or settings.redis_url
-        redis = None
-        if url:
-            import redis.asyncio as aioredis
-
-            redis = aioredis.Redis.from_url(url)
+        redis = resources.redis.client(url) if url else None
         splits = CanarySplits(
             redis, prefix=cfg.redis_prefix, refresh_interval_s=cfg.refresh_interval_s
         )
@@ -114,9 +115,14 @@ class EngineRoutingFeature(BaseFeature):
         routing: EngineAwareRouting | None,
         table: Callable[[], RouteTable],
         access: AdminAccess,
+        http: OutboundHttp | None = None,
     ) -> None:
+        """``http``: the shared side-service session for asking engines what they are (without
+        one, a session of its own, closed with the feature)."""
         self.routing = routing
         self._table = table
+        self._own_http = http is None
+        self._http = http or OutboundHttp()
         self._identifying: asyncio.Task[None] | None = None
         self._admin = EngineRoutingAdmin(routing, table, access)
 
@@ -137,6 +143,8 @@ class EngineRoutingFeature(BaseFeature):
         await cancel_and_wait(self._identifying)
         if self.routing is not None:
             await self.routing.stop()
+        if self._own_http:
+            await self._http.aclose()
 
     def _identify(self) -> None:
         """Learn in the background which engines take ``cache_salt`` (their ``/models``)."""
@@ -152,7 +160,7 @@ class EngineRoutingFeature(BaseFeature):
         }
         if unknown and (self._identifying is None or self._identifying.done()):
             self._identifying = asyncio.get_running_loop().create_task(
-                _identify(salt, list(unknown.values())), name="fg-engine-kinds"
+                _identify(salt, list(unknown.values()), self._http), name="fg-engine-kinds"
             )
 
 
@@ -161,6 +169,7 @@ def engine_routing(
     routing: RoutingConfig,
     registry: Registry,
     table: Callable[[], RouteTable],
+    resources: Resources,
 ) -> EngineAwareRouting:
     """Engine stats (scraping the engines of kv-aware aliases), prefix index, decision log.
 
@@ -177,34 +186,38 @@ def engine_routing(
     share = None
     replica = os.urandom(6).hex()
     if routing.redis_url:
-        share = RedisLoadShare.from_url(
-            routing.redis_url, replica, ttl_s=max(2.0, 20 * routing.scrape_interval_s)
+        share = RedisLoadShare(
+            resources.redis.client(routing.redis_url),
+            replica,
+            ttl_s=max(2.0, 20 * routing.scrape_interval_s),
         )
     secret = (routing.salt_secret or settings.master_key or os.urandom(16).hex()).encode()
-    stats = EngineStats(routing, targets, share=share)
-    engine_aware = EngineAwareRouting(routing, stats, secret=secret, registry=registry)
+    stats = EngineStats(routing, targets, share=share, http=resources.http)
+    engine_aware = EngineAwareRouting(
+        routing, stats, secret=secret, registry=registry, http=resources.http
+    )
     if routing.redis_url:  # replicas learn each other's prefix records
-        engine_aware.prefix_share = PrefixShare.from_url(
-            routing.redis_url, replica, engine_aware.index
+        engine_aware.prefix_share = PrefixShare(
+            resources.redis.client(routing.redis_url), replica, engine_aware.index
         )
     return engine_aware
 
 
-async def _identify(salt: TenantSalt, deployments: list[Deployment]) -> None:
+async def _identify(salt: TenantSalt, deployments: list[Deployment], http: OutboundHttp) -> None:
     timeout = aiohttp.ClientTimeout(total=3.0)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
 
-        async def one(dep: Deployment) -> tuple[str, str]:
-            cfg = dep.config
-            headers = dict(cfg.extra_headers)
-            if cfg.api_key:
-                headers["Authorization"] = f"Bearer {cfg.api_key}"
-            try:
-                async with session.get(f"{cfg.api_base}/models", headers=headers) as resp:
-                    answer = await resp.json(content_type=None) if resp.status == 200 else None
-            except (aiohttp.ClientError, TimeoutError, ValueError):
-                return cfg.api_base, ""  # unknown: asked again at the next reload
-            return cfg.api_base, engine_of_models(answer)
+    async def one(dep: Deployment) -> tuple[str, str]:
+        cfg = dep.config
+        headers = dict(cfg.extra_headers)
+        if cfg.api_key:
+            headers["Authorization"] = f"Bearer {cfg.api_key}"
+        url = f"{cfg.api_base}/models"
+        try:
+            async with http.session().get(url, headers=headers, timeout=timeout) as resp:
+                answer = await resp.json(content_type=None) if resp.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return cfg.api_base, ""  # unknown: asked again at the next reload
+        return cfg.api_base, engine_of_models(answer)
 
-        found = await asyncio.gather(*(one(d) for d in deployments))
+    found = await asyncio.gather(*(one(d) for d in deployments))
     salt.remember((base, kind) for base, kind in found if kind)

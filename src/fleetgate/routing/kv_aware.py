@@ -35,6 +35,7 @@ from typing import Any
 import aiohttp
 
 from fleetgate.config.schema import KvAwareConfig, RoutingConfig
+from fleetgate.resources.http import OutboundHttp
 from fleetgate.routing.affinity import SessionTable
 from fleetgate.routing.context import Pick, RouteContext, RoutedRequest
 from fleetgate.routing.decisions import CandidateCost, Decision, DecisionLog
@@ -101,7 +102,9 @@ class EngineAwareRouting:
         secret: bytes,
         registry: Registry | None = None,
         rng: random.Random | None = None,
+        http: OutboundHttp | None = None,
     ) -> None:
+        """``http``: the shared side-service session for ``/tokenize`` (else one of its own)."""
         self.config = config
         self.stats = stats
         self.index = PrefixIndex()
@@ -112,7 +115,8 @@ class EngineAwareRouting:
         # Every strategy's pick gets the tenant's cache_salt through this (the dispatcher).
         self.tenant_salt = TenantSalt(config, secret, lambda dep: self.stats.view(dep).engine)
         self.rng = rng or random.Random()
-        self._session: aiohttp.ClientSession | None = None
+        self._own_http = http is None
+        self._http = http or OutboundHttp()
         self.prefix_share: PrefixShare | None = None  # the index shared between replicas
 
     @classmethod
@@ -148,9 +152,8 @@ class EngineAwareRouting:
         await self.stats.stop()
         if self.prefix_share is not None:
             await self.prefix_share.stop()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._own_http:
+            await self._http.aclose()
 
     def remember_prefix(self, engine: str, hashes: list[int]) -> None:
         """We are sending these blocks to ``engine``: index them here and tell the others."""
@@ -186,11 +189,9 @@ class EngineAwareRouting:
             payload["prompt"] = body["prompt"]
         else:
             return None
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
         timeout = aiohttp.ClientTimeout(total=self.config.scrape_timeout_s)
         try:
-            async with self._session.post(
+            async with self._http.session().post(
                 f"{engine_key(dep)}/tokenize", json=payload, timeout=timeout
             ) as resp:
                 if resp.status != 200:

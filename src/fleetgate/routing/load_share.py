@@ -45,7 +45,11 @@ def _decode(raw: Any) -> LocalLoad | None:
 
 
 class RedisLoadShare:
-    """`LoadShare` over a ``redis.asyncio`` client (shared with other users of Redis)."""
+    """`LoadShare` over a ``redis.asyncio`` client (shared with other users of Redis).
+
+    ``client``: the process's shared client (``resources.redis.client(url)``); `close`
+    withdraws this replica but leaves the client to its owner.
+    """
 
     def __init__(
         self,
@@ -59,13 +63,6 @@ class RedisLoadShare:
         self.replica_id = replica_id
         self.ttl_s = ttl_s
         self._prefix = prefix
-
-    @classmethod
-    def from_url(cls, url: str, replica_id: str, *, ttl_s: float = 2.0) -> RedisLoadShare:
-        """Connect lazily to ``url`` (``redis://host:port/db``)."""
-        import redis.asyncio as aioredis
-
-        return cls(aioredis.Redis.from_url(url), replica_id, ttl_s=ttl_s)
 
     def _key(self, replica: str) -> str:
         return f"{self._prefix}:r:{replica}"
@@ -105,11 +102,8 @@ class RedisLoadShare:
         return out
 
     async def close(self) -> None:
-        """Withdraw this replica and close the client."""
-        try:
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.delete(self._key(self.replica_id))
-            pipe.zrem(f"{self._prefix}:replicas", self.replica_id)
-            await pipe.execute()
-        finally:
-            await self._redis.aclose()
+        """Withdraw this replica (the client stays open: its owner closes it)."""
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.delete(self._key(self.replica_id))
+        pipe.zrem(f"{self._prefix}:replicas", self.replica_id)
+        await pipe.execute()

@@ -29,7 +29,11 @@ log = logging.getLogger("fleetgate.routing.prefix_share")
 
 
 class PrefixShare:
-    """Publishes this replica's prefix records and applies everyone else's."""
+    """Publishes this replica's prefix records and applies everyone else's.
+
+    ``redis``: the process's shared redis-py client (``resources.redis.client(url)``); `stop`
+    leaves it open for its owner to close.
+    """
 
     def __init__(
         self,
@@ -52,12 +56,6 @@ class PrefixShare:
         self.applied = 0  # records received from other replicas
         self.dropped = 0  # records not published (Redis away, buffer full)
 
-    @classmethod
-    def from_url(cls, url: str, replica_id: str, index: PrefixIndex) -> PrefixShare:
-        import redis.asyncio as aioredis
-
-        return cls(aioredis.Redis.from_url(url, socket_connect_timeout=1.0), replica_id, index)
-
     def record(self, engine: str, hashes: Sequence[int]) -> None:
         """Queue a record of this replica for the next publish (never blocks)."""
         if not hashes:
@@ -79,7 +77,6 @@ class PrefixShare:
     async def stop(self) -> None:
         await cancel_and_wait(*self._tasks)
         self._tasks.clear()
-        await self.redis.aclose()
 
     async def flush(self) -> None:
         """Publish what is buffered now."""

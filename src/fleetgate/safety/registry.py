@@ -5,6 +5,10 @@ Example (a third-party check)::
     registry = builtin_registry()
     registry.register("no_shouting", lambda name, options: NoShouting(name=name, **options))
     guardrails = Guardrails(config, registry=registry)
+
+The gateway passes the process's shared parts to `builtin_registry`: the side-service HTTP
+session (guard model, moderation) and the MiniLM embedder (classifier), so every check built
+from config uses them instead of opening its own.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.errors import ConfigError
+from fleetgate.resources.http import OutboundHttp
 from fleetgate.safety.base import Action, Check
+from fleetgate.safety.classifier.embed import Embedder
 from fleetgate.safety.config import CheckConfig
 
 __all__ = ["CheckFactory", "CheckRegistry", "builtin_registry"]
@@ -83,39 +89,54 @@ def _pii(name: str, options: Mapping[str, Any]) -> Check:
     return PIICheck(name=name, **options)
 
 
-def _classifier(name: str, options: Mapping[str, Any]) -> Check:
-    from fleetgate.safety.checks.classifier import ClassifierCheck
+def _classifier(embedder: Embedder | None) -> CheckFactory:
+    def build(name: str, options: Mapping[str, Any]) -> Check:
+        from fleetgate.safety.checks.classifier import ClassifierCheck
 
-    opts = dict(options)
-    for key in ("model_path", "cache_path"):
-        if opts.get(key) is not None:
-            opts[key] = Path(opts[key])
-    return ClassifierCheck(name=name, **opts)
+        opts = dict(options)
+        for key in ("model_path", "cache_path"):
+            if opts.get(key) is not None:
+                opts[key] = Path(opts[key])
+        return ClassifierCheck(name=name, embedder=embedder, **opts)
 
-
-def _llama_guard(name: str, options: Mapping[str, Any]) -> Check:
-    from fleetgate.safety.checks.llama_guard import LlamaGuardCheck
-
-    opts = dict(options)
-    opts["on_error"] = Action(opts.get("on_error", "allow"))
-    return LlamaGuardCheck(name=name, **opts)
+    return build
 
 
-def _moderation(name: str, options: Mapping[str, Any]) -> Check:
-    from fleetgate.safety.checks.moderation import ModerationCheck
+def _llama_guard(http: OutboundHttp | None) -> CheckFactory:
+    def build(name: str, options: Mapping[str, Any]) -> Check:
+        from fleetgate.safety.checks.llama_guard import LlamaGuardCheck
 
-    opts = dict(options)
-    opts["on_error"] = Action(opts.get("on_error", "allow"))
-    return ModerationCheck(name=name, **opts)
+        opts = dict(options)
+        opts["on_error"] = Action(opts.get("on_error", "allow"))
+        return LlamaGuardCheck(name=name, http=http, **opts)
+
+    return build
 
 
-def builtin_registry() -> CheckRegistry:
+def _moderation(http: OutboundHttp | None) -> CheckFactory:
+    def build(name: str, options: Mapping[str, Any]) -> Check:
+        from fleetgate.safety.checks.moderation import ModerationCheck
+
+        opts = dict(options)
+        opts["on_error"] = Action(opts.get("on_error", "allow"))
+        return ModerationCheck(name=name, http=http, **opts)
+
+    return build
+
+
+def builtin_registry(
+    *, http: OutboundHttp | None = None, embedder: Embedder | None = None
+) -> CheckRegistry:
     """A new registry holding the built-in check types: ``words``, ``pii``, ``classifier``,
-    ``llama_guard``, ``moderation``."""
+    ``llama_guard``, ``moderation``.
+
+    ``http``: the shared side-service session the HTTP checks use; ``embedder``: the shared
+    MiniLM embedder of classifier checks. Without them each check opens its own.
+    """
     registry = CheckRegistry()
     registry.register("words", _words)
     registry.register("pii", _pii)
-    registry.register("classifier", _classifier)
-    registry.register("llama_guard", _llama_guard)
-    registry.register("moderation", _moderation)
+    registry.register("classifier", _classifier(embedder))
+    registry.register("llama_guard", _llama_guard(http))
+    registry.register("moderation", _moderation(http))
     return registry

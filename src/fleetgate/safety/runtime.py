@@ -11,10 +11,14 @@ Policies change at run time in two ways, both swapping in a new `Guardrails` bet
   in ``<data_dir>/safety-policies.json``; every process using that data directory (the workers
   of one ``fleetgate serve``) notices the file change within ``poll_interval_s``.
 
+Checks built from config use the process's shared parts (`fleetgate.resources.Resources`): the
+side-service HTTP session (guard model, moderation, the audit webhook) and the one MiniLM
+(classifier checks).
+
 Example::
 
     rt = SafetyRuntime(cfg.safety, metrics.registry, data_dir=settings.data_dir,
-                       sink=audit_log.write, on_suspend=suspend_key)
+                       sink=audit_log.write, on_suspend=suspend_key, resources=resources)
     # rt.stage joins the request path through fleetgate.safety.feature.SafetyFeature
     await rt.start(); ...; await rt.stop()
 """
@@ -34,11 +38,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from fleetgate.errors import ConfigError
+from fleetgate.resources import MiniLMEmbedder, Resources
 from fleetgate.safety.audit import AuditQueue, Hook
 from fleetgate.safety.base import Check
 from fleetgate.safety.config import CheckConfig, PolicyConfig, SafetyConfig
 from fleetgate.safety.metrics import SafetyMetrics
 from fleetgate.safety.policy import Guardrails
+from fleetgate.safety.registry import builtin_registry
 from fleetgate.safety.stage import SafetyStage
 from fleetgate.tasks import cancel_and_wait
 from fleetgate.telemetry.registry import Registry
@@ -88,9 +94,17 @@ class SafetyRuntime:
         team_name: Callable[[str], str | None] | None = None,
         checks: Mapping[str, Check] | None = None,
         poll_interval_s: float = 1.0,
+        resources: Resources | None = None,
     ) -> None:
-        """``checks``: pre-built instances used for those names (tests, embedding)."""
+        """``checks``: pre-built instances used for those names (tests, embedding);
+        ``resources``: the process's shared owner (without one the runtime makes its own and
+        closes it in `stop`)."""
         self.base = config
+        self._own_resources = resources is None
+        self.resources = resources or Resources()
+        self._registry = builtin_registry(
+            http=self.resources.http, embedder=MiniLMEmbedder(self.resources.minilm)
+        )
         self.data_dir = data_dir
         self.overrides_path = data_dir / OVERRIDES_FILE
         self.poll_interval_s = poll_interval_s
@@ -114,6 +128,7 @@ class SafetyRuntime:
                 [], metrics=self.metrics, sink=sink, webhook_url=a.webhook_url,
                 webhook_timeout_s=a.webhook_timeout_s, suspend_after=a.suspend_after,
                 on_suspend=on_suspend, queue_size=a.queue_size, workers=a.workers,
+                http=self.resources.http,
             )  # fmt: skip
         self.stage = SafetyStage(self.guardrails, self.audit, team_name=team_name)
         self._tasks: list[asyncio.Task[None]] = []
@@ -122,7 +137,9 @@ class SafetyRuntime:
 
     def _build(self, config: SafetyConfig, reuse: Mapping[str, Check]) -> Guardrails:
         local = localize(config, self.data_dir)
-        return Guardrails(local, metrics=self.metrics, checks={**reuse, **self._fixed})
+        return Guardrails(
+            local, registry=self._registry, metrics=self.metrics, checks={**reuse, **self._fixed}
+        )
 
     @property
     def config(self) -> SafetyConfig:
@@ -275,6 +292,8 @@ class SafetyRuntime:
             unique.update((id(c), c) for c in checks)
         self._retired.clear()
         await _close_checks(list(unique.values()))
+        if self._own_resources:
+            await self.resources.aclose()
 
 
 async def _close_checks(checks: list[Check]) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fleetgate.hooks import FilterResult, GatewayRequest, Outcome
+from fleetgate.messages_text import content_text
 from fleetgate.providers.base import Endpoint
 from fleetgate.safety.audit import AuditItem, AuditQueue
 from fleetgate.safety.base import Action, CheckContext, CheckPoint, TextTurn
@@ -33,14 +34,7 @@ _STATE = "safety"
 
 
 def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [
-            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
-        ]
-        return "\n".join(str(p) for p in parts)
-    return ""
+    return content_text(content, coerce=True)
 
 
 def _turns(messages: list[dict[str, Any]]) -> list[TextTurn]:

@@ -1,7 +1,10 @@
-"""The durable tables of tenancy and cost (SQLAlchemy Core, one definition for every dialect).
+"""The durable tables (SQLAlchemy Core, one definition for every dialect): tenancy and cost,
+audits, and the multimodal conversations. Every table is created by the Alembic migrations
+in ``fleetgate/store/migrations``, never by ``create_all``.
 
 Times are integer milliseconds since the epoch and money is integer nano-USD, so SQLite and
-PostgreSQL store, compare and sum them identically and a report adds up to the cent.
+PostgreSQL store, compare and sum them identically and a report adds up to the cent (the
+conversation tables, older, keep float seconds).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -18,12 +22,15 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 
 __all__ = [
     "admin_audit",
     "api_keys",
     "budget_alerts",
+    "conversation_turns",
+    "conversations",
     "metadata",
     "request_audit",
     "safety_audit",
@@ -170,4 +177,31 @@ tenancy_state = Table(
     metadata,
     Column("id", Integer, primary_key=True),
     Column("version", BigInteger, nullable=False),
+)
+
+conversations = Table(
+    "mm_conversations",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("tenant", String(128), nullable=False, index=True),
+    Column("user_id", String(128)),
+    Column("created_at", Float, nullable=False),
+)
+
+conversation_turns = Table(
+    "mm_turns",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column(
+        "conversation_id",
+        String(64),
+        ForeignKey("mm_conversations.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("seq", Integer, nullable=False),
+    Column("role", String(32), nullable=False),
+    Column("content", JSON, nullable=False),
+    Column("request_id", String(128)),
+    Column("created_at", Float, nullable=False),
+    UniqueConstraint("conversation_id", "seq", name="mm_turns_conv_seq"),
 )

@@ -3,6 +3,7 @@
 A crossing is detected where the spend counter is incremented (atomically, so exactly one
 replica sees it); the alert is then claimed in the store (``INSERT ... ON CONFLICT DO
 NOTHING`` on scope, period and threshold) so a restart or a second detector never resends.
+The webhook goes out through the process's shared side-service session (`OutboundHttp`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 import aiohttp
 
+from fleetgate.resources.http import OutboundHttp
 from fleetgate.store.database import Database
 from fleetgate.store.tables import budget_alerts
 from fleetgate.tasks import cancel_and_wait
@@ -40,10 +42,21 @@ class BudgetAlert:
 class AlertNotifier:
     """Claims and sends alerts in the background; ``notify`` never blocks."""
 
-    def __init__(self, db: Database, webhook: str | None, *, attempts: int = 5) -> None:
+    def __init__(
+        self,
+        db: Database,
+        webhook: str | None,
+        *,
+        attempts: int = 5,
+        http: OutboundHttp | None = None,
+    ) -> None:
+        """``http``: the shared session (without one the notifier opens and closes its own)."""
         self.db = db
         self.webhook = webhook
         self.attempts = attempts
+        self._own_http = http is None
+        self._http = http or OutboundHttp()
+        self._timeout = aiohttp.ClientTimeout(total=5)
         self._queue: asyncio.Queue[BudgetAlert] = asyncio.Queue(maxsize=10_000)
         self._task: asyncio.Task[None] | None = None
         self.sent: list[BudgetAlert] = []
@@ -64,17 +77,18 @@ class AlertNotifier:
                     await self._queue.join()
             await cancel_and_wait(self._task)
             self._task = None
+        if self._own_http:
+            await self._http.aclose()
 
     async def _run(self) -> None:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
-            while True:
-                alert = await self._queue.get()
-                try:
-                    await self._handle(session, alert)
-                except Exception as exc:
-                    log.error("budget alert failed: %s", exc)
-                finally:
-                    self._queue.task_done()
+        while True:
+            alert = await self._queue.get()
+            try:
+                await self._handle(alert)
+            except Exception as exc:
+                log.error("budget alert failed: %s", exc)
+            finally:
+                self._queue.task_done()
 
     async def _claim(self, alert: BudgetAlert) -> bool:
         for attempt in range(self.attempts):
@@ -92,7 +106,7 @@ class AlertNotifier:
                 await asyncio.sleep(min(2**attempt, 10))
         return False
 
-    async def _handle(self, session: aiohttp.ClientSession, alert: BudgetAlert) -> None:
+    async def _handle(self, alert: BudgetAlert) -> None:
         if not await self._claim(alert):
             return
         log.warning(
@@ -104,7 +118,9 @@ class AlertNotifier:
             return
         for attempt in range(self.attempts):
             try:
-                async with session.post(self.webhook, json=asdict(alert)) as resp:
+                async with self._http.session().post(
+                    self.webhook, json=asdict(alert), timeout=self._timeout
+                ) as resp:
                     if resp.status < 500:
                         return
             except (aiohttp.ClientError, TimeoutError) as exc:

@@ -17,6 +17,7 @@ from fleetgate.config.settings import Settings
 from fleetgate.feature import BaseFeature
 from fleetgate.hooks import Stage
 from fleetgate.http import AdminAccess
+from fleetgate.resources import Resources
 from fleetgate.store.errors import store_unavailable_is_503
 from fleetgate.telemetry.registry import Registry
 from fleetgate.tenancy.admin_routes import TenancyAdmin
@@ -40,11 +41,16 @@ class TenancyFeature(BaseFeature):
 
     @classmethod
     def build(
-        cls, settings: Settings, config: GatewayConfig, registry: Registry, access: AdminAccess
+        cls,
+        settings: Settings,
+        config: GatewayConfig,
+        registry: Registry,
+        access: AdminAccess,
+        resources: Resources,
     ) -> TenancyFeature:
         if not config.tenancy.enabled:
             return cls(None, access)
-        return cls(Tenancy(settings, config.tenancy, registry), access)
+        return cls(Tenancy(settings, config.tenancy, registry, resources=resources), access)
 
     async def record_admin(
         self, actor: Principal, action: str, target: str, detail: Any, *, team_id: str | None = None

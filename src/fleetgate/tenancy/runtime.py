@@ -2,11 +2,15 @@
 
 `fleetgate.tenancy.feature.TenancyFeature` puts it on the request path (the first stage)::
 
-    tenancy = Tenancy(settings, config.tenancy, metrics.registry)
+    tenancy = Tenancy(settings, config.tenancy, metrics.registry, resources=resources)
     gw.auth = MasterKeyAuthenticator(settings.master_key, next=tenancy.cache)
     await tenancy.start()   # migrate, replay the spool, load keys, seed budgets
     ...
     await tenancy.stop()
+
+The database, the limiter's Redis connection and the change feed's Redis pool come from the
+process's `fleetgate.resources.Resources` (which closes them); without one, the tenancy makes
+its own and closes it in `stop`.
 """
 
 from __future__ import annotations
@@ -14,14 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from redis.asyncio import Redis
-
 from fleetgate.config.schema import TenancyConfig
 from fleetgate.config.settings import Settings
 from fleetgate.limits.base import Limiter
 from fleetgate.limits.memory import MemoryLimiter
-from fleetgate.limits.redis import RedisLimiter, limiter_redis
-from fleetgate.store.database import Database
+from fleetgate.limits.redis import RedisLimiter
+from fleetgate.resources import Resources
 from fleetgate.tasks import cancel_and_wait
 from fleetgate.telemetry.registry import Registry
 from fleetgate.tenancy.alerts import AlertNotifier
@@ -42,11 +44,20 @@ log = logging.getLogger("fleetgate.tenancy")
 class Tenancy:
     """Store, key cache and its sync, limiter, budgets, alerts, spend writer, stage, service."""
 
-    def __init__(self, settings: Settings, config: TenancyConfig, registry: Registry) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        config: TenancyConfig,
+        registry: Registry,
+        *,
+        resources: Resources | None = None,
+    ) -> None:
         self.config = config
+        self._own_resources = resources is None
+        self.resources = resources or Resources()
         self._store_ready = False
         self._store_task: asyncio.Task[None] | None = None
-        self.db = Database.from_url(settings.database_url, settings.data_dir)
+        self.db = self.resources.databases.get(settings.database_url, settings.data_dir)
         self.cache = KeyCache(self.db)
         unavailable = registry.counter(
             "fleetgate_limiter_unavailable_total",
@@ -57,21 +68,19 @@ class Tenancy:
             "fleetgate_spend_write_failures_total",
             "Failed batch writes of spend/audit records (records stay spooled).",
         )
-        self._feed: Redis | None = None
         self.limiter: Limiter
         if settings.redis_url:
             self.limiter = RedisLimiter(
-                limiter_redis(settings.redis_url),
+                self.resources.redis.commands(settings.redis_url),
                 prefix=config.redis_prefix,
                 policy=config.limiter_failure,
                 on_unavailable=lambda policy: unavailable.labels(policy).inc(),
             )
-            self._feed = Redis.from_url(settings.redis_url, socket_connect_timeout=1.0)
         else:
             self.limiter = MemoryLimiter()
         self.sync = CacheSync(
             self.cache,
-            self._feed,
+            self.resources.redis.client(settings.redis_url) if settings.redis_url else None,
             prefix=config.redis_prefix,
             poll_interval_s=config.poll_interval_s,
         )
@@ -102,7 +111,7 @@ class Tenancy:
             "Spend/audit records waiting in memory (the spool on disk holds the rest).",
         )
         held.set_collector(lambda: [((), float(self.writer.held()))])
-        self.alerts = AlertNotifier(self.db, config.alert_webhook)
+        self.alerts = AlertNotifier(self.db, config.alert_webhook, http=self.resources.http)
         self.budgets = Budgets(
             self.db,
             self.limiter,
@@ -175,7 +184,7 @@ class Tenancy:
         await self.writer.start()
 
     async def _open_store(self) -> None:
-        await self.db.migrate()
+        await self.resources.databases.migrate(self.db)
         await self.cache.load()
         await self.budgets.seed()
         self._store_ready = True
@@ -202,6 +211,5 @@ class Tenancy:
         await self.writer.stop()
         await self.alerts.stop()
         await self.limiter.close()
-        if self._feed is not None:
-            await self._feed.aclose()
-        await self.db.close()
+        if self._own_resources:
+            await self.resources.aclose()

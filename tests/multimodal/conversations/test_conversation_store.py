@@ -1,45 +1,35 @@
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import create_async_engine
+from tests.tenancy.support import create_pg_database, drop_pg_database
 
 from fleetgate.errors import InvalidRequest, NotFound
 from fleetgate.multimodal.conversations.sql import SqlConversationStore
 from fleetgate.multimodal.conversations.store import ConversationStore, StoredTurn
-
-PG_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+from fleetgate.store import Database
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def store(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[SqlConversationStore]:
+    """The store on a freshly migrated database (its tables come from the migrations)."""
     if request.param == "sqlite":
-        engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'conv.db'}")
-        s = SqlConversationStore(engine)
-        await s.create_tables()
-        yield s
-        await engine.dispose()
-        return
-    engine = create_async_engine(PG_URL)
-    schema = f"mm_test_{uuid.uuid4().hex[:12]}"
+        url = f"sqlite:///{tmp_path / 'conv.db'}"
+    else:
+        try:
+            url = await create_pg_database()
+        except Exception as exc:  # noqa: BLE001 - any connection failure means "no PostgreSQL here"
+            pytest.skip(f"PostgreSQL not reachable: {exc}")
+    db = Database.from_url(url, tmp_path)
     try:
-        async with engine.begin() as conn:
-            await conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    except Exception as exc:  # noqa: BLE001 - any connection failure means "no PostgreSQL here"
-        await engine.dispose()
-        pytest.skip(f"PostgreSQL not reachable: {exc}")
-    try:
-        s = SqlConversationStore(engine, schema=schema)
-        await s.create_tables()
-        yield s
+        await db.migrate()
+        yield SqlConversationStore(db.engine)
     finally:
-        async with engine.begin() as conn:
-            await conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        await engine.dispose()
+        await db.close()
+        if request.param == "postgres":
+            await drop_pg_database(url)
 
 
 async def test_turns_come_back_in_order_and_tenant_scoped(store: SqlConversationStore) -> None:

@@ -1,7 +1,6 @@
 from pathlib import Path
 
 import pytest
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from fleetgate.errors import ContextWindowExceeded
 from fleetgate.multimodal.conversations.sql import SqlConversationStore
@@ -9,14 +8,15 @@ from fleetgate.multimodal.conversations.store import StoredTurn
 from fleetgate.multimodal.prompt.assembler import PromptAssembler
 from fleetgate.multimodal.prompt.config import PromptConfig
 from fleetgate.multimodal.prompt.tokens import ApproxTokenCounter
+from fleetgate.store import Database
 
 SYSTEM = "You are a terse assistant for ACME."
 
 
 async def test_ten_turn_conversation_is_truncated_oldest_first(tmp_path: Path) -> None:
-    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'c.db'}")
-    store = SqlConversationStore(engine)
-    await store.create_tables()
+    db = Database.from_url(f"sqlite:///{tmp_path / 'c.db'}", tmp_path)
+    await db.migrate()
+    store = SqlConversationStore(db.engine)
     config = PromptConfig(system_prompt=SYSTEM, context_window=200, reserve_output_tokens=40)
     assembler = PromptAssembler(config)
     counter = ApproxTokenCounter()
@@ -43,7 +43,7 @@ async def test_ten_turn_conversation_is_truncated_oldest_first(tmp_path: Path) -
                 cid, [StoredTurn("user", question), StoredTurn("assistant", answer)], tenant="t"
             )
     finally:
-        await engine.dispose()
+        await db.close()
     assert dropped[0] == 0 and dropped[-1] > 0
     assert dropped == sorted(dropped)
 

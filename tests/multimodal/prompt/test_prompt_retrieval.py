@@ -2,7 +2,8 @@ import pytest
 
 from fleetgate.multimodal.prompt.assembler import PromptAssembler
 from fleetgate.multimodal.prompt.config import PromptConfig, RetrievalConfig
-from fleetgate.multimodal.prompt.retrieval import DocumentIndex, MiniLMEmbedder, split_text
+from fleetgate.multimodal.prompt.retrieval import DocumentIndex, split_text
+from fleetgate.resources import MiniLMEmbedder
 
 DOCS = {
     "vacation": "Employees get 25 days of paid vacation per year. Unused days expire in March.",
@@ -14,7 +15,7 @@ DOCS = {
 @pytest.fixture(scope="module")
 def embedder() -> MiniLMEmbedder:
     model = MiniLMEmbedder()
-    model.embed(["warm up"])  # load the model once for the module
+    model.encode(["warm up"])  # load the model once for the module
     return model
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from fleetgate.errors import InvalidRequest
+from fleetgate.messages_text import content_text
 
 __all__ = ["anthropic_request_to_openai"]
 
@@ -146,12 +147,10 @@ def _blocks_of(content: Any, param: str) -> list[dict[str, Any]]:
 
 
 def _texts(blocks: list[dict[str, Any]], param: str) -> str:
-    out: list[str] = []
-    for j, block in enumerate(blocks):
-        if block.get("type") != "text" or not isinstance(block.get("text"), str):
-            raise InvalidRequest("only text blocks are allowed here", param=f"{param}[{j}]")
-        out.append(block["text"])
-    return "\n".join(out) if len(out) > 1 else "".join(out)
+    def refuse(j: int, _block: Any) -> None:
+        raise InvalidRequest("only text blocks are allowed here", param=f"{param}[{j}]")
+
+    return content_text(blocks, on_other=refuse)
 
 
 def _system_text(system: Any) -> str:

@@ -1,7 +1,8 @@
 """SQLAlchemy 2 async conversation store: SQLite (aiosqlite) and PostgreSQL (asyncpg).
 
-Tables ``<prefix>conversations`` and ``<prefix>turns`` (prefix ``mm_`` by default), optionally in
-a schema. Every append is one transaction; a replayed ``request_id`` is a no-op.
+Tables ``mm_conversations`` and ``mm_turns`` (`fleetgate.store.tables`), created by the store's
+Alembic migrations like every other table. Every append is one transaction; a replayed
+``request_id`` is a no-op.
 """
 
 from __future__ import annotations
@@ -11,86 +12,33 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    Column,
-    Float,
-    ForeignKey,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    UniqueConstraint,
-    delete,
-    func,
-    insert,
-    select,
-)
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from fleetgate.errors import InvalidRequest, NotFound, ServiceUnavailable
 from fleetgate.multimodal.conversations.store import StoredTurn
+from fleetgate.store.tables import conversation_turns, conversations
 
-__all__ = ["SqlConversationStore", "build_tables"]
-
-
-def build_tables(
-    metadata: MetaData, *, prefix: str = "mm_", schema: str | None = None
-) -> tuple[Table, Table]:
-    """The conversations and turns tables, added to ``metadata``."""
-    conversations = Table(
-        f"{prefix}conversations",
-        metadata,
-        Column("id", String(64), primary_key=True),
-        Column("tenant", String(128), nullable=False, index=True),
-        Column("user_id", String(128)),
-        Column("created_at", Float, nullable=False),
-        schema=schema,
-    )
-    conv_ref = f"{schema}.{conversations.name}.id" if schema else f"{conversations.name}.id"
-    turns = Table(
-        f"{prefix}turns",
-        metadata,
-        Column("id", Integer, primary_key=True, autoincrement=True),
-        Column(
-            "conversation_id",
-            String(64),
-            ForeignKey(conv_ref, ondelete="CASCADE"),
-            nullable=False,
-        ),
-        Column("seq", Integer, nullable=False),
-        Column("role", String(32), nullable=False),
-        Column("content", JSON, nullable=False),
-        Column("request_id", String(128)),
-        Column("created_at", Float, nullable=False),
-        UniqueConstraint("conversation_id", "seq", name=f"{prefix}turns_conv_seq"),
-        schema=schema,
-    )
-    return conversations, turns
+__all__ = ["SqlConversationStore"]
 
 
 class SqlConversationStore:
-    """Conversation store on an ``AsyncEngine``.
+    """Conversation store on the engine of a migrated `fleetgate.store.Database`.
 
     Example::
 
-        engine = create_async_engine("sqlite+aiosqlite:///data/fleetgate.db")
-        store = SqlConversationStore(engine)
-        await store.create_tables()
+        db = resources.databases.get(settings.database_url, settings.data_dir)
+        await resources.databases.migrate(db)        # creates mm_conversations, mm_turns
+        store = SqlConversationStore(db.engine)
         cid = await store.create(tenant="team-a")
         await store.append(cid, [StoredTurn("user", "hi")], tenant="team-a", request_id="req-1")
     """
 
-    def __init__(self, engine: AsyncEngine, *, prefix: str = "mm_", schema: str | None = None):
+    def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-        self.metadata = MetaData()
-        self.conversations, self.turns = build_tables(self.metadata, prefix=prefix, schema=schema)
-
-    async def create_tables(self) -> None:
-        """Create the tables if missing (deployments with migrations run those instead)."""
-        async with self._engine.begin() as conn:
-            await conn.run_sync(self.metadata.create_all)
+        self.conversations = conversations
+        self.turns = conversation_turns
 
     async def create(
         self, *, tenant: str, user: str | None = None, conversation_id: str | None = None

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from fleetgate.messages_text import content_text
+
 __all__ = ["ConversationStore", "StoredTurn"]
 
 
@@ -18,9 +20,7 @@ class StoredTurn:
 
     def text(self) -> str:
         """The text of the turn (text parts joined; images and audio left out)."""
-        if isinstance(self.content, str):
-            return self.content
-        return "\n".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
+        return content_text(self.content, coerce=True)
 
 
 @runtime_checkable

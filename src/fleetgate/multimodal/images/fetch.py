@@ -88,6 +88,12 @@ class ImageFetcher:
             self._session = None
 
     def _session_for_loop(self) -> aiohttp.ClientSession:
+        # Its own session, not the shared side-service one (`fleetgate.resources.OutboundHttp`):
+        # the URLs come from clients, so every connection must go through the SSRF-guarded
+        # resolver (no private, loopback or metadata addresses unless allowed, no DNS cache
+        # that a rebinding could poison), without proxies from the environment and without
+        # decompression (the byte limit counts what is on the wire). The side services are
+        # trusted, configured hosts that such a connector would refuse.
         if self._session is None:
             resolver = GuardedResolver(self._addresses, DefaultResolver(), None)
             connector = aiohttp.TCPConnector(resolver=resolver, use_dns_cache=False, limit=64)

@@ -5,7 +5,6 @@ from fleetgate.multimodal.prompt.config import PromptConfig, RetrievalConfig
 from fleetgate.multimodal.prompt.retrieval import (
     DocumentIndex,
     Embedder,
-    MiniLMEmbedder,
     RetrievedChunk,
 )
 from fleetgate.multimodal.prompt.tokens import ApproxTokenCounter, TokenCounter
@@ -15,7 +14,6 @@ __all__ = [
     "AssembledPrompt",
     "DocumentIndex",
     "Embedder",
-    "MiniLMEmbedder",
     "PromptAssembler",
     "PromptConfig",
     "RetrievalConfig",

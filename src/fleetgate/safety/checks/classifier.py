@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from fleetgate.resources.minilm import MiniLMEmbedder
 from fleetgate.safety.base import CheckContext, Verdict
-from fleetgate.safety.classifier.embed import Embedder, MiniLMEmbedder
+from fleetgate.safety.classifier.embed import Embedder
 from fleetgate.safety.classifier.model import SoftmaxModel
 from fleetgate.safety.classifier.train import (
     BENIGN,

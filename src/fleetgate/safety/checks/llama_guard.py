@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 import aiohttp
 
+from fleetgate.resources.http import JsonService, OutboundHttp
 from fleetgate.safety.base import Action, CheckContext, TextTurn, Verdict
-from fleetgate.safety.checks.http import HttpClient
 
 _BAD_ANSWER = (ValueError, KeyError, IndexError, TypeError)
 
@@ -120,8 +120,9 @@ class LlamaGuardCheck:
         timeout_s: float = 10.0,
         on_error: Action = Action.ALLOW,
         name: str = "llama_guard",
-        session: aiohttp.ClientSession | None = None,
+        http: OutboundHttp | None = None,
     ) -> None:
+        """``http``: the process's side-service session (without one, a session of its own)."""
         self.name = name
         self.model = model
         self.version = version
@@ -129,7 +130,7 @@ class LlamaGuardCheck:
         self.categories = dict(categories or LLAMA_GUARD_CATEGORIES)
         self.on_error = on_error
         self.failures = 0
-        self._http = HttpClient(base_url, api_key=api_key, timeout_s=timeout_s, session=session)
+        self._http = JsonService(base_url, api_key=api_key, timeout_s=timeout_s, http=http)
 
     def _request(self, turns: Sequence[TextTurn]) -> tuple[str, dict[str, Any]]:
         if self.mode == "chat":

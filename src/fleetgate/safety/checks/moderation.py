@@ -16,8 +16,8 @@ from typing import Any
 
 import aiohttp
 
+from fleetgate.resources.http import JsonService, OutboundHttp
 from fleetgate.safety.base import Action, CheckContext, Verdict
-from fleetgate.safety.checks.http import HttpClient
 
 _BAD_ANSWER = (ValueError, KeyError, IndexError, TypeError)
 
@@ -37,14 +37,15 @@ class ModerationCheck:
         timeout_s: float = 10.0,
         on_error: Action = Action.ALLOW,
         name: str = "moderation",
-        session: aiohttp.ClientSession | None = None,
+        http: OutboundHttp | None = None,
     ) -> None:
+        """``http``: the process's side-service session (without one, a session of its own)."""
         self.name = name
         self.model = model
         self.threshold = threshold
         self.on_error = on_error
         self.failures = 0
-        self._http = HttpClient(base_url, api_key=api_key, timeout_s=timeout_s, session=session)
+        self._http = JsonService(base_url, api_key=api_key, timeout_s=timeout_s, http=http)
 
     def _judge(self, result: dict[str, Any]) -> tuple[bool, list[str], float]:
         cats = result.get("categories") or {}

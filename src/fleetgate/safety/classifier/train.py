@@ -127,7 +127,7 @@ def train(
     if len({ex.label for ex in examples}) < 2 or BENIGN not in {ex.label for ex in examples}:
         raise ConfigError("classifier training needs 'benign' examples and at least one harm label")
     if embedder is None:
-        from fleetgate.safety.classifier.embed import MiniLMEmbedder
+        from fleetgate.resources.minilm import MiniLMEmbedder
 
         embedder = MiniLMEmbedder()
     x = featurize([ex.text for ex in examples], embedder, normalizer or Normalizer())

