@@ -32,7 +32,7 @@ class HashEmbedder:
     """Stands in for the sentence model (loading it takes longer than the whole fuzz run):
     a unit vector per text, from its hash."""
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
         rows = [
             np.frombuffer(hashlib.sha512(t.encode(errors="replace")).digest(), np.uint8)
             for t in texts
