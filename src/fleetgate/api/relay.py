@@ -71,20 +71,23 @@ def _take_finish(event: bytes, out: Outcome) -> None:
 
 
 class _IdleTimer:
-    """Ends a stream whose upstream falls silent for ``idle_s``: pushes the deadline of an
-    ``asyncio.timeout`` forward as events arrive, at most every tenth of ``idle_s`` (so a busy
-    stream pays a float comparison per read, and a silent one ends after 0.9-1x ``idle_s``)."""
+    """One ``asyncio.timeout`` for both limits of a stream: it ends at the total deadline or
+    after ``idle_s`` without an event, whichever comes first. The deadline is pushed forward
+    as events arrive, at most every tenth of ``idle_s`` (a busy stream pays a float comparison
+    per read; a silent one ends after 0.9-1x ``idle_s``)."""
 
-    __slots__ = ("_cm", "_idle", "_rearm_at")
+    __slots__ = ("_cm", "_end", "_idle", "_rearm_at")
 
-    def __init__(self, cm: asyncio.Timeout, idle_s: float) -> None:
+    def __init__(self, cm: asyncio.Timeout, total_s: float, idle_s: float) -> None:
         self._cm = cm
         self._idle = idle_s
-        self._rearm_at = 0.0
+        self._end = asyncio.get_running_loop().time() + total_s
+        self._rearm_at = time.perf_counter() + idle_s / 10
 
     def touch(self, now: float) -> None:
         if now >= self._rearm_at:
-            self._cm.reschedule(asyncio.get_running_loop().time() + self._idle)
+            loop_now = asyncio.get_running_loop().time()
+            self._cm.reschedule(min(self._end, loop_now + self._idle))
             self._rearm_at = now + self._idle / 10
 
 
@@ -103,11 +106,10 @@ async def relay_stream(
     encoder: StreamEncoder | None = None  # the fast path writes the upstream's own bytes
     out.first_token_at = dispatch.upstream_answered
     dep.state.observe_ttft(dispatch.upstream_answered - dispatch.upstream_started)
-    idle_s = timeouts.idle
     try:
         await resp.prepare(request)
-        async with asyncio.timeout(timeouts.total), asyncio.timeout(idle_s) as silence:
-            idle = _IdleTimer(silence, idle_s)
+        async with asyncio.timeout(min(timeouts.total, timeouts.idle)) as deadline:
+            idle = _IdleTimer(deadline, timeouts.total, timeouts.idle)
             if req.stream_filters or req.wire is not None:
                 encoder = _encoder(req)
                 await _FilteredRelay(resp, dispatch, req, metrics, encoder, idle).run()

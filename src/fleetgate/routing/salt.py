@@ -68,11 +68,10 @@ class TenantSalt:
         configured = dep.config.engine
         if configured != "auto":
             return configured
-        if self._scraped is not None:
-            scraped = self._scraped(dep)
-            if scraped:
-                return scraped
-        return self.kinds.get(dep.config.api_base, "")
+        known = self.kinds.get(dep.config.api_base)  # its /models answer (a dict lookup)
+        if known is not None:
+            return known
+        return self._scraped(dep) if self._scraped is not None else ""
 
     def _takes_salt(self, dep: Deployment) -> bool:
         mode = self.config.cache_salt
