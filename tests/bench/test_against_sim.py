@@ -56,9 +56,9 @@ def test_ttft_and_tpot_match_simulator_histograms_within_1ms() -> None:
     with serve_sim(config) as url:
         target = Target(url, model="tiny", ignore_eos=True)
         run_point(PointOptions(target=target, pool=warm), LoadPoint("concurrency", 1, 3))
-        # Up to three fresh runs: a definition mismatch (e.g. counting a role-only chunk as the
+        # Up to six fresh runs: a definition mismatch (e.g. counting a role-only chunk as the
         # first token: ~28 ms) fails every one; a noisy neighbour on a shared CI box does not.
-        for seed in (3, 4, 5):
+        for seed in (3, 4, 5, 6, 7, 8):
             b_ttft, s_ttft, b_tpot, s_tpot = _attempt(url, seed)
             attempts.append(
                 (round(b_ttft, 2), round(s_ttft, 2), round(b_tpot, 2), round(s_tpot, 2))
