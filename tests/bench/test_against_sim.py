@@ -1,7 +1,7 @@
 """Against the simulator at low load, bench's TTFT and TPOT agree with the simulator's own
 histograms (``vllm:time_to_first_token_seconds``, ``vllm:time_per_output_token_seconds``)
-within 1 ms (TTFT: plus the loopback cost measured in the same run). The simulator runs in its own process; histogram deltas around the measured run
-leave the warm-up requests out."""
+within 1 ms (TTFT: plus the loopback cost measured in the same run). The simulator runs in its
+own process; histogram deltas around the measured run leave the warm-up requests out."""
 
 from __future__ import annotations
 
