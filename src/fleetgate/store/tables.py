@@ -2,6 +2,10 @@
 audits, and the multimodal conversations. Every table is created by the Alembic migrations
 in ``fleetgate/store/migrations``, never by ``create_all``.
 
+Shared live state (``fg_shared_*``, ``fg_documents``, ``fg_document_chunks``,
+``fg_safety_strikes``) is what every replica must agree on: admin overrides, canary splits, team
+documents with their embeddings and safety strike counts (see ``docs/architecture.md``).
+
 Times are integer milliseconds since the epoch and money is integer nano-USD, so SQLite and
 PostgreSQL store, compare and sum them identically and a report adds up to the cent (the
 conversation tables, older, keep float seconds).
@@ -18,6 +22,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -27,6 +32,11 @@ from sqlalchemy import (
 
 __all__ = [
     "admin_audit",
+    "document_chunks",
+    "documents",
+    "safety_strikes",
+    "shared_state",
+    "shared_versions",
     "api_keys",
     "budget_alerts",
     "conversation_turns",
@@ -204,4 +214,50 @@ conversation_turns = Table(
     Column("request_id", String(128)),
     Column("created_at", Float, nullable=False),
     UniqueConstraint("conversation_id", "seq", name="mm_turns_conv_seq"),
+)
+
+# -- state every replica must agree on ------------------------------------------------------------
+
+shared_state = Table(
+    "fg_shared_state",
+    metadata,
+    Column("kind", String(32), primary_key=True),  # "safety_overrides", "canary_splits", ...
+    Column("name", String(200), primary_key=True),
+    Column("body", JSON, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+)
+
+shared_versions = Table(
+    "fg_shared_versions",
+    metadata,
+    Column("kind", String(32), primary_key=True),
+    Column("version", BigInteger, nullable=False),  # bumped in the same transaction as a change
+)
+
+documents = Table(
+    "fg_documents",
+    metadata,
+    Column("team", String(128), primary_key=True),
+    Column("doc_id", String(200), primary_key=True),
+    Column("bytes", Integer, nullable=False),
+    Column("chunks", Integer, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+)
+
+document_chunks = Table(
+    "fg_document_chunks",
+    metadata,
+    Column("team", String(128), primary_key=True),
+    Column("doc_id", String(200), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("text", Text, nullable=False),
+    Column("embedding", LargeBinary, nullable=False),  # float32, little-endian, L2-normalised
+)
+
+safety_strikes = Table(
+    "fg_safety_strikes",
+    metadata,
+    Column("key_id", String(40), primary_key=True),
+    Column("count", Integer, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
 )
