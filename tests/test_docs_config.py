@@ -21,7 +21,6 @@ from pydantic_core import PydanticUndefined
 
 from fleetgate.config.schema import HealthConfig, RouterConfig, RoutingConfig
 from fleetgate.multimodal.config import MultimodalConfig
-from fleetgate.routing.canary_config import CanaryConfig
 from fleetgate.routing.semantic_config import SemanticConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +31,6 @@ SECTIONS: list[tuple[str, str, type[BaseModel]]] = [
     ("docs/routing.md", "router", RouterConfig),
     ("docs/routing.md", "health", HealthConfig),
     ("docs/routing.md", "semantic", SemanticConfig),
-    ("docs/routing.md", "canary", CanaryConfig),
 ]
 
 

@@ -17,7 +17,7 @@ Example::
 
     redis = RedisConnections()
     limiter = RedisLimiter(redis.commands(url))
-    splits = CanarySplits(redis.client(url))
+    prefixes = PrefixShare(redis.client(url))
     ...
     await redis.aclose()
 """
