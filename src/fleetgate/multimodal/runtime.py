@@ -30,6 +30,7 @@ from fleetgate.multimodal.images.pipeline import ImagePipeline
 from fleetgate.multimodal.images.process import ProcessingParams
 from fleetgate.multimodal.prompt.assembler import PromptAssembler
 from fleetgate.multimodal.prompt.config import PromptConfig
+from fleetgate.multimodal.prompt.documents import DOCUMENTS_KIND, DocumentStore
 from fleetgate.multimodal.prompt.retrieval import DocumentIndex
 from fleetgate.multimodal.speech.espeak import EspeakSynthesizer
 from fleetgate.multimodal.speech.openai_tts import OpenAISynthesizer
@@ -112,10 +113,12 @@ class MultimodalRuntime:
             per_deployment=img.budget.per_deployment,
         )
         self.affinity = ImageAffinity(ttl_s=img.affinity_ttl_s)
+        self._database = self.resources.databases.get(settings.database_url, settings.data_dir)
         self.index = DocumentIndex(
             MiniLMEmbedder(self.resources.minilm),
             max_team_bytes=config.inputs.team_document_bytes,
             max_team_documents=config.inputs.team_documents,
+            store=DocumentStore(self._database),
         )
         self._transcriber: Transcriber | None = None
         self._synthesizer: SpeechSynthesizer | None = None
@@ -124,12 +127,13 @@ class MultimodalRuntime:
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
-        """Open the conversation store (migrating the database) when conversations are on."""
+        """Follow the stored team documents; open the conversation store (migrating the
+        database) when conversations are on."""
+        shared = self.resources.shared
+        await shared.follow(shared.state(self._database, DOCUMENTS_KIND), self.index.follow)
         if self.config.conversations.enabled:
-            databases = self.resources.databases
-            db = databases.get(self.settings.database_url, self.settings.data_dir)
-            await databases.migrate(db)
-            self.conversations = SqlConversationStore(db.engine)
+            await self.resources.databases.migrate(self._database)
+            self.conversations = SqlConversationStore(self._database.engine)
 
     async def stop(self) -> None:
         """Finish queued writes, then close sessions and workers (shared ones: their owner)."""
