@@ -208,3 +208,80 @@ async def test_a_redis_error_reply_such_as_readonly_follows_the_policy(
         await lim.redis.close()
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture
+async def private_redis(tmp_path: Path) -> AsyncIterator[str]:
+    """A Redis of this test's own (the shared one's scripts are not ours to flush)."""
+    import shutil
+    import subprocess
+
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    proc = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"redis://127.0.0.1:{port}/0"
+    probe = RespClient(url)
+    try:
+        for _ in range(50):
+            try:
+                await probe.call("PING")
+                break
+            except (ConnectionError, OSError):
+                await asyncio.sleep(0.1)
+        yield url
+    finally:
+        await probe.close()
+        proc.terminate()
+        proc.wait(10)
+
+
+async def test_a_redis_settle_after_redis_forgot_the_script_loads_it_and_applies(
+    private_redis: str,
+) -> None:
+    """The settle's reply arrives as NOSCRIPT (a restarted Redis, SCRIPT FLUSH): the script is
+    loaded, the settle sent again, and it frees the slot and counts the cost once."""
+    lim = RedisLimiter(RespClient(private_redis), prefix="t:")
+    try:
+        scope = Scope("key:n", max_parallel=1, budget_nusd=10_000)
+        first = await lim.reserve("m1", (scope,), 1)
+        assert isinstance(first, Reservation)
+        await lim.redis.call("SCRIPT", "FLUSH")
+        assert await lim.settle(first, 1, 700) == {"key:n": 700}
+        assert await lim.spent(scope) == 700
+        assert isinstance(await lim.reserve("m2", (scope,), 1), Reservation)  # slot freed
+    finally:
+        await lim.redis.close()
+
+
+async def test_a_redis_settle_lost_in_flight_says_it_may_have_applied(
+    private_redis: str,
+) -> None:
+    """The connection drops while the settle waits for its reply: `LimiterUnavailable` with
+    ``maybe_applied`` (so a retry releases only), and the breaker opens."""
+    lim = RedisLimiter(RespClient(private_redis), prefix="t:")
+    killer = RespClient(private_redis)
+    try:
+        scope = Scope("key:l", max_parallel=1)
+        first = await lim.reserve("m1", (scope,), 1)
+        assert isinstance(first, Reservation)
+        own_id = await lim.redis.call("CLIENT", "ID")
+        blocked = asyncio.ensure_future(lim.redis.call("BLPOP", "t:never", 5))
+        await asyncio.sleep(0.05)
+        settling = lim.settle(first, 1, 0)  # queued behind the blocking call
+        await killer.call("CLIENT", "KILL", "ID", own_id)
+        with pytest.raises(LimiterUnavailable) as info:
+            await settling
+        assert info.value.maybe_applied
+        with pytest.raises(ConnectionError):
+            await blocked
+        with pytest.raises(LimiterUnavailable):  # the breaker is open: no wait on Redis
+            await lim.settle(first, 1, 0)
+    finally:
+        await killer.close()
+        await lim.redis.close()
