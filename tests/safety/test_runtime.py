@@ -37,7 +37,7 @@ async def test_policy_change_swaps_guardrails_and_reuses_unchanged_checks(tmp_pa
     with pytest.raises(ConfigError):
         await rt.map_team("finance", "no-such-policy")
     assert rt.stage.policy_for("tiny", None).name == "strict"  # unchanged after a refusal
-    await rt.stop()
+    await rt.aclose()
 
 
 async def test_config_reload_keeps_admin_overrides(tmp_path: Path) -> None:
@@ -48,7 +48,7 @@ async def test_config_reload_keeps_admin_overrides(tmp_path: Path) -> None:
     rt.set_base(SafetyConfig.model_validate(reloaded))
     assert rt.config.policies["default"].input == []
     assert rt.stage.policy_for("tiny", None).name == "strict"
-    await rt.stop()
+    await rt.aclose()
 
 
 async def test_other_process_sees_overrides_through_the_data_dir(tmp_path: Path) -> None:
@@ -60,7 +60,7 @@ async def test_other_process_sees_overrides_through_the_data_dir(tmp_path: Path)
     third = _runtime(tmp_path)  # a process started later reads them at start
     assert third.config.teams == {"finance": "strict"}
     for rt in (writer, reader, third):
-        await rt.stop()
+        await rt.aclose()
 
 
 async def test_replaced_checks_are_closed_after_a_grace_period_not_kept_forever(
@@ -87,4 +87,4 @@ async def test_replaced_checks_are_closed_after_a_grace_period_not_kept_forever(
             await task
     assert rt.retired_checks() == 1
     assert len(closed) == 50
-    await rt.stop()
+    await rt.aclose()

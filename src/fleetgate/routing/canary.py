@@ -204,11 +204,11 @@ class CanarySplits:
                 log.warning("ignoring the stored split of %r: %s", alias, exc)
         self._splits = splits
 
-    def start(self) -> None:
+    async def start(self) -> None:
         if self._task is None and self.redis is not None:
             self._task = asyncio.get_running_loop().create_task(self._listen(), name="canary")
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         """Stop following changes (the Redis client belongs to its owner, who closes it)."""
         await cancel_and_wait(self._task)
         self._task = None

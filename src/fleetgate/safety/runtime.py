@@ -1,7 +1,7 @@
 """`SafetyRuntime`: guardrails, the audit queue and the stage of one gateway process.
 
 Built by the app from the ``safety:`` config section; the lifespan calls :meth:`start` (audit
-workers, model warm-up in the background, watching the policy overrides) and :meth:`stop`.
+workers, model warm-up in the background, watching the policy overrides) and :meth:`aclose`.
 
 Policies change at run time in two ways, both swapping in a new `Guardrails` between requests
 (checks whose config did not change are reused, so the classifier is not reloaded):
@@ -20,7 +20,7 @@ Example::
     rt = SafetyRuntime(cfg.safety, metrics.registry, data_dir=settings.data_dir,
                        sink=audit_log.write, on_suspend=suspend_key, resources=resources)
     # rt.stage joins the request path through fleetgate.safety.feature.SafetyFeature
-    await rt.start(); ...; await rt.stop()
+    await rt.start(); ...; await rt.aclose()
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class SafetyRuntime:
     ) -> None:
         """``checks``: pre-built instances used for those names (tests, embedding);
         ``resources``: the process's shared owner (without one the runtime makes its own and
-        closes it in `stop`)."""
+        closes it in `aclose`)."""
         self.base = config
         self._own_resources = resources is None
         self.resources = resources or Resources()
@@ -173,7 +173,7 @@ class SafetyRuntime:
     def _spawn_close(self, checks: list[Check]) -> None:
         try:
             loop = asyncio.get_running_loop()
-        except RuntimeError:  # a reload outside the loop (tests): close at stop
+        except RuntimeError:  # a reload outside the loop (tests): close at aclose
             self._retired.append((time.monotonic(), checks))
             return
         task = loop.create_task(_close_checks(checks), name="fg-safety-retire")
@@ -281,12 +281,12 @@ class SafetyRuntime:
         self._tasks.append(loop.create_task(self._warm_up(), name="fg-safety-warm-up"))
         self._tasks.append(loop.create_task(self._watch(), name="fg-safety-overrides"))
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         """Drain the audit queue, stop background tasks, close every check once."""
         await cancel_and_wait(*self._tasks)
         self._tasks.clear()
         if self.audit is not None:
-            await self.audit.stop()
+            await self.audit.aclose()
         unique: dict[int, Check] = {}
         for checks in [*(cs for _, cs in self._retired), list(self.guardrails.checks.values())]:
             unique.update((id(c), c) for c in checks)
