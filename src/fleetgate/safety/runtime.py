@@ -303,6 +303,7 @@ async def _close_checks(checks: list[Check]) -> None:
             aclose = getattr(check, "aclose", None)
             if aclose is not None:
                 await aclose()
+                continue
             close = getattr(check, "close", None)
             if close is not None:
                 close()
