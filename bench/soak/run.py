@@ -87,7 +87,7 @@ async def _client_main(
                 print(f"client error: {exc!r}", file=sys.stderr)
 
     await asyncio.gather(*(loop() for _ in range(concurrency)))
-    await pool.close()
+    await pool.aclose()
     out.put(dict(statuses))
 
 

@@ -31,9 +31,9 @@ async def limiter(request: pytest.FixtureRequest, redis_prefix: str) -> AsyncIte
     try:
         yield lim
     finally:
-        await lim.close()
+        await lim.aclose()
         if isinstance(lim, RedisLimiter):
-            await lim.redis.close()  # the limiter never closes the connection it was handed
+            await lim.redis.aclose()  # the limiter never closes the connection it was handed
 
 
 async def test_rpm_admits_exactly_the_limit(limiter: Limiter) -> None:
@@ -99,8 +99,8 @@ async def test_two_replicas_share_one_redis_counter(redis_prefix: str) -> None:
         got = [await (a if i % 2 else b).reserve(f"m{i}", scopes, 1) for i in range(10)]
         assert sum(isinstance(r, Reservation) for r in got) == 4
     finally:
-        await a.redis.close()
-        await b.redis.close()
+        await a.redis.aclose()
+        await b.redis.aclose()
 
 
 @pytest.mark.parametrize("policy", ["fail_open", "fail_closed"])
@@ -125,7 +125,7 @@ async def test_redis_down_applies_the_policy_and_counts_it(policy: str) -> None:
         assert not caught.value.maybe_applied
         assert seen == [policy] * 3  # settles are not requests decided by the policy
     finally:
-        await dead.close()
+        await dead.aclose()
 
 
 async def test_a_restarted_counter_is_raised_to_the_store_total(redis_prefix: str) -> None:
@@ -146,7 +146,7 @@ async def test_a_restarted_counter_is_raised_to_the_store_total(redis_prefix: st
         await lim.raise_spend(scope, 3_200)
         assert await lim.spent(scope) == 3_200
     finally:
-        await lim.redis.close()
+        await lim.redis.aclose()
 
 
 async def test_a_redis_settle_is_sent_when_called_not_when_awaited(redis_prefix: str) -> None:
@@ -163,8 +163,8 @@ async def test_a_redis_settle_is_sent_when_called_not_when_awaited(redis_prefix:
         assert isinstance(await other.reserve("m2", (scope,), 1), Reservation)
         assert await settling == {}
     finally:
-        await lim.redis.close()
-        await other.redis.close()
+        await lim.redis.aclose()
+        await other.redis.aclose()
 
 
 @pytest.mark.parametrize("policy", ["fail_open", "fail_closed"])
@@ -205,7 +205,7 @@ async def test_a_redis_error_reply_such_as_readonly_follows_the_policy(
                 await lim.reserve("m", scopes, 1)
         assert seen == [policy]
     finally:
-        await lim.redis.close()
+        await lim.redis.aclose()
         proc.terminate()
         proc.wait(10)
 

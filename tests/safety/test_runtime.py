@@ -39,7 +39,7 @@ async def test_policy_change_swaps_guardrails_and_reuses_unchanged_checks(tmp_pa
     with pytest.raises(ConfigError):
         await rt.map_team("finance", "no-such-policy")
     assert rt.stage.policy_for("tiny", None).name == "strict"  # unchanged after a refusal
-    await rt.stop()
+    await rt.aclose()
 
 
 async def test_config_reload_keeps_admin_overrides(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ async def test_config_reload_keeps_admin_overrides(tmp_path: Path) -> None:
     rt.set_base(SafetyConfig.model_validate(reloaded))
     assert rt.config.policies["default"].input == []
     assert rt.stage.policy_for("tiny", None).name == "strict"
-    await rt.stop()
+    await rt.aclose()
 
 
 def _shared_runtime(tmp_path: Path) -> SafetyRuntime:
@@ -79,7 +79,7 @@ async def test_other_process_sees_overrides_through_the_database(tmp_path: Path)
     assert third.config.teams == {}
     assert not (tmp_path / OVERRIDES_FILE).exists()  # nothing in the data directory
     for rt in (writer, reader, third):
-        await rt.stop()
+        await rt.aclose()
         await rt.resources.aclose()
 
 
@@ -92,12 +92,12 @@ async def test_an_overrides_file_of_an_older_version_is_imported_once(tmp_path: 
     assert rt.stage.policy_for("tiny", None).name == "strict"
     assert not (tmp_path / OVERRIDES_FILE).exists()
     assert (tmp_path / f"{OVERRIDES_FILE}.imported").exists()
-    await rt.stop()
+    await rt.aclose()
     await rt.resources.aclose()
     again = _shared_runtime(tmp_path)  # a restart reads them from the database
     await again.start()
     assert again.stage.policy_for("tiny", None).name == "strict"
-    await again.stop()
+    await again.aclose()
     await again.resources.aclose()
 
 
@@ -115,16 +115,16 @@ async def test_a_change_the_database_cannot_store_is_refused_and_not_in_force(
         await rt.map_alias("tiny", "default")
     assert rt.overrides["aliases"] == {}
     assert rt.stage.policy_for("tiny", None).name == "default"
-    await rt.stop()
+    await rt.aclose()
     await resources.aclose()
-    await down.close()
+    await down.aclose()
 
 
 async def test_overlong_names_are_refused(tmp_path: Path) -> None:
     rt = _runtime(tmp_path)
     with pytest.raises(ConfigError):
         await rt.put_policy("p" * 129, {"input": []})
-    await rt.stop()
+    await rt.aclose()
 
 
 async def test_replaced_checks_are_closed_after_a_grace_period_not_kept_forever(
@@ -151,4 +151,4 @@ async def test_replaced_checks_are_closed_after_a_grace_period_not_kept_forever(
             await task
     assert rt.retired_checks() == 1
     assert len(closed) == 50
-    await rt.stop()
+    await rt.aclose()

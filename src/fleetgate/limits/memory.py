@@ -157,5 +157,5 @@ class MemoryLimiter:
     def generation(self) -> int:
         return 0  # in-process counters miss nothing
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         self._windows.clear()

@@ -256,5 +256,5 @@ class RedisLimiter:
         ttl = max(scope.period_end_ms + _DAY_MS - int(time.time() * 1000), 1000)
         await self.redis.eval(_RAISE_SPEND, [key], [nusd, min(ttl, 2**40)])
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         """Nothing of its own to release: the connection belongs to whoever handed it over."""

@@ -59,4 +59,4 @@ class MultimodalFeature(BaseFeature):
         await self.runtime.start()
 
     async def aclose(self) -> None:
-        await self.runtime.stop()
+        await self.runtime.aclose()

@@ -3,7 +3,7 @@
 One per app: the image pipeline (fetcher, processor, cache), compute budget, image affinity,
 the speech backends (created on first use, so a gateway that never sees audio never loads a
 recogniser; their native libraries run in supervised worker processes), the input limits
-(``inputs``), the conversation store and the prompt assemblers. ``start``/``stop`` run in the
+(``inputs``), the conversation store and the prompt assemblers. ``start``/``aclose`` run in the
 app's lifespan. The database, the side-service HTTP session (remote ASR/TTS) and the MiniLM
 model come from the process's `fleetgate.resources.Resources`.
 """
@@ -62,7 +62,7 @@ class MultimodalRuntime:
         await runtime.start()
         stage = MultimodalStage(runtime, table_config)
         ...
-        await runtime.stop()
+        await runtime.aclose()
     """
 
     def __init__(
@@ -74,7 +74,7 @@ class MultimodalRuntime:
         resources: Resources | None = None,
     ) -> None:
         """``resources``: the process's shared owner; without one the runtime makes its own
-        and closes it in `stop`."""
+        and closes it in `aclose`."""
         self.config = config
         self.settings = settings
         self._own_resources = resources is None
@@ -135,7 +135,7 @@ class MultimodalRuntime:
             await self.resources.databases.migrate(self._database)
             self.conversations = SqlConversationStore(self._database.engine)
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         """Finish queued writes, then close sessions and workers (shared ones: their owner)."""
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
@@ -149,7 +149,7 @@ class MultimodalRuntime:
             await self.resources.aclose()
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
-        """Run ``coro`` in the background (off the request path); awaited by `stop`."""
+        """Run ``coro`` in the background (off the request path); awaited by `aclose`."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -18,7 +18,7 @@ Example::
     resources = Resources()
     tenancy = Tenancy(settings, config.tenancy, registry, resources=resources)
     ...
-    await tenancy.stop()
+    await tenancy.aclose()
     await resources.aclose()
 """
 

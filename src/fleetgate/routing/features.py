@@ -64,10 +64,10 @@ class SemanticFeature(BaseFeature):
         return self.router.alias
 
     async def start(self) -> None:
-        self.router.start()
+        await self.router.start()
 
     async def aclose(self) -> None:
-        await self.router.stop()
+        await self.router.aclose()
 
 
 class CanaryFeature(BaseFeature):
@@ -132,13 +132,13 @@ class EngineRoutingFeature(BaseFeature):
 
     async def start(self) -> None:
         if self.routing is not None:
-            self.routing.start()
+            await self.routing.start()
             self._identify()
 
     async def aclose(self) -> None:
         await cancel_and_wait(self._identifying)
         if self.routing is not None:
-            await self.routing.stop()
+            await self.routing.aclose()
         if self._own_http:
             await self._http.aclose()
 

@@ -20,7 +20,7 @@ Example::
     await audit.start()
     audit.submit(AuditItem(messages=[TextTurn("user", q), TextTurn("assistant", a)], key_id="k1"))
     ...
-    await audit.stop()
+    await audit.aclose()
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ class AuditQueue:
         """Wait until everything queued so far has been audited."""
         await self._queue.join()
 
-    async def stop(self, *, drain_timeout_s: float = 5.0) -> None:
+    async def aclose(self, *, drain_timeout_s: float = 5.0) -> None:
         """Let the queue drain (bounded by ``drain_timeout_s``), then stop the workers."""
         if self._tasks:
             try:

@@ -121,4 +121,4 @@ class SafetyFeature(BaseFeature):
 
     async def aclose(self) -> None:
         if self.runtime is not None:
-            await self.runtime.stop()
+            await self.runtime.aclose()

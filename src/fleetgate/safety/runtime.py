@@ -1,7 +1,7 @@
 """`SafetyRuntime`: guardrails, the audit queue and the stage of one gateway process.
 
 Built by the app from the ``safety:`` config section; the lifespan calls :meth:`start` (audit
-workers, model warm-up in the background, watching the policy overrides) and :meth:`stop`.
+workers, model warm-up in the background, watching the policy overrides) and :meth:`aclose`.
 
 Policies change at run time in two ways, both swapping in a new `Guardrails` between requests
 (checks whose config did not change are reused, so the classifier is not reloaded):
@@ -24,7 +24,7 @@ Example::
                        sink=audit_log.write, on_suspend=suspend_key, resources=resources,
                        database=resources.databases.get(settings.database_url, settings.data_dir))
     # rt.stage joins the request path through fleetgate.safety.feature.SafetyFeature
-    await rt.start(); ...; await rt.stop()
+    await rt.start(); ...; await rt.aclose()
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class SafetyRuntime:
     ) -> None:
         """``checks``: pre-built instances used for those names (tests, embedding);
         ``resources``: the process's shared owner (without one the runtime makes its own and
-        closes it in `stop`); ``database``: where overrides and strike counts are shared
+        closes it in `aclose`); ``database``: where overrides and strike counts are shared
         between replicas (None: this process only)."""
         self.base = config
         self._own_resources = resources is None
@@ -178,7 +178,7 @@ class SafetyRuntime:
     def _spawn_close(self, checks: list[Check]) -> None:
         try:
             loop = asyncio.get_running_loop()
-        except RuntimeError:  # a reload outside the loop (tests): close at stop
+        except RuntimeError:  # a reload outside the loop (tests): close at aclose
             self._retired.append((time.monotonic(), checks))
             return
         task = loop.create_task(_close_checks(checks), name="fg-safety-retire")
@@ -303,12 +303,12 @@ class SafetyRuntime:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._warm_up(), name="fg-safety-warm-up"))
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         """Drain the audit queue, stop background tasks, close every check once."""
         await cancel_and_wait(*self._tasks)
         self._tasks.clear()
         if self.audit is not None:
-            await self.audit.stop()
+            await self.audit.aclose()
         unique: dict[int, Check] = {}
         for checks in [*(cs for _, cs in self._retired), list(self.guardrails.checks.values())]:
             unique.update((id(c), c) for c in checks)
@@ -325,6 +325,7 @@ async def _close_checks(checks: list[Check]) -> None:
             aclose = getattr(check, "aclose", None)
             if aclose is not None:
                 await aclose()
+                continue
             close = getattr(check, "close", None)
             if close is not None:
                 close()
