@@ -270,6 +270,9 @@ class SharedImageBudget:
         try:
             async with asyncio.timeout(self.timeout_s):
                 await self._redis.zrem(lease.key, lease.member)
+        except asyncio.CancelledError:
+            self._spawn(self._forget(lease.key, lease.member))  # cancelled again meanwhile
+            raise
         except _DOWN as exc:  # the lease expires on its own
             log.warning("image budget: releasing a lease failed (%r)", exc)
 
