@@ -174,7 +174,5 @@ async def test_every_feature_on_opens_each_shared_resource_once(
     host = ("127.0.0.1", int(redis_url.rsplit(":", 1)[1].split("/")[0]), 0)
     assert opened.resp == {host: 1}, opened.resp  # the limiter's lean connection
     assert opened.pools == {host: 1}, opened.pools  # feeds, load and prefix sharing
-    assert list(opened.databases.values()) == [1], (
-        opened.databases
-    )  # every feature
+    assert list(opened.databases.values()) == [1], opened.databases  # every feature
     assert gw.resources.http.sessions_opened <= 1

@@ -236,7 +236,7 @@ async def private_redis(tmp_path: Path) -> AsyncIterator[str]:
                 await asyncio.sleep(0.1)
         yield url
     finally:
-        await probe.close()
+        await probe.aclose()
         proc.terminate()
         proc.wait(10)
 
@@ -256,7 +256,7 @@ async def test_a_redis_settle_after_redis_forgot_the_script_loads_it_and_applies
         assert await lim.spent(scope) == 700
         assert isinstance(await lim.reserve("m2", (scope,), 1), Reservation)  # slot freed
     finally:
-        await lim.redis.close()
+        await lim.redis.aclose()
 
 
 async def test_a_redis_settle_lost_in_flight_says_it_may_have_applied(
@@ -283,5 +283,5 @@ async def test_a_redis_settle_lost_in_flight_says_it_may_have_applied(
         with pytest.raises(LimiterUnavailable):  # the breaker is open: no wait on Redis
             await lim.settle(first, 1, 0)
     finally:
-        await killer.close()
-        await lim.redis.close()
+        await killer.aclose()
+        await lim.redis.aclose()
