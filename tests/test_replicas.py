@@ -11,14 +11,13 @@ state that must agree (issue #12, item 11), each checked on every replica:
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -26,19 +25,12 @@ from typing import Any
 import pytest
 
 from tests.procs import serve_process, sim_process
-from tests.tenancy.support import REDIS_URL, create_pg_database, drop_pg_database
+from tests.tenancy.support import REDIS_URL
 
 pytestmark = pytest.mark.slow
 
 MASTER = "sk-replicas-master"
 BANNED = "zorblax"
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    url = asyncio.run(create_pg_database())
-    yield url
-    asyncio.run(drop_pg_database(url))
 
 
 def _call(
@@ -100,10 +92,10 @@ def _retrieved(base: str, admin_key: str) -> str:
 
 
 def test_three_replicas_agree_on_documents_policies_strikes_limits_and_splits(
-    tmp_path: Path, pg_url: str
+    tmp_path: Path, shared_pg_url: str
 ) -> None:
     prefix = f"fgrep-{os.getpid()}-{time.time_ns()}:"
-    env = {"FLEETGATE_DATABASE_URL": pg_url, "FLEETGATE_REDIS_URL": REDIS_URL}
+    env = {"FLEETGATE_DATABASE_URL": shared_pg_url, "FLEETGATE_REDIS_URL": REDIS_URL}
     with ExitStack() as stack:
         sim = stack.enter_context(sim_process("--model", "sim", "--mode", "echo"))
         config = _config(sim, prefix)

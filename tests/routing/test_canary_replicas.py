@@ -3,29 +3,17 @@ stored in their shared database (PostgreSQL here), without Redis."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.procs import serve_process, sim_process
-from tests.tenancy.support import create_pg_database, drop_pg_database
 
 MASTER = "sk-canary-master"
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    url = asyncio.run(create_pg_database())
-    yield url
-    asyncio.run(drop_pg_database(url))
 
 
 def _call(
@@ -67,7 +55,7 @@ def _time_until_all(replicas: list[str], want: str, started: float, limit: float
 
 
 def test_split_and_rollback_reach_three_replicas_within_a_second(
-    tmp_path: Path, pg_url: str
+    tmp_path: Path, shared_pg_url: str
 ) -> None:
     with ExitStack() as stack:
         up_v1 = stack.enter_context(sim_process("--model", "sim-v1"))
@@ -81,7 +69,7 @@ def test_split_and_rollback_reach_three_replicas_within_a_second(
             "models": [{"alias": "chat", "deployments": deployments}],
             "tenancy": {"enabled": False},
         }  # fmt: skip
-        env = {"FLEETGATE_DATABASE_URL": pg_url}
+        env = {"FLEETGATE_DATABASE_URL": shared_pg_url}
         replicas = [
             stack.enter_context(serve_process(config, tmp_path, master_key=MASTER, env=env))[0]
             for _ in range(3)

@@ -31,11 +31,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetgate.errors import InvalidRequest, ServiceUnavailable
+from fleetgate.errors import InvalidRequest
 from fleetgate.resources.shared import SharedStates
 from fleetgate.routing.context import RouteContext
 from fleetgate.routing.deployment import Deployment
 from fleetgate.store.database import Database
+from fleetgate.store.errors import not_stored
 
 __all__ = ["CanarySplits", "Split"]
 
@@ -176,11 +177,7 @@ class CanarySplits:
                     alias, lambda version: {**stored.to_dict(), "revision": version}
                 )
             except Exception as exc:
-                raise ServiceUnavailable(
-                    "The database is unreachable; the split was not changed.",
-                    code="store_unavailable",
-                    detail=repr(exc),
-                ) from None
+                raise not_stored("the split was not changed", exc) from None
             stored = Split(split.weights, split.sticky, revision, stored.updated_at)
         self._revision = max(self._revision, stored.revision)
         self._splits[alias] = stored
@@ -192,11 +189,7 @@ class CanarySplits:
             try:
                 await self._state.delete(alias)
             except Exception as exc:
-                raise ServiceUnavailable(
-                    "The database is unreachable; the split was not cleared.",
-                    code="store_unavailable",
-                    detail=repr(exc),
-                ) from None
+                raise not_stored("the split was not cleared", exc) from None
         self._splits.pop(alias, None)
 
     def replace(self, rows: dict[str, object]) -> None:

@@ -40,7 +40,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fleetgate.errors import ConfigError, ServiceUnavailable
+from fleetgate.errors import ConfigError
 from fleetgate.resources import MiniLMEmbedder, Resources
 from fleetgate.safety.audit import AuditQueue, Hook
 from fleetgate.safety.base import Check
@@ -51,6 +51,7 @@ from fleetgate.safety.registry import builtin_registry
 from fleetgate.safety.stage import SafetyStage
 from fleetgate.safety.strikes import StrikeCounter
 from fleetgate.store.database import Database
+from fleetgate.store.errors import not_stored
 from fleetgate.tasks import cancel_and_wait
 from fleetgate.telemetry.registry import Registry
 
@@ -223,11 +224,7 @@ class SafetyRuntime:
         except Exception as exc:  # not stored: not in force here either
             self.overrides = previous
             self._apply(_merge(self.base, previous))
-            raise ServiceUnavailable(
-                "The database is unreachable; the safety change was not made.",
-                code="store_unavailable",
-                detail=repr(exc),
-            ) from None
+            raise not_stored("the safety change was not made", exc) from None
         return config
 
     async def put_policy(self, name: str, policy: Mapping[str, Any]) -> PolicyConfig:
