@@ -87,7 +87,7 @@ class Pool:
             grown = self.limit + max(1, self.limit // 4)
             if capacity is not None:
                 self.limit = min(grown, capacity)
-            elif self.signal or self.queue.size:
+            elif self.queue.size:  # drain a queue gradually
                 self.limit = grown
             else:
                 self.limit = None  # nothing queued, engines fine: unbounded again
