@@ -23,6 +23,7 @@ from fleetgate.config.schema import HealthConfig, RouterConfig, RoutingConfig
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.routing.canary_config import CanaryConfig
 from fleetgate.routing.semantic_config import SemanticConfig
+from fleetgate.scheduling.config import SchedulingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,6 +34,7 @@ SECTIONS: list[tuple[str, str, type[BaseModel]]] = [
     ("docs/routing.md", "health", HealthConfig),
     ("docs/routing.md", "semantic", SemanticConfig),
     ("docs/routing.md", "canary", CanaryConfig),
+    ("docs/scheduling.md", "scheduling", SchedulingConfig),
 ]
 
 
