@@ -212,3 +212,18 @@ async def test_stop_cancels_the_waiters() -> None:
     with pytest.raises(asyncio.CancelledError):
         await waiting
     assert pool.queue.size == 0
+
+
+async def test_a_team_under_its_guarantee_starts_at_once_over_the_limit() -> None:
+    scheduler, pool, _ = scheduler_with_pool(2)
+    a, b = policy("a"), RequestPolicy("b", "interactive", 1.0, False, 10.0, None, guaranteed=1)
+    await _admit(scheduler, pool, a)
+    await _admit(scheduler, pool, a)  # a borrows b's idle share: the pool is full
+    assert not scheduler.try_admit(pool, a, 10)
+    assert scheduler.try_admit(pool, b, 10)  # b reclaims its guaranteed slot at once
+    assert pool.admitted == 3 and pool.teams == {"a": 2, "b": 1}
+    assert not scheduler.try_admit(pool, b, 10)  # beyond its guarantee it is like any other
+    scheduler.release(pool, a, 0, 0.1)
+    assert not scheduler.try_admit(pool, a, 10)  # still at the limit (3 - 1 = 2)
+    scheduler.release(pool, b, 0, 0.1)
+    assert pool.teams == {"a": 1} and scheduler.try_admit(pool, a, 10)

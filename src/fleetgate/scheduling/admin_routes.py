@@ -25,7 +25,7 @@ __all__ = ["SchedulingAdmin"]
 def _pool_view(pool: Pool, team: str | None, now: float) -> dict[str, Any]:
     queue = pool.queue
     queued = queue.teams()
-    teams = sorted(set(queued) | set(pool.vtc.counters))
+    teams = sorted(set(queued) | set(pool.vtc.counters) | set(pool.teams))
     if team is not None:
         teams = [t for t in teams if t == team]
     oldest = queue.oldest()
@@ -40,7 +40,11 @@ def _pool_view(pool: Pool, team: str | None, now: float) -> dict[str, Any]:
         "oldest_wait_s": None if oldest is None else round(now - oldest, 4),
         "mean_service_s": pool.service_s,
         "teams": {
-            t: {"queued": queued.get(t, 0), "virtual_tokens": round(pool.vtc.value(t), 3)}
+            t: {
+                "queued": queued.get(t, 0),
+                "in_flight": pool.teams.get(t, 0),
+                "virtual_tokens": round(pool.vtc.value(t), 3),
+            }
             for t in teams
         },
     }

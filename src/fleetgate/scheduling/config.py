@@ -80,6 +80,9 @@ class TeamPolicy(KeyPolicy):
     """A team's policy: a key policy for all its keys, plus its weight in the fair share."""
 
     weight: float = Field(1.0, gt=0)  # share of the tokens served against other teams
+    # Requests in flight per pool this team may always start, even over the pool's limit; other
+    # teams borrow them while it is idle (the engine needs room for them: see scheduling.md).
+    guaranteed: int = Field(0, ge=0)
 
 
 class SchedulingConfig(_Model):

@@ -46,6 +46,7 @@ class RequestPolicy:
     reject: bool  # saturated: refuse (429) instead of queueing
     max_wait_s: float
     deadline_s: float | None  # the first token must come within this, from arrival
+    guaranteed: int = 0  # the team's requests in flight admitted even over the pool's limit
 
     @property
     def rank(self) -> int:
@@ -127,4 +128,5 @@ def resolve(
         reject=on_saturation == "reject",
         max_wait_s=max_wait,
         deadline_s=None if deadline_ms is None else deadline_ms / 1000.0,
+        guaranteed=team_policy.guaranteed if team_policy is not None else 0,
     )

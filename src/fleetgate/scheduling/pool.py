@@ -32,6 +32,7 @@ class Pool:
         "limit",
         "name",
         "queue",
+        "teams",
         "reserve",
         "service_s",
         "signal",
@@ -45,6 +46,7 @@ class Pool:
         self.limit = capacity  # None: unbounded
         self.reserve = reserve  # share of the limit only the critical band may take
         self.admitted = 0  # requests admitted and not yet finished
+        self.teams: dict[str, int] = {}  # of those, per team
         self.signal = False  # the engines say saturated
         self.vtc = VirtualTokenCounters()
         self.queue = AdmissionQueue(self.vtc)
@@ -60,6 +62,26 @@ class Pool:
         if rank == 0:
             return self.admitted < limit
         return self.admitted < limit - int(limit * self.reserve)
+
+    def take(self, team: str) -> None:
+        """One more request of ``team`` in flight."""
+        self.admitted += 1
+        teams = self.teams
+        teams[team] = teams.get(team, 0) + 1
+
+    def give_back(self, team: str) -> None:
+        """One request of ``team`` ended."""
+        self.admitted -= 1
+        teams = self.teams
+        left = teams.get(team, 0) - 1
+        if left > 0:
+            teams[team] = left
+        else:
+            teams.pop(team, None)
+
+    def within_guarantee(self, team: str, guaranteed: int) -> bool:
+        """Whether ``team`` has fewer than its ``guaranteed`` requests in flight."""
+        return guaranteed > 0 and self.teams.get(team, 0) < guaranteed
 
     @property
     def saturated(self) -> bool:

@@ -86,10 +86,14 @@ class Scheduler:
     # ------------------------------------------------------------------ admission
 
     def try_admit(self, pool: Pool, policy: RequestPolicy, tokens: int) -> bool:
-        """Admit at once when nobody waits and the pool has room (the fast path)."""
-        if pool.queue.size or not pool.room(policy.rank):
+        """Admit at once when nobody waits and the pool has room (the fast path), or when the
+        team is under its guaranteed requests in flight (even over the limit: it reclaims
+        what the others borrowed)."""
+        if (pool.queue.size or not pool.room(policy.rank)) and not pool.within_guarantee(
+            policy.team, policy.guaranteed
+        ):
             return False
-        pool.admitted += 1
+        pool.take(policy.team)
         pool.vtc.charge(policy.team, tokens, policy.weight)
         return True
 
@@ -178,7 +182,7 @@ class Scheduler:
         self, pool: Pool, policy: RequestPolicy, output_tokens: int, held_s: float | None
     ) -> None:
         """An admitted request ended: charge its output, free its slot, admit what fits."""
-        pool.admitted -= 1
+        pool.give_back(policy.team)
         pool.vtc.charge(policy.team, output_tokens * self.config.output_token_weight, policy.weight)
         if held_s is not None:
             pool.observe_service(held_s)
@@ -196,7 +200,7 @@ class Scheduler:
                 return
             if waiter.future.done():  # cancelled in the meantime: it holds nothing
                 continue
-            pool.admitted += 1
+            pool.take(waiter.team)
             pool.vtc.charge(waiter.team, waiter.tokens, waiter.policy.weight)
             waiter.future.set_result(None)
             waited = self._clock() - waiter.enqueued
