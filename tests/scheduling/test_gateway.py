@@ -191,7 +191,7 @@ async def test_engines_with_priority_get_the_band(tmp_path: Path) -> None:
             _, _, key = await gw.team_and_key("t", tags={"priority": "batch"})
             assert (await _chat(gw, key))[0] == 200
             assert (await _chat(gw, key, x_fleetgate_priority="sheddable"))[0] == 200
-        assert [s.body.get("priority") for s in up.seen] == [2, 3]
+        assert [s.body.get("priority") for s in up.seen] == [5, 7]  # 2 x band + 1
     async with FakeUpstream("q") as up:
         async with _gateway(tmp_path / "q", _config(up.url, {})) as gw:
             _, _, key = await gw.team_and_key("t")

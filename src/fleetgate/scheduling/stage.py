@@ -26,7 +26,7 @@ from fleetgate.scheduling.policy import RequestPolicy, resolve
 from fleetgate.scheduling.pool import Pool
 from fleetgate.scheduling.scheduler import Scheduler
 
-__all__ = ["PriorityHook", "SchedulingStage"]
+__all__ = ["PriorityHook", "SchedulingStage", "engine_priority"]
 
 _STATE = "scheduling"
 
@@ -38,14 +38,20 @@ class _Admission:
     at: float  # time.perf_counter() when admitted
 
 
+def engine_priority(rank: int, guaranteed: bool) -> int:
+    """vLLM's ``priority`` (lower runs first) for a band's rank (0 critical ... 3 sheddable):
+    ``2 * rank + 1``, and ``2 * rank`` for a request within its team's guarantee, so an engine
+    that preempts by priority makes room for it at once (the team reclaims what was lent)."""
+    return 2 * rank + (0 if guaranteed else 1)
+
+
 class PriorityHook:
-    """Sends the band as vLLM's ``priority`` (0 critical ... 3 sheddable; lower runs first) to
-    deployments with ``priority: true``."""
+    """Sends `engine_priority` as vLLM's ``priority`` to deployments with ``priority: true``."""
 
     __slots__ = ("_fields",)
 
-    def __init__(self, rank: int) -> None:
-        self._fields = {"priority": rank}
+    def __init__(self, priority: int) -> None:
+        self._fields = {"priority": priority}
 
     def prefer(self, candidates: Sequence[Deployment]) -> Sequence[Deployment]:
         return ()
@@ -69,13 +75,14 @@ class SchedulingStage:
         if pool is None:
             return
         policy = resolve(scheduler.config, req.principal, req.headers)
+        reclaim = pool.within_guarantee(policy.team, policy.guaranteed)
         if not scheduler.try_admit(pool, policy, req.prompt_tokens):
             elapsed = time.perf_counter() - req.started
             waited = await scheduler.wait(pool, policy, req.prompt_tokens, elapsed)
             req.response_headers["x-fleetgate-queue-ms"] = f"{waited * 1000:.1f}"
         req.state[_STATE] = _Admission(pool, policy, time.perf_counter())
         if pool.takes_priority:
-            req.dispatch_hooks.append(PriorityHook(policy.rank))
+            req.dispatch_hooks.append(PriorityHook(engine_priority(policy.rank, reclaim)))
 
     def after(self, req: GatewayRequest, outcome: Outcome) -> None:
         admission: _Admission | None = req.state.pop(_STATE, None)
