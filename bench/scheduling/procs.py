@@ -41,9 +41,11 @@ class Engine:
     decode_batch_factor: float = 0.01
     prefill_ms_per_token: float = 0.05
     output_len: int = 24
+    scheduling_policy: str = "priority"  # vLLM's; the FIFO mode never sends a priority
 
     def args(self) -> list[str]:
         return [
+            "--scheduling-policy", self.scheduling_policy,
             "--max-num-seqs", str(self.max_num_seqs),
             "--decode-ms-per-step", str(self.decode_ms_per_step),
             "--decode-batch-factor", str(self.decode_batch_factor),
@@ -109,7 +111,9 @@ def gateway_process(
     port = free_port()
     data = tmp / f"data-{name}"
     data.mkdir(parents=True, exist_ok=True)
-    dep: dict[str, Any] = {"model": "tiny", "api_base": f"{sim_url}/v1", "engine": "vllm"}
+    dep: dict[str, Any] = {
+        "model": "tiny", "api_base": f"{sim_url}/v1", "engine": "vllm", "priority": True
+    }  # fmt: skip
     if pool_seqs is not None:
         dep["max_num_seqs"] = pool_seqs
     base = {

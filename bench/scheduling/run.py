@@ -8,9 +8,13 @@ chat completions with ``MAX_TOKENS`` output tokens each (``ignore_eos``).
 - ``flood``: team B sends steady Poisson traffic (B alone first, then with the flood) while
   team A keeps 5x its share of the engine's slots outstanding (closed loop). Reports B's TTFT
   p95 with the flood against B alone, and the output tokens/s of the whole engine against
-  FIFO's. ``fair`` gives B ``--guaranteed`` slots (pool ``max_num_seqs`` = engine's minus it).
+  FIFO's. ``fair`` gives B ``--guaranteed`` requests in flight.
 - ``critical``: a ``critical`` team's Poisson traffic under a ``batch`` team's closed-loop
-  flood; its TTFT p95 against its solo run. ``fair`` keeps ``--critical-reserve`` of the pool.
+  flood; its TTFT p95 against its solo run. ``fair`` gives it ``--guaranteed`` too.
+
+The engine runs vLLM's priority policy in both modes (the FIFO gateway sends no priority, so
+it is first come first served); in ``fair`` the pool's ``max_num_seqs`` is the engine's and
+``priority: true``, so a request within its team's guarantee preempts a borrower.
 - ``backlog``: two teams of equal weight both backlogged, A with 3x B's outstanding requests.
   The tokens served to each (prompt + output, from the stream's usage, counted as requests
   end) after both started; the largest difference at any completion against the VTC bound
@@ -98,7 +102,7 @@ def _flood(url: str, team: str, key: str, concurrency: int) -> Any:
 async def flood(a: Args, mode: str) -> dict[str, Any]:
     seqs = a.engine.max_num_seqs
     with sim_process(a.engine, a.tmp) as sim:
-        pool = seqs - a.guaranteed if mode == "fair" else None
+        pool = seqs if mode == "fair" else None
         with gateway_process(sim, pool, mode == "fair", a.tmp, f"flood-{mode}") as gw:
             team_a, key_a = gw.team_key("flooder")
             team_b, key_b = gw.team_key("steady")
@@ -124,9 +128,10 @@ async def critical(a: Args, mode: str) -> dict[str, Any]:
     with sim_process(a.engine, a.tmp) as sim:
         pool = a.engine.max_num_seqs if mode == "fair" else None
         with gateway_process(sim, pool, mode == "fair", a.tmp, f"critical-{mode}") as gw:
-            _, key_c = gw.team_key("oncall", {"priority": "critical"})
+            team_c, key_c = gw.team_key("oncall", {"priority": "critical"})
             _, key_d = gw.team_key("etl", {"priority": "batch"})
-            gw.apply({"enabled": mode == "fair", "critical_reserve": a.critical_reserve})
+            gw.apply({"enabled": mode == "fair", "critical_reserve": a.critical_reserve,
+                      "teams": {team_c: {"guaranteed": a.guaranteed}}})  # fmt: skip
             solo, _ = await _phase(gw, [_poisson(gw.url, "C", key_c, a.rate, 3)], a.duration)
             loads = [
                 _flood(gw.url, "D", key_d, 3 * a.engine.max_num_seqs),
@@ -279,9 +284,10 @@ async def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--duration", type=float, default=15.0, help="seconds per phase (<= 120)")
     p.add_argument("--rate", type=float, default=1.0, help="B's and critical's requests/s")
-    p.add_argument("--guaranteed", type=int, default=4)
-    p.add_argument("--critical-reserve", type=float, default=0.17)
+    p.add_argument("--guaranteed", type=int, default=5)
+    p.add_argument("--critical-reserve", type=float, default=0.0)
     p.add_argument("--max-num-seqs", type=int, default=24)
+    p.add_argument("--decode-ms", type=float, default=40.0, help="engine decode ms per step")
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--write-docs", action="store_true")
@@ -289,7 +295,8 @@ async def main() -> int:
     duration = min(max(ns.duration, 2.0), 120.0)
     with tempfile.TemporaryDirectory(prefix="fg-bench-sched-") as tmp:
         a = Args(duration, ns.rate, ns.guaranteed, ns.critical_reserve,
-                 Engine(max_num_seqs=ns.max_num_seqs), Path(tmp))  # fmt: skip
+                 Engine(max_num_seqs=ns.max_num_seqs, decode_ms_per_step=ns.decode_ms),
+                 Path(tmp))  # fmt: skip
         for name in ns.scenarios.split(","):
             a.results[name] = {}
             for mode in MODES:

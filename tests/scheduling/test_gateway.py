@@ -197,3 +197,24 @@ async def test_engines_with_priority_get_the_band(tmp_path: Path) -> None:
             _, _, key = await gw.team_and_key("t")
             assert (await _chat(gw, key))[0] == 200
         assert "priority" not in up.seen[0].body  # only to engines that take it
+
+
+async def test_admin_queues_needs_an_admin_key_and_shows_a_team_admin_its_own_team(
+    tmp_path: Path,
+) -> None:
+    async with running_sim(SIM) as sim, _gateway(tmp_path, _config(f"{sim}/v1", {})) as gw:
+        team_a, _, key_a = await gw.team_and_key("a")
+        team_b, _, key_b = await gw.team_and_key("b")
+        status, admin = await gw.admin(
+            "POST", "/admin/keys", json={"team": team_a, "role": "team_admin"}
+        )
+        assert status == 201, admin
+        assert (await _chat(gw, key_a))[0] == 200 and (await _chat(gw, key_b))[0] == 200
+        status, body = await gw.admin("GET", "/admin/queues", key=key_a)
+        assert status == 403 and body["error"]["type"] == "permission_error"
+        status, mine = await gw.admin("GET", "/admin/queues", key=admin["key"])
+        assert status == 200 and set(mine["data"][0]["teams"]) == {team_a}
+        status, every = await gw.admin("GET", "/admin/queues?pool=tiny")
+        assert set(every["data"][0]["teams"]) == {team_a, team_b}
+        status, none = await gw.admin("GET", "/admin/queues?pool=other")
+        assert status == 200 and none["data"] == []
