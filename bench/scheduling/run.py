@@ -70,6 +70,7 @@ def _summary(samples: list[Sample], team: str) -> dict[str, Any]:
         "refused": sum(1 for s in samples if s.team == team and s.status in (429, 503)),
         "ttft_p50_ms": round(pct(ttft, 0.5) * 1000, 1),
         "ttft_p95_ms": round(pct(ttft, 0.95) * 1000, 1),
+        "ttft_max_ms": round(max(ttft, default=float("nan")) * 1000, 1),
     }
 
 
@@ -212,7 +213,8 @@ def _markdown(results: dict[str, Any], a: Args) -> str:
         f"Engine: one `fleetgate sim`, max_num_seqs {e.max_num_seqs}, decode "
         f"{e.decode_ms_per_step} ms/step (+{e.decode_batch_factor} per running sequence), "
         f"{MAX_TOKENS} output tokens per request, {a.duration:g} s per phase; B and the critical "
-        f"team send {a.rate:g} req/s (Poisson). `fifo`: the gateway without the scheduler.",
+        f"team send {a.rate:g} req/s (Poisson) and have `guaranteed: {a.guaranteed}` in `fair`. "
+        "`fifo`: the gateway without the scheduler.",
         "",
     ]
     if "flood" in results:
@@ -282,29 +284,32 @@ def _write_docs(text: str) -> None:
 
 async def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--duration", type=float, default=15.0, help="seconds per phase (<= 120)")
-    p.add_argument("--rate", type=float, default=1.0, help="B's and critical's requests/s")
-    p.add_argument("--guaranteed", type=int, default=5)
+    p.add_argument("--duration", type=float, default=30.0, help="seconds per phase (<= 120)")
+    p.add_argument("--rate", type=float, default=2.0, help="B's and critical's requests/s")
+    p.add_argument("--guaranteed", type=int, default=8)
     p.add_argument("--critical-reserve", type=float, default=0.0)
     p.add_argument("--max-num-seqs", type=int, default=24)
     p.add_argument("--decode-ms", type=float, default=40.0, help="engine decode ms per step")
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--write-docs", action="store_true")
+    p.add_argument("--report", type=Path, default=None, help="render a saved --json, run nothing")
     ns = p.parse_args()
     duration = min(max(ns.duration, 2.0), 120.0)
     with tempfile.TemporaryDirectory(prefix="fg-bench-sched-") as tmp:
         a = Args(duration, ns.rate, ns.guaranteed, ns.critical_reserve,
                  Engine(max_num_seqs=ns.max_num_seqs, decode_ms_per_step=ns.decode_ms),
                  Path(tmp))  # fmt: skip
-        for name in ns.scenarios.split(","):
+        if ns.report is not None:
+            a.results = json.loads(ns.report.read_text())
+        for name in ns.scenarios.split(",") if ns.report is None else ():
             a.results[name] = {}
             for mode in MODES:
                 a.results[name][mode] = await SCENARIOS[name](a, mode)
                 print(name, mode, json.dumps(a.results[name][mode]), flush=True)
     text = _markdown(a.results, a)
     print(text)
-    if ns.json is not None:
+    if ns.json is not None and ns.report is None:
         ns.json.write_text(json.dumps(a.results, indent=2))
     if ns.write_docs:
         _write_docs(text)

@@ -8,7 +8,7 @@ import pytest
 
 from fleetgate.errors import InvalidRequest
 from fleetgate.scheduling.config import SchedulingConfig
-from fleetgate.scheduling.policy import resolve
+from fleetgate.scheduling.policy import Policies, resolve
 from fleetgate.tenancy.principal import Principal
 
 
@@ -99,3 +99,14 @@ def test_the_band_wait_follows_the_lowered_band() -> None:
 def test_the_master_key_is_its_own_team() -> None:
     p = resolve(_config(), Principal("master", role="master"), {})
     assert p.team == "master"
+
+
+def test_policies_remember_a_key_until_the_config_changes() -> None:
+    config = _config(teams={"t1": {"band": "batch"}})
+    policies = Policies(config)
+    first = policies.of(_key(), {})
+    assert first.band == "batch" and policies.of(_key(), {}) is first
+    assert policies.of(_key(priority="critical"), {}).band == "batch"  # other tags: resolved
+    lowered = policies.of(_key(), {"x-fleetgate-priority": "sheddable"})
+    assert lowered.band == "sheddable" and policies.of(_key(), {}) is first
+    assert Policies(_config()).of(_key(), {}).band == "interactive"

@@ -26,6 +26,7 @@ __all__ = [
     "DEADLINE_HEADER",
     "PRIORITY_HEADER",
     "RANK",
+    "Policies",
     "RequestPolicy",
     "resolve",
 ]
@@ -34,6 +35,7 @@ PRIORITY_HEADER = "x-fleetgate-priority"
 DEADLINE_HEADER = "x-fleetgate-ttft-deadline-ms"
 RANK: dict[str, int] = {band: i for i, band in enumerate(BANDS)}  # 0 is the highest
 _MAX_DEADLINE_MS = 3_600_000.0
+_MAX_CACHED = 10_000  # keys remembered before the cache starts over
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,3 +132,25 @@ def resolve(
         deadline_s=None if deadline_ms is None else deadline_ms / 1000.0,
         guaranteed=team_policy.guaranteed if team_policy is not None else 0,
     )
+
+
+class Policies:
+    """`resolve` for the request path: a key's policy is worked out once per config and
+    remembered; only a request with a priority or deadline header is resolved afresh."""
+
+    __slots__ = ("_cache", "config")
+
+    def __init__(self, config: SchedulingConfig) -> None:
+        self.config = config
+        self._cache: dict[tuple[str, str | None, tuple[tuple[str, str], ...]], RequestPolicy] = {}
+
+    def of(self, principal: Principal, headers: Mapping[str, str]) -> RequestPolicy:
+        if PRIORITY_HEADER in headers or DEADLINE_HEADER in headers:
+            return resolve(self.config, principal, headers)
+        key = (principal.key_id, principal.team_id, principal.tags)
+        found = self._cache.get(key)
+        if found is None:
+            if len(self._cache) >= _MAX_CACHED:
+                self._cache.clear()
+            found = self._cache[key] = resolve(self.config, principal, {})
+        return found

@@ -35,7 +35,7 @@ from fleetgate.errors import NotFound, Overloaded, RateLimited
 from fleetgate.routing.table import RouteTable
 from fleetgate.scheduling.config import BANDS, SchedulingConfig
 from fleetgate.scheduling.metrics import SchedulingMetrics
-from fleetgate.scheduling.policy import RequestPolicy
+from fleetgate.scheduling.policy import Policies, RequestPolicy
 from fleetgate.scheduling.pool import Pool, Snapshots, capacity_of, engines_saturated
 from fleetgate.scheduling.queue import Waiter
 from fleetgate.tasks import cancel_and_wait
@@ -59,6 +59,7 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
+        self.policies = Policies(config)  # each request's policy (cached per key)
         self._table = table
         self.metrics = metrics
         self._snapshots = snapshots
@@ -234,6 +235,7 @@ class Scheduler:
 
     def reconfigure(self, config: SchedulingConfig) -> None:
         self.config = config
+        self.policies = Policies(config)
         for pool in self.pools.values():
             pool.reserve = config.critical_reserve
         self.poll()

@@ -22,7 +22,7 @@ from typing import Any
 
 from fleetgate.hooks import GatewayRequest, Outcome
 from fleetgate.routing.deployment import Deployment
-from fleetgate.scheduling.policy import RequestPolicy, resolve
+from fleetgate.scheduling.policy import RequestPolicy
 from fleetgate.scheduling.pool import Pool
 from fleetgate.scheduling.scheduler import Scheduler
 
@@ -74,7 +74,7 @@ class SchedulingStage:
         pool = scheduler.pool(req.alias)
         if pool is None:
             return
-        policy = resolve(scheduler.config, req.principal, req.headers)
+        policy = scheduler.policies.of(req.principal, req.headers)
         reclaim = pool.within_guarantee(policy.team, policy.guaranteed)
         if not scheduler.try_admit(pool, policy, req.prompt_tokens):
             elapsed = time.perf_counter() - req.started
