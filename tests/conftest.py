@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +73,13 @@ async def gateway(tmp_path: Path) -> AsyncIterator[GatewayFactory]:
     yield make
     for client in clients:
         await client.close()
+
+
+@pytest.fixture
+def shared_pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for gateway processes to share (dropped afterwards)."""
+    from tests.tenancy.support import create_pg_database, drop_pg_database
+
+    url = asyncio.run(create_pg_database())
+    yield url
+    asyncio.run(drop_pg_database(url))

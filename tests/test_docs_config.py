@@ -21,7 +21,6 @@ from pydantic_core import PydanticUndefined
 
 from fleetgate.config.schema import HealthConfig, RouterConfig, RoutingConfig
 from fleetgate.multimodal.config import MultimodalConfig
-from fleetgate.routing.canary_config import CanaryConfig
 from fleetgate.routing.semantic_config import SemanticConfig
 from fleetgate.scheduling.config import SchedulingConfig
 
@@ -33,7 +32,6 @@ SECTIONS: list[tuple[str, str, type[BaseModel]]] = [
     ("docs/routing.md", "router", RouterConfig),
     ("docs/routing.md", "health", HealthConfig),
     ("docs/routing.md", "semantic", SemanticConfig),
-    ("docs/routing.md", "canary", CanaryConfig),
     ("docs/scheduling.md", "scheduling", SchedulingConfig),
 ]
 

@@ -71,7 +71,7 @@ async def test_keep_alive_reuses_one_connection(
         assert resp.status == 200 and resp.headers["x-up"] == "yes"
         assert await resp.read() == b"ok"
         resp.release()
-    await pool.close()
+    await pool.aclose()
     assert connections == 1
     assert seen[0].startswith(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:")
     assert b"Content-Length: 7\r\n" in seen[0] and seen[0].endswith(b'{"a":1}')
@@ -97,7 +97,7 @@ async def test_chunked_stream_arrives_in_pieces(
     assert chunks == [b"data: 1\n\n", b"data: 2\n\n"]
     resp.release()
     assert pool.idle_count() == 1
-    await pool.close()
+    await pool.aclose()
 
 
 async def test_stale_kept_alive_connection_is_retried_once(
@@ -122,7 +122,7 @@ async def test_stale_kept_alive_connection_is_retried_once(
         resp = await pool.post(url, b"{}", {}, connect_timeout=1)
         assert await resp.read() == b"ok"
         resp.release()
-    await pool.close()
+    await pool.aclose()
     assert (connections, answered) == (2, 2)
 
 
@@ -147,4 +147,4 @@ async def test_close_mid_body_and_garbage(server: Callable[[Handler], Awaitable[
         await pool.post(await server(garbage), b"{}", {}, connect_timeout=1)
     with pytest.raises(OSError):
         await pool.post("http://127.0.0.1:9/x", b"{}", {}, connect_timeout=1)
-    await pool.close()
+    await pool.aclose()

@@ -108,7 +108,6 @@ def _config(fast: FakeUpstream, smart: FakeUpstream, redis_url: str, clf: Path) 
     return {
         "models": [alias("fast", fast), alias("smart", smart)],
         "tenancy": {"redis_prefix": "counts:"},
-        "canary": {"redis_prefix": "counts:"},
         "routing": {"redis_url": redis_url, "scrape_interval_s": 0.05},
         "semantic": SEMANTIC,
         "safety": {
@@ -155,7 +154,7 @@ async def test_every_feature_on_opens_each_shared_resource_once(
     assert conversations is not None
     cid = await conversations.create(tenant="t1")
     assert await conversations.history(cid, tenant="t1") == []
-    # a key through tenancy (store + Redis feed), a canary split through Redis
+    # a key through tenancy (store + Redis feed), a canary split through the database
     resp = await client.post("/admin/teams", headers=AUTH, json={"name": "counts-team"})
     assert resp.status in (200, 201), await resp.text()
     split = {"weights": {"v1": 100}}
@@ -174,6 +173,6 @@ async def test_every_feature_on_opens_each_shared_resource_once(
 
     host = ("127.0.0.1", int(redis_url.rsplit(":", 1)[1].split("/")[0]), 0)
     assert opened.resp == {host: 1}, opened.resp  # the limiter's lean connection
-    assert opened.pools == {host: 1}, opened.pools  # feeds, canary, load and prefix sharing
-    assert list(opened.databases.values()) == [1], opened.databases  # tenancy + conversations
+    assert opened.pools == {host: 1}, opened.pools  # feeds, load and prefix sharing
+    assert list(opened.databases.values()) == [1], opened.databases  # every feature
     assert gw.resources.http.sessions_opened <= 1

@@ -22,7 +22,7 @@ async def client() -> AsyncIterator[RespClient]:
     try:
         yield c
     finally:
-        await c.close()
+        await c.aclose()
 
 
 @pytest.fixture
@@ -110,13 +110,13 @@ async def test_url_database_and_password_are_applied(key: str) -> None:
         await c.call("SET", key, "in-db-3", "PX", 5000)
         assert await c.call("CLIENT", "INFO") and (b" db=3 " in await c.call("CLIENT", "INFO"))
     finally:
-        await c.close()
+        await c.aclose()
     wrong = RespClient("redis://:not-the-password@127.0.0.1:6379/0")
     try:
         with pytest.raises(RespError):  # AUTH refused: this Redis has no password
             await wrong.call("PING")
     finally:
-        await wrong.close()
+        await wrong.aclose()
     with pytest.raises(ValueError):
         RespClient("http://127.0.0.1:6379")
 
@@ -131,7 +131,7 @@ async def test_a_lost_connection_fails_what_is_in_flight_then_reconnects(
     try:
         await killer.call("CLIENT", "KILL", "ID", own_id)
     finally:
-        await killer.close()
+        await killer.aclose()
     with pytest.raises(ConnectionError):
         await blocked
     assert await client.call("PING") == b"PONG"
@@ -147,7 +147,7 @@ async def test_nothing_listening_fails_fast() -> None:
             await c.call("PING")
         assert loop.time() - started < 1.0
     finally:
-        await c.close()
+        await c.aclose()
 
 
 async def test_a_silent_server_breaks_the_connection_at_the_timeout() -> None:
@@ -177,7 +177,7 @@ async def test_a_silent_server_breaks_the_connection_at_the_timeout() -> None:
             await c.call("PING")
         assert len(accepted) == 2
     finally:
-        await c.close()
+        await c.aclose()
         for w in accepted:
             w.close()
         server.close()

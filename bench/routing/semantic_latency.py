@@ -38,7 +38,7 @@ async def main(n: int, quantize: bool) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         stage = SemanticStage(cfg, Path(tmp))
         t0 = time.perf_counter()
-        stage.start()
+        await stage.start()
         if not await stage.wait_ready(120):
             raise SystemExit("model did not load")
         load_s = time.perf_counter() - t0
@@ -52,7 +52,7 @@ async def main(n: int, quantize: bool) -> dict[str, object]:
             decision = await stage.classify(text)
             ms = (time.perf_counter() - start) * 1000
             (rule_ms if decision.source == "rule" else model_ms).append(ms)
-        await stage.stop()
+        await stage.aclose()
     every = model_ms + rule_ms
     return {
         "encoder": "all-MiniLM-L6-v2 " + ("int8" if quantize else "fp32"),

@@ -332,7 +332,7 @@ class ConnectionPool:
             return PooledResponse(conn, self)
         raise ConnectionResetError("upstream closed the connection")  # pragma: no cover
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         for idle in self._idle.values():
             for conn in idle:
                 conn.close()

@@ -267,7 +267,7 @@ class RespClient:
         await self.call("SCRIPT", "LOAD", script.source)
         return await self.send(evalsha)
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         if self._connecting is not None and not self._connecting.done():
             self._connecting.cancel()
         if self._conn is not None:

@@ -15,7 +15,7 @@ SECRETS = [
     "hdr-secret-value",
     "salt-secret-value",
     "redispass1",
-    "redispass2",
+    "redispass2",  # a credential in a deployment's URL
     "T0SECRETPATH",
     "asr-secret-key",
     "guard-secret-key",
@@ -28,9 +28,10 @@ def _config(up: FakeUpstream) -> dict[str, Any]:
         "models": [{"alias": "tiny", "deployments": [{
             "provider": "openai", "model": "m", "api_base": up.url, "api_key": SECRETS[0],
             "extra_headers": {"Authorization": f"Bearer {SECRETS[1]}", "X-Org": "acme"},
+        }]}, {"alias": "other", "deployments": [{
+            "provider": "openai", "model": "m", "api_base": f"http://u:{SECRETS[4]}@127.0.0.1:1/v1",
         }]}],
         "routing": {"salt_secret": SECRETS[2], "redis_url": f"redis://:{SECRETS[3]}@127.0.0.1:1/0"},
-        "canary": {"redis_url": f"redis://user:{SECRETS[4]}@127.0.0.1:1/0"},
         "tenancy": {"enabled": False, "alert_webhook": f"https://hooks.example/T0/{SECRETS[5]}"},
         "multimodal": {"asr": {"backend": "openai", "url": "http://asr:8000/v1",
                                "model": "whisper", "api_key": SECRETS[6]}},

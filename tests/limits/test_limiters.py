@@ -31,9 +31,9 @@ async def limiter(request: pytest.FixtureRequest, redis_prefix: str) -> AsyncIte
     try:
         yield lim
     finally:
-        await lim.close()
+        await lim.aclose()
         if isinstance(lim, RedisLimiter):
-            await lim.redis.close()  # the limiter never closes the connection it was handed
+            await lim.redis.aclose()  # the limiter never closes the connection it was handed
 
 
 async def test_rpm_admits_exactly_the_limit(limiter: Limiter) -> None:
@@ -99,8 +99,8 @@ async def test_two_replicas_share_one_redis_counter(redis_prefix: str) -> None:
         got = [await (a if i % 2 else b).reserve(f"m{i}", scopes, 1) for i in range(10)]
         assert sum(isinstance(r, Reservation) for r in got) == 4
     finally:
-        await a.redis.close()
-        await b.redis.close()
+        await a.redis.aclose()
+        await b.redis.aclose()
 
 
 @pytest.mark.parametrize("policy", ["fail_open", "fail_closed"])
@@ -125,7 +125,7 @@ async def test_redis_down_applies_the_policy_and_counts_it(policy: str) -> None:
         assert not caught.value.maybe_applied
         assert seen == [policy] * 3  # settles are not requests decided by the policy
     finally:
-        await dead.close()
+        await dead.aclose()
 
 
 async def test_a_restarted_counter_is_raised_to_the_store_total(redis_prefix: str) -> None:
@@ -146,7 +146,7 @@ async def test_a_restarted_counter_is_raised_to_the_store_total(redis_prefix: st
         await lim.raise_spend(scope, 3_200)
         assert await lim.spent(scope) == 3_200
     finally:
-        await lim.redis.close()
+        await lim.redis.aclose()
 
 
 async def test_a_redis_settle_is_sent_when_called_not_when_awaited(redis_prefix: str) -> None:
@@ -163,8 +163,8 @@ async def test_a_redis_settle_is_sent_when_called_not_when_awaited(redis_prefix:
         assert isinstance(await other.reserve("m2", (scope,), 1), Reservation)
         assert await settling == {}
     finally:
-        await lim.redis.close()
-        await other.redis.close()
+        await lim.redis.aclose()
+        await other.redis.aclose()
 
 
 @pytest.mark.parametrize("policy", ["fail_open", "fail_closed"])
@@ -205,6 +205,83 @@ async def test_a_redis_error_reply_such_as_readonly_follows_the_policy(
                 await lim.reserve("m", scopes, 1)
         assert seen == [policy]
     finally:
-        await lim.redis.close()
+        await lim.redis.aclose()
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture
+async def private_redis(tmp_path: Path) -> AsyncIterator[str]:
+    """A Redis of this test's own (the shared one's scripts are not ours to flush)."""
+    import shutil
+    import subprocess
+
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    proc = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"redis://127.0.0.1:{port}/0"
+    probe = RespClient(url)
+    try:
+        for _ in range(50):
+            try:
+                await probe.call("PING")
+                break
+            except (ConnectionError, OSError):
+                await asyncio.sleep(0.1)
+        yield url
+    finally:
+        await probe.aclose()
+        proc.terminate()
+        proc.wait(10)
+
+
+async def test_a_redis_settle_after_redis_forgot_the_script_loads_it_and_applies(
+    private_redis: str,
+) -> None:
+    """The settle's reply arrives as NOSCRIPT (a restarted Redis, SCRIPT FLUSH): the script is
+    loaded, the settle sent again, and it frees the slot and counts the cost once."""
+    lim = RedisLimiter(RespClient(private_redis), prefix="t:")
+    try:
+        scope = Scope("key:n", max_parallel=1, budget_nusd=10_000)
+        first = await lim.reserve("m1", (scope,), 1)
+        assert isinstance(first, Reservation)
+        await lim.redis.call("SCRIPT", "FLUSH")
+        assert await lim.settle(first, 1, 700) == {"key:n": 700}
+        assert await lim.spent(scope) == 700
+        assert isinstance(await lim.reserve("m2", (scope,), 1), Reservation)  # slot freed
+    finally:
+        await lim.redis.aclose()
+
+
+async def test_a_redis_settle_lost_in_flight_says_it_may_have_applied(
+    private_redis: str,
+) -> None:
+    """The connection drops while the settle waits for its reply: `LimiterUnavailable` with
+    ``maybe_applied`` (so a retry releases only), and the breaker opens."""
+    lim = RedisLimiter(RespClient(private_redis), prefix="t:")
+    killer = RespClient(private_redis)
+    try:
+        scope = Scope("key:l", max_parallel=1)
+        first = await lim.reserve("m1", (scope,), 1)
+        assert isinstance(first, Reservation)
+        own_id = await lim.redis.call("CLIENT", "ID")
+        blocked = asyncio.ensure_future(lim.redis.call("BLPOP", "t:never", 5))
+        await asyncio.sleep(0.05)
+        settling = lim.settle(first, 1, 0)  # queued behind the blocking call
+        await killer.call("CLIENT", "KILL", "ID", own_id)
+        with pytest.raises(LimiterUnavailable) as info:
+            await settling
+        assert info.value.maybe_applied
+        with pytest.raises(ConnectionError):
+            await blocked
+        with pytest.raises(LimiterUnavailable):  # the breaker is open: no wait on Redis
+            await lim.settle(first, 1, 0)
+    finally:
+        await killer.aclose()
+        await lim.redis.aclose()

@@ -89,4 +89,4 @@ async def test_scrapes_simulators_and_backs_off_from_a_dead_engine() -> None:
             assert stats.snapshot(dead) is None
             assert not stats.view(dead).scraped
         finally:
-            await stats.stop()
+            await stats.aclose()

@@ -43,7 +43,7 @@ async def test_replicas_route_on_each_others_load(redis_url: str) -> None:
         await b.sync_share()
         assert b.view(d).load == 0
     finally:
-        await a.stop()
-        await b.stop()
+        await a.aclose()
+        await b.aclose()
         await redis_a.aclose()
         await redis_b.aclose()

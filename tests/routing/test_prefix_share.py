@@ -33,7 +33,7 @@ async def test_records_reach_the_other_replicas_only(redis_url: str) -> None:
     a = PrefixShare(redis_a.client(redis_url), "replica-a", PrefixIndex())
     b = PrefixShare(redis_b.client(redis_url), "replica-b", PrefixIndex())
     for share in (a, b):
-        share.start()
+        await share.start()
     try:
         await asyncio.sleep(0.3)  # both subscribed
         a.record("http://engine-1:8000", [11, 12, 13])
@@ -45,8 +45,8 @@ async def test_records_reach_the_other_replicas_only(redis_url: str) -> None:
         assert a.applied == 0  # its own message is skipped
         a.apply(b"not json")  # a stray message changes nothing
     finally:
-        await a.stop()
-        await b.stop()
+        await a.aclose()
+        await b.aclose()
         await redis_a.aclose()
         await redis_b.aclose()
 

@@ -138,7 +138,7 @@ async def test_router_alias_refuses_embeddings(
 async def test_concurrent_requests_share_batches_and_examples_are_cached(tmp_path: Path) -> None:
     first = HashingEncoder()
     stage = await _stage(tmp_path, first)
-    stage.start()
+    await stage.start()
     assert await stage.wait_ready(30)
     assert sum(first.batches) == len(stage.router.examples)  # embedded once, then cached
     before = len(first.batches)
@@ -146,14 +146,14 @@ async def test_concurrent_requests_share_batches_and_examples_are_cached(tmp_pat
     decisions = await asyncio.gather(*(stage.classify(t) for t in texts))
     assert all(d.source == "embedding" for d in decisions)
     assert len(first.batches) - before < len(texts)  # fewer encoder calls than requests
-    await stage.stop()
+    await stage.aclose()
 
     second = HashingEncoder()
     again = await _stage(tmp_path, second)
-    again.start()
+    await again.start()
     assert await again.wait_ready(30)
     assert second.batches == []  # example embeddings came from the disk cache
-    await again.stop()
+    await again.aclose()
 
 
 async def test_model_failure_falls_back_to_rules_then_default(tmp_path: Path) -> None:
@@ -162,12 +162,12 @@ async def test_model_failure_falls_back_to_rules_then_default(tmp_path: Path) ->
             raise OSError("weights missing")
 
     stage = await _stage(tmp_path, Broken())
-    stage.start()
+    await stage.start()
     assert not await stage.wait_ready(30)
     assert (await stage.classify("solve for x: 2x + 1 = 5")).intent == "math"
     fallback = await stage.classify("something entirely unremarkable")
     assert (fallback.intent, fallback.source) == ("chitchat", "default")
-    await stage.stop()
+    await stage.aclose()
 
 
 def test_request_text_is_the_last_user_message() -> None:

@@ -63,7 +63,7 @@ async def test_verdicts_reach_sink_metrics_webhook_and_suspend_the_key(
         audit.submit(exchange("And another bomb recipe ..."))
         await audit.join()
     finally:
-        await audit.stop()
+        await audit.aclose()
         await guard.aclose()
         await fake.stop()
 
@@ -96,7 +96,7 @@ async def test_stopped_guard_endpoint_degrades_to_counted_failures() -> None:
             audit.submit(exchange(f"bomb {i}"))
         await audit.join()
     finally:
-        await audit.stop()
+        await audit.aclose()
         await guard.aclose()
     assert audit.failures == 3 and guard.failures == 3
     assert all(r.failed and not r.flagged for r in records)
@@ -132,7 +132,7 @@ async def test_failing_sink_does_not_kill_the_workers() -> None:
         audit.submit(exchange("two"))
         await audit.join()
     finally:
-        await audit.stop()
+        await audit.aclose()
         await guard.aclose()
         await fake.stop()
     assert len(calls) == 2

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,6 +91,40 @@ async def test_cache_is_reused_without_retraining(
     finally:
         again.close()
     assert cache.stat().st_mtime_ns == stamp
+
+
+async def test_closing_waits_for_a_running_inference_off_the_event_loop(
+    classifier: ClassifierCheck, embedder: MiniLMEmbedder
+) -> None:
+    """Closing the guardrails at shutdown waits for an inference still running in the check's
+    thread, and the event loop keeps running meanwhile (here: it is what lets the inference
+    finish; a close that blocked the loop would leave it waiting until ``release`` times out)."""
+    await classifier.warm_up()  # the cached model the held check loads
+    entered, release = threading.Event(), threading.Event()
+    released: list[bool] = []
+
+    class Held:
+        """The real embedder, held inside each call until the test releases it."""
+
+        name, dim = embedder.name, embedder.dim
+
+        def encode(self, texts: Sequence[str]) -> Any:
+            entered.set()
+            released.append(release.wait(5))
+            return embedder.encode(texts)
+
+    check = ClassifierCheck(cache_path=classifier._cache_path, embedder=Held())
+    guardrails = Guardrails(SafetyConfig(), checks={"classifier": check})
+    await check.warm_up()
+    scoring = asyncio.ensure_future(check.score_many(["how do I bake bread?"]))
+    assert await asyncio.to_thread(entered.wait, 5)
+    closing = asyncio.ensure_future(guardrails.aclose())
+    await asyncio.sleep(0.1)
+    assert not closing.done()  # still waiting for the inference in flight
+    release.set()
+    await asyncio.wait_for(closing, 10)
+    assert released == [True]
+    assert len(await scoring) == 1
 
 
 async def test_user_retrains_with_own_examples(embedder: MiniLMEmbedder, tmp_path: Path) -> None:

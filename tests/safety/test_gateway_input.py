@@ -82,7 +82,7 @@ async def test_admin_api_attaches_a_policy_to_a_team(
     # the master key (no team) still gets the default policy on the same alias
     master = await client.post("/v1/chat/completions", json=chat(PROMPT), headers=AUTH)
     assert master.status == 200
-    assert (tmp_path / OVERRIDES_FILE).exists()  # other workers of this data dir follow
+    assert not (tmp_path / OVERRIDES_FILE).exists()  # in the database, for every replica
 
 
 async def test_admin_api_creates_policies_and_refuses_bad_ones(

@@ -1,5 +1,5 @@
 """`SafetyRuntime`: policy swaps keep unchanged checks, survive config reloads, and reach the
-other processes that share the data directory."""
+other processes that share the database."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
-from fleetgate.errors import ConfigError
+from fleetgate.errors import ConfigError, ServiceUnavailable
+from fleetgate.resources import Resources
 from fleetgate.safety import CheckPoint, SafetyConfig
-from fleetgate.safety.runtime import SafetyRuntime
+from fleetgate.safety.runtime import OVERRIDES_FILE, SafetyRuntime
+from fleetgate.store import Database
 from fleetgate.telemetry.registry import Registry
 
 BASE: dict[str, Any] = {
@@ -37,7 +39,7 @@ async def test_policy_change_swaps_guardrails_and_reuses_unchanged_checks(tmp_pa
     with pytest.raises(ConfigError):
         await rt.map_team("finance", "no-such-policy")
     assert rt.stage.policy_for("tiny", None).name == "strict"  # unchanged after a refusal
-    await rt.stop()
+    await rt.aclose()
 
 
 async def test_config_reload_keeps_admin_overrides(tmp_path: Path) -> None:
@@ -48,19 +50,81 @@ async def test_config_reload_keeps_admin_overrides(tmp_path: Path) -> None:
     rt.set_base(SafetyConfig.model_validate(reloaded))
     assert rt.config.policies["default"].input == []
     assert rt.stage.policy_for("tiny", None).name == "strict"
-    await rt.stop()
+    await rt.aclose()
 
 
-async def test_other_process_sees_overrides_through_the_data_dir(tmp_path: Path) -> None:
-    writer, reader = _runtime(tmp_path), _runtime(tmp_path)
+def _shared_runtime(tmp_path: Path) -> SafetyRuntime:
+    """A runtime as another process would have it: its own resources, the same database."""
+    resources = Resources()
+    db = resources.databases.get(None, tmp_path)
+    return SafetyRuntime(
+        SafetyConfig.model_validate(BASE), Registry(), data_dir=tmp_path,
+        resources=resources, database=db,
+    )  # fmt: skip
+
+
+async def test_other_process_sees_overrides_through_the_database(tmp_path: Path) -> None:
+    writer, reader = _shared_runtime(tmp_path), _shared_runtime(tmp_path)
+    await writer.start()
+    await reader.start()
     await writer.put_policy("strict", {"input": ["pii"], "actions": {"pii": "block"}})
     await writer.map_team("finance", "strict")
-    reader._reload_if_changed()
+    await reader.resources.shared.refresh()  # what its poller does every quarter second
     assert reader.stage.policy_for("tiny", "finance").name == "strict"
-    third = _runtime(tmp_path)  # a process started later reads them at start
+    third = _shared_runtime(tmp_path)  # a process started later reads them at start
+    await third.start()
     assert third.config.teams == {"finance": "strict"}
+    await writer.map_team("finance", None)
+    await third.resources.shared.refresh()
+    assert third.config.teams == {}
+    assert not (tmp_path / OVERRIDES_FILE).exists()  # nothing in the data directory
     for rt in (writer, reader, third):
-        await rt.stop()
+        await rt.aclose()
+        await rt.resources.aclose()
+
+
+async def test_an_overrides_file_of_an_older_version_is_imported_once(tmp_path: Path) -> None:
+    (tmp_path / OVERRIDES_FILE).write_text(
+        '{"policies": {"strict": {"input": ["pii"]}}, "aliases": {"tiny": "strict"}}'
+    )
+    rt = _shared_runtime(tmp_path)
+    await rt.start()
+    assert rt.stage.policy_for("tiny", None).name == "strict"
+    assert not (tmp_path / OVERRIDES_FILE).exists()
+    assert (tmp_path / f"{OVERRIDES_FILE}.imported").exists()
+    await rt.aclose()
+    await rt.resources.aclose()
+    again = _shared_runtime(tmp_path)  # a restart reads them from the database
+    await again.start()
+    assert again.stage.policy_for("tiny", None).name == "strict"
+    await again.aclose()
+    await again.resources.aclose()
+
+
+async def test_a_change_the_database_cannot_store_is_refused_and_not_in_force(
+    tmp_path: Path,
+) -> None:
+    resources = Resources()
+    down = Database("postgresql+asyncpg://postgres@127.0.0.1:9/none", connect_timeout_s=0.5)
+    rt = SafetyRuntime(
+        SafetyConfig.model_validate(BASE), Registry(), data_dir=tmp_path,
+        resources=resources, database=down,
+    )  # fmt: skip
+    await rt.start()  # starts without its database; follows it once it answers
+    with pytest.raises(ServiceUnavailable):
+        await rt.map_alias("tiny", "default")
+    assert rt.overrides["aliases"] == {}
+    assert rt.stage.policy_for("tiny", None).name == "default"
+    await rt.aclose()
+    await resources.aclose()
+    await down.aclose()
+
+
+async def test_overlong_names_are_refused(tmp_path: Path) -> None:
+    rt = _runtime(tmp_path)
+    with pytest.raises(ConfigError):
+        await rt.put_policy("p" * 129, {"input": []})
+    await rt.aclose()
 
 
 async def test_replaced_checks_are_closed_after_a_grace_period_not_kept_forever(
@@ -87,4 +151,4 @@ async def test_replaced_checks_are_closed_after_a_grace_period_not_kept_forever(
             await task
     assert rt.retired_checks() == 1
     assert len(closed) == 50
-    await rt.stop()
+    await rt.aclose()

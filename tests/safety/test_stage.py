@@ -150,7 +150,7 @@ async def test_after_queues_the_exchange_for_the_policy_audit_checks() -> None:
         stage.after(req, Outcome(status=200, response_text="and then he made a bomb"))
         await audit.join()
     finally:
-        await audit.stop()
+        await audit.aclose()
         await g.aclose()
         await fake.stop()
     (record,) = records

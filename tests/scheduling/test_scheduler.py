@@ -203,12 +203,12 @@ async def test_a_caller_that_leaves_just_as_it_is_admitted_frees_its_slot() -> N
     assert pool.admitted == 0
 
 
-async def test_stop_cancels_the_waiters() -> None:
+async def test_aclose_cancels_the_waiters() -> None:
     scheduler, pool, _ = scheduler_with_pool(1)
     await _admit(scheduler, pool, policy("a"))
     waiting = asyncio.create_task(_admit(scheduler, pool, policy("b")))
     await asyncio.sleep(0)
-    await scheduler.stop()
+    await scheduler.aclose()
     with pytest.raises(asyncio.CancelledError):
         await waiting
     assert pool.queue.size == 0

@@ -29,7 +29,7 @@ async def _times(queue: asyncio.Queue[SeqEvent], count: int) -> list[float]:
 
 async def test_ttft_follows_prefill_and_itl_follows_decode_step() -> None:
     engine = _engine(prefill_ms_per_token=0.5, decode_ms_per_step=15.0, decode_batch_factor=0)
-    engine.start()
+    await engine.start()
     try:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[SeqEvent] = asyncio.Queue()
@@ -48,12 +48,12 @@ async def test_ttft_follows_prefill_and_itl_follows_decode_step() -> None:
         assert stamps[0] - start < 0.06
         assert seqs[0].cached_tokens == 192
     finally:
-        await engine.stop()
+        await engine.aclose()
 
 
 async def test_batch_factor_slows_decode_steps() -> None:
     engine = _engine(decode_ms_per_step=10.0, decode_batch_factor=1.0)
-    engine.start()
+    await engine.start()
     try:
         queue: asyncio.Queue[SeqEvent] = asyncio.Queue()
         engine.submit([_spec(4, 6, i, offset=100 * i) for i in range(3)], queue)
@@ -62,12 +62,12 @@ async def test_batch_factor_slows_decode_steps() -> None:
         span = stamps[-1] - stamps[0]
         assert span >= 0.13  # 5 decode steps after the first tokens
     finally:
-        await engine.stop()
+        await engine.aclose()
 
 
 async def test_max_num_seqs_keeps_the_rest_waiting_fcfs() -> None:
     engine = _engine(decode_ms_per_step=5.0, max_num_seqs=2)
-    engine.start()
+    await engine.start()
     try:
         queue: asyncio.Queue[SeqEvent] = asyncio.Queue()
         engine.submit([_spec(4, 5, i, offset=100 * i) for i in range(4)], queue)
@@ -81,13 +81,13 @@ async def test_max_num_seqs_keeps_the_rest_waiting_fcfs() -> None:
         assert order[:2] == [0, 1] and sorted(order[2:]) == [2, 3]
         assert not engine.running and not engine.waiting and engine.kv.usage == 0.0
     finally:
-        await engine.stop()
+        await engine.aclose()
 
 
 async def test_preemption_when_kv_runs_out_and_everyone_still_finishes() -> None:
     # 6 blocks of 4 tokens; two requests that each grow to 5 blocks cannot both fit.
     engine = _engine(decode_ms_per_step=1.0, kv_blocks=6, block_size=4)
-    engine.start()
+    await engine.start()
     try:
         queue: asyncio.Queue[SeqEvent] = asyncio.Queue()
         engine.submit([_spec(4, 14, 0), _spec(4, 14, 1, offset=50)], queue)
@@ -101,12 +101,12 @@ async def test_preemption_when_kv_runs_out_and_everyone_still_finishes() -> None
         assert texts[0] == texts[1] == [f" w{i}" for i in range(14)]
         assert engine.kv.usage == 0.0
     finally:
-        await engine.stop()
+        await engine.aclose()
 
 
 async def test_abort_frees_kv_and_stops_decoding() -> None:
     engine = _engine(decode_ms_per_step=5.0)
-    engine.start()
+    await engine.start()
     try:
         queue: asyncio.Queue[SeqEvent] = asyncio.Queue()
         (seq,) = engine.submit([_spec(40, 1000)], queue)
@@ -119,7 +119,7 @@ async def test_abort_frees_kv_and_stops_decoding() -> None:
         await asyncio.sleep(0.03)
         assert queue.qsize() == produced <= 1
     finally:
-        await engine.stop()
+        await engine.aclose()
 
 
 async def test_instant_mode_answers_at_once_and_still_counts_prefix_hits() -> None:
@@ -130,7 +130,7 @@ async def test_instant_mode_answers_at_once_and_still_counts_prefix_hits() -> No
     (seq,) = engine.submit([_spec(64, 3)], queue)
     assert seq.cached_tokens == 48
     assert engine.metrics.prefix_hits.labels("tiny").value == 48
-    await engine.stop()
+    await engine.aclose()
 
 
 def _prio(index: int, priority: int, out_len: int = 10) -> SeqSpec:
@@ -141,7 +141,7 @@ def _prio(index: int, priority: int, out_len: int = 10) -> SeqSpec:
 
 async def test_priority_policy_runs_the_more_important_first_and_preempts() -> None:
     engine = _engine(decode_ms_per_step=5.0, max_num_seqs=2, scheduling_policy="priority")
-    engine.start()
+    await engine.start()
     try:
         queue: asyncio.Queue[SeqEvent] = asyncio.Queue()
         engine.submit([_prio(0, 5, 30), _prio(1, 5, 30), _prio(2, 5, 30)], queue)  # 2 run
@@ -163,12 +163,12 @@ async def test_priority_policy_runs_the_more_important_first_and_preempts() -> N
         assert engine.metrics.preemptions.labels("tiny").value >= 1
         assert all(t == [f" w{i}" for i in range(sizes[k])] for k, t in texts.items())
     finally:
-        await engine.stop()
+        await engine.aclose()
 
 
 async def test_fcfs_ignores_priority_order() -> None:
     engine = _engine(decode_ms_per_step=5.0, max_num_seqs=1)
-    engine.start()
+    await engine.start()
     try:
         queue: asyncio.Queue[SeqEvent] = asyncio.Queue()
         engine.submit([_prio(0, 5, 4), _prio(1, 5, 4), _prio(2, 0, 4)], queue)
@@ -179,4 +179,4 @@ async def test_fcfs_ignores_priority_order() -> None:
                 order.append(ev.index)
         assert order == [0, 1, 2]
     finally:
-        await engine.stop()
+        await engine.aclose()

@@ -50,7 +50,7 @@ async def test_values_out_of_range_are_clamped_by_every_store(db_url: str, tmp_p
         assert got.deployment == "a\ufffdb"  # PostgreSQL cannot hold a NUL, SQLite cut at it
         assert tag == "t" * 300
     finally:
-        await db.close()
+        await db.aclose()
 
 
 async def test_a_row_the_store_refuses_raises_record_refused(db_url: str, tmp_path: Path) -> None:
@@ -65,7 +65,7 @@ async def test_a_row_the_store_refuses_raises_record_refused(db_url: str, tmp_pa
         async with db.engine.connect() as conn:
             assert (await conn.execute(select(spend))).all() == []  # all or nothing
     finally:
-        await db.close()
+        await db.aclose()
 
 
 async def test_a_store_that_is_away_is_not_a_refusal(tmp_path: Path) -> None:
@@ -75,4 +75,4 @@ async def test_a_store_that_is_away_is_not_a_refusal(tmp_path: Path) -> None:
             await _in_thread(db, [[_row("r")], [], []])
         assert not isinstance(err.value, RecordRefused)
     finally:
-        await db.close()
+        await db.aclose()

@@ -62,7 +62,7 @@ async def test_migrations_create_every_table_and_rerun_safely(db_url: str, tmp_p
         assert EXPECTED <= names
         assert version == 1
     finally:
-        await db.close()
+        await db.aclose()
 
 
 async def test_insert_ignore_counts_each_request_once(db_url: str, tmp_path: Path) -> None:
@@ -75,7 +75,7 @@ async def test_insert_ignore_counts_each_request_once(db_url: str, tmp_path: Pat
             total = await conn.scalar(select(func.sum(spend.c.cost_nusd)))
         assert total == 60
     finally:
-        await db.close()
+        await db.aclose()
 
 
 async def test_0003_backfills_the_team_of_old_admin_rows_and_downgrades(
@@ -96,7 +96,7 @@ async def test_0003_backfills_the_team_of_old_admin_rows_and_downgrades(
             await conn.run_sync(to("0002", down=True))
             await conn.run_sync(to("head"))
     finally:
-        await db.close()
+        await db.aclose()
 
 
 async def test_0004_creates_the_conversation_tables_and_downgrades(
@@ -119,7 +119,7 @@ async def test_0004_creates_the_conversation_tables_and_downgrades(
             await conn.run_sync(_to("head"))
             assert {"mm_conversations", "mm_turns"} <= await conn.run_sync(_tables)
     finally:
-        await db.close()
+        await db.aclose()
 
 
 async def test_0004_keeps_conversations_the_store_created_itself_before(
@@ -146,4 +146,4 @@ async def test_0004_keeps_conversations_the_store_created_itself_before(
             turns = (await conn.execute(select(conversation_turns.c.content))).all()
             assert [t.content for t in turns] == ["hi"]
     finally:
-        await db.close()
+        await db.aclose()

@@ -243,7 +243,7 @@ async def test_outage_and_sigkill_lose_and_double_nothing(
                     break
                 await asyncio.sleep(0.3)
         finally:
-            await db.close()
+            await db.aclose()
         stored = {r.request_id: r.cost_nusd for r in rows}
         assert set(expected) <= set(stored), f"missing {len(set(expected) - set(stored))}"
         assert len(rows) == len(stored)  # nothing twice

@@ -98,7 +98,7 @@ async def test_database_outage_loses_and_doubles_nothing(upstream: str, tmp_path
         async with db.engine.connect() as conn:
             rows = (await conn.execute(select(spend.c.request_id))).scalars().all()
             audited = await conn.scalar(select(func.count()).select_from(request_audit))
-        await db.close()
+        await db.aclose()
         assert sorted(rows) == sorted(ids)
         assert audited == 90
     finally:
@@ -129,14 +129,14 @@ async def test_spool_left_by_a_crash_is_replayed_exactly_once(db_url: str, tmp_p
         for _ in range(2):  # two restarts: the second finds nothing more to do
             restarted = RecordWriter(db, tmp_path / "spool")
             await restarted.start()
-            await restarted.stop()
+            await restarted.aclose()
         async with db.engine.connect() as conn:
             count = await conn.scalar(select(func.count()).select_from(spend))
             total = await conn.scalar(select(func.sum(spend.c.cost_nusd)))
         assert (count, total) == (40, 280)
         assert list((tmp_path / "spool").glob("seg-*.jsonl")) == []
     finally:
-        await db.close()
+        await db.aclose()
 
 
 async def test_a_flush_writes_what_was_queued_and_returns_while_records_keep_coming(
@@ -178,8 +178,8 @@ async def test_a_flush_writes_what_was_queued_and_returns_while_records_keep_com
         assert writer.pending() == 0
     finally:
         stop.set()
-        await writer.stop()
-        await db.close()
+        await writer.aclose()
+        await db.aclose()
 
 
 async def test_budget_stops_at_the_limit_and_alerts_once_each(
@@ -274,5 +274,5 @@ async def test_the_spool_is_synced_to_disk_off_the_loop_only_when_it_grew(
         await writer._sync()
         assert len(synced) == 2
     finally:
-        await writer.stop()
-        await db.close()
+        await writer.aclose()
+        await db.aclose()

@@ -82,8 +82,8 @@ async def test_values_longer_than_their_columns_never_block_the_writer(
         assert audited == ["m" * 200]
         assert writer.dead_letters.count() == 0
     finally:
-        await writer.stop()
-        await db.close()
+        await writer.aclose()
+        await db.aclose()
 
 
 @pytest.mark.postgres
@@ -98,7 +98,7 @@ async def test_a_refused_record_among_10000_is_set_aside_and_every_other_is_writ
         for i in range(3_000):  # the first 3,000 already reached the store before the crash
             earlier.submit("spend", _row(f"r{i:05d}"))
         await _flushed(earlier)
-        await earlier.stop()
+        await earlier.aclose()
         crashed = RecordWriter(db, tmp_path / "spool", segment_max_records=20_000)
         for i in range(10_000):
             if i == 5_000:  # the store refuses it: a NOT NULL column without a value
@@ -110,7 +110,7 @@ async def test_a_refused_record_among_10000_is_set_aside_and_every_other_is_writ
             restarted = RecordWriter(db, tmp_path / "spool")
             await restarted.start()
             assert restarted.pending() == 0
-            await restarted.stop()
+            await restarted.aclose()
         async with db.engine.connect() as conn:
             count = await conn.scalar(select(func.count()).select_from(spend))
             distinct = await conn.scalar(select(func.count(func.distinct(spend.c.request_id))))
@@ -125,7 +125,7 @@ async def test_a_refused_record_among_10000_is_set_aside_and_every_other_is_writ
         assert "key_id" in entry["error"]
         assert list((tmp_path / "spool").glob("seg-*.jsonl")) == []
     finally:
-        await db.close()
+        await db.aclose()
         await drop_pg_database(url)
 
 
@@ -149,8 +149,8 @@ async def test_a_transient_store_error_keeps_the_batch_and_sets_nothing_aside(
         assert writer.healthy and writer.written == 20
     finally:
         lock.close()
-        await writer.stop()
-        await db.close()
+        await writer.aclose()
+        await db.aclose()
 
 
 async def test_a_full_spool_disk_never_fails_a_response_and_the_request_is_still_billed(
@@ -216,8 +216,8 @@ async def test_records_held_in_memory_stay_bounded_through_an_outage(tmp_path: P
         assert writer.written == 6_000 and writer.held() == 0
         assert len(list((tmp_path / "spool").glob("seg-*.jsonl"))) <= 1  # the open one
     finally:
-        await writer.stop()
-        await db.close()
+        await writer.aclose()
+        await db.aclose()
         await proxy.close()
         await drop_pg_database(url)
 
@@ -252,8 +252,8 @@ async def test_a_flush_keeps_pace_while_the_event_loop_is_saturated(tmp_path: Pa
     finally:
         stop.set()
         await asyncio.gather(*busy)
-        await writer.stop()
-        await db.close()
+        await writer.aclose()
+        await db.aclose()
 
 
 async def test_records_set_aside_are_counted_and_listed_for_the_master_only(

@@ -2,8 +2,9 @@
 
 ``PUT /admin/teams/{team}/documents/{doc_id}`` with ``{"text": "..."}`` indexes (or re-indexes)
 one document with sentence embeddings; ``DELETE`` removes it. The master key may manage any
-team's documents, a team admin key only its own team's. The index lives in the gateway's
-memory: upload to every replica (or re-upload after a restart). ``multimodal.inputs`` bounds
+team's documents, a team admin key only its own team's. Documents and their embeddings are
+stored in the database, so every replica retrieves them and a restart keeps them (503
+``store_unavailable`` while the database is away). ``multimodal.inputs`` bounds
 one document (``document_chars``) and a team's whole collection (``team_document_bytes``,
 ``team_documents``: 413 past them).
 """
@@ -17,6 +18,7 @@ from fleetgate.api.state import GATEWAY
 from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied
 from fleetgate.http.body import read_json
 from fleetgate.multimodal.runtime import MultimodalRuntime
+from fleetgate.store.errors import store_unavailable_is_503
 from fleetgate.tenancy.auth import bearer_token
 
 __all__ = ["document_routes"]
@@ -43,6 +45,7 @@ def _authorized(request: web.Request) -> tuple[MultimodalRuntime, str]:
     return runtime, team
 
 
+@store_unavailable_is_503
 async def put_document(request: web.Request) -> web.Response:
     runtime, team = _authorized(request)
     gw = request.app[GATEWAY]
@@ -59,9 +62,10 @@ async def put_document(request: web.Request) -> web.Response:
     return web.Response(body=orjson.dumps(out), content_type="application/json")
 
 
+@store_unavailable_is_503
 async def delete_document(request: web.Request) -> web.Response:
     runtime, team = _authorized(request)
     doc_id = request.match_info["doc_id"]
-    runtime.index.remove(team, doc_id)
+    await runtime.index.remove(team, doc_id)
     out = {"team": team, "id": doc_id, "deleted": True}
     return web.Response(body=orjson.dumps(out), content_type="application/json")

@@ -53,20 +53,20 @@ class CoreFeature(BaseFeature):
 
     async def start(self) -> None:
         gw = self.gw
-        gw.health.start()
-        gw.access_log.start()
+        await gw.health.start()
+        await gw.access_log.start()
         if gw.worker_metrics is not None:
-            gw.worker_metrics.start()
+            await gw.worker_metrics.start()
         if gw.settings.watch_config:
-            gw.tables.start_watching()
+            await gw.tables.start()
 
     async def aclose(self) -> None:
         gw = self.gw
-        await gw.tables.stop()
-        await gw.health.stop()
-        await gw.access_log.stop()
+        await gw.tables.aclose()
+        await gw.health.aclose()
+        await gw.access_log.aclose()
         if gw.worker_metrics is not None:
-            await gw.worker_metrics.stop()
-        await gw.http.close()
+            await gw.worker_metrics.aclose()
+        await gw.http.aclose()
         gw.tracer.shutdown()
         await gw.resources.aclose()

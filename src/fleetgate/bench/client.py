@@ -141,7 +141,7 @@ class BenchClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.pool.close()
+        await self.pool.aclose()
 
 
 async def _read_whole(resp: PooledResponse, record: RequestRecord, st: float) -> None:

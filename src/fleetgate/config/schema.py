@@ -22,7 +22,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fleetgate.multimodal.config import MultimodalConfig
-from fleetgate.routing.canary_config import CanaryConfig
 from fleetgate.routing.semantic_config import SemanticConfig
 from fleetgate.safety.config import SafetyConfig
 from fleetgate.scheduling.config import SchedulingConfig
@@ -247,7 +246,6 @@ class GatewayConfig(_Model):
     routing: RoutingConfig = RoutingConfig()
     multimodal: MultimodalConfig = MultimodalConfig()
     semantic: SemanticConfig | None = None  # the intent router (routing/semantic_config.py)
-    canary: CanaryConfig = CanaryConfig()  # version splits (routing/canary_config.py)
     safety: SafetyConfig | None = None  # guardrails (safety/config.py); absent: no safety stage
     scheduling: SchedulingConfig = SchedulingConfig()  # admission queues (scheduling/config.py)
     # Config sections of plug-in features (`fleetgate.feature.Feature`), by feature name: each

@@ -7,6 +7,7 @@ are sliding 60-second logs, so "120 RPM" means at most 120 admissions in any 60 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -74,11 +75,15 @@ class Limiter(Protocol):
         """Admit the request in every scope at once, or refuse without counting it."""
         ...
 
-    async def settle(self, reservation: Reservation, tokens: int, cost_nusd: int) -> dict[str, int]:
+    def settle(
+        self, reservation: Reservation, tokens: int, cost_nusd: int
+    ) -> Awaitable[dict[str, int]]:
         """Free the parallel slot, replace reserved tokens by ``tokens``, add the cost to the
-        budgeted scopes; returns each budgeted scope's spend after the increment. Raises
+        budgeted scopes; resolves to each budgeted scope's spend after the increment. Raises
         `fleetgate.errors.LimiterUnavailable` when the shared store cannot be reached: settling
-        again later is safe (with ``cost_nusd=0`` when the error says it may have applied)."""
+        again later is safe (with ``cost_nusd=0`` when the error says it may have applied).
+        An ``async def`` fits; an implementation may also return an `asyncio.Future` (then
+        `fleetgate.tenancy.settles.Settles` waits for it without a task of its own)."""
         ...
 
     async def spent(self, scope: Scope) -> int | None:
@@ -94,4 +99,4 @@ class Limiter(Protocol):
         possibly restarted store): the owner then raises them to the store's totals again."""
         ...
 
-    async def close(self) -> None: ...
+    async def aclose(self) -> None: ...

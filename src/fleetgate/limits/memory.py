@@ -1,4 +1,12 @@
-"""`MemoryLimiter`: exact limits for one process (the embedded default)."""
+"""`MemoryLimiter`: exact limits for one process (the embedded default).
+
+The windows are exact sliding 60-second logs, as in `RedisLimiter`, but a log holds one slot per
+millisecond that admitted something (its request count and tokens), not one entry per request:
+the clock's resolution is a millisecond, so nothing is lost, and a scope's memory is bounded by
+the window (at most 60,000 slots) however many requests it admits. Per request only what is
+still in flight is remembered (for its settle and its parallel slot). A scope keeps only the
+logs of the limits it has, and a scope idle for a whole window is forgotten.
+"""
 
 from __future__ import annotations
 
@@ -13,24 +21,56 @@ __all__ = ["MemoryLimiter"]
 
 
 @dataclass(slots=True)
+class _InFlight:
+    admitted_ms: int  # the log slot that holds its tokens
+    tokens: int  # tokens it holds in that slot
+    lease_until_ms: int  # its parallel slot is freed then if no settle came
+
+
+@dataclass(slots=True)
 class _Window:
-    requests: deque[tuple[int, str]] = field(default_factory=deque)
-    tokens: OrderedDict[str, tuple[int, int]] = field(default_factory=OrderedDict)
+    times: deque[int] = field(default_factory=deque)  # admitting milliseconds, oldest first
+    counts: deque[int] = field(default_factory=deque)  # admissions at each of ``times``
+    slot_tokens: dict[int, int] = field(default_factory=dict)  # millisecond -> tokens held
+    requests: int = 0
     token_total: int = 0
-    parallel: dict[str, int] = field(default_factory=dict)  # member -> lease expiry
+    in_flight: OrderedDict[str, _InFlight] = field(default_factory=OrderedDict)
 
     def trim(self, now: int) -> None:
         edge = now - WINDOW_MS
-        while self.requests and self.requests[0][0] <= edge:
-            self.requests.popleft()
-        while self.tokens:
-            member, (ts, n) = next(iter(self.tokens.items()))
-            if ts > edge:
-                break
-            del self.tokens[member]
-            self.token_total -= n
-        for member in [m for m, exp in self.parallel.items() if exp <= now]:
-            del self.parallel[member]
+        times, counts = self.times, self.counts
+        while times and times[0] <= edge:
+            self.requests -= counts.popleft()
+            self.token_total -= self.slot_tokens.pop(times.popleft(), 0)
+        flights = self.in_flight
+        while flights and next(iter(flights.values())).lease_until_ms <= now:
+            flights.popitem(last=False)
+
+    def admit(self, member: str, now: int, tokens: int, s: Scope) -> None:
+        if s.rpm is not None or s.tpm is not None:
+            if self.times and self.times[-1] >= now:
+                now = self.times[-1]  # same millisecond (or the clock stepped back): one slot
+                self.counts[-1] += 1
+            else:
+                self.times.append(now)
+                self.counts.append(1)
+            self.requests += 1
+            if s.tpm is not None:
+                self.slot_tokens[now] = self.slot_tokens.get(now, 0) + tokens
+                self.token_total += tokens
+        if s.tpm is not None or s.max_parallel is not None:
+            held = tokens if s.tpm is not None else 0
+            self.in_flight[member] = _InFlight(now, held, now + LEASE_MS)
+
+    def release(self, member: str, tokens: int) -> None:
+        flight = self.in_flight.pop(member, None)
+        if flight is None or flight.admitted_ms not in self.slot_tokens:
+            return  # settled already, or its tokens have left the window
+        self.slot_tokens[flight.admitted_ms] += tokens - flight.tokens
+        self.token_total += tokens - flight.tokens
+
+    def empty(self) -> bool:
+        return not self.times and not self.in_flight
 
 
 class MemoryLimiter:
@@ -40,48 +80,59 @@ class MemoryLimiter:
         self._clock = clock
         self._windows: dict[str, _Window] = {}
         self._spend: dict[str, int] = {}
+        self._swept_ms = 0
 
     def _now(self) -> int:
         return int(self._clock() * 1000)
 
+    def _sweep(self, now: int) -> None:
+        """Once a window: forget the scopes with nothing in their window and nothing in flight."""
+        if now - self._swept_ms < WINDOW_MS:
+            return
+        self._swept_ms = now
+        for w in self._windows.values():
+            w.trim(now)
+        # a new dict: one that only had entries deleted keeps its table at its largest size
+        self._windows = {name: w for name, w in self._windows.items() if not w.empty()}
+
     def _check(self, s: Scope, w: _Window, tokens: int, now: int) -> Denial | ScopeUsage:
-        reset_rq = w.requests[0][0] + WINDOW_MS - now if w.requests else 0
-        first_tok = next(iter(w.tokens.values()), None)
-        reset_tk = first_tok[0] + WINDOW_MS - now if first_tok else 0
-        if s.rpm is not None and len(w.requests) + 1 > s.rpm:
-            return Denial(s.name, "requests", max(reset_rq, 1))
+        reset = w.times[0] + WINDOW_MS - now if w.times else 0
+        if s.rpm is not None and w.requests + 1 > s.rpm:
+            return Denial(s.name, "requests", max(reset, 1))
         if s.tpm is not None and w.token_total + tokens > s.tpm:
-            return Denial(s.name, "tokens", max(reset_tk, 1))
-        if s.max_parallel is not None and len(w.parallel) >= s.max_parallel:
+            return Denial(s.name, "tokens", max(reset, 1))
+        if s.max_parallel is not None and len(w.in_flight) >= s.max_parallel:
             return Denial(s.name, "parallel", 1000)
         if s.budget_nusd is not None and self._spend.get(s.budget_key, 0) >= s.budget_nusd:
             return Denial(s.name, "budget", max(s.period_end_ms - now, 1000))
         return ScopeUsage(
-            None if s.rpm is None else s.rpm - len(w.requests) - 1,
+            None if s.rpm is None else s.rpm - w.requests - 1,
             None if s.tpm is None else s.tpm - w.token_total - tokens,
-            reset_rq or WINDOW_MS,
-            reset_tk or WINDOW_MS,
+            reset or WINDOW_MS,
+            reset or WINDOW_MS,
         )
 
     async def reserve(
         self, member: str, scopes: tuple[Scope, ...], tokens: int
     ) -> Reservation | Denial:
         now = self._now()
+        self._sweep(now)
         usage: list[ScopeUsage] = []
         windows = []
         for s in scopes:
-            w = self._windows.setdefault(s.name, _Window())
+            w = self._windows.get(s.name)
+            if w is None:
+                w = _Window()
+                if s.rpm is not None or s.tpm is not None or s.max_parallel is not None:
+                    self._windows[s.name] = w  # a budget-only scope keeps no window
             w.trim(now)
             checked = self._check(s, w, tokens, now)
             if isinstance(checked, Denial):
                 return checked
             usage.append(checked)
             windows.append(w)
-        for w in windows:
-            w.requests.append((now, member))
-            w.tokens[member] = (now, tokens)
-            w.token_total += tokens
-            w.parallel[member] = now + LEASE_MS
+        for s, w in zip(scopes, windows, strict=True):
+            w.admit(member, now, tokens, s)
         return Reservation(member, scopes, tokens, True, usage)
 
     async def settle(self, reservation: Reservation, tokens: int, cost_nusd: int) -> dict[str, int]:
@@ -89,11 +140,7 @@ class MemoryLimiter:
         for s in reservation.scopes:
             w = self._windows.get(s.name)
             if w is not None:
-                w.parallel.pop(reservation.member, None)
-                held = w.tokens.get(reservation.member)
-                if held is not None:
-                    w.tokens[reservation.member] = (held[0], tokens)
-                    w.token_total += tokens - held[1]
+                w.release(reservation.member, tokens)
             if s.budget_nusd is not None:
                 key = s.budget_key
                 self._spend[key] = self._spend.get(key, 0) + cost_nusd
@@ -110,5 +157,5 @@ class MemoryLimiter:
     def generation(self) -> int:
         return 0  # in-process counters miss nothing
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         self._windows.clear()

@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 from fleetgate.errors import LimiterUnavailable
@@ -83,6 +84,20 @@ def _encode(prefix: str, scopes: tuple[Scope, ...]) -> _Encoded:
     )
 
 
+def _copy_outcome(target: asyncio.Future[Any], source: asyncio.Future[Any]) -> None:
+    """``source``'s result, exception or cancellation onto ``target`` (unless it is done)."""
+    if target.done():
+        if not source.cancelled():
+            source.exception()  # retrieved: no "never retrieved" warning
+        return
+    if source.cancelled():
+        target.cancel()
+    elif (exc := source.exception()) is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(source.result())
+
+
 class RedisLimiter:
     """See `fleetgate.limits.base.Limiter`. ``on_unavailable(policy)`` counts outages.
 
@@ -143,7 +158,10 @@ class RedisLimiter:
         enc = self._commands(scopes)
         command = enc.reserve_head + bulk(member) + bulk(tokens) + enc.reserve_tail
         try:
-            values = await self.redis.eval_encoded(_RESERVE, command)
+            # Written now when nothing else is in flight (not at the end of the loop turn):
+            # the round trip starts a loop iteration earlier.
+            sent = self.redis.send_now(command)
+            values = await self.redis.eval_encoded(_RESERVE, command, sent)
         except _DOWN as exc:
             self._unavailable(exc, decided=True)
             return self._degraded(member, scopes, tokens)
@@ -162,16 +180,20 @@ class RedisLimiter:
 
     def settle(
         self, reservation: Reservation, tokens: int, cost_nusd: int
-    ) -> Coroutine[Any, Any, dict[str, int]]:
+    ) -> asyncio.Future[dict[str, int]]:
         """Free the parallel slot, true up the tokens, add the cost. The command is sent when
         this is called, not when it is awaited (`RespClient.send_now`): with nothing else in
         flight it is written at once, so a settle issued before a response is written reaches
         Redis before the client has the response; otherwise it leaves with the other commands
         of this loop turn. Settles of concurrent requests share the connection and so reach
-        Redis pipelined."""
+        Redis pipelined.
+
+        Returns a future, resolved from the reply's own callback: no task and no coroutine
+        step per settle (the rare NOSCRIPT reload and the failures go through `_settled`)."""
+        scopes = reservation.scopes
         if time.monotonic() < self._down_until:
-            return self._settle_unavailable()
-        enc = self._commands(reservation.scopes)
+            return asyncio.ensure_future(self._settle_unavailable())
+        enc = self._commands(scopes)
         command = (
             enc.settle_head
             + bulk(reservation.member)
@@ -179,7 +201,32 @@ class RedisLimiter:
             + bulk(cost_nusd)
             + enc.settle_tail
         )
-        return self._settled(reservation.scopes, command, self.redis.send_now(command))
+        sent = self.redis.send_now(command)
+        if sent is None:  # not connected yet, or too many waiting: the general path
+            return asyncio.ensure_future(self._settled(scopes, command, None))
+        done: asyncio.Future[dict[str, int]] = sent.get_loop().create_future()
+        sent.add_done_callback(partial(self._settle_replied, scopes, command, done))
+        return done
+
+    def _settle_replied(
+        self,
+        scopes: tuple[Scope, ...],
+        command: bytes,
+        done: asyncio.Future[dict[str, int]],
+        sent: asyncio.Future[Any],
+    ) -> None:
+        if done.cancelled():
+            return
+        if sent.cancelled():
+            done.cancel()
+            return
+        if sent.exception() is None:
+            out = sent.result()
+            done.set_result({s.name: v for s, v in zip(scopes, out, strict=True) if v >= 0})
+            return
+        # NOSCRIPT (load the script, send again) or a failure: the coroutine maps it.
+        task = asyncio.ensure_future(self._settled(scopes, command, sent))
+        task.add_done_callback(partial(_copy_outcome, done))
 
     async def _settle_unavailable(self) -> dict[str, int]:
         raise LimiterUnavailable("Redis is unavailable; settle later")
@@ -209,5 +256,5 @@ class RedisLimiter:
         ttl = max(scope.period_end_ms + _DAY_MS - int(time.time() * 1000), 1000)
         await self.redis.eval(_RAISE_SPEND, [key], [nusd, min(ttl, 2**40)])
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         """Nothing of its own to release: the connection belongs to whoever handed it over."""

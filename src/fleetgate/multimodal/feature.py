@@ -49,7 +49,13 @@ class MultimodalFeature(BaseFeature):
             return None
         from fleetgate.multimodal.stage import MultimodalStage
 
-        runtime = MultimodalRuntime(config.multimodal, settings, registry, resources=resources)
+        runtime = MultimodalRuntime(
+            config.multimodal,
+            settings,
+            registry,
+            resources=resources,
+            redis_prefix=config.tenancy.redis_prefix,
+        )
         return cls(runtime, MultimodalStage(runtime, table), routes)
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
@@ -59,4 +65,4 @@ class MultimodalFeature(BaseFeature):
         await self.runtime.start()
 
     async def aclose(self) -> None:
-        await self.runtime.stop()
+        await self.runtime.aclose()

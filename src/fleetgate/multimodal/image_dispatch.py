@@ -16,7 +16,7 @@ from typing import Any
 
 from fleetgate.errors import RateLimited
 from fleetgate.multimodal.images.affinity import ImageAffinity
-from fleetgate.multimodal.images.budget import ImageComputeBudget
+from fleetgate.multimodal.images.budget import ImageBudget
 from fleetgate.routing.deployment import Deployment
 
 __all__ = ["ImageDispatchHook"]
@@ -38,7 +38,7 @@ class ImageDispatchHook:
         image_tokens: int,
         *,
         affinity: ImageAffinity | None,
-        budget: ImageComputeBudget | None,
+        budget: ImageBudget | None,
         queue_timeout_s: float = 60.0,
         busy_slack: int = 4,
     ) -> None:

@@ -1,9 +1,10 @@
 """`MultimodalRuntime`: the multimodal parts built from the ``multimodal:`` config section.
 
-One per app: the image pipeline (fetcher, processor, cache), compute budget, image affinity,
+One per app: the image pipeline (fetcher, processor, cache), compute budget (in Redis, shared by
+every process, when ``settings.redis_url`` is set; otherwise per process), image affinity,
 the speech backends (created on first use, so a gateway that never sees audio never loads a
 recogniser; their native libraries run in supervised worker processes), the input limits
-(``inputs``), the conversation store and the prompt assemblers. ``start``/``stop`` run in the
+(``inputs``), the conversation store and the prompt assemblers. ``start``/``aclose`` run in the
 app's lifespan. The database, the side-service HTTP session (remote ASR/TTS) and the MiniLM
 model come from the process's `fleetgate.resources.Resources`.
 """
@@ -22,14 +23,16 @@ from fleetgate.multimodal.audio.transcribe import Transcriber
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.multimodal.conversations.sql import SqlConversationStore
 from fleetgate.multimodal.images.affinity import ImageAffinity
-from fleetgate.multimodal.images.budget import ImageComputeBudget
+from fleetgate.multimodal.images.budget import ImageBudget, ImageComputeBudget
 from fleetgate.multimodal.images.cache import ProcessedImageCache
 from fleetgate.multimodal.images.fetch import FetchPolicy, ImageFetcher
 from fleetgate.multimodal.images.isolated import IsolatedImageProcessor
 from fleetgate.multimodal.images.pipeline import ImagePipeline
 from fleetgate.multimodal.images.process import ProcessingParams
+from fleetgate.multimodal.images.shared_budget import SharedImageBudget
 from fleetgate.multimodal.prompt.assembler import PromptAssembler
 from fleetgate.multimodal.prompt.config import PromptConfig
+from fleetgate.multimodal.prompt.documents import DOCUMENTS_KIND, DocumentStore
 from fleetgate.multimodal.prompt.retrieval import DocumentIndex
 from fleetgate.multimodal.speech.espeak import EspeakSynthesizer
 from fleetgate.multimodal.speech.openai_tts import OpenAISynthesizer
@@ -61,7 +64,7 @@ class MultimodalRuntime:
         await runtime.start()
         stage = MultimodalStage(runtime, table_config)
         ...
-        await runtime.stop()
+        await runtime.aclose()
     """
 
     def __init__(
@@ -71,9 +74,11 @@ class MultimodalRuntime:
         registry: Registry | None = None,
         *,
         resources: Resources | None = None,
+        redis_prefix: str = "fg:",
     ) -> None:
         """``resources``: the process's shared owner; without one the runtime makes its own
-        and closes it in `stop`."""
+        and closes it in `aclose`. ``redis_prefix``: the start of the Redis keys of the shared
+        image budget (the gateway passes ``tenancy.redis_prefix``)."""
         self.config = config
         self.settings = settings
         self._own_resources = resources is None
@@ -106,16 +111,14 @@ class MultimodalRuntime:
             registry=registry,
         )
         self.images = ImagePipeline(self.fetcher, self.processor, self.cache, registry=registry)
-        self.budget = ImageComputeBudget(
-            default_tokens_in_flight=img.budget.tokens_in_flight,
-            max_images_per_request=img.budget.max_images_per_request,
-            per_deployment=img.budget.per_deployment,
-        )
+        self.budget = self._budget(registry, redis_prefix)
         self.affinity = ImageAffinity(ttl_s=img.affinity_ttl_s)
+        self._database = self.resources.databases.get(settings.database_url, settings.data_dir)
         self.index = DocumentIndex(
             MiniLMEmbedder(self.resources.minilm),
             max_team_bytes=config.inputs.team_document_bytes,
             max_team_documents=config.inputs.team_documents,
+            store=DocumentStore(self._database),
         )
         self._transcriber: Transcriber | None = None
         self._synthesizer: SpeechSynthesizer | None = None
@@ -123,18 +126,42 @@ class MultimodalRuntime:
         self._assemblers: dict[str, PromptAssembler] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
-    async def start(self) -> None:
-        """Open the conversation store (migrating the database) when conversations are on."""
-        if self.config.conversations.enabled:
-            databases = self.resources.databases
-            db = databases.get(self.settings.database_url, self.settings.data_dir)
-            await databases.migrate(db)
-            self.conversations = SqlConversationStore(db.engine)
+    def _budget(self, registry: Registry, redis_prefix: str) -> ImageBudget:
+        """The image compute budget: shared through Redis when the gateway has Redis."""
+        cfg = self.config.images.budget
+        if not self.settings.redis_url:
+            return ImageComputeBudget(
+                default_tokens_in_flight=cfg.tokens_in_flight,
+                max_images_per_request=cfg.max_images_per_request,
+                per_deployment=cfg.per_deployment,
+            )
+        fallbacks = registry.counter(
+            "fleetgate_image_budget_fallbacks_total",
+            "Image requests admitted by the per-process budget because Redis was unavailable.",
+        )
+        return SharedImageBudget(
+            self.resources.redis.client(self.settings.redis_url),
+            default_tokens_in_flight=cfg.tokens_in_flight,
+            max_images_per_request=cfg.max_images_per_request,
+            per_deployment=cfg.per_deployment,
+            prefix=redis_prefix,
+            on_unavailable=fallbacks.inc,
+        )
 
-    async def stop(self) -> None:
+    async def start(self) -> None:
+        """Follow the stored team documents; open the conversation store (migrating the
+        database) when conversations are on."""
+        shared = self.resources.shared
+        await shared.follow(shared.state(self._database, DOCUMENTS_KIND), self.index.follow)
+        if self.config.conversations.enabled:
+            await self.resources.databases.migrate(self._database)
+            self.conversations = SqlConversationStore(self._database.engine)
+
+    async def aclose(self) -> None:
         """Finish queued writes, then close sessions and workers (shared ones: their owner)."""
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.budget.aclose()
         await self.fetcher.aclose()
         await self.processor.aclose()
         if self._transcriber is not None:
@@ -145,7 +172,7 @@ class MultimodalRuntime:
             await self.resources.aclose()
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
-        """Run ``coro`` in the background (off the request path); awaited by `stop`."""
+        """Run ``coro`` in the background (off the request path); awaited by `aclose`."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -120,8 +120,8 @@ class HttpClient:
             )
         return self._session
 
-    async def close(self) -> None:
-        await self.pool.close()
+    async def aclose(self) -> None:
+        await self.pool.aclose()
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -8,6 +8,7 @@ from fleetgate.resources.http import JsonService, OutboundHttp
 from fleetgate.resources.minilm import MiniLM, MiniLMEmbedder
 from fleetgate.resources.owner import Resources
 from fleetgate.resources.redis import RedisConnections
+from fleetgate.resources.shared import SharedStates
 
 __all__ = [
     "Databases",
@@ -17,4 +18,5 @@ __all__ = [
     "OutboundHttp",
     "RedisConnections",
     "Resources",
+    "SharedStates",
 ]

@@ -58,4 +58,4 @@ class Databases:
         opened, self._open = self._open, {}
         self._migrated.clear()
         for db in opened.values():
-            await db.close()
+            await db.aclose()

@@ -10,6 +10,7 @@ close what they were handed.
 ``databases``      per URL one `fleetgate.store.Database` (engine + pool), migrated once
 ``http``           one aiohttp session for side services (guards, ASR/TTS, webhooks, ...)
 ``minilm``         all-MiniLM-L6-v2, loaded at most once (router, retrieval, classifier)
+``shared``         the state replicas must agree on, followed by one poller per process
 =================  =====================================================================
 
 Example::
@@ -17,7 +18,7 @@ Example::
     resources = Resources()
     tenancy = Tenancy(settings, config.tenancy, registry, resources=resources)
     ...
-    await tenancy.stop()
+    await tenancy.aclose()
     await resources.aclose()
 """
 
@@ -29,6 +30,7 @@ from fleetgate.resources.databases import Databases
 from fleetgate.resources.http import OutboundHttp
 from fleetgate.resources.minilm import MiniLM
 from fleetgate.resources.redis import RedisConnections
+from fleetgate.resources.shared import SharedStates
 
 __all__ = ["Resources"]
 
@@ -50,10 +52,12 @@ class Resources:
         self.databases = databases or Databases()
         self.http = http or OutboundHttp()
         self.minilm = minilm or MiniLM()
+        self.shared = SharedStates(self.databases)
 
     async def aclose(self) -> None:
         """Close everything (idempotent); one failing close never skips the others."""
         for name, close in (
+            ("shared", self.shared.aclose),
             ("http", self.http.aclose),
             ("redis", self.redis.aclose),
             ("databases", self.databases.aclose),

@@ -17,7 +17,7 @@ Example::
 
     redis = RedisConnections()
     limiter = RedisLimiter(redis.commands(url))
-    splits = CanarySplits(redis.client(url))
+    prefixes = PrefixShare(redis.client(url))
     ...
     await redis.aclose()
 """
@@ -78,7 +78,7 @@ class RedisConnections:
         commands, self._commands = self._commands, {}
         clients, self._clients = self._clients, {}
         for resp in commands.values():
-            await resp.close()
+            await resp.aclose()
         for client in clients.values():
             try:
                 await client.aclose()

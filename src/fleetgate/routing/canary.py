@@ -5,23 +5,24 @@ requests to its ``version: v2`` deployments. With ``sticky`` a caller (``x-user-
 else the key's user, else the key) always lands on the same version; versions take buckets in
 name order, so raising the canary's share only moves callers onto it, never off it.
 
-With Redis the split is written to the hash ``<prefix>canary:splits`` and announced on the
-channel ``<prefix>canary:changed``; every replica reloads the hash on the message (and every
-``refresh_interval_s`` as a safety net), so a change, or its rollback (the same call with the
-old weights), reaches every replica within milliseconds. Without Redis it is this process only.
+A split is stored in the database (``fg_shared_state``, kind ``canary_splits``, one row per
+alias) and every replica follows it through `fleetgate.resources.SharedStates`, so a change, or
+its rollback (the same call with the old weights), reaches every replica and every worker within
+a quarter of a second, with or without Redis, and survives restarts. Without a database (tests,
+embedding) it is this process only.
 
 If no deployment of the chosen version is healthy, the request may use any version.
 
 Example::
 
-    splits = CanarySplits(redis=None)
+    splits = CanarySplits(resources.shared, resources.databases.get(url, data_dir))
+    await splits.start()                  # follows the stored splits
     await splits.set("chat", Split({"v1": 90, "v2": 10}, sticky=True))
     dispatcher.versions = splits          # Dispatcher._candidates calls splits.narrow(...)
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import random
@@ -30,14 +31,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
-
-from fleetgate.errors import InvalidRequest, ServiceUnavailable
+from fleetgate.errors import InvalidRequest
+from fleetgate.resources.shared import SharedStates
 from fleetgate.routing.context import RouteContext
 from fleetgate.routing.deployment import Deployment
-from fleetgate.tasks import cancel_and_wait, retry_forever
+from fleetgate.store.database import Database
+from fleetgate.store.errors import not_stored
 
 __all__ = ["CanarySplits", "Split"]
 
@@ -108,28 +107,32 @@ def _caller(ctx: RouteContext) -> str:
     return f"u:{p.user_id}" if p.user_id else f"k:{p.key_id}"
 
 
+SPLITS_KIND = "canary_splits"
+
+
 class CanarySplits:
     """The live splits of this replica; the dispatcher asks it to narrow candidates.
 
-    ``redis``: the process's shared redis-py client (``resources.redis.client(url)``), or None.
+    ``shared`` and ``database``: where splits are stored and followed (both None: this process
+    only).
     """
 
     def __init__(
         self,
-        redis: Redis | None = None,
+        shared: SharedStates | None = None,
+        database: Database | None = None,
         *,
-        prefix: str = "fg:",
-        refresh_interval_s: float = 5.0,
         rng: random.Random | None = None,
     ) -> None:
-        self.redis = redis
-        self.key = f"{prefix}canary:splits"
-        self.channel = f"{prefix}canary:changed"
-        self.refresh_interval_s = refresh_interval_s
+        self._shared = shared
+        self._state = (
+            shared.state(database, SPLITS_KIND)
+            if shared is not None and database is not None
+            else None
+        )
         self._rng = rng or random.Random()
         self._splits: dict[str, Split] = {}
         self._revision = 0
-        self._task: asyncio.Task[None] | None = None
 
     def get(self, alias: str) -> Split | None:
         return self._splits.get(alias)
@@ -164,69 +167,49 @@ class CanarySplits:
         return list(candidates)
 
     async def set(self, alias: str, split: Split) -> Split:
-        """Store ``split`` for ``alias`` and tell every replica (`ServiceUnavailable` if not)."""
-        if self.redis is None:
-            self._revision += 1
-            stored = Split(split.weights, split.sticky, self._revision, time.time())
-            self._splits[alias] = stored
-            return stored
-        try:
-            revision = int(await self.redis.incr(f"{self.key}:revision"))
-            stored = Split(split.weights, split.sticky, revision, time.time())
-            await self.redis.hset(self.key, alias, orjson.dumps(stored.to_dict()))
-            await self.redis.publish(self.channel, alias)
-        except (RedisError, OSError) as exc:
-            raise ServiceUnavailable(f"Could not store the split in Redis: {exc}") from None
+        """Store ``split`` for ``alias`` for every replica (`ServiceUnavailable` if not)."""
+        if len(alias) > 200:
+            raise InvalidRequest("alias names have at most 200 characters", param="alias")
+        stored = Split(split.weights, split.sticky, self._revision + 1, time.time())
+        if self._state is not None:
+            try:
+                revision = await self._state.put_stamped(
+                    alias, lambda version: {**stored.to_dict(), "revision": version}
+                )
+            except Exception as exc:
+                raise not_stored("the split was not changed", exc) from None
+            stored = Split(split.weights, split.sticky, revision, stored.updated_at)
+        self._revision = max(self._revision, stored.revision)
         self._splits[alias] = stored
         return stored
 
     async def clear(self, alias: str) -> None:
         """Remove the alias's split (every version by its strategy again)."""
-        if self.redis is not None:
+        if self._state is not None:
             try:
-                await self.redis.hdel(self.key, alias)
-                await self.redis.publish(self.channel, alias)
-            except (RedisError, OSError) as exc:
-                raise ServiceUnavailable(f"Could not clear the split in Redis: {exc}") from None
+                await self._state.delete(alias)
+            except Exception as exc:
+                raise not_stored("the split was not cleared", exc) from None
         self._splits.pop(alias, None)
 
-    async def reload(self) -> None:
-        """Replace the splits with Redis's (a bad entry is skipped and logged)."""
-        if self.redis is None:
-            return
-        raw = await self.redis.hgetall(self.key)
+    def replace(self, rows: dict[str, object]) -> None:
+        """The stored splits changed (on any replica): follow them (a bad row is skipped)."""
         splits: dict[str, Split] = {}
-        for name, value in raw.items():
-            alias = name.decode() if isinstance(name, bytes) else str(name)
+        for alias, raw in rows.items():
             try:
-                splits[alias] = Split.from_dict(orjson.loads(value))
-            except (InvalidRequest, ValueError, TypeError) as exc:
-                log.warning("ignoring the stored split of %r: %s", alias, exc)
+                if not isinstance(raw, dict):
+                    raise InvalidRequest("a split must be an object")
+                splits[alias] = Split.from_dict(raw)
+            except InvalidRequest as exc:
+                log.warning("ignoring the stored split of %r: %s", alias, exc.message)
         self._splits = splits
+        self._revision = max([self._revision, *(s.revision for s in splits.values())])
 
-    def start(self) -> None:
-        if self._task is None and self.redis is not None:
-            self._task = asyncio.get_running_loop().create_task(self._listen(), name="canary")
+    async def start(self) -> None:
+        """Load the stored splits and follow every later change."""
+        if self._shared is not None and self._state is not None:
+            await self._shared.follow(self._state, self.replace)
 
-    async def stop(self) -> None:
-        """Stop following changes (the Redis client belongs to its owner, who closes it)."""
-        await cancel_and_wait(self._task)
-        self._task = None
-
-    async def _listen(self) -> None:
-        def interrupted(exc: Exception) -> None:
-            log.warning("canary change feed interrupted (%s); reconnecting", exc)
-
-        await retry_forever(self._session, interrupted, retry_s=0.5)
-
-    async def _session(self) -> None:
-        assert self.redis is not None
-        async with self.redis.pubsub() as pubsub:
-            await pubsub.subscribe(self.channel)
-            await self.reload()  # anything missed while (re)connecting
-            while True:
-                message = await pubsub.get_message(
-                    ignore_subscribe_messages=True, timeout=self.refresh_interval_s
-                )
-                if message is None or message.get("type") == "message":
-                    await self.reload()  # on a change, or as the periodic refresh
+    async def aclose(self) -> None:
+        """Nothing of its own to close (the poller belongs to the process's resources)."""
+        return None

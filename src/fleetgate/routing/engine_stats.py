@@ -12,9 +12,9 @@ aliases served by one engine share its queue and its cache.
 Example::
 
     stats = EngineStats(config.routing, lambda: table.deployments())
-    stats.start()                      # inside the running loop (the app's lifespan)
+    await stats.start()                # inside the running loop (the app's lifespan)
     view = stats.view(deployment)      # EngineView(queued=2.0, running=14.0, kv_usage=0.61, ...)
-    await stats.stop()
+    await stats.aclose()
 """
 
 from __future__ import annotations
@@ -250,18 +250,18 @@ class EngineStats:
             spent = self._clock() - started
             await asyncio.sleep(max(0.0, self.config.scrape_interval_s - spent))
 
-    def start(self) -> None:
+    async def start(self) -> None:
         """Start the background loop (call from inside the running event loop)."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
                 self._run(), name="fleetgate-engine-stats"
             )
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         task, self._task = self._task, None
         await cancel_and_wait(task)
         if self._own_http:
             await self._http.aclose()
         if self._share is not None:
             with contextlib.suppress(Exception):
-                await self._share.close()
+                await self._share.aclose()

@@ -3,8 +3,8 @@
 - `SemanticFeature` (when the config has ``semantic:``): its stage resolves the virtual alias
   (``auto``) to a configured one by intent. See docs/routing.md.
 - `CanaryFeature` (always): traffic splits per deployment version, followed by the dispatcher,
-  shared through Redis when ``canary.redis_url`` (or the gateway's Redis) is set; the
-  ``/admin/aliases/{alias}/split`` routes.
+  stored in the database and followed by every replica; the ``/admin/aliases/{alias}/split``
+  routes.
 - `EngineRoutingFeature` (always): engine stats scraping, the prefix index and its sharing
   between replicas, the decision log; the ``/admin/routing`` routes.
 """
@@ -64,10 +64,10 @@ class SemanticFeature(BaseFeature):
         return self.router.alias
 
     async def start(self) -> None:
-        self.router.start()
+        await self.router.start()
 
     async def aclose(self) -> None:
-        await self.router.stop()
+        await self.router.aclose()
 
 
 class CanaryFeature(BaseFeature):
@@ -86,12 +86,8 @@ class CanaryFeature(BaseFeature):
         access: AdminAccess,
         resources: Resources,
     ) -> CanaryFeature:
-        cfg = config.canary
-        url = cfg.redis_url or settings.redis_url
-        redis = resources.redis.client(url) if url else None
-        splits = CanarySplits(
-            redis, prefix=cfg.redis_prefix, refresh_interval_s=cfg.refresh_interval_s
-        )
+        database = resources.databases.get(settings.database_url, settings.data_dir)
+        splits = CanarySplits(resources.shared, database)
         admin = CanaryAdmin(splits, table, access, config.server.max_request_bytes)
         return cls(splits, admin)
 
@@ -99,10 +95,10 @@ class CanaryFeature(BaseFeature):
         return self._admin.routes()
 
     async def start(self) -> None:
-        self.splits.start()
+        await self.splits.start()
 
     async def aclose(self) -> None:
-        await self.splits.stop()
+        await self.splits.aclose()
 
 
 class EngineRoutingFeature(BaseFeature):
@@ -136,13 +132,13 @@ class EngineRoutingFeature(BaseFeature):
 
     async def start(self) -> None:
         if self.routing is not None:
-            self.routing.start()
+            await self.routing.start()
             self._identify()
 
     async def aclose(self) -> None:
         await cancel_and_wait(self._identifying)
         if self.routing is not None:
-            await self.routing.stop()
+            await self.routing.aclose()
         if self._own_http:
             await self._http.aclose()
 

@@ -90,10 +90,10 @@ class HealthTracker:
             except Exception:  # a probe bug must not kill the loop
                 log.exception("health probe failed")
 
-    def start(self) -> None:
+    async def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         task, self._task = self._task, None
         await cancel_and_wait(task)

@@ -143,15 +143,15 @@ class EngineAwareRouting:
     def finished(self, ticket: object) -> None:
         self.stats.finished(ticket)
 
-    def start(self) -> None:
-        self.stats.start()
+    async def start(self) -> None:
+        await self.stats.start()
         if self.prefix_share is not None:
-            self.prefix_share.start()
+            await self.prefix_share.start()
 
-    async def stop(self) -> None:
-        await self.stats.stop()
+    async def aclose(self) -> None:
+        await self.stats.aclose()
         if self.prefix_share is not None:
-            await self.prefix_share.stop()
+            await self.prefix_share.aclose()
         if self._own_http:
             await self._http.aclose()
 

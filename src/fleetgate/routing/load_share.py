@@ -26,7 +26,7 @@ class LoadShare(Protocol):
 
     async def others(self) -> dict[str, LocalLoad]: ...
 
-    async def close(self) -> None: ...
+    async def aclose(self) -> None: ...
 
 
 def _encode(load: LocalLoad) -> str:
@@ -47,7 +47,7 @@ def _decode(raw: Any) -> LocalLoad | None:
 class RedisLoadShare:
     """`LoadShare` over a ``redis.asyncio`` client (shared with other users of Redis).
 
-    ``client``: the process's shared client (``resources.redis.client(url)``); `close`
+    ``client``: the process's shared client (``resources.redis.client(url)``); `aclose`
     withdraws this replica but leaves the client to its owner.
     """
 
@@ -101,7 +101,7 @@ class RedisLoadShare:
                 out[key] = out[key].add(load) if key in out else load
         return out
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         """Withdraw this replica (the client stays open: its owner closes it)."""
         pipe = self._redis.pipeline(transaction=True)
         pipe.delete(self._key(self.replica_id))

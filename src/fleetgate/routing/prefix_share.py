@@ -31,7 +31,7 @@ log = logging.getLogger("fleetgate.routing.prefix_share")
 class PrefixShare:
     """Publishes this replica's prefix records and applies everyone else's.
 
-    ``redis``: the process's shared redis-py client (``resources.redis.client(url)``); `stop`
+    ``redis``: the process's shared redis-py client (``resources.redis.client(url)``); `aclose`
     leaves it open for its owner to close.
     """
 
@@ -65,7 +65,7 @@ class PrefixShare:
             return
         self._buffer.append((engine, list(hashes)))
 
-    def start(self) -> None:
+    async def start(self) -> None:
         if self._tasks:
             return
         loop = asyncio.get_running_loop()
@@ -74,7 +74,7 @@ class PrefixShare:
             loop.create_task(self._listen(), name="prefix-share-listen"),
         ]
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         await cancel_and_wait(*self._tasks)
         self._tasks.clear()
 

@@ -92,10 +92,11 @@ class TableManager:
                 self._mtime = mtime
                 self.try_reload()
 
-    def start_watching(self, interval: float = 1.0) -> None:
+    async def start(self, interval: float = 1.0) -> None:
+        """Watch the config file (if there is one) and reload it when it changes."""
         if self.path is not None and self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._watch(interval))
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         task, self._task = self._task, None
         await cancel_and_wait(task)

@@ -12,7 +12,7 @@ Example::
     encoder = BatchingEncoder(MiniLMEncoder(resources.minilm))
     await encoder.start()            # loads the model in the worker thread
     vector = await encoder.encode("write a python function")   # (384,) float32, L2-normalised
-    await encoder.stop()
+    await encoder.aclose()
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ class BatchingEncoder:
                 if not f.done():
                     f.set_result(vectors[i])
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         await cancel_and_wait(self._worker)
         self._worker = None
         if self._queue is not None:

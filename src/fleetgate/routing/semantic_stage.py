@@ -113,7 +113,7 @@ class SemanticStage:
         """The classifier is trained (rules work before that)."""
         return self._ready.is_set() and self._error is None
 
-    def start(self) -> None:
+    async def start(self) -> None:
         """Begin loading the model and embedding the examples in the worker thread."""
         if self._task is None:
             self._task = asyncio.create_task(self._load())
@@ -143,10 +143,10 @@ class SemanticStage:
         finally:
             self._ready.set()
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
-        await self.encoder.stop()
+        await self.encoder.aclose()
 
     async def classify(self, text: str) -> RouteDecision:
         """Rules, then the classifier (in the worker thread), else the default intent."""

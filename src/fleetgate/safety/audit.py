@@ -7,7 +7,9 @@ LlamaGuardCheck`) on the last turn in its context, then:
 - hand an :class:`AuditRecord` to the ``sink`` (the lead's audit log),
 - count results, violations by category and failures in Prometheus,
 - POST a JSON alert to ``webhook_url`` for each violation,
-- call ``on_suspend(key_id)`` once a key reaches ``suspend_after`` violations.
+- call ``on_suspend(key_id)`` once a key reaches ``suspend_after`` violations (counted by
+  ``strikes``, a `fleetgate.safety.strikes.StrikeCounter` shared by every replica, when given;
+  in this process otherwise, and while the database is away).
 
 A guard endpoint that is down yields counted failures (result ``error``), never an exception.
 
@@ -18,7 +20,7 @@ Example::
     await audit.start()
     audit.submit(AuditItem(messages=[TextTurn("user", q), TextTurn("assistant", a)], key_id="k1"))
     ...
-    await audit.stop()
+    await audit.aclose()
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import aiohttp
 from fleetgate.resources.http import OutboundHttp
 from fleetgate.safety.base import Check, CheckContext, CheckPoint, TextTurn, Verdict
 from fleetgate.safety.metrics import SafetyMetrics
+from fleetgate.safety.strikes import StrikeCounter
 
 __all__ = ["AuditItem", "AuditQueue", "AuditRecord"]
 
@@ -124,8 +127,10 @@ class AuditQueue:
         queue_size: int = 1000,
         workers: int = 2,
         http: OutboundHttp | None = None,
+        strikes: StrikeCounter | None = None,
     ) -> None:
-        """``http``: the shared side-service session for the webhook (else one of its own)."""
+        """``http``: the shared side-service session for the webhook (else one of its own);
+        ``strikes``: the shared violation counts (else counted in this process)."""
         self._checks = list(checks)
         self._metrics = metrics
         self._sink = sink
@@ -138,6 +143,7 @@ class AuditQueue:
         self._tasks: list[asyncio.Task[None]] = []
         self._own_http = http is None
         self._http = http or OutboundHttp()
+        self._strikes = strikes
         self._violations: dict[str, int] = {}
         self.suspended: set[str] = set()
         self.shed = 0
@@ -165,7 +171,7 @@ class AuditQueue:
         """Wait until everything queued so far has been audited."""
         await self._queue.join()
 
-    async def stop(self, *, drain_timeout_s: float = 5.0) -> None:
+    async def aclose(self, *, drain_timeout_s: float = 5.0) -> None:
         """Let the queue drain (bounded by ``drain_timeout_s``), then stop the workers."""
         if self._tasks:
             try:
@@ -242,9 +248,20 @@ class AuditQueue:
     async def _maybe_suspend(self, key_id: str | None) -> None:
         if key_id is None or self._suspend_after is None or key_id in self.suspended:
             return
-        count = self._violations[key_id] = self._violations.get(key_id, 0) + 1
+        count = await self._strike(key_id)
         if count >= self._suspend_after:
             self.suspended.add(key_id)
             if self._metrics is not None:
                 self._metrics.suspensions.inc()
             await _call(self._on_suspend, key_id)
+
+    async def _strike(self, key_id: str) -> int:
+        """Count one violation; the shared count when there is one (this process's meanwhile)."""
+        local = self._violations[key_id] = self._violations.get(key_id, 0) + 1
+        if self._strikes is None:
+            return local
+        try:
+            return max(local, await self._strikes.add(key_id))
+        except Exception as exc:  # the database is away: at least this process's count
+            log.warning("could not count a safety strike in the database: %s", exc)
+            return local

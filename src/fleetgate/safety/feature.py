@@ -4,7 +4,9 @@ The `SafetyStage` joins the request path after the multimodal stage (its checks 
 and image descriptions); its audit verdicts go to the store (``fg_safety_audit``, through
 tenancy's batched record writer) or, without tenancy, to ``<data_dir>/safety-audit.jsonl``; a key
 reaching ``audit.suspend_after`` violations is revoked through the tenancy service, which reloads
-every replica's key cache. The ``/admin/safety`` routes answer 503 when safety is not configured.
+every replica's key cache. Admin policy overrides and violation counts live in the database, so
+every replica applies the same policies and counts toward the same suspension. The
+``/admin/safety`` routes answer 503 when safety is not configured.
 See docs/safety.md.
 """
 
@@ -97,6 +99,7 @@ class SafetyFeature(BaseFeature):
         runtime = SafetyRuntime(
             cfg, registry, data_dir=settings.data_dir, sink=audit_log.write,
             on_suspend=_suspender(tenancy), team_name=_team_name(tenancy), resources=resources,
+            database=resources.databases.get(settings.database_url, settings.data_dir),
         )  # fmt: skip
         return cls(runtime, audit_log, access)
 
@@ -118,4 +121,4 @@ class SafetyFeature(BaseFeature):
 
     async def aclose(self) -> None:
         if self.runtime is not None:
-            await self.runtime.stop()
+            await self.runtime.aclose()

@@ -163,6 +163,7 @@ class Guardrails:
             aclose = getattr(check, "aclose", None)
             if aclose is not None:
                 await aclose()
+                continue
             close = getattr(check, "close", None)
             if close is not None:
                 close()

@@ -1,15 +1,18 @@
 """`SafetyRuntime`: guardrails, the audit queue and the stage of one gateway process.
 
 Built by the app from the ``safety:`` config section; the lifespan calls :meth:`start` (audit
-workers, model warm-up in the background, watching the policy overrides) and :meth:`stop`.
+workers, model warm-up in the background, watching the policy overrides) and :meth:`aclose`.
 
 Policies change at run time in two ways, both swapping in a new `Guardrails` between requests
 (checks whose config did not change are reused, so the classifier is not reloaded):
 
 - a config reload (``/admin/config/reload``, SIGHUP, the file watcher): :meth:`set_base`;
 - the admin API: :meth:`put_policy` / :meth:`map_alias` / :meth:`map_team` store *overrides*
-  in ``<data_dir>/safety-policies.json``; every process using that data directory (the workers
-  of one ``fleetgate serve``) notices the file change within ``poll_interval_s``.
+  in the database (``fg_shared_state``, kind ``safety_overrides``, one row per policy or
+  mapping); every replica follows them through `fleetgate.resources.SharedStates` (within a
+  quarter second). An overrides file left by an older version
+  (``<data_dir>/safety-policies.json``) is imported once, then renamed ``*.imported``.
+  Without a database (tests, embedding) overrides stay in this process.
 
 Checks built from config use the process's shared parts (`fleetgate.resources.Resources`): the
 side-service HTTP session (guard model, moderation, the audit webhook) and the one MiniLM
@@ -18,9 +21,10 @@ side-service HTTP session (guard model, moderation, the audit webhook) and the o
 Example::
 
     rt = SafetyRuntime(cfg.safety, metrics.registry, data_dir=settings.data_dir,
-                       sink=audit_log.write, on_suspend=suspend_key, resources=resources)
+                       sink=audit_log.write, on_suspend=suspend_key, resources=resources,
+                       database=resources.databases.get(settings.database_url, settings.data_dir))
     # rt.stage joins the request path through fleetgate.safety.feature.SafetyFeature
-    await rt.start(); ...; await rt.stop()
+    await rt.start(); ...; await rt.aclose()
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -46,6 +49,9 @@ from fleetgate.safety.metrics import SafetyMetrics
 from fleetgate.safety.policy import Guardrails
 from fleetgate.safety.registry import builtin_registry
 from fleetgate.safety.stage import SafetyStage
+from fleetgate.safety.strikes import StrikeCounter
+from fleetgate.store.database import Database
+from fleetgate.store.errors import not_stored
 from fleetgate.tasks import cancel_and_wait
 from fleetgate.telemetry.registry import Registry
 
@@ -53,7 +59,9 @@ __all__ = ["SafetyRuntime", "localize"]
 
 log = logging.getLogger("fleetgate.safety")
 
-OVERRIDES_FILE = "safety-policies.json"
+OVERRIDES_FILE = "safety-policies.json"  # where overrides lived before the database
+OVERRIDES_KIND = "safety_overrides"
+MAX_NAME = 128  # policy, alias and team names in overrides
 RETIRE_AFTER_S = 900.0  # longer than any request (upstream total timeout: 600 s by default)
 _SECTIONS = ("policies", "aliases", "teams")
 
@@ -93,12 +101,13 @@ class SafetyRuntime:
         on_suspend: Hook | None = None,
         team_name: Callable[[str], str | None] | None = None,
         checks: Mapping[str, Check] | None = None,
-        poll_interval_s: float = 1.0,
         resources: Resources | None = None,
+        database: Database | None = None,
     ) -> None:
         """``checks``: pre-built instances used for those names (tests, embedding);
         ``resources``: the process's shared owner (without one the runtime makes its own and
-        closes it in `stop`)."""
+        closes it in `aclose`); ``database``: where overrides and strike counts are shared
+        between replicas (None: this process only)."""
         self.base = config
         self._own_resources = resources is None
         self.resources = resources or Resources()
@@ -106,18 +115,14 @@ class SafetyRuntime:
             http=self.resources.http, embedder=MiniLMEmbedder(self.resources.minilm)
         )
         self.data_dir = data_dir
-        self.overrides_path = data_dir / OVERRIDES_FILE
-        self.poll_interval_s = poll_interval_s
         self.metrics = SafetyMetrics(registry)
         self._fixed = dict(checks or {})
-        self._overrides_mtime = self._mtime()
-        self.overrides = self._read_overrides()
-        try:
-            effective = _merge(config, self.overrides)
-        except ConfigError as exc:
-            log.warning("ignoring %s: %s", self.overrides_path, exc.message)
-            self.overrides, effective = {}, config
-        self.guardrails = self._build(effective, {})
+        self.overrides: dict[str, dict[str, Any]] = {s: {} for s in _SECTIONS}
+        self._database = database
+        self._shared = (
+            self.resources.shared.state(database, OVERRIDES_KIND) if database is not None else None
+        )
+        self.guardrails = self._build(config, {})
         # Checks a config change replaced, with when: in-flight requests may still use them, so
         # they are closed once older than RETIRE_AFTER_S (longer than any request may run).
         self._retired: list[tuple[float, list[Check]]] = []
@@ -129,6 +134,7 @@ class SafetyRuntime:
                 webhook_timeout_s=a.webhook_timeout_s, suspend_after=a.suspend_after,
                 on_suspend=on_suspend, queue_size=a.queue_size, workers=a.workers,
                 http=self.resources.http,
+                strikes=StrikeCounter(database) if database is not None else None,
             )  # fmt: skip
         self.stage = SafetyStage(self.guardrails, self.audit, team_name=team_name)
         self._tasks: list[asyncio.Task[None]] = []
@@ -173,7 +179,7 @@ class SafetyRuntime:
     def _spawn_close(self, checks: list[Check]) -> None:
         try:
             loop = asyncio.get_running_loop()
-        except RuntimeError:  # a reload outside the loop (tests): close at stop
+        except RuntimeError:  # a reload outside the loop (tests): close at aclose
             self._retired.append((time.monotonic(), checks))
             return
         task = loop.create_task(_close_checks(checks), name="fg-safety-retire")
@@ -195,31 +201,11 @@ class SafetyRuntime:
 
     # -- admin overrides ---------------------------------------------------------------------
 
-    def _mtime(self) -> float | None:
-        try:
-            return self.overrides_path.stat().st_mtime
-        except OSError:
-            return None
-
-    def _read_overrides(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.overrides_path.read_text("utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            log.warning("cannot read %s: %s", self.overrides_path, exc)
-            return {}
-        return {s: dict(data.get(s) or {}) for s in _SECTIONS} if isinstance(data, dict) else {}
-
-    def _write_overrides(self) -> None:
-        self.overrides_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.overrides_path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.overrides, indent=2, ensure_ascii=False), "utf-8")
-        os.replace(tmp, self.overrides_path)
-        self._overrides_mtime = self._mtime()
-
     async def _change(self, section: str, key: str, value: Any) -> SafetyConfig:
-        overrides = {s: dict(self.overrides.get(s, {})) for s in _SECTIONS}
+        if not 0 < len(key) <= MAX_NAME:
+            raise ConfigError(f"names have 1-{MAX_NAME} characters ({len(key)} given)")
+        previous = self.overrides
+        overrides = {s: dict(previous.get(s, {})) for s in _SECTIONS}
         if value is None:
             overrides[section].pop(key, None)
         else:
@@ -227,7 +213,18 @@ class SafetyRuntime:
         config = _merge(self.base, overrides)  # ConfigError: refused, nothing changed
         self._apply(config)  # may raise ConfigError for bad check options; then unchanged
         self.overrides = overrides
-        await asyncio.to_thread(self._write_overrides)
+        if self._shared is None:
+            return config
+        name = f"{section}:{key}"
+        try:
+            if value is None:
+                await self._shared.delete(name)
+            else:
+                await self._shared.put(name, value)
+        except Exception as exc:  # not stored: not in force here either
+            self.overrides = previous
+            self._apply(_merge(self.base, previous))
+            raise not_stored("the safety change was not made", exc) from None
         return config
 
     async def put_policy(self, name: str, policy: Mapping[str, Any]) -> PolicyConfig:
@@ -247,23 +244,43 @@ class SafetyRuntime:
         """Use ``policy`` for a team (id or name; None: drop the admin mapping)."""
         await self._change("teams", team, policy)
 
-    def _reload_if_changed(self) -> None:
-        mtime = self._mtime()
-        if mtime == self._overrides_mtime:
+    def _follow(self, rows: dict[str, Any]) -> None:
+        """The shared overrides changed (on any replica): put them in force here."""
+        overrides: dict[str, dict[str, Any]] = {s: {} for s in _SECTIONS}
+        for name, value in rows.items():
+            section, _, key = name.partition(":")
+            if section in overrides and key:
+                overrides[section][key] = value
+        if overrides == self.overrides:
             return
-        self._overrides_mtime = mtime
-        overrides = self._read_overrides()
         try:
             self._apply(_merge(self.base, overrides))
         except ConfigError as exc:
-            log.warning("safety overrides from another process refused: %s", exc.message)
+            log.warning("shared safety overrides refused: %s", exc.message)
             return
         self.overrides = overrides
 
-    async def _watch(self) -> None:
-        while True:
-            await asyncio.sleep(self.poll_interval_s)
-            self._reload_if_changed()
+    async def _import_file(self) -> None:
+        """Move an overrides file of an older version into the database, once."""
+        path = self.data_dir / OVERRIDES_FILE
+        if self._shared is None or not path.exists():
+            return
+        try:
+            data = json.loads(path.read_text("utf-8"))
+            rows = {
+                f"{section}:{key}": value
+                for section in _SECTIONS
+                for key, value in dict(data.get(section) or {}).items()
+            }
+            assert self._database is not None
+            await self.resources.databases.migrate(self._database)
+            _, stored = await self._shared.load()
+            if rows and not stored:
+                await self._shared.put_many(rows)
+            path.rename(path.with_name(f"{OVERRIDES_FILE}.imported"))
+            log.warning("imported %d safety overrides from %s into the database", len(rows), path)
+        except Exception as exc:  # an unreadable file or no database yet: try at the next start
+            log.warning("could not import %s: %s", path, exc)
 
     # -- lifespan ----------------------------------------------------------------------------
 
@@ -274,19 +291,21 @@ class SafetyRuntime:
             log.exception("safety warm-up failed")
 
     async def start(self) -> None:
-        """Start audit workers; warm up models and watch overrides in the background."""
+        """Start audit workers, follow the shared overrides, warm up models in the background."""
         if self.audit is not None:
             await self.audit.start()
+        if self._shared is not None:
+            await self._import_file()
+            await self.resources.shared.follow(self._shared, self._follow)
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._warm_up(), name="fg-safety-warm-up"))
-        self._tasks.append(loop.create_task(self._watch(), name="fg-safety-overrides"))
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         """Drain the audit queue, stop background tasks, close every check once."""
         await cancel_and_wait(*self._tasks)
         self._tasks.clear()
         if self.audit is not None:
-            await self.audit.stop()
+            await self.audit.aclose()
         unique: dict[int, Check] = {}
         for checks in [*(cs for _, cs in self._retired), list(self.guardrails.checks.values())]:
             unique.update((id(c), c) for c in checks)
@@ -303,6 +322,7 @@ async def _close_checks(checks: list[Check]) -> None:
             aclose = getattr(check, "aclose", None)
             if aclose is not None:
                 await aclose()
+                continue
             close = getattr(check, "close", None)
             if close is not None:
                 close()

@@ -58,8 +58,8 @@ class SchedulingFeature(BaseFeature):
 
     async def start(self) -> None:
         if self.scheduler is not None:
-            self.scheduler.start()
+            await self.scheduler.start()
 
     async def aclose(self) -> None:
         if self.scheduler is not None:
-            await self.scheduler.stop()
+            await self.scheduler.aclose()

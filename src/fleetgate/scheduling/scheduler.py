@@ -248,13 +248,15 @@ class Scheduler:
             except Exception:  # never let one bad poll stop admission
                 log.exception("scheduling poll failed")
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        """Start the poll (inside the running event loop)."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
                 self._run(), name="fleetgate-scheduling"
             )
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
+        """Stop the poll; queued requests are cancelled (idempotent, safe without start)."""
         task, self._task = self._task, None
         await cancel_and_wait(task)
         for pool in self.pools.values():

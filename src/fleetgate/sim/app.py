@@ -130,15 +130,15 @@ def create_sim_app(config: SimConfig) -> web.Application:
     async def engine_ctx(app: web.Application) -> AsyncIterator[None]:
         state = SimState(config)
         app[SIM_STATE] = state
-        state.engine.start()
+        await state.engine.start()
         yield
         state.shutdown.set()
-        await state.engine.stop()
+        await state.engine.aclose()
 
     async def on_shutdown(app: web.Application) -> None:
         if SIM_STATE in app:
             app[SIM_STATE].shutdown.set()
-            await app[SIM_STATE].engine.stop()
+            await app[SIM_STATE].engine.aclose()
 
     app.cleanup_ctx.append(engine_ctx)
     app.on_shutdown.append(on_shutdown)

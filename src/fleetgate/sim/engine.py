@@ -56,12 +56,12 @@ class Engine:
 
     # ----------------------------------------------------------------- lifecycle
 
-    def start(self) -> None:
+    async def start(self) -> None:
         """Start the scheduler task (not needed in instant mode)."""
         if self._task is None and not self.config.instant:
             self._task = asyncio.create_task(self._run(), name="fleetgate-sim-engine")
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         """Stop the scheduler and abort everything still queued or running."""
         await cancel_and_wait(self._task)
         self._task = None

@@ -6,7 +6,7 @@ Example::
     await db.migrate()                         # Alembic, programmatically, to head
     await db.insert_ignore(spend, rows)        # INSERT ... ON CONFLICT DO NOTHING
     bulk = db.bulk_insert([spend])             # the same from a worker thread, own connection
-    await db.close()
+    await db.aclose()
 """
 
 from __future__ import annotations
@@ -119,5 +119,5 @@ class Database:
             return SqliteBulkInsert(url.database, tables, busy_timeout_s=self.busy_timeout_s)
         raise ValueError(f"no bulk insert for {self.dialect} ({self.url.split(':', 1)[0]})")
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         await self.engine.dispose()

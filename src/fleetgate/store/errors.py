@@ -10,7 +10,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from fleetgate.errors import ServiceUnavailable
 
-__all__ = ["is_unreachable", "store_unavailable_is_503"]
+__all__ = ["is_unreachable", "not_stored", "store_unavailable_is_503"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -21,6 +21,14 @@ def is_unreachable(exc: BaseException) -> bool:
     if isinstance(exc, OperationalError | InterfaceError | OSError | TimeoutError):
         return True
     return isinstance(exc, DBAPIError) and exc.connection_invalidated
+
+
+def not_stored(what: str, exc: BaseException) -> ServiceUnavailable:
+    """The 503 for a change the database could not store (``what``: "the split was not
+    changed"); the cause goes to the server log only (``detail``)."""
+    return ServiceUnavailable(
+        f"The database is unreachable; {what}.", code="store_unavailable", detail=repr(exc)
+    )
 
 
 def store_unavailable_is_503(

@@ -120,12 +120,12 @@ class AccessLog:
             with contextlib.suppress(OSError):  # counted in `dropped`; retried next time
                 await self.flush()
 
-    def start(self) -> None:
+    async def start(self) -> None:
         if self.path is not None and self._task is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._task = asyncio.get_running_loop().create_task(self._run())
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         task, self._task = self._task, None
         await cancel_and_wait(task)
         with contextlib.suppress(OSError):

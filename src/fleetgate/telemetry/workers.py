@@ -57,12 +57,12 @@ class WorkerMetrics:
                 await asyncio.to_thread(self._write, data)
             await asyncio.sleep(self.interval)
 
-    def start(self) -> None:
+    async def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         task, self._task = self._task, None
         await cancel_and_wait(task)
         self._path.unlink(missing_ok=True)

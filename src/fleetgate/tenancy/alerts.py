@@ -67,10 +67,10 @@ class AlertNotifier:
         except asyncio.QueueFull:
             log.error("alert queue full; dropping %s", alert)
 
-    def start(self) -> None:
+    async def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="budget-alerts")
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         if self._task is not None:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(2):

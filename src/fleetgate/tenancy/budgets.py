@@ -135,10 +135,10 @@ class Budgets:
                                 nusd_to_usd(s.budget_nusd), s.period_start_ms)
                 )  # fmt: skip
 
-    def start(self) -> None:
+    async def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="budget-refresh")
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
 

@@ -79,4 +79,4 @@ class TenancyFeature(BaseFeature):
 
     async def aclose(self) -> None:
         if self.runtime is not None:
-            await self.runtime.stop()
+            await self.runtime.aclose()

@@ -8,6 +8,7 @@ to the cent with an independent calculation.
 from __future__ import annotations
 
 from decimal import ROUND_HALF_EVEN, Decimal
+from functools import lru_cache
 
 from fleetgate.config.schema import Price
 
@@ -26,14 +27,24 @@ def cost_nusd(price: Price | None, prompt: int, completion: int, cached: int) ->
     if price is None:
         return 0
     cached = max(0, min(cached, prompt))
-    cached_rate = price.cached_input_per_mtok
-    rate_cached = _dec(price.input_per_mtok if cached_rate is None else cached_rate)
-    total = (
-        (prompt - cached) * _dec(price.input_per_mtok)
-        + cached * rate_cached
-        + completion * _dec(price.output_per_mtok)
-    ) * _PER_TOKEN
+    rate_in, rate_cached, rate_out = _rates(
+        price.input_per_mtok, price.cached_input_per_mtok, price.output_per_mtok
+    )
+    total = (prompt - cached) * rate_in + cached * rate_cached + completion * rate_out
     return int(total.to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+@lru_cache(maxsize=1024)
+def _rates(
+    input_per_mtok: float, cached_per_mtok: float | None, output_per_mtok: float
+) -> tuple[Decimal, Decimal, Decimal]:
+    """Nano-USD per token of a price (a request path call: the few prices are kept)."""
+    cached = input_per_mtok if cached_per_mtok is None else cached_per_mtok
+    return (
+        _dec(input_per_mtok) * _PER_TOKEN,
+        _dec(cached) * _PER_TOKEN,
+        _dec(output_per_mtok) * _PER_TOKEN,
+    )
 
 
 def unit_cost_nusd(usd_per_block: float | None, units: float, block: float) -> int:

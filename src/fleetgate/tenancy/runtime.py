@@ -6,11 +6,11 @@
     gw.auth = MasterKeyAuthenticator(settings.master_key, next=tenancy.cache)
     await tenancy.start()   # migrate, replay the spool, load keys, seed budgets
     ...
-    await tenancy.stop()
+    await tenancy.aclose()
 
 The database, the limiter's Redis connection and the change feed's Redis pool come from the
 process's `fleetgate.resources.Resources` (which closes them); without one, the tenancy makes
-its own and closes it in `stop`.
+its own and closes it in `aclose`.
 """
 
 from __future__ import annotations
@@ -188,9 +188,9 @@ class Tenancy:
         await self.cache.load()
         await self.budgets.seed()
         self._store_ready = True
-        self.sync.start()
-        self.alerts.start()
-        self.budgets.start()
+        await self.sync.start()
+        await self.alerts.start()
+        await self.budgets.start()
 
     async def _open_store_when_back(self, interval_s: float = 1.0) -> None:
         while True:
@@ -203,13 +203,13 @@ class Tenancy:
                 log.warning("the database is back: keys loaded, budgets seeded")
                 return
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         await cancel_and_wait(self._store_task)
-        await self.sync.stop()
+        await self.sync.aclose()
         await self.stage.drain()
-        await self.budgets.stop()
-        await self.writer.stop()
-        await self.alerts.stop()
-        await self.limiter.close()
+        await self.budgets.aclose()
+        await self.writer.aclose()
+        await self.alerts.aclose()
+        await self.limiter.aclose()
         if self._own_resources:
             await self.resources.aclose()

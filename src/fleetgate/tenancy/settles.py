@@ -17,6 +17,8 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 from fleetgate.errors import LimiterUnavailable
 from fleetgate.limits.base import Limiter, Reservation, Scope
@@ -55,7 +57,7 @@ class Settles:
         self._queue: deque[_Pending] = deque()
         self.max_queued = max_queued
         self._on_dropped = on_dropped
-        self._tasks: set[asyncio.Task[bool]] = set()
+        self._running: set[asyncio.Future[Any]] = set()  # settles not answered yet
         self._retrier: asyncio.Task[None] | None = None
         self._closing = False
 
@@ -64,13 +66,31 @@ class Settles:
 
     def submit(self, reservation: Reservation, tokens: int, cost_nusd: int) -> None:
         """Settle in the background (never raises, never blocks). The limiter is called here,
-        not in the task: `RedisLimiter` sends the command at once, so a settle submitted
-        before the response is written reaches Redis before the client's next request."""
+        not in a task: `RedisLimiter` sends the command at once, so a settle submitted
+        before the response is written reaches Redis before the client's next request. A
+        limiter that answers with a future (`RedisLimiter`) is followed by a callback on it,
+        without a task; an ``async def`` settle runs in a task."""
         item = _Pending(reservation, tokens, cost_nusd)
         settle = self.limiter.settle(reservation, tokens, cost_nusd)
+        if isinstance(settle, asyncio.Future):
+            self._running.add(settle)
+            settle.add_done_callback(partial(self._settle_done, item))
+            return
         task = asyncio.get_running_loop().create_task(self._settle(item, settle))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    def _settle_done(self, item: _Pending, fut: asyncio.Future[dict[str, int]]) -> None:
+        self._running.discard(fut)
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is None:
+            self._applied(item, fut.result())
+        elif isinstance(exc, LimiterUnavailable):
+            self._unavailable(item)
+        else:
+            log.error("settle failed: %s", exc)
 
     async def _settle(
         self, item: _Pending, settle: Awaitable[dict[str, int]] | None = None
@@ -80,17 +100,28 @@ class Settles:
                 settle = self.limiter.settle(item.reservation, item.tokens, item.cost_nusd)
             totals = await settle
         except LimiterUnavailable:
-            if not item.reservation.enforced:
-                return False  # admitted without Redis: nothing to release, the cost is stored
-            item.cost_nusd = 0  # from now on release only (see the module docstring)
-            self._enqueue(item)
-            return False
+            return self._unavailable(item)
         except Exception as exc:  # a bug must not lose the request; say so and drop it
             log.error("settle failed: %s", exc)
             return True
-        if totals:
-            self.on_settled(item.reservation.scopes, totals, item.cost_nusd)
+        self._applied(item, totals)
         return True
+
+    def _applied(self, item: _Pending, totals: dict[str, int]) -> None:
+        if totals:
+            try:
+                self.on_settled(item.reservation.scopes, totals, item.cost_nusd)
+            except Exception:  # an alert bug must not stop later settles
+                log.exception("settle: on_settled failed")
+
+    def _unavailable(self, item: _Pending) -> bool:
+        """The limiter could not take the settle: queue it (release only) unless nothing was
+        held. Returns False (not applied)."""
+        if not item.reservation.enforced:
+            return False  # admitted without Redis: nothing to release, the cost is stored
+        item.cost_nusd = 0  # from now on release only (see the module docstring)
+        self._enqueue(item)
+        return False
 
     def _enqueue(self, item: _Pending) -> None:
         if len(self._queue) >= self.max_queued:
@@ -114,8 +145,8 @@ class Settles:
     async def drain(self) -> None:
         """At shutdown: finish running settles and try the queued ones once."""
         self._closing = True
-        if self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        if self._running:
+            await asyncio.gather(*list(self._running), return_exceptions=True)
         await cancel_and_wait(self._retrier)
         for _ in range(len(self._queue)):
             if not await self._settle(self._queue.popleft()):

@@ -10,7 +10,6 @@ before it is written, for a stream once it has ended. No other I/O on the event 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Any
 
@@ -69,8 +68,9 @@ class TenancyStage:
         # The prompt estimate is a heuristic; pad it (chat template, tokenizer differences) so a
         # reservation covers the real count and TPM overshoots by at most one request.
         tokens = req.prompt_tokens + req.prompt_tokens // 4 + 16 + req.max_tokens
-        member = f"{req.request_id}:{os.urandom(4).hex()}"
-        result = await self.limiter.reserve(member, scopes, tokens)
+        # The request id is the gateway's own (a random per-process prefix and a counter), so
+        # it names the reservation uniquely across replicas without a random suffix.
+        result = await self.limiter.reserve(req.request_id, scopes, tokens)
         if isinstance(result, Denial):
             self._refused(req, result)
         assert isinstance(result, Reservation)

@@ -47,7 +47,7 @@ class CacheSync:
         self.feed_up = False  # the Redis feed answered within the last few seconds
         self.feed_timeout_s = 3.0
 
-    def start(self) -> None:
+    async def start(self) -> None:
         if self._tasks:
             return
         loop = asyncio.get_running_loop()
@@ -55,7 +55,7 @@ class CacheSync:
         if self.redis is not None:
             self._tasks.append(loop.create_task(self._listen(), name="tenancy-feed"))
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         await cancel_and_wait(*self._tasks)
         self._tasks.clear()
 

@@ -177,14 +177,14 @@ class RecordWriter:
         if self._on_dropped is not None:
             self._on_dropped(count)
 
-    # -- start, stop, the background task --------------------------------------------------
+    # -- start, aclose, the background task ------------------------------------------------
 
     async def start(self) -> None:
         """Replay what a previous run left behind, then write in the background."""
         await self.replay_orphans()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="record-writer")
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         """Write everything still queued; what cannot be written stays spooled."""
         await cancel_and_wait(self._task)
         self._task = None

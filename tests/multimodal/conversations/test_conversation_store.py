@@ -27,7 +27,7 @@ async def store(
         await db.migrate()
         yield SqlConversationStore(db.engine)
     finally:
-        await db.close()
+        await db.aclose()
         if request.param == "postgres":
             await drop_pg_database(url)
 

@@ -59,4 +59,4 @@ async def test_one_team_flooding_the_cache_does_not_evict_the_others(tmp_path: P
         await stage.before(_request("team-a", _url(i)))
     assert runtime.images.decodes == decodes  # team A's images were still cached
     assert runtime.cache.tenant_bytes("team-b") <= 2 * size + 4 + size
-    await runtime.stop()
+    await runtime.aclose()

@@ -43,7 +43,7 @@ async def test_ten_turn_conversation_is_truncated_oldest_first(tmp_path: Path) -
                 cid, [StoredTurn("user", question), StoredTurn("assistant", answer)], tenant="t"
             )
     finally:
-        await db.close()
+        await db.aclose()
     assert dropped[0] == 0 and dropped[-1] > 0
     assert dropped == sorted(dropped)
 

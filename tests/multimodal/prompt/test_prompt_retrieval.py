@@ -27,7 +27,7 @@ async def test_cosine_top_k_finds_the_right_document(embedder: MiniLMEmbedder) -
     assert hits[0].doc_id == "vacation"
     assert hits[0].score > hits[1].score
     assert await index.search("team-b", "holidays") == []  # teams are separate
-    index.remove("team-a", "vacation")
+    await index.remove("team-a", "vacation")
     hits = await index.search("team-a", "How many holidays do I get?", k=3)
     assert "vacation" not in {h.doc_id for h in hits}
 

@@ -5,6 +5,10 @@ tokens in flight; a request carrying images waits in a FIFO queue until its toke
 five-image request waits its turn instead of stalling every stream. Requests without images
 (``image_tokens == 0``) never wait. A single request larger than the whole budget is admitted
 alone once the deployment is idle, so it cannot starve.
+
+`ImageBudget` is the interface the multimodal stage uses; `ImageComputeBudget` keeps the budget
+in this process, `fleetgate.multimodal.images.shared_budget.SharedImageBudget` in Redis (shared
+by every gateway process and replica).
 """
 
 from __future__ import annotations
@@ -12,12 +16,39 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from fleetgate.errors import InvalidRequest
 
-__all__ = ["ImageComputeBudget"]
+__all__ = ["ImageBudget", "ImageComputeBudget"]
+
+
+class ImageBudget(Protocol):
+    """Admission of image tokens per deployment (see the module docstring)."""
+
+    max_images_per_request: int
+
+    def check_request(self, image_count: int, *, param: str | None = "messages") -> None:
+        """Refuse a request carrying more images than allowed (400)."""
+        ...
+
+    def in_flight(self, deployment_id: str) -> int:
+        """Image tokens this process holds on ``deployment_id``."""
+        ...
+
+    def waiting(self, deployment_id: str) -> int:
+        """Requests of this process queued for ``deployment_id``."""
+        ...
+
+    def admit(self, deployment_id: str, image_tokens: int) -> AbstractAsyncContextManager[None]:
+        """Hold ``image_tokens`` of ``deployment_id``'s budget for the body of the block."""
+        ...
+
+    async def aclose(self) -> None:
+        """Finish background work (called when the gateway stops)."""
+        ...
 
 
 @dataclass(slots=True)
@@ -77,11 +108,17 @@ class ImageComputeBudget:
         lane = self._lanes.get(deployment_id)
         return len(lane.queue) if lane else 0
 
+    async def aclose(self) -> None:
+        """Nothing to finish (the `ImageBudget` interface)."""
+
+    def capacity(self, deployment_id: str) -> int:
+        """The image tokens ``deployment_id`` admits at once."""
+        return self._capacities.get(deployment_id, self.default_tokens_in_flight)
+
     def _lane(self, deployment_id: str) -> _Lane:
         lane = self._lanes.get(deployment_id)
         if lane is None:
-            capacity = self._capacities.get(deployment_id, self.default_tokens_in_flight)
-            lane = self._lanes[deployment_id] = _Lane(capacity)
+            lane = self._lanes[deployment_id] = _Lane(self.capacity(deployment_id))
         return lane
 
     @asynccontextmanager

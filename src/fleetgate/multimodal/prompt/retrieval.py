@@ -1,4 +1,5 @@
-"""A small embedding index over a team's uploaded documents (cosine top-k).
+"""A small embedding index over a team's uploaded documents (cosine top-k), kept in the
+database by `fleetgate.multimodal.prompt.documents.DocumentStore` when given one.
 
 The gateway's embedder is `fleetgate.resources.MiniLMEmbedder` over the process's one
 all-MiniLM-L6-v2 (shared with the semantic router and the safety classifier). Embedding runs in
@@ -8,20 +9,24 @@ an executor.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from fleetgate.errors import PayloadTooLarge
+from fleetgate.multimodal.prompt.documents import DocumentStore
 
 __all__ = ["DocumentIndex", "Embedder", "RetrievedChunk", "split_text"]
 
 Vectors = npt.NDArray[np.float32]
+
+log = logging.getLogger("fleetgate.multimodal.retrieval")
 
 
 @runtime_checkable
@@ -64,15 +69,21 @@ class _TeamIndex:
     texts: list[str] = field(default_factory=list)
     vectors: Vectors | None = None
     doc_bytes: dict[str, int] = field(default_factory=dict)  # counted before embedding
+    version: int = 0  # the stored team's version this copy reflects
 
 
 class DocumentIndex:
-    """Per-team in-memory vector index, at most ``max_team_documents`` documents and
-    ``max_team_bytes`` of UTF-8 text per team (`PayloadTooLarge` past either).
+    """Per-team vector index, at most ``max_team_documents`` documents and ``max_team_bytes``
+    of UTF-8 text per team (`PayloadTooLarge` past either).
+
+    With a ``store`` (`fleetgate.multimodal.prompt.documents.DocumentStore`) documents and
+    their embeddings are kept in the database, and this object is each replica's cache of them:
+    a team is loaded on its first search and dropped when `follow` hears that its version moved
+    (an upload or delete on any replica). Without one, documents live in this process only.
 
     Example::
 
-        index = DocumentIndex(MiniLMEmbedder(resources.minilm))
+        index = DocumentIndex(MiniLMEmbedder(resources.minilm), store=DocumentStore(db))
         await index.add("team-a", "handbook", handbook_text)
         hits = await index.search("team-a", "how many vacation days?", k=3)
     """
@@ -85,16 +96,20 @@ class DocumentIndex:
         executor: Executor | None = None,
         max_team_bytes: int | None = None,
         max_team_documents: int | None = None,
+        store: DocumentStore | None = None,
     ) -> None:
         self._embedder = embedder
         self._chunk_chars = chunk_chars
         self._executor = executor
         self._max_bytes = max_team_bytes
         self._max_documents = max_team_documents
+        self.store = store
         self._teams: dict[str, _TeamIndex] = {}
+        self._loading: dict[str, asyncio.Lock] = {}
 
     def usage(self, team: str) -> tuple[int, int]:
-        """``(documents, UTF-8 bytes)`` the team keeps (uploads in progress included)."""
+        """``(documents, UTF-8 bytes)`` this process holds for the team (uploads in progress
+        included; with a store, as of the team's last load)."""
         idx = self._teams.get(team)
         if idx is None:
             return 0, 0
@@ -126,11 +141,24 @@ class DocumentIndex:
 
     async def add(self, team: str, doc_id: str, text: str) -> int:
         """Index (or re-index) one document; returns the number of chunks."""
-        self.remove(team, doc_id)
         chunks = split_text(text, max_chars=self._chunk_chars)
         if not chunks:
+            await self.remove(team, doc_id)
             return 0
         size = len(text.encode("utf-8", "surrogatepass"))
+        if self.store is not None:
+            await self._team(team)  # the stored documents count toward the limits
+            self._reserve(team, doc_id, size)  # a cheap early refusal, before embedding
+            try:
+                vectors = await self._embed(chunks)
+                await self.store.put(
+                    team, doc_id, size, chunks, vectors,
+                    max_bytes=self._max_bytes, max_documents=self._max_documents,
+                )  # fmt: skip
+            finally:
+                self._teams.pop(team, None)  # reloaded from the store on the next search
+            return len(chunks)
+        self._drop(team, doc_id)
         idx = self._reserve(team, doc_id, size)
         try:
             vectors = await self._embed(chunks)
@@ -143,8 +171,15 @@ class DocumentIndex:
         idx.vectors = vectors if idx.vectors is None else np.vstack([idx.vectors, vectors])
         return len(chunks)
 
-    def remove(self, team: str, doc_id: str) -> None:
-        """Drop a document's chunks."""
+    async def remove(self, team: str, doc_id: str) -> None:
+        """Drop a document's chunks (on every replica, with a store)."""
+        if self.store is not None:
+            await self.store.remove(team, doc_id)
+            self._teams.pop(team, None)
+            return
+        self._drop(team, doc_id)
+
+    def _drop(self, team: str, doc_id: str) -> None:
         idx = self._teams.get(team)
         if idx is None:
             return
@@ -156,18 +191,51 @@ class DocumentIndex:
         idx.texts = [idx.texts[i] for i in keep]
         idx.vectors = idx.vectors[keep] if keep else None
 
+    async def _team(self, team: str) -> _TeamIndex | None:
+        """The team's index, loaded from the store when this process has none yet."""
+        idx = self._teams.get(team)
+        if idx is not None or self.store is None:
+            return idx
+        lock = self._loading.setdefault(team, asyncio.Lock())
+        async with lock:
+            idx = self._teams.get(team)
+            if idx is None:
+                stored = await self.store.load(team)
+                idx = _TeamIndex(
+                    stored.doc_ids, stored.texts, stored.vectors, stored.doc_bytes, stored.version
+                )
+                self._teams[team] = idx
+        self._loading.pop(team, None)
+        return idx
+
+    def follow(self, teams: dict[str, Any]) -> None:
+        """The stored documents changed: forget every team whose version moved (reloaded on
+        its next search). ``teams``: ``{team: {"version": n}}`` from the shared state."""
+        for team, idx in list(self._teams.items()):
+            marker = teams.get(team)
+            version = marker.get("version", 0) if isinstance(marker, dict) else 0
+            if version != idx.version:
+                self._teams.pop(team, None)
+
     async def search(
         self, team: str, query: str, *, k: int = 3, min_score: float = -1.0
     ) -> list[RetrievedChunk]:
         """The ``k`` chunks most similar to ``query`` (cosine), best first."""
-        idx = self._teams.get(team)
-        if idx is None or idx.vectors is None or not query.strip():
+        if not query.strip():
             return []
+        try:
+            idx = await self._team(team)
+        except Exception as exc:  # the store is away: answer without documents, not fail
+            log.warning("team %s documents not loaded (%s); retrieving nothing", team, exc)
+            return []
+        if idx is None or idx.vectors is None:
+            return []
+        vectors, doc_ids, texts = idx.vectors, idx.doc_ids, idx.texts
         q = (await self._embed([query]))[0]
-        scores = idx.vectors @ q
+        scores = vectors @ q
         order = np.argsort(-scores)[:k]
         return [
-            RetrievedChunk(idx.doc_ids[i], idx.texts[i], float(scores[i]))
+            RetrievedChunk(doc_ids[i], texts[i], float(scores[i]))
             for i in order
             if scores[i] >= min_score
         ]

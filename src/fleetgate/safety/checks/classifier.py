@@ -131,3 +131,7 @@ class ClassifierCheck:
     def close(self) -> None:
         """Stop the worker thread (waits for a running inference to finish)."""
         self._executor.shutdown(wait=True)
+
+    async def aclose(self) -> None:
+        """`close` off the event loop (the wait for a running inference would stall it)."""
+        await asyncio.to_thread(self.close)

@@ -1,0 +1,124 @@
+"""State every replica must agree on, in the database: named JSON bodies of a *kind*, with a
+version per kind that every change bumps in its own transaction.
+
+A kind is, for example, ``safety_overrides`` (one row per overridden policy or mapping) or
+``canary_splits`` (one row per alias). Replicas notice a change by reading the versions
+(`SharedVersions.read`, one indexed query for every kind), which
+`fleetgate.resources.shared.SharedStates` does for the whole process every quarter second.
+
+The statements are SQLAlchemy Core with the dialect's upsert, so SQLite and PostgreSQL run the
+same code.
+
+Example::
+
+    overrides = SharedState(db, "safety_overrides")
+    version = await overrides.put("policies:strict", {"input": ["pii"]})
+    version, bodies = await overrides.load()      # {"policies:strict": {...}}
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from fleetgate.store.database import Database
+from fleetgate.store.tables import shared_state, shared_versions
+
+__all__ = ["SharedState", "bump_version", "read_versions", "upsert"]
+
+
+def _insert(conn: AsyncConnection) -> Any:
+    return pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+
+
+async def bump_version(conn: AsyncConnection, kind: str) -> int:
+    """Add one to ``kind``'s version inside the caller's transaction; returns the new one."""
+    stmt = (
+        _insert(conn)(shared_versions)
+        .values(kind=kind, version=1)
+        .on_conflict_do_update(
+            index_elements=[shared_versions.c.kind],
+            set_={"version": shared_versions.c.version + 1},
+        )
+        .returning(shared_versions.c.version)
+    )
+    return int((await conn.execute(stmt)).scalar_one())
+
+
+async def upsert(conn: AsyncConnection, kind: str, name: str, body: Any) -> None:
+    """Write one body of ``kind`` (created or replaced) inside the caller's transaction."""
+    now = int(time.time() * 1000)
+    stmt = (
+        _insert(conn)(shared_state)
+        .values(kind=kind, name=name, body=body, updated_ms=now)
+        .on_conflict_do_update(
+            index_elements=[shared_state.c.kind, shared_state.c.name],
+            set_={"body": body, "updated_ms": now},
+        )
+    )
+    await conn.execute(stmt)
+
+
+async def read_versions(conn: AsyncConnection) -> dict[str, int]:
+    """Every kind's version (a kind never changed is absent)."""
+    rows = await conn.execute(select(shared_versions.c.kind, shared_versions.c.version))
+    return {str(kind): int(version) for kind, version in rows}
+
+
+class SharedState:
+    """The bodies of one kind. Writes are one transaction each, with the version bump."""
+
+    def __init__(self, db: Database, kind: str) -> None:
+        if not 0 < len(kind) <= 32:
+            raise ValueError(f"a shared state kind has 1-32 characters: {kind!r}")
+        self.db = db
+        self.kind = kind
+
+    async def load(self) -> tuple[int, dict[str, Any]]:
+        """``(version, {name: body})`` read in one transaction."""
+        async with self.db.engine.connect() as conn:
+            version = await conn.scalar(
+                select(shared_versions.c.version).where(shared_versions.c.kind == self.kind)
+            )
+            rows = await conn.execute(
+                select(shared_state.c.name, shared_state.c.body).where(
+                    shared_state.c.kind == self.kind
+                )
+            )
+            return int(version or 0), {str(name): body for name, body in rows}
+
+    async def put(self, name: str, body: Any) -> int:
+        """Create or replace ``name``; returns the kind's new version."""
+        async with self.db.engine.begin() as conn:
+            await upsert(conn, self.kind, name, body)
+            return await bump_version(conn, self.kind)
+
+    async def put_stamped(self, name: str, build: Callable[[int], Any]) -> int:
+        """Like `put`, with the body built from the kind's new version (a revision stamp)."""
+        async with self.db.engine.begin() as conn:
+            version = await bump_version(conn, self.kind)
+            await upsert(conn, self.kind, name, build(version))
+            return version
+
+    async def put_many(self, bodies: Mapping[str, Any]) -> int:
+        """Create or replace several bodies at once (one version step)."""
+        async with self.db.engine.begin() as conn:
+            for name, body in bodies.items():
+                await upsert(conn, self.kind, name, body)
+            return await bump_version(conn, self.kind)
+
+    async def delete(self, name: str) -> int:
+        """Remove ``name`` (absent: nothing changes but the version); returns the new version."""
+        async with self.db.engine.begin() as conn:
+            await conn.execute(
+                delete(shared_state).where(
+                    shared_state.c.kind == self.kind, shared_state.c.name == name
+                )
+            )
+            return await bump_version(conn, self.kind)
