@@ -22,6 +22,7 @@ from pydantic_core import PydanticUndefined
 from fleetgate.config.schema import HealthConfig, RouterConfig, RoutingConfig
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.routing.semantic_config import SemanticConfig
+from fleetgate.scheduling.config import SchedulingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,6 +32,7 @@ SECTIONS: list[tuple[str, str, type[BaseModel]]] = [
     ("docs/routing.md", "router", RouterConfig),
     ("docs/routing.md", "health", HealthConfig),
     ("docs/routing.md", "semantic", SemanticConfig),
+    ("docs/scheduling.md", "scheduling", SchedulingConfig),
 ]
 
 

@@ -42,6 +42,7 @@ from fleetgate.routing.reload import TableManager
 from fleetgate.routing.strategies import StrategyRegistry
 from fleetgate.routing.table import RouteTable
 from fleetgate.safety.feature import SafetyFeature
+from fleetgate.scheduling.feature import SchedulingFeature
 from fleetgate.telemetry.access_log import AccessLog
 from fleetgate.telemetry.metrics import GatewayMetrics
 from fleetgate.telemetry.tracing import GenAITracer
@@ -142,12 +143,18 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
     canary = CanaryFeature.build(settings, cfg, table, access, resources)
     gw.dispatcher.versions = gw.canary = canary.splits
     engine = EngineRoutingFeature(gw.engine_routing, table, access, http=resources.http)
+    stats = gw.engine_routing.stats if gw.engine_routing is not None else None
+    scheduling = SchedulingFeature.build(
+        cfg, registry, table, access, stats.fresh_snapshot if stats is not None else None
+    )
+    gw.scheduler = scheduling.scheduler
     features = (
         CoreFeature(gw),  # routes, health, access log, config watch; closes the shared last
         semantic,  # `model: auto` -> an alias, before everything that depends on the alias
         tenancy,  # may this key use the alias, within limits; settles and bills after
         multimodal,  # images, audio, prompt assembly (checks below see transcripts)
         safety,  # input, output and stream guardrails
+        scheduling,  # admission into the alias's pool, last: only the engine is left after it
         canary,  # version splits the dispatcher follows
         engine,  # engine stats, prefix index, decision log
     )

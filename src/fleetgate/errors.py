@@ -26,6 +26,7 @@ renders them as OpenAI error objects ``{"error": {"message", "type", "param", "c
     │   └── NoHealthyDeployment        503
     ├── ServiceUnavailable             503 a dependency of ours (store, limiter) failed closed
     │   ├── LimiterUnavailable         503 code=limiter_unavailable: the shared limiter (Redis)
+    │   ├── Overloaded                 503 a saturated pool shed the request (Retry-After)
     │   └── MissingExtra               503 code=missing_extra: an optional package is not installed
     ├── RecordRefused                  the store refused a record for good (never rendered)
     └── ConfigError                    invalid configuration (never rendered to API callers)
@@ -54,6 +55,7 @@ __all__ = [
     "ModelNotFound",
     "NoHealthyDeployment",
     "NotFound",
+    "Overloaded",
     "PayloadTooLarge",
     "PermissionDenied",
     "RateLimited",
@@ -289,6 +291,20 @@ class LimiterUnavailable(ServiceUnavailable):
     def __init__(self, message: str, *, maybe_applied: bool = False) -> None:
         super().__init__(message)
         self.maybe_applied = maybe_applied
+
+
+class Overloaded(ServiceUnavailable):
+    """A saturated deployment pool shed the request before it reached an engine: its queue
+    wait or TTFT deadline could not be met, or a higher band took its place. Retryable after
+    ``retry_after`` seconds. ``code``: ``queue_timeout``, ``deadline_unmeetable``,
+    ``deadline_exceeded``, ``queue_full`` or ``preempted``."""
+
+    code = "overloaded"
+
+    def __init__(self, message: str, *, code: str, retry_after: float = 1.0) -> None:
+        super().__init__(message, code=code)
+        self.retry_after = retry_after
+        self.headers["Retry-After"] = str(max(1, int(retry_after + 0.999)))
 
 
 class MissingExtra(ServiceUnavailable):

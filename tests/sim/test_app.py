@@ -196,3 +196,23 @@ async def test_metrics_have_vllm_names() -> None:
         'fleetgate_sim_requests_cancelled_total{model_name="tiny"} 0',
     ):
         assert name in text, name
+
+
+async def test_priority_needs_the_priority_policy() -> None:
+    async with running_sim(SimConfig(mode="echo")) as url:
+        async with _client(url) as client:
+            with pytest.raises(openai.BadRequestError) as err:
+                await client.chat.completions.create(
+                    model="tiny", messages=MESSAGES, extra_body={"priority": 1}
+                )
+            assert "priority" in str(err.value)
+            ok = await client.chat.completions.create(
+                model="tiny", messages=MESSAGES, extra_body={"priority": 0}
+            )
+            assert ok.choices[0].message.content
+    async with running_sim(SimConfig(mode="echo", scheduling_policy="priority")) as url:
+        async with _client(url) as client:
+            ok = await client.chat.completions.create(
+                model="tiny", messages=MESSAGES, extra_body={"priority": 3}
+            )
+            assert ok.choices[0].message.content

@@ -131,3 +131,52 @@ async def test_instant_mode_answers_at_once_and_still_counts_prefix_hits() -> No
     assert seq.cached_tokens == 48
     assert engine.metrics.prefix_hits.labels("tiny").value == 48
     await engine.aclose()
+
+
+def _prio(index: int, priority: int, out_len: int = 10) -> SeqSpec:
+    prompt = [1000 * (index + 1) + i for i in range(4)]
+    words = [f" w{i}" for i in range(out_len)]
+    return SeqSpec(prompt, words, "length", None, index, priority)
+
+
+async def test_priority_policy_runs_the_more_important_first_and_preempts() -> None:
+    engine = _engine(decode_ms_per_step=5.0, max_num_seqs=2, scheduling_policy="priority")
+    await engine.start()
+    try:
+        queue: asyncio.Queue[SeqEvent] = asyncio.Queue()
+        engine.submit([_prio(0, 5, 30), _prio(1, 5, 30), _prio(2, 5, 30)], queue)  # 2 run
+        await asyncio.sleep(0.012)
+        engine.submit([_prio(3, 0, 5), _prio(4, 9, 5)], queue)
+        sizes = {0: 30, 1: 30, 2: 30, 3: 5, 4: 5}
+        texts: dict[int, list[str]] = {i: [] for i in range(5)}
+        order: list[int] = []
+        started: list[int] = []
+        while len(order) < 5:
+            ev = await asyncio.wait_for(queue.get(), 5)
+            if not texts[ev.index]:
+                started.append(ev.index)
+            texts[ev.index].append(ev.text)
+            if ev.finish_reason:
+                order.append(ev.index)
+        assert order[0] == 3  # a running one was preempted: it ran at once
+        assert started[-1] == 4  # the least important starts after everyone
+        assert engine.metrics.preemptions.labels("tiny").value >= 1
+        assert all(t == [f" w{i}" for i in range(sizes[k])] for k, t in texts.items())
+    finally:
+        await engine.aclose()
+
+
+async def test_fcfs_ignores_priority_order() -> None:
+    engine = _engine(decode_ms_per_step=5.0, max_num_seqs=1)
+    await engine.start()
+    try:
+        queue: asyncio.Queue[SeqEvent] = asyncio.Queue()
+        engine.submit([_prio(0, 5, 4), _prio(1, 5, 4), _prio(2, 0, 4)], queue)
+        order = []
+        while len(order) < 3:
+            ev = await asyncio.wait_for(queue.get(), 5)
+            if ev.finish_reason:
+                order.append(ev.index)
+        assert order == [0, 1, 2]
+    finally:
+        await engine.aclose()

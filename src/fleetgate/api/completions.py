@@ -55,9 +55,18 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
     return await _serve(request, Endpoint.EMBEDDINGS)
 
 
-# Request headers that stages may read (session affinity, conversation ids, debug flags).
+# Request headers that stages may read (session affinity, conversation ids, debug flags, the
+# scheduler's priority and TTFT deadline).
 _FORWARDED = frozenset(
-    {"x-session-id", "x-conversation-id", "x-fleetgate-debug", "x-user-id", "x-request-id"}
+    {
+        "x-session-id",
+        "x-conversation-id",
+        "x-fleetgate-debug",
+        "x-user-id",
+        "x-request-id",
+        "x-fleetgate-priority",
+        "x-fleetgate-ttft-deadline-ms",
+    }
 )
 
 

@@ -28,6 +28,7 @@ from fleetgate.routing.kv_aware import EngineAwareRouting
 from fleetgate.routing.reload import TableManager
 from fleetgate.routing.semantic_stage import SemanticStage
 from fleetgate.safety.runtime import SafetyRuntime
+from fleetgate.scheduling.scheduler import Scheduler
 from fleetgate.telemetry.access_log import AccessLog
 from fleetgate.telemetry.metrics import GatewayMetrics
 from fleetgate.telemetry.tracing import GenAITracer
@@ -64,6 +65,7 @@ class GatewayState:
     safety: SafetyRuntime | None = None
     semantic: SemanticStage | None = None
     canary: CanarySplits | None = None
+    scheduler: Scheduler | None = None  # admission queues; None when scheduling is off
     # Aliases a stage resolves to a configured one (the semantic router's ``auto``).
     virtual_aliases: set[str] = field(default_factory=set)
     worker_metrics: WorkerMetrics | None = None  # set when serving with several workers

@@ -43,6 +43,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default=d.decode_batch_factor,
         help="decode step = decode-ms-per-step * (1 + factor * (running - 1))",
     )
+    p.add_argument(
+        "--scheduling-policy",
+        choices=["fcfs", "priority"],
+        default=d.scheduling_policy,
+        help="priority: run requests by their `priority` field (lower first), preempting",
+    )
     p.add_argument("--kv-blocks", type=int, default=d.kv_blocks)
     p.add_argument("--block-size", type=int, default=d.block_size)
     p.add_argument("--seed", type=int, default=d.seed)
@@ -85,6 +91,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         prefill_ms_per_token=args.prefill_ms_per_token,
         decode_ms_per_step=args.decode_ms_per_step,
         decode_batch_factor=args.decode_batch_factor,
+        scheduling_policy=args.scheduling_policy,
         kv_blocks=args.kv_blocks,
         block_size=args.block_size,
         seed=args.seed,

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.routing.semantic_config import SemanticConfig
 from fleetgate.safety.config import SafetyConfig
+from fleetgate.scheduling.config import SchedulingConfig
 
 __all__ = [
     "AliasConfig",
@@ -81,6 +82,12 @@ class DeploymentConfig(_Model):
     version: str = "v1"
     context_window: int | None = Field(None, gt=0)
     max_output_tokens: int | None = Field(None, gt=0)
+    # Requests the engine runs at once (vLLM's --max-num-seqs): the scheduler's saturation
+    # point for the alias's pool (scheduling/); None: unbounded.
+    max_num_seqs: int | None = Field(None, ge=1)
+    # The engine schedules by vLLM's request ``priority`` field (--scheduling-policy priority):
+    # the scheduler sends each request's band in it.
+    priority: bool = False
     # A `tokenizers` JSON file of the model: the context window is checked with its exact count.
     tokenizer: str | None = None
     price: Price = Price()
@@ -240,6 +247,7 @@ class GatewayConfig(_Model):
     multimodal: MultimodalConfig = MultimodalConfig()
     semantic: SemanticConfig | None = None  # the intent router (routing/semantic_config.py)
     safety: SafetyConfig | None = None  # guardrails (safety/config.py); absent: no safety stage
+    scheduling: SchedulingConfig = SchedulingConfig()  # admission queues (scheduling/config.py)
     # Config sections of plug-in features (`fleetgate.feature.Feature`), by feature name: each
     # reads its own in ``reconfigure``; a section naming no feature is refused at start-up.
     extensions: dict[str, Any] = Field(default_factory=dict)

@@ -10,8 +10,9 @@ images), and records the images as encoded on that deployment.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
 
 from fleetgate.errors import RateLimited
 from fleetgate.multimodal.images.affinity import ImageAffinity
@@ -57,6 +58,9 @@ class ImageDispatchHook:
             return ()
         least = min(d.state.in_flight for d in candidates)
         return [d for d in candidates if d.id == warm and d.state.in_flight <= least + self._slack]
+
+    def extra_body(self, dep: Deployment) -> Mapping[str, Any] | None:
+        return None
 
     def admit(self, dep: Deployment) -> AbstractAsyncContextManager[None]:
         return self._admit(dep)

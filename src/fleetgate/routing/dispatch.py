@@ -31,7 +31,7 @@ from fleetgate.errors import (
 from fleetgate.providers.base import UpstreamCall, UpstreamResponse
 from fleetgate.routing.context import Pick, RouteContext, RoutedRequest
 from fleetgate.routing.deployment import Deployment
-from fleetgate.routing.dispatch_hooks import admitted, preferred
+from fleetgate.routing.dispatch_hooks import DispatchHook, admitted, extra_fields, preferred
 from fleetgate.routing.health import HealthTracker
 from fleetgate.routing.salt import TenantSalt
 from fleetgate.routing.table import AliasRoute, RouteTable
@@ -127,6 +127,14 @@ class _Sending:
             await sent._close()
 
 
+def _with_hook_fields(hooks: Sequence[DispatchHook], pick: Pick) -> Pick:
+    """``pick`` with the hooks' extra body fields for its deployment (vLLM's ``priority``)."""
+    fields = extra_fields(hooks, pick.deployment)
+    if not fields:
+        return pick
+    return Pick(pick.deployment, {**(pick.extra_body or {}), **fields}, pick.uncached_tokens)
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -159,6 +167,15 @@ class Dispatcher:
         if self.versions is not None and fitting:
             fitting = self.versions.narrow(route.name, fitting, ctx)
         return fitting, dropped
+
+    def _finish_pick(self, pick: Pick, ctx: RouteContext, hooks: Sequence[DispatchHook]) -> Pick:
+        """The strategy's pick with the fields every strategy gets: the tenant's
+        ``cache_salt`` (prefix-cache isolation) and the request hooks' (vLLM's ``priority``)."""
+        if self.salt is not None:
+            pick = self.salt.apply(pick, ctx)
+        if hooks:
+            pick = _with_hook_fields(hooks, pick)
+        return pick
 
     async def _backoff(self, attempt: int) -> None:
         base = self.config.retry_backoff_s * (2 ** (attempt - 1))
@@ -223,9 +240,7 @@ class Dispatcher:
             pool = fresh or healthy
             if hooks:
                 pool = preferred(hooks, pool)
-            pick = route.strategy.pick(pool, ctx)
-            if self.salt is not None:  # per-tenant prefix-cache isolation, every strategy
-                pick = self.salt.apply(pick, ctx)
+            pick = self._finish_pick(route.strategy.pick(pool, ctx), ctx, hooks)
             dep = pick.deployment
             tried.add(id(dep))
             if attempt > 0:

@@ -2,15 +2,19 @@
 
 A stage that knows something about the request that routing cannot see (the images it
 carries, say) appends a `DispatchHook` to ``GatewayRequest.dispatch_hooks``; the dispatcher
-then, for every attempt, narrows the candidates with ``prefer`` before the strategy picks, and
-holds ``admit(dep)`` around the upstream call to the deployment picked (for a stream: until
-its first event). Requests without hooks pay nothing.
+then, for every attempt, narrows the candidates with ``prefer`` before the strategy picks, adds
+``extra_body(dep)`` to the upstream body for the deployment picked (vLLM's ``priority``), and
+holds ``admit(dep)`` around the upstream call to it (for a stream: until its first event).
+Requests without hooks pay nothing.
 
 Example::
 
     class OnlyB:
         def prefer(self, candidates):
             return [d for d in candidates if d.id == "b"]
+
+        def extra_body(self, dep):
+            return None
 
         def admit(self, dep):
             return contextlib.nullcontext()
@@ -19,18 +23,22 @@ Example::
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol
+from typing import Any, Protocol
 
 from fleetgate.routing.deployment import Deployment
 
-__all__ = ["DispatchHook", "admitted", "preferred"]
+__all__ = ["DispatchHook", "admitted", "extra_fields", "preferred"]
 
 
 class DispatchHook(Protocol):
     def prefer(self, candidates: Sequence[Deployment]) -> Sequence[Deployment]:
         """A non-empty subset to pick from, or an empty sequence for no preference."""
+        ...
+
+    def extra_body(self, dep: Deployment) -> Mapping[str, Any] | None:
+        """Fields to add to the upstream body when ``dep`` is picked (None: nothing)."""
         ...
 
     def admit(self, dep: Deployment) -> AbstractAsyncContextManager[None]:
@@ -45,6 +53,16 @@ def preferred(hooks: Sequence[DispatchHook], candidates: list[Deployment]) -> li
         if narrowed:
             candidates = narrowed
     return candidates
+
+
+def extra_fields(hooks: Sequence[DispatchHook], dep: Deployment) -> dict[str, Any]:
+    """Every hook's extra body fields for ``dep`` (a later hook's win)."""
+    out: dict[str, Any] = {}
+    for hook in hooks:
+        fields = hook.extra_body(dep)
+        if fields:
+            out.update(fields)
+    return out
 
 
 @contextlib.asynccontextmanager

@@ -139,6 +139,11 @@ class EngineStats:
         target = self._state.get(engine_key(dep))
         return None if target is None else target.snapshot
 
+    def fresh_snapshot(self, dep: Deployment) -> EngineSnapshot | None:
+        """The last scrape of ``dep``'s engine when it is recent (None: none, or stale)."""
+        snap = self.snapshot(dep)
+        return snap if self._fresh(snap) else None
+
     def _local(self, key: str) -> LocalLoad:
         load = self.tracker.load(key)
         remote = self._remote.get(key)

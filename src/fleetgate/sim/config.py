@@ -13,9 +13,10 @@ from typing import Literal
 
 from fleetgate.errors import ConfigError
 
-__all__ = ["FaultConfig", "SimConfig", "SimMode"]
+__all__ = ["FaultConfig", "SchedulingPolicy", "SimConfig", "SimMode"]
 
 SimMode = Literal["echo", "random"]
+SchedulingPolicy = Literal["fcfs", "priority"]
 
 
 @dataclass
@@ -84,6 +85,10 @@ class SimConfig:
     output_len: int = 128
     image_tokens: int = 1200
     embedding_dim: int = 384
+    # vLLM's --scheduling-policy: ``priority`` orders the waiting queue by the request's
+    # ``priority`` (lower first, then arrival) and preempts the least important running
+    # request for a more important waiting one; ``fcfs`` refuses a non-zero ``priority``.
+    scheduling_policy: SchedulingPolicy = "fcfs"
     faults: FaultConfig = field(default_factory=FaultConfig)
 
     @property
@@ -104,4 +109,9 @@ class SimConfig:
             raise ConfigError("image_tokens must be >= 0", param="image_tokens")
         if self.mode not in ("echo", "random"):
             raise ConfigError(f"mode must be echo or random, got {self.mode!r}", param="mode")
+        if self.scheduling_policy not in ("fcfs", "priority"):
+            raise ConfigError(
+                f"scheduling_policy must be fcfs or priority, got {self.scheduling_policy!r}",
+                param="scheduling_policy",
+            )
         self.faults.validate()

@@ -83,7 +83,8 @@ class Engine:
             for seq in seqs:
                 self._run_instant(seq)
         else:
-            self.waiting.extend(seqs)
+            for seq in seqs:
+                self._enqueue(seq, front=False)
             self._wake.set()
         return seqs
 
@@ -144,7 +145,37 @@ class Engine:
             self.steps += 1
             self._finish_step(prefill, decode, loop.time())
 
+    def _enqueue(self, seq: Sequence, *, front: bool) -> None:
+        """Into the waiting queue: at the back (new) or the front (preempted) under ``fcfs``;
+        under ``priority`` by (priority, arrival)."""
+        if self.config.scheduling_policy == "fcfs":
+            if front:
+                self.waiting.appendleft(seq)
+            else:
+                self.waiting.append(seq)
+            return
+        key = (seq.spec.priority, seq.arrival)
+        at = len(self.waiting)
+        while at > 0:
+            prev = (self.waiting[at - 1].spec.priority, self.waiting[at - 1].arrival)
+            if prev < key or (prev == key and not front):  # preempted: before its equals
+                break
+            at -= 1
+        self.waiting.insert(at, seq)
+
+    def _preempt_for_priority(self) -> None:
+        """``priority`` policy: while the batch is full and the first waiting request is more
+        important than the least important running one (newest first), preempt that one."""
+        while self.waiting and len(self.running) >= self.config.max_num_seqs:
+            head = self.waiting[0].spec.priority
+            victim = max(self.running, key=lambda s: (s.spec.priority, s.arrival))
+            if victim.spec.priority <= head:
+                return
+            self._preempt(victim)
+
     def _schedule(self, now: float) -> tuple[list[tuple[Sequence, int]], list[Sequence]]:
+        if self.config.scheduling_policy == "priority":
+            self._preempt_for_priority()
         budget = self.config.max_num_batched_tokens
         prefill: list[tuple[Sequence, int]] = []
         decode: list[Sequence] = []
@@ -185,7 +216,7 @@ class Engine:
         seq.num_computed = 0
         seq.committed_blocks = 0
         seq.state = SeqState.WAITING
-        self.waiting.appendleft(seq)
+        self._enqueue(seq, front=True)
         self.metrics.preemptions.labels(*self._m).inc()
 
     def _admit(self, now: float, budget: int, prefill: list[tuple[Sequence, int]]) -> None:

@@ -87,6 +87,13 @@ def _specs(
     seed = _opt_int(body, "seed", -(1 << 63), (1 << 64) - 1)
     ignore_eos = _opt_bool(body, "ignore_eos")
     _, _, salt, n = _common(body)
+    priority = _opt_int(body, "priority", -(1 << 31), (1 << 31) - 1) or 0
+    if priority and config.scheduling_policy != "priority":
+        raise InvalidRequest(
+            "Priority scheduling is not enabled (start the engine with "
+            "--scheduling-policy priority).",
+            param="priority",
+        )
     choice_rng = random.Random(seed) if seed is not None else rng
     specs: list[SeqSpec] = []
     for prompt, echo_text in prompts:
@@ -112,7 +119,7 @@ def _specs(
                 ignore_eos=ignore_eos,
                 rng=choice_rng,
             )
-            specs.append(SeqSpec(prompt, output, reason, salt, len(specs)))
+            specs.append(SeqSpec(prompt, output, reason, salt, len(specs), priority))
     return specs
 
 

@@ -34,6 +34,7 @@ class SeqSpec:
     finish_reason: str
     salt: str | None = None
     index: int = 0
+    priority: int = 0  # lower runs first (scheduling_policy "priority")
 
 
 @dataclass(eq=False)

@@ -1,0 +1,320 @@
+"""Scheduling benchmark: the scheduler against a plain FIFO baseline, on one simulated engine.
+
+Each scenario runs twice in the same invocation, on a fresh engine each time: ``fifo`` is the
+gateway without the scheduling stage (every request goes to the engine at once; the engine's
+own FIFO queue decides), ``fair`` is the gateway with the scheduler. Requests are streamed
+chat completions with ``MAX_TOKENS`` output tokens each (``ignore_eos``).
+
+- ``flood``: team B sends steady Poisson traffic (B alone first, then with the flood) while
+  team A keeps 5x its share of the engine's slots outstanding (closed loop). Reports B's TTFT
+  p95 with the flood against B alone, and the output tokens/s of the whole engine against
+  FIFO's. ``fair`` gives B ``--guaranteed`` requests in flight.
+- ``critical``: a ``critical`` team's Poisson traffic under a ``batch`` team's closed-loop
+  flood; its TTFT p95 against its solo run. ``fair`` gives it ``--guaranteed`` too.
+
+The engine runs vLLM's priority policy in both modes (the FIFO gateway sends no priority, so
+it is first come first served); in ``fair`` the pool's ``max_num_seqs`` is the engine's and
+``priority: true``, so a request within its team's guarantee preempts a borrower.
+- ``backlog``: two teams of equal weight both backlogged, A with 3x B's outstanding requests.
+  The tokens served to each (prompt + output, from the stream's usage, counted as requests
+  end) after both started; the largest difference at any completion against the VTC bound
+  ``2 x (L_in + C x L_out)``, and the scheduler's own counters (``/admin/queues``, sampled
+  every 100 ms) against ``L_in + C x L_out``.
+
+    python bench/scheduling/run.py [--duration 15] [--write-docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from load import MAX_TOKENS, Sample, closed_loop, pct, poisson  # noqa: E402
+
+from procs import REPO, Engine, Gateway, gateway_process, sim_process  # noqa: E402
+
+MODES = ("fifo", "fair")
+
+
+@dataclass
+class Args:
+    duration: float
+    rate: float
+    guaranteed: int
+    critical_reserve: float
+    engine: Engine
+    tmp: Path
+    results: dict[str, Any] = field(default_factory=dict)
+
+
+def _ttfts(samples: list[Sample], team: str) -> list[float]:
+    return [s.ttft for s in samples if s.team == team and s.status == 200 and s.ttft is not None]
+
+
+def _summary(samples: list[Sample], team: str) -> dict[str, Any]:
+    ttft = _ttfts(samples, team)
+    return {
+        "requests": sum(1 for s in samples if s.team == team),
+        "ok": len(ttft),
+        "refused": sum(1 for s in samples if s.team == team and s.status in (429, 503)),
+        "ttft_p50_ms": round(pct(ttft, 0.5) * 1000, 1),
+        "ttft_p95_ms": round(pct(ttft, 0.95) * 1000, 1),
+        "ttft_max_ms": round(max(ttft, default=float("nan")) * 1000, 1),
+    }
+
+
+def _output_rate(samples: list[Sample], start: float, end: float) -> float:
+    tokens = sum(s.completion_tokens for s in samples if s.status == 200 and s.ended <= end)
+    return tokens / (end - start)
+
+
+async def _phase(gw: Gateway, loads: list[Any], duration: float) -> tuple[list[Sample], float]:
+    """Run the loads (callables of (session, until, out)) for ``duration``; bounded."""
+    out: list[Sample] = []
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        start = time.monotonic()
+        until = start + duration
+        await asyncio.wait_for(
+            asyncio.gather(*(load(session, until, out) for load in loads)), duration + 90
+        )
+    return out, start
+
+
+def _poisson(url: str, team: str, key: str, rate: float, seed: int) -> Any:
+    return lambda s, until, out: poisson(s, url, team, key, rate, until, out, seed)
+
+
+def _flood(url: str, team: str, key: str, concurrency: int) -> Any:
+    return lambda s, until, out: closed_loop(s, url, team, key, concurrency, until, out)
+
+
+async def flood(a: Args, mode: str) -> dict[str, Any]:
+    seqs = a.engine.max_num_seqs
+    with sim_process(a.engine, a.tmp) as sim:
+        pool = seqs if mode == "fair" else None
+        with gateway_process(sim, pool, mode == "fair", a.tmp, f"flood-{mode}") as gw:
+            team_a, key_a = gw.team_key("flooder")
+            team_b, key_b = gw.team_key("steady")
+            gw.apply({"enabled": mode == "fair", "teams": {team_b: {"guaranteed": a.guaranteed}}})
+            alone, _ = await _phase(gw, [_poisson(gw.url, "B", key_b, a.rate, 1)], a.duration)
+            share = seqs // 2
+            loads = [
+                _flood(gw.url, "A", key_a, 5 * share),
+                _poisson(gw.url, "B", key_b, a.rate, 2),
+            ]
+            flooded, start = await _phase(gw, loads, a.duration)
+    b_alone, b_flood = _summary(alone, "B"), _summary(flooded, "B")
+    return {
+        "b_alone": b_alone,
+        "b_flood": b_flood,
+        "a_flood": _summary(flooded, "A"),
+        "b_p95_ratio": round(b_flood["ttft_p95_ms"] / b_alone["ttft_p95_ms"], 2),
+        "output_tokens_per_s": round(_output_rate(flooded, start, start + a.duration), 1),
+    }
+
+
+async def critical(a: Args, mode: str) -> dict[str, Any]:
+    with sim_process(a.engine, a.tmp) as sim:
+        pool = a.engine.max_num_seqs if mode == "fair" else None
+        with gateway_process(sim, pool, mode == "fair", a.tmp, f"critical-{mode}") as gw:
+            team_c, key_c = gw.team_key("oncall", {"priority": "critical"})
+            _, key_d = gw.team_key("etl", {"priority": "batch"})
+            gw.apply({"enabled": mode == "fair", "critical_reserve": a.critical_reserve,
+                      "teams": {team_c: {"guaranteed": a.guaranteed}}})  # fmt: skip
+            solo, _ = await _phase(gw, [_poisson(gw.url, "C", key_c, a.rate, 3)], a.duration)
+            loads = [
+                _flood(gw.url, "D", key_d, 3 * a.engine.max_num_seqs),
+                _poisson(gw.url, "C", key_c, a.rate, 4),
+            ]
+            flooded, start = await _phase(gw, loads, a.duration)
+    c_solo, c_flood = _summary(solo, "C"), _summary(flooded, "C")
+    return {
+        "critical_solo": c_solo,
+        "critical_flood": c_flood,
+        "batch_flood": _summary(flooded, "D"),
+        "critical_p95_ratio": round(c_flood["ttft_p95_ms"] / c_solo["ttft_p95_ms"], 2),
+        "output_tokens_per_s": round(_output_rate(flooded, start, start + a.duration), 1),
+    }
+
+
+async def _sample_counters(gw: Gateway, until: float, out: list[float], teams: list[str]) -> None:
+    """The largest gap between the two teams' virtual token counters while both queue."""
+    while time.monotonic() < until:
+        data = await asyncio.to_thread(gw.queues)
+        for pool in data.get("data", []):
+            found = pool["teams"]
+            if all(found.get(t, {}).get("queued", 0) > 0 for t in teams):
+                values = [found[t]["virtual_tokens"] for t in teams]
+                out.append(abs(values[0] - values[1]))
+        await asyncio.sleep(0.1)
+
+
+async def backlog(a: Args, mode: str) -> dict[str, Any]:
+    seqs = a.engine.max_num_seqs
+    with sim_process(a.engine, a.tmp) as sim:
+        pool = seqs if mode == "fair" else None
+        with gateway_process(sim, pool, mode == "fair", a.tmp, f"backlog-{mode}") as gw:
+            team_a, key_a = gw.team_key("wide")
+            team_b, key_b = gw.team_key("narrow")
+            gw.apply({"enabled": mode == "fair"})
+            gaps: list[float] = []
+            loads = [_flood(gw.url, "A", key_a, 3 * seqs), _flood(gw.url, "B", key_b, seqs)]
+            if mode == "fair":
+                teams = [team_a, team_b]
+                loads.append(lambda s, until, out: _sample_counters(gw, until, gaps, teams))
+            samples, start = await _phase(gw, loads, a.duration)
+    end = start + a.duration  # after it the loops stop sending: nobody is backlogged
+    done = sorted((s for s in samples if s.status == 200 and s.ended <= end), key=lambda s: s.ended)
+    served = {"A": 0, "B": 0}
+    worst = 0
+    warm = start + 1.0  # both loops running and the pool full
+    base: dict[str, int] | None = None
+    series: list[tuple[float, int]] = []
+    for s in done:
+        served[s.team] += s.prompt_tokens + s.completion_tokens
+        if s.ended < warm:
+            continue
+        if base is None:
+            base = dict(served)
+        gap = (served["A"] - base["A"]) - (served["B"] - base["B"])
+        series.append((round(s.ended - start, 2), gap))
+        worst = max(worst, abs(gap))
+    l_in = max((s.prompt_tokens for s in done), default=0)
+    bound = l_in + seqs * MAX_TOKENS
+    return {
+        "served_tokens": served,
+        "max_served_gap": worst,
+        "served_bound": 2 * (bound + seqs * l_in),  # inputs counted at the end, not admission
+        "max_counter_gap": round(max(gaps), 1) if gaps else None,
+        "counter_bound": bound,
+        "counter_points": len(gaps),
+        "gap_series": series[:: max(1, len(series) // 40)],
+    }
+
+
+SCENARIOS = {"flood": flood, "critical": critical, "backlog": backlog}
+
+
+def _markdown(results: dict[str, Any], a: Args) -> str:
+    e = a.engine
+    lines = [
+        f"Engine: one `fleetgate sim`, max_num_seqs {e.max_num_seqs}, decode "
+        f"{e.decode_ms_per_step} ms/step (+{e.decode_batch_factor} per running sequence), "
+        f"{MAX_TOKENS} output tokens per request, {a.duration:g} s per phase; B and the critical "
+        f"team send {a.rate:g} req/s (Poisson) and have `guaranteed: {a.guaranteed}` in `fair`. "
+        "`fifo`: the gateway without the scheduler.",
+        "",
+    ]
+    if "flood" in results:
+        f, q = results["flood"]["fifo"], results["flood"]["fair"]
+        lines += [
+            "| flood (A: 5x its share outstanding) | fifo | fair |",
+            "| --- | --- | --- |",
+            f"| B TTFT p95 alone (ms) | {f['b_alone']['ttft_p95_ms']} | "
+            f"{q['b_alone']['ttft_p95_ms']} |",
+            f"| B TTFT p95 with the flood (ms) | {f['b_flood']['ttft_p95_ms']} | "
+            f"{q['b_flood']['ttft_p95_ms']} |",
+            f"| B p95 ratio (target <= 1.5) | {f['b_p95_ratio']} | {q['b_p95_ratio']} |",
+            f"| output tokens/s | {f['output_tokens_per_s']} | {q['output_tokens_per_s']} "
+            f"({q['output_tokens_per_s'] / f['output_tokens_per_s']:.1%} of fifo; target >= 95%) |",
+            f"| A refused (429/503) | {f['a_flood']['refused']} | {q['a_flood']['refused']} |",
+            "",
+        ]
+    if "critical" in results:
+        f, q = results["critical"]["fifo"], results["critical"]["fair"]
+        lines += [
+            "| critical under a batch flood | fifo | fair |",
+            "| --- | --- | --- |",
+            f"| critical TTFT p95 solo (ms) | {f['critical_solo']['ttft_p95_ms']} | "
+            f"{q['critical_solo']['ttft_p95_ms']} |",
+            f"| critical TTFT p95 with the flood (ms) | {f['critical_flood']['ttft_p95_ms']} | "
+            f"{q['critical_flood']['ttft_p95_ms']} |",
+            f"| ratio (target <= 1.2) | {f['critical_p95_ratio']} | {q['critical_p95_ratio']} |",
+            f"| output tokens/s | {f['output_tokens_per_s']} | {q['output_tokens_per_s']} |",
+            "",
+        ]
+    if "backlog" in results:
+        f, q = results["backlog"]["fifo"], results["backlog"]["fair"]
+        lines += [
+            "| two backlogged teams, A with 3x B's requests outstanding | fifo | fair |",
+            "| --- | --- | --- |",
+            f"| tokens served A / B | {f['served_tokens']['A']} / {f['served_tokens']['B']} | "
+            f"{q['served_tokens']['A']} / {q['served_tokens']['B']} |",
+            f"| largest gap in tokens served (bound {q['served_bound']}) | "
+            f"{f['max_served_gap']} | {q['max_served_gap']} |",
+            f"| largest gap of the scheduler's counters (bound {q['counter_bound']}, "
+            f"{q['counter_points']} samples) | — | {q['max_counter_gap']} |",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+BEGIN, END = "<!-- scheduling: begin -->", "<!-- scheduling: end -->"
+
+
+def _write_docs(text: str) -> None:
+    path = REPO / "docs" / "benchmarks.md"
+    page = path.read_text()
+    section = f"{BEGIN}\n{text}\n{END}"
+    if BEGIN in page:
+        head, rest = page.split(BEGIN, 1)
+        page = head + section + rest.split(END, 1)[1]
+    else:
+        page = (
+            page.rstrip()
+            + "\n\n## Scheduling: admission queues against FIFO\n\n"
+            + "`python bench/scheduling/run.py --write-docs`\n\n"
+            + section
+            + "\n"
+        )
+    path.write_text(page)
+
+
+async def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--duration", type=float, default=30.0, help="seconds per phase (<= 120)")
+    p.add_argument("--rate", type=float, default=2.0, help="B's and critical's requests/s")
+    p.add_argument("--guaranteed", type=int, default=8)
+    p.add_argument("--critical-reserve", type=float, default=0.0)
+    p.add_argument("--max-num-seqs", type=int, default=24)
+    p.add_argument("--decode-ms", type=float, default=40.0, help="engine decode ms per step")
+    p.add_argument("--scenarios", default=",".join(SCENARIOS))
+    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--write-docs", action="store_true")
+    p.add_argument("--report", type=Path, default=None, help="render a saved --json, run nothing")
+    ns = p.parse_args()
+    duration = min(max(ns.duration, 2.0), 120.0)
+    with tempfile.TemporaryDirectory(prefix="fg-bench-sched-") as tmp:
+        a = Args(duration, ns.rate, ns.guaranteed, ns.critical_reserve,
+                 Engine(max_num_seqs=ns.max_num_seqs, decode_ms_per_step=ns.decode_ms),
+                 Path(tmp))  # fmt: skip
+        if ns.report is not None:
+            a.results = json.loads(ns.report.read_text())
+        for name in ns.scenarios.split(",") if ns.report is None else ():
+            a.results[name] = {}
+            for mode in MODES:
+                a.results[name][mode] = await SCENARIOS[name](a, mode)
+                print(name, mode, json.dumps(a.results[name][mode]), flush=True)
+    text = _markdown(a.results, a)
+    print(text)
+    if ns.json is not None and ns.report is None:
+        ns.json.write_text(json.dumps(a.results, indent=2))
+    if ns.write_docs:
+        _write_docs(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main()))

@@ -1,0 +1,1 @@
+"""Scheduling: saturation detection, admission queues by band and fair share, shedding."""

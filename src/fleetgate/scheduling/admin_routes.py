@@ -1,0 +1,74 @@
+"""Admin API of the scheduler.
+
+- ``GET /admin/queues``: every pool's admission state: capacity, limit, admitted, whether its
+  engines signal saturation, queued requests per band, and per team its queued requests and
+  virtual token counter. The master key sees every team; a team admin key sees its own team
+  only (the pools' totals stay visible: they are what its requests wait behind).
+  ``?pool=ALIAS`` narrows it to one pool.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from fleetgate.http import AdminAccess, json_reply
+from fleetgate.scheduling.config import BANDS
+from fleetgate.scheduling.pool import Pool
+from fleetgate.scheduling.scheduler import Scheduler
+
+__all__ = ["SchedulingAdmin"]
+
+
+def _pool_view(pool: Pool, team: str | None, now: float) -> dict[str, Any]:
+    queue = pool.queue
+    queued = queue.teams()
+    teams = sorted(set(queued) | set(pool.vtc.counters) | set(pool.teams))
+    if team is not None:
+        teams = [t for t in teams if t == team]
+    oldest = queue.oldest()
+    return {
+        "pool": pool.name,
+        "capacity": pool.capacity,
+        "limit": pool.limit,
+        "admitted": pool.admitted,
+        "saturated": pool.saturated or queue.size > 0,
+        "engines_saturated": pool.signal,
+        "queued": dict(zip(BANDS, queue.depth(), strict=True)),
+        "oldest_wait_s": None if oldest is None else round(now - oldest, 4),
+        "mean_service_s": pool.service_s,
+        "teams": {
+            t: {
+                "queued": queued.get(t, 0),
+                "in_flight": pool.teams.get(t, 0),
+                "virtual_tokens": round(pool.vtc.value(t), 3),
+            }
+            for t in teams
+        },
+    }
+
+
+class SchedulingAdmin:
+    def __init__(self, scheduler: Scheduler | None, access: AdminAccess) -> None:
+        self.scheduler = scheduler
+        self.access = access
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.get("/admin/queues", self.queues)]
+
+    async def queues(self, request: web.Request) -> web.Response:
+        actor = self.access.admin(request)
+        scheduler = self.scheduler
+        if scheduler is None:
+            return json_reply({"enabled": False, "data": []})
+        team = None if actor.is_master else actor.tenant
+        only = request.query.get("pool")
+        now = time.monotonic()
+        pools = [
+            _pool_view(pool, team, now)
+            for name, pool in sorted(scheduler.pools.items())
+            if only is None or name == only
+        ]
+        return json_reply({"enabled": True, "data": pools})

@@ -1,0 +1,156 @@
+"""One deployment pool's admission state, and how saturation is read from its deployments.
+
+A pool is an alias's deployments. Its *capacity* is the sum of their ``max_num_seqs`` (None,
+unbounded, when any of them has none); its *limit* is what admission allows in flight now:
+the capacity, lowered to what was in flight when the engines signalled saturation (queue, KV
+cache or TTFT over `HighWater`), and raised again by a quarter per poll once they no longer do.
+`Pool.room` is the fast path's whole check: an integer comparison.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from fleetgate.routing.deployment import Deployment
+from fleetgate.routing.engine_metrics import EngineSnapshot
+from fleetgate.scheduling.config import HighWater
+from fleetgate.scheduling.queue import AdmissionQueue
+from fleetgate.scheduling.vtc import VirtualTokenCounters
+
+__all__ = ["Pool", "Snapshots", "capacity_of", "engines_saturated"]
+
+# The last scrape of a deployment's engine, if fresh (None: never scraped, or stale).
+Snapshots = Callable[[Deployment], EngineSnapshot | None]
+
+
+class Pool:
+    """Admission state of one pool (one event loop: no locks)."""
+
+    __slots__ = (
+        "admitted",
+        "capacity",
+        "limit",
+        "name",
+        "queue",
+        "teams",
+        "reserve",
+        "service_s",
+        "signal",
+        "takes_priority",
+        "vtc",
+    )
+
+    def __init__(self, name: str, capacity: int | None, reserve: float) -> None:
+        self.name = name
+        self.capacity = capacity
+        self.limit = capacity  # None: unbounded
+        self.reserve = reserve  # share of the limit only the critical band may take
+        self.admitted = 0  # requests admitted and not yet finished
+        self.teams: dict[str, int] = {}  # of those, per team
+        self.signal = False  # the engines say saturated
+        self.vtc = VirtualTokenCounters()
+        self.queue = AdmissionQueue(self.vtc)
+        self.service_s: float | None = None  # EWMA of admission to end, for wait estimates
+        self.takes_priority = False  # a deployment takes vLLM's ``priority`` field
+
+    def room(self, rank: int) -> bool:
+        """Whether a request of band ``rank`` may start now (rank 0, critical, may use the
+        reserve)."""
+        limit = self.limit
+        if limit is None:
+            return True
+        if rank == 0:
+            return self.admitted < limit
+        return self.admitted < limit - int(limit * self.reserve)
+
+    def take(self, team: str) -> None:
+        """One more request of ``team`` in flight."""
+        self.admitted += 1
+        teams = self.teams
+        teams[team] = teams.get(team, 0) + 1
+
+    def give_back(self, team: str) -> None:
+        """One request of ``team`` ended."""
+        self.admitted -= 1
+        teams = self.teams
+        left = teams.get(team, 0) - 1
+        if left > 0:
+            teams[team] = left
+        else:
+            teams.pop(team, None)
+
+    def within_guarantee(self, team: str, guaranteed: int) -> bool:
+        """Whether ``team`` has fewer than its ``guaranteed`` requests in flight."""
+        return guaranteed > 0 and self.teams.get(team, 0) < guaranteed
+
+    @property
+    def saturated(self) -> bool:
+        return self.limit is not None and self.admitted >= self.limit
+
+    def observe_service(self, seconds: float) -> None:
+        prev = self.service_s
+        self.service_s = seconds if prev is None else prev + 0.2 * (seconds - prev)
+
+    def estimated_wait(self, rank: int) -> float | None:
+        """Seconds a new request of band ``rank`` would wait, from the queue ahead of it and
+        the mean service time; None when unknown."""
+        if self.service_s is None:
+            return None
+        slots = max(1, self.limit if self.limit is not None else self.admitted)
+        return (self.queue.ahead_of(rank) + 1) * self.service_s / slots
+
+    def follow(self, capacity: int | None, signal: bool) -> None:
+        """New capacity and engine signal (each poll): move the limit."""
+        self.capacity = capacity
+        if signal and not self.signal:  # onset: hold what is in flight now
+            onset = max(1, self.admitted)
+            self.limit = onset if self.limit is None else min(self.limit, onset)
+        elif not signal and self.limit is not None:
+            grown = self.limit + max(1, self.limit // 4)
+            if capacity is not None:
+                self.limit = min(grown, capacity)
+            elif self.queue.size:  # drain a queue gradually
+                self.limit = grown
+            else:
+                self.limit = None  # nothing queued, engines fine: unbounded again
+        if capacity is not None and (self.limit is None or self.limit > capacity):
+            self.limit = capacity
+        self.signal = signal
+
+
+def capacity_of(deployments: Sequence[Deployment], now: float) -> int | None:
+    """The sum of the healthy deployments' ``max_num_seqs`` (all of them when none is healthy,
+    so the dispatcher answers at once); None when any has no ``max_num_seqs``."""
+    healthy = [d for d in deployments if d.state.healthy(now)] or list(deployments)
+    total = 0
+    for dep in healthy:
+        seqs = dep.config.max_num_seqs
+        if seqs is None:
+            return None
+        total += seqs
+    return total
+
+
+def _over(dep: Deployment, snap: EngineSnapshot | None, marks: HighWater) -> bool | None:
+    """Whether ``dep`` is over a mark (None: nothing to judge by)."""
+    readings: list[bool] = []
+    if snap is not None:
+        if marks.engine_queue is not None:
+            readings.append(snap.waiting >= marks.engine_queue)
+        if marks.kv_usage is not None:
+            readings.append(snap.kv_usage >= marks.kv_usage)
+    ttft = dep.state.ewma_ttft_s
+    if marks.ttft_s is not None and ttft is not None:
+        readings.append(ttft >= marks.ttft_s)
+    return any(readings) if readings else None
+
+
+def engines_saturated(
+    deployments: Sequence[Deployment], marks: HighWater, snapshots: Snapshots | None
+) -> bool:
+    """True when every deployment with a reading is over one of the marks (and one has)."""
+    if marks.engine_queue is None and marks.kv_usage is None and marks.ttft_s is None:
+        return False
+    judged = [_over(d, snapshots(d) if snapshots is not None else None, marks) for d in deployments]
+    known = [j for j in judged if j is not None]
+    return bool(known) and all(known)

@@ -1,0 +1,92 @@
+"""The ``scheduling`` stage: admission into the deployment pool, last before dispatch.
+
+It runs after every stage that may refuse or reshape the request (tenancy's limits, the
+multimodal prompt assembly, the guardrails), so a request holds a slot of its pool only once
+nothing but the engine is left, and its prompt tokens are the ones the engine will see. Its
+``after`` runs first on the way out (the stages' ``after`` run in reverse), when the response
+is complete: the slot is freed and the output tokens charged to the team.
+
+The pool is the alias's own deployments (`RouteTable.route`), resolved after the semantic
+router chose the alias. A request that falls back to another alias keeps the slot it was
+admitted with: the fallback is the dispatcher's business, within one admission.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from fleetgate.hooks import GatewayRequest, Outcome
+from fleetgate.routing.deployment import Deployment
+from fleetgate.scheduling.policy import RequestPolicy
+from fleetgate.scheduling.pool import Pool
+from fleetgate.scheduling.scheduler import Scheduler
+
+__all__ = ["PriorityHook", "SchedulingStage", "engine_priority"]
+
+_STATE = "scheduling"
+
+
+@dataclass(slots=True)
+class _Admission:
+    pool: Pool
+    policy: RequestPolicy
+    at: float  # time.perf_counter() when admitted
+
+
+def engine_priority(rank: int, guaranteed: bool) -> int:
+    """vLLM's ``priority`` (lower runs first) for a band's rank (0 critical ... 3 sheddable):
+    ``2 * rank + 1``, and ``2 * rank`` for a request within its team's guarantee, so an engine
+    that preempts by priority makes room for it at once (the team reclaims what was lent)."""
+    return 2 * rank + (0 if guaranteed else 1)
+
+
+class PriorityHook:
+    """Sends `engine_priority` as vLLM's ``priority`` to deployments with ``priority: true``."""
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, priority: int) -> None:
+        self._fields = {"priority": priority}
+
+    def prefer(self, candidates: Sequence[Deployment]) -> Sequence[Deployment]:
+        return ()
+
+    def extra_body(self, dep: Deployment) -> Mapping[str, Any] | None:
+        return self._fields if dep.config.priority else None
+
+    def admit(self, dep: Deployment) -> AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()
+
+
+class SchedulingStage:
+    name = "scheduling"
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+
+    async def before(self, req: GatewayRequest) -> None:
+        scheduler = self.scheduler
+        pool = scheduler.pool(req.alias)
+        if pool is None:
+            return
+        policy = scheduler.policies.of(req.principal, req.headers)
+        reclaim = pool.within_guarantee(policy.team, policy.guaranteed)
+        if not scheduler.try_admit(pool, policy, req.prompt_tokens):
+            elapsed = time.perf_counter() - req.started
+            waited = await scheduler.wait(pool, policy, req.prompt_tokens, elapsed)
+            req.response_headers["x-fleetgate-queue-ms"] = f"{waited * 1000:.1f}"
+        req.state[_STATE] = _Admission(pool, policy, time.perf_counter())
+        if pool.takes_priority:
+            req.dispatch_hooks.append(PriorityHook(engine_priority(policy.rank, reclaim)))
+
+    def after(self, req: GatewayRequest, outcome: Outcome) -> None:
+        admission: _Admission | None = req.state.pop(_STATE, None)
+        if admission is None:
+            return
+        held = time.perf_counter() - admission.at
+        self.scheduler.release(admission.pool, admission.policy, outcome.completion_tokens, held)
