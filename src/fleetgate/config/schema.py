@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fleetgate.multimodal.config import MultimodalConfig
+from fleetgate.releases.config import RegistryRef, ReleasesConfig
 from fleetgate.routing.canary_config import CanaryConfig
 from fleetgate.routing.semantic_config import SemanticConfig
 from fleetgate.safety.config import SafetyConfig
@@ -112,14 +113,24 @@ class AliasConfig(_Model):
     alias: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._:/@-]+$")
     strategy: str = "weighted"
     fallbacks: tuple[str, ...] = ()
-    deployments: tuple[DeploymentConfig, ...] = Field(min_length=1)
+    deployments: tuple[DeploymentConfig, ...] = ()
     num_retries: int | None = Field(None, ge=0, le=10)
     description: str | None = None
+    # Serve the version of a registry model at a stage (docs/releases.md): the deployments
+    # come from that version and follow every promotion; ``deployments`` above, if any, serve
+    # only while the stage holds no version.
+    registry: RegistryRef | None = None
+
+    @model_validator(mode="after")
+    def _has_deployments(self) -> AliasConfig:
+        if not self.deployments and self.registry is None:
+            raise ValueError(f"alias {self.alias!r}: needs deployments or a registry stage")
+        return self
 
     @property
     def local_only(self) -> bool:
         """All deployments tagged ``local``: never fall back to anything that is not."""
-        return all(d.is_local for d in self.deployments)
+        return bool(self.deployments) and all(d.is_local for d in self.deployments)
 
 
 class RouterConfig(_Model):
@@ -242,6 +253,7 @@ class GatewayConfig(_Model):
     semantic: SemanticConfig | None = None  # the intent router (routing/semantic_config.py)
     canary: CanaryConfig = CanaryConfig()  # version splits (routing/canary_config.py)
     safety: SafetyConfig | None = None  # guardrails (safety/config.py); absent: no safety stage
+    releases: ReleasesConfig = ReleasesConfig()  # registry polling, retention, gates
     # Config sections of plug-in features (`fleetgate.feature.Feature`), by feature name: each
     # reads its own in ``reconfigure``; a section naming no feature is refused at start-up.
     extensions: dict[str, Any] = Field(default_factory=dict)
