@@ -29,6 +29,7 @@ from fleetgate.http import AdminAccess
 from fleetgate.multimodal.feature import MultimodalFeature
 from fleetgate.providers.http import HttpClient
 from fleetgate.providers.registry import ProviderRegistry
+from fleetgate.releases.feature import ReleasesFeature
 from fleetgate.resources import Resources
 from fleetgate.routing.dispatch import Dispatcher
 from fleetgate.routing.features import (
@@ -142,6 +143,7 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
     canary = CanaryFeature.build(settings, cfg, table, access, resources)
     gw.dispatcher.versions = gw.canary = canary.splits
     engine = EngineRoutingFeature(gw.engine_routing, table, access, http=resources.http)
+    releases = ReleasesFeature.build(settings, cfg, gw.tables, access, resources)
     features = (
         CoreFeature(gw),  # routes, health, access log, config watch; closes the shared last
         semantic,  # `model: auto` -> an alias, before everything that depends on the alias
@@ -150,6 +152,7 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
         safety,  # input, output and stream guardrails
         canary,  # version splits the dispatcher follows
         engine,  # engine stats, prefix index, decision log
+        releases,  # model registry: aliases that follow a stage, evaluations, gates
     )
     built = _with_extra(tuple(f for f in features if f is not None), extra)
     router = next((f for f in built if isinstance(f, SemanticFeature)), None)

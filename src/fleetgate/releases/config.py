@@ -16,10 +16,12 @@ Example (YAML)::
             - {metric: ttft_p95_ms, max_ratio: 1.1}   # TTFT p95 <= 1.1x baseline
         chat-int4:
           rules:
-            - {metric: golden, pass_drop: 0.02, fail_drop: 0.05}   # the quantization gate
+            - {metric: golden, pass_drop: 0.02, fail_drop: 0.05, baseline: parent}  # Q14
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -45,7 +47,8 @@ class GateRule(_Model):
     Exactly one kind: ``min`` / ``max`` (absolute bounds, may be combined), ``min_delta``
     (candidate - baseline >= min_delta), ``max_ratio`` (candidate <= baseline * max_ratio), or
     ``pass_drop`` with ``fail_drop`` (relative drop below pass_drop passes, above fail_drop
-    fails, between is inconclusive).
+    fails, between is inconclusive). ``baseline``: the version compared with, the one at
+    ``production`` or the candidate's ``parent_version`` (the quantization gate).
     """
 
     metric: str = Field(min_length=1, max_length=64)
@@ -56,6 +59,7 @@ class GateRule(_Model):
     max_ratio: float | None = Field(None, gt=0)
     pass_drop: float | None = Field(None, ge=0)
     fail_drop: float | None = Field(None, ge=0)
+    baseline: Literal["production", "parent"] = "production"
 
     @model_validator(mode="after")
     def _one_kind(self) -> GateRule:
