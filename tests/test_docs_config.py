@@ -21,6 +21,7 @@ from pydantic_core import PydanticUndefined
 
 from fleetgate.config.schema import HealthConfig, RouterConfig, RoutingConfig
 from fleetgate.multimodal.config import MultimodalConfig
+from fleetgate.releases.config import ReleasesConfig
 from fleetgate.routing.canary_config import CanaryConfig
 from fleetgate.routing.semantic_config import SemanticConfig
 
@@ -33,6 +34,7 @@ SECTIONS: list[tuple[str, str, type[BaseModel]]] = [
     ("docs/routing.md", "health", HealthConfig),
     ("docs/routing.md", "semantic", SemanticConfig),
     ("docs/routing.md", "canary", CanaryConfig),
+    ("docs/releases.md", "releases", ReleasesConfig),
 ]
 
 
