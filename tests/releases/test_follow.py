@@ -79,3 +79,42 @@ async def test_promotion_reaches_every_replica_within_a_second(
         # a config reload keeps following the registry
         a.state.tables.apply(a.state.tables.source)
         assert await served_by(a) == "chat-v1"
+
+
+async def test_two_clients_promoting_at_once_through_two_replicas(
+    sim: str, db_url: str, tmp_path: Path
+) -> None:
+    """Two clients, each through its own replica, promote different versions at the same
+    moment: both land one after the other (serialised), leaving exactly one production
+    version and two history entries; with ``expected`` one of them gets a 409."""
+    cfg = registry_config(sim)
+    async with (
+        running_gateway(cfg, tmp_path / "a", db_url) as a,
+        running_gateway(cfg, tmp_path / "b", db_url) as b,
+    ):
+        await a.admin("POST", "/admin/registry/models", json={"name": "chat"})
+        for n in (1, 2, 3, 4):
+            await a.admin("POST", "/admin/registry/models/chat/versions", json=version_body(sim, n))
+        promote = "/admin/registry/models/chat/promote"
+        results = await asyncio.gather(
+            a.admin("POST", promote, json={"stage": "production", "version": "v1"}),
+            b.admin("POST", promote, json={"stage": "production", "version": "v2"}),
+        )
+        assert [status for status, _ in results] == [200, 200], results
+        _, model = await a.admin("GET", "/admin/registry/models/chat")
+        assert {model["stages"]["production"], model["stages"]["previous"]} == {"v1", "v2"}
+        _, history = await a.admin("GET", "/admin/registry/models/chat/history")
+        assert len(history["data"]) == 2
+        production = model["stages"]["production"]
+        for gw in (a, b):
+            await until_served(gw, f"chat-{production}")
+        # strict: both expect the current production; exactly one wins
+        results = await asyncio.gather(
+            a.admin("POST", promote, json={"stage": "production", "version": "v3",
+                                           "expected": production}),
+            b.admin("POST", promote, json={"stage": "production", "version": "v4",
+                                           "expected": production}),
+        )  # fmt: skip
+        assert sorted(status for status, _ in results) == [200, 409], results
+        _, history = await a.admin("GET", "/admin/registry/models/chat/history")
+        assert len(history["data"]) == 3

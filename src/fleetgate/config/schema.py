@@ -19,7 +19,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.releases.config import RegistryRef, ReleasesConfig
@@ -113,19 +120,22 @@ class AliasConfig(_Model):
     alias: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._:/@-]+$")
     strategy: str = "weighted"
     fallbacks: tuple[str, ...] = ()
-    deployments: tuple[DeploymentConfig, ...] = ()
+    # Serve the version of a registry model at a stage (docs/releases.md): the deployments
+    # come from that version and follow every promotion; ``deployments``, if any, serve only
+    # while the stage holds no version.
+    registry: RegistryRef | None = None
+    deployments: tuple[DeploymentConfig, ...] = Field((), validate_default=True)
     num_retries: int | None = Field(None, ge=0, le=10)
     description: str | None = None
-    # Serve the version of a registry model at a stage (docs/releases.md): the deployments
-    # come from that version and follow every promotion; ``deployments`` above, if any, serve
-    # only while the stage holds no version.
-    registry: RegistryRef | None = None
 
-    @model_validator(mode="after")
-    def _has_deployments(self) -> AliasConfig:
-        if not self.deployments and self.registry is None:
-            raise ValueError(f"alias {self.alias!r}: needs deployments or a registry stage")
-        return self
+    @field_validator("deployments")
+    @classmethod
+    def _has_deployments(
+        cls, value: tuple[DeploymentConfig, ...], info: ValidationInfo
+    ) -> tuple[DeploymentConfig, ...]:
+        if not value and info.data.get("registry") is None:
+            raise ValueError("needs at least one deployment (or a registry stage to follow)")
+        return value
 
     @property
     def local_only(self) -> bool:
