@@ -21,6 +21,8 @@ from fleetgate.http import AdminAccess
 from fleetgate.releases.admin_routes import RegistryAdmin
 from fleetgate.releases.config import ReleasesConfig
 from fleetgate.releases.evalstore import EvalStore
+from fleetgate.releases.feedback import FeedbackStore
+from fleetgate.releases.feedback_routes import FeedbackRoutes
 from fleetgate.releases.follow import RegistryFollower
 from fleetgate.releases.registry import Registry
 from fleetgate.resources import Resources
@@ -64,6 +66,9 @@ class ReleasesFeature(BaseFeature):
             config.server.max_request_bytes,
             prepare=self._migrate,
         )
+        self.feedback = FeedbackRoutes(
+            FeedbackStore(db), access, self._migrate, config.server.max_request_bytes
+        )
         self.following = _follows(config)
         self.ready = False
         self._connecting: asyncio.Task[None] | None = None
@@ -81,7 +86,7 @@ class ReleasesFeature(BaseFeature):
         return cls(db, resources, tables, access, config)
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
-        return self.admin.routes()
+        return [*self.admin.routes(), *self.feedback.routes()]
 
     def reconfigure(self, config: GatewayConfig) -> None:
         self.config = config.releases

@@ -34,6 +34,7 @@ __all__ = [
     "admin_audit",
     "eval_items",
     "eval_runs",
+    "feedback",
     "registry_history",
     "registry_models",
     "registry_stages",
@@ -346,4 +347,18 @@ eval_items = Table(
     Column("output", Text),
     Column("ttft_ms", Float),
     Column("error", Text),
+)
+
+feedback = Table(
+    "fg_feedback",
+    metadata,
+    Column("request_id", String(100), primary_key=True),  # the x-request-id of the answer
+    Column("key_id", String(40), primary_key=True),  # who gave it (one verdict per key)
+    Column("team_id", String(40)),
+    Column("score", Float, nullable=False),  # 0..1; thumbs up 1, thumbs down 0
+    Column("rating", String(8)),  # "up" | "down" | None (a score was given)
+    Column("comment", Text),
+    Column("tags", JSON, nullable=False, default=list),
+    Column("created_ms", BigInteger, nullable=False),
+    Index("ix_fg_feedback_time", "created_ms"),
 )

@@ -1,5 +1,6 @@
 """Releases: the model registry (models, immutable versions, stage aliases moved by
-compare-and-set, their append-only history) and evaluation runs with per-item results.
+compare-and-set, their append-only history), evaluation runs with per-item results, and
+users' feedback on answers.
 
 Revision ID: 0006
 Revises: 0005
@@ -87,6 +88,18 @@ def upgrade() -> None:
         sa.Column("ttft_ms", sa.Float),
         sa.Column("error", sa.Text),
     )
+    op.create_table(
+        "fg_feedback",
+        sa.Column("request_id", sa.String(100), primary_key=True),
+        sa.Column("key_id", sa.String(40), primary_key=True),
+        sa.Column("team_id", sa.String(40)),
+        sa.Column("score", sa.Float, nullable=False),
+        sa.Column("rating", sa.String(8)),
+        sa.Column("comment", sa.Text),
+        sa.Column("tags", sa.JSON, nullable=False),
+        sa.Column("created_ms", sa.BigInteger, nullable=False),
+    )
+    op.create_index("ix_fg_feedback_time", "fg_feedback", ["created_ms"])
     # The registry's change counter, bumped in the same transaction as every registry change;
     # each replica polls it (fg_shared_versions is from 0005).
     versions = sa.table("fg_shared_versions", sa.column("kind"), sa.column("version"))
@@ -95,6 +108,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("DELETE FROM fg_shared_versions WHERE kind = 'registry'")
+    op.drop_index("ix_fg_feedback_time", "fg_feedback")
+    op.drop_table("fg_feedback")
     op.drop_index("ix_fg_eval_runs_version", "fg_eval_runs")
     op.drop_index("ix_fg_registry_history_model", "fg_registry_history")
     for table in (
