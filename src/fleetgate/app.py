@@ -144,6 +144,7 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
     gw.dispatcher.versions = gw.canary = canary.splits
     engine = EngineRoutingFeature(gw.engine_routing, table, access, http=resources.http)
     releases = ReleasesFeature.build(settings, cfg, gw.tables, access, resources)
+    gw.dispatcher.versions = releases.picker(canary.splits)  # rollouts, then canary splits
     features = (
         CoreFeature(gw),  # routes, health, access log, config watch; closes the shared last
         semantic,  # `model: auto` -> an alias, before everything that depends on the alias

@@ -25,7 +25,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["GateConfig", "GateRule", "RegistryRef", "ReleasesConfig", "NAME_PATTERN"]
+__all__ = [
+    "GateConfig",
+    "GateRule",
+    "NAME_PATTERN",
+    "RegistryRef",
+    "ReleasesConfig",
+    "RolloutConfig",
+]
 
 NAME_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"  # model, version and stage names
 
@@ -92,6 +99,16 @@ class GateConfig(_Model):
     rules: tuple[GateRule, ...] = ()
 
 
+class RolloutConfig(_Model):
+    """How progressive rollouts are driven and judged (docs/releases.md)."""
+
+    tick_s: float = Field(1.0, gt=0, le=60)
+    lease_s: float = Field(5.0, gt=0, le=600)
+    max_error_rate_delta: float = Field(0.02, ge=0, le=1)
+    max_latency_ratio: float = Field(1.5, gt=1)
+    alert_webhook: str | None = None
+
+
 class ReleasesConfig(_Model):
     """The registry's behaviour on every replica."""
 
@@ -99,3 +116,4 @@ class ReleasesConfig(_Model):
     retention: int = Field(3, ge=1, le=100)
     version_aliases: bool = True
     gates: dict[str, GateConfig] = Field(default_factory=dict)
+    rollout: RolloutConfig = RolloutConfig()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 from collections.abc import Iterable
 
 from aiohttp import web
@@ -19,13 +21,18 @@ from fleetgate.config.settings import Settings
 from fleetgate.feature import BaseFeature
 from fleetgate.http import AdminAccess
 from fleetgate.releases.admin_routes import RegistryAdmin
+from fleetgate.releases.alerts import RolloutAlerts
 from fleetgate.releases.config import ReleasesConfig
+from fleetgate.releases.driver import RolloutDriver
 from fleetgate.releases.evalstore import EvalStore
 from fleetgate.releases.feedback import FeedbackStore
 from fleetgate.releases.feedback_routes import FeedbackRoutes
-from fleetgate.releases.follow import RegistryFollower
+from fleetgate.releases.follow import RegistryFollower, RolloutPicker
 from fleetgate.releases.registry import Registry
+from fleetgate.releases.rollout_routes import RolloutAdmin
+from fleetgate.releases.rollouts import RolloutStore
 from fleetgate.resources import Resources
+from fleetgate.routing.dispatch import VersionPicker
 from fleetgate.routing.reload import TableManager
 from fleetgate.store.database import Database
 from fleetgate.tasks import cancel_and_wait
@@ -51,11 +58,13 @@ class ReleasesFeature(BaseFeature):
         self.config: ReleasesConfig = config.releases
         self.registry = Registry(db, retention=self.config.retention)
         self.evals = EvalStore(db)
+        self.rollouts = RolloutStore(db)
         self.follower = RegistryFollower(
             self.registry,
             tables,
             poll_interval_s=self.config.poll_interval_s,
             version_aliases=self.config.version_aliases,
+            rollouts=self.rollouts,
         )
         self.admin = RegistryAdmin(
             self.registry,
@@ -68,6 +77,24 @@ class ReleasesFeature(BaseFeature):
         )
         self.feedback = FeedbackRoutes(
             FeedbackStore(db), access, self._migrate, config.server.max_request_bytes
+        )
+        self.alerts = RolloutAlerts(access, resources.http, lambda: self.config.rollout)
+        self.driver = RolloutDriver(
+            self.rollouts,
+            self.registry,
+            lambda: self.config.rollout,
+            owner=f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}",
+            notify=self.alerts,
+            changed=self.follower.changed,
+        )
+        self.rollout_admin = RolloutAdmin(
+            self.rollouts,
+            self.admin,
+            access,
+            lambda: tables.source,
+            self.follower.changed,
+            self._migrate,
+            config.server.max_request_bytes,
         )
         self.following = _follows(config)
         self.ready = False
@@ -86,7 +113,11 @@ class ReleasesFeature(BaseFeature):
         return cls(db, resources, tables, access, config)
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
-        return [*self.admin.routes(), *self.feedback.routes()]
+        return [*self.admin.routes(), *self.rollout_admin.routes(), *self.feedback.routes()]
+
+    def picker(self, then: VersionPicker | None) -> RolloutPicker:
+        """The dispatcher's version picker: rollouts first, then ``then`` (canary splits)."""
+        return RolloutPicker(self.follower, then)
 
     def reconfigure(self, config: GatewayConfig) -> None:
         self.config = config.releases
@@ -119,6 +150,7 @@ class ReleasesFeature(BaseFeature):
             self._begin()
         else:
             self.follower.start()
+            self.driver.start()
 
     async def _connect(self) -> None:
         await self._migrate()
@@ -133,9 +165,11 @@ class ReleasesFeature(BaseFeature):
                 log.debug("registry still not reachable: %s", exc)
                 await asyncio.sleep(1.0)
         self.follower.start()
+        self.driver.start()
 
     async def aclose(self) -> None:
         await cancel_and_wait(self._connecting)
+        await self.driver.stop()
         await self.follower.stop()
 
 

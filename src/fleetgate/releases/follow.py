@@ -13,23 +13,32 @@ What it rewrites (``resolve``), for each alias with ``registry: {model, stage}``
   leaves the deployments written in the config, if any;
 - with ``releases.version_aliases``, one extra alias ``<alias>@<version>`` per ready version of
   the model, which is how ``fleetgate eval run --target chat@v2`` reaches exactly that version
-  through the gateway.
+  through the gateway;
+- while a rollout of the alias is running or paused, the candidate's deployments are added to
+  the alias's, and `RolloutPicker` sends the rollout's percent of requests to them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
 from fleetgate.config.schema import AliasConfig, DeploymentConfig, GatewayConfig
 from fleetgate.releases.registry import Registry, ServingView
+from fleetgate.releases.rollouts import Rollout, RolloutStore
+from fleetgate.routing.context import RouteContext
+from fleetgate.routing.deployment import Deployment
+from fleetgate.routing.dispatch import VersionPicker
 from fleetgate.routing.reload import TableManager
 from fleetgate.tasks import cancel_and_wait
 
-__all__ = ["RegistryFollower"]
+__all__ = ["RegistryFollower", "RolloutPicker"]
 
 log = logging.getLogger("fleetgate.releases")
 
@@ -58,8 +67,11 @@ class RegistryFollower:
         *,
         poll_interval_s: float = 0.5,
         version_aliases: bool = True,
+        rollouts: RolloutStore | None = None,
     ) -> None:
         self.registry = registry
+        self.rollout_store = rollouts
+        self.rollouts: dict[str, Rollout] = {}  # active rollouts by alias
         self.tables = tables
         self.poll_interval_s = poll_interval_s
         self.version_aliases = version_aliases
@@ -76,7 +88,10 @@ class RegistryFollower:
             view = await self.registry.serving_view()
             if self.view is not None and view.counter == self.view.counter:
                 return False
-            self.view, self._served = view, _deployments(view)
+            active: dict[str, Rollout] = {}
+            if self.rollout_store is not None:
+                active = {r.alias: r for r in await self.rollout_store.all() if r.active}
+            self.view, self._served, self.rollouts = view, _deployments(view), active
             self.loads += 1
         self.tables.refresh()
         return True
@@ -99,6 +114,9 @@ class RegistryFollower:
                 continue
             version = self.view.stages.get(ref.model, {}).get(ref.stage)
             serving = self._served.get((ref.model, version)) if version else None
+            rollout = self.rollouts.get(alias.alias)
+            if serving and rollout is not None and rollout.model == ref.model:
+                serving = (*serving, *self._served.get((ref.model, rollout.candidate), ()))
             models.append(alias.model_copy(update={"deployments": serving}) if serving else alias)
             if self.version_aliases:
                 pinned.extend(self._pinned(alias, ref.model, names))
@@ -137,3 +155,32 @@ class RegistryFollower:
                     await self.load()
             except Exception as exc:  # the store may be away: keep serving what we have
                 log.debug("registry poll failed: %s", exc)
+
+
+class RolloutPicker:
+    """The dispatcher's version picker: a running rollout's percent goes to its candidate,
+    the rest to its baseline; aliases without one are left to ``then`` (canary splits)."""
+
+    def __init__(
+        self,
+        follower: RegistryFollower,
+        then: VersionPicker | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.follower = follower
+        self.then = then
+        self._rng = rng or random.Random()
+
+    def narrow(
+        self, alias: str, candidates: Sequence[Deployment], ctx: RouteContext
+    ) -> list[Deployment]:
+        rollout = self.follower.rollouts.get(alias)
+        if rollout is None:
+            return self.then.narrow(alias, candidates, ctx) if self.then else list(candidates)
+        chosen = rollout.candidate if self._rng.uniform(0, 100) < rollout.percent else None
+        version = chosen or rollout.baseline
+        now = time.monotonic()
+        pinned = [d for d in candidates if d.version == version]
+        if any(d.state.healthy(now) for d in pinned):
+            return pinned
+        return [d for d in candidates if d.version == rollout.baseline] or list(candidates)

@@ -62,7 +62,7 @@ from fleetgate.store.tables import (
     shared_versions,
 )
 
-__all__ = ["UNSET", "Registry", "ServingView"]
+__all__ = ["UNSET", "Registry", "ServingView", "bump_counter"]
 
 PRODUCTION, PREVIOUS = "production", "previous"
 _ATTEMPTS = 50  # serialised promotions retry this often before giving up with a 409
@@ -87,6 +87,16 @@ class ServingView:
     counter: int
     stages: dict[str, dict[str, str | None]]
     deployments: dict[tuple[str, str], list[dict[str, Any]]]
+
+
+async def bump_counter(conn: AsyncConnection) -> None:
+    """Move the registry's change counter (in the caller's transaction): every replica reads
+    the registry again at its next poll."""
+    await conn.execute(
+        update(shared_versions)
+        .where(shared_versions.c.kind == "registry")
+        .values(version=shared_versions.c.version + 1)
+    )
 
 
 def _version_dict(row: Any) -> dict[str, Any]:
@@ -431,11 +441,7 @@ class Registry:
     # -- helpers -----------------------------------------------------------------------------
 
     async def _bump(self, conn: AsyncConnection) -> None:
-        await conn.execute(
-            update(shared_versions)
-            .where(shared_versions.c.kind == "registry")
-            .values(version=shared_versions.c.version + 1)
-        )
+        await bump_counter(conn)
 
     async def _require_model(self, conn: AsyncConnection, name: str) -> Any:
         row = (await conn.execute(select(models_t).where(models_t.c.name == name))).first()

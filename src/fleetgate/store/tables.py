@@ -36,6 +36,7 @@ __all__ = [
     "eval_runs",
     "feedback",
     "registry_history",
+    "rollouts",
     "registry_models",
     "registry_stages",
     "registry_versions",
@@ -361,4 +362,27 @@ feedback = Table(
     Column("tags", JSON, nullable=False, default=list),
     Column("created_ms", BigInteger, nullable=False),
     Index("ix_fg_feedback_time", "created_ms"),
+)
+
+rollouts = Table(
+    "fg_rollouts",
+    metadata,
+    Column("alias", String(200), primary_key=True),  # one rollout per alias at a time
+    Column("model", String(200), nullable=False),
+    Column("baseline", String(64), nullable=False),
+    Column("candidate", String(64), nullable=False),
+    Column("steps", JSON, nullable=False),  # percents, e.g. [10, 50, 100]
+    Column("step", Integer, nullable=False),  # index into steps
+    Column("percent", Float, nullable=False),  # traffic to the candidate now
+    Column("status", String(16), nullable=False),  # running|paused|rolled_back|completed|aborted
+    Column("interval_s", Float, nullable=False),
+    Column("min_samples", Integer, nullable=False),
+    Column("step_started_ms", BigInteger, nullable=False),
+    Column("reason", Text),
+    Column("owner", String(64)),  # the replica driving it (lease)
+    Column("lease_until_ms", BigInteger, nullable=False),
+    Column("revision", Integer, nullable=False),  # compare-and-set of every change
+    Column("decisions", JSON, nullable=False, default=list),
+    Column("started_ms", BigInteger, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
 )

@@ -1,6 +1,6 @@
 """Releases: the model registry (models, immutable versions, stage aliases moved by
-compare-and-set, their append-only history), evaluation runs with per-item results, and
-users' feedback on answers.
+compare-and-set, their append-only history), evaluation runs with per-item results,
+users' feedback on answers, and progressive rollouts.
 
 Revision ID: 0006
 Revises: 0005
@@ -100,6 +100,27 @@ def upgrade() -> None:
         sa.Column("created_ms", sa.BigInteger, nullable=False),
     )
     op.create_index("ix_fg_feedback_time", "fg_feedback", ["created_ms"])
+    op.create_table(
+        "fg_rollouts",
+        sa.Column("alias", sa.String(200), primary_key=True),
+        sa.Column("model", sa.String(200), nullable=False),
+        sa.Column("baseline", sa.String(64), nullable=False),
+        sa.Column("candidate", sa.String(64), nullable=False),
+        sa.Column("steps", sa.JSON, nullable=False),
+        sa.Column("step", sa.Integer, nullable=False),
+        sa.Column("percent", sa.Float, nullable=False),
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("interval_s", sa.Float, nullable=False),
+        sa.Column("min_samples", sa.Integer, nullable=False),
+        sa.Column("step_started_ms", sa.BigInteger, nullable=False),
+        sa.Column("reason", sa.Text),
+        sa.Column("owner", sa.String(64)),
+        sa.Column("lease_until_ms", sa.BigInteger, nullable=False),
+        sa.Column("revision", sa.Integer, nullable=False),
+        sa.Column("decisions", sa.JSON, nullable=False),
+        sa.Column("started_ms", sa.BigInteger, nullable=False),
+        sa.Column("updated_ms", sa.BigInteger, nullable=False),
+    )
     # The registry's change counter, bumped in the same transaction as every registry change;
     # each replica polls it (fg_shared_versions is from 0005).
     versions = sa.table("fg_shared_versions", sa.column("kind"), sa.column("version"))
@@ -108,6 +129,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("DELETE FROM fg_shared_versions WHERE kind = 'registry'")
+    op.drop_table("fg_rollouts")
     op.drop_index("ix_fg_feedback_time", "fg_feedback")
     op.drop_table("fg_feedback")
     op.drop_index("ix_fg_eval_runs_version", "fg_eval_runs")
