@@ -21,6 +21,7 @@ from pydantic_core import PydanticUndefined
 
 from fleetgate.config.schema import HealthConfig, RouterConfig, RoutingConfig
 from fleetgate.multimodal.config import MultimodalConfig
+from fleetgate.releases.config import ReleasesConfig
 from fleetgate.routing.semantic_config import SemanticConfig
 from fleetgate.scheduling.config import SchedulingConfig
 
@@ -33,6 +34,7 @@ SECTIONS: list[tuple[str, str, type[BaseModel]]] = [
     ("docs/routing.md", "health", HealthConfig),
     ("docs/routing.md", "semantic", SemanticConfig),
     ("docs/scheduling.md", "scheduling", SchedulingConfig),
+    ("docs/releases.md", "releases", ReleasesConfig),
 ]
 
 

@@ -46,7 +46,7 @@ def test_the_stage_order_is_the_feature_tuple(tmp_path: Path) -> None:
     names = state.features.names()
     assert names == [
         "core", "semantic", "tenancy", "multimodal", "safety", "scheduling", "canary",
-        "engine-routing",
+        "engine-routing", "releases",
     ]  # fmt: skip
     assert [s.name for s in state.stages] == [
         "semantic", "tenancy", "multimodal", "safety", "scheduling"
@@ -72,12 +72,12 @@ def test_features_that_are_off_keep_their_admin_routes_but_no_stage(tmp_path: Pa
     state = build_state(_settings(tmp_path), parse_config(config))
     app = create_app(state.settings, state=state)
     assert state.features.names() == [
-        "core", "tenancy", "safety", "scheduling", "canary", "engine-routing"
+        "core", "tenancy", "safety", "scheduling", "canary", "engine-routing", "releases"
     ]  # fmt: skip
     assert state.stages == []
     paths = {r.resource.canonical for r in app.router.routes() if r.resource is not None}
     assert "/admin/teams" in paths and "/admin/safety/policies" in paths
-    assert "/admin/queues" in paths
+    assert "/admin/queues" in paths and "/admin/registry/models" in paths
     assert "/v1/audio/speech" not in paths
     assert state.tenancy is None and state.safety is None and state.multimodal is None
 

@@ -29,6 +29,7 @@ from fleetgate.http import AdminAccess
 from fleetgate.multimodal.feature import MultimodalFeature
 from fleetgate.providers.http import HttpClient
 from fleetgate.providers.registry import ProviderRegistry
+from fleetgate.releases.feature import ReleasesFeature
 from fleetgate.resources import Resources
 from fleetgate.routing.dispatch import Dispatcher
 from fleetgate.routing.features import (
@@ -141,13 +142,15 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
     gw.safety = safety.runtime
     semantic = SemanticFeature.build(settings, cfg, resources)
     canary = CanaryFeature.build(settings, cfg, table, access, resources)
-    gw.dispatcher.versions = gw.canary = canary.splits
+    gw.canary = canary.splits
     engine = EngineRoutingFeature(gw.engine_routing, table, access, http=resources.http)
     stats = gw.engine_routing.stats if gw.engine_routing is not None else None
     scheduling = SchedulingFeature.build(
         cfg, registry, table, access, stats.fresh_snapshot if stats is not None else None
     )
     gw.scheduler = scheduling.scheduler
+    releases = ReleasesFeature.build(settings, cfg, gw.tables, access, resources)
+    gw.dispatcher.versions = releases.picker(canary.splits)  # rollouts, then canary splits
     features = (
         CoreFeature(gw),  # routes, health, access log, config watch; closes the shared last
         semantic,  # `model: auto` -> an alias, before everything that depends on the alias
@@ -157,6 +160,7 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
         scheduling,  # admission into the alias's pool, last: only the engine is left after it
         canary,  # version splits the dispatcher follows
         engine,  # engine stats, prefix index, decision log
+        releases,  # model registry: aliases that follow a stage, evaluations, gates
     )
     built = _with_extra(tuple(f for f in features if f is not None), extra)
     router = next((f for f in built if isinstance(f, SemanticFeature)), None)

@@ -12,6 +12,7 @@ renders them as OpenAI error objects ``{"error": {"message", "type", "param", "c
     │   ├── PermissionDenied           403 permission_error
     │   ├── NotFound                   404 not_found_error
     │   │   └── ModelNotFound          404 code=model_not_found
+    │   ├── Conflict                   409 code=conflict: a compare-and-set lost (state moved)
     │   ├── RequestTimeout             408 code=request_timeout
     │   ├── PayloadTooLarge            413 code=payload_too_large
     │   ├── RateLimited                429 rate_limit_exceeded (Retry-After)
@@ -46,6 +47,7 @@ __all__ = [
     "BudgetExceeded",
     "ClientError",
     "ConfigError",
+    "Conflict",
     "ContentBlocked",
     "ContextWindowExceeded",
     "FleetgateError",
@@ -144,6 +146,14 @@ class NotFound(ClientError):
 class ModelNotFound(NotFound):
     type = "invalid_request_error"
     code = "model_not_found"
+
+
+class Conflict(ClientError):
+    """The state the caller expected has moved (a lost compare-and-set); re-read and retry."""
+
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
 
 
 class RequestTimeout(ClientError):

@@ -56,3 +56,9 @@ async def test_serves_until_sigterm() -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+def test_corrupt_fraction_flag() -> None:
+    config = sim.config_from_args(_parse("--mode", "echo", "--corrupt-fraction", "0.03"))
+    assert config.corrupt_fraction == 0.03
+    assert sim.run(_parse("--corrupt-fraction", "1.5")) == 2

@@ -31,3 +31,17 @@ def test_echo_mode_truncates_and_ignore_eos_repeats() -> None:
     assert _plan("echo", 2) == (["one", " two"], "length")
     pieces, reason = _plan("echo", 5, ignore_eos=True)
     assert "".join(pieces) == "one two fourone two" and reason == "length"
+
+
+def test_corrupted_answers_a_set_share_of_prompts_wrongly_and_always_the_same() -> None:
+    from fleetgate.sim.generation import corrupted
+
+    prompts = [f"question number {i} please" for i in range(2000)]
+    wrong = [p for p in prompts if corrupted(p, 0.1) != p]
+    assert 150 <= len(wrong) <= 250  # about 10%
+    assert wrong == [p for p in prompts if corrupted(p, 0.1) != p]  # deterministic
+    # a smaller fraction corrupts a subset of a larger one's prompts
+    assert set(p for p in prompts if corrupted(p, 0.05) != p) <= set(wrong)
+    assert all(corrupted(p, 0.0) == p for p in prompts[:50])
+    answer = corrupted(prompts[0], 1.0)
+    assert answer != prompts[0] and all(w.lower() in WORDS for w in answer.split())

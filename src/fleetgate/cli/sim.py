@@ -32,6 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     p.add_argument("--model", default=d.model, help="served model name")
     p.add_argument("--mode", choices=["echo", "random"], default=d.mode)
+    p.add_argument(
+        "--corrupt-fraction",
+        type=float,
+        default=d.corrupt_fraction,
+        help="echo mode: this fraction of prompts (chosen by a hash of the prompt, so always "
+        "the same ones) is answered with wrong words instead",
+    )
     p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
     p.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens)
     p.add_argument("--max-model-len", type=int, default=d.max_model_len)
@@ -85,6 +92,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     return SimConfig(
         model=args.model,
         mode=args.mode,
+        corrupt_fraction=args.corrupt_fraction,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=args.max_model_len,

@@ -19,9 +19,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from fleetgate.multimodal.config import MultimodalConfig
+from fleetgate.releases.config import RegistryRef, ReleasesConfig
 from fleetgate.routing.semantic_config import SemanticConfig
 from fleetgate.safety.config import SafetyConfig
 from fleetgate.scheduling.config import SchedulingConfig
@@ -118,14 +126,27 @@ class AliasConfig(_Model):
     alias: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._:/@-]+$")
     strategy: str = "weighted"
     fallbacks: tuple[str, ...] = ()
-    deployments: tuple[DeploymentConfig, ...] = Field(min_length=1)
+    # Serve the version of a registry model at a stage (docs/releases.md): the deployments
+    # come from that version and follow every promotion; ``deployments``, if any, serve only
+    # while the stage holds no version.
+    registry: RegistryRef | None = None
+    deployments: tuple[DeploymentConfig, ...] = Field((), validate_default=True)
     num_retries: int | None = Field(None, ge=0, le=10)
     description: str | None = None
+
+    @field_validator("deployments")
+    @classmethod
+    def _has_deployments(
+        cls, value: tuple[DeploymentConfig, ...], info: ValidationInfo
+    ) -> tuple[DeploymentConfig, ...]:
+        if not value and info.data.get("registry") is None:
+            raise ValueError("needs at least one deployment (or a registry stage to follow)")
+        return value
 
     @property
     def local_only(self) -> bool:
         """All deployments tagged ``local``: never fall back to anything that is not."""
-        return all(d.is_local for d in self.deployments)
+        return bool(self.deployments) and all(d.is_local for d in self.deployments)
 
 
 class RouterConfig(_Model):
@@ -248,6 +269,7 @@ class GatewayConfig(_Model):
     semantic: SemanticConfig | None = None  # the intent router (routing/semantic_config.py)
     safety: SafetyConfig | None = None  # guardrails (safety/config.py); absent: no safety stage
     scheduling: SchedulingConfig = SchedulingConfig()  # admission queues (scheduling/config.py)
+    releases: ReleasesConfig = ReleasesConfig()  # registry polling, retention, gates
     # Config sections of plug-in features (`fleetgate.feature.Feature`), by feature name: each
     # reads its own in ``reconfigure``; a section naming no feature is refused at start-up.
     extensions: dict[str, Any] = Field(default_factory=dict)

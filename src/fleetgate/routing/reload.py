@@ -2,6 +2,10 @@
 
 An invalid new config is refused and the old table kept; requests in flight finish on the
 table they started with.
+
+A *resolver* (``add_resolver``) rewrites each config before its table is built: the releases
+feature fills the deployments of aliases that follow a registry stage. ``refresh()`` rebuilds
+the table from the last config applied, when what a resolver answers has changed.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ class TableManager:
         self._states: dict[str, DeploymentState] = {}
         self.path = path
         self._listeners: list[Callable[[RouteTable], None]] = []
+        self._resolvers: list[Callable[[GatewayConfig], GatewayConfig]] = []
+        self.source = config  # the config as written, before resolvers
         self.table = RouteTable.build(config, providers, strategies, self._states)
         self._mtime = self._stat()
         self._task: asyncio.Task[None] | None = None
@@ -45,6 +51,14 @@ class TableManager:
     def subscribe(self, listener: Callable[[RouteTable], None]) -> None:
         """Call ``listener`` with each new table after it is swapped in."""
         self._listeners.append(listener)
+
+    def add_resolver(self, resolver: Callable[[GatewayConfig], GatewayConfig]) -> None:
+        """Rewrite every config applied from now on with ``resolver`` (then ``refresh()``)."""
+        self._resolvers.append(resolver)
+
+    def refresh(self) -> RouteTable:
+        """Rebuild the table from the last config applied (a resolver's answer changed)."""
+        return self.apply(self.source)
 
     def _stat(self) -> float:
         if self.path is None:
@@ -56,8 +70,12 @@ class TableManager:
 
     def apply(self, config: GatewayConfig) -> RouteTable:
         """Swap in ``config``; raises `ConfigError` (and keeps the old table) if it can't."""
+        resolved = config
+        for resolve in self._resolvers:
+            resolved = resolve(resolved)
         states = dict(self._states)
-        table = RouteTable.build(config, self._providers, self._strategies, states)
+        table = RouteTable.build(resolved, self._providers, self._strategies, states)
+        self.source = config
         self._states.clear()
         self._states.update(states)
         self.table = table

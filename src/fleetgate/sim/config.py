@@ -73,6 +73,8 @@ class SimConfig:
 
     model: str = "tiny"
     mode: SimMode = "random"
+    # echo mode: this fraction of prompts is answered wrongly (the same prompts every time)
+    corrupt_fraction: float = 0.0
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     max_model_len: int = 32768
@@ -107,6 +109,8 @@ class SimConfig:
                 raise ConfigError(f"{name} must be >= 0", param=name)
         if self.image_tokens < 0:
             raise ConfigError("image_tokens must be >= 0", param="image_tokens")
+        if not 0.0 <= self.corrupt_fraction <= 1.0:
+            raise ConfigError("corrupt_fraction must be within 0..1", param="corrupt_fraction")
         if self.mode not in ("echo", "random"):
             raise ConfigError(f"mode must be echo or random, got {self.mode!r}", param="mode")
         if self.scheduling_policy not in ("fcfs", "priority"):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 
 from fleetgate.sim.tokenizer import split_pieces
 
-__all__ = ["WORDS", "plan_output"]
+__all__ = ["WORDS", "corrupted", "plan_output"]
 
 # Words of at most four characters: each is exactly one token of the simulator's tokenizer, so
 # re-tokenizing an answer gives the same count as ``completion_tokens``.
@@ -26,6 +27,19 @@ def _random_pieces(count: int, rng: random.Random) -> list[str]:
     if pieces:
         pieces[0] = words[0].capitalize()
     return pieces
+
+
+def corrupted(text: str, fraction: float) -> str:
+    """``text``, or, for a ``fraction`` of texts chosen by their hash (the same texts on every
+    run and every process), as many seeded random words instead: a model that is wrong on a
+    known share of the answers (the quantization gate's tests)."""
+    if fraction <= 0.0:
+        return text
+    digest = hashlib.sha256(text.encode()).digest()
+    if int.from_bytes(digest[:8], "big") / 2**64 >= fraction:
+        return text
+    rng = random.Random(digest)
+    return "".join(_random_pieces(max(1, len(split_pieces(text))), rng))
 
 
 def plan_output(

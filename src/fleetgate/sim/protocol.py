@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from fleetgate.errors import ContextWindowExceeded, InvalidRequest, ModelNotFound
 from fleetgate.sim.config import SimConfig
-from fleetgate.sim.generation import plan_output
+from fleetgate.sim.generation import corrupted, plan_output
 from fleetgate.sim.sequence import SeqSpec
 from fleetgate.sim.tokenizer import Tokenizer, last_user_text
 
@@ -110,6 +110,7 @@ def _specs(
                 f"prompt of {len(prompt)} tokens does not fit in the KV cache", param="messages"
             )
         default_len = min(config.output_len, room) if config.mode == "random" else room
+        echo_text = corrupted(echo_text, config.corrupt_fraction)
         for _ in range(n):
             output, reason = plan_output(
                 mode=config.mode,

@@ -1,0 +1,139 @@
+"""``fleetgate eval run --suite FILE --target ALIAS@VERSION``: judge a registry version
+through the gateway, store the per-item results on the version, compare with production.
+
+Steps: run the suite against ``ALIAS@VERSION`` (the registry's pinned alias of that version);
+unless it *is* the baseline, pair it item by item with the baseline (the version at
+production, or ``--baseline``) on the same items: the baseline's stored run of this suite (same
+digest) when it has one, else a run of ``ALIAS@<baseline>`` now, which is stored too (or always
+now with ``--rerun-baseline``); a bootstrap confidence interval per kind. Then store the run
+on the version and print the metrics and the version's gate.
+
+Example::
+
+    fleetgate eval run --suite golden.jsonl --target chat@v7 --url http://127.0.0.1:4000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from fleetgate.cli.admin_client import add_client_args, call, render
+from fleetgate.errors import ConfigError
+from fleetgate.releases.runner import EvalRunner, Outcome, compare, summarise
+from fleetgate.releases.suites import Suite, load_suite
+
+__all__ = ["register", "run"]
+
+_BASE = "/admin/registry/models"
+
+
+def register(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser("eval", help="evaluate registry versions")
+    actions = parser.add_subparsers(dest="action", required=True)
+    go = actions.add_parser("run", help="run a suite against ALIAS@VERSION through the gateway")
+    go.add_argument("--suite", type=Path, required=True, help="a JSONL suite (docs/releases.md)")
+    go.add_argument("--target", required=True, help="ALIAS@VERSION, e.g. chat@v7")
+    go.add_argument("--model", help="the registry model (default: the alias)")
+    go.add_argument("--baseline", help="the version to compare with (default: production; "
+                    "'none': no comparison)")  # fmt: skip
+    go.add_argument("--concurrency", type=int, default=8)
+    go.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    go.add_argument("--no-store", action="store_true", help="print only; store nothing")
+    go.add_argument(
+        "--rerun-baseline",
+        action="store_true",
+        help="run the baseline now even if it has a stored run of this suite",
+    )
+    add_client_args(go)
+    parser.set_defaults(func=run)
+
+
+def _target(text: str) -> tuple[str, str]:
+    alias, sep, version = text.partition("@")
+    if not sep or not alias or not version:
+        raise ConfigError(f"--target must be ALIAS@VERSION, got {text!r}")
+    return alias, version
+
+
+def _record(suite: Suite, outcomes: list[Outcome], comparison: Any) -> dict[str, Any]:
+    return {
+        "suite": suite.name, "suite_digest": suite.digest, "metrics": summarise(outcomes),
+        "comparison": comparison, "items": [o.to_dict() for o in outcomes],
+    }  # fmt: skip
+
+
+async def _runs(
+    args: argparse.Namespace, suite: Suite, alias: str, version: str, baseline: str | None
+) -> tuple[list[Outcome], list[Outcome] | None]:
+    runner = EvalRunner(args.url.rstrip("/") + "/v1", args.key, concurrency=args.concurrency)
+    try:
+        mine = await runner.run(suite, f"{alias}@{version}")
+        theirs = await runner.run(suite, f"{alias}@{baseline}") if baseline else None
+    finally:
+        await runner.aclose()
+    return mine, theirs
+
+
+def _stored(args: argparse.Namespace, model: str, version: str, digest: str) -> Any:
+    """The version's newest stored run of the suite with ``digest`` (with items), or None."""
+    runs = call(args, "GET", f"{_BASE}/{model}/versions/{version}/evals")["data"]
+    found = next((r for r in runs if r["suite_digest"] == digest), None)
+    return None if found is None else call(args, "GET", f"/admin/registry/evals/{found['id']}")
+
+
+def _outcomes(run: Any) -> list[Outcome]:
+    fields = ("item_id", "kind", "score", "passed", "output", "ttft_ms", "error")
+    return [Outcome(**{f: item.get(f) for f in fields}) for item in run["items"]]
+
+
+def _baseline(args: argparse.Namespace, model: str, version: str) -> str | None:
+    if args.baseline == "none":
+        return None
+    chosen = args.baseline or call(args, "GET", f"{_BASE}/{model}")["stages"].get("production")
+    return None if chosen in (None, version) else str(chosen)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.key:
+        raise ConfigError("no key: pass --key or set FLEETGATE_MASTER_KEY")
+    suite = load_suite(args.suite)
+    alias, version = _target(args.target)
+    model = args.model or alias
+    baseline = _baseline(args, model, version)
+    stored = None
+    if baseline is not None and not args.rerun_baseline:
+        stored = _stored(args, model, baseline, suite.digest)
+    mine, theirs = asyncio.run(_runs(args, suite, alias, version, None if stored else baseline))
+    if stored is not None:
+        theirs = _outcomes(stored)
+    kinds: dict[str, dict[str, float]] = {}
+    comparison: dict[str, Any] | None = None
+    if theirs is not None:
+        kinds = compare(mine, theirs, seed=args.seed)
+        comparison = {"baseline_version": baseline, "kinds": kinds}
+    record: dict[str, Any] = _record(suite, mine, comparison)
+    gate: dict[str, Any] | None = None
+    if not args.no_store:
+        path = f"{_BASE}/{model}/versions"
+        if theirs is not None and baseline is not None and stored is None:
+            if _stored(args, model, baseline, suite.digest) is None:
+                call(args, "POST", f"{path}/{baseline}/evals", _record(suite, theirs, None))
+        record["run"] = call(args, "POST", f"{path}/{version}/evals", record)["id"]
+        gate = call(args, "GET", f"{path}/{version}/gate")
+    if args.output == "json":
+        summary = {k: v for k, v in record.items() if k != "items"}
+        print(json.dumps({**summary, "gate": gate}, indent=2, sort_keys=True))
+        return 0
+    rows = [
+        {"metric": name, "value": round(value, 4),
+         **({k: round(v, 4) for k, v in kinds[name].items() if k != "n"} if name in kinds else {})}
+        for name, value in sorted(record["metrics"].items())
+    ]  # fmt: skip
+    print(render(rows, args.output, ("metric", "value", "baseline", "delta", "ci_low", "ci_high")))
+    if gate is not None:
+        print(f"gate: {gate['verdict']}" + (f" ({gate['reason']})" if gate["reason"] else ""))
+    return 0

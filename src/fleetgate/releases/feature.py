@@ -1,0 +1,177 @@
+"""`ReleasesFeature`: the registry, its admin API, and the replicas following its stages.
+
+No stage on the request path: aliases that follow a registry stage are rewritten in the route
+table (`fleetgate.releases.follow`) and the request path reads the table as always. The
+database is opened (and migrated) when the first admin call needs it or, at start, when some
+alias follows a registry stage; a gateway that uses neither never touches it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Iterable
+
+from aiohttp import web
+
+from fleetgate.config.schema import GatewayConfig
+from fleetgate.config.settings import Settings
+from fleetgate.feature import BaseFeature
+from fleetgate.http import AdminAccess
+from fleetgate.releases.admin_routes import RegistryAdmin
+from fleetgate.releases.alerts import RolloutAlerts
+from fleetgate.releases.config import ReleasesConfig
+from fleetgate.releases.driver import RolloutDriver
+from fleetgate.releases.evalstore import EvalStore
+from fleetgate.releases.feedback import FeedbackStore
+from fleetgate.releases.feedback_routes import FeedbackRoutes
+from fleetgate.releases.follow import RegistryFollower, RolloutPicker
+from fleetgate.releases.registry import Registry
+from fleetgate.releases.rollout_routes import RolloutAdmin
+from fleetgate.releases.rollouts import RolloutStore
+from fleetgate.resources import Resources
+from fleetgate.routing.dispatch import VersionPicker
+from fleetgate.routing.reload import TableManager
+from fleetgate.store.database import Database
+from fleetgate.tasks import cancel_and_wait
+
+__all__ = ["ReleasesFeature"]
+
+log = logging.getLogger("fleetgate.releases")
+
+
+class ReleasesFeature(BaseFeature):
+    name = "releases"
+
+    def __init__(
+        self,
+        db: Database,
+        resources: Resources,
+        tables: TableManager,
+        access: AdminAccess,
+        config: GatewayConfig,
+    ) -> None:
+        self.db = db
+        self._resources = resources
+        self.config: ReleasesConfig = config.releases
+        self.registry = Registry(db, retention=self.config.retention)
+        self.evals = EvalStore(db)
+        self.rollouts = RolloutStore(db)
+        self.follower = RegistryFollower(
+            self.registry,
+            tables,
+            poll_interval_s=self.config.poll_interval_s,
+            version_aliases=self.config.version_aliases,
+            rollouts=self.rollouts,
+        )
+        self.admin = RegistryAdmin(
+            self.registry,
+            self.evals,
+            access,
+            lambda: self.config,
+            self.follower.changed,
+            config.server.max_request_bytes,
+            prepare=self._migrate,
+        )
+        self.feedback = FeedbackRoutes(
+            FeedbackStore(db), access, self._migrate, config.server.max_request_bytes
+        )
+        self.alerts = RolloutAlerts(access, resources.http, lambda: self.config.rollout)
+        self.driver = RolloutDriver(
+            self.rollouts,
+            self.registry,
+            lambda: self.config.rollout,
+            owner=f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}",
+            notify=self.alerts,
+            changed=self.follower.changed,
+        )
+        self.rollout_admin = RolloutAdmin(
+            self.rollouts,
+            self.admin,
+            access,
+            lambda: tables.source,
+            self.follower.changed,
+            self._migrate,
+            config.server.max_request_bytes,
+        )
+        self.following = _follows(config)
+        self.ready = False
+        self._connecting: asyncio.Task[None] | None = None
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        config: GatewayConfig,
+        tables: TableManager,
+        access: AdminAccess,
+        resources: Resources,
+    ) -> ReleasesFeature:
+        db = resources.databases.get(settings.database_url, settings.data_dir)
+        return cls(db, resources, tables, access, config)
+
+    def routes(self) -> Iterable[web.AbstractRouteDef]:
+        return [*self.admin.routes(), *self.rollout_admin.routes(), *self.feedback.routes()]
+
+    def picker(self, then: VersionPicker | None) -> RolloutPicker:
+        """The dispatcher's version picker: rollouts first, then ``then`` (canary splits)."""
+        return RolloutPicker(self.follower, then)
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        self.config = config.releases
+        if _follows(config) and not self.following:
+            self.following = True
+            asyncio.get_running_loop().call_soon(self._begin)
+        self.registry.retention = self.config.retention
+        self.follower.poll_interval_s = self.config.poll_interval_s
+        if self.follower.version_aliases != self.config.version_aliases:
+            self.follower.version_aliases = self.config.version_aliases
+            asyncio.get_running_loop().call_soon(self.follower.tables.refresh)
+
+    def missing(self) -> list[str]:
+        return ["database"] if self.following and not self.ready else []
+
+    async def _migrate(self) -> None:
+        await self._resources.databases.migrate(self.db)
+
+    def _begin(self) -> None:
+        if self._connecting is None and not self.ready:
+            self._connecting = asyncio.get_running_loop().create_task(self._keep_connecting())
+
+    async def start(self) -> None:
+        if not self.following:
+            return
+        try:
+            await asyncio.wait_for(self._connect(), timeout=10.0)
+        except Exception as exc:  # serve the config's deployments; keep trying in background
+            log.warning("registry not reachable yet (%s); retrying in the background", exc)
+            self._begin()
+        else:
+            self.follower.start()
+            self.driver.start()
+
+    async def _connect(self) -> None:
+        await self._migrate()
+        await self.follower.load()
+        self.ready = True
+
+    async def _keep_connecting(self) -> None:
+        while not self.ready:
+            try:
+                await self._connect()
+            except Exception as exc:
+                log.debug("registry still not reachable: %s", exc)
+                await asyncio.sleep(1.0)
+        self.follower.start()
+        self.driver.start()
+
+    async def aclose(self) -> None:
+        await cancel_and_wait(self._connecting)
+        await self.driver.stop()
+        await self.follower.stop()
+
+
+def _follows(config: GatewayConfig) -> bool:
+    return any(m.registry is not None for m in config.models)

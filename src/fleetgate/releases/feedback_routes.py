@@ -1,0 +1,60 @@
+"""Feedback routes.
+
+- ``POST /v1/feedback`` (any valid key) ``{"request_id", "rating": "up"|"down" | "score": 0..1,
+  "comment"?, "tags"?}``: 201 with what was stored. ``request_id`` is the ``x-request-id``
+  header of the answer.
+- ``GET /admin/registry/quality?alias=&window_s=86400`` (master key): by alias and version,
+  requests, feedback, negative feedback and its rate, mean score.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from fleetgate.api.schemas import validate_request
+from fleetgate.errors import InvalidRequest
+from fleetgate.http import AdminAccess, json_reply, read_json
+from fleetgate.releases.feedback import FeedbackSpec, FeedbackStore
+from fleetgate.store.errors import store_unavailable_is_503
+
+__all__ = ["FeedbackRoutes"]
+
+
+class FeedbackRoutes:
+    def __init__(
+        self,
+        store: FeedbackStore,
+        access: AdminAccess,
+        prepare: Callable[[], Awaitable[None]],
+        max_body_bytes: int,
+    ) -> None:
+        self.store = store
+        self.access = access
+        self.prepare = prepare
+        self.max_body_bytes = max_body_bytes
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/v1/feedback", store_unavailable_is_503(self.give)),
+            web.get("/admin/registry/quality", store_unavailable_is_503(self.quality)),
+        ]
+
+    async def give(self, request: web.Request) -> web.Response:
+        who = self.access.principal(request)
+        spec = validate_request(FeedbackSpec, await read_json(request, self.max_body_bytes))
+        assert isinstance(spec, FeedbackSpec)
+        await self.prepare()
+        return json_reply(await self.store.record(who, spec), 201)
+
+    async def quality(self, request: web.Request) -> web.Response:
+        self.access.master(request)
+        raw = request.query.get("window_s", "86400")
+        if not raw.isdigit() or not 1 <= int(raw) <= 366 * 86400:
+            raise InvalidRequest("'window_s' must be an integer of seconds.", param="window_s")
+        await self.prepare()
+        since_ms = int((time.time() - int(raw)) * 1000)
+        rows = await self.store.quality(since_ms=since_ms, alias=request.query.get("alias"))
+        return json_reply({"data": rows})

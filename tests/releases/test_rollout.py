@@ -1,0 +1,172 @@
+"""Progressive rollouts end to end: two replicas sharing the database, simulated versions, a
+client sending traffic throughout. A slow candidate is rolled back automatically and every
+replica stops sending it traffic within a second, with no failed client request; a healthy
+one reaches 100% and becomes production."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleetgate.sim.config import SimConfig
+from fleetgate.sim.runner import running_sim
+from tests.releases.support import Gateway, registry_config, running_gateway, version_body
+
+PROMPT = "Please summarise the quarterly report for the northern region in two lines. " * 2
+
+
+@dataclass
+class Traffic:
+    """Requests sent round-robin through the replicas until stopped."""
+
+    replicas: list[Gateway]
+    key: str
+    answers: list[tuple[float, int, str]] = field(default_factory=list)  # (sent, status, dep)
+
+    async def client(self, n: int, stop: asyncio.Event) -> None:
+        i = n
+        while not stop.is_set():
+            # a new prompt each time: the engines' prefix caches (warm on the baseline, cold on
+            # the candidate) would otherwise decide the latency comparison
+            content = f"request {n}-{i}: {PROMPT}"
+            body = {"model": "chat", "messages": [{"role": "user", "content": content}],
+                    "max_tokens": 2}  # fmt: skip
+            gw = self.replicas[i % len(self.replicas)]
+            i += 1
+            sent = time.monotonic()
+            async with gw.session.post(
+                gw.url + "/v1/chat/completions",
+                json=body,
+                headers={"Authorization": f"Bearer {self.key}"},
+            ) as resp:
+                raw = await resp.read()
+                dep = resp.headers.get("x-fleetgate-deployment", "")
+                if resp.status != 200:
+                    dep = raw.decode()[:300]
+                self.answers.append((sent, resp.status, dep))  # fmt: skip
+
+
+@asynccontextmanager
+async def traffic(replicas: list[Gateway], key: str) -> AsyncIterator[Traffic]:
+    t = Traffic(replicas, key)
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(t.client(n, stop)) for n in range(4)]
+    try:
+        yield t
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+
+
+@asynccontextmanager
+async def fleet(
+    tmp_path: Path, db_url: str, v2: SimConfig
+) -> AsyncIterator[tuple[list[Gateway], str]]:
+    async with AsyncExitStack() as stack:
+        v1_url = await stack.enter_async_context(
+            running_sim(SimConfig(mode="echo", prefill_ms_per_token=2.0, decode_ms_per_step=1.0))
+        )
+        v2_url = await stack.enter_async_context(running_sim(v2))
+        cfg = registry_config(v1_url)
+        cfg["tenancy"] = {"enabled": True, "spend_flush_interval_s": 0.05, "poll_interval_s": 0.2}
+        cfg["releases"]["rollout"] = {"tick_s": 0.2, "lease_s": 1.0, "max_latency_ratio": 2.0}
+        replicas = [
+            await stack.enter_async_context(running_gateway(cfg, tmp_path / n, db_url))
+            for n in ("a", "b")
+        ]
+        a = replicas[0]
+        await a.admin("POST", "/admin/registry/models", json={"name": "chat"})
+        for n, url in ((1, v1_url), (2, v2_url)):
+            await a.admin("POST", "/admin/registry/models/chat/versions", json=version_body(url, n))
+        status, _ = await a.admin("POST", "/admin/registry/models/chat/promote",
+                                  json={"stage": "production", "version": "v1"})  # fmt: skip
+        assert status == 200
+        _, team = await a.admin("POST", "/admin/teams", json={"name": "load"})
+        _, key = await a.admin("POST", "/admin/keys", json={"team": team["id"]})
+        for gw in replicas:  # the key reaches the other replica's cache within a poll
+            deadline = time.monotonic() + 5
+            while (await gw.admin("GET", "/v1/models", key=key["key"]))[0] != 200:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            while (await gw.chat())[1] != "chat-v1":  # and the promotion of v1 reached it
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+        yield replicas, key["key"]
+
+
+async def until_status(gw: Gateway, want: set[str], timeout: float = 30.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, body = await gw.admin("GET", "/admin/registry/rollouts/chat")
+        assert status == 200, body
+        if body["status"] in want:
+            return body  # type: ignore[no-any-return]
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"rollout still {body['status']}: {body['decisions'][-3:]}")
+
+
+START = {"alias": "chat", "to": "v2", "steps": [50, 100], "interval_s": 1.0, "min_samples": 30}
+
+
+async def test_a_slow_candidate_is_rolled_back_everywhere(db_url: str, tmp_path: Path) -> None:
+    slow = SimConfig(mode="echo", prefill_ms_per_token=6.0, decode_ms_per_step=1.0)  # 3x TTFT
+    async with fleet(tmp_path, db_url, slow) as (replicas, key):
+        a, b = replicas
+        async with traffic(replicas, key) as load:
+            status, body = await a.admin("POST", "/admin/registry/rollouts", json=START)
+            assert status == 201 and body["percent"] == 50, body
+            rolled = await until_status(b, {"rolled_back", "completed"})
+            decided = time.monotonic()
+            assert rolled["status"] == "rolled_back", rolled
+            assert "latency p95" in rolled["reason"]
+            await asyncio.sleep(3.0)
+        assert any(dep == "chat-v2" for _, _, dep in load.answers)  # it did get traffic
+        late = [dep for sent, _, dep in load.answers if sent > decided + 1.0]
+        assert late and "chat-v2" not in late  # no replica sends to v2 a second later
+        failed = [(status, dep) for _, status, dep in load.answers if status != 200]
+        assert not failed  # nobody saw a failure
+        alerts = [f.alerts.sent for f in (a.releases, b.releases)]
+        assert [e["event"] for e in alerts[0] + alerts[1]].count("rollout.rolled_back") == 1
+        _, model = await a.admin("GET", "/admin/registry/models/chat")
+        assert model["stages"]["production"] == "v1"
+        # a second rollout may start once this one is over; an active one blocks a third
+        assert (await a.admin("POST", "/admin/registry/rollouts", json=START))[0] == 201
+        status, body = await b.admin("POST", "/admin/registry/rollouts", json=START)
+        assert status == 409 and body["error"]["code"] == "rollout_active"
+        status, body = await b.admin("POST", "/admin/registry/rollouts/chat/abort")
+        assert status == 200 and body["status"] == "aborted" and body["percent"] == 0
+
+
+async def test_a_healthy_candidate_reaches_production(db_url: str, tmp_path: Path) -> None:
+    same = SimConfig(mode="echo", prefill_ms_per_token=2.0, decode_ms_per_step=1.0)
+    async with fleet(tmp_path, db_url, same) as (replicas, key):
+        a, b = replicas
+        async with traffic(replicas, key) as load:
+            status, _ = await a.admin("POST", "/admin/registry/rollouts", json=START)
+            assert status == 201
+            status, paused = await b.admin("POST", "/admin/registry/rollouts/chat/pause")
+            assert status == 200 and paused["status"] == "paused"
+            assert (await b.admin("POST", "/admin/registry/rollouts/chat/pause"))[0] == 409
+            await asyncio.sleep(1.5)
+            assert (await a.admin("GET", "/admin/registry/rollouts/chat"))[1]["step"] == 0
+            assert (await a.admin("POST", "/admin/registry/rollouts/chat/resume"))[0] == 200
+            done = await until_status(a, {"completed", "rolled_back", "aborted"})
+            assert done["status"] == "completed", [d["reason"] for d in done["decisions"]]
+            verdicts = [d["verdict"] for d in done["decisions"]]
+            assert verdicts.count("pass") == 2 and "fail" not in verdicts, verdicts
+        failed = [(status, dep) for _, status, dep in load.answers if status != 200]
+        assert not failed, failed
+        _, model = await a.admin("GET", "/admin/registry/models/chat")
+        assert (model["stages"]["production"], model["stages"]["previous"]) == ("v2", "v1")
+        status, body = await a.admin("POST", "/admin/registry/models/chat/rollback")
+        assert status == 200
+        for gw in replicas:
+            deadline = time.monotonic() + 1.0
+            while (await gw.chat())[1] != "chat-v1":
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
