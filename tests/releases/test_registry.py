@@ -22,7 +22,7 @@ async def registry(db_url: str, tmp_path: Path) -> AsyncIterator[Registry]:
     try:
         yield Registry(db, retention=3)
     finally:
-        await db.close()
+        await db.aclose()
 
 
 def spec(n: int, **extra: object) -> VersionSpec:

@@ -149,8 +149,8 @@ class ReleasesFeature(BaseFeature):
             log.warning("registry not reachable yet (%s); retrying in the background", exc)
             self._begin()
         else:
-            self.follower.start()
-            self.driver.start()
+            await self.follower.start()
+            await self.driver.start()
 
     async def _connect(self) -> None:
         await self._migrate()
@@ -164,13 +164,13 @@ class ReleasesFeature(BaseFeature):
             except Exception as exc:
                 log.debug("registry still not reachable: %s", exc)
                 await asyncio.sleep(1.0)
-        self.follower.start()
-        self.driver.start()
+        await self.follower.start()
+        await self.driver.start()
 
     async def aclose(self) -> None:
         await cancel_and_wait(self._connecting)
-        await self.driver.stop()
-        await self.follower.stop()
+        await self.driver.aclose()
+        await self.follower.aclose()
 
 
 def _follows(config: GatewayConfig) -> bool:

@@ -139,11 +139,11 @@ class RegistryFollower:
             out.append(alias.model_copy(update=update))
         return out
 
-    def start(self) -> None:
+    async def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._poll(), name="registry-poll")
 
-    async def stop(self) -> None:
+    async def aclose(self) -> None:
         task, self._task = self._task, None
         await cancel_and_wait(task)
 
