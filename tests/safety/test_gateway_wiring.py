@@ -31,7 +31,7 @@ def test_no_safety_section_means_no_safety_stage(tmp_path: Path) -> None:
 
 def test_safety_stage_runs_after_tenancy_and_multimodal(tmp_path: Path) -> None:
     stages = _stages(tmp_path, {**BASE, "safety": {}})
-    assert stages == ["TenancyStage", "MultimodalStage", "SafetyStage"]
+    assert stages == ["TenancyStage", "MultimodalStage", "SafetyStage", "SchedulingStage"]
 
 
 def test_classifier_weights_are_cached_under_the_data_dir(tmp_path: Path) -> None:

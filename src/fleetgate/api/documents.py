@@ -19,6 +19,8 @@ from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied
 from fleetgate.http.body import read_json
 from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.store.errors import store_unavailable_is_503
+from fleetgate.store.fields import require_fits
+from fleetgate.store.tables import documents
 from fleetgate.tenancy.auth import bearer_token
 
 __all__ = ["document_routes"]
@@ -39,6 +41,8 @@ def _authorized(request: web.Request) -> tuple[MultimodalRuntime, str]:
         raise PermissionDenied(
             "Only the master key or this team's admin key manages its documents."
         )
+    require_fits(team, documents.c.team, "team")
+    require_fits(request.match_info["doc_id"], documents.c.doc_id, "doc_id")
     runtime = gw.multimodal
     if runtime is None:
         raise NotFound("Retrieval is off: the multimodal pipeline is disabled in the config.")

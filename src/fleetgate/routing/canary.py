@@ -37,6 +37,8 @@ from fleetgate.routing.context import RouteContext
 from fleetgate.routing.deployment import Deployment
 from fleetgate.store.database import Database
 from fleetgate.store.errors import not_stored
+from fleetgate.store.fields import require_fits
+from fleetgate.store.tables import shared_state
 
 __all__ = ["CanarySplits", "Split"]
 
@@ -168,8 +170,7 @@ class CanarySplits:
 
     async def set(self, alias: str, split: Split) -> Split:
         """Store ``split`` for ``alias`` for every replica (`ServiceUnavailable` if not)."""
-        if len(alias) > 200:
-            raise InvalidRequest("alias names have at most 200 characters", param="alias")
+        require_fits(alias, shared_state.c.name, "alias")
         stored = Split(split.weights, split.sticky, self._revision + 1, time.time())
         if self._state is not None:
             try:

@@ -202,8 +202,8 @@ class SafetyRuntime:
     # -- admin overrides ---------------------------------------------------------------------
 
     async def _change(self, section: str, key: str, value: Any) -> SafetyConfig:
-        if not 0 < len(key) <= MAX_NAME:
-            raise ConfigError(f"names have 1-{MAX_NAME} characters ({len(key)} given)")
+        if not 0 < len(key) <= MAX_NAME or "\x00" in key:
+            raise ConfigError(f"names have 1-{MAX_NAME} characters and no NUL ({len(key)} given)")
         previous = self.overrides
         overrides = {s: dict(previous.get(s, {})) for s in _SECTIONS}
         if value is None:
