@@ -83,15 +83,22 @@ def problems(text: str) -> list[str]:
         origin = re.search(r"--from=(\S+)", copy)
         if origin and origin.group(1) not in {s.name for s in found[:-1]}:
             errors.append(f"COPY --from={origin.group(1)} names no earlier stage")
-    for keyword in ("EXPOSE", "HEALTHCHECK", "STOPSIGNAL", "ENTRYPOINT"):
-        if not final.args(keyword):
-            errors.append(f"the final stage has no {keyword}")
-    if any("SIGTERM" not in s for s in final.args("STOPSIGNAL")):
-        errors.append("STOPSIGNAL must be SIGTERM")
-    if not any("/health/live" in h for h in final.args("HEALTHCHECK")):
-        errors.append("the HEALTHCHECK must probe /health/live")
+    errors += _runtime_problems(final)
     extras = [a for s in found for a in s.args("ARG") if a.split("=")[0] == "EXTRAS"]
     extras += [a for kw, a in preamble if kw == "ARG" and a.split("=")[0] == "EXTRAS"]
     if not extras or any(shlex.split(a.partition("=")[2] or "''") != [""] for a in extras):
         errors.append("ARG EXTRAS must exist and default to empty (no torch by default)")
+    return errors
+
+
+def _runtime_problems(final: Stage) -> list[str]:
+    errors = [
+        f"the final stage has no {keyword}"
+        for keyword in ("EXPOSE", "HEALTHCHECK", "STOPSIGNAL", "ENTRYPOINT")
+        if not final.args(keyword)
+    ]
+    if any("SIGTERM" not in s for s in final.args("STOPSIGNAL")):
+        errors.append("STOPSIGNAL must be SIGTERM")
+    if not any("/health/live" in h for h in final.args("HEALTHCHECK")):
+        errors.append("the HEALTHCHECK must probe /health/live")
     return errors
