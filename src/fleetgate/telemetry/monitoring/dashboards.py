@@ -125,6 +125,12 @@ QUALITY = (
 )  # fmt: skip
 
 BUSINESS = (
+    Panel("Spend per hour by team and alias", ((
+        "sum by (team, alias) (increase(fleetgate_spend_usd_total[1h]))",
+        "{{team}} {{alias}}"),), "currencyUSD"),
+    Panel("Cost per request by team and alias", ((
+        "sum by (team, alias) (increase(fleetgate_spend_usd_total[1h])) / sum by (team, alias) "
+        "(increase(fleetgate_team_requests_total[1h]))", "{{team}} {{alias}}"),), "currencyUSD"),
     Panel("Tokens per hour by alias", ((
         "sum by (alias, direction) (increase(fleetgate_tokens_total[1h]))",
         "{{alias}} {{direction}}"),)),
