@@ -86,14 +86,19 @@ async def serve_forever(
     reuse_port: bool = False,
     on_listening: Callable[[], None] | None = None,
 ) -> None:
-    """Serve until SIGINT/SIGTERM; SIGHUP reloads the config. ``on_listening`` runs once the
-    app has started and the port accepts connections (``fleetgate up`` prints its banner
-    there). A port that cannot be bound is a :class:`ConfigError` naming it."""
+    """Serve until SIGINT/SIGTERM, then drain: the listener closes and requests in flight get
+    ``server.shutdown_grace_s`` to finish. SIGHUP reloads the config. ``on_listening`` runs
+    once the app has started and the port accepts connections (``fleetgate up`` prints its
+    banner there). A port that cannot be bound is a :class:`ConfigError` naming it."""
     state = build_state(settings)
     app = create_app(settings, state=state)
     server = state.tables.table.config.server
     runner = web.AppRunner(
-        app, handler_cancellation=True, access_log=None, keepalive_timeout=server.idle_timeout_s
+        app,
+        handler_cancellation=True,
+        access_log=None,
+        keepalive_timeout=server.idle_timeout_s,
+        shutdown_timeout=server.shutdown_grace_s,  # the drain after SIGTERM
     )
     await runner.setup()
     try:

@@ -224,6 +224,9 @@ class ServerConfig(_Model):
     access_log_backups: int = Field(5, ge=0)
     otel_exporter: Literal["none", "console", "memory", "otlp"] = "none"
     otel_endpoint: str | None = None
+    # On SIGTERM/SIGINT the listener closes and requests in flight (streams too) get this long
+    # to finish before they are cancelled and the features close. Read at start.
+    shutdown_grace_s: float = Field(60.0, ge=0)
 
 
 class AliasLimits(_Model):

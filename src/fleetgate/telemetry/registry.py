@@ -266,6 +266,10 @@ class Registry:
     def get(self, name: str) -> Metric | None:
         return self._metrics.get(name)
 
+    def families(self) -> tuple[Metric, ...]:
+        """Every registered family, in registration order (dashboards are checked against it)."""
+        return tuple(self._metrics.values())
+
     def snapshot(self) -> dict[str, list[tuple[list[str], object]]]:
         """Every family's samples as plain data (JSON-serialisable)."""
         return {name: metric.snapshot() for name, metric in self._metrics.items()}

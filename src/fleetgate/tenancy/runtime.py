@@ -34,6 +34,7 @@ from fleetgate.tenancy.service import TenancyService
 from fleetgate.tenancy.settles import Settles
 from fleetgate.tenancy.stage import TenancyStage
 from fleetgate.tenancy.sync import CacheSync
+from fleetgate.tenancy.usage_metrics import SpendMetrics
 from fleetgate.tenancy.writer import RecordWriter
 
 __all__ = ["Tenancy"]
@@ -140,6 +141,7 @@ class Tenancy:
             self.budgets,
             audit_requests=config.audit_requests,
             settles=self.settles,
+            usage=SpendMetrics(registry, self.cache),
         )
         self.service = TenancyService(self.db, self.sync.changed)
 

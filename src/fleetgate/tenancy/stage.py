@@ -22,6 +22,7 @@ from fleetgate.tenancy.headers import duration, ratelimit_headers
 from fleetgate.tenancy.money import cost_nusd
 from fleetgate.tenancy.scopes import ScopeBook
 from fleetgate.tenancy.settles import Settles
+from fleetgate.tenancy.usage_metrics import SpendMetrics
 from fleetgate.tenancy.writer import RecordWriter
 
 __all__ = ["TenancyStage"]
@@ -47,6 +48,7 @@ class TenancyStage:
         *,
         audit_requests: bool = True,
         settles: Settles | None = None,
+        usage: SpendMetrics | None = None,
     ) -> None:
         self.cache = cache
         self.limiter = limiter
@@ -55,6 +57,7 @@ class TenancyStage:
         self.budgets = budgets
         self.audit_requests = audit_requests
         self.settles = settles or Settles(limiter, budgets.settled)
+        self.usage = usage
 
     async def before(self, req: GatewayRequest) -> None:
         entry = self.cache.entry(req.principal.key_id)
@@ -124,7 +127,10 @@ class TenancyStage:
             self.settles.submit(reservation, used, cost)
         records: list[tuple[str, dict[str, Any]]] = []
         if outcome.deployment is not None:
-            records.append(("spend", self._spend_row(req, outcome, cost)))
+            row = self._spend_row(req, outcome, cost)
+            records.append(("spend", row))
+            if self.usage is not None:
+                self.usage.record(req.principal.team_id, str(row["alias"] or ""), cost)
         decision = "allowed" if outcome.status < 400 else "error"
         audit = self._audit_row(req, decision, outcome.status, outcome.error_type, outcome)
         if audit is not None:
