@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from fleetgate.batches.config import BatchesConfig
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.releases.config import RegistryRef, ReleasesConfig
 from fleetgate.routing.semantic_config import SemanticConfig
@@ -270,6 +271,7 @@ class GatewayConfig(_Model):
     safety: SafetyConfig | None = None  # guardrails (safety/config.py); absent: no safety stage
     scheduling: SchedulingConfig = SchedulingConfig()  # admission queues (scheduling/config.py)
     releases: ReleasesConfig = ReleasesConfig()  # registry polling, retention, gates
+    batches: BatchesConfig = BatchesConfig()  # the Files and Batch APIs (batches/config.py)
     # Config sections of plug-in features (`fleetgate.feature.Feature`), by feature name: each
     # reads its own in ``reconfigure``; a section naming no feature is refused at start-up.
     extensions: dict[str, Any] = Field(default_factory=dict)
