@@ -9,6 +9,7 @@ import openai
 import pytest
 from sqlalchemy import func, select
 
+from fleetgate.api.state import GATEWAY
 from fleetgate.store.tables import batch_results, spend
 from tests.batches.support import chat_line, config, jsonl, records, running_gateway
 
@@ -209,3 +210,28 @@ async def test_bad_input_is_a_4xx(upstream: str, tmp_path: Path) -> None:
         ) as resp:  # fmt: skip
             assert resp.status == 400
             assert (await resp.json())["error"]["type"] == "invalid_request_error"
+
+
+async def test_lines_run_only_on_idle_capacity(upstream: str, tmp_path: Path) -> None:
+    async with running_gateway(config(upstream, max_num_seqs=1), tmp_path) as gw:
+        scheduler = gw.app[GATEWAY].scheduler
+        assert scheduler is not None
+        pool = scheduler.pool("tiny")
+        assert pool is not None
+        pool.take("interactive-team")  # an admitted request holds the pool's only slot
+        assert not scheduler.idle("tiny")
+        client = gw.client(await gw.team_key("a"))
+        upload = await client.files.create(
+            file=("in.jsonl", jsonl([chat_line(f"i-{i}") for i in range(5)])), purpose="batch"
+        )
+        batch = await client.batches.create(
+            input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        await asyncio.sleep(1.0)
+        waiting = await client.batches.retrieve(batch.id)
+        assert waiting.status == "in_progress"
+        assert waiting.request_counts is not None and waiting.request_counts.completed == 0
+        assert pool.queue.size == 0  # the lane waits outside the queue: it never takes a turn
+        pool.give_back("interactive-team")
+        done = await finished(client, batch.id)
+        assert done.request_counts.completed == 5  # type: ignore[attr-defined]
