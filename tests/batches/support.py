@@ -29,7 +29,8 @@ def config(upstream: str, batches: dict[str, Any] | None = None, **model: Any) -
                 "alias": "tiny",
                 "deployments": [
                     {"provider": "openai", "model": "tiny", "api_base": f"{upstream}/v1",
-                     "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}, **model}
+                     "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0,
+                               "batch_discount": 0.5}, **model}
                 ],
             },
             {

@@ -68,6 +68,15 @@ async def test_a_fifty_line_batch_completes_with_every_line_once(
                     break
                 await asyncio.sleep(0.1)
             assert billed == 50
+            # at the deployment's batch_discount (half of 1 and 2 USD per Mtok: 500 and 1000
+            # nano-USD a token)
+            rows = await conn.execute(
+                select(spend.c.input_tokens, spend.c.output_tokens, spend.c.cost_nusd).where(
+                    spend.c.request_id.like(f"{batch.id}-%")
+                )
+            )
+            for tokens_in, tokens_out, cost in rows:
+                assert tokens_out > 0 and abs(cost - (tokens_in * 500 + tokens_out * 1000)) <= 1
 
 
 async def test_bad_lines_go_to_the_error_file(upstream: str, tmp_path: Path) -> None:

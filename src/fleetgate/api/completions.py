@@ -132,6 +132,7 @@ async def answer(
     *,
     request_id: str,
     headers: dict[str, str],
+    batch: bool = False,
 ) -> tuple[int, dict[str, Any]]:
     """The request path for a request that did not arrive over HTTP (a batch line): the same
     validation, stages (limits, guardrails, admission, billing), routing and record, answered
@@ -139,13 +140,15 @@ async def answer(
 
     ``request_id`` is the caller's own (the batch lane's is the same for a line replayed after
     a restart, so its spend record is written once); ``headers``: the request headers stages
-    read (``x-fleetgate-priority``, ...), lower-case.
+    read (``x-fleetgate-priority``, ...), lower-case; ``batch``: priced with the deployment's
+    ``batch_discount``.
     """
     started = time.perf_counter()
     try:
         if body.get("stream") is True:
             raise InvalidRequest("This request cannot stream.", param="stream")
         req = _gateway_request(gw, endpoint, principal, body, started, headers, request_id, None)
+        req.outcome.batch = batch
         async with StageRun(gw.stages, req, _recorder(gw)):
             response = await _dispatch(None, gw, req, endpoint)
     except FleetgateError as exc:

@@ -63,5 +63,5 @@ class GatewaySender:
             return exc.status, exc.to_dict()
         return await answer(
             self._gw, ENDPOINTS[endpoint], principal, body, request_id=request_id,
-            headers=dict(_HEADERS),
+            headers=dict(_HEADERS), batch=True,
         )  # fmt: skip

@@ -63,6 +63,8 @@ class Price(_Model):
     input_per_mtok: float = Field(0.0, ge=0)
     output_per_mtok: float = Field(0.0, ge=0)
     cached_input_per_mtok: float | None = Field(None, ge=0)
+    # Share of the price taken off requests of the batch lane (0.5: half price).
+    batch_discount: float = Field(0.0, ge=0, le=1)
 
 
 class TimeoutConfig(_Model):
