@@ -60,7 +60,7 @@ class BatchesFeature(BaseFeature):
 
     async def start(self) -> None:
         if self.config.enabled:
-            self.worker.start()
+            await self.worker.start()
 
     async def aclose(self) -> None:
-        await self.worker.stop()
+        await self.worker.aclose()

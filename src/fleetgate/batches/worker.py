@@ -62,12 +62,14 @@ class BatchWorker:
         self._task: asyncio.Task[None] | None = None
         self.driving: dict[str, asyncio.Task[None]] = {}
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        """Start the loop (inside the running event loop)."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._loop(), name="batches")
 
-    async def stop(self) -> None:
-        """Stop driving; leases are given up so another replica resumes at once."""
+    async def aclose(self) -> None:
+        """Stop driving; leases are given up so another replica resumes at once (idempotent,
+        safe without start)."""
         task, self._task = self._task, None
         await cancel_and_wait(task)
         running, self.driving = self.driving, {}
