@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import aiohttp
 import openai
 import pytest
 from sqlalchemy import func, select
@@ -244,3 +245,23 @@ async def test_lines_run_only_on_idle_capacity(upstream: str, tmp_path: Path) ->
         pool.give_back("interactive-team")
         done = await finished(client, batch.id)
         assert done.request_counts.completed == 5  # type: ignore[attr-defined]
+
+
+async def test_an_upload_may_send_the_file_before_its_purpose(
+    upstream: str, tmp_path: Path
+) -> None:
+    async with running_gateway(config(upstream), tmp_path) as gw:
+        key = await gw.team_key("a")
+        form = aiohttp.FormData()
+        form.add_field("file", jsonl([chat_line("a")]), filename="curl.jsonl")
+        form.add_field("purpose", "batch")  # curl -F file=@x -F purpose=batch sends this order
+        headers = {"Authorization": f"Bearer {key}"}
+        async with gw.session.post(f"{gw.url}/v1/files", data=form, headers=headers) as resp:
+            body = await resp.json()
+            assert resp.status == 200, body
+        assert body["filename"] == "curl.jsonl" and body["purpose"] == "batch"
+        form = aiohttp.FormData()
+        form.add_field("file", b"{}\n", filename="x.jsonl")
+        async with gw.session.post(f"{gw.url}/v1/files", data=form, headers=headers) as resp:
+            assert resp.status == 400  # no purpose at all
+            assert (await resp.json())["error"]["param"] == "purpose"

@@ -2,8 +2,9 @@
 
 No stage of its own: each line of a batch is sent through the whole request path
 (`fleetgate.batches.execute`). Files, batches and per-line results are in the database (the
-one shared by every replica); the store is migrated on the first call that needs it, and the
-worker (every replica runs one; one drives each batch, by a lease) starts with the app. With
+one shared by every replica); the store is migrated on the first call that needs it. The
+worker (every replica runs one; one drives each batch, by a lease) starts with the app when a
+database is configured or the embedded one exists, else on the first call of the API. With
 ``batches.enabled: false`` it serves no routes and runs nothing.
 """
 
@@ -12,8 +13,10 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterable
+from pathlib import Path
 
 from aiohttp import web
+from sqlalchemy.engine import make_url
 
 from fleetgate.api.state import GatewayState
 from fleetgate.batches.config import BatchesConfig
@@ -35,6 +38,7 @@ class BatchesFeature(BaseFeature):
         resources = gw.resources
         self._databases = resources.databases
         self.db = resources.databases.get(gw.settings.database_url, gw.settings.data_dir)
+        self._shared = gw.settings.database_url is not None
         self.config: BatchesConfig = config.batches
         self.store = BatchStore(self.db)
         self.api = BatchRoutes(
@@ -51,6 +55,8 @@ class BatchesFeature(BaseFeature):
 
     async def _migrate(self) -> None:
         await self._databases.migrate(self.db)
+        if self.config.enabled:
+            await self.worker.start()  # a batch may now exist (idempotent)
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         return self.api.routes() if self.config.enabled else ()
@@ -59,8 +65,19 @@ class BatchesFeature(BaseFeature):
         self.config = config.batches  # limits and pacing apply to the next tick and request
 
     async def start(self) -> None:
-        if self.config.enabled:
+        """Start the worker when batches may exist: a configured (shared) database, or the
+        embedded SQLite file already there; else on the first call of the API, so a gateway
+        that never uses batches creates no database."""
+        if self.config.enabled and (self._shared or _exists(self.db.url)):
             await self.worker.start()
 
     async def aclose(self) -> None:
         await self.worker.aclose()
+
+
+def _exists(url: str) -> bool:
+    """Whether the SQLite file of ``url`` exists (always True for a server database)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return True
+    return bool(parsed.database) and Path(str(parsed.database)).exists()

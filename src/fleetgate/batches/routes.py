@@ -128,11 +128,12 @@ class BatchRoutes:
             upload_bytes=limit + 64 * 1024, upload_parts=4, field_bytes=_FIELD_BYTES
         )
         form = UploadForm(request, budget, file_bytes=limit)
-        fields = await form.read_fields()
-        purpose = fields.get("purpose")
+        purpose = (await form.read_fields()).get("purpose")
+        if purpose is not None and purpose != "batch":  # known before the file: refuse early
+            raise InvalidRequest("'purpose' must be 'batch'.", param="purpose")
+        purpose = (await form.read_rest()).get("purpose")
         if purpose != "batch":
             raise InvalidRequest("'purpose' must be 'batch'.", param="purpose")
-        await form.read_rest()
         if form.file is None:
             raise InvalidRequest("The upload has no 'file' part.", param="file")
         try:
