@@ -214,7 +214,13 @@ class BatchRun:
         try:
             assert line.body is not None
             request_id = f"{self.batch_id}-{line.line}"
-            status, body = await self._send(line.body, request_id)
+            try:
+                status, body = await self._send(line.body, request_id)
+            except Exception as exc:  # a fault of ours: the line fails, the batch goes on
+                log.exception("batch %s line %d failed", self.batch_id, line.line)
+                record = error_record(self.batch_id, line, "internal_error", str(exc)[:500])
+                await self._record(line, False, record)
+                return
             record = output_record(self.batch_id, line, status, request_id, body)
             await self._record(line, status < 400, record)
         finally:
