@@ -19,6 +19,7 @@ import pytest
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from fleetgate.batches.config import BatchesConfig
 from fleetgate.config.schema import HealthConfig, RouterConfig, RoutingConfig
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.releases.config import ReleasesConfig
@@ -35,6 +36,7 @@ SECTIONS: list[tuple[str, str, type[BaseModel]]] = [
     ("docs/routing.md", "semantic", SemanticConfig),
     ("docs/scheduling.md", "scheduling", SchedulingConfig),
     ("docs/releases.md", "releases", ReleasesConfig),
+    ("docs/scheduling.md", "batches", BatchesConfig),
 ]
 
 

@@ -138,6 +138,7 @@ class Outcome:
     upstream_s: float = 0.0  # waiting for the upstream's first answer
     overhead_s: float = 0.0  # the gateway's own time before that
     span: Any = None  # the request's trace span, when tracing is on
+    batch: bool = False  # a line of the batch lane: priced less the deployment's batch_discount
 
     @property
     def cost_usd(self) -> float:
@@ -151,11 +152,12 @@ class Outcome:
         cached_rate = p.cached_input_per_mtok
         if cached_rate is None:
             cached_rate = p.input_per_mtok
-        return (
+        cost = (
             (self.prompt_tokens - cached) * p.input_per_mtok
             + cached * cached_rate
             + self.completion_tokens * p.output_per_mtok
         ) / 1_000_000
+        return cost * (1 - p.batch_discount) if self.batch else cost
 
     def served_by(self, dep: Deployment) -> None:
         """The upstream deployment that answered."""

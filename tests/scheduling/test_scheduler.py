@@ -227,3 +227,14 @@ async def test_a_team_under_its_guarantee_starts_at_once_over_the_limit() -> Non
     assert not scheduler.try_admit(pool, a, 10)  # still at the limit (3 - 1 = 2)
     scheduler.release(pool, b, 0, 0.1)
     assert pool.teams == {"a": 1} and scheduler.try_admit(pool, a, 10)
+
+
+async def test_idle_means_nobody_queued_and_room_for_the_batch_band() -> None:
+    scheduler, pool, _ = scheduler_with_pool(2, reserve=0.5)
+    assert scheduler.idle("p")
+    pool.take("a")  # the other slot is the critical reserve: no room for `batch`
+    assert not scheduler.idle("p") and scheduler.idle("p", "critical")
+    pool.give_back("a")
+    pool.signal = True  # the engines say saturated
+    assert not scheduler.idle("p")
+    assert scheduler.idle("unknown")  # no pool: nothing to protect

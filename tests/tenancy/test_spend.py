@@ -45,6 +45,13 @@ def test_cost_is_exact_in_nano_dollars() -> None:
     assert cost_nusd(None, 10, 10, 0) == 0
 
 
+def test_a_batch_line_costs_less_the_batch_discount() -> None:
+    price = Price(input_per_mtok=1.0, output_per_mtok=2.0, batch_discount=0.5)
+    assert cost_nusd(price, 1000, 1000, 0) == 3_000_000  # not a batch line: full price
+    assert cost_nusd(price, 1000, 1000, 0, batch=True) == 1_500_000
+    assert cost_nusd(Price(input_per_mtok=1.0), 1000, 0, 0, batch=True) == 1_000_000
+
+
 async def test_report_equals_independent_sum_to_the_cent(
     db_url: str, upstream: str, tmp_path: Path
 ) -> None:

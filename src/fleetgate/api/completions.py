@@ -25,6 +25,7 @@ from fleetgate.api.schemas import (
     validate_request,
 )
 from fleetgate.api.state import GATEWAY, GatewayState
+from fleetgate.errors import FleetgateError, InvalidRequest, UpstreamBadResponse
 from fleetgate.hooks import GatewayRequest, ResponseWire, StageRun
 from fleetgate.http.body import read_json
 from fleetgate.providers.base import Endpoint, RoutedEndpoint, UpstreamCall
@@ -34,7 +35,7 @@ from fleetgate.tenancy.auth import bearer_token
 from fleetgate.tenancy.principal import Principal
 from fleetgate.tokens import estimate_prompt_tokens
 
-__all__ = ["chat_completions", "completions", "embeddings", "serve"]
+__all__ = ["answer", "chat_completions", "completions", "embeddings", "serve"]
 
 _SCHEMAS: dict[RoutedEndpoint, type[BaseModel]] = {
     Endpoint.CHAT: ChatCompletionRequest,
@@ -109,16 +110,79 @@ async def serve(
 ) -> web.StreamResponse:
     """The request path after authentication and parsing; ``wire`` answers in another format
     (the ``/v1/messages`` front door)."""
+    req = _gateway_request(
+        gw,
+        endpoint,
+        principal,
+        body,
+        started,
+        _selected_headers(request, gw.tables.table.affinity_headers),
+        gw.request_ids.next(),
+        wire,
+    )
+    async with StageRun(gw.stages, req, _recorder(gw)):
+        return await _dispatch(request, gw, req, endpoint)
+
+
+async def answer(
+    gw: GatewayState,
+    endpoint: RoutedEndpoint,
+    principal: Principal,
+    body: dict[str, Any],
+    *,
+    request_id: str,
+    headers: dict[str, str],
+    batch: bool = False,
+) -> tuple[int, dict[str, Any]]:
+    """The request path for a request that did not arrive over HTTP (a batch line): the same
+    validation, stages (limits, guardrails, admission, billing), routing and record, answered
+    as JSON only. Returns (status, body); a refusal or failure is its OpenAI error body.
+
+    ``request_id`` is the caller's own (the batch lane's is the same for a line replayed after
+    a restart, so its spend record is written once); ``headers``: the request headers stages
+    read (``x-fleetgate-priority``, ...), lower-case; ``batch``: priced with the deployment's
+    ``batch_discount``.
+    """
+    started = time.perf_counter()
+    try:
+        if body.get("stream") is True:
+            raise InvalidRequest("This request cannot stream.", param="stream")
+        req = _gateway_request(gw, endpoint, principal, body, started, headers, request_id, None)
+        req.outcome.batch = batch
+        async with StageRun(gw.stages, req, _recorder(gw)):
+            response = await _dispatch(None, gw, req, endpoint)
+    except FleetgateError as exc:
+        return exc.status, exc.to_dict()
+    raw = response.body if isinstance(response, web.Response) else None
+    try:
+        data = orjson.loads(raw) if isinstance(raw, bytes) else None
+    except orjson.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict):
+        return 502, UpstreamBadResponse("The upstream's answer was not a JSON object.").to_dict()
+    return response.status, data
+
+
+def _gateway_request(
+    gw: GatewayState,
+    endpoint: RoutedEndpoint,
+    principal: Principal,
+    body: dict[str, Any],
+    started: float,
+    headers: dict[str, str],
+    request_id: str,
+    wire: ResponseWire | None,
+) -> GatewayRequest:
     validate_request(_SCHEMAS[endpoint], body)
     alias: str = body["model"]
     gw.check_model(principal, alias)
     stream = endpoint is not Endpoint.EMBEDDINGS and body.get("stream") is True
     options = body.get("stream_options")
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 0
-    req = GatewayRequest(
-        # Our own id, never the caller's: spend is idempotent on it, and a caller that could
-        # choose it could replay requests without paying for them.
-        request_id=gw.request_ids.next(),
+    return GatewayRequest(
+        # Our own id, never the HTTP caller's: spend is idempotent on it, and a caller that
+        # could choose it could replay requests without paying for them.
+        request_id=request_id,
         endpoint=endpoint,
         principal=principal,
         body=body,
@@ -127,13 +191,11 @@ async def serve(
         want_usage=stream and isinstance(options, dict) and options.get("include_usage") is True,
         prompt_tokens=estimate_prompt_tokens(body),
         max_tokens=max_tokens if isinstance(max_tokens, int) else 0,
-        headers=_selected_headers(request, gw.tables.table.affinity_headers),
+        headers=headers,
         received_at=time.time(),
         started=started,
         wire=wire,
     )
-    async with StageRun(gw.stages, req, _recorder(gw)):
-        return await _dispatch(request, gw, req, endpoint)
 
 
 def _recorder(gw: GatewayState) -> Callable[[GatewayRequest], None]:
@@ -144,7 +206,7 @@ def _recorder(gw: GatewayState) -> Callable[[GatewayRequest], None]:
 
 
 async def _dispatch(
-    request: web.Request, gw: GatewayState, req: GatewayRequest, endpoint: RoutedEndpoint
+    request: web.Request | None, gw: GatewayState, req: GatewayRequest, endpoint: RoutedEndpoint
 ) -> web.StreamResponse:
     out = req.outcome
     base = _upstream_body(req.body, req.stream)
@@ -173,7 +235,7 @@ async def _dispatch(
         out.served_by(dispatch.deployment)
         out.attempts = dispatch.attempts
         out.upstream_s = dispatch.upstream_answered - dispatch.upstream_started
-        if stream:
+        if stream and request is not None:
             out.overhead_s = dispatch.upstream_started - req.started
             capture = ResponseCapture() if req.capture_response else None
             if capture is not None:

@@ -105,6 +105,7 @@ class UploadForm:
         self._done = False
         self.fields: dict[str, str] = {}
         self.file: bytes | None = None
+        self.filename: str | None = None  # the file part's filename, as sent
 
     @property
     def has_file(self) -> bool:
@@ -155,6 +156,7 @@ class UploadForm:
             await self._read_fields()
             if self._pending is not None:
                 part, self._pending = self._pending, None
+                self.filename = part.filename
                 self.file = await self._read(part, self._file_bytes)
         return self.fields
 

@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from fleetgate.batches.config import BatchesConfig
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.releases.config import RegistryRef, ReleasesConfig
 from fleetgate.routing.semantic_config import SemanticConfig
@@ -62,6 +63,8 @@ class Price(_Model):
     input_per_mtok: float = Field(0.0, ge=0)
     output_per_mtok: float = Field(0.0, ge=0)
     cached_input_per_mtok: float | None = Field(None, ge=0)
+    # Share of the price taken off requests of the batch lane (0.5: half price).
+    batch_discount: float = Field(0.0, ge=0, le=1)
 
 
 class TimeoutConfig(_Model):
@@ -273,6 +276,7 @@ class GatewayConfig(_Model):
     safety: SafetyConfig | None = None  # guardrails (safety/config.py); absent: no safety stage
     scheduling: SchedulingConfig = SchedulingConfig()  # admission queues (scheduling/config.py)
     releases: ReleasesConfig = ReleasesConfig()  # registry polling, retention, gates
+    batches: BatchesConfig = BatchesConfig()  # the Files and Batch APIs (batches/config.py)
     # Config sections of plug-in features (`fleetgate.feature.Feature`), by feature name: each
     # reads its own in ``reconfigure``; a section naming no feature is refused at start-up.
     extensions: dict[str, Any] = Field(default_factory=dict)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 
 from fleetgate.errors import NotFound, Overloaded, RateLimited
 from fleetgate.routing.table import RouteTable
-from fleetgate.scheduling.config import BANDS, SchedulingConfig
+from fleetgate.scheduling.config import BANDS, Band, SchedulingConfig
 from fleetgate.scheduling.metrics import SchedulingMetrics
 from fleetgate.scheduling.policy import Policies, RequestPolicy
 from fleetgate.scheduling.pool import Pool, Snapshots, capacity_of, engines_saturated
@@ -83,6 +83,15 @@ class Scheduler:
         pool = self.pools[alias] = Pool(alias, capacity, self.config.critical_reserve)
         pool.takes_priority = any(d.config.priority for d in route.deployments)
         return pool
+
+    def idle(self, alias: str, band: Band = "batch") -> bool:
+        """Whether ``alias``'s pool has idle capacity for a request of ``band``: nobody queued,
+        the engines not signalling saturation, and room below the limit (the batch lane sends
+        a line only then, so it never takes a slot someone is waiting for)."""
+        pool = self.pool(alias)
+        if pool is None:
+            return True
+        return not pool.queue.size and not pool.signal and pool.room(BANDS.index(band))
 
     # ------------------------------------------------------------------ admission
 

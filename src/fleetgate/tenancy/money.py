@@ -22,8 +22,11 @@ def _dec(value: float) -> Decimal:
     return Decimal(repr(value))
 
 
-def cost_nusd(price: Price | None, prompt: int, completion: int, cached: int) -> int:
-    """The cost in nano-USD; cached prompt tokens at the cached price (input price if none)."""
+def cost_nusd(
+    price: Price | None, prompt: int, completion: int, cached: int, *, batch: bool = False
+) -> int:
+    """The cost in nano-USD; cached prompt tokens at the cached price (input price if none);
+    ``batch``: a batch-lane request, less the price's ``batch_discount``."""
     if price is None:
         return 0
     cached = max(0, min(cached, prompt))
@@ -31,6 +34,8 @@ def cost_nusd(price: Price | None, prompt: int, completion: int, cached: int) ->
         price.input_per_mtok, price.cached_input_per_mtok, price.output_per_mtok
     )
     total = (prompt - cached) * rate_in + cached * rate_cached + completion * rate_out
+    if batch and price.batch_discount:
+        total *= 1 - _dec(price.batch_discount)
     return int(total.to_integral_value(rounding=ROUND_HALF_EVEN))
 
 

@@ -116,6 +116,7 @@ class TenancyStage:
                 outcome.prompt_tokens,
                 outcome.completion_tokens,
                 outcome.cached_tokens,
+                batch=outcome.batch,
             )
         reservation = req.state.pop(_RESERVATION, None)
         if isinstance(reservation, Reservation):

@@ -1,0 +1,34 @@
+"""The ``batches:`` section of the gateway config: the Files and Batch APIs (the batch lane).
+
+Example (YAML)::
+
+    batches:
+      max_file_bytes: 16777216      # one uploaded JSONL file
+      max_lines: 50000              # requests in one batch
+      max_in_progress_per_team: 4   # batches validating, in progress or cancelling
+      concurrency: 8                # lines of one batch in flight on a replica
+
+A batch's lines run through the normal request path in the ``batch`` band, only while the
+alias's pool has idle capacity (`fleetgate.scheduling.scheduler.Scheduler.idle`).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["BatchesConfig"]
+
+
+class BatchesConfig(BaseModel):
+    """Limits and pacing of the batch lane."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    max_file_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    max_lines: int = Field(50_000, gt=0)
+    max_in_progress_per_team: int = Field(4, gt=0)
+    concurrency: int = Field(8, gt=0, le=256)
+    tick_s: float = Field(0.5, gt=0, le=60)  # how often a replica looks for batches to drive
+    lease_s: float = Field(10.0, gt=0)  # a dead replica's batch is taken over after this
+    idle_wait_s: float = Field(0.05, gt=0, le=10)  # recheck of a saturated pool

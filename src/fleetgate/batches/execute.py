@@ -1,0 +1,67 @@
+"""`GatewaySender`: how the batch lane sends a line through this gateway's own request path.
+
+Each line runs as the key that created the batch (looked up in tenancy's key cache at send
+time, so a key revoked since fails its remaining lines with 401), in the ``batch`` band
+(``x-fleetgate-priority: batch``: a team whose band is lower keeps its own), through every
+stage: the key's model allow-list, rate limits and budget, guardrails, admission, billing.
+The request id is the line's own (``<batch id>-<line>``): a line replayed after a crash is
+billed once, because spend records are idempotent on it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fleetgate.api.completions import answer
+from fleetgate.api.state import GatewayState
+from fleetgate.errors import AuthenticationFailed
+from fleetgate.providers.base import Endpoint, RoutedEndpoint
+from fleetgate.tenancy.principal import Principal
+
+__all__ = ["ENDPOINTS", "GatewaySender"]
+
+ENDPOINTS: dict[str, RoutedEndpoint] = {
+    "/v1/chat/completions": Endpoint.CHAT,
+    "/v1/completions": Endpoint.COMPLETIONS,
+    "/v1/embeddings": Endpoint.EMBEDDINGS,
+}
+_HEADERS = {"x-fleetgate-priority": "batch"}
+_MASTER = Principal(key_id="master", role="master")
+
+
+class GatewaySender:
+    """Sends batch lines through ``gw``'s request path; asks its scheduler for idle capacity."""
+
+    def __init__(self, gw: GatewayState) -> None:
+        self._gw = gw
+
+    def idle(self, alias: str) -> bool:
+        scheduler = self._gw.scheduler
+        return scheduler is None or scheduler.idle(alias, "batch")
+
+    def _principal(self, key_id: str) -> Principal:
+        if key_id == _MASTER.key_id:
+            return _MASTER
+        tenancy = self._gw.tenancy
+        entry = tenancy.cache.entry(key_id) if tenancy is not None else None
+        if entry is None:
+            raise AuthenticationFailed("The key that created this batch no longer exists.")
+        if entry.expires_ms is not None and time.time() * 1000 >= entry.expires_ms:
+            raise AuthenticationFailed(
+                "The key that created this batch has expired.", code="expired_api_key"
+            )
+        return entry.principal
+
+    async def send(
+        self, key_id: str, endpoint: str, body: dict[str, Any], request_id: str
+    ) -> tuple[int, dict[str, Any]]:
+        """(status, JSON body) of one line; refusals and failures as OpenAI error bodies."""
+        try:
+            principal = self._principal(key_id)
+        except AuthenticationFailed as exc:
+            return exc.status, exc.to_dict()
+        return await answer(
+            self._gw, ENDPOINTS[endpoint], principal, body, request_id=request_id,
+            headers=dict(_HEADERS), batch=True,
+        )  # fmt: skip
