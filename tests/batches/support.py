@@ -18,6 +18,7 @@ from fleetgate.app import create_app
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.store.database import Database
+from tests.tenancy.support import served
 
 MASTER = "sk-master-batches"
 
@@ -104,18 +105,10 @@ async def running_gateway(cfg: dict[str, Any], data_dir: Path) -> AsyncIterator[
         master_key=MASTER, data_dir=data_dir, database_url=db_url, watch_config=False
     )
     app = create_app(settings, GatewayConfig.model_validate(cfg))
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        async with aiohttp.ClientSession() as session:
-            gateway = Gateway(f"http://127.0.0.1:{port}", app, session, db_url)
-            try:
-                yield gateway
-            finally:
-                for client in gateway.clients:
-                    await client.close()
-    finally:
-        await runner.cleanup()
+    async with served(app) as url, aiohttp.ClientSession() as session:
+        gateway = Gateway(url, app, session, db_url)
+        try:
+            yield gateway
+        finally:
+            for client in gateway.clients:
+                await client.close()

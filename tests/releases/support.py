@@ -16,6 +16,7 @@ from fleetgate.app import create_app
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.releases.feature import ReleasesFeature
+from tests.tenancy.support import served
 
 MASTER = "sk-master-releases"
 
@@ -88,13 +89,5 @@ async def running_gateway(
         master_key=MASTER, data_dir=data_dir, database_url=database_url, watch_config=False
     )
     app = create_app(settings, GatewayConfig.model_validate(config))
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        async with aiohttp.ClientSession() as session:
-            yield Gateway(f"http://127.0.0.1:{port}", app, session)
-    finally:
-        await runner.cleanup()
+    async with served(app) as url, aiohttp.ClientSession() as session:
+        yield Gateway(url, app, session)

@@ -48,6 +48,19 @@ async def drop_pg_database(url: str) -> None:
         await conn.close()
 
 
+@asynccontextmanager
+async def served(app: web.Application) -> AsyncIterator[str]:
+    """``app`` served on a free 127.0.0.1 port; yields its base URL."""
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -154,16 +167,8 @@ async def running_gateway(
         watch_config=False,
     )
     app = create_app(settings, gateway_config(upstream, price, multimodal, **tenancy))
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        async with aiohttp.ClientSession() as session:
-            yield Gateway(f"http://127.0.0.1:{port}", app, session)
-    finally:
-        await runner.cleanup()
+    async with served(app) as url, aiohttp.ClientSession() as session:
+        yield Gateway(url, app, session)
 
 
 async def wait_for(predicate: Any, timeout: float = 5.0, interval: float = 0.05) -> None:
