@@ -7,14 +7,14 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import yaml
 
 from fleetgate.cli.processes import free_port, stop, wait_http
 
-__all__ = ["free_port", "metric_value", "serve_process", "sim_process"]
+__all__ = ["free_port", "metric_value", "serve_process", "serve_processes", "sim_process"]
 
 
 @contextmanager
@@ -31,15 +31,13 @@ def sim_process(*args: str) -> Iterator[str]:
 
 
 @contextmanager
-def serve_process(
+def _launched(
     config: dict[str, object],
     tmp: Path,
-    *,
     master_key: str,
-    extra_args: Sequence[str] = (),
-    env: dict[str, str] | None = None,
+    extra_args: Sequence[str],
+    env: dict[str, str] | None,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """``fleetgate serve`` with ``config`` on a free port; yields (base URL, process)."""
     port = free_port()
     cfg = tmp / f"gateway-{port}.yaml"
     cfg.write_text(yaml.safe_dump(config))
@@ -49,11 +47,44 @@ def serve_process(
     log = (tmp / f"gateway-{port}.log").open("wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
     try:
-        wait_http(f"http://127.0.0.1:{port}/health/live", proc)
         yield f"http://127.0.0.1:{port}", proc
     finally:
         stop(proc)
         log.close()
+
+
+@contextmanager
+def serve_process(
+    config: dict[str, object],
+    tmp: Path,
+    *,
+    master_key: str,
+    extra_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``fleetgate serve`` with ``config`` on a free port; yields (base URL, process)."""
+    with _launched(config, tmp, master_key, extra_args, env) as (url, proc):
+        wait_http(f"{url}/health/live", proc)
+        yield url, proc
+
+
+@contextmanager
+def serve_processes(
+    count: int,
+    config: dict[str, object],
+    tmp: Path,
+    *,
+    master_key: str,
+    env: dict[str, str] | None = None,
+) -> Iterator[list[str]]:
+    """``count`` replicas of ``fleetgate serve`` started together; yields their base URLs."""
+    with ExitStack() as stack:
+        started = [
+            stack.enter_context(_launched(config, tmp, master_key, (), env)) for _ in range(count)
+        ]
+        for url, proc in started:
+            wait_http(f"{url}/health/live", proc, timeout=60.0)
+        yield [url for url, _ in started]
 
 
 def metric_value(text: str, name: str, **labels: str) -> float:

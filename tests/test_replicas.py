@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.procs import serve_process, sim_process
+from tests.procs import serve_process, serve_processes, sim_process
 from tests.tenancy.support import REDIS_URL
 
 pytestmark = pytest.mark.slow
@@ -105,7 +105,9 @@ def test_three_replicas_agree_on_documents_policies_strikes_limits_and_splits(
                 0
             ]
 
-        replicas = [replica() for _ in range(3)]
+        replicas = stack.enter_context(
+            serve_processes(3, config, tmp_path, master_key=MASTER, env=env)
+        )
         first, second, third = replicas
 
         status, _, team = _call(f"{first}/admin/teams", "POST", {"name": "acme"})

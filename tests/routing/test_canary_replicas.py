@@ -11,7 +11,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from tests.procs import serve_process, sim_process
+from tests.procs import serve_process, serve_processes, sim_process
 
 MASTER = "sk-canary-master"
 
@@ -70,10 +70,9 @@ def test_split_and_rollback_reach_three_replicas_within_a_second(
             "tenancy": {"enabled": False},
         }  # fmt: skip
         env = {"FLEETGATE_DATABASE_URL": shared_pg_url}
-        replicas = [
-            stack.enter_context(serve_process(config, tmp_path, master_key=MASTER, env=env))[0]
-            for _ in range(3)
-        ]
+        replicas = stack.enter_context(
+            serve_processes(3, config, tmp_path, master_key=MASTER, env=env)
+        )
         split_url = f"{replicas[0]}/admin/aliases/chat/split"
         status, _, _ = _call(split_url, "PUT", {"weights": {"v1": 100, "v2": 0}})
         assert status == 200
