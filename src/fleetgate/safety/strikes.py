@@ -14,10 +14,9 @@ from __future__ import annotations
 import time
 
 from sqlalchemy import select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from fleetgate.store.database import Database
+from fleetgate.store.shared import dialect_insert
 from fleetgate.store.tables import safety_strikes
 
 __all__ = ["StrikeCounter"]
@@ -31,7 +30,7 @@ class StrikeCounter:
 
     async def add(self, key_id: str) -> int:
         """Count one violation of ``key_id``; returns its total so far (one statement)."""
-        insert = pg_insert if self.db.dialect == "postgresql" else sqlite_insert
+        insert = dialect_insert(self.db.dialect)
         now = int(time.time() * 1000)
         stmt = (
             insert(safety_strikes)

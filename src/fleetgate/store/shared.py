@@ -30,17 +30,18 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from fleetgate.store.database import Database
 from fleetgate.store.tables import shared_state, shared_versions
 
-__all__ = ["SharedState", "bump_version", "read_versions", "upsert"]
+__all__ = ["SharedState", "bump_version", "dialect_insert", "read_versions", "upsert"]
 
 
-def _insert(conn: AsyncConnection) -> Any:
-    return pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+def dialect_insert(dialect: str) -> Any:
+    """The dialect's ``insert`` (it has ``on_conflict_do_update``): PostgreSQL's or SQLite's."""
+    return pg_insert if dialect == "postgresql" else sqlite_insert
 
 
 async def bump_version(conn: AsyncConnection, kind: str) -> int:
     """Add one to ``kind``'s version inside the caller's transaction; returns the new one."""
     stmt = (
-        _insert(conn)(shared_versions)
+        dialect_insert(conn.dialect.name)(shared_versions)
         .values(kind=kind, version=1)
         .on_conflict_do_update(
             index_elements=[shared_versions.c.kind],
@@ -55,7 +56,7 @@ async def upsert(conn: AsyncConnection, kind: str, name: str, body: Any) -> None
     """Write one body of ``kind`` (created or replaced) inside the caller's transaction."""
     now = int(time.time() * 1000)
     stmt = (
-        _insert(conn)(shared_state)
+        dialect_insert(conn.dialect.name)(shared_state)
         .values(kind=kind, name=name, body=body, updated_ms=now)
         .on_conflict_do_update(
             index_elements=[shared_state.c.kind, shared_state.c.name],

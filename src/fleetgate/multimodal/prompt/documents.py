@@ -133,18 +133,6 @@ class DocumentStore:
             int(version), [r.doc_id for r in rows], [r.text for r in rows], vectors, doc_bytes
         )
 
-    async def usage(self, team: str) -> tuple[int, int]:
-        """``(documents, UTF-8 bytes)`` the team keeps."""
-        async with self.db.engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    select(func.count(), func.coalesce(func.sum(documents.c.bytes), 0)).where(
-                        documents.c.team == team
-                    )
-                )
-            ).one()
-        return int(row[0]), int(row[1])
-
     async def _check_limits(
         self,
         conn: AsyncConnection,
