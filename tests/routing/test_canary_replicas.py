@@ -83,9 +83,15 @@ def test_split_and_rollback_reach_three_replicas_within_a_second(
         status, _, got = _call(split_url, "PUT", {"weights": {"v1": 0, "v2": 100}})
         assert status == 200 and got["split"]["weights"] == {"v1": 0, "v2": 100}
         assert _time_until_all(replicas, "chat-v2", started) < 1.0
-        for base in replicas:  # every replica reports the same split
-            _, _, view = _call(f"{base}/admin/aliases/chat/split")
-            assert view["split"]["weights"] == {"v1": 0, "v2": 100}
+        for base in replicas:  # every replica reports the same split (within a second)
+            deadline = time.monotonic() + 1.0
+            while True:
+                _, _, view = _call(f"{base}/admin/aliases/chat/split")
+                weights = (view["split"] or {}).get("weights")
+                if weights == {"v1": 0, "v2": 100} or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert weights == {"v1": 0, "v2": 100}, (base, view)
 
         # Rollback is the same call with the old weights, through another replica.
         started = time.monotonic()
