@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -143,3 +145,35 @@ async def test_split_with_a_non_numeric_revision_or_time_is_400(
     resp = await client.put("/admin/aliases/chat/split", headers=AUTH, json=body)
     assert resp.status == 400, await resp.text()
     assert (await resp.json())["error"]["param"] == next(iter(extra))
+
+
+async def test_a_replica_that_could_not_read_the_stored_splits_is_not_ready(
+    tmp_path: Path,
+) -> None:
+    from fleetgate.http.access import AdminAccess
+    from fleetgate.resources import Databases
+    from fleetgate.resources.shared import SharedStates
+    from fleetgate.routing.admin_routes import CanaryAdmin
+    from fleetgate.routing.features import CanaryFeature
+
+    def unused() -> Any:
+        raise AssertionError("not called by this test")
+
+    blocked = tmp_path / "fleetgate.db"
+    blocked.mkdir()  # the database cannot be opened yet
+    dbs = Databases()
+    shared = SharedStates(dbs, poll_interval_s=0.05)
+    splits = CanarySplits(shared, dbs.get(f"sqlite:///{blocked}", tmp_path))
+    feature = CanaryFeature(splits, CanaryAdmin(splits, unused, AdminAccess(unused), 1024))
+    try:
+        await feature.start()
+        assert feature.missing() == ["canary splits: database"]
+        blocked.rmdir()
+        for _ in range(150):
+            if not feature.missing():
+                break
+            await asyncio.sleep(0.02)
+        assert feature.missing() == [] and splits.loaded
+    finally:
+        await shared.aclose()
+        await dbs.aclose()

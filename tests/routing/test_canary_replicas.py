@@ -54,6 +54,19 @@ def _time_until_all(replicas: list[str], want: str, started: float, limit: float
     return max(reached.values())
 
 
+def _assert_split_within_a_second(replicas: list[str], weights: dict[str, int]) -> None:
+    """Every replica reports ``weights`` as the split in force (within a second, as it routes)."""
+    for base in replicas:
+        deadline = time.monotonic() + 1.0
+        while True:
+            _, _, view = _call(f"{base}/admin/aliases/chat/split")
+            got = (view["split"] or {}).get("weights")
+            if got == weights or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert got == weights, (base, view)
+
+
 def test_split_and_rollback_reach_three_replicas_within_a_second(
     tmp_path: Path, shared_pg_url: str
 ) -> None:
@@ -83,15 +96,7 @@ def test_split_and_rollback_reach_three_replicas_within_a_second(
         status, _, got = _call(split_url, "PUT", {"weights": {"v1": 0, "v2": 100}})
         assert status == 200 and got["split"]["weights"] == {"v1": 0, "v2": 100}
         assert _time_until_all(replicas, "chat-v2", started) < 1.0
-        for base in replicas:  # every replica reports the same split (within a second)
-            deadline = time.monotonic() + 1.0
-            while True:
-                _, _, view = _call(f"{base}/admin/aliases/chat/split")
-                weights = (view["split"] or {}).get("weights")
-                if weights == {"v1": 0, "v2": 100} or time.monotonic() > deadline:
-                    break
-                time.sleep(0.05)
-            assert weights == {"v1": 0, "v2": 100}, (base, view)
+        _assert_split_within_a_second(replicas, {"v1": 0, "v2": 100})
 
         # Rollback is the same call with the old weights, through another replica.
         started = time.monotonic()
@@ -103,5 +108,6 @@ def test_split_and_rollback_reach_three_replicas_within_a_second(
         # A replica started after the change serves the stored split at once.
         late = stack.enter_context(serve_process(config, tmp_path, master_key=MASTER, env=env))[0]
         assert _time_until_all([late], "chat-v1", time.monotonic()) < 1.0
-        _, _, view = _call(f"{late}/admin/aliases/chat/split")
-        assert (view["split"] or {}).get("weights") == {"v1": 100, "v2": 0}
+        _assert_split_within_a_second([late], {"v1": 100, "v2": 0})
+        _, _, health = _call(f"{late}/health/ready")
+        assert "canary splits: database" not in health["missing"]

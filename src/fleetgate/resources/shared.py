@@ -80,6 +80,12 @@ class SharedStates:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._poll(), name="fg-shared")
 
+    def loaded(self, state: SharedState) -> bool:
+        """Whether ``state``'s bodies have reached its followers at least once (readiness: a
+        replica that could not read them at start serves without them until then)."""
+        entry = self._kinds.get((state.db.url, state.kind))
+        return entry is not None and entry.seen >= 0
+
     async def refresh(self) -> None:
         """Check every followed kind once (the poller's step; tests call it directly)."""
         by_db: dict[str, list[_Kind]] = {}

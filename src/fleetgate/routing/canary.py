@@ -206,6 +206,13 @@ class CanarySplits:
         self._splits = splits
         self._revision = max([self._revision, *(s.revision for s in splits.values())])
 
+    @property
+    def loaded(self) -> bool:
+        """The stored splits were read (always true when splits are this process's only)."""
+        if self._shared is None or self._state is None:
+            return True
+        return self._shared.loaded(self._state)
+
     async def start(self) -> None:
         """Load the stored splits and follow every later change."""
         if self._shared is not None and self._state is not None:

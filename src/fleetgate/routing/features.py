@@ -94,6 +94,9 @@ class CanaryFeature(BaseFeature):
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         return self._admin.routes()
 
+    def missing(self) -> list[str]:
+        return [] if self.splits.loaded else ["canary splits: database"]
+
     async def start(self) -> None:
         await self.splits.start()
 
