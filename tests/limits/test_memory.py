@@ -96,3 +96,25 @@ async def test_a_settle_that_never_comes_frees_its_slot_after_the_lease() -> Non
     assert isinstance(refused, Denial) and refused.reason == "parallel"
     clock.ms += 15 * 60_000
     assert isinstance(await lim.reserve("next", scopes, 1), Reservation)
+
+
+async def test_the_spend_of_an_ended_budget_period_is_forgotten() -> None:
+    clock = Clock()
+    lim = MemoryLimiter(clock)
+    day = 86_400_000
+    start = clock.ms - clock.ms % day
+    for i in range(1_000):  # 1,000 budgeted keys spend in one daily period
+        scope = Scope(f"key:{i}", budget_nusd=10**9, period_start_ms=start,
+                      period_end_ms=start + day)  # fmt: skip
+        r = await lim.reserve(f"m{i}", (scope,), 1)
+        assert isinstance(r, Reservation)
+        await lim.settle(r, 1, 5)
+    assert await lim.spent(Scope("key:7", period_start_ms=start)) == 5
+    clock.ms = start + day + 1  # the next period: the old counters are of no more use
+    nxt = Scope("key:7", budget_nusd=10**9, period_start_ms=start + day,
+                period_end_ms=start + 2 * day)  # fmt: skip
+    r = await lim.reserve("n", (nxt,), 1)
+    assert isinstance(r, Reservation)
+    await lim.settle(r, 1, 3)
+    assert len(lim._spend) == 1 and await lim.spent(nxt) == 3
+    assert await lim.spent(Scope("key:7", period_start_ms=start)) == 0

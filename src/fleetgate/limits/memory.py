@@ -79,7 +79,8 @@ class MemoryLimiter:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._windows: dict[str, _Window] = {}
-        self._spend: dict[str, int] = {}
+        self._spend: dict[str, int] = {}  # budget_key -> nano-USD this period
+        self._spend_ends: dict[str, int] = {}  # budget_key -> the period's end (ms)
         self._swept_ms = 0
 
     def _now(self) -> int:
@@ -94,6 +95,10 @@ class MemoryLimiter:
             w.trim(now)
         # a new dict: one that only had entries deleted keeps its table at its largest size
         self._windows = {name: w for name, w in self._windows.items() if not w.empty()}
+        # and the spend of budget periods that have ended (a new period starts a new key)
+        if any(end <= now for end in self._spend_ends.values()):
+            self._spend_ends = {k: end for k, end in self._spend_ends.items() if end > now}
+            self._spend = {k: v for k, v in self._spend.items() if k in self._spend_ends}
 
     def _check(self, s: Scope, w: _Window, tokens: int, now: int) -> Denial | ScopeUsage:
         reset = w.times[0] + WINDOW_MS - now if w.times else 0
@@ -144,6 +149,7 @@ class MemoryLimiter:
             if s.budget_nusd is not None:
                 key = s.budget_key
                 self._spend[key] = self._spend.get(key, 0) + cost_nusd
+                self._spend_ends[key] = s.period_end_ms
                 totals[s.name] = self._spend[key]
         return totals
 
@@ -153,6 +159,7 @@ class MemoryLimiter:
     async def raise_spend(self, scope: Scope, nusd: int) -> None:
         key = scope.budget_key
         self._spend[key] = max(self._spend.get(key, 0), nusd)
+        self._spend_ends[key] = scope.period_end_ms
 
     def generation(self) -> int:
         return 0  # in-process counters miss nothing

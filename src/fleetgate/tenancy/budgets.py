@@ -112,6 +112,14 @@ class Budgets:
         if not failed:
             self._generation = generation
 
+    def _forget_ended(self) -> None:
+        """Drop what is remembered of periods that ended and of scopes no longer budgeted (one
+        entry per budgeted scope and period would otherwise pile up over a long uptime)."""
+        current = {s.budget_key for _, _, _, s in self._budget_scopes(self.cache.snapshot)}
+        if not self._spent.keys() <= current or not self._seeded <= current:
+            self._spent = {k: v for k, v in self._spent.items() if k in current}
+            self._seeded &= current
+
     def settled(self, scopes: Sequence[Scope], totals: dict[str, int], cost: int) -> None:
         """After a settle: remember the counters and alert on thresholds crossed."""
         for s in scopes:
@@ -147,6 +155,7 @@ class Budgets:
             await asyncio.sleep(self.refresh_s)
             try:
                 await self.seed()
+                self._forget_ended()
                 for _, _, _, s in list(self._budget_scopes(self.cache.snapshot)):
                     value = await self.limiter.spent(s)
                     if value is not None:
