@@ -276,7 +276,9 @@ async def test_a_limit_beyond_what_the_store_holds_is_a_400(
     """A ``tpm`` over 2**31 - 1 passed the checks and made PostgreSQL refuse the key: a 500."""
     async with running_gateway(upstream, tmp_path, db_url) as gw:
         team, _, _ = await gw.team_and_key("a")
-        for field, value in (("tpm", 10**12), ("rpm", 2**31), ("max_budget_usd", 1e300)):
+        cases = (("tpm", 10**12), ("rpm", 2**31), ("max_budget_usd", 1e300),
+                 ("rpm", True), ("max_parallel", False), ("max_budget_usd", True))  # fmt: skip
+        for field, value in cases:  # JSON true is not the number 1
             status, out = await gw.admin("POST", "/admin/keys", json={"team": team, field: value})
             assert status == 400 and out["error"]["param"] == field, out
         status, _ = await gw.admin("POST", "/admin/keys", json={"team": team, "tpm": 2**31 - 1})

@@ -97,13 +97,16 @@ def _limits(body: dict[str, Any]) -> dict[str, Any]:
     for name in ("rpm", "tpm", "max_parallel"):
         value = body.get(name)
         top = column_range(api_keys.c[name])[1]  # the store's column: beyond it, a 500 later
-        if value is not None and (not isinstance(value, int) or not 0 <= value <= top):
+        bad_type = not isinstance(value, int) or isinstance(value, bool)  # true is not 1
+        if value is not None and (bad_type or not 0 <= value <= top):
             raise InvalidRequest(f"'{name}' must be an integer from 0 to {top}", param=name)
         out[name] = value
     budget = body.get("max_budget_usd")
     top_usd = column_range(api_keys.c.max_budget_nusd)[1] // 10**9
     if budget is not None and (
-        not isinstance(budget, int | float) or not 0 <= budget <= top_usd  # NaN fails too
+        not isinstance(budget, int | float)
+        or isinstance(budget, bool)
+        or not 0 <= budget <= top_usd  # NaN fails too
     ):
         raise InvalidRequest(
             f"'max_budget_usd' must be a number from 0 to {top_usd}", param="max_budget_usd"
