@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fleetgate.safety.base import CheckPoint, Verdict
-from fleetgate.telemetry.registry import Counter, Gauge, Registry
+from fleetgate.telemetry.registry import Counter, Gauge, Histogram, Registry
 
 __all__ = ["SafetyMetrics"]
 
@@ -42,6 +42,16 @@ class SafetyMetrics:
         )
         self.suspensions: Counter = registry.counter(
             "fleetgate_safety_key_suspensions_total", "Keys suspended after repeated violations."
+        )
+        self.cascade_decisions: Counter = registry.counter(
+            "fleetgate_safety_cascade_decisions_total",
+            "Decisions of each stage of a cascade check (block, mask, allow, escalate, error).",
+            ["check", "stage", "decision"],
+        )
+        self.cascade_seconds: Histogram = registry.histogram(
+            "fleetgate_safety_cascade_seconds",
+            "Time spent in each stage of a cascade check.",
+            ["check", "stage"],
         )
         self.audit_queue_depth: Gauge = registry.gauge(
             "fleetgate_safety_audit_queue_depth", "Exchanges waiting in the audit queue."

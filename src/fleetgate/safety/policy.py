@@ -129,6 +129,11 @@ class Guardrails:
         for name in sorted(used):
             if name not in self.checks:
                 self.checks[name] = registry.create(name, config.checks[name])
+        if metrics is not None:
+            for check in self.checks.values():
+                bind = getattr(check, "bind_metrics", None)
+                if bind is not None:
+                    bind(metrics)
         self._policies = {n: self._build(n, p) for n, p in config.policies.items()}
 
     def _build(self, name: str, pc: PolicyConfig) -> Policy:

@@ -60,7 +60,7 @@ class CheckRegistry:
             raise ConfigError(f"safety.checks.{name}: {exc}") from exc
 
 
-_HAS_ON_ERROR = {"llama_guard", "moderation"}
+_HAS_ON_ERROR = {"llama_guard", "moderation", "cascade"}
 
 
 def _words(name: str, options: Mapping[str, Any]) -> Check:
@@ -124,11 +124,49 @@ def _moderation(http: OutboundHttp | None) -> CheckFactory:
     return build
 
 
+def _cascade(registry: CheckRegistry) -> CheckFactory:
+    """Stages are built by the same registry: ``stages: [{type, options, uncertain, name}]``."""
+
+    def build(name: str, options: Mapping[str, Any]) -> Check:
+        from fleetgate.safety.checks.cascade import CascadeCheck, CascadeStage
+
+        opts = dict(options)
+        raw = opts.pop("stages", None)
+        on_error = Action(opts.pop("on_error", "allow"))
+        if opts:
+            raise ValueError(f"unknown cascade options: {sorted(opts)}")
+        if not isinstance(raw, list):
+            raise ValueError("a cascade needs 'stages': a list of {type, options, uncertain}")
+        stages: list[CascadeStage] = []
+        for i, item in enumerate(raw):
+            if not isinstance(item, dict) or "type" not in item:
+                raise ValueError(f"stages[{i}] must be an object with a 'type'")
+            if item["type"] == "cascade":
+                raise ValueError(f"stages[{i}]: a cascade cannot contain a cascade")
+            extra = set(item) - {"type", "options", "uncertain", "name", "on_error"}
+            if extra:
+                raise ValueError(f"stages[{i}]: unknown keys {sorted(extra)}")
+            stage_name = str(item.get("name") or item["type"])
+            band = item.get("uncertain")
+            if band is not None:
+                ok = isinstance(band, list | tuple) and len(band) == 2
+                if not ok or not all(isinstance(v, int | float) for v in band):
+                    raise ValueError(f"stages[{i}].uncertain must be [low, high]")
+                band = (float(band[0]), float(band[1]))
+            sub = CheckConfig(type=item["type"], options=item.get("options") or {},
+                              on_error=item.get("on_error", "allow"))  # fmt: skip
+            check = registry.create(f"{name}.{stage_name}", sub)
+            stages.append(CascadeStage(stage_name, check, band))
+        return CascadeCheck(name=name, stages=stages, on_error=on_error)
+
+    return build
+
+
 def builtin_registry(
     *, http: OutboundHttp | None = None, embedder: Embedder | None = None
 ) -> CheckRegistry:
     """A new registry holding the built-in check types: ``words``, ``pii``, ``classifier``,
-    ``llama_guard``, ``moderation``.
+    ``llama_guard``, ``moderation``, ``cascade``.
 
     ``http``: the shared side-service session the HTTP checks use; ``embedder``: the shared
     MiniLM embedder of classifier checks. Without them each check opens its own.
@@ -139,4 +177,5 @@ def builtin_registry(
     registry.register("classifier", _classifier(embedder))
     registry.register("llama_guard", _llama_guard(http))
     registry.register("moderation", _moderation(http))
+    registry.register("cascade", _cascade(registry))
     return registry
