@@ -164,3 +164,17 @@ def test_bad_cost_config_is_refused_with_the_field_named() -> None:
     bad_price["extensions"]["cost"]["gpu_price_per_hour"] = -1
     with pytest.raises(ConfigError, match="gpu_price_per_hour"):
         parse_cost_config(parse_config(bad_price))
+
+
+async def test_without_tenancy_pools_are_reported_and_teams_are_not(
+    gateway: GatewayFactory,
+) -> None:
+    async with _sims(3) as (a, b, c):
+        client = await gateway({**_config(a, b, c), "tenancy": {"enabled": False}})
+        for _ in range(100):  # up to 5 s for the first scrapes
+            report = await (await client.get("/admin/cost", headers=AUTH)).json()
+            if all(p["gpus"] for p in report["pools"]):
+                break
+            await asyncio.sleep(0.05)
+        assert [p["gpus"] for p in report["pools"]] == [2, 1]
+        assert report["teams"] == [] and "tenancy is off" in report["teams_note"]

@@ -153,3 +153,12 @@ def test_bad_events_file_and_plan_without_dau(
     assert "events[0]: 'end' must be after 'start'" in capsys.readouterr().err
     assert main(["plan"]) == 2
     assert "--dau is required" in capsys.readouterr().err
+    empty = tmp_path / "nothing-here"
+    assert main(["plan", "forecast", "--data-dir", str(empty)]) == 2
+    assert "no gateway store under" in capsys.readouterr().err
+    assert not empty.exists()
+    unmigrated = tmp_path / "bare"
+    unmigrated.mkdir()
+    (unmigrated / "fleetgate.db").write_bytes(b"")
+    assert main(["plan", "forecast", "--data-dir", str(unmigrated)]) == 2
+    assert "cannot read the spend table" in capsys.readouterr().err

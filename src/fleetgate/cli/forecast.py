@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from sqlalchemy.exc import SQLAlchemyError
 
 from fleetgate.bench.slo import parse_slo
 from fleetgate.config.settings import Settings
@@ -99,12 +100,23 @@ def _ms(value: str | None, what: str) -> int | None:
 
 async def _from_store(args: argparse.Namespace) -> HourlyHistory:
     settings = Settings.from_env(database_url=args.database_url, data_dir=args.data_dir)
+    if settings.database_url is None and not (settings.data_dir / "fleetgate.db").exists():
+        raise InvalidRequest(
+            f"no gateway store under {settings.data_dir}: pass --history CSV, --data-dir or "
+            "--database-url (or set FLEETGATE_DATABASE_URL)",
+            param="history",
+        )
     db = Database.from_url(settings.database_url, settings.data_dir)
     try:
         return await read_history_store(
             db, since_ms=_ms(args.since, "since"), until_ms=_ms(args.until, "until"),
             aliases=args.alias,
         )  # fmt: skip
+    except (SQLAlchemyError, OSError) as exc:
+        raise InvalidRequest(
+            f"cannot read the spend table: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+            param="history",
+        ) from None
     finally:
         await db.aclose()
 
