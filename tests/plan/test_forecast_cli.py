@@ -162,3 +162,26 @@ def test_bad_events_file_and_plan_without_dau(
     (unmigrated / "fleetgate.db").write_bytes(b"")
     assert main(["plan", "forecast", "--data-dir", str(unmigrated)]) == 2
     assert "cannot read the spend table" in capsys.readouterr().err
+
+
+def test_per_gpu_capacity_from_a_bench_result(
+    history_csv: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def point(load: float, tput: float, ttft: float) -> dict[str, float]:
+        return {"offered_load": load, "completed": 10, "request_throughput": load,
+                "total_token_throughput": tput, "p95_ttft_ms": ttft,
+                "mean_e2el_ms": 400.0}  # fmt: skip
+
+    bench = tmp_path / "bench.json"
+    bench.write_bytes(orjson.dumps({"points": [point(1, 500, 50), point(8, 4000, 90),
+                                               point(20, 6000, 900)]}))  # fmt: skip
+    path, _ = history_csv
+    common = ["plan", "forecast", "--history", str(path), "--months", "1", "--json", "-"]
+    out = _json(capsys, [*common, "--from-bench", str(bench), "--bench-gpus", "2",
+                         "--slo", "ttft_p95_ms=100"])  # fmt: skip
+    assert out["gpu_tokens_per_s"] == 2000.0  # 4,000 tokens/s on 2 GPUs, the point in the SLO
+    typed = _json(capsys, [*common, "--gpu-tokens-per-s", "2000"])
+    assert out["purchase"]["months"] == typed["purchase"]["months"]  # type: ignore[index]
+    half = _json(capsys, [*common, "--gpu-tokens-per-s", "1000"])
+    gpus = [m["purchase"]["months"][0]["gpus_peak"] for m in (out, half)]  # type: ignore[index]
+    assert gpus[1] >= 2 * gpus[0] - 1
