@@ -27,6 +27,7 @@ EVERYTHING: dict[str, Any] = {
     ],
     "safety": {},
     "semantic": {"intents": {"chitchat": {"alias": "tiny"}}},
+    "extensions": {"cost": {"pools": [{"alias": "tiny", "dcgm": ["http://127.0.0.1:9/metrics"]}]}},
 }  # fmt: skip
 
 
@@ -46,7 +47,7 @@ def test_the_stage_order_is_the_feature_tuple(tmp_path: Path) -> None:
     names = state.features.names()
     assert names == [
         "core", "semantic", "tenancy", "multimodal", "safety", "scheduling", "canary",
-        "engine-routing", "releases", "batches",
+        "engine-routing", "releases", "cost", "batches",
     ]  # fmt: skip
     assert [s.name for s in state.stages] == [
         "semantic", "tenancy", "multimodal", "safety", "scheduling"
@@ -69,6 +70,7 @@ def test_features_that_are_off_keep_their_admin_routes_but_no_stage(tmp_path: Pa
     }
     config.pop("safety")
     config.pop("semantic")
+    config.pop("extensions")  # no `cost` section: no cost feature
     state = build_state(_settings(tmp_path), parse_config(config))
     app = create_app(state.settings, state=state)
     assert state.features.names() == [

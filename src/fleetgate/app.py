@@ -24,6 +24,7 @@ from fleetgate.batches.feature import BatchesFeature
 from fleetgate.config.loader import load_config
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
+from fleetgate.cost.feature import CostFeature
 from fleetgate.errors import ConfigError
 from fleetgate.feature import Feature, Features
 from fleetgate.http import AdminAccess
@@ -162,6 +163,7 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
         canary,  # version splits the dispatcher follows
         engine,  # engine stats, prefix index, decision log
         releases,  # model registry: aliases that follow a stage, evaluations, gates
+        CostFeature.build(settings, cfg, access, resources),  # GPU cost (extensions.cost)
         BatchesFeature(gw, access, cfg),  # Files + Batch APIs; lines run the path above
     )
     built = _with_extra(tuple(f for f in features if f is not None), extra)

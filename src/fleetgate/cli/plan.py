@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 
 from fleetgate.bench.slo import parse_slo
+from fleetgate.cli import forecast
 from fleetgate.errors import FleetgateError, InvalidRequest
 from fleetgate.extras import require
 from fleetgate.plan import PlanInputs, calibrate, make_plan, plan_table, plot_plan
@@ -33,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--dau", type=float, required=True, help="daily active users")
+    p.add_argument("--dau", type=float, help="daily active users (required without a sub-command)")
     p.add_argument("--conversations", type=float, default=3.0, help="per user per day")
     p.add_argument("--turns", type=float, default=5.0, help="requests per conversation")
     p.add_argument("--active-hours", type=float, default=8.0)
@@ -64,6 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--json", type=Path, help="write the plan JSON here ('-' = stdout)")
     p.add_argument("--plot", type=Path, help="write a PNG plot here")
     p.set_defaults(func=run)
+    forecast.register(p.add_subparsers(dest="plan_command", metavar="SUBCOMMAND"))
 
 
 def build_inputs(args: argparse.Namespace) -> PlanInputs:
@@ -120,6 +122,8 @@ def build_inputs(args: argparse.Namespace) -> PlanInputs:
 def run(args: argparse.Namespace) -> int:
     """Print the plan table; write JSON and the plot when asked. Errors return 2."""
     try:
+        if args.dau is None:
+            raise InvalidRequest("--dau is required (or use `fleetgate plan forecast`)")
         if args.plot:  # before any output: say now that the plot cannot be drawn
             require("matplotlib", extra="bench", purpose=PLOT_PURPOSE)
         plan = make_plan(build_inputs(args))

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from fleetgate.errors import FleetgateError, InvalidRequest
 from fleetgate.sim.config import SimConfig
+from fleetgate.sim.dcgm import dcgm_metrics
 from fleetgate.sim.embeddings import embeddings_response
 from fleetgate.sim.faults import update_faults
 from fleetgate.sim.generate import chat_completions, completions, read_json
@@ -148,6 +149,7 @@ def create_sim_app(config: SimConfig) -> web.Application:
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/dcgm/metrics", dcgm_metrics)  # a DCGM-exporter-shaped GPU view
     app.router.add_post("/tokenize", _tokenize)
     app.router.add_get("/sim/faults", _get_faults)
     app.router.add_post("/sim/faults", _set_faults)

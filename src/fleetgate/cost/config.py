@@ -1,0 +1,67 @@
+"""The ``extensions.cost`` section: where the GPUs are, what they cost, what counts as idle.
+
+Example::
+
+    extensions:
+      cost:
+        gpu_price_per_hour: 2.5        # $ per GPU-hour, unless a pool says otherwise
+        scrape_interval_s: 15
+        idle_below_util_pct: 5         # a GPU under this DCGM_FI_DEV_GPU_UTIL is idle
+        target_util_pct: 60            # reclaim sizing keeps the p95 load under this
+        window_h: 24                   # samples kept (and reported by default)
+        pools:
+          - alias: chat                # the alias whose deployments run on these GPUs
+            dcgm: [http://gpu-node-1:9400/metrics]
+            gpus: ["GPU-5fd4...", "GPU-77a0..."]   # only these UUIDs (default: every GPU)
+            gpu_price_per_hour: 3.2
+            min_gpus: 1                # never recommend fewer
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = ["CostConfig", "PoolConfig"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PoolConfig(_Model):
+    alias: str = Field(min_length=1)
+    dcgm: tuple[str, ...] = Field(min_length=1)
+    gpus: tuple[str, ...] = ()
+    gpu_price_per_hour: float | None = Field(None, ge=0)
+    min_gpus: int = Field(0, ge=0)
+
+    @field_validator("dcgm")
+    @classmethod
+    def _urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for url in value:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r}: must start with http:// or https://")
+        return value
+
+
+class CostConfig(_Model):
+    gpu_price_per_hour: float = Field(3.0, ge=0)
+    scrape_interval_s: float = Field(15.0, ge=0.05)
+    scrape_timeout_s: float = Field(5.0, gt=0)
+    idle_below_util_pct: float = Field(5.0, ge=0, le=100)
+    target_util_pct: float = Field(60.0, gt=0, le=100)
+    window_h: float = Field(24.0, gt=0, le=24 * 31)
+    pools: tuple[PoolConfig, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> CostConfig:
+        names = [p.alias for p in self.pools]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"pool listed twice: {', '.join(dupes)}")
+        return self
+
+    def price(self, pool: PoolConfig) -> float:
+        return (
+            self.gpu_price_per_hour if pool.gpu_price_per_hour is None else pool.gpu_price_per_hour
+        )
