@@ -449,15 +449,21 @@ class Scheduler:
             signal = engines_saturated(deployments, marks, self._snapshots)
             pool.follow(capacity_of(deployments, now), signal)
             pool.takes_priority = any(d.config.priority for d in deployments)
-            if pool.running and (pool.queue.size or pool.quotas is not None):
-                self._charge_progress(pool)
-            if pool.queue.size:
-                self._drain(pool)
-                after = self.config.preempt_in_flight_after_s
-                if after is not None and pool.queue.size and pool.running:
-                    self._preempt_in_flight(pool, after)
+            self.upkeep(pool)
             if len(pool.vtc.counters) > _MAX_COUNTERS:
                 pool.vtc.forget(pool.queue.teams())
+
+    def upkeep(self, pool: Pool) -> None:
+        """The poll's work on one pool after its limit moved: charge the output streamed
+        since the last poll (while anyone waits, or quotas count tokens/s), admit what fits,
+        and cancel a stream in flight for a starved request when configured."""
+        if pool.running and (pool.queue.size or pool.quotas is not None):
+            self._charge_progress(pool)
+        if pool.queue.size:
+            self._drain(pool)
+            after = self.config.preempt_in_flight_after_s
+            if after is not None and pool.queue.size and pool.running:
+                self._preempt_in_flight(pool, after)
 
     def reconfigure(self, config: SchedulingConfig) -> None:
         self.config = config
