@@ -297,6 +297,11 @@ async def test_each_queued_request_is_in_the_decision_log_fast_path_ones_are_not
     assert admitted.admission is not None and admitted.admission["band"] == "batch"
     assert admitted.admission["queued_ahead"] == 0 and admitted.picked == "p"
     assert decisions.hit_ratio("p") is None  # admissions are not prefix-cache picks
+    scheduler.try_admit(pool, a, 1)
+    gone = await _queue(scheduler, pool, "d")
+    gone.cancel()
+    await _settle()
+    assert decisions.query(reason="abandoned")[0].tenant == "d"
 
 
 def test_the_queue_view_shows_quota_usage_a_team_admin_only_its_own() -> None:
@@ -313,3 +318,14 @@ def test_the_queue_view_shows_quota_usage_a_team_admin_only_its_own() -> None:
     assert view["quotas"]["org:x"]["in_flight"] == 1
     assert view["quotas"]["org:x"]["tokens_per_s"] == 50.0  # 500 tokens over a 10 s window
     assert set(_pool_view(pool, "b", 0.0)["quotas"]) == {"team:b", "org:x"}
+
+
+def test_a_request_within_its_nominal_gets_the_owners_engine_priority() -> None:
+    from fleetgate.scheduling.stage import engine_priority
+
+    scheduler, pool, _, _ = _scheduler(8, teams=_teams(a={"nominal": 1}))
+    a, b = policy("a"), policy("b")
+    assert scheduler.within(pool, a) and not scheduler.within(pool, b)
+    assert scheduler.try_admit(pool, a, 1)
+    assert not scheduler.within(pool, a)  # its second request borrows
+    assert engine_priority(1, True) < engine_priority(1, False)

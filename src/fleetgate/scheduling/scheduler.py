@@ -175,6 +175,8 @@ class Scheduler:
                 await asyncio.wait((waiter.future,), timeout=budget)
         except asyncio.CancelledError:
             self._abandon(pool, waiter)
+            waited = self._clock() - waiter.enqueued
+            self._decide(pool, policy, tokens, "abandoned", waited, estimate, waiter.ahead)
             raise
         if waiter.future.done():
             waiter.future.result()  # raises when it was displaced
