@@ -118,3 +118,68 @@ async def test_a_starved_critical_request_cancels_a_batch_stream_cleanly(tmp_pat
     admitted = reasons["admitted"]
     assert admitted["tenant"] == crit_team and admitted["admission"]["band"] == "critical"
     assert admitted["admission"]["wait_s"] >= 0.1
+
+
+async def test_an_owner_reclaims_its_quota_from_a_borrower_over_http(tmp_path: Path) -> None:
+    """Quotas set by a config reload (the teams' ids come from the admin API): b fills the
+    pool of 2 and queues 4 more; a (nominal 1, like b) arrives with 2: a's first takes the
+    next free slot ahead of b's queue, and so does its second once the first has ended,
+    though b's weight of 100 keeps b's counter far below a's."""
+    sim = SimConfig(decode_ms_per_step=5.0, output_len=40, max_num_seqs=2)
+    async with running_sim(sim) as url:
+        dep = {"model": "tiny", "api_base": f"{url}/v1", "max_num_seqs": 2}
+        config: dict[str, Any] = {
+            "models": [{"alias": "tiny", "deployments": [dep]}],
+            "health": {"probe_interval_s": 30},
+        }
+        path = tmp_path / "gateway.yaml"
+        path.write_text(json.dumps(config))
+        settings = Settings(
+            master_key=MASTER, data_dir=tmp_path, watch_config=False, config_path=path
+        )
+        runner = web.AppRunner(create_app(settings), handler_cancellation=True)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            async with aiohttp.ClientSession() as session:
+                gw = Gateway(f"http://127.0.0.1:{runner.addresses[0][1]}", runner.app, session)
+                team_a, _, key_a = await gw.team_and_key("owner")
+                team_b, _, key_b = await gw.team_and_key("borrower")
+                quota = {"concurrency": {"nominal": 1}}
+                config["scheduling"] = {
+                    "orgs": {"lab": {}},
+                    "teams": {
+                        team_a: {"org": "lab", "quota": quota},
+                        team_b: {"quota": quota, "weight": 100},  # counters favour b by far
+                    },
+                }
+                path.write_text(json.dumps(config))
+                status, body = await gw.admin("POST", "/admin/config/reload")
+                assert status == 200, body
+                done: list[str] = []
+
+                async def one(name: str, key: str) -> None:
+                    status, _, answer = await gw.chat(key, max_tokens=40)
+                    assert status == 200, answer
+                    done.append(name)
+
+                flood = [asyncio.create_task(one("b", key_b)) for _ in range(6)]
+                await asyncio.sleep(0.08)  # b's two run (about 0.2 s each), four queue
+                _, queues = await gw.admin("GET", "/admin/queues")
+                (pool,) = queues["data"]
+                assert pool["quotas"][f"team:{team_b}"]["in_flight"] == 2  # borrowing a's
+                owner = [asyncio.create_task(one("a", key_a)) for _ in range(2)]
+                await asyncio.wait_for(asyncio.gather(*flood, *owner), 30)
+                status, found = await gw.admin(
+                    "GET", "/admin/routing/decisions?reason=admitted&limit=100"
+                )
+        finally:
+            await runner.cleanup()
+    # b's two running end first; the next slot is a's. While a's first runs its second would
+    # borrow (b's far lower counter wins); once a's first ends, a is under its nominal again
+    # and its second takes the next slot, ahead of b's queue. Without the quotas (the counters
+    # alone, b at weight 100) a's second ends last: checked by hand.
+    assert done[2] == "a" and done[:5].count("a") == 2, done
+    admitted = {d["tenant"]: d["admission"]["quota"] for d in found["data"]}
+    assert set(admitted) == {team_a, team_b}
