@@ -4,7 +4,7 @@ The stage of a real app (``create_app``) in front of a pool with room, called in
 ``--n`` requests of a key with tags; compared, in the same run, with a stage that does nothing
 (the loop's own cost). Prints the per-request p50 and mean in microseconds.
 
-    python bench/scheduling/fast_path.py [--n 200000]
+    python bench/scheduling/fast_path.py [--n 200000] [--quotas]
 """
 
 from __future__ import annotations
@@ -67,14 +67,21 @@ async def _time(stage: Stage, principal: Principal, n: int, batch: int = 1000) -
 async def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n", type=int, default=200_000)
+    p.add_argument("--quotas", action="store_true", help="t1 in an org, both with quotas")
     ns = p.parse_args()
     n = min(max(ns.n, 1000), 2_000_000)
+    team: dict[str, object] = {"weight": 2}
+    orgs: dict[str, object] = {}
+    if ns.quotas:
+        team.update(org="o1", quota={"concurrency": {"nominal": 32, "lending_limit": 24},
+                                     "tokens_per_s": {"nominal": 1e6}})  # fmt: skip
+        orgs = {"o1": {"quota": {"concurrency": {"nominal": 48, "borrowing_limit": 16}}}}
     config = parse_config(
         {
             "models": [{"alias": "tiny", "deployments": [
                 {"model": "m", "api_base": "http://127.0.0.1:9/v1", "max_num_seqs": 64}]}],
             "tenancy": {"enabled": False},
-            "scheduling": {"teams": {"t1": {"weight": 2}}},
+            "scheduling": {"teams": {"t1": team}, "orgs": orgs},
         }
     )  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:

@@ -104,7 +104,12 @@ class Gateway:
 
 @contextmanager
 def gateway_process(
-    sim_url: str, pool_seqs: int | None, enabled: bool, tmp: Path, name: str
+    sim_url: str,
+    pool_seqs: int | None,
+    enabled: bool,
+    tmp: Path,
+    name: str,
+    extra: dict[str, Any] | None = None,
 ) -> Iterator[Gateway]:
     """``fleetgate serve`` in front of ``sim_url``; the pool's ``max_num_seqs`` is
     ``pool_seqs``; ``enabled: false`` is the FIFO baseline (no scheduling stage)."""
@@ -121,6 +126,7 @@ def gateway_process(
         "health": {"probe_interval_s": 30},
         "server": {"access_log": False},
         "tenancy": {"audit_requests": False, "spool_fsync": False},
+        **(extra or {}),  # more sections (``batches:``)
     }
     path = tmp / f"gateway-{name}.yaml"
     path.write_text(yaml.safe_dump({**base, "scheduling": {"enabled": enabled}}))

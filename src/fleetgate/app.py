@@ -148,7 +148,12 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
     engine = EngineRoutingFeature(gw.engine_routing, table, access, http=resources.http)
     stats = gw.engine_routing.stats if gw.engine_routing is not None else None
     scheduling = SchedulingFeature.build(
-        cfg, registry, table, access, stats.fresh_snapshot if stats is not None else None
+        cfg,
+        registry,
+        table,
+        access,
+        stats.fresh_snapshot if stats is not None else None,
+        gw.engine_routing.decisions if gw.engine_routing is not None else None,
     )
     gw.scheduler = scheduling.scheduler
     releases = ReleasesFeature.build(settings, cfg, gw.tables, access, resources)

@@ -305,9 +305,11 @@ class LimiterUnavailable(ServiceUnavailable):
 
 class Overloaded(ServiceUnavailable):
     """A saturated deployment pool shed the request before it reached an engine: its queue
-    wait or TTFT deadline could not be met, or a higher band took its place. Retryable after
-    ``retry_after`` seconds. ``code``: ``queue_timeout``, ``deadline_unmeetable``,
-    ``deadline_exceeded``, ``queue_full`` or ``preempted``."""
+    wait or TTFT deadline could not be met, or a higher band took its place; or, with
+    ``preempted_in_flight``, its stream was cut for a starved higher band or quota owner (sent
+    inside the stream, after the output so far). Retryable after ``retry_after`` seconds.
+    ``code``: ``queue_timeout``, ``deadline_unmeetable``, ``deadline_exceeded``,
+    ``queue_full``, ``preempted`` or ``preempted_in_flight``."""
 
     code = "overloaded"
 

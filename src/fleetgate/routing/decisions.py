@@ -60,6 +60,8 @@ class Decision:
     tenant: str | None = None
     session: str | None = None
     candidates: tuple[CandidateCost, ...] = ()
+    # Admission of a queued request (strategy "scheduling"): band, wait, why admitted or shed.
+    admission: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,6 +116,10 @@ class DecisionLog:
         """Count ``decision``; keep it when sampled."""
         alias = decision.alias
         self._decisions.labels(alias, decision.strategy, decision.reason).inc()
+        if decision.admission is not None:  # the scheduler's, not a replica pick: no prefix
+            if self.sample_rate >= 1.0 or self._rng.random() < self.sample_rate:
+                self._entries.append(decision)
+            return
         self._tokens.labels(alias, "prompt").inc(decision.prompt_tokens)
         self._tokens.labels(alias, "cached").inc(decision.cached_tokens)
         self._prompt[alias] = self._prompt.get(alias, 0.0) + decision.prompt_tokens

@@ -4,7 +4,9 @@
   engines signal saturation, queued requests per band, and per team its queued requests and
   virtual token counter. The master key sees every team; a team admin key sees its own team
   only (the pools' totals stay visible: they are what its requests wait behind).
-  ``?pool=ALIAS`` narrows it to one pool.
+  ``?pool=ALIAS`` narrows it to one pool. With quotas configured, ``quotas`` gives each quota
+  node's (``team:<id>``, ``org:<name>``) requests in flight and tokens/s (a team admin: its
+  own team's and its org's).
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ def _pool_view(pool: Pool, team: str | None, now: float) -> dict[str, Any]:
     if team is not None:
         teams = [t for t in teams if t == team]
     oldest = queue.oldest()
+    quotas = None
+    if pool.quotas is not None:
+        usage = pool.quotas.usage()
+        if team is not None:  # a team admin: its own team's node and its org's
+            mine = {n.name for n in pool.quotas.chain(team)}
+            usage = {name: u for name, u in usage.items() if name in mine}
+        quotas = usage
     return {
         "pool": pool.name,
         "capacity": pool.capacity,
@@ -39,6 +48,7 @@ def _pool_view(pool: Pool, team: str | None, now: float) -> dict[str, Any]:
         "queued": dict(zip(BANDS, queue.depth(), strict=True)),
         "oldest_wait_s": None if oldest is None else round(now - oldest, 4),
         "mean_service_s": pool.service_s,
+        "quotas": quotas,  # per node ("team:<id>", "org:<name>"): in flight, tokens/s
         "teams": {
             t: {
                 "queued": queued.get(t, 0),

@@ -24,14 +24,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "BANDS",
     "Band",
     "BandWaits",
+    "ConcurrencyQuota",
     "HighWater",
     "KeyPolicy",
+    "OrgPolicy",
+    "Quotas",
+    "RateQuota",
     "SchedulingConfig",
     "TeamPolicy",
 ]
@@ -66,6 +70,46 @@ class HighWater(_Model):
     ttft_s: float | None = Field(None, gt=0)  # recent time to first token (EWMA)
 
 
+class ConcurrencyQuota(_Model):
+    """Requests in flight per pool (Kueue's semantics): ``nominal`` is the node's own share;
+    it may go up to ``borrowing_limit`` over it while others leave theirs idle (None:
+    unlimited); at most ``lending_limit`` of its unused nominal is lent to others (None: all
+    of it), so ``nominal - lending_limit`` stays reserved for it even while it is idle."""
+
+    nominal: int = Field(ge=0)
+    borrowing_limit: int | None = Field(None, ge=0)
+    lending_limit: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _lends_at_most_nominal(self) -> ConcurrencyQuota:
+        if self.lending_limit is not None and self.lending_limit > self.nominal:
+            raise ValueError("lending_limit must not exceed nominal")
+        return self
+
+
+class RateQuota(_Model):
+    """Tokens per second per pool (prompt tokens at admission, output as it streams, over the
+    last ``rate_window_s``): ``nominal`` is the node's own share; past it the node borrows
+    (its requests go after those of nodes under theirs), up to ``borrowing_limit`` more
+    (None: unlimited), past which its requests wait until its rate falls."""
+
+    nominal: float = Field(ge=0)
+    borrowing_limit: float | None = Field(None, ge=0)
+
+
+class Quotas(_Model):
+    """A node's quotas; a resource left None is not limited for the node."""
+
+    concurrency: ConcurrencyQuota | None = None
+    tokens_per_s: RateQuota | None = None
+
+
+class OrgPolicy(_Model):
+    """An org: the parent of the teams that name it; its quota bounds them together."""
+
+    quota: Quotas = Quotas()
+
+
 class KeyPolicy(_Model):
     """How one key's requests are scheduled when their pool is saturated; a field left
     ``None`` comes from the key's team policy, then from the key's tags, then the defaults."""
@@ -83,6 +127,8 @@ class TeamPolicy(KeyPolicy):
     # Requests in flight per pool this team may always start, even over the pool's limit; other
     # teams borrow them while it is idle (the engine needs room for them: see scheduling.md).
     guaranteed: int = Field(0, ge=0)
+    org: str | None = None  # its parent in the quota hierarchy (a key of `orgs`)
+    quota: Quotas | None = None  # its own quota (None: nominal 0, it only borrows)
 
 
 class SchedulingConfig(_Model):
@@ -98,3 +144,23 @@ class SchedulingConfig(_Model):
     output_token_weight: float = Field(1.0, ge=0)  # cost of an output token vs an input token
     teams: dict[str, TeamPolicy] = Field(default_factory=dict)
     keys: dict[str, KeyPolicy] = Field(default_factory=dict)
+    orgs: dict[str, OrgPolicy] = Field(default_factory=dict)
+    rate_window_s: float = Field(10.0, gt=0, le=3600)  # tokens/s quotas: the rate's horizon
+    # Cancel lower-band streams in flight (or borrowers' streams, for an owner under its
+    # nominal) when a queued request has been starved this long; None: never.
+    preempt_in_flight_after_s: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _orgs_exist(self) -> SchedulingConfig:
+        for team, policy in self.teams.items():
+            if policy.org is not None and policy.org not in self.orgs:
+                raise ValueError(f"scheduling.teams.{team}.org: no org '{policy.org}' in orgs")
+        return self
+
+    @property
+    def has_quotas(self) -> bool:
+        """Whether any team or org has a quota (the quota checks run only then)."""
+        return any(o.quota.concurrency or o.quota.tokens_per_s for o in self.orgs.values()) or any(
+            t.quota is not None and (t.quota.concurrency or t.quota.tokens_per_s)
+            for t in self.teams.values()
+        )

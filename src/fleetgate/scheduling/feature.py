@@ -14,6 +14,7 @@ from aiohttp import web
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.feature import BaseFeature
 from fleetgate.http import AdminAccess
+from fleetgate.routing.decisions import DecisionLog
 from fleetgate.routing.table import RouteTable
 from fleetgate.scheduling.admin_routes import SchedulingAdmin
 from fleetgate.scheduling.metrics import SchedulingMetrics
@@ -41,12 +42,16 @@ class SchedulingFeature(BaseFeature):
         table: Callable[[], RouteTable],
         access: AdminAccess,
         snapshots: Snapshots | None,
+        decisions: DecisionLog | None = None,
     ) -> SchedulingFeature:
-        """``snapshots``: the engines' last scrapes (engine-aware routing), for the signals."""
+        """``snapshots``: the engines' last scrapes (engine-aware routing), for the signals;
+        ``decisions``: the routing decision log, for the admission of each queued request."""
         section = config.scheduling
         if not section.enabled:
             return cls(None, access)
-        scheduler = Scheduler(section, table, SchedulingMetrics(registry), snapshots)
+        scheduler = Scheduler(
+            section, table, SchedulingMetrics(registry), snapshots, decisions=decisions
+        )
         return cls(scheduler, access)
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:

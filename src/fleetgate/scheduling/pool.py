@@ -10,17 +10,37 @@ cache or TTFT over `HighWater`), and raised again by a quarter per poll once the
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
+from fleetgate.errors import FleetgateError
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.engine_metrics import EngineSnapshot
 from fleetgate.scheduling.config import HighWater
+from fleetgate.scheduling.policy import RequestPolicy
 from fleetgate.scheduling.queue import AdmissionQueue
+from fleetgate.scheduling.quota import QuotaTree
 from fleetgate.scheduling.vtc import VirtualTokenCounters
 
-__all__ = ["Pool", "Snapshots", "capacity_of", "engines_saturated"]
+__all__ = ["Pool", "Running", "Snapshots", "capacity_of", "engines_saturated"]
 
 # The last scrape of a deployment's engine, if fresh (None: never scraped, or stale).
 Snapshots = Callable[[Deployment], EngineSnapshot | None]
+
+
+@dataclass(eq=False, slots=True)
+class Running:
+    """One admitted request until it ends: what the poll charges as its stream progresses,
+    and what a starved higher band may cancel."""
+
+    policy: RequestPolicy
+    outcome: Any  # its `fleetgate.hooks.Outcome` (``relayed``: chunks sent so far)
+    cancellable: bool  # a stream whose relay checks ``cancel`` at each chunk
+    seq: int
+    within: bool  # admitted within its team's nominal quota or guarantee
+    charged: int = 0  # output tokens charged to the fair share (and rates) so far
+    cancel: FleetgateError | None = field(default=None, repr=False)  # set: end it with this
+    cancel_at: float = 0.0
 
 
 class Pool:
@@ -32,6 +52,9 @@ class Pool:
         "limit",
         "name",
         "queue",
+        "quotas",
+        "running",
+        "seq",
         "teams",
         "reserve",
         "service_s",
@@ -52,26 +75,33 @@ class Pool:
         self.queue = AdmissionQueue(self.vtc)
         self.service_s: float | None = None  # EWMA of admission to end, for wait estimates
         self.takes_priority = False  # a deployment takes vLLM's ``priority`` field
+        self.quotas: QuotaTree | None = None  # None: no team or org of the config has a quota
+        self.running: dict[Running, None] = {}  # admitted through the stage, oldest first
+        self.seq = 0
 
-    def room(self, rank: int) -> bool:
+    def room(self, rank: int, held: int = 0) -> bool:
         """Whether a request of band ``rank`` may start now (rank 0, critical, may use the
-        reserve)."""
+        reserve); ``held``: slots reserved for others (quotas' unlent nominal)."""
         limit = self.limit
         if limit is None:
             return True
         if rank == 0:
-            return self.admitted < limit
-        return self.admitted < limit - int(limit * self.reserve)
+            return self.admitted + held < limit
+        return self.admitted + held < limit - int(limit * self.reserve)
 
     def take(self, team: str) -> None:
         """One more request of ``team`` in flight."""
         self.admitted += 1
         teams = self.teams
         teams[team] = teams.get(team, 0) + 1
+        if self.quotas is not None:
+            self.quotas.take(team)
 
     def give_back(self, team: str) -> None:
         """One request of ``team`` ended."""
         self.admitted -= 1
+        if self.quotas is not None:
+            self.quotas.give_back(team)
         teams = self.teams
         left = teams.get(team, 0) - 1
         if left > 0:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fleetgate.scheduling.config import BANDS
@@ -30,6 +31,7 @@ class Waiter:
     enqueued: float  # time.monotonic()
     future: asyncio.Future[None] = field(repr=False)
     seq: int = 0  # arrival order within the pool
+    ahead: int = 0  # waiters ahead of it (same band or higher) when it was queued
 
     @property
     def team(self) -> str:
@@ -79,6 +81,29 @@ class AdmissionQueue:
             if band:
                 team = self.vtc.fairest(band)
                 return self._take(band, team, 0)
+        return None
+
+    def choose(
+        self, classify: Callable[[str, int], int | None], remember: bool = True
+    ) -> Waiter | None:
+        """The next waiter when quotas apply, left in the queue: in the highest band with a
+        team ``classify(team, rank)`` does not hold back (None), the team with the least
+        (class, counter), its oldest request; the team is remembered as served last."""
+        value = self.vtc.value
+        for rank, band in enumerate(self._bands):
+            best: str | None = None
+            best_key: tuple[int, float] | None = None
+            for team in band:
+                cls = classify(team, rank)
+                if cls is None:
+                    continue
+                key = (cls, value(team))
+                if best_key is None or key < best_key:
+                    best, best_key = team, key
+            if best is not None:
+                if remember:
+                    self.vtc.fairest((best,))
+                return band[best][0]
         return None
 
     def _take(self, band: dict[str, deque[Waiter]], team: str, index: int) -> Waiter:

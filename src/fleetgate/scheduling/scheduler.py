@@ -30,14 +30,17 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from fleetgate.errors import NotFound, Overloaded, RateLimited
+from fleetgate.routing.decisions import Decision, DecisionLog
 from fleetgate.routing.table import RouteTable
 from fleetgate.scheduling.config import BANDS, Band, SchedulingConfig
 from fleetgate.scheduling.metrics import SchedulingMetrics
 from fleetgate.scheduling.policy import Policies, RequestPolicy
-from fleetgate.scheduling.pool import Pool, Snapshots, capacity_of, engines_saturated
+from fleetgate.scheduling.pool import Pool, Running, Snapshots, capacity_of, engines_saturated
 from fleetgate.scheduling.queue import Waiter
+from fleetgate.scheduling.quota import BORROWING, CAPPED, UNDER, QuotaTree
 from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["Scheduler"]
@@ -45,6 +48,7 @@ __all__ = ["Scheduler"]
 log = logging.getLogger("fleetgate.scheduling")
 
 _MAX_COUNTERS = 4096  # teams remembered per pool before idle ones are forgotten
+_CANCEL_GRACE_S = 1.0  # a cancelled stream that has not ended by then no longer holds others
 
 
 class Scheduler:
@@ -57,8 +61,12 @@ class Scheduler:
         metrics: SchedulingMetrics,
         snapshots: Snapshots | None = None,
         clock: Callable[[], float] = time.monotonic,
+        decisions: DecisionLog | None = None,
     ) -> None:
+        """``decisions``: the routing decision log, where each queued request's admission
+        (band, wait, admitted or the reason it was shed) and each cancelled stream go."""
         self.config = config
+        self.decisions = decisions
         self.policies = Policies(config)  # each request's policy (cached per key)
         self._table = table
         self.metrics = metrics
@@ -81,6 +89,8 @@ class Scheduler:
             return None
         capacity = capacity_of(route.deployments, self._clock())
         pool = self.pools[alias] = Pool(alias, capacity, self.config.critical_reserve)
+        if self.config.has_quotas:
+            pool.quotas = QuotaTree(self.config, self._clock)
         pool.takes_priority = any(d.config.priority for d in route.deployments)
         return pool
 
@@ -91,7 +101,10 @@ class Scheduler:
         pool = self.pool(alias)
         if pool is None:
             return True
-        return not pool.queue.size and not pool.signal and pool.room(BANDS.index(band))
+        if pool.queue.size or pool.signal:
+            return False
+        held = pool.quotas.reserved_for("") if pool.quotas is not None else 0
+        return pool.room(BANDS.index(band), held)
 
     # ------------------------------------------------------------------ admission
 
@@ -99,13 +112,33 @@ class Scheduler:
         """Admit at once when nobody waits and the pool has room (the fast path), or when the
         team is under its guaranteed requests in flight (even over the limit: it reclaims
         what the others borrowed)."""
-        if (pool.queue.size or not pool.room(policy.rank)) and not pool.within_guarantee(
-            policy.team, policy.guaranteed
+        quotas = pool.quotas
+        if quotas is None:
+            if (pool.queue.size or not pool.room(policy.rank)) and not pool.within_guarantee(
+                policy.team, policy.guaranteed
+            ):
+                return False
+        elif not pool.within_guarantee(policy.team, policy.guaranteed) and (
+            pool.queue.size
+            or quotas.status(policy.team) == CAPPED
+            or not pool.room(policy.rank, quotas.reserved_for(policy.team))
         ):
             return False
-        pool.take(policy.team)
-        pool.vtc.charge(policy.team, tokens, policy.weight)
+        self._admit(pool, policy.team, tokens, policy.weight)
         return True
+
+    def _admit(self, pool: Pool, team: str, tokens: int, weight: float) -> None:
+        pool.take(team)
+        pool.vtc.charge(team, tokens, weight)
+        if pool.quotas is not None:
+            pool.quotas.charge(team, tokens)
+
+    def within(self, pool: Pool, policy: RequestPolicy) -> bool:
+        """Whether a request about to start is within its team's guarantee or, with quotas,
+        its nominal share (it gets the engine priority of an owner reclaiming its share)."""
+        if pool.within_guarantee(policy.team, policy.guaranteed):
+            return True
+        return pool.quotas is not None and pool.quotas.status(policy.team) == UNDER
 
     async def wait(self, pool: Pool, policy: RequestPolicy, tokens: int, elapsed_s: float) -> float:
         """Queue until admitted (returns the seconds waited) or raise (see the module doc).
@@ -116,23 +149,24 @@ class Scheduler:
             budget, reason = max(0.0, policy.deadline_s - elapsed_s), "deadline_exceeded"
         estimate = pool.estimated_wait(policy.rank)
         if policy.reject:
-            self._shed(pool, policy, "rejected")
+            self._shed(pool, policy, "rejected", tokens=tokens)
             raise RateLimited(
                 f"The deployments of '{pool.name}' are at capacity and this key does not queue.",
                 code="pool_saturated",
                 retry_after=estimate or 1.0,
             )
         if reason == "deadline_exceeded" and estimate is not None and estimate > budget:
-            self._shed(pool, policy, "deadline_unmeetable")
+            self._shed(pool, policy, "deadline_unmeetable", tokens=tokens, estimate=estimate)
             raise Overloaded(
                 f"The deployments of '{pool.name}' cannot start this request within its TTFT "
                 f"deadline (about {estimate:.2f}s of queue ahead of it).",
                 code="deadline_unmeetable",
                 retry_after=estimate,
             )
-        self._make_room(pool, policy, estimate)
+        self._make_room(pool, policy, estimate, tokens)
         loop = asyncio.get_running_loop()
         waiter = Waiter(policy, tokens, self._clock(), loop.create_future())
+        waiter.ahead = pool.queue.ahead_of(policy.rank)
         pool.queue.push(waiter)
         self.metrics.queued.labels(pool.name, policy.band, policy.team).inc()
         self._drain(pool)  # the poll may have raised the limit since the fast path looked
@@ -141,13 +175,18 @@ class Scheduler:
                 await asyncio.wait((waiter.future,), timeout=budget)
         except asyncio.CancelledError:
             self._abandon(pool, waiter)
+            waited = self._clock() - waiter.enqueued
+            self._decide(pool, policy, tokens, "abandoned", waited, estimate, waiter.ahead)
             raise
         if waiter.future.done():
             waiter.future.result()  # raises when it was displaced
-            return self._clock() - waiter.enqueued
+            waited = self._clock() - waiter.enqueued
+            self._decide(pool, policy, tokens, "admitted", waited, estimate, waiter.ahead)
+            return waited
         pool.queue.remove(waiter)
         waiter.future.cancel()
-        self._shed(pool, policy, reason)
+        waited = self._clock() - waiter.enqueued
+        self._shed(pool, policy, reason, tokens=tokens, waited=waited, estimate=estimate)
         raise Overloaded(
             f"No capacity of '{pool.name}' became free within "
             f"{'the TTFT deadline' if reason == 'deadline_exceeded' else 'the queue wait limit'}"
@@ -156,20 +195,23 @@ class Scheduler:
             retry_after=pool.estimated_wait(policy.rank) or budget or 1.0,
         )
 
-    def _make_room(self, pool: Pool, policy: RequestPolicy, estimate: float | None) -> None:
+    def _make_room(
+        self, pool: Pool, policy: RequestPolicy, estimate: float | None, tokens: int
+    ) -> None:
         """A full queue: displace the newest waiter of a lower band, or refuse this one."""
         if pool.queue.size < self.config.max_queue:
             return
         evicted = pool.queue.evict(policy.rank)
         if evicted is None:
-            self._shed(pool, policy, "queue_full")
+            self._shed(pool, policy, "queue_full", tokens=tokens, estimate=estimate)
             raise Overloaded(
                 f"The admission queue of '{pool.name}' is full.",
                 code="queue_full",
                 retry_after=estimate or 1.0,
             )
         self.metrics.preemptions.labels(pool.name, evicted.policy.band, policy.band).inc()
-        self._shed(pool, evicted.policy, "preempted")
+        waited = self._clock() - evicted.enqueued
+        self._shed(pool, evicted.policy, "preempted", tokens=evicted.tokens, waited=waited)
         evicted.future.set_exception(
             Overloaded(
                 f"A request of a higher priority took this one's place in the full queue of "
@@ -188,18 +230,40 @@ class Scheduler:
         elif not future.cancelled() and future.exception() is None:
             self.release(pool, waiter.policy, 0, None)  # admitted, never used
 
+    def started(self, pool: Pool, policy: RequestPolicy, outcome: Any, within: bool) -> Running:
+        """An admitted request starts (the stage): tracked until `finish`, so its output is
+        charged as it streams and, when ``preempt_in_flight_after_s`` is set and it is a
+        stream below `critical`, a starved request may cancel it."""
+        pool.seq += 1
+        cancellable = self.config.preempt_in_flight_after_s is not None and policy.rank > 0
+        running = Running(policy, outcome, cancellable, pool.seq, within)
+        pool.running[running] = None
+        return running
+
+    def finish(
+        self, pool: Pool, running: Running, output_tokens: int, held_s: float | None
+    ) -> None:
+        """A request `started` ended: charge the output not charged yet, free its slot."""
+        pool.running.pop(running, None)
+        self.release(pool, running.policy, max(0, output_tokens - running.charged), held_s)
+
     def release(
         self, pool: Pool, policy: RequestPolicy, output_tokens: int, held_s: float | None
     ) -> None:
         """An admitted request ended: charge its output, free its slot, admit what fits."""
         pool.give_back(policy.team)
         pool.vtc.charge(policy.team, output_tokens * self.config.output_token_weight, policy.weight)
+        if pool.quotas is not None:
+            pool.quotas.charge(policy.team, output_tokens)
         if held_s is not None:
             pool.observe_service(held_s)
         if pool.queue.size:
             self._drain(pool)
 
     def _drain(self, pool: Pool) -> None:
+        if pool.quotas is not None:
+            self._drain_quotas(pool, pool.quotas)
+            return
         queue = pool.queue
         while queue.size:
             head = queue.peek()
@@ -210,14 +274,164 @@ class Scheduler:
                 return
             if waiter.future.done():  # cancelled in the meantime: it holds nothing
                 continue
-            pool.take(waiter.team)
-            pool.vtc.charge(waiter.team, waiter.tokens, waiter.policy.weight)
-            waiter.future.set_result(None)
-            waited = self._clock() - waiter.enqueued
-            self.metrics.wait.labels(pool.name, waiter.policy.band, waiter.team).observe(waited)
+            self._grant(pool, waiter)
 
-    def _shed(self, pool: Pool, policy: RequestPolicy, reason: str) -> None:
+    def _grant(self, pool: Pool, waiter: Waiter) -> None:
+        self._admit(pool, waiter.team, waiter.tokens, waiter.policy.weight)
+        waiter.future.set_result(None)
+        waited = self._clock() - waiter.enqueued
+        self.metrics.wait.labels(pool.name, waiter.policy.band, waiter.team).observe(waited)
+
+    def _classifier(
+        self, pool: Pool, quotas: QuotaTree, room: bool
+    ) -> Callable[[str, int], int | None]:
+        """For `AdmissionQueue.choose`: a team's class (-1 within its guarantee, then `UNDER`,
+        `BORROWING`), None while it may not start (capped, or, with ``room``, no room left
+        for it beside the others' reserved slots)."""
+
+        def classify(team: str, rank: int) -> int | None:
+            policy = self.policies.config.teams.get(team)
+            guaranteed = policy.guaranteed if policy is not None else 0
+            if pool.within_guarantee(team, guaranteed):
+                return -1
+            status = quotas.status(team)
+            if status == CAPPED or (room and not pool.room(rank, quotas.reserved_for(team))):
+                return None
+            return status
+
+        return classify
+
+    def _drain_quotas(self, pool: Pool, quotas: QuotaTree) -> None:
+        queue = pool.queue
+        classify = self._classifier(pool, quotas, room=True)
+        while queue.size:
+            waiter = queue.choose(classify)
+            if waiter is None:
+                return
+            queue.remove(waiter)
+            if not waiter.future.done():
+                self._grant(pool, waiter)
+
+    def _shed(
+        self,
+        pool: Pool,
+        policy: RequestPolicy,
+        reason: str,
+        *,
+        tokens: int = 0,
+        waited: float = 0.0,
+        estimate: float | None = None,
+    ) -> None:
         self.metrics.sheds.labels(pool.name, policy.band, policy.team, reason).inc()
+        self._decide(pool, policy, tokens, reason, waited, estimate, None)
+
+    def _decide(
+        self,
+        pool: Pool,
+        policy: RequestPolicy,
+        tokens: int,
+        reason: str,
+        waited: float,
+        estimate: float | None,
+        ahead: int | None,
+    ) -> None:
+        """The admission decision of a request that did not pass at once, into the routing
+        decision log (strategy ``scheduling``; reason ``admitted`` or why it was shed)."""
+        log_ = self.decisions
+        if log_ is None:
+            return
+        quota = None
+        if pool.quotas is not None:
+            quota = ("under", "borrowing", "capped")[pool.quotas.status(policy.team, 0)]
+        log_.record(
+            Decision(
+                at=time.time(),
+                alias=pool.name,
+                strategy="scheduling",
+                picked=pool.name if reason == "admitted" else "",
+                reason=reason,
+                prompt_tokens=tokens,
+                cached_tokens=0,
+                tenant=policy.team,
+                admission={
+                    "band": policy.band,
+                    "team": policy.team,
+                    "wait_s": round(waited, 6),
+                    "queued_ahead": ahead,
+                    "estimated_wait_s": None if estimate is None else round(estimate, 6),
+                    "limit": pool.limit,
+                    "admitted": pool.admitted,
+                    "quota": quota,
+                },
+            )
+        )
+
+    # ------------------------------------------------------------------ in flight
+
+    def _charge_progress(self, pool: Pool) -> None:
+        """Charge the output each stream sent since the last poll (fair share, rates)."""
+        weight = self.config.output_token_weight
+        quotas = pool.quotas
+        for running in pool.running:
+            sent = running.outcome.relayed
+            if sent > running.charged:
+                delta = sent - running.charged
+                running.charged = sent
+                policy = running.policy
+                pool.vtc.charge(policy.team, delta * weight, policy.weight)
+                if quotas is not None:
+                    quotas.charge(policy.team, delta)
+
+    def _preempt_in_flight(self, pool: Pool, after_s: float) -> None:
+        """A queued request starved ``after_s`` (no room for it) cancels one stream in flight
+        of a lower band, or, when its team is under its nominal quota, of a borrowing team of
+        its band or lower: the newest of the lowest band. One cancellation at a time."""
+        now = self._clock()
+        for running in pool.running:
+            if running.cancel is not None and now - running.cancel_at < _CANCEL_GRACE_S:
+                return  # the slot it frees is on its way
+        quotas = pool.quotas
+        if quotas is None:
+            head = pool.queue.peek()
+            if head is None or pool.room(head.rank):
+                return
+            owner = False
+        else:
+            head = pool.queue.choose(self._classifier(pool, quotas, room=False), remember=False)
+            if head is None or pool.room(head.rank, quotas.reserved_for(head.team)):
+                return
+            owner = quotas.status(head.team) == UNDER
+        if now - head.enqueued < after_s:
+            return
+        victim: Running | None = None
+        for running in pool.running:
+            if not running.cancellable or running.cancel is not None:
+                continue
+            rank = running.policy.rank
+            lower = rank > head.rank
+            reclaim = (
+                owner
+                and quotas is not None
+                and rank >= head.rank
+                and running.policy.team != head.team
+                and quotas.status(running.policy.team, 0) == BORROWING
+            )
+            if (lower or reclaim) and (
+                victim is None or (rank, running.seq) > (victim.policy.rank, victim.seq)
+            ):
+                victim = running
+        if victim is None:
+            return
+        why = "a higher band" if victim.policy.rank > head.rank else "the owner of its share"
+        victim.cancel = Overloaded(
+            f"This stream was cancelled to make room in '{pool.name}' for {why}; it is billed "
+            f"for the output it received. Retry later.",
+            code="preempted_in_flight",
+            retry_after=pool.estimated_wait(victim.policy.rank) or 1.0,
+        )
+        victim.cancel_at = now
+        self.metrics.preemptions.labels(pool.name, victim.policy.band, head.policy.band).inc()
+        self._shed(pool, victim.policy, "preempted_in_flight", tokens=victim.outcome.relayed)
 
     # ------------------------------------------------------------------ upkeep
 
@@ -237,16 +451,32 @@ class Scheduler:
             signal = engines_saturated(deployments, marks, self._snapshots)
             pool.follow(capacity_of(deployments, now), signal)
             pool.takes_priority = any(d.config.priority for d in deployments)
-            if pool.queue.size:
-                self._drain(pool)
+            self.upkeep(pool)
             if len(pool.vtc.counters) > _MAX_COUNTERS:
                 pool.vtc.forget(pool.queue.teams())
+
+    def upkeep(self, pool: Pool) -> None:
+        """The poll's work on one pool after its limit moved: charge the output streamed
+        since the last poll (while anyone waits, or quotas count tokens/s), admit what fits,
+        and cancel a stream in flight for a starved request when configured."""
+        if pool.running and (pool.queue.size or pool.quotas is not None):
+            self._charge_progress(pool)
+        if pool.queue.size:
+            self._drain(pool)
+            after = self.config.preempt_in_flight_after_s
+            if after is not None and pool.queue.size and pool.running:
+                self._preempt_in_flight(pool, after)
 
     def reconfigure(self, config: SchedulingConfig) -> None:
         self.config = config
         self.policies = Policies(config)
         for pool in self.pools.values():
             pool.reserve = config.critical_reserve
+            pool.quotas = QuotaTree(config, self._clock) if config.has_quotas else None
+            if pool.quotas is not None:  # usage restarts from what is in flight (rates: 0)
+                for team, count in pool.teams.items():
+                    for _ in range(count):
+                        pool.quotas.take(team)
         self.poll()
 
     async def _run(self) -> None:

@@ -20,10 +20,9 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from fleetgate.hooks import GatewayRequest, Outcome
+from fleetgate.hooks import FilterResult, GatewayRequest, Outcome
 from fleetgate.routing.deployment import Deployment
-from fleetgate.scheduling.policy import RequestPolicy
-from fleetgate.scheduling.pool import Pool
+from fleetgate.scheduling.pool import Pool, Running
 from fleetgate.scheduling.scheduler import Scheduler
 
 __all__ = ["PriorityHook", "SchedulingStage", "engine_priority"]
@@ -34,8 +33,28 @@ _STATE = "scheduling"
 @dataclass(slots=True)
 class _Admission:
     pool: Pool
-    policy: RequestPolicy
+    running: Running
     at: float  # time.perf_counter() when admitted
+
+
+class PreemptibleStream:
+    """A stream filter that ends the stream with the scheduler's error once it cancelled the
+    request (`Running.cancel`): the relay writes it into the stream (a clean, retryable end)
+    and the request is billed for the chunks it relayed. Checked at each chunk."""
+
+    __slots__ = ("running",)
+
+    def __init__(self, running: Running) -> None:
+        self.running = running
+
+    async def feed(self, chunk: dict[str, Any]) -> FilterResult:
+        cancel = self.running.cancel
+        if cancel is not None:
+            raise cancel
+        return FilterResult([chunk])
+
+    async def finish(self) -> FilterResult:
+        return FilterResult([])
 
 
 def engine_priority(rank: int, guaranteed: bool) -> int:
@@ -75,12 +94,18 @@ class SchedulingStage:
         if pool is None:
             return
         policy = scheduler.policies.of(req.principal, req.headers)
-        reclaim = pool.within_guarantee(policy.team, policy.guaranteed)
+        reclaim = scheduler.within(pool, policy)
         if not scheduler.try_admit(pool, policy, req.prompt_tokens):
             elapsed = time.perf_counter() - req.started
             waited = await scheduler.wait(pool, policy, req.prompt_tokens, elapsed)
             req.response_headers["x-fleetgate-queue-ms"] = f"{waited * 1000:.1f}"
-        req.state[_STATE] = _Admission(pool, policy, time.perf_counter())
+        running = scheduler.started(pool, policy, req.outcome, reclaim)
+        if running.cancellable:
+            if req.stream:
+                req.stream_filters.append(PreemptibleStream(running))
+            else:
+                running.cancellable = False  # a whole response: nothing to end it cleanly with
+        req.state[_STATE] = _Admission(pool, running, time.perf_counter())
         if pool.takes_priority:
             req.dispatch_hooks.append(PriorityHook(engine_priority(policy.rank, reclaim)))
 
@@ -89,4 +114,4 @@ class SchedulingStage:
         if admission is None:
             return
         held = time.perf_counter() - admission.at
-        self.scheduler.release(admission.pool, admission.policy, outcome.completion_tokens, held)
+        self.scheduler.finish(admission.pool, admission.running, outcome.completion_tokens, held)
