@@ -85,6 +85,69 @@ class _AnyEnv(Mapping[str, str]):
         return 0
 
 
+def _price(params: dict[str, Any], info: dict[str, Any]) -> dict[str, float]:
+    """LiteLLM's USD per token -> fleetgate's USD per million tokens."""
+    out = {}
+    for src, dst in (
+        ("input_cost_per_token", "input_per_mtok"),
+        ("output_cost_per_token", "output_per_mtok"),
+        ("cache_read_input_token_cost", "cached_input_per_mtok"),
+    ):
+        value = params.get(src, info.get(src))
+        if isinstance(value, int | float):
+            out[dst] = round(float(value) * 1_000_000, 9)
+    return out
+
+
+def _numbers(params: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+    """Weight, prices, timeouts and token limits of one deployment."""
+    dep: dict[str, Any] = {}
+    if isinstance(params.get("weight"), int | float):
+        dep["weight"] = params["weight"]
+    price = _price(params, info)
+    if price:
+        dep["price"] = price
+    timeouts = {}
+    if isinstance(params.get("timeout"), int | float):
+        timeouts["total"] = float(params["timeout"])
+    if isinstance(params.get("stream_timeout"), int | float):
+        timeouts["first_token"] = float(params["stream_timeout"])
+    if timeouts:
+        dep["timeouts"] = timeouts
+    if isinstance(info.get("max_input_tokens"), int):
+        dep["context_window"] = info["max_input_tokens"]
+    if isinstance(info.get("max_output_tokens"), int):
+        dep["max_output_tokens"] = info["max_output_tokens"]
+    return dep
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _router_field(key: str, value: Any, rcfg: dict[str, Any], health: dict[str, Any]) -> bool:
+    """One of router_settings' plain numbers into fleetgate's router or health section."""
+    number = _number(value)
+    if number is None:
+        return False
+    if key == "num_retries":
+        rcfg["num_retries"] = min(int(number), 10)
+    elif key in ("timeout", "request_timeout"):
+        rcfg.setdefault("timeouts", {})["total"] = number
+    elif key == "stream_timeout":
+        rcfg.setdefault("timeouts", {})["first_token"] = number
+    elif key == "retry_after":
+        rcfg["retry_backoff_s"] = number
+        rcfg["retry_backoff_max_s"] = max(number, 1.0)
+    elif key == "allowed_fails" and number >= 1:
+        health["allowed_fails"] = int(number)
+    elif key == "cooldown_time" and number > 0:
+        health["cooldown_s"] = number
+    else:
+        return False
+    return True
+
+
 class _Converter:
     def __init__(self, raw: dict[str, Any]) -> None:
         self.raw = raw
@@ -161,22 +224,13 @@ class _Converter:
         provider, _, name = model.partition("/")
         if not name:
             provider, name = ("anthropic" if model.startswith("claude") else "openai"), model
-        dep: dict[str, Any] = {}
-        base = self.value(params.get("api_base") or params.get("base_url"))
-        if provider == "azure":
-            dep.update(provider="azure", model=name, azure_deployment=name)
-            dep["api_version"] = self.value(params.get("api_version")) or "2024-10-21"
-        elif provider == "anthropic":
-            dep.update(provider="anthropic", model=name)
-        elif provider in _OPENAI_LIKE:
-            dep.update(provider="openai", model=name)
-            if provider in ("hosted_vllm", "vllm"):
-                dep["engine"] = "vllm"
-            elif provider in ("llamacpp",):
-                dep["engine"] = "llamacpp"
-        else:
-            self.note(path, f"provider {provider!r} ({model}) is not served by fleetgate (left out)")
+        dep = self.provider(provider, name, params)
+        if dep is None:
+            self.note(
+                path, f"provider {provider!r} ({model}) is not served by fleetgate (left out)"
+            )
             return None
+        base = self.value(params.get("api_base") or params.get("base_url"))
         base = base or _DEFAULT_BASES.get(provider)
         if not base:
             self.note(path, f"{model}: no api_base and no default for {provider!r} (left out)")
@@ -188,37 +242,23 @@ class _Converter:
             dep["api_key"] = self.value(params["api_key"])
         if info.get("id") is not None:
             dep["name"] = str(info["id"])
-        if isinstance(params.get("weight"), int | float):
-            dep["weight"] = params["weight"]
-        price = self.price(params, info)
-        if price:
-            dep["price"] = price
-        timeouts = {}
-        if isinstance(params.get("timeout"), int | float):
-            timeouts["total"] = float(params["timeout"])
-        if isinstance(params.get("stream_timeout"), int | float):
-            timeouts["first_token"] = float(params["stream_timeout"])
-        if timeouts:
-            dep["timeouts"] = timeouts
-        if isinstance(info.get("max_input_tokens"), int):
-            dep["context_window"] = info["max_input_tokens"]
-        if isinstance(info.get("max_output_tokens"), int):
-            dep["max_output_tokens"] = info["max_output_tokens"]
+        dep.update(_numbers(params, info))
         return dep
 
-    @staticmethod
-    def price(params: dict[str, Any], info: dict[str, Any]) -> dict[str, float]:
-        """LiteLLM's USD per token -> fleetgate's USD per million tokens."""
-        out = {}
-        for src, dst in (
-            ("input_cost_per_token", "input_per_mtok"),
-            ("output_cost_per_token", "output_per_mtok"),
-            ("cache_read_input_token_cost", "cached_input_per_mtok"),
-        ):
-            value = params.get(src, info.get(src))
-            if isinstance(value, int | float):
-                out[dst] = round(float(value) * 1_000_000, 9)
-        return out
+    def provider(self, provider: str, name: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        if provider == "azure":
+            version = self.value(params.get("api_version")) or "2024-10-21"
+            return {"provider": "azure", "model": name, "azure_deployment": name,
+                    "api_version": version}  # fmt: skip
+        if provider == "anthropic":
+            return {"provider": "anthropic", "model": name}
+        if provider not in _OPENAI_LIKE:
+            return None
+        dep = {"provider": "openai", "model": name}
+        engine = {"hosted_vllm": "vllm", "vllm": "vllm", "llamacpp": "llamacpp"}.get(provider)
+        if engine is not None:
+            dep["engine"] = engine
+        return dep
 
     # --- router_settings / litellm_settings ---------------------------------------------
 
@@ -244,7 +284,9 @@ class _Converter:
                 if chain:
                     alias["fallbacks"] = chain
 
-    def settings(self, router: dict[str, Any], settings: dict[str, Any], out: dict[str, Any]) -> None:
+    def settings(
+        self, router: dict[str, Any], settings: dict[str, Any], out: dict[str, Any]
+    ) -> None:
         rcfg: dict[str, Any] = {}
         health: dict[str, Any] = {}
         merged = {**settings, **router}  # router_settings wins where both set a field
@@ -253,20 +295,9 @@ class _Converter:
         }
         for key, value in merged.items():
             path = f"{origin[key]}.{key}"
-            if key == "num_retries" and isinstance(value, int):
-                rcfg["num_retries"] = min(value, 10)
-            elif key in ("timeout", "request_timeout") and isinstance(value, int | float):
-                rcfg.setdefault("timeouts", {})["total"] = float(value)
-            elif key == "stream_timeout" and isinstance(value, int | float):
-                rcfg.setdefault("timeouts", {})["first_token"] = float(value)
-            elif key == "retry_after" and isinstance(value, int | float):
-                rcfg["retry_backoff_s"] = float(value)
-                rcfg["retry_backoff_max_s"] = max(float(value), 1.0)
-            elif key == "allowed_fails" and isinstance(value, int) and value >= 1:
-                health["allowed_fails"] = value
-            elif key == "cooldown_time" and isinstance(value, int | float) and value > 0:
-                health["cooldown_s"] = float(value)
-            elif key == "routing_strategy":
+            if _router_field(key, value, rcfg, health) or key in ("cache", "cache_params"):
+                continue  # the cache is handled by cache() below
+            if key == "routing_strategy":
                 self.strategy(path, str(value))
             elif key == "fallbacks":
                 self.fallbacks(path, value)
@@ -274,8 +305,6 @@ class _Converter:
                 self.default_fallbacks(path, value)
             elif key == "model_group_alias" and isinstance(value, dict):
                 self.group_aliases(path, value)
-            elif key in ("cache", "cache_params"):
-                continue  # handled by cache() below
             else:
                 self.note(path, "no equivalent (left out)")
         if rcfg:

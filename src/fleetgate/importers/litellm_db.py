@@ -166,7 +166,9 @@ class _Importer:
             tid = "team_ll_" + r["team_id"].replace("-", "")[:32]
             self.team_ids[r["team_id"]] = tid
             models = [m for m in (r["models"] or []) if m]
-            self.team_models[r["team_id"]] = None if not models or _ALL_MODELS & set(models) else models
+            self.team_models[r["team_id"]] = (
+                None if not models or _ALL_MODELS & set(models) else models
+            )
             self.team_admins[r["team_id"]] = set(r["admins"] or [])
             if r["blocked"]:
                 self.team_blocked.add(r["team_id"])
@@ -174,7 +176,8 @@ class _Importer:
             name = await self.team_name(tid, (r["team_alias"] or r["team_id"])[:200])
             where = f"team {name}"
             row = {"id": tid, "name": name, "rpm": _limit(r["rpm_limit"]),
-                   "tpm": _limit(r["tpm_limit"]), "max_parallel": _limit(r["max_parallel_requests"]),
+                   "tpm": _limit(r["tpm_limit"]),
+                   "max_parallel": _limit(r["max_parallel_requests"]),
                    **self.budget_fields(r["max_budget"], r["budget_duration"], where),
                    "log_payloads": False, "tags": {"litellm_team_id": r["team_id"]},
                    "created_ms": _ms(r["created_at"]) or self.now_ms}  # fmt: skip
@@ -207,6 +210,7 @@ class _Importer:
             await self.upsert(teams, {"id": NO_TEAM_ID, "name": NO_TEAM_NAME, "log_payloads": False,
                                       "tags": {}, "created_ms": self.now_ms})  # fmt: skip
             self.team_ids[""] = NO_TEAM_ID
+            self.report.teams += 1
             self.note(f"keys without a team were put in team {NO_TEAM_NAME!r}")
         return NO_TEAM_ID
 
@@ -230,7 +234,11 @@ class _Importer:
         if user and len(user) > 40:
             tags["litellm_user_id"], user = user[:250], None
         blocked = bool(r["blocked"]) or (ll_team in self.team_blocked)
-        role = "team_admin" if ll_team and r["user_id"] in self.team_admins.get(ll_team, ()) else "user"
+        role = (
+            "team_admin"
+            if ll_team and r["user_id"] in self.team_admins.get(ll_team, ())
+            else "user"
+        )
         hint = (r["key_name"] or r["key_alias"] or f"ll-{token[:8]}")[:32]
         kid = "key_ll_" + token[:32]
         row = {"id": kid, "key_hash": token, "key_hint": hint, "team_id": team_id,
@@ -254,7 +262,6 @@ class _Importer:
         if latency is None and r["endTime"] is not None:
             latency = (_ms(r["endTime"]) or start) - start
         tags = _json(r["request_tags"])
-        tag_map = {"litellm_tag": t for t in tags if isinstance(t, str)} if isinstance(tags, list) else {}
         names = [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
         status = 200 if (r["status"] or "success") == "success" else 500
         rid = str(r["request_id"])[:100]
@@ -265,7 +272,7 @@ class _Importer:
                "output_tokens": int(r["completion_tokens"] or 0), "cached_tokens": 0,
                "cost_nusd": usd_to_nusd(float(r["spend"] or 0.0)),
                "latency_ms": max(0, int(latency or 0)),
-               "tags": tag_map}  # fmt: skip
+               "tags": {"litellm_tags": ",".join(names)} if names else {}}  # fmt: skip
         tag_rows = [{"request_id": rid, "tag": f"litellm_tag={t}"[:300]} for t in names]
         return row, tag_rows
 
@@ -306,7 +313,9 @@ class _Importer:
             )
 
 
-async def import_litellm_db(url: str, dst: Database, *, spend_history: bool = True) -> DbImportReport:
+async def import_litellm_db(
+    url: str, dst: Database, *, spend_history: bool = True
+) -> DbImportReport:
     """Copy LiteLLM's teams, keys, budgets and spend into ``dst`` (migrated first).
 
     Raises `ConfigError` when ``url`` cannot be reached or holds no LiteLLM tables."""
