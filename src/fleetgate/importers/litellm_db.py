@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 
 from fleetgate.errors import ConfigError
 from fleetgate.store.database import Database
