@@ -27,7 +27,9 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 EXACT = {"exact": True, "ttl_s": 60}
 
 
-async def test_tenant_b_never_gets_tenant_a_s_answer(tmp_path: Path, upstream: FakeUpstream) -> None:
+async def test_tenant_b_never_gets_tenant_a_s_answer(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
     upstream.queue(Reply("Answer for team A."), Reply("Answer for team B."))
     async with cache_gateway(cache_config(upstream, EXACT), tmp_path) as client:
         key_a, key_b = await team_key(client, "a"), await team_key(client, "b")
@@ -173,3 +175,25 @@ async def test_memory_store_is_a_bounded_lru_with_ttl() -> None:
     assert await store.get("b") is None and len(store) == 2
     now[0] = 11.0
     assert await store.get("a") is None and await store.get("c") is None
+
+
+async def test_anthropic_front_door_gets_a_hit_in_its_own_format(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    upstream.queue(Reply("Bonjour from the cache."))
+    async with cache_gateway(cache_config(upstream, EXACT), tmp_path) as client:
+        body = {"model": "tiny", "max_tokens": 64, "temperature": 0,
+                "messages": [{"role": "user", "content": "Say hello in French"}]}  # fmt: skip
+        headers = {"x-api-key": MASTER, "anthropic-version": "2023-06-01"}
+        first = await client.post("/v1/messages", json=body, headers=headers)
+        assert first.status == 200 and first.headers["x-fleetgate-cache"] == "miss"
+        second = await client.post("/v1/messages", json=body, headers=headers)
+        assert second.headers["x-fleetgate-cache"] == "hit-exact"
+        data = await second.json()
+        assert data["type"] == "message" and data["content"][0]["text"] == "Bonjour from the cache."
+        resp = await client.post("/v1/messages", json={**body, "stream": True}, headers=headers)
+        assert resp.headers["x-fleetgate-cache"] == "hit-exact"
+        raw = (await resp.read()).decode()
+        assert "event: message_start" in raw and "event: message_stop" in raw
+        assert "Bonjour" in raw
+        assert len(upstream.seen) == 1

@@ -69,9 +69,7 @@ async def test_follow_up_with_a_different_history_is_no_hit(
             }
 
         assert (await ask(client, key, turns("Rome", "How old is it?")))[1] == "miss"
-        assert (await ask(client, key, turns("Rome", "how old is it")))[1] == (
-            "hit-semantic"
-        )
+        assert (await ask(client, key, turns("Rome", "how old is it")))[1] == ("hit-semantic")
         assert (await ask(client, key, turns("Tokyo", "How old is it?")))[1] == "miss"
 
 
