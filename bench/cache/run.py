@@ -42,7 +42,8 @@ TOPICS = ["refunds", "shipping times", "password resets", "invoices", "data expo
           "two-factor login", "webhooks", "usage reports", "plan upgrades", "tax receipts",
           "regional hosting", "audit logs", "key rotation", "uptime", "support hours",
           "discounts", "trial length", "data retention", "file size limits", "mobile apps",
-          "integrations", "GDPR requests", "price changes", "cancellations", "onboarding"]  # fmt: skip
+          "integrations", "GDPR requests", "price changes", "cancellations",
+          "onboarding"]  # fmt: skip
 PHRASES = ["How do {t} work?", "Can you explain how {t} work?", "how do {t} work"]
 
 
