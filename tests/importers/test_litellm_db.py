@@ -194,3 +194,11 @@ def test_bad_url_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert main(["import", "litellm-db", "postgresql://postgres@127.0.0.1:5432/test",
                  "--database-url", target]) == 2  # fmt: skip
     assert "no table LiteLLM_TeamTable" in capsys.readouterr().err
+
+
+def test_prisma_schema_parameter_and_other_url_parts() -> None:
+    from fleetgate.importers.litellm_db import litellm_dsn
+
+    dsn, schema = litellm_dsn("postgresql://u:p@db:5432/litellm?schema=proxy&sslmode=disable")
+    assert (dsn, schema) == ("postgresql://u:p@db:5432/litellm?sslmode=disable", "proxy")
+    assert litellm_dsn("postgres://u@db/litellm") == ("postgresql://u@db/litellm", None)
