@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 from aiohttp import web
 
 from fleetgate.app import build_state, create_app
@@ -53,11 +54,13 @@ class Run:
     p50_ms: float
     p90_ms: float
     hit_p50_ms: float | None
+    miss_p50_ms: float | None
+    wrong_hits: int  # hits answered with another question's answer (not streamed runs)
     total_s: float
 
 
-def workload(requests: int, distinct: int, semantic: bool, seed: int) -> list[str]:
-    """The questions in order: Zipf-like popularity, the same sequence every run."""
+def workload(requests: int, distinct: int, semantic: bool, seed: int) -> list[tuple[str, str]]:
+    """(topic, question) in order: Zipf-like popularity, the same sequence every run."""
     rng = random.Random(seed)
     topics = TOPICS[:distinct]
     weights = [1 / (i + 1) for i in range(len(topics))]
@@ -65,7 +68,7 @@ def workload(requests: int, distinct: int, semantic: bool, seed: int) -> list[st
     for _ in range(requests):
         topic = rng.choices(topics, weights)[0]
         phrase = rng.choice(PHRASES) if semantic else PHRASES[0]
-        out.append(phrase.format(t=topic))
+        out.append((topic, phrase.format(t=topic)))
     return out
 
 
@@ -98,13 +101,16 @@ async def gateway(
         await runner.cleanup()
 
 
-async def drive(url: str, questions: list[str], stream: bool, semantic: bool) -> Run:
+async def drive(url: str, questions: list[tuple[str, str]], stream: bool, semantic: bool) -> Run:
     latencies: list[float] = []
     hits: list[float] = []
+    misses: list[float] = []
+    made_for: dict[bytes, str] = {}  # a fresh answer -> the topic it answered
+    wrong = 0
     headers = {"Authorization": f"Bearer {MASTER}"}
     started = time.perf_counter()
     async with aiohttp.ClientSession() as session:
-        for q in questions:
+        for topic, q in questions:
             body: dict[str, Any] = {
                 "model": "tiny",
                 "messages": [{"role": "user", "content": q}],
@@ -115,13 +121,18 @@ async def drive(url: str, questions: list[str], stream: bool, semantic: bool) ->
                 body["temperature"] = 0
             t0 = time.perf_counter()
             async with session.post(url + "/v1/chat/completions", json=body, headers=headers) as r:
-                await r.read()
+                raw = await r.read()
                 assert r.status == 200, r.status
                 hit = r.headers.get("x-fleetgate-cache", "").startswith("hit")
             elapsed = (time.perf_counter() - t0) * 1000
             latencies.append(elapsed)
-            if hit:
-                hits.append(elapsed)
+            (hits if hit else misses).append(elapsed)
+            if not stream:
+                text = orjson.dumps(orjson.loads(raw)["choices"][0]["message"]["content"])
+                if hit:
+                    wrong += made_for.get(text, topic) != topic
+                else:
+                    made_for.setdefault(text, topic)
     total = time.perf_counter() - started
     qs = statistics.quantiles(latencies, n=10)
     return Run(
@@ -129,12 +140,17 @@ async def drive(url: str, questions: list[str], stream: bool, semantic: bool) ->
         p50_ms=statistics.median(latencies),
         p90_ms=qs[-1],
         hit_p50_ms=statistics.median(hits) if hits else None,
+        miss_p50_ms=statistics.median(misses) if misses else None,
+        wrong_hits=wrong,
         total_s=total,
     )
 
 
 async def one_run(
-    args: argparse.Namespace, upstream: str, questions: list[str], minilm: MiniLM | None
+    args: argparse.Namespace,
+    upstream: str,
+    questions: list[tuple[str, str]],
+    minilm: MiniLM | None,
 ) -> tuple[Run, Run]:
     cache: dict[str, Any] = (
         {"semantic": {"threshold": args.threshold, "ttl_s": 600}}
@@ -151,9 +167,10 @@ async def one_run(
 
 def show(name: str, r: Run) -> str:
     hit = f"{r.hit_p50_ms:.2f}" if r.hit_p50_ms is not None else "-"
+    miss = f"{r.miss_p50_ms:.2f}" if r.miss_p50_ms is not None else "-"
     return (
-        f"{name}: hit rate {r.hit_rate:.0%}, p50 {r.p50_ms:.2f} ms, p90 {r.p90_ms:.2f} ms, "
-        f"hit p50 {hit} ms, total {r.total_s:.2f} s"
+        f"{name}: hit rate {r.hit_rate:.0%} ({r.wrong_hits} wrong), p50 {r.p50_ms:.2f} ms, "
+        f"p90 {r.p90_ms:.2f} ms, hit p50 {hit} ms, miss p50 {miss} ms, total {r.total_s:.2f} s"
     )
 
 
@@ -176,14 +193,20 @@ async def main(args: argparse.Namespace) -> None:
     off_p50, on_p50 = med(r[0].p50_ms for r in runs), med(r[1].p50_ms for r in runs)
     off_total, on_total = med(r[0].total_s for r in runs), med(r[1].total_s for r in runs)
     hit_p50 = [r[1].hit_p50_ms for r in runs if r[1].hit_p50_ms is not None]
+    miss_p50 = med(r[1].miss_p50_ms or 0.0 for r in runs)
+    best = 1 - len(set(questions)) / len(questions) if not args.semantic else None
+    best_topics = 1 - len({t for t, _ in questions}) / len(questions)
     mode = "semantic" if args.semantic else "exact"
     print(
         f"\n{mode} cache, {args.requests} requests over {args.distinct} questions"
         f"{' (stream)' if args.stream else ''}, median of {args.runs} runs:\n"
-        f"  hit rate {med(r[1].hit_rate for r in runs):.0%}\n"
+        f"  hit rate {med(r[1].hit_rate for r in runs):.1%} (repeats of a question seen "
+        f"before: {best if best is not None else best_topics:.1%}; answers for another "
+        f"question: median {med(r[1].wrong_hits for r in runs)})\n"
         f"  p50 latency: off {off_p50:.2f} ms, on {on_p50:.2f} ms "
         f"(on/off {on_p50 / off_p50:.2f}x)\n"
         f"  p50 latency of hits: {med(hit_p50):.2f} ms (hit/off {med(hit_p50) / off_p50:.3f}x)\n"
+        f"  p50 latency of misses: {miss_p50:.2f} ms (miss/off {miss_p50 / off_p50:.2f}x)\n"
         f"  total time: off {off_total:.2f} s, on {on_total:.2f} s (on/off "
         f"{on_total / off_total:.2f}x)"
     )
