@@ -225,6 +225,8 @@ class _Converter:
         if not name:
             provider, name = ("anthropic" if model.startswith("claude") else "openai"), model
         dep = self.provider(provider, name, params)
+        if provider == "azure" and not params.get("api_version"):
+            self.note(path, f"no api_version: {dep and dep['api_version']} assumed")
         if dep is None:
             self.note(
                 path, f"provider {provider!r} ({model}) is not served by fleetgate (left out)"

@@ -35,6 +35,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import asyncpg  # type: ignore[import-untyped]
+from sqlalchemy.exc import IntegrityError
 
 from fleetgate.errors import ConfigError
 from fleetgate.store.database import Database
@@ -249,7 +250,11 @@ class _Importer:
                "tags": tags, "expires_ms": _ms(r["expires"]),
                "revoked_ms": self.now_ms if blocked else None,
                "created_ms": _ms(r["created_at"]) or self.now_ms}  # fmt: skip
-        await self.upsert(api_keys, row)
+        try:
+            await self.upsert(api_keys, row)
+        except IntegrityError:  # the same hash under another id: a key fleetgate issued
+            self.note(f"key {hint}: its hash is already a fleetgate key (left as it is)")
+            return
         self.key_ids[token] = kid
         self.report.keys += 1
 
