@@ -197,3 +197,35 @@ async def test_anthropic_front_door_gets_a_hit_in_its_own_format(
         assert "event: message_start" in raw and "event: message_stop" in raw
         assert "Bonjour" in raw
         assert len(upstream.seen) == 1
+
+
+async def test_the_openai_sdk_streams_a_hit_like_a_fresh_answer(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    from openai import AsyncOpenAI
+
+    text = "Streams from the cache read the same as fresh ones."
+    upstream.queue(Reply(text))
+    async with cache_gateway(cache_config(upstream, EXACT), tmp_path) as client:
+        sdk = AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key=MASTER, max_retries=0)
+        try:
+            results = []
+            for _ in range(2):
+                raw = await sdk.chat.completions.with_raw_response.create(
+                    model="tiny", temperature=0, stream=True,
+                    stream_options={"include_usage": True},
+                    messages=[{"role": "user", "content": "stream me"}],
+                )  # fmt: skip
+                pieces, usage = [], None
+                async for chunk in raw.parse():
+                    pieces.extend(c.delta.content or "" for c in chunk.choices)
+                    usage = chunk.usage or usage
+                results.append((raw.headers["x-fleetgate-cache"], "".join(pieces), usage))
+        finally:
+            await sdk.close()
+        (miss, fresh, fresh_usage), (hit, cached, cached_usage) = results
+        assert (miss, hit) == ("miss", "hit-exact")
+        assert fresh == cached == text
+        assert fresh_usage is not None and cached_usage is not None
+        assert cached_usage.completion_tokens == fresh_usage.completion_tokens
+        assert len(upstream.seen) == 1

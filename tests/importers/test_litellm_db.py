@@ -182,6 +182,53 @@ async def _fleetgate_rows(url: str) -> dict[str, Any]:
     }
 
 
+def test_a_hash_fleetgate_already_holds_is_noted_not_a_crash(
+    databases: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key fleetgate issued itself whose hash LiteLLM also holds (the same raw key in both)
+    keeps its fleetgate row; the rest of the import goes on."""
+    litellm, fleetgate = databases
+    asyncio.run(_fleetgate_key(fleetgate, _hash(RAW_KEY)))
+    out = _import(litellm, fleetgate, tmp_path, capsys)
+    assert "teams: 2, keys: 3, spend records: 31 new of 31 read" in out
+    assert "its hash is already a fleetgate key" in out
+    assert asyncio.run(_spend_keys(fleetgate)) == {
+        "key_own",
+        "key_ll_" + _hash(OVER_BUDGET_KEY)[:32],
+    }
+
+
+async def _spend_keys(url: str) -> set[str]:
+    conn = await asyncpg.connect(url)
+    try:
+        return {r[0] for r in await conn.fetch("SELECT DISTINCT key_id FROM fg_spend")}
+    finally:
+        await conn.close()
+
+
+async def _fleetgate_key(url: str, key_hash: str) -> None:
+    from fleetgate.store.database import Database
+
+    db = Database.from_url(url, Path("."))
+    try:
+        await db.migrate()
+    finally:
+        await db.aclose()
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(
+            "INSERT INTO fg_teams (id, name, log_payloads, tags, created_ms) "
+            "VALUES ('team_own', 'own', false, '{}', 1)"
+        )
+        await conn.execute(
+            "INSERT INTO fg_api_keys (id, key_hash, key_hint, team_id, role, tags, created_ms) "
+            "VALUES ('key_own', $1, 'own', 'team_own', 'user', '{}', 1)",
+            key_hash,
+        )
+    finally:
+        await conn.close()
+
+
 def test_bad_url_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = f"sqlite+aiosqlite:///{tmp_path}/fg.db"
     assert main(["import", "litellm-db", "mysql://x@localhost/db", "--database-url", target]) == 2

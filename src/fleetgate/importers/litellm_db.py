@@ -35,6 +35,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import asyncpg  # type: ignore[import-untyped]
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from fleetgate.errors import ConfigError
@@ -153,8 +154,6 @@ class _Importer:
             await conn.execute(stmt)
 
     async def team_name(self, team_id: str, wanted: str) -> str:
-        from sqlalchemy import select
-
         async with self.dst.engine.connect() as conn:
             owner = await conn.scalar(select(teams.c.id).where(teams.c.name == wanted))
         if owner is None or owner == team_id:
@@ -254,6 +253,10 @@ class _Importer:
             await self.upsert(api_keys, row)
         except IntegrityError:  # the same hash under another id: a key fleetgate issued
             self.note(f"key {hint}: its hash is already a fleetgate key (left as it is)")
+            async with self.dst.engine.connect() as conn:
+                owner = await conn.scalar(select(api_keys.c.id).where(api_keys.c.key_hash == token))
+            if owner is not None:  # its LiteLLM spend is billed to that key
+                self.key_ids[token] = str(owner)
             return
         self.key_ids[token] = kid
         self.report.keys += 1
@@ -308,8 +311,6 @@ class _Importer:
 
     async def bump(self) -> None:
         """Tell running gateways to reload keys (the change counter they poll)."""
-        from sqlalchemy import update
-
         async with self.dst.engine.begin() as conn:
             await conn.execute(
                 update(tenancy_state)
