@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from fleetgate.batches.config import BatchesConfig
+from fleetgate.cache.config import CacheConfig
 from fleetgate.config.schema import HealthConfig, RouterConfig, RoutingConfig
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.releases.config import ReleasesConfig
@@ -37,6 +38,7 @@ SECTIONS: list[tuple[str, str, type[BaseModel]]] = [
     ("docs/scheduling.md", "scheduling", SchedulingConfig),
     ("docs/releases.md", "releases", ReleasesConfig),
     ("docs/scheduling.md", "batches", BatchesConfig),
+    ("docs/cache.md", "cache", CacheConfig),
 ]
 
 

@@ -21,6 +21,7 @@ from fleetgate.api.errors import error_middleware
 from fleetgate.api.feature import CoreFeature
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.batches.feature import BatchesFeature
+from fleetgate.cache.feature import CacheFeature
 from fleetgate.config.loader import load_config
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
@@ -164,6 +165,7 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
         tenancy,  # may this key use the alias, within limits; settles and bills after
         multimodal,  # images, audio, prompt assembly (checks below see transcripts)
         safety,  # input, output and stream guardrails
+        CacheFeature.build(settings, cfg, registry, resources),  # answers from response caches
         scheduling,  # admission into the alias's pool, last: only the engine is left after it
         canary,  # version splits the dispatcher follows
         engine,  # engine stats, prefix index, decision log

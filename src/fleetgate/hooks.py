@@ -206,6 +206,9 @@ class GatewayRequest:
     # Consulted by the dispatcher for each attempt (prefer replicas, gate the send).
     dispatch_hooks: list[DispatchHook] = field(default_factory=list)
     wire: ResponseWire | None = None  # None: answer in OpenAI's format (the fast path)
+    # A complete chat completion a stage answers with instead of the upstream (a response
+    # cache hit): the route replays it, streamed or not, through the filters and the wire.
+    answer: dict[str, Any] | None = None
     outcome: Outcome = field(default_factory=Outcome)
 
 

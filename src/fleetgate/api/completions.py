@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from fleetgate.api.capture import ResponseCapture, response_text
 from fleetgate.api.exchange import record_exchange
 from fleetgate.api.relay import relay_stream
+from fleetgate.api.replay import replay_answer
 from fleetgate.api.schemas import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -208,6 +209,8 @@ def _recorder(gw: GatewayState) -> Callable[[GatewayRequest], None]:
 async def _dispatch(
     request: web.Request | None, gw: GatewayState, req: GatewayRequest, endpoint: RoutedEndpoint
 ) -> web.StreamResponse:
+    if req.answer is not None:  # a stage answered (a response cache hit)
+        return await replay_answer(request, req, gw.metrics)
     out = req.outcome
     base = _upstream_body(req.body, req.stream)
     timeouts = gw.dispatcher.config.timeouts

@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from fleetgate.batches.config import BatchesConfig
+from fleetgate.cache.config import CacheConfig
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.releases.config import RegistryRef, ReleasesConfig
 from fleetgate.routing.semantic_config import SemanticConfig
@@ -136,6 +137,7 @@ class AliasConfig(_Model):
     deployments: tuple[DeploymentConfig, ...] = Field((), validate_default=True)
     num_retries: int | None = Field(None, ge=0, le=10)
     description: str | None = None
+    cache: CacheConfig | None = None  # response caches, opt-in (cache/config.py)
 
     @field_validator("deployments")
     @classmethod

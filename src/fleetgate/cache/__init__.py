@@ -1,0 +1,1 @@
+"""Response caches: exact and semantic, per alias, per team (docs/cache.md)."""
