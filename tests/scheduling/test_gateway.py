@@ -253,3 +253,34 @@ async def test_a_config_reload_applies_new_policies_and_capacity(tmp_path: Path)
                 assert queues["data"][0]["capacity"] == 1
         finally:
             await runner.cleanup()
+
+
+async def test_a_response_cache_hit_is_answered_without_waiting_for_a_full_pool(
+    tmp_path: Path,
+) -> None:
+    sim_cfg = SimConfig(decode_ms_per_step=20.0, output_len=12, max_num_seqs=1)
+    async with running_sim(sim_cfg) as sim:
+        config = _config(f"{sim}/v1", {}, max_num_seqs=1)
+        config = GatewayConfig.model_validate(
+            {**config.model_dump(exclude_unset=True),
+             "models": [{**config.models[0].model_dump(exclude_unset=True),
+                         "cache": {"exact": True}}]}
+        )  # fmt: skip
+        async with _gateway(tmp_path, config) as gw:
+            _, _, key = await gw.team_and_key("t")
+            body = {"model": "tiny", "temperature": 0, "max_tokens": 8,
+                    "messages": [{"role": "user", "content": "cached question"}]}  # fmt: skip
+            auth = {"Authorization": f"Bearer {key}"}
+            url = f"{gw.url}/v1/chat/completions"
+            async with gw.session.post(url, json=body, headers=auth) as r:
+                assert r.status == 200 and r.headers["x-fleetgate-cache"] == "miss"
+            # the pool's one slot is held by a long generation (100 steps of 20 ms)...
+            hold = asyncio.create_task(_chat(gw, key, max_tokens=100))
+            await asyncio.sleep(0.2)
+            async with gw.session.post(url, json=body, headers=auth) as r:
+                assert r.status == 200 and r.headers["x-fleetgate-cache"] == "hit-exact"
+                assert "x-fleetgate-queue-ms" not in r.headers
+            # answered while the slot was still held: it did not queue behind the generation
+            assert not hold.done()
+            status, _, _ = await hold
+            assert status == 200
