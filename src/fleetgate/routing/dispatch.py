@@ -25,6 +25,7 @@ from fleetgate.errors import (
     ContextWindowExceeded,
     FleetgateError,
     NoHealthyDeployment,
+    UpstreamConnectError,
     UpstreamContextExceeded,
     UpstreamError,
 )
@@ -33,6 +34,7 @@ from fleetgate.routing.context import Pick, RouteContext, RoutedRequest
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch_hooks import DispatchHook, admitted, extra_fields, preferred
 from fleetgate.routing.health import HealthTracker
+from fleetgate.routing.regions import RegionPreference
 from fleetgate.routing.salt import TenantSalt
 from fleetgate.routing.table import AliasRoute, RouteTable
 from fleetgate.telemetry.metrics import GatewayMetrics
@@ -151,6 +153,15 @@ class Dispatcher:
         self.observer = observer
         self.versions: VersionPicker | None = None  # canary splits (routing/canary.py)
         self.salt: TenantSalt | None = None  # cache_salt per tenant (routing/salt.py)
+        self._regions = RegionPreference(None)
+
+    def _region_preference(self) -> RegionPreference:
+        """The config's region preference (rebuilt when a reload swapped the config)."""
+        config = self.config
+        prefs = self._regions
+        if prefs.local != config.region or prefs.order != config.region_failover:
+            prefs = self._regions = RegionPreference(config.region, config.region_failover)
+        return prefs
 
     def _candidates(
         self, route: AliasRoute, ctx: RouteContext, local_only: bool
@@ -231,13 +242,19 @@ class Dispatcher:
             await prepare(fitting, ctx)
         observer: DispatchObserver = self.observer or _NoObserver()
         hooks = ctx.request.dispatch_hooks
-        for attempt in range(budget):
+        regions = self._region_preference()
+        attempt = -1
+        free = 0  # connection refused in a failing region: retried elsewhere at no cost
+        while attempt + 1 < budget + free:
+            attempt += 1
             now = time.monotonic()
             healthy = [d for d in fitting if d.state.healthy(now)]
             if not healthy:
                 break
             fresh = [d for d in healthy if id(d) not in tried]
             pool = fresh or healthy
+            if regions.active:  # the local region while it has one, else the next region
+                pool = regions.narrow(pool)
             if hooks:
                 pool = preferred(hooks, pool)
             pick = self._finish_pick(route.strategy.pick(pool, ctx), ctx, hooks)
@@ -263,6 +280,8 @@ class Dispatcher:
                 if not exc.retryable:
                     raise
                 last_error = exc
+                if regions.active and isinstance(exc, UpstreamConnectError) and free < len(tried):
+                    free += 1  # the engine is gone (refused, reset): a dying region costs no retry
                 self._metrics.retries.labels(
                     route.name, dep.id, dep.version, exc.code or type(exc).__name__
                 ).inc()
