@@ -84,9 +84,10 @@ async def test_region_down_moves_traffic_and_fails_no_unstarted_request(
 ) -> None:
     # region eu: slow prefill (about 2 s to a first token), so requests are caught unstarted
     slow = ("--mode", "echo", "--prefill-ms-per-token", "10", "--decode-ms-per-step", "1")
-    async with running_sim(SimConfig(mode="echo")) as us0, running_sim(
-        SimConfig(mode="echo")
-    ) as us1:
+    async with (
+        running_sim(SimConfig(mode="echo")) as us0,
+        running_sim(SimConfig(mode="echo")) as us1,
+    ):
         with _killable_sims(2, *slow) as (eu, procs):
             client = await gateway(_config(eu, [us0, us1]))
             pending = [asyncio.create_task(_stream(client)) for _ in range(6)]
@@ -102,9 +103,7 @@ async def test_region_down_moves_traffic_and_fails_no_unstarted_request(
 
 
 async def test_local_region_is_preferred_while_healthy(gateway: GatewayFactory) -> None:
-    async with running_sim(SimConfig(mode="echo")) as eu, running_sim(
-        SimConfig(mode="echo")
-    ) as us:
+    async with running_sim(SimConfig(mode="echo")) as eu, running_sim(SimConfig(mode="echo")) as us:
         client = await gateway(_config([eu], [us]))
         served = await asyncio.gather(*(_stream(client) for _ in range(8)))
         assert {d for _, d, _ in served} == {"eu0"}

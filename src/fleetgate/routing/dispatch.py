@@ -137,6 +137,27 @@ def _with_hook_fields(hooks: Sequence[DispatchHook], pick: Pick) -> Pick:
     return Pick(pick.deployment, {**(pick.extra_body or {}), **fields}, pick.uncached_tokens)
 
 
+def _pool(
+    fitting: Sequence[Deployment],
+    tried: set[int],
+    regions: RegionPreference,
+    hooks: Sequence[DispatchHook],
+) -> list[Deployment]:
+    """The deployments one attempt picks from: healthy, not tried yet if any is left, in the
+    best region that has one, narrowed by the request's hooks; empty when none is healthy."""
+    now = time.monotonic()
+    healthy = [d for d in fitting if d.state.healthy(now)]
+    if not healthy:
+        return []
+    fresh = [d for d in healthy if id(d) not in tried]
+    pool = fresh or healthy
+    if regions.active:  # the local region while it has one, else the next region
+        pool = regions.narrow(pool)
+    if hooks:
+        pool = preferred(hooks, pool)
+    return pool
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -247,16 +268,9 @@ class Dispatcher:
         free = 0  # connection refused in a failing region: retried elsewhere at no cost
         while attempt + 1 < budget + free:
             attempt += 1
-            now = time.monotonic()
-            healthy = [d for d in fitting if d.state.healthy(now)]
-            if not healthy:
+            pool = _pool(fitting, tried, regions, hooks)
+            if not pool:
                 break
-            fresh = [d for d in healthy if id(d) not in tried]
-            pool = fresh or healthy
-            if regions.active:  # the local region while it has one, else the next region
-                pool = regions.narrow(pool)
-            if hooks:
-                pool = preferred(hooks, pool)
             pick = self._finish_pick(route.strategy.pick(pool, ctx), ctx, hooks)
             dep = pick.deployment
             tried.add(id(dep))
