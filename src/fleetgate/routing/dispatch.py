@@ -37,6 +37,7 @@ from fleetgate.routing.health import HealthTracker
 from fleetgate.routing.regions import RegionPreference
 from fleetgate.routing.salt import TenantSalt
 from fleetgate.routing.table import AliasRoute, RouteTable
+from fleetgate.routing.wake import Waker
 from fleetgate.telemetry.metrics import GatewayMetrics
 
 __all__ = ["CallBuilder", "Dispatch", "DispatchObserver", "Dispatcher", "VersionPicker"]
@@ -175,6 +176,7 @@ class Dispatcher:
         self.versions: VersionPicker | None = None  # canary splits (routing/canary.py)
         self.salt: TenantSalt | None = None  # cache_salt per tenant (routing/salt.py)
         self._regions = RegionPreference(None)
+        self.waker: Waker | None = None  # scale-to-zero holds and sleep mode (routing/wake.py)
 
     def _region_preference(self) -> RegionPreference:
         """The config's region preference (rebuilt when a reload swapped the config)."""
@@ -220,6 +222,29 @@ class Dispatcher:
         return _Sending(self, table, RouteContext(req), build)
 
     async def _send(self, table: RouteTable, ctx: RouteContext, build: CallBuilder) -> Dispatch:
+        deadline: float | None = None
+        while True:
+            try:
+                return await self._send_once(table, ctx, build)
+            except (NoHealthyDeployment, UpstreamConnectError):
+                # nothing answered: a pool scaled to zero (or asleep) is held for, not failed
+                waking = self._wakeable(table, ctx.request.alias)
+                if self.waker is None or not waking:
+                    raise
+                if deadline is None:
+                    hold = max(d.config.wake.hold_s for d in waking if d.config.wake)
+                    deadline = time.monotonic() + hold
+                if not await self.waker.hold(ctx.request.alias, waking, deadline):
+                    raise
+
+    @staticmethod
+    def _wakeable(table: RouteTable, alias: str) -> list[Deployment]:
+        """The deployments of ``alias``'s chain that may be scaled to zero or asleep."""
+        return [d for route in table.chain(alias) for d in route.deployments if d.config.wake]
+
+    async def _send_once(
+        self, table: RouteTable, ctx: RouteContext, build: CallBuilder
+    ) -> Dispatch:
         req = ctx.request
         chain = table.chain(req.alias)
         local_only = chain[0].local_only
@@ -277,9 +302,12 @@ class Dispatcher:
             if attempt > 0:
                 await self._backoff(attempt)
             dep.state.in_flight += 1
+            dep.state.last_request_at = time.monotonic()
             ticket = observer.dispatched(pick, ctx)
             started = time.perf_counter()
             try:
+                if dep.state.asleep and self.waker is not None:
+                    await self.waker.ensure_awake(dep)
                 async with admitted(hooks, dep):
                     response = await dep.provider.send(build(pick))
             except UpstreamError as exc:
