@@ -110,3 +110,17 @@ async def test_idle_deployment_is_put_to_sleep_and_woken_for_the_next_request(
         assert not await _is_sleeping(sim)
         text = await (await client.get("/metrics")).text()
         assert metric_value(text, "fleetgate_deployment_asleep", deployment="pool0") == 0
+
+
+async def test_a_deployment_found_asleep_at_start_is_woken_for_its_first_request(
+    gateway: GatewayFactory,
+) -> None:
+    async with running_sim(SimConfig(mode="echo")) as sim:
+        async with aiohttp.ClientSession() as s, s.post(f"{sim}/sleep") as r:
+            assert r.status == 200
+        wake = {"hold_s": 10, "poll_interval_s": 0.1, "sleep_after_idle_s": 600}
+        client = await gateway(_config(sim, wake))
+        await client.app[GATEWAY].dispatcher.waker.sync_sleeping()
+        resp = await client.post("/v1/chat/completions", json=BODY, headers=AUTH)
+        assert resp.status == 200
+        assert not await _is_sleeping(sim)

@@ -110,6 +110,7 @@ async def test_traceparent_reaches_engine_and_guard_and_stages_nest(
     assert len(upstream) == 1 and upstream[0].parent.span_id == root.context.span_id
     attrs = dict(upstream[0].attributes)
     assert attrs["gen_ai.request.model"] == "tiny" and attrs["fleetgate.deployment"]
+    assert attrs["gen_ai.usage.output_tokens"] > 0 and attrs["server.address"] == "127.0.0.1"
     assert dict(root.attributes)["gen_ai.usage.output_tokens"] > 0
 
     # the engine got the upstream span's context, the caller's trace state with it

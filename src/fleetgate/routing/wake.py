@@ -130,7 +130,8 @@ class Waker:
             await asyncio.sleep(poll)
         return False
 
-    async def _is_sleeping(self, root: str) -> bool:
+    async def _is_sleeping(self, root: str, *, unknown: bool = True) -> bool:
+        """``GET /is_sleeping``; ``unknown``: the answer when the engine cannot be asked."""
         try:
             async with self._http.session().get(
                 f"{root}/is_sleeping", timeout=_CALL_TIMEOUT
@@ -139,7 +140,7 @@ class Waker:
                     return False
                 body = await resp.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError):
-            return True
+            return unknown
         return isinstance(body, dict) and body.get("is_sleeping") is True
 
     async def sleep_idle(self) -> list[str]:
@@ -175,7 +176,20 @@ class Waker:
                 state.last_request_at = now  # try again after another idle period
         return slept
 
+    async def sync_sleeping(self) -> None:
+        """Asks every sleep-mode deployment whether it sleeps (one put to sleep before this
+        gateway started is woken for its next request, not sent requests it refuses)."""
+        deps = [
+            d for d in self._deployments() if d.config.wake and d.config.wake.sleep_after_idle_s
+        ]
+        roots = [engine_root(d.config.api_base) for d in deps]
+        answers = await asyncio.gather(*(self._is_sleeping(r, unknown=False) for r in roots))
+        for dep, sleeping in zip(deps, answers, strict=True):
+            dep.state.asleep = dep.state.asleep or sleeping
+
     async def _run(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.sync_sleeping()
         while True:
             await asyncio.sleep(self._idle_check_s)
             try:

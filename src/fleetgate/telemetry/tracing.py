@@ -61,10 +61,13 @@ class RequestTrace:
     ``tracer`` None: tracing is off and the caller's context is only passed on.
     """
 
-    __slots__ = ("_attempt", "_routing", "_token", "_tracer", "context", "span")
+    __slots__ = ("_attempt", "_routing", "_token", "_tracer", "context", "operation", "span")
 
-    def __init__(self, tracer: Any, span: Any, context: otel_context.Context) -> None:
+    def __init__(
+        self, tracer: Any, span: Any, context: otel_context.Context, operation: str = "chat"
+    ) -> None:
         self._tracer = tracer
+        self.operation = operation  # gen_ai.operation.name of the attempts
         self.span = span
         self.context = context  # the request span's context: parent of everything below
         self._routing: Any = None
@@ -121,7 +124,7 @@ class RequestTrace:
         address = api_base.split("://", 1)[-1].split("/", 1)[0]
         host, _, port = address.rpartition(":") if ":" in address else (address, "", "")
         attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
+            "gen_ai.operation.name": self.operation,
             "gen_ai.request.model": model,
             "server.address": host,
             "fleetgate.deployment": deployment,
@@ -130,7 +133,10 @@ class RequestTrace:
         if port.isdigit():
             attributes["server.port"] = int(port)
         self._attempt = self._tracer.start_span(
-            f"chat {model}", context=self.context, kind=SpanKind.CLIENT, attributes=attributes
+            f"{self.operation} {model}",
+            context=self.context,
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
         )
         return _headers_of(trace.set_span_in_context(self._attempt))
 
@@ -148,7 +154,12 @@ class RequestTrace:
             self._attempt = None
 
     def finish(self, attributes: Mapping[str, Any], error: str | None = None) -> None:
-        """Ends every span still open, the request span last."""
+        """Ends every span still open, the request span last; the answering attempt gets the
+        response's ``gen_ai.*`` attributes too."""
+        if self._attempt is not None:
+            for key, value in attributes.items():
+                if value is not None and key.startswith("gen_ai."):
+                    self._attempt.set_attribute(key, value)
         self.upstream_done(error)
         self.deactivate()
         if self._tracer is None:
@@ -234,7 +245,7 @@ class GenAITracer:
         span = self._tracer.start_span(
             f"{operation} {model}", context=parent, kind=SpanKind.SERVER, attributes=attrs
         )
-        return RequestTrace(self._tracer, span, trace.set_span_in_context(span))
+        return RequestTrace(self._tracer, span, trace.set_span_in_context(span), operation)
 
     def shutdown(self) -> None:
         if self._provider is not None:
