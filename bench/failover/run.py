@@ -1,19 +1,30 @@
 """Region failover: two "regions" of simulators behind one gateway; region A's engines die.
 
-    PYTHONPATH=src python bench/failover/run.py [--runs 5] [--concurrency 12]
+    PYTHONPATH=src python bench/failover/run.py [--mode kill|freeze] [--runs 5] [--concurrency 12]
 
 The gateway runs in region ``eu`` (``router.region``) with ``us`` as its failover region; each
 region has two simulators (separate processes). Closed-loop streaming clients keep the gateway
-busy; after ``--kill-at`` seconds region eu's simulators are SIGKILLed (in-flight connections
-reset, new ones refused). Measured per run:
+busy; after ``--kill-at`` seconds region eu's simulators go down:
 
-- failover time: from the kill to the last attempt the gateway sent to region eu (the last
-  increase of ``fleetgate_retries_total`` for an eu deployment, polled every 50 ms): after it,
-  every new request goes to region us first;
+- ``--mode kill``: SIGKILLed (in-flight connections reset, new ones refused), a region whose
+  machines are gone;
+- ``--mode freeze``: SIGSTOPped (connections still accepted by the kernel, nothing answers), a
+  region behind a black hole; detected only by timeouts, so the gateway runs with
+  ``router.timeouts: {connect: 1, first_token: 3, idle: 3}`` (``health.allowed_fails``: the
+  default 3 timeouts in a row before a deployment is cooled down).
+
+Measured per run:
+
+- failover time: from the kill until no eu deployment is left in rotation
+  (``fleetgate_deployment_healthy`` of every eu deployment 0, polled every 50 ms): from then on
+  every new request goes to region us first. Also printed: the last failure seen at an eu
+  deployment (``fleetgate_retries_total``), which trails it by up to one first-token timeout
+  for attempts sent just before;
 - requests that failed before a first token reached the client (must be 0), and streams that
   had started in eu and were cut (allowed: nothing can resume them);
-- TTFT p50 of the requests the failover caught (started in the second after the kill) against
-  the steady TTFT before the kill, the baseline measured in the same run.
+- TTFT p50 of the requests the failover caught (started between the kill and the failover, or
+  in the second after the kill) against the steady TTFT before the kill, the baseline measured
+  in the same run.
 
 Prints the median of the runs and the per-run numbers; docs/benchmarks.md holds the results.
 """
@@ -22,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import statistics
 import subprocess
 import sys
@@ -65,6 +77,18 @@ class Region:
         for proc in self.procs:
             proc.kill()
 
+    def freeze(self) -> None:
+        for proc in self.procs:
+            proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+
+
+FREEZE_TIMEOUTS = {"connect": 1, "first_token": 3, "idle": 3}
+
 
 @dataclass
 class Request:
@@ -78,6 +102,7 @@ class Request:
 @dataclass
 class RunResult:
     failover_s: float
+    last_eu_failure_s: float
     unstarted_failed: int
     cut_streams: int
     requests: int
@@ -86,7 +111,7 @@ class RunResult:
     served_by_us_after: float
 
 
-def _config(eu: list[str], us: list[str]) -> dict[str, Any]:
+def _config(eu: list[str], us: list[str], mode: str) -> dict[str, Any]:
     deps = [
         {"model": "tiny", "api_base": f"{u}/v1", "name": f"{region}{i}", "region": region}
         for region, urls in (("eu", eu), ("us", us))
@@ -94,7 +119,11 @@ def _config(eu: list[str], us: list[str]) -> dict[str, Any]:
     ]
     return {
         "models": [{"alias": "tiny", "deployments": deps}],
-        "router": {"region": "eu", "region_failover": ["us"]},
+        "router": {
+            "region": "eu",
+            "region_failover": ["us"],
+            **({"timeouts": FREEZE_TIMEOUTS} if mode == "freeze" else {}),
+        },
         "health": {"probe_interval_s": 0.5},
         "tenancy": {"enabled": False},
     }
@@ -131,25 +160,41 @@ async def _client(
             req.ended = time.monotonic()
 
 
-def _eu_retries(text: str) -> float:
-    """Attempts retried after failing at a region-eu deployment (ids ``eu0``, ``eu1``)."""
-    total = 0.0
+def _eu_state(text: str) -> tuple[float, bool]:
+    """(attempts retried after failing at a region-eu deployment, whether any eu deployment is
+    in rotation), from the gateway's metrics (deployment ids ``eu0``, ``eu1``)."""
+    retries, healthy = 0.0, False
     for line in text.splitlines():
-        if line.startswith("fleetgate_retries_total{") and 'deployment="eu' in line:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+        if 'deployment="eu' not in line:
+            continue
+        if line.startswith("fleetgate_retries_total{"):
+            retries += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("fleetgate_deployment_healthy{"):
+            healthy = healthy or float(line.rsplit(" ", 1)[1]) > 0
+    return retries, healthy
 
 
-async def _watch_retries(
-    session: aiohttp.ClientSession, url: str, stop_at: float, changes: list[float]
+@dataclass
+class Watch:
+    """What the metrics poller saw: when eu's retries rose, when no eu deployment was left."""
+
+    retries_rose: list[float]
+    all_eu_out: float | None = None
+
+
+async def _watch(
+    session: aiohttp.ClientSession, url: str, stop_at: float, killed: asyncio.Event, seen: Watch
 ) -> None:
     last = 0.0
     while time.monotonic() < stop_at:
         async with session.get(f"{url}/metrics") as resp:
-            value = _eu_retries(await resp.text())
-        if value > last:
-            changes.append(time.monotonic())
-            last = value
+            retries, healthy = _eu_state(await resp.text())
+        now = time.monotonic()
+        if retries > last:
+            seen.retries_rose.append(now)
+            last = retries
+        if killed.is_set() and not healthy and seen.all_eu_out is None:
+            seen.all_eu_out = now
         await asyncio.sleep(0.05)
 
 
@@ -161,7 +206,8 @@ async def _load(
     url: str, kill: Any, concurrency: int, kill_at: float, duration: float
 ) -> RunResult:
     requests: list[Request] = []
-    changes: list[float] = []
+    seen = Watch([])
+    killed = asyncio.Event()
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         t0 = time.monotonic()
@@ -170,20 +216,24 @@ async def _load(
             asyncio.create_task(_client(session, url, stop_at, requests))
             for _ in range(concurrency)
         ]
-        watcher = asyncio.create_task(_watch_retries(session, url, stop_at + 1.0, changes))
+        watcher = asyncio.create_task(_watch(session, url, stop_at, killed, seen))
         await asyncio.sleep(kill_at)
         killed_at = time.monotonic()
         kill()
+        killed.set()
         await asyncio.gather(*tasks)
         await watcher
     before = [r for r in requests if r.ended < killed_at and r.ok and r.first_token]
-    caught = [r for r in requests if killed_at <= r.started < killed_at + 1.0 and r.first_token]
-    last_eu = max((c for c in changes if c >= killed_at), default=killed_at)
-    after = [r for r in requests if r.started > last_eu]
+    out_at = seen.all_eu_out if seen.all_eu_out is not None else float("inf")
+    last_failure = max((c for c in seen.retries_rose if c >= killed_at), default=killed_at)
+    after = [r for r in requests if r.started > out_at]
+    window_end = max(out_at, killed_at + 1.0) if out_at != float("inf") else killed_at + 1.0
+    caught = [r for r in requests if killed_at <= r.started < window_end and r.first_token]
     unstarted_failed = sum(1 for r in requests if not r.ok and r.first_token is None)
     cut = sum(1 for r in requests if not r.ok and r.first_token is not None)
     return RunResult(
-        failover_s=last_eu - killed_at,
+        failover_s=out_at - killed_at,
+        last_eu_failure_s=last_failure - killed_at,
         unstarted_failed=unstarted_failed,
         cut_streams=cut,
         requests=len(requests),
@@ -197,36 +247,47 @@ async def _load(
     )
 
 
-def one_run(concurrency: int, kill_at: float, duration: float) -> RunResult:
+def one_run(mode: str, concurrency: int, kill_at: float, duration: float) -> RunResult:
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         path = Path(tmp)
         eu = Region(2, FLAGS, stack)
         us = Region(2, FLAGS, stack)
-        url = stack.enter_context(gateway_process(_config(eu.urls, us.urls), path, MASTER))
-        return asyncio.run(_load(url, eu.kill, concurrency, kill_at, duration))
+        stack.callback(eu.thaw)  # a stopped process must run again to be stopped
+        config = _config(eu.urls, us.urls, mode)
+        url = stack.enter_context(gateway_process(config, path, MASTER))
+        down = eu.kill if mode == "kill" else eu.freeze
+        return asyncio.run(_load(url, down, concurrency, kill_at, duration))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mode", choices=["kill", "freeze"], default="kill")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=12)
     parser.add_argument("--kill-at", type=float, default=3.0)
-    parser.add_argument("--duration", type=float, default=8.0)
+    parser.add_argument("--duration", type=float, help="seconds of load (kill: 8, freeze: 20)")
     args = parser.parse_args()
-    results = [one_run(args.concurrency, args.kill_at, args.duration) for _ in range(args.runs)]
-    print("run  failover_s  unstarted_failed  cut_streams  requests  ttft_before_ms  "
-          "ttft_caught_ms  us_share_after")  # fmt: skip
+    if args.duration is None:
+        args.duration = 8.0 if args.mode == "kill" else 20.0
+    results = [
+        one_run(args.mode, args.concurrency, args.kill_at, args.duration) for _ in range(args.runs)
+    ]
+    print(f"mode: {args.mode}, {args.runs} runs, {args.concurrency} concurrent streams")
+    print("run  failover_s  last_eu_failure_s  unstarted_failed  cut_streams  requests  "
+          "ttft_before_ms  ttft_caught_ms  us_share_after")  # fmt: skip
     for i, r in enumerate(results, 1):
-        print(f"{i:3d}  {r.failover_s:10.3f}  {r.unstarted_failed:16d}  {r.cut_streams:11d}  "
-              f"{r.requests:8d}  {r.ttft_before_ms:14.1f}  {r.ttft_caught_ms:14.1f}  "
+        print(f"{i:3d}  {r.failover_s:10.3f}  {r.last_eu_failure_s:17.3f}  "
+              f"{r.unstarted_failed:16d}  {r.cut_streams:11d}  {r.requests:8d}  "
+              f"{r.ttft_before_ms:14.1f}  {r.ttft_caught_ms:14.1f}  "
               f"{r.served_by_us_after:14.2f}")  # fmt: skip
     med = statistics.median
     failover = med(r.failover_s for r in results)
     ratio = med(r.ttft_caught_ms / r.ttft_before_ms for r in results)
-    print(f"median failover time: {failover:.3f} s (target < 10 s)")
+    print(f"median failover time: {failover:.3f} s (target < 10 s); median last eu failure: "
+          f"{med(r.last_eu_failure_s for r in results):.3f} s")  # fmt: skip
     print(f"requests failed before their first token: {sum(r.unstarted_failed for r in results)} "
           f"in {sum(r.requests for r in results)} (target 0)")  # fmt: skip
-    print(f"streams cut mid-way by the kill: {sum(r.cut_streams for r in results)}")
+    print(f"streams cut mid-way: {sum(r.cut_streams for r in results)}")
     print(f"TTFT of requests caught by the failover / steady TTFT before it: {ratio:.2f}x")
 
 
