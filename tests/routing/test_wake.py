@@ -81,6 +81,10 @@ async def test_a_hold_ends_after_hold_s_with_an_openai_error(gateway: GatewayFac
     assert "error" in await resp.json()
     assert 1.0 <= waited < 4.0
     assert await _held(client) == 0
+    # a pool at zero does not make the gateway unready: its requests are held, not refused
+    ready = await client.get("/health/ready")
+    assert ready.status == 200
+    assert (await ready.json())["aliases"]["tiny"] == {"healthy": 0, "wakeable": 1, "total": 1}
 
 
 async def _is_sleeping(sim: str) -> bool:
