@@ -124,8 +124,11 @@ class Waker:
                 async with session.post(f"{root}/wake_up", timeout=_CALL_TIMEOUT) as resp:
                     await resp.read()
                     if resp.status < 300 and not await self._is_sleeping(root):
-                        dep.state.asleep = False
-                        dep.state.last_request_at = time.monotonic()
+                        state = dep.state
+                        state.asleep = False
+                        state.last_request_at = time.monotonic()
+                        state.cooldown_until = 0.0  # a failed wake-up may have cooled it down
+                        state.consecutive_failures = 0
                         return True
             await asyncio.sleep(poll)
         return False
