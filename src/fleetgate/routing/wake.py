@@ -20,7 +20,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from typing import Any
 
 import aiohttp
 
@@ -58,6 +59,7 @@ class Waker:
         self._deployments = deployments
         self._idle_check_s = idle_check_s
         self._waking: dict[int, asyncio.Task[bool]] = {}
+        self._probing: dict[int, asyncio.Task[bool]] = {}  # one probe at a time per deployment
         self._task: asyncio.Task[None] | None = None
 
     # -- holding requests while a pool scales up from zero ------------------------------------
@@ -74,9 +76,9 @@ class Waker:
         try:
             while time.monotonic() < deadline:
                 for dep in wakeable:
-                    if dep.state.asleep and await self._wake_shared(dep):
+                    if dep.state.asleep and await self._shared(self._waking, dep, self._wake):
                         return True
-                    if not dep.state.asleep and await self._up(dep):
+                    if not dep.state.asleep and await self._shared(self._probing, dep, self._up):
                         return True
                 await asyncio.sleep(max(0.0, min(interval, deadline - time.monotonic())))
             return False
@@ -99,16 +101,22 @@ class Waker:
     async def ensure_awake(self, dep: Deployment) -> None:
         """Before sending to ``dep``: wakes it if the gateway put it to sleep; raises
         `UpstreamConnectError` (retryable) when it did not wake within ``wake.hold_s``."""
-        if dep.state.asleep and not await self._wake_shared(dep):
+        if dep.state.asleep and not await self._shared(self._waking, dep, self._wake):
             raise UpstreamConnectError(f"Deployment {dep.id} did not wake up in time.")
 
-    async def _wake_shared(self, dep: Deployment) -> bool:
+    @staticmethod
+    async def _shared(
+        running: dict[int, asyncio.Task[bool]],
+        dep: Deployment,
+        work: Callable[[Deployment], Coroutine[Any, Any, bool]],
+    ) -> bool:
+        """``work(dep)``, run once for all the requests that ask while it runs."""
         key = id(dep.state)
-        task = self._waking.get(key)
+        task = running.get(key)
         if task is None:
-            task = asyncio.get_running_loop().create_task(self._wake(dep))
-            self._waking[key] = task
-            task.add_done_callback(lambda _: self._waking.pop(key, None))
+            task = asyncio.get_running_loop().create_task(work(dep))
+            running[key] = task
+            task.add_done_callback(lambda _: running.pop(key, None))
         return await asyncio.shield(task)
 
     async def _wake(self, dep: Deployment) -> bool:
@@ -207,5 +215,5 @@ class Waker:
     async def aclose(self) -> None:
         task, self._task = self._task, None
         await cancel_and_wait(task)
-        for waking in list(self._waking.values()):
-            await cancel_and_wait(waking)
+        for running in (*self._waking.values(), *self._probing.values()):
+            await cancel_and_wait(running)
