@@ -39,6 +39,7 @@ from fleetgate.routing.features import (
     CanaryFeature,
     EngineRoutingFeature,
     SemanticFeature,
+    WakeFeature,
     engine_routing,
 )
 from fleetgate.routing.health import HealthTracker
@@ -147,6 +148,7 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
     canary = CanaryFeature.build(settings, cfg, table, access, resources)
     gw.canary = canary.splits
     engine = EngineRoutingFeature(gw.engine_routing, table, access, http=resources.http)
+    wake = WakeFeature.build(gw.dispatcher, table, resources.http, gw.metrics)
     stats = gw.engine_routing.stats if gw.engine_routing is not None else None
     scheduling = SchedulingFeature.build(
         cfg,
@@ -169,6 +171,7 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
         scheduling,  # admission into the alias's pool, last: only the engine is left after it
         canary,  # version splits the dispatcher follows
         engine,  # engine stats, prefix index, decision log
+        wake,  # holds requests for pools scaled to zero or asleep; puts idle engines to sleep
         releases,  # model registry: aliases that follow a stage, evaluations, gates
         CostFeature.build(settings, cfg, access, resources),  # GPU cost (extensions.cost)
         BatchesFeature(gw, access, cfg),  # Files + Batch APIs; lines run the path above

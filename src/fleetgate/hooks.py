@@ -137,7 +137,7 @@ class Outcome:
     last_token_at: float | None = None
     upstream_s: float = 0.0  # waiting for the upstream's first answer
     overhead_s: float = 0.0  # the gateway's own time before that
-    span: Any = None  # the request's trace span, when tracing is on
+    span: Any = None  # the request's `RequestTrace`: tracing on, or a caller's traceparent
     batch: bool = False  # a line of the batch lane: priced less the deployment's batch_discount
 
     @property
@@ -255,11 +255,16 @@ class StageRun:
     async def __aenter__(self) -> Outcome:
         req = self.req
         req.outcome.alias = req.alias  # as asked, should a stage refuse
+        trace = req.outcome.span  # a `fleetgate.telemetry.tracing.RequestTrace`, or None
         try:
             for stage in self.stages:
                 streams = tuple(req.stream_filters) if req.stream_filters else ()
                 responses = tuple(req.response_filters) if req.response_filters else ()
-                await stage.before(req)
+                if trace is None:
+                    await stage.before(req)
+                else:
+                    with trace.stage(stage.name):  # one span per stage, under the request's
+                        await stage.before(req)
                 self._ran.append(stage)
                 if streams and len(req.stream_filters) != len(streams):
                     _inner_first(req.stream_filters, streams)

@@ -128,7 +128,7 @@ async def test_cooled_down_replica_returns_after_probe(
         assert resp.headers["x-fleetgate-deployment"] == "b"
     await asyncio.sleep(0.2)  # failing probes keep it out of rotation
     ready = await (await client.get("/health/ready")).json()
-    assert ready["aliases"]["tiny"] == {"healthy": 1, "total": 2}
+    assert ready["aliases"]["tiny"] == {"healthy": 1, "wakeable": 0, "total": 2}
     probes_while_down = upstream.probes
     assert probes_while_down >= 2
     upstream.healthy = True

@@ -32,6 +32,7 @@ from fleetgate.http.body import read_json
 from fleetgate.providers.base import Endpoint, RoutedEndpoint, UpstreamCall
 from fleetgate.routing.context import Pick
 from fleetgate.routing.dispatch import Dispatch
+from fleetgate.telemetry.tracing import TRACE_HEADERS, RequestTrace
 from fleetgate.tenancy.auth import bearer_token
 from fleetgate.tenancy.principal import Principal
 from fleetgate.tokens import estimate_prompt_tokens
@@ -68,6 +69,7 @@ _FORWARDED = frozenset(
         "x-request-id",
         "x-fleetgate-priority",
         "x-fleetgate-ttft-deadline-ms",
+        *TRACE_HEADERS,  # the caller's W3C trace context: continued and sent to the engine
     }
 )
 
@@ -121,8 +123,13 @@ async def serve(
         gw.request_ids.next(),
         wire,
     )
-    async with StageRun(gw.stages, req, _recorder(gw)):
-        return await _dispatch(request, gw, req, endpoint)
+    trace = _trace(gw, req, endpoint)
+    try:
+        async with StageRun(gw.stages, req, _recorder(gw)):
+            return await _dispatch(request, gw, req, endpoint)
+    finally:
+        if trace is not None:
+            trace.deactivate()
 
 
 async def answer(
@@ -150,8 +157,13 @@ async def answer(
             raise InvalidRequest("This request cannot stream.", param="stream")
         req = _gateway_request(gw, endpoint, principal, body, started, headers, request_id, None)
         req.outcome.batch = batch
-        async with StageRun(gw.stages, req, _recorder(gw)):
-            response = await _dispatch(None, gw, req, endpoint)
+        trace = _trace(gw, req, endpoint)
+        try:
+            async with StageRun(gw.stages, req, _recorder(gw)):
+                response = await _dispatch(None, gw, req, endpoint)
+        finally:
+            if trace is not None:
+                trace.deactivate()
     except FleetgateError as exc:
         return exc.status, exc.to_dict()
     raw = response.body if isinstance(response, web.Response) else None
@@ -199,9 +211,26 @@ def _gateway_request(
     )
 
 
+def _trace(gw: GatewayState, req: GatewayRequest, endpoint: RoutedEndpoint) -> RequestTrace | None:
+    """The request's trace (None: tracing off and no caller context), current in this task."""
+    trace = gw.tracer.request(
+        "chat" if endpoint is Endpoint.CHAT else endpoint.value,
+        req.alias,
+        {
+            "gen_ai.request.max_tokens": req.max_tokens or None,
+            "fleetgate.request_id": req.request_id,
+        },
+        req.headers,
+    )
+    if trace is not None:
+        req.outcome.span = trace
+        trace.activate()
+    return trace
+
+
 def _recorder(gw: GatewayState) -> Callable[[GatewayRequest], None]:
     def record(req: GatewayRequest) -> None:
-        record_exchange(req, gw.metrics, gw.access_log, gw.tracer)
+        record_exchange(req, gw.metrics, gw.access_log)
 
     return record
 
@@ -216,24 +245,25 @@ async def _dispatch(
     timeouts = gw.dispatcher.config.timeouts
     forward = {"x-request-id": req.request_id}
     stream = req.stream
+    trace: RequestTrace | None = out.span
+    attempts = 0
 
     def build(pick: Pick) -> UpstreamCall:
+        nonlocal attempts
         dep = pick.deployment
         call_body = dict(base)
         call_body["model"] = dep.config.model
         if pick.extra_body:  # fields the strategy chose for this deployment (e.g. cache_salt)
             call_body.update(pick.extra_body)
-        return UpstreamCall(endpoint, call_body, stream, dep.config.timeouts or timeouts, forward)
+        headers = forward
+        if trace is not None:  # this attempt's span travels to the engine as traceparent
+            attempts += 1
+            cfg = dep.config
+            headers = {**forward, **trace.attempt(dep.id, cfg.model, cfg.api_base, attempts)}
+        return UpstreamCall(endpoint, call_body, stream, dep.config.timeouts or timeouts, headers)
 
-    if gw.tracer.enabled:
-        out.span = gw.tracer.start(
-            "chat" if endpoint is Endpoint.CHAT else endpoint.value,
-            req.alias,
-            {
-                "gen_ai.request.max_tokens": req.max_tokens or None,
-                "fleetgate.request_id": req.request_id,
-            },
-        )
+    if trace is not None:
+        trace.routing_started(req.alias)
     async with gw.dispatcher.dispatch(gw.tables.table, req, build) as dispatch:
         out.served_by(dispatch.deployment)
         out.attempts = dispatch.attempts

@@ -7,14 +7,11 @@ import time
 from fleetgate.hooks import GatewayRequest
 from fleetgate.telemetry.access_log import AccessLog
 from fleetgate.telemetry.metrics import GatewayMetrics
-from fleetgate.telemetry.tracing import GenAITracer
 
 __all__ = ["record_exchange"]
 
 
-def record_exchange(
-    req: GatewayRequest, metrics: GatewayMetrics, access_log: AccessLog, tracer: GenAITracer
-) -> None:
+def record_exchange(req: GatewayRequest, metrics: GatewayMetrics, access_log: AccessLog) -> None:
     """Metrics, access log and trace for a request whose `fleetgate.hooks.Outcome` is final."""
     out = req.outcome
     dep_id = out.deployment or ""
@@ -58,8 +55,7 @@ def record_exchange(
         }
     )
     if out.span is not None:
-        tracer.finish(
-            out.span,
+        out.span.finish(
             {
                 "gen_ai.response.model": out.upstream_model,
                 "gen_ai.usage.input_tokens": out.prompt_tokens,

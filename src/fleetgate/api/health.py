@@ -36,7 +36,9 @@ def _alias_health(gw: GatewayState, aliases: list[str]) -> dict[str, dict[str, i
     for alias in aliases:
         deployments = gw.tables.table.route(alias).deployments
         healthy = sum(1 for d in deployments if d.state.healthy(now))
-        out[alias] = {"healthy": healthy, "total": len(deployments)}
+        # out of rotation but held for (scaled to zero, asleep): the alias still serves
+        wakeable = sum(1 for d in deployments if d.config.wake and not d.state.healthy(now))
+        out[alias] = {"healthy": healthy, "wakeable": wakeable, "total": len(deployments)}
     return out
 
 
@@ -54,7 +56,7 @@ async def ready(request: web.Request) -> web.Response:
         counted = [a for a in cfg.ready_aliases if a in known] or known
         rule = cfg.ready_rule
     aliases = _alias_health(gw, counted)
-    unavailable = [a for a, h in aliases.items() if h["healthy"] == 0]
+    unavailable = [a for a, h in aliases.items() if h["healthy"] == 0 and h["wakeable"] == 0]
     if rule == "all":
         ok = not unavailable
     else:

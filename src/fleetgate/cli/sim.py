@@ -62,6 +62,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--output-len", type=int, default=d.output_len)
     p.add_argument("--image-tokens", type=int, default=d.image_tokens)
     p.add_argument("--embedding-dim", type=int, default=d.embedding_dim)
+    p.add_argument(
+        "--wake-up-s",
+        type=float,
+        default=d.wake_up_s,
+        help="sleep mode: seconds POST /wake_up takes",
+    )
     p.add_argument("--error-rate", type=float, default=f.error_rate)
     p.add_argument("--error-status", type=int, default=f.error_status)
     p.add_argument("--retry-after", type=float, default=f.retry_after)
@@ -106,6 +112,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         output_len=args.output_len,
         image_tokens=args.image_tokens,
         embedding_dim=args.embedding_dim,
+        wake_up_s=args.wake_up_s,
         faults=faults,
     )
 

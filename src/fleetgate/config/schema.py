@@ -79,6 +79,21 @@ class TimeoutConfig(_Model):
     idle: float = Field(120.0, gt=0)
 
 
+class WakeConfig(_Model):
+    """A deployment that may be scaled to zero or asleep (vLLM sleep mode): the gateway holds
+    its requests for up to ``hold_s`` while it comes up instead of failing them.
+
+    ``sleep_after_idle_s``: put an idle vLLM engine to sleep (``POST /sleep?level=``) after
+    this long without requests, and wake it (``POST /wake_up``) for the next one; None: the
+    gateway never puts it to sleep (an autoscaler scales it to zero instead).
+    """
+
+    hold_s: float = Field(120.0, gt=0)
+    poll_interval_s: float = Field(0.5, gt=0)
+    sleep_after_idle_s: float | None = Field(None, gt=0)
+    sleep_level: Literal[1, 2] = 1
+
+
 class DeploymentConfig(_Model):
     provider: ProviderName = "openai"
     # The engine behind an OpenAI-compatible deployment; ``auto``: learned from its metrics or
@@ -107,6 +122,11 @@ class DeploymentConfig(_Model):
     timeouts: TimeoutConfig | None = None
     extra_headers: dict[str, str] = Field(default_factory=dict)
     health_path: str = "/models"
+    # Where it runs (``eu-west``): the router prefers the gateway's own ``router.region`` and
+    # fails over by ``router.region_failover`` (routing/regions.py); None: in every region.
+    region: str | None = Field(None, min_length=1)
+    # Scale-to-zero / sleep mode (routing/hold.py): requests wait while it comes up.
+    wake: WakeConfig | None = None
 
     @field_validator("api_base")
     @classmethod
@@ -159,6 +179,11 @@ class RouterConfig(_Model):
     retry_backoff_s: float = Field(0.05, ge=0)
     retry_backoff_max_s: float = Field(1.0, ge=0)
     timeouts: TimeoutConfig = TimeoutConfig()
+    # This gateway's region: an alias's deployments there (and those without a region) are
+    # picked while any is healthy; then the regions of ``region_failover`` in order, then the
+    # rest. None: regions are ignored (docs/operations.md, "Region failover").
+    region: str | None = Field(None, min_length=1)
+    region_failover: tuple[str, ...] = ()
 
 
 class HealthConfig(_Model):

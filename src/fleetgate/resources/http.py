@@ -6,6 +6,9 @@ and ``/tokenize``. They share one connection pool (`OutboundHttp`), created insi
 loop on first use and closed once by the owner. The upstream providers keep their own tuned
 pool (`fleetgate.providers.http.HttpClient`); the image fetcher keeps its own SSRF-guarded one.
 
+A call made inside a traced request (a guard model, ASR, TTS) carries the request's W3C
+``traceparent`` (`fleetgate.telemetry.tracing.trace_config`).
+
 Every caller passes its own timeout per request; the session keeps no cookies (a cookie set by
 one side service must never reach another).
 
@@ -22,6 +25,8 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
+
+from fleetgate.telemetry.tracing import trace_config
 
 __all__ = ["JsonService", "OutboundHttp"]
 
@@ -42,7 +47,10 @@ class OutboundHttp:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self.max_connections)
             self._session = aiohttp.ClientSession(
-                connector=connector, cookie_jar=aiohttp.DummyCookieJar()
+                connector=connector,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                # a call made while a request's span is current carries its traceparent
+                trace_configs=[trace_config()],
             )
             self.sessions_opened += 1
         return self._session

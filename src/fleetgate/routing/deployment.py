@@ -29,6 +29,8 @@ class DeploymentState:
     cooldown_until: float = 0.0
     last_failure: str = ""
     requests: int = 0
+    last_request_at: float = 0.0  # time.monotonic() of the last attempt sent (sleep mode)
+    asleep: bool = False  # put to sleep by the gateway (routing/wake.py)
 
     def healthy(self, now: float | None = None) -> bool:
         return self.cooldown_until <= (time.monotonic() if now is None else now)

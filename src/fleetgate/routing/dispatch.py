@@ -25,6 +25,7 @@ from fleetgate.errors import (
     ContextWindowExceeded,
     FleetgateError,
     NoHealthyDeployment,
+    UpstreamConnectError,
     UpstreamContextExceeded,
     UpstreamError,
 )
@@ -33,8 +34,10 @@ from fleetgate.routing.context import Pick, RouteContext, RoutedRequest
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch_hooks import DispatchHook, admitted, extra_fields, preferred
 from fleetgate.routing.health import HealthTracker
+from fleetgate.routing.regions import RegionPreference
 from fleetgate.routing.salt import TenantSalt
 from fleetgate.routing.table import AliasRoute, RouteTable
+from fleetgate.routing.wake import Waker
 from fleetgate.telemetry.metrics import GatewayMetrics
 
 __all__ = ["CallBuilder", "Dispatch", "DispatchObserver", "Dispatcher", "VersionPicker"]
@@ -135,6 +138,27 @@ def _with_hook_fields(hooks: Sequence[DispatchHook], pick: Pick) -> Pick:
     return Pick(pick.deployment, {**(pick.extra_body or {}), **fields}, pick.uncached_tokens)
 
 
+def _pool(
+    fitting: Sequence[Deployment],
+    tried: set[int],
+    regions: RegionPreference,
+    hooks: Sequence[DispatchHook],
+) -> list[Deployment]:
+    """The deployments one attempt picks from: healthy, not tried yet if any is left, in the
+    best region that has one, narrowed by the request's hooks; empty when none is healthy."""
+    now = time.monotonic()
+    healthy = [d for d in fitting if d.state.healthy(now)]
+    if not healthy:
+        return []
+    fresh = [d for d in healthy if id(d) not in tried]
+    pool = fresh or healthy
+    if regions.active:  # the local region while it has one, else the next region
+        pool = regions.narrow(pool)
+    if hooks:
+        pool = preferred(hooks, pool)
+    return pool
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -151,6 +175,16 @@ class Dispatcher:
         self.observer = observer
         self.versions: VersionPicker | None = None  # canary splits (routing/canary.py)
         self.salt: TenantSalt | None = None  # cache_salt per tenant (routing/salt.py)
+        self._regions = RegionPreference(None)
+        self.waker: Waker | None = None  # scale-to-zero holds and sleep mode (routing/wake.py)
+
+    def _region_preference(self) -> RegionPreference:
+        """The config's region preference (rebuilt when a reload swapped the config)."""
+        config = self.config
+        prefs = self._regions
+        if prefs.local != config.region or prefs.order != config.region_failover:
+            prefs = self._regions = RegionPreference(config.region, config.region_failover)
+        return prefs
 
     def _candidates(
         self, route: AliasRoute, ctx: RouteContext, local_only: bool
@@ -188,6 +222,29 @@ class Dispatcher:
         return _Sending(self, table, RouteContext(req), build)
 
     async def _send(self, table: RouteTable, ctx: RouteContext, build: CallBuilder) -> Dispatch:
+        deadline: float | None = None
+        while True:
+            try:
+                return await self._send_once(table, ctx, build)
+            except (NoHealthyDeployment, UpstreamConnectError):
+                # nothing answered: a pool scaled to zero (or asleep) is held for, not failed
+                waking = self._wakeable(table, ctx.request.alias)
+                if self.waker is None or not waking:
+                    raise
+                if deadline is None:
+                    hold = max(d.config.wake.hold_s for d in waking if d.config.wake)
+                    deadline = time.monotonic() + hold
+                if not await self.waker.hold(ctx.request.alias, waking, deadline):
+                    raise
+
+    @staticmethod
+    def _wakeable(table: RouteTable, alias: str) -> list[Deployment]:
+        """The deployments of ``alias``'s chain that may be scaled to zero or asleep."""
+        return [d for route in table.chain(alias) for d in route.deployments if d.config.wake]
+
+    async def _send_once(
+        self, table: RouteTable, ctx: RouteContext, build: CallBuilder
+    ) -> Dispatch:
         req = ctx.request
         chain = table.chain(req.alias)
         local_only = chain[0].local_only
@@ -231,24 +288,26 @@ class Dispatcher:
             await prepare(fitting, ctx)
         observer: DispatchObserver = self.observer or _NoObserver()
         hooks = ctx.request.dispatch_hooks
-        for attempt in range(budget):
-            now = time.monotonic()
-            healthy = [d for d in fitting if d.state.healthy(now)]
-            if not healthy:
+        regions = self._region_preference()
+        attempt = -1
+        free = 0  # connection refused in a failing region: retried elsewhere at no cost
+        while attempt + 1 < budget + free:
+            attempt += 1
+            pool = _pool(fitting, tried, regions, hooks)
+            if not pool:
                 break
-            fresh = [d for d in healthy if id(d) not in tried]
-            pool = fresh or healthy
-            if hooks:
-                pool = preferred(hooks, pool)
             pick = self._finish_pick(route.strategy.pick(pool, ctx), ctx, hooks)
             dep = pick.deployment
             tried.add(id(dep))
             if attempt > 0:
                 await self._backoff(attempt)
             dep.state.in_flight += 1
+            dep.state.last_request_at = time.monotonic()
             ticket = observer.dispatched(pick, ctx)
             started = time.perf_counter()
             try:
+                if dep.state.asleep and self.waker is not None:
+                    await self.waker.ensure_awake(dep)
                 async with admitted(hooks, dep):
                     response = await dep.provider.send(build(pick))
             except UpstreamError as exc:
@@ -263,6 +322,8 @@ class Dispatcher:
                 if not exc.retryable:
                     raise
                 last_error = exc
+                if regions.active and isinstance(exc, UpstreamConnectError) and free < len(tried):
+                    free += 1  # the engine is gone (refused, reset): a dying region costs no retry
                 self._metrics.retries.labels(
                     route.name, dep.id, dep.version, exc.code or type(exc).__name__
                 ).inc()

@@ -28,6 +28,7 @@ from fleetgate.resources.http import OutboundHttp
 from fleetgate.routing.admin_routes import CanaryAdmin, EngineRoutingAdmin
 from fleetgate.routing.canary import CanarySplits
 from fleetgate.routing.deployment import Deployment
+from fleetgate.routing.dispatch import Dispatcher
 from fleetgate.routing.engine_stats import EngineStats
 from fleetgate.routing.kv_aware import EngineAwareRouting
 from fleetgate.routing.load_share import RedisLoadShare
@@ -35,7 +36,9 @@ from fleetgate.routing.prefix_share import PrefixShare
 from fleetgate.routing.salt import TenantSalt, engine_of_models
 from fleetgate.routing.semantic_stage import SemanticStage
 from fleetgate.routing.table import RouteTable
+from fleetgate.routing.wake import Waker
 from fleetgate.tasks import cancel_and_wait
+from fleetgate.telemetry.metrics import GatewayMetrics
 from fleetgate.telemetry.registry import Registry
 
 __all__ = ["CanaryFeature", "EngineRoutingFeature", "SemanticFeature", "engine_routing"]
@@ -220,3 +223,38 @@ async def _identify(salt: TenantSalt, deployments: list[Deployment], http: Outbo
 
     found = await asyncio.gather(*(one(d) for d in deployments))
     salt.remember((base, kind) for base, kind in found if kind)
+
+
+class WakeFeature(BaseFeature):
+    """Scale-to-zero holds and vLLM sleep mode (routing/wake.py): the dispatcher's waker and
+    the loop that puts idle sleep-mode deployments to sleep."""
+
+    name = "wake"
+
+    def __init__(self, waker: Waker) -> None:
+        self.waker = waker
+
+    @classmethod
+    def build(
+        cls,
+        dispatcher: Dispatcher,
+        table: Callable[[], RouteTable],
+        http: OutboundHttp,
+        metrics: GatewayMetrics,
+    ) -> WakeFeature:
+        waker = Waker(http, metrics, lambda: table().deployments())
+        dispatcher.waker = waker
+
+        def asleep() -> Iterable[tuple[tuple[str, str, str], bool]]:
+            for d in table().deployments():
+                if d.config.wake is not None:
+                    yield (d.alias, d.id, d.version), d.state.asleep
+
+        metrics.bind_asleep_gauge(asleep)
+        return cls(waker)
+
+    async def start(self) -> None:
+        await self.waker.start()
+
+    async def aclose(self) -> None:
+        await self.waker.aclose()

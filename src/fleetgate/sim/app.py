@@ -15,6 +15,7 @@ from fleetgate.sim.embeddings import embeddings_response
 from fleetgate.sim.faults import update_faults
 from fleetgate.sim.generate import chat_completions, completions, read_json
 from fleetgate.sim.protocol import check_model
+from fleetgate.sim.sleep import record_and_gate, sleep_routes
 from fleetgate.sim.state import SIM_STATE, SimState
 from fleetgate.telemetry.registry import Registry
 
@@ -126,7 +127,7 @@ def create_sim_app(config: SimConfig) -> web.Application:
     that disconnects while its request waits or hangs aborts the request at once.
     """
     config.validate()
-    app = web.Application(middlewares=[_errors], client_max_size=256 * 1024 * 1024)
+    app = web.Application(middlewares=[_errors, record_and_gate], client_max_size=256 * 1024 * 1024)
 
     async def engine_ctx(app: web.Application) -> AsyncIterator[None]:
         state = SimState(config)
@@ -155,4 +156,5 @@ def create_sim_app(config: SimConfig) -> web.Application:
     app.router.add_post("/sim/faults", _set_faults)
     app.router.add_get("/sim/stats", _stats)
     app.router.add_post("/reset_prefix_cache", _reset_prefix_cache)
+    app.router.add_routes(sleep_routes())
     return app

@@ -92,6 +92,8 @@ class SimConfig:
     # request for a more important waiting one; ``fcfs`` refuses a non-zero ``priority``.
     scheduling_policy: SchedulingPolicy = "fcfs"
     faults: FaultConfig = field(default_factory=FaultConfig)
+    # sleep mode: seconds ``POST /wake_up`` takes to bring a sleeping engine back
+    wake_up_s: float = 0.0
 
     @property
     def instant(self) -> bool:
@@ -104,7 +106,12 @@ class SimConfig:
         for name in (*positive, "block_size", "output_len", "embedding_dim"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1", param=name)
-        for name in ("prefill_ms_per_token", "decode_ms_per_step", "decode_batch_factor"):
+        for name in (
+            "prefill_ms_per_token",
+            "decode_ms_per_step",
+            "decode_batch_factor",
+            "wake_up_s",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0", param=name)
         if self.image_tokens < 0:

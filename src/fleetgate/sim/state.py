@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,10 @@ class SimState:
         self.engine = Engine(config, self.metrics)
         self.stats = SimStats()
         self.shutdown = asyncio.Event()
+        self.sleeping = False  # vLLM's sleep mode (sim/sleep.py)
+        self.sleep_level = 0
+        # headers of the last model requests (``GET /sim/requests``)
+        self.received_headers: deque[dict[str, str]] = deque(maxlen=1024)
 
     def stats_dict(self) -> dict[str, Any]:
         """Counters and live engine state, for tests and operators."""
@@ -60,6 +65,7 @@ class SimState:
             "kv_blocks_cached": engine.kv.num_cached,
             "steps": engine.steps,
             "faults": dataclasses.asdict(self.faults),
+            "sleeping": self.sleeping,
         }
 
 

@@ -61,6 +61,15 @@ class GatewayMetrics:
             "fleetgate_retries_total", "Retried attempts, by the error that caused them.",
             (*_DEP, "reason"),
         )  # fmt: skip
+        self.held = r.gauge(
+            "fleetgate_held_requests",
+            "Requests held while their pool scales up from zero or wakes from sleep.",
+            ("alias",),
+        )
+        self.asleep = r.gauge(
+            "fleetgate_deployment_asleep", "1 while the gateway has put a deployment to sleep.",
+            _DEP,
+        )  # fmt: skip
         self.fallbacks = r.counter(
             "fleetgate_fallbacks_total", "Requests that moved to a fallback alias.",
             ("alias", "fallback"),
@@ -95,3 +104,14 @@ class GatewayMetrics:
 
         self.in_flight.set_collector(in_flight)
         self.healthy.set_collector(healthy)
+
+    def bind_asleep_gauge(
+        self, deployments: Callable[[], Iterable[tuple[tuple[str, str, str], bool]]]
+    ) -> None:
+        """Read which deployments are asleep from live state when /metrics is scraped."""
+
+        def asleep() -> Iterable[tuple[tuple[str, ...], float]]:
+            for labels, sleeping in deployments():
+                yield labels, 1.0 if sleeping else 0.0
+
+        self.asleep.set_collector(asleep)

@@ -26,11 +26,18 @@ from fleetgate.providers.anthropic.wire import anthropic_headers, anthropic_mess
 from fleetgate.providers.base import Endpoint, UpstreamCall, UpstreamResponse
 from fleetgate.providers.http import HttpClient, map_client_error
 from fleetgate.sse import SSEParser, encode_sse
+from fleetgate.telemetry.tracing import TRACE_HEADERS
 
 # After [DONE] only the chunked-encoding terminator is left: wait this long for it.
 _DRAIN_S = 0.5
 
 __all__ = ["AnthropicProvider"]
+
+
+def _trace_only(headers: Mapping[str, str]) -> dict[str, str] | None:
+    """The W3C trace context of the attempt, the only gateway header a hosted API is sent."""
+    out = {k: v for k, v in headers.items() if k in TRACE_HEADERS}
+    return out or None
 
 
 def _error(status: int, body: bytes, headers: Mapping[str, str]) -> FleetgateError:
@@ -74,7 +81,13 @@ class AnthropicProvider:
         data = orjson.dumps(payload)
         if not call.stream:
             _, body = await self._http.post(
-                self._url, data, self._headers, call.timeouts, stream=False, on_error=_error
+                self._url,
+                data,
+                self._headers,
+                call.timeouts,
+                stream=False,
+                on_error=_error,
+                extra_headers=_trace_only(call.headers),
             )
             try:
                 message = orjson.loads(body or b"")
@@ -94,7 +107,13 @@ class AnthropicProvider:
         try:
             async with asyncio.timeout(call.timeouts.first_token):
                 resp, _ = await self._http.post(
-                    self._url, data, self._headers, call.timeouts, stream=True, on_error=_error
+                    self._url,
+                    data,
+                    self._headers,
+                    call.timeouts,
+                    stream=True,
+                    on_error=_error,
+                    extra_headers=_trace_only(call.headers),
                 )
                 batches = _translate(resp, translator)
                 try:
