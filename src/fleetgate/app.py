@@ -27,6 +27,7 @@ from fleetgate.config.settings import Settings
 from fleetgate.errors import ConfigError
 from fleetgate.feature import Feature, Features
 from fleetgate.http import AdminAccess
+from fleetgate.mcp.feature import McpFeature
 from fleetgate.multimodal.feature import MultimodalFeature
 from fleetgate.providers.http import HttpClient
 from fleetgate.providers.registry import ProviderRegistry
@@ -163,6 +164,7 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
         engine,  # engine stats, prefix index, decision log
         releases,  # model registry: aliases that follow a stage, evaluations, gates
         BatchesFeature(gw, access, cfg),  # Files + Batch APIs; lines run the path above
+        McpFeature.build(cfg, access, gw.request_ids.next, tenancy.runtime, safety.runtime),
     )
     built = _with_extra(tuple(f for f in features if f is not None), extra)
     router = next((f for f in built if isinstance(f, SemanticFeature)), None)

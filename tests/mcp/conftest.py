@@ -1,0 +1,153 @@
+"""Fixtures of the MCP gateway tests: the two upstream servers and a gateway in front of them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp import ClientSession  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+from fleetgate.app import create_app  # noqa: E402
+from fleetgate.config.schema import GatewayConfig  # noqa: E402
+from fleetgate.config.settings import Settings  # noqa: E402
+from tests.tenancy.support import MASTER, Gateway, free_port, served  # noqa: E402
+
+UPSTREAMS = str(Path(__file__).with_name("upstreams.py"))
+NOTES_TOKEN = "upstream-notes-credential-7f3a"
+FILES_TOKEN = "upstream-files-credential-91bc"
+
+
+@dataclass
+class HttpUpstream:
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(5)
+
+
+@pytest.fixture
+async def notes() -> AsyncIterator[HttpUpstream]:
+    """The "notes" server over streamable HTTP on 127.0.0.1 (needs the bearer NOTES_TOKEN)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, UPSTREAMS, "http", str(port), NOTES_TOKEN],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):  # bounded: 20 s
+            with contextlib.suppress(OSError):
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the notes MCP server did not start")
+        yield HttpUpstream(f"http://127.0.0.1:{port}/mcp", proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
+def mcp_section(notes_url: str, **overrides: Any) -> dict[str, Any]:
+    section: dict[str, Any] = {
+        "servers": {
+            "notes": {
+                "transport": "http",
+                "url": notes_url,
+                "headers": {"Authorization": f"Bearer {NOTES_TOKEN}"},
+                "price_per_call_usd": 0.002,
+                "tool_prices_usd": {"add": 0.0125},
+            },
+            "files": {
+                "transport": "stdio",
+                "command": sys.executable,
+                "args": [UPSTREAMS, "stdio"],
+                "secret_env": {"FILES_TOKEN": FILES_TOKEN},
+                "price_per_call_usd": 0.001,
+            },
+        },
+        "access": {
+            "teams": {"research": ["notes__*", "files__*"], "narrow": ["notes__echo"]},
+        },
+        "ping_interval_s": 0.3,
+        "reconnect_s": 0.2,
+    }
+    section.update(overrides)
+    return section
+
+
+def gateway_config(mcp: dict[str, Any], safety: bool = True) -> GatewayConfig:
+    data: dict[str, Any] = {
+        "models": [
+            {
+                "alias": "tiny",
+                "deployments": [
+                    {"provider": "openai", "model": "tiny", "api_base": "http://127.0.0.1:9/v1"}
+                ],
+            }
+        ],
+        "health": {"probe_interval_s": 30},
+        "tenancy": {"spend_flush_interval_s": 0.05, "poll_interval_s": 0.2},
+        "mcp": mcp,
+    }
+    if safety:
+        data["safety"] = {
+            "checks": {"words": {"type": "words"}},
+            "policies": {"default": {"input": ["words"]}},
+        }
+    return GatewayConfig.model_validate(data)
+
+
+StartGateway = Callable[..., Awaitable[Gateway]]
+
+
+@pytest.fixture
+async def start_gateway(tmp_path: Path) -> AsyncIterator[StartGateway]:
+    """Start a gateway (tenancy on SQLite) for an ``mcp:`` section; closed at the end."""
+    stack = contextlib.AsyncExitStack()
+
+    async def start(mcp: dict[str, Any], safety: bool = True) -> Gateway:
+        settings = Settings(
+            master_key=MASTER,
+            data_dir=tmp_path,
+            database_url=f"sqlite:///{tmp_path / 'fleetgate.db'}",
+            watch_config=False,
+        )
+        app = create_app(settings, gateway_config(mcp, safety))
+        url = await stack.enter_async_context(served(app))
+        session = await stack.enter_async_context(aiohttp.ClientSession())
+        return Gateway(url, app, session)
+
+    async with stack:
+        yield start
+
+
+@asynccontextmanager
+async def mcp_client(gateway_url: str, key: str) -> AsyncIterator[ClientSession]:
+    """The official MCP client, connected to the gateway's endpoint with a virtual key."""
+    import httpx2
+
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http,
+        streamable_http_client(f"{gateway_url}/mcp", http_client=http) as streams,
+        ClientSession(streams[0], streams[1]) as session,
+    ):
+        await session.initialize()
+        yield session

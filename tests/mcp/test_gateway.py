@@ -1,0 +1,200 @@
+"""The MCP gateway end to end: the official MCP client, through the gateway, to two MCP servers
+(streamable HTTP and stdio) written with the SDK; tenancy on SQLite."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from mcp.shared.exceptions import MCPError
+from sqlalchemy import select
+
+from fleetgate.store.tables import request_audit, safety_audit, spend
+from tests.mcp.conftest import (
+    FILES_TOKEN,
+    NOTES_TOKEN,
+    HttpUpstream,
+    StartGateway,
+    mcp_client,
+    mcp_section,
+)
+from tests.mcp.upstreams import INJECTION
+from tests.tenancy.support import Gateway, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+async def _rows(gw: Gateway, table: Any, **where: Any) -> list[dict[str, Any]]:
+    query = select(table)
+    for column, value in where.items():
+        query = query.where(table.c[column] == value)
+    async with gw.tenancy.db.engine.connect() as conn:
+        return [dict(r._mapping) for r in await conn.execute(query)]
+
+
+async def _wait_rows(gw: Gateway, table: Any, n: int = 1, **where: Any) -> list[dict[str, Any]]:
+    async def enough() -> bool:
+        return len(await _rows(gw, table, **where)) >= n
+
+    await wait_for(enough, timeout=10)
+    return await _rows(gw, table, **where)
+
+
+async def _raw_rpc(gw: Gateway, key: str, method: str, params: dict[str, Any]) -> str:
+    """One JSON-RPC request by hand: the whole response text as a client receives it."""
+    headers = {
+        "Authorization": f"Bearer {key}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+    async with gw.session.post(f"{gw.url}/mcp", json=body, headers=headers) as resp:
+        return f"{resp.status} {dict(resp.headers)} {await resp.text()}"
+
+
+async def test_lists_and_calls_both_servers_tools_without_leaking_credentials(
+    notes: HttpUpstream, start_gateway: StartGateway
+) -> None:
+    gw = await start_gateway(mcp_section(notes.url))
+    _, _, key = await gw.team_and_key("research")
+    async with mcp_client(gw.url, key) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert {"notes__echo", "notes__add", "files__echo", "files__add"} <= names
+        result = await client.call_tool("notes__echo", {"text": "hi"})
+        assert not result.is_error
+        assert result.content[0].text == "notes: hi"  # type: ignore[union-attr]
+        result = await client.call_tool("files__add", {"a": 2, "b": 40})
+        assert result.structured_content == {"result": 42}
+    seen = [
+        await _raw_rpc(gw, key, "tools/list", {}),
+        await _raw_rpc(gw, key, "tools/call", {"name": "notes__echo", "arguments": {"text": "x"}}),
+        await _raw_rpc(gw, key, "tools/call", {"name": "nope__x", "arguments": {}}),
+    ]
+    _, servers = await gw.admin("GET", "/admin/mcp/servers")
+    _, config = await gw.admin("GET", "/admin/config")
+    seen += [json.dumps(servers), json.dumps(config)]
+    assert {s["name"]: s["connected"] for s in servers["data"]} == {"notes": True, "files": True}
+    for text in seen:
+        assert NOTES_TOKEN not in text and FILES_TOKEN not in text
+
+
+async def test_a_key_without_the_tool_is_refused_and_audited(
+    notes: HttpUpstream, start_gateway: StartGateway
+) -> None:
+    gw = await start_gateway(mcp_section(notes.url))
+    _, key_id, key = await gw.team_and_key("narrow")
+    async with mcp_client(gw.url, key) as client:
+        assert [t.name for t in (await client.list_tools()).tools] == ["notes__echo"]
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("files__add", {"a": 1, "b": 2})
+        assert refused.value.error.code == -32602
+        assert (await client.call_tool("notes__echo", {"text": "ok"})).is_error is False
+    rows = await _wait_rows(gw, request_audit, key_id=key_id, decision="refused_tool")
+    assert rows[0]["alias"] == "mcp/files" and rows[0]["status"] == 403
+    assert not await _rows(gw, spend, key_id=key_id, alias="mcp/files")
+
+
+async def test_calls_are_in_spend_with_their_price_and_in_the_audit_with_payloads(
+    notes: HttpUpstream, start_gateway: StartGateway
+) -> None:
+    gw = await start_gateway(mcp_section(notes.url))
+    team_id, key_id, key = await gw.team_and_key("research", team_fields={"log_payloads": True})
+    async with mcp_client(gw.url, key) as client:
+        await client.call_tool("notes__add", {"a": 1, "b": 2})
+        await client.call_tool("notes__echo", {"text": "priced"})
+        await client.call_tool("files__echo", {"text": "cheap"})
+    rows = await _wait_rows(gw, spend, 3, key_id=key_id)
+    cost = {(r["alias"], r["tags"]["mcp_tool"]): r["cost_nusd"] for r in rows}
+    assert cost == {
+        ("mcp/notes", "add"): 12_500_000,  # tool_prices_usd.add: 0.0125 USD
+        ("mcp/notes", "echo"): 2_000_000,  # price_per_call_usd: 0.002
+        ("mcp/files", "echo"): 1_000_000,
+    }
+    assert {r["team_id"] for r in rows} == {team_id}
+    audit = await _wait_rows(gw, request_audit, 3, key_id=key_id)
+    add = next(r for r in audit if r["prompt"]["tool"] == "add")
+    assert add["decision"] == "allowed" and add["prompt"]["arguments"] == {"a": 1, "b": 2}
+    assert json.loads(add["response"])["structuredContent"] == {"result": 3}
+    _, report = await gw.admin("GET", "/admin/spend?group_by=team")
+    assert json.dumps(report).count(team_id) >= 1
+
+
+async def test_an_injection_in_a_tool_result_is_blocked_and_audited(
+    notes: HttpUpstream, start_gateway: StartGateway
+) -> None:
+    gw = await start_gateway(mcp_section(notes.url))
+    _, key_id, key = await gw.team_and_key("research", team_fields={"log_payloads": True})
+    async with mcp_client(gw.url, key) as client:
+        result = await client.call_tool("files__fetch_page", {"url": "https://x.example"})
+        clean = await client.call_tool("files__echo", {"text": "harmless"})
+    assert result.is_error is True
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert "withheld" in text and "prompt_injection" in text
+    assert "IGNORE ALL PREVIOUS" not in result.model_dump_json()
+    assert result.structured_content is None
+    assert clean.is_error is False
+    audit = await _wait_rows(gw, request_audit, key_id=key_id, decision="blocked")
+    assert audit[0]["error_type"] == "content_filter"
+    assert INJECTION not in (audit[0]["response"] or "")  # the audit keeps what the caller got
+    flagged = await _wait_rows(gw, safety_audit, key_id=key_id)
+    assert flagged[0]["flagged"] and "prompt_injection" in flagged[0]["categories"]
+    assert flagged[0]["alias"] == "mcp/files"
+
+
+async def test_tool_calls_are_rate_limited_per_key(
+    notes: HttpUpstream, start_gateway: StartGateway
+) -> None:
+    gw = await start_gateway(mcp_section(notes.url, key_rpm=3))
+    _, key_id, key = await gw.team_and_key("research")
+    _, _, other = await gw.team_and_key("research-2", team_fields={})
+    async with mcp_client(gw.url, key) as client:
+        for i in range(3):
+            await client.call_tool("files__echo", {"text": str(i)})
+        with pytest.raises(MCPError) as limited:
+            await client.call_tool("notes__echo", {"text": "one too many"})
+    assert limited.value.error.code == -32029
+    assert "retry in" in limited.value.error.message
+    assert 0 < limited.value.error.data["retry_after_s"] <= 60  # type: ignore[index]
+    rows = await _wait_rows(gw, request_audit, key_id=key_id, decision="refused_requests")
+    assert rows[0]["status"] == 429
+    assert other  # another key of its own limit is not affected:
+    async with mcp_client(gw.url, other) as client:
+        assert not (await client.list_tools()).tools  # team research-2 has no allow-list
+
+
+async def test_a_dead_server_leaves_the_other_servers_tools_working(
+    notes: HttpUpstream, start_gateway: StartGateway
+) -> None:
+    gw = await start_gateway(mcp_section(notes.url))
+    _, _, key = await gw.team_and_key("research")
+    notes.kill()
+    async with mcp_client(gw.url, key) as client:
+        with pytest.raises(MCPError) as gone:
+            await client.call_tool("notes__echo", {"text": "anyone?"})
+        assert gone.value.error.code in (-32001, -32602)
+
+        async def notes_dropped() -> bool:
+            names = {t.name for t in (await client.list_tools()).tools}
+            return "files__echo" in names and not any(n.startswith("notes__") for n in names)
+
+        await wait_for(notes_dropped, timeout=10, interval=0.2)
+        result = await client.call_tool("files__echo", {"text": "still here"})
+        assert result.content[0].text == "files: still here"  # type: ignore[union-attr]
+    _, servers = await gw.admin("GET", "/admin/mcp/servers")
+    state = {s["name"]: s for s in servers["data"]}
+    assert state["notes"]["connected"] is False and state["notes"]["last_error"]
+    assert state["files"]["connected"] is True
+
+
+async def test_the_endpoint_needs_a_virtual_key(
+    notes: HttpUpstream, start_gateway: StartGateway
+) -> None:
+    gw = await start_gateway(mcp_section(notes.url))
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    for headers in ({}, {"Authorization": "Bearer sk-fg-not-a-key"}):
+        async with gw.session.post(f"{gw.url}/mcp", json=body, headers=headers) as resp:
+            assert resp.status == 401
+            assert resp.headers["WWW-Authenticate"] == "Bearer"
+            reply = await resp.json()
+        assert reply["jsonrpc"] == "2.0" and reply["error"]["code"] == -32600
