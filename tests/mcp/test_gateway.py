@@ -198,3 +198,23 @@ async def test_the_endpoint_needs_a_virtual_key(
             assert resp.headers["WWW-Authenticate"] == "Bearer"
             reply = await resp.json()
         assert reply["jsonrpc"] == "2.0" and reply["error"]["code"] == -32600
+
+
+async def test_transport_errors_are_json_rpc_errors_with_4xx(
+    notes: HttpUpstream, start_gateway: StartGateway
+) -> None:
+    gw = await start_gateway(mcp_section(notes.url))
+    _, _, key = await gw.team_and_key("research")
+    auth = {"Authorization": f"Bearer {key}", "Accept": "application/json, text/event-stream"}
+    post = {**auth, "Content-Type": "application/json"}
+    async with gw.session.post(f"{gw.url}/mcp", data=b"{not json", headers=post) as resp:
+        assert resp.status == 400
+        assert (await resp.json())["error"]["code"] == -32700
+    async with gw.session.get(f"{gw.url}/mcp", headers=auth) as resp:
+        assert resp.status == 405  # no server-initiated stream: stateless, JSON responses
+    body = {"jsonrpc": "2.0", "id": 3, "method": "resources/list", "params": {}}
+    async with gw.session.post(
+        f"{gw.url}/mcp", json=body, headers={**post, "MCP-Protocol-Version": "2025-11-25"}
+    ) as resp:
+        reply = await resp.json()
+    assert reply["error"]["code"] == -32601  # only tools are served

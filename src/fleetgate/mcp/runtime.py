@@ -123,6 +123,10 @@ class McpRuntime:
             principal = self.access.principal(request)
         except AuthenticationFailed as exc:
             return _rpc_error(401, _INVALID_REQUEST, exc.message, **{"WWW-Authenticate": "Bearer"})
+        if request.method == "GET":
+            # Stateless: the server never sends on its own, so it offers no GET stream (the
+            # spec's 405), rather than an SSE stream per client held open with nothing on it.
+            return _rpc_error(405, _INVALID_REQUEST, "Method not allowed.", Allow="POST, DELETE")
         if not self._running.is_set():
             return _rpc_error(503, -32603, "The MCP gateway is starting.", **{"Retry-After": "1"})
         return await serve_asgi(self.manager.handle_request, request, {PRINCIPAL: principal})
