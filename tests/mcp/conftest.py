@@ -23,7 +23,14 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from fleetgate.app import create_app  # noqa: E402
 from fleetgate.config.schema import GatewayConfig  # noqa: E402
 from fleetgate.config.settings import Settings  # noqa: E402
-from tests.tenancy.support import MASTER, Gateway, free_port, served  # noqa: E402
+from tests.tenancy.support import (  # noqa: E402
+    MASTER,
+    Gateway,
+    create_pg_database,
+    drop_pg_database,
+    free_port,
+    served,
+)
 
 UPSTREAMS = str(Path(__file__).with_name("upstreams.py"))
 NOTES_TOKEN = "upstream-notes-credential-7f3a"
@@ -109,8 +116,8 @@ def gateway_config(mcp: dict[str, Any], safety: bool = True) -> GatewayConfig:
     }
     if safety:
         data["safety"] = {
-            "checks": {"words": {"type": "words"}},
-            "policies": {"default": {"input": ["words"]}},
+            "checks": {"words": {"type": "words"}, "pii": {"type": "pii"}},
+            "policies": {"default": {"input": ["words", "pii"], "actions": {"pii": "mask"}}},
         }
     return GatewayConfig.model_validate(data)
 
@@ -123,11 +130,13 @@ async def start_gateway(tmp_path: Path) -> AsyncIterator[StartGateway]:
     """Start a gateway (tenancy on SQLite) for an ``mcp:`` section; closed at the end."""
     stack = contextlib.AsyncExitStack()
 
-    async def start(mcp: dict[str, Any], safety: bool = True) -> Gateway:
+    async def start(
+        mcp: dict[str, Any], safety: bool = True, database_url: str | None = None
+    ) -> Gateway:
         settings = Settings(
             master_key=MASTER,
             data_dir=tmp_path,
-            database_url=f"sqlite:///{tmp_path / 'fleetgate.db'}",
+            database_url=database_url or f"sqlite:///{tmp_path / 'fleetgate.db'}",
             watch_config=False,
         )
         app = create_app(settings, gateway_config(mcp, safety))
@@ -137,6 +146,19 @@ async def start_gateway(tmp_path: Path) -> AsyncIterator[StartGateway]:
 
     async with stack:
         yield start
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """A fresh store: SQLite, and a new database on the local PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'spend.db'}"
+        return
+    url = await create_pg_database()
+    try:
+        yield url
+    finally:
+        await drop_pg_database(url)
 
 
 @asynccontextmanager

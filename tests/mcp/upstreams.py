@@ -40,6 +40,11 @@ def build(name: str) -> Any:
         """A web page that carries an indirect prompt injection."""
         return INJECTION
 
+    @server.tool(structured_output=False)
+    def contact(person: str) -> str:
+        """A directory lookup whose answer carries personal data (text only)."""
+        return f"Write to {person} at alice.smith@example.com about the report."
+
     return server
 
 

@@ -46,14 +46,16 @@ from fleetgate.tenancy.runtime import Tenancy
 from fleetgate.tenancy.scopes import scope_for
 from fleetgate.tenancy.settles import Settles
 
-__all__ = ["INVALID_PARAMS", "RATE_LIMITED", "UNAVAILABLE", "ToolGateway"]
+__all__ = ["INVALID_PARAMS", "RATE_LIMITED", "TIMED_OUT", "UNAVAILABLE", "ToolGateway"]
 
 log = logging.getLogger("fleetgate.mcp")
 
-INVALID_PARAMS = -32602  # JSON-RPC: an unknown (or not allowed) tool, as the MCP spec says
-UNAVAILABLE = -32001  # server error range: the upstream server cannot be reached
-RATE_LIMITED = -32029  # server error range: a limit or budget refused the call
-TIMED_OUT = -32008
+# JSON-RPC error codes of the gateway. -32000..-32019 is the implementation-defined band; the
+# SDK uses -32000 (connection closed, never on the wire) and -32001 (request timeout).
+INVALID_PARAMS = -32602  # an unknown (or not allowed) tool, as the MCP spec says
+TIMED_OUT = -32001  # the upstream server did not answer within call_timeout_s (the SDK's code)
+UNAVAILABLE = -32010  # the upstream server is not connected, or the connection broke
+RATE_LIMITED = -32011  # a rate limit, parallel limit or budget refused the call
 
 
 def _no_alerts(scopes: tuple[Scope, ...], totals: dict[str, int], cost: int) -> None:

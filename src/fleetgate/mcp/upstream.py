@@ -31,6 +31,7 @@ import mcp.types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from fleetgate.mcp.config import McpServerConfig
 from fleetgate.tasks import cancel_and_wait
@@ -93,8 +94,15 @@ class Upstream:
         try:
             async with asyncio.timeout(self.config.call_timeout_s):
                 return await session.call_tool(tool, arguments)
-        except (MCPError, TimeoutError):
+        except TimeoutError:
             raise
+        except MCPError as exc:
+            if exc.error.code == REQUEST_TIMEOUT:
+                raise TimeoutError from None
+            if exc.error.code != CONNECTION_CLOSED:
+                raise  # the server's own answer
+            self._lost.set()
+            raise UpstreamUnavailable(f"MCP server {self.name!r}: the connection closed") from exc
         except Exception as exc:
             self._lost.set()
             raise UpstreamUnavailable(f"MCP server {self.name!r}: the connection broke") from exc
