@@ -21,6 +21,7 @@ from pydantic_core import PydanticUndefined
 
 from fleetgate.batches.config import BatchesConfig
 from fleetgate.config.schema import HealthConfig, RouterConfig, RoutingConfig
+from fleetgate.mcp.config import McpConfig
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.releases.config import ReleasesConfig
 from fleetgate.routing.semantic_config import SemanticConfig
@@ -37,6 +38,7 @@ SECTIONS: list[tuple[str, str, type[BaseModel]]] = [
     ("docs/scheduling.md", "scheduling", SchedulingConfig),
     ("docs/releases.md", "releases", ReleasesConfig),
     ("docs/scheduling.md", "batches", BatchesConfig),
+    ("docs/mcp.md", "mcp", McpConfig),
 ]
 
 
