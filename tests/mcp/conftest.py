@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -131,15 +132,24 @@ async def start_gateway(tmp_path: Path) -> AsyncIterator[StartGateway]:
     stack = contextlib.AsyncExitStack()
 
     async def start(
-        mcp: dict[str, Any], safety: bool = True, database_url: str | None = None
+        mcp: dict[str, Any],
+        safety: bool = True,
+        database_url: str | None = None,
+        redis_url: str | None = None,
     ) -> Gateway:
         settings = Settings(
             master_key=MASTER,
             data_dir=tmp_path,
             database_url=database_url or f"sqlite:///{tmp_path / 'fleetgate.db'}",
+            redis_url=redis_url,
             watch_config=False,
         )
-        app = create_app(settings, gateway_config(mcp, safety))
+        config = gateway_config(mcp, safety)
+        if redis_url:  # a prefix of its own: counters never meet another test's
+            prefix = f"fgtest:mcp:{os.getpid()}:{os.urandom(4).hex()}:"
+            tenancy = config.tenancy.model_copy(update={"redis_prefix": prefix})
+            config = config.model_copy(update={"tenancy": tenancy})
+        app = create_app(settings, config)
         url = await stack.enter_async_context(served(app))
         session = await stack.enter_async_context(aiohttp.ClientSession())
         return Gateway(url, app, session)

@@ -11,17 +11,19 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from sqlalchemy import select
 
+from fleetgate.api.state import GATEWAY
 from fleetgate.store.tables import request_audit, safety_audit, spend
 from tests.mcp.conftest import (
     FILES_TOKEN,
     NOTES_TOKEN,
     HttpUpstream,
     StartGateway,
+    gateway_config,
     mcp_client,
     mcp_section,
 )
 from tests.mcp.upstreams import INJECTION
-from tests.tenancy.support import Gateway, wait_for
+from tests.tenancy.support import REDIS_URL, Gateway, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -94,6 +96,16 @@ async def test_a_key_without_the_tool_is_refused_and_audited(
     rows = await _wait_rows(gw, request_audit, key_id=key_id, decision="refused_tool")
     assert rows[0]["alias"] == "mcp/files" and rows[0]["status"] == 403
     assert not await _rows(gw, spend, key_id=key_id, alias="mcp/files")
+    # A reloaded config narrows one key below its team's list, at once.
+    _, other_id, other = await gw.team_and_key("research")
+    section = mcp_section(notes.url)
+    section["access"] = {**section["access"], "keys": {other_id: ["files__add"]}}
+    feature = next(f for f in gw.app[GATEWAY].features.all if f.name == "mcp")
+    feature.reconfigure(gateway_config(section))
+    async with mcp_client(gw.url, other) as client:
+        assert [t.name for t in (await client.list_tools()).tools] == ["files__add"]
+    async with mcp_client(gw.url, key) as client:  # its team-mate keeps the team's list
+        assert [t.name for t in (await client.list_tools()).tools] == ["notes__echo"]
 
 
 async def test_calls_are_in_spend_with_their_price_and_in_the_audit_with_payloads(
@@ -180,10 +192,11 @@ async def test_tool_prices_count_against_the_team_budget(
     assert refused.error.data["reason"] == "budget"  # type: ignore[index]
 
 
+@pytest.mark.parametrize("redis_url", [None, REDIS_URL], ids=["memory", "redis"])
 async def test_tool_calls_are_rate_limited_per_key(
-    notes: HttpUpstream, start_gateway: StartGateway
+    notes: HttpUpstream, start_gateway: StartGateway, redis_url: str | None
 ) -> None:
-    gw = await start_gateway(mcp_section(notes.url, key_rpm=3))
+    gw = await start_gateway(mcp_section(notes.url, key_rpm=3), redis_url=redis_url)
     _, key_id, key = await gw.team_and_key("research")
     _, _, other = await gw.team_and_key("research-2", team_fields={})
     async with mcp_client(gw.url, key) as client:

@@ -117,7 +117,7 @@ class Upstream:
                 wait = self.reconnect_s
             except asyncio.CancelledError:
                 raise
-            except BaseException as exc:  # an ExceptionGroup from a transport's task group
+            except Exception as exc:  # often an ExceptionGroup from a transport's task group
                 self.last_error = _describe(exc)
                 log.warning(
                     "MCP server %s: %s; reconnecting in %.1fs", self.name, self.last_error, wait
