@@ -5,7 +5,8 @@ HTTP on 127.0.0.1) and ``fleetgate serve`` with that server under ``mcp:`` (tena
 allow-list, limits, spend and audit rows; the safety policy's ``words`` input check on every
 result). One client process (the official ``mcp`` client) holds a session to each and, in each
 of ``--runs`` rounds, makes ``--calls`` sequential ``tools/call`` each way, alternating direct
-and through the gateway. Prints per round the p50 and p90 of both and the ratio, then the median over rounds.
+and through the gateway. Prints per round the p50 and p90 of both and the ratio, then the
+median over rounds.
 
     PYTHONPATH=src python bench/mcp/run.py                      # 5 rounds of 200 calls
     PYTHONPATH=src python bench/mcp/run.py --calls 50 --runs 3  # short check
