@@ -136,6 +136,7 @@ async def start_gateway(tmp_path: Path) -> AsyncIterator[StartGateway]:
         safety: bool = True,
         database_url: str | None = None,
         redis_url: str | None = None,
+        tenancy: bool = True,
     ) -> Gateway:
         settings = Settings(
             master_key=MASTER,
@@ -145,6 +146,9 @@ async def start_gateway(tmp_path: Path) -> AsyncIterator[StartGateway]:
             watch_config=False,
         )
         config = gateway_config(mcp, safety)
+        if not tenancy:
+            off = config.tenancy.model_copy(update={"enabled": False})
+            config = config.model_copy(update={"tenancy": off})
         if redis_url:  # a prefix of its own: counters never meet another test's
             prefix = f"fgtest:mcp:{os.getpid()}:{os.urandom(4).hex()}:"
             tenancy = config.tenancy.model_copy(update={"redis_prefix": prefix})

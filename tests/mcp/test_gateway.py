@@ -23,7 +23,7 @@ from tests.mcp.conftest import (
     mcp_section,
 )
 from tests.mcp.upstreams import INJECTION
-from tests.tenancy.support import REDIS_URL, Gateway, wait_for
+from tests.tenancy.support import MASTER, REDIS_URL, Gateway, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -269,3 +269,37 @@ async def test_transport_errors_are_json_rpc_errors_with_4xx(
     ) as resp:
         reply = await resp.json()
     assert reply["error"]["code"] == -32601  # only tools are served
+
+
+async def test_without_tenancy_the_master_key_uses_every_tool_within_the_mcp_limits(
+    notes: HttpUpstream, start_gateway: StartGateway
+) -> None:
+    gw = await start_gateway(mcp_section(notes.url, key_rpm=2), tenancy=False)
+    async with mcp_client(gw.url, MASTER) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert {"notes__fetch_page", "files__contact"} <= names
+        await client.call_tool("notes__echo", {"text": "1"})
+        blocked = await client.call_tool("notes__fetch_page", {"url": "x"})
+        assert blocked.is_error  # safety holds without tenancy
+        with pytest.raises(MCPError) as limited:
+            await client.call_tool("files__echo", {"text": "3"})
+        assert limited.value.error.code == -32011
+
+
+async def test_a_call_past_its_timeout_fails_and_the_server_keeps_serving(
+    notes: HttpUpstream, start_gateway: StartGateway
+) -> None:
+    section = mcp_section(notes.url)
+    section["servers"]["files"]["call_timeout_s"] = 0.5
+    gw = await start_gateway(section)
+    _, key_id, key = await gw.team_and_key("research")
+    async with mcp_client(gw.url, key) as client:
+        with pytest.raises(MCPError) as late:
+            await client.call_tool("files__sleep", {"seconds": 5})
+        assert late.value.error.code == -32001
+        result = await client.call_tool("files__echo", {"text": "next"})
+        assert result.content[0].text == "files: next"  # type: ignore[union-attr]
+    rows = await _wait_rows(gw, request_audit, key_id=key_id, decision="error")
+    assert rows[0]["status"] == 504
+    billed = await _wait_rows(gw, spend, key_id=key_id)
+    assert [r["tags"]["mcp_tool"] for r in billed] == ["echo"]  # the late call is not billed

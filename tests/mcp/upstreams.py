@@ -21,6 +21,7 @@ INJECTION = (
 
 
 def build(name: str) -> Any:
+    import anyio
     from mcp.server.mcpserver import MCPServer
 
     server = MCPServer(name)
@@ -39,6 +40,12 @@ def build(name: str) -> Any:
     def fetch_page(url: str) -> str:
         """A web page that carries an indirect prompt injection."""
         return INJECTION
+
+    @server.tool()
+    async def sleep(seconds: float) -> str:
+        """Answer after ``seconds``."""
+        await anyio.sleep(seconds)
+        return "awake"
 
     @server.tool(structured_output=False)
     def contact(person: str) -> str:

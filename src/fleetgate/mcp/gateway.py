@@ -21,6 +21,7 @@ that the caller's allow-lists admit. ``call(principal, name, arguments)``:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -160,6 +161,9 @@ class ToolGateway:
             call.result = result
             cost = _nusd(upstream.config.price_usd(call.tool))
             return result
+        except asyncio.CancelledError:  # the client went away: audited, not billed
+            call.decision, call.status, call.error_type = "cancelled", 499, "cancelled"
+            raise
         finally:
             self._settle(reservation, cost)
             self._finish(call, call.decision, call.status, call.error_type, cost)
