@@ -16,21 +16,17 @@ from typing import Any
 import aiohttp
 import pytest
 
-pytest.importorskip("mcp")
-
-from mcp import ClientSession  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-
-from fleetgate.app import create_app  # noqa: E402
-from fleetgate.config.schema import GatewayConfig  # noqa: E402
-from fleetgate.config.settings import Settings  # noqa: E402
-from tests.tenancy.support import (  # noqa: E402
+from fleetgate.app import create_app
+from fleetgate.config.schema import GatewayConfig
+from fleetgate.config.settings import Settings
+from tests.tenancy.support import (
     MASTER,
     Gateway,
     create_pg_database,
     drop_pg_database,
     free_port,
     served,
+    wait_for,
 )
 
 UPSTREAMS = str(Path(__file__).with_name("upstreams.py"))
@@ -156,7 +152,14 @@ async def start_gateway(tmp_path: Path) -> AsyncIterator[StartGateway]:
         app = create_app(settings, config)
         url = await stack.enter_async_context(served(app))
         session = await stack.enter_async_context(aiohttp.ClientSession())
-        return Gateway(url, app, session)
+        gateway = Gateway(url, app, session)
+
+        async def all_connected() -> bool:  # a loaded machine starts the stdio server slowly
+            _, servers = await gateway.admin("GET", "/admin/mcp/servers")
+            return all(s["connected"] for s in servers["data"])
+
+        await wait_for(all_connected, timeout=30, interval=0.1)
+        return gateway
 
     async with stack:
         yield start
@@ -176,9 +179,12 @@ async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
 
 
 @asynccontextmanager
-async def mcp_client(gateway_url: str, key: str) -> AsyncIterator[ClientSession]:
-    """The official MCP client, connected to the gateway's endpoint with a virtual key."""
+async def mcp_client(gateway_url: str, key: str) -> AsyncIterator[Any]:
+    """The official MCP client (a ``ClientSession``), connected to the gateway's endpoint with
+    a virtual key."""
     import httpx2
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
 
     async with (
         httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http,

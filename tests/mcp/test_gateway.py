@@ -8,6 +8,9 @@ import json
 from typing import Any
 
 import pytest
+
+pytest.importorskip("mcp")  # the `mcp` extra
+
 from mcp.shared.exceptions import MCPError
 from sqlalchemy import select
 

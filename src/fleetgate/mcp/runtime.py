@@ -42,7 +42,6 @@ __all__ = ["PRINCIPAL", "McpRuntime"]
 
 PRINCIPAL = "fleetgate.principal"  # the ASGI scope key the handlers read the caller from
 _INVALID_REQUEST = -32600
-_START_WAIT_S = 5.0  # how long start-up waits for the servers' first connection
 
 
 def _version() -> str:
@@ -157,15 +156,15 @@ class McpRuntime:
             await self._stop.wait()
 
     async def start(self) -> None:
-        """Start the session manager and connect every server (waits a little for the first
-        connections, so the first ``tools/list`` is complete; a server still down is retried
-        in the background)."""
+        """Start the session manager and connect every server (waits up to each server's
+        ``connect_timeout_s`` for its first connection, so the first ``tools/list`` is
+        complete; a server still down is retried in the background)."""
         self._manager_task = asyncio.get_running_loop().create_task(
             self._serve_manager(), name="fg-mcp-sessions"
         )
         for upstream in self.upstreams.values():
             await upstream.start()
-        waits = [up.wait_connected(_START_WAIT_S) for up in self.upstreams.values()]
+        waits = [up.wait_connected(up.config.connect_timeout_s) for up in self.upstreams.values()]
         await asyncio.gather(*waits, self._running.wait())
 
     async def aclose(self) -> None:
