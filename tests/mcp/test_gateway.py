@@ -306,3 +306,49 @@ async def test_a_call_past_its_timeout_fails_and_the_server_keeps_serving(
     assert rows[0]["status"] == 504
     billed = await _wait_rows(gw, spend, key_id=key_id)
     assert [r["tags"]["mcp_tool"] for r in billed] == ["echo"]  # the late call is not billed
+
+
+HOSTILE: list[bytes] = [
+    b"",
+    b"null",
+    b"[]",
+    b"[1, 2]",
+    b'"text"',
+    b'{"jsonrpc": "2.0"}',
+    b'{"jsonrpc": "1.0", "id": 1, "method": "tools/list"}',
+    b'{"jsonrpc": "2.0", "id": {"a": 1}, "method": "tools/list"}',
+    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call"}',
+    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": 5}}',
+    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "files__add"}}',
+    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call",'
+    b' "params": {"name": "files__add", "arguments": [1]}}',
+    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call",'
+    b' "params": {"name": "files__add", "arguments": {"a": "x", "b": {}}}}',
+    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "__"}}',
+    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "\\u0000__x"}}',
+    b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+    b'{"jsonrpc": "2.0", "id": 1, "result": {}}',
+    b"\xff\xfe\x00garbage",
+    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": "x"}',
+]
+
+
+async def test_hostile_bodies_get_4xx_or_json_rpc_errors_never_5xx(
+    notes: HttpUpstream, start_gateway: StartGateway
+) -> None:
+    gw = await start_gateway(mcp_section(notes.url))
+    _, _, key = await gw.team_and_key("research")
+    headers = {
+        "Authorization": f"Bearer {key}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    for body in HOSTILE:
+        async with gw.session.post(f"{gw.url}/mcp", data=body, headers=headers) as resp:
+            text = await resp.text()
+            assert resp.status < 500, (body, resp.status, text)
+            if resp.status >= 400:
+                assert json.loads(text)["error"]["code"] < 0, (body, text)
+    async with mcp_client(gw.url, key) as client:  # still serving
+        assert (await client.call_tool("files__add", {"a": 1, "b": 1})).structured_content
