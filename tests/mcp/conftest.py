@@ -9,7 +9,6 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,39 +33,43 @@ NOTES_TOKEN = "upstream-notes-credential-7f3a"
 FILES_TOKEN = "upstream-files-credential-91bc"
 
 
-@dataclass
 class HttpUpstream:
-    url: str
-    process: subprocess.Popen[bytes]
+    """The "notes" server over streamable HTTP on 127.0.0.1 (needs the bearer NOTES_TOKEN);
+    it can be killed and started again on the same port."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    async def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, UPSTREAMS, "http", str(self.port), NOTES_TOKEN],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(300):  # bounded: 30 s
+            with contextlib.suppress(OSError):
+                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+                writer.close()
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError("the notes MCP server did not start")
 
     def kill(self) -> None:
-        self.process.kill()
-        self.process.wait(5)
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(5)
 
 
 @pytest.fixture
 async def notes() -> AsyncIterator[HttpUpstream]:
-    """The "notes" server over streamable HTTP on 127.0.0.1 (needs the bearer NOTES_TOKEN)."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, UPSTREAMS, "http", str(port), NOTES_TOKEN],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    upstream = HttpUpstream()
     try:
-        for _ in range(200):  # bounded: 20 s
-            with contextlib.suppress(OSError):
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.close()
-                break
-            await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("the notes MCP server did not start")
-        yield HttpUpstream(f"http://127.0.0.1:{port}/mcp", proc)
+        await upstream.start()
+        yield upstream
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
+        upstream.kill()
 
 
 def mcp_section(notes_url: str, **overrides: Any) -> dict[str, Any]:

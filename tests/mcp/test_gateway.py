@@ -217,7 +217,7 @@ async def test_tool_calls_are_rate_limited_per_key(
         assert not (await client.list_tools()).tools  # team research-2 has no allow-list
 
 
-async def test_a_dead_server_leaves_the_other_servers_tools_working(
+async def test_a_dead_server_leaves_the_others_working_and_comes_back(
     notes: HttpUpstream, start_gateway: StartGateway
 ) -> None:
     gw = await start_gateway(mcp_section(notes.url))
@@ -239,6 +239,15 @@ async def test_a_dead_server_leaves_the_other_servers_tools_working(
     state = {s["name"]: s for s in servers["data"]}
     assert state["notes"]["connected"] is False and state["notes"]["last_error"]
     assert state["files"]["connected"] is True
+    await notes.start()  # back on its port: reconnected in the background, tools return
+    async with mcp_client(gw.url, key) as client:
+
+        async def notes_back() -> bool:
+            return "notes__echo" in {t.name for t in (await client.list_tools()).tools}
+
+        await wait_for(notes_back, timeout=20, interval=0.2)
+        result = await client.call_tool("notes__echo", {"text": "back"})
+        assert result.content[0].text == "notes: back"  # type: ignore[union-attr]
 
 
 async def test_the_endpoint_needs_a_virtual_key(
