@@ -164,7 +164,9 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
         engine,  # engine stats, prefix index, decision log
         releases,  # model registry: aliases that follow a stage, evaluations, gates
         BatchesFeature(gw, access, cfg),  # Files + Batch APIs; lines run the path above
-        McpFeature.build(cfg, access, gw.request_ids.next, tenancy.runtime, safety.runtime),
+        McpFeature.build(
+            cfg, registry, access, gw.request_ids.next, tenancy.runtime, safety.runtime
+        ),  # the MCP gateway, when `mcp.servers` is set: tools behind the same keys and checks
     )
     built = _with_extra(tuple(f for f in features if f is not None), extra)
     router = next((f for f in built if isinstance(f, SemanticFeature)), None)

@@ -156,6 +156,11 @@ async def test_an_injection_in_a_tool_result_is_blocked_and_audited(
     flagged = await _wait_rows(gw, safety_audit, key_id=key_id)
     assert flagged[0]["flagged"] and "prompt_injection" in flagged[0]["categories"]
     assert flagged[0]["alias"] == "mcp/files"
+    async with gw.session.get(f"{gw.url}/metrics") as resp:
+        metrics = await resp.text()
+    assert 'fleetgate_mcp_tool_calls_total{server="files",decision="blocked"} 1' in metrics
+    assert 'fleetgate_mcp_tool_calls_total{server="files",decision="allowed"} 1' in metrics
+    assert 'fleetgate_mcp_server_connected{server="notes"} 1' in metrics
 
 
 async def test_personal_data_in_a_tool_result_is_masked_per_policy(

@@ -19,6 +19,7 @@ from fleetgate.extras import require
 from fleetgate.feature import BaseFeature
 from fleetgate.http import AdminAccess
 from fleetgate.safety.runtime import SafetyRuntime
+from fleetgate.telemetry.registry import Registry
 from fleetgate.tenancy.runtime import Tenancy
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class McpFeature(BaseFeature):
     def build(
         cls,
         config: GatewayConfig,
+        registry: Registry,
         access: AdminAccess,
         request_id: Callable[[], str],
         tenancy: Tenancy | None,
@@ -51,7 +53,12 @@ class McpFeature(BaseFeature):
         from fleetgate.mcp.runtime import McpRuntime
 
         runtime = McpRuntime(
-            config.mcp, request_id=request_id, access=access, tenancy=tenancy, safety=safety
+            config.mcp,
+            request_id=request_id,
+            access=access,
+            registry=registry,
+            tenancy=tenancy,
+            safety=safety,
         )
         return cls(runtime)
 

@@ -37,6 +37,7 @@ from fleetgate.limits.base import Denial, Limiter, Reservation, Scope
 from fleetgate.limits.memory import MemoryLimiter
 from fleetgate.mcp.access import ToolAccess
 from fleetgate.mcp.config import McpConfig
+from fleetgate.mcp.metrics import ToolMetrics
 from fleetgate.mcp.upstream import Upstream, UpstreamUnavailable
 from fleetgate.safety.base import Action, CheckContext, CheckPoint, PolicyDecision
 from fleetgate.safety.runtime import SafetyRuntime
@@ -95,8 +96,10 @@ class ToolGateway:
         request_id: Callable[[], str],
         tenancy: Tenancy | None = None,
         safety: SafetyRuntime | None = None,
+        metrics: ToolMetrics | None = None,
     ) -> None:
         self.config = config
+        self.metrics = metrics
         self.upstreams = dict(upstreams)
         self.tenancy = tenancy
         self.safety = safety
@@ -294,6 +297,10 @@ class ToolGateway:
     def _finish(
         self, call: _Call, decision: str, status: int, error_type: str | None, cost: int = 0
     ) -> None:
+        if self.metrics is not None:
+            reached = not decision.startswith("refused_")
+            elapsed = time.time() - call.started if reached else None
+            self.metrics.record(call.server or "-", decision, elapsed)
         if self.tenancy is None:
             return
         p = call.principal

@@ -32,9 +32,11 @@ from fleetgate.http import AdminAccess
 from fleetgate.mcp.asgi import serve_asgi
 from fleetgate.mcp.config import McpConfig
 from fleetgate.mcp.gateway import ToolGateway
+from fleetgate.mcp.metrics import ToolMetrics
 from fleetgate.mcp.upstream import Upstream
 from fleetgate.safety.runtime import SafetyRuntime
 from fleetgate.tasks import cancel_and_wait
+from fleetgate.telemetry.registry import Registry
 from fleetgate.tenancy.principal import Principal
 from fleetgate.tenancy.runtime import Tenancy
 
@@ -73,6 +75,7 @@ class McpRuntime:
         *,
         request_id: Callable[[], str],
         access: AdminAccess,
+        registry: Registry | None = None,
         tenancy: Tenancy | None = None,
         safety: SafetyRuntime | None = None,
     ) -> None:
@@ -84,8 +87,18 @@ class McpRuntime:
             )
             for name, server in config.servers.items()
         }
+        metrics = None
+        if registry is not None:
+            metrics = ToolMetrics(
+                registry, lambda: [(n, up.connected) for n, up in self.upstreams.items()]
+            )
         self.gateway = ToolGateway(
-            config, self.upstreams, request_id=request_id, tenancy=tenancy, safety=safety
+            config,
+            self.upstreams,
+            request_id=request_id,
+            tenancy=tenancy,
+            safety=safety,
+            metrics=metrics,
         )
         self.server: Server[Any] = Server(
             "fleetgate",
