@@ -72,6 +72,10 @@ async def test_lists_and_calls_both_servers_tools_without_leaking_credentials(
         assert result.content[0].text == "notes: hi"  # type: ignore[union-attr]
         result = await client.call_tool("files__add", {"a": 2, "b": 40})
         assert result.structured_content == {"result": 42}
+        with pytest.raises(MCPError) as echoed:  # the server's own error, passed on...
+            await client.call_tool("notes__debug_auth", {})
+        assert echoed.value.error.code == -32050
+        assert echoed.value.error.message == "denied for ***"  # ...without the secret
     seen = [
         await _raw_rpc(gw, key, "tools/list", {}),
         await _raw_rpc(gw, key, "tools/call", {"name": "notes__echo", "arguments": {"text": "x"}}),

@@ -36,7 +36,7 @@ from mcp.shared.tool_name_validation import TOOL_NAME_REGEX
 from fleetgate.limits.base import Denial, Limiter, Reservation, Scope
 from fleetgate.limits.memory import MemoryLimiter
 from fleetgate.mcp.access import ToolAccess
-from fleetgate.mcp.config import McpConfig
+from fleetgate.mcp.config import McpConfig, McpServerConfig
 from fleetgate.mcp.metrics import ToolMetrics
 from fleetgate.mcp.upstream import Upstream, UpstreamUnavailable
 from fleetgate.safety.base import Action, CheckContext, CheckPoint, PolicyDecision
@@ -134,6 +134,10 @@ class ToolGateway:
                     out.append(tool.model_copy(update={"name": name}))
         return out
 
+    def _server_config(self, server: str, upstream: Upstream) -> McpServerConfig:
+        """The server's prices and limits as reloaded (its connection keeps the started one)."""
+        return self.config.servers.get(server, upstream.config)
+
     def _resolve(self, name: str) -> tuple[str, str, Upstream] | None:
         server, sep, tool = name.partition(self.config.separator)
         upstream = self.upstreams.get(server)
@@ -162,7 +166,7 @@ class ToolGateway:
             result = await self._call_upstream(call, upstream)
             result = await self._check_result(call, result)
             call.result = result
-            cost = _nusd(upstream.config.price_usd(call.tool))
+            cost = _nusd(self._server_config(server, upstream).price_usd(call.tool))
             return result
         except asyncio.CancelledError:  # the client went away: audited, not billed
             call.decision, call.status, call.error_type = "cancelled", 499, "cancelled"
@@ -182,9 +186,9 @@ class ToolGateway:
             raise MCPError(
                 TIMED_OUT, f"MCP server {call.server!r} did not answer in time"
             ) from None
-        except MCPError as exc:  # the server's own JSON-RPC error: passed on as it is
+        except MCPError as exc:  # the server's own JSON-RPC error: code and message passed on
             call.decision, call.status, call.error_type = "error", 400, "upstream_error"
-            raise MCPError(exc.error.code, exc.error.message) from None
+            raise MCPError(exc.error.code, _scrub(exc.error.message, upstream.config)) from None
 
     async def _reserve(self, call: _Call) -> Reservation | None:
         scopes = self._scopes(call)
@@ -209,7 +213,7 @@ class ToolGateway:
         if self.tenancy is not None and not p.is_master:
             entry = self.tenancy.cache.entry(p.key_id)
             found.extend(self.tenancy.scopes.scopes(entry, f"mcp/{call.server}"))
-        server_cfg = cfg.servers[call.server]
+        server_cfg = self._server_config(call.server, self.upstreams[call.server])
         for scope in (
             scope_for(f"mcp-key:{p.key_id}", Limits(rpm=cfg.key_rpm), now),
             scope_for(f"mcp-team:{p.team_id}", Limits(rpm=cfg.team_rpm), now)
@@ -337,6 +341,16 @@ class ToolGateway:
             return None
         text = result.model_dump_json(by_alias=True, exclude_none=True)
         return text[: self.config.max_result_chars]
+
+
+def _scrub(text: str, config: McpServerConfig) -> str:
+    """``text`` without the server's own credentials, should it echo them in an error."""
+    secrets = [*config.headers.values(), *config.secret_env.values()]
+    for secret in secrets:
+        for part in (secret, secret.partition(" ")[2]):  # "Bearer xyz" and "xyz"
+            if len(part) >= 8:
+                text = text.replace(part, "***")
+    return text
 
 
 def _block_text(block: Any) -> str | None:
