@@ -370,3 +370,25 @@ async def test_hostile_bodies_get_4xx_or_json_rpc_errors_never_5xx(
                 assert json.loads(text)["error"]["code"] < 0, (body, text)
     async with mcp_client(gw.url, key) as client:  # still serving
         assert (await client.call_tool("files__add", {"a": 1, "b": 1})).structured_content
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_the_sdk_high_level_client_negotiates_with_the_gateway(
+    notes: HttpUpstream, start_gateway: StartGateway, mode: str
+) -> None:
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+    gw = await start_gateway(mcp_section(notes.url))
+    _, _, key = await gw.team_and_key("research")
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http:
+        transport = streamable_http_client(f"{gw.url}/mcp", http_client=http)
+        async with Client(transport, mode=mode) as client:  # type: ignore[arg-type]
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert "files__add" in names and "notes__echo" in names
+            result = await client.call_tool("files__add", {"a": 20, "b": 22})
+            assert result.structured_content == {"result": 42}
+            era = MODERN_PROTOCOL_VERSIONS if mode == "auto" else HANDSHAKE_PROTOCOL_VERSIONS
+            assert client.protocol_version in era  # 2026-07-28 / 2025-11-25 with mcp 2.3
