@@ -392,3 +392,23 @@ async def test_the_sdk_high_level_client_negotiates_with_the_gateway(
             assert result.structured_content == {"result": 42}
             era = MODERN_PROTOCOL_VERSIONS if mode == "auto" else HANDSHAKE_PROTOCOL_VERSIONS
             assert client.protocol_version in era  # 2026-07-28 / 2025-11-25 with mcp 2.3
+
+
+async def test_calls_in_flight_to_a_server_are_capped_by_its_max_parallel(
+    notes: HttpUpstream, start_gateway: StartGateway
+) -> None:
+    section = mcp_section(notes.url)
+    section["servers"]["files"]["max_parallel"] = 2
+    gw = await start_gateway(section)
+    _, _, key = await gw.team_and_key("research")
+    async with mcp_client(gw.url, key) as client:
+        outcomes = await asyncio.gather(
+            *(client.call_tool("files__sleep", {"seconds": 1.5}) for _ in range(4)),
+            return_exceptions=True,
+        )
+        refused = [o for o in outcomes if isinstance(o, MCPError)]
+        served = [o for o in outcomes if not isinstance(o, BaseException)]
+        assert len(served) == 2 and len(refused) == 2, outcomes
+        assert {r.error.data["reason"] for r in refused} == {"parallel"}  # type: ignore[index]
+        # the slots are free again once those calls ended
+        assert (await client.call_tool("files__sleep", {"seconds": 0})).is_error is False
