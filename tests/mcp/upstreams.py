@@ -54,6 +54,11 @@ def build(name: str) -> MCPServer:
         headers = ctx.headers or {}
         raise MCPError(-32050, f"denied for {headers.get('authorization')}")
 
+    @server.tool()
+    def crash() -> str:
+        """Exit the server's process at once (a stdio server that dies)."""
+        os._exit(3)
+
     @server.tool(structured_output=False)
     def contact(person: str) -> str:
         """A directory lookup whose answer carries personal data (text only)."""

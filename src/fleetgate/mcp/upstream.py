@@ -67,7 +67,8 @@ class Upstream:
 
     @property
     def connected(self) -> bool:
-        return self._session is not None
+        """Holding a session that no call has found broken."""
+        return self._session is not None and not self._lost.is_set()
 
     async def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"fg-mcp-{self.name}")
@@ -89,7 +90,7 @@ class Upstream:
         `TimeoutError` past ``call_timeout_s``, `mcp.shared.exceptions.MCPError` for the
         server's own JSON-RPC errors."""
         session = self._session
-        if session is None:
+        if session is None or self._lost.is_set():
             raise UpstreamUnavailable(f"MCP server {self.name!r} is not connected")
         try:
             async with asyncio.timeout(self.config.call_timeout_s):
@@ -114,10 +115,11 @@ class Upstream:
         while True:
             try:
                 await self._serve_one_connection()
-                wait = self.reconnect_s
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # often an ExceptionGroup from a transport's task group
+                if self._connected.is_set():  # it was up: start the backoff afresh
+                    wait = self.reconnect_s
                 self.last_error = _describe(exc)
                 log.warning(
                     "MCP server %s: %s; reconnecting in %.1fs", self.name, self.last_error, wait
