@@ -22,6 +22,7 @@ from pydantic_core import PydanticUndefined
 from fleetgate.batches.config import BatchesConfig
 from fleetgate.cache.config import CacheConfig
 from fleetgate.config.schema import HealthConfig, RouterConfig, RoutingConfig
+from fleetgate.mcp.config import McpConfig
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.releases.config import ReleasesConfig
 from fleetgate.routing.semantic_config import SemanticConfig
@@ -39,6 +40,7 @@ SECTIONS: list[tuple[str, str, type[BaseModel]]] = [
     ("docs/releases.md", "releases", ReleasesConfig),
     ("docs/scheduling.md", "batches", BatchesConfig),
     ("docs/cache.md", "cache", CacheConfig),
+    ("docs/mcp.md", "mcp", McpConfig),
 ]
 
 

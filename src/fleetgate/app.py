@@ -29,6 +29,7 @@ from fleetgate.cost.feature import CostFeature
 from fleetgate.errors import ConfigError
 from fleetgate.feature import Feature, Features
 from fleetgate.http import AdminAccess
+from fleetgate.mcp.feature import McpFeature
 from fleetgate.multimodal.feature import MultimodalFeature
 from fleetgate.providers.http import HttpClient
 from fleetgate.providers.registry import ProviderRegistry
@@ -175,6 +176,9 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
         releases,  # model registry: aliases that follow a stage, evaluations, gates
         CostFeature.build(settings, cfg, access, resources),  # GPU cost (extensions.cost)
         BatchesFeature(gw, access, cfg),  # Files + Batch APIs; lines run the path above
+        McpFeature.build(
+            cfg, registry, access, gw.request_ids.next, tenancy.runtime, safety.runtime
+        ),  # the MCP gateway, when `mcp.servers` is set: tools behind the same keys and checks
     )
     built = _with_extra(tuple(f for f in features if f is not None), extra)
     router = next((f for f in built if isinstance(f, SemanticFeature)), None)

@@ -30,6 +30,7 @@ from pydantic import (
 
 from fleetgate.batches.config import BatchesConfig
 from fleetgate.cache.config import CacheConfig
+from fleetgate.mcp.config import McpConfig
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.releases.config import RegistryRef, ReleasesConfig
 from fleetgate.routing.semantic_config import SemanticConfig
@@ -304,6 +305,7 @@ class GatewayConfig(_Model):
     scheduling: SchedulingConfig = SchedulingConfig()  # admission queues (scheduling/config.py)
     releases: ReleasesConfig = ReleasesConfig()  # registry polling, retention, gates
     batches: BatchesConfig = BatchesConfig()  # the Files and Batch APIs (batches/config.py)
+    mcp: McpConfig = McpConfig()  # the MCP gateway (mcp/config.py); off without servers
     # Config sections of plug-in features (`fleetgate.feature.Feature`), by feature name: each
     # reads its own in ``reconfigure``; a section naming no feature is refused at start-up.
     extensions: dict[str, Any] = Field(default_factory=dict)

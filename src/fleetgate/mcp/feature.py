@@ -1,0 +1,79 @@
+"""The MCP gateway as a gateway feature (``mcp:`` config section; docs/mcp.md).
+
+Off while ``mcp.servers`` is empty. The SDK (extra ``mcp``) is imported only when servers are
+configured, so a gateway without the extra starts as before. Routes: the MCP endpoint
+(``mcp.path``, POST/GET/DELETE as the streamable-HTTP transport defines) and
+``GET /admin/mcp/servers``. No stage: tool calls do not go through the model request path,
+they apply the same tenancy and safety parts themselves (`fleetgate.mcp.gateway`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from fleetgate.config.schema import GatewayConfig
+from fleetgate.extras import require
+from fleetgate.feature import BaseFeature
+from fleetgate.http import AdminAccess
+from fleetgate.safety.runtime import SafetyRuntime
+from fleetgate.telemetry.registry import Registry
+from fleetgate.tenancy.runtime import Tenancy
+
+if TYPE_CHECKING:
+    from fleetgate.mcp.runtime import McpRuntime
+
+__all__ = ["McpFeature"]
+
+
+class McpFeature(BaseFeature):
+    """``runtime``: the servers, the tool gateway and the endpoint."""
+
+    name = "mcp"
+
+    def __init__(self, runtime: McpRuntime) -> None:
+        self.runtime = runtime
+
+    @classmethod
+    def build(
+        cls,
+        config: GatewayConfig,
+        registry: Registry,
+        access: AdminAccess,
+        request_id: Callable[[], str],
+        tenancy: Tenancy | None,
+        safety: SafetyRuntime | None,
+    ) -> McpFeature | None:
+        """The feature, or None when no MCP server is configured."""
+        if not config.mcp.enabled:
+            return None
+        require("mcp", extra="mcp", purpose="the MCP gateway (mcp.servers)")
+        from fleetgate.mcp.runtime import McpRuntime
+
+        runtime = McpRuntime(
+            config.mcp,
+            request_id=request_id,
+            access=access,
+            registry=registry,
+            tenancy=tenancy,
+            safety=safety,
+        )
+        return cls(runtime)
+
+    def routes(self) -> Iterable[web.AbstractRouteDef]:
+        path = self.runtime.config.path
+        return [
+            web.route("*", path, self.runtime.handle),
+            web.get("/admin/mcp/servers", self.runtime.servers),
+        ]
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        self.runtime.reconfigure(config.mcp)
+
+    async def start(self) -> None:
+        await self.runtime.start()
+
+    async def aclose(self) -> None:
+        await self.runtime.aclose()

@@ -1,0 +1,195 @@
+"""`Upstream`: one configured MCP server, kept connected by a task of its own.
+
+The SDK's transports and `mcp.ClientSession` are async context managers whose task groups must
+be entered and left by one task, so each server gets a task that connects (``http``: streamable
+HTTP with the configured headers; ``stdio``: the configured command as a subprocess),
+initializes, lists the tools, then re-lists them every ``ping_interval_s`` (a liveness check
+that also follows tool changes). A failure (the process died, the server went away, a call
+broke the connection) drops the session and its tools and reconnects with a doubling wait::
+
+    up = Upstream("search", server_config, reconnect_s=2.0, ping_interval_s=5.0)
+    await up.start()
+    up.tools            # the server's tools while connected, else []
+    result = await up.call("web_search", {"q": "..."})
+    await up.aclose()
+
+Credentials (headers, ``secret_env``) go only to the server; nothing here returns them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import httpx2
+import mcp.types as types
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+from fleetgate.mcp.config import McpServerConfig
+from fleetgate.tasks import cancel_and_wait
+
+__all__ = ["Upstream", "UpstreamUnavailable"]
+
+log = logging.getLogger("fleetgate.mcp")
+
+_MAX_WAIT_S = 30.0
+_MAX_PAGES = 50  # tools/list pages read from one server
+
+
+class UpstreamUnavailable(Exception):
+    """The server is not connected, or the connection broke during the call."""
+
+
+class Upstream:
+    """One upstream MCP server (see the module docstring)."""
+
+    def __init__(
+        self, name: str, config: McpServerConfig, *, reconnect_s: float, ping_interval_s: float
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.reconnect_s = reconnect_s
+        self.ping_interval_s = ping_interval_s
+        self.tools: list[types.Tool] = []
+        self.last_error: str | None = None
+        self._session: ClientSession | None = None
+        self._lost = asyncio.Event()
+        self._connected = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def connected(self) -> bool:
+        """Holding a session that no call has found broken."""
+        return self._session is not None and not self._lost.is_set()
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"fg-mcp-{self.name}")
+
+    async def wait_connected(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the first connection (start-up); True when connected."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._connected.wait(), timeout_s)
+        return self.connected
+
+    async def aclose(self) -> None:
+        await cancel_and_wait(self._task)
+        self._task = None
+        self._session = None
+        self.tools = []
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """Call ``tool``; `UpstreamUnavailable` when not connected or the connection broke,
+        `TimeoutError` past ``call_timeout_s``, `mcp.shared.exceptions.MCPError` for the
+        server's own JSON-RPC errors."""
+        session = self._session
+        if session is None or self._lost.is_set():
+            raise UpstreamUnavailable(f"MCP server {self.name!r} is not connected")
+        try:
+            async with asyncio.timeout(self.config.call_timeout_s):
+                return await session.call_tool(tool, arguments)
+        except TimeoutError:
+            raise
+        except MCPError as exc:
+            if exc.error.code == REQUEST_TIMEOUT:
+                raise TimeoutError from None
+            if exc.error.code != CONNECTION_CLOSED:
+                raise  # the server's own answer
+            self._lost.set()
+            raise UpstreamUnavailable(f"MCP server {self.name!r}: the connection closed") from exc
+        except Exception as exc:
+            self._lost.set()
+            raise UpstreamUnavailable(f"MCP server {self.name!r}: the connection broke") from exc
+
+    # -- the connection task -----------------------------------------------------------------
+
+    async def _run(self) -> None:
+        wait = self.reconnect_s
+        while True:
+            try:
+                await self._serve_one_connection()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # often an ExceptionGroup from a transport's task group
+                if self._connected.is_set():  # it was up: start the backoff afresh
+                    wait = self.reconnect_s
+                self.last_error = _describe(exc)
+                log.warning(
+                    "MCP server %s: %s; reconnecting in %.1fs", self.name, self.last_error, wait
+                )
+            self._session = None
+            self.tools = []
+            self._connected.clear()
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, _MAX_WAIT_S)
+
+    async def _serve_one_connection(self) -> None:
+        async with AsyncExitStack() as stack:
+            async with asyncio.timeout(self.config.connect_timeout_s):
+                read, write = await stack.enter_async_context(self._transport())
+                session = await stack.enter_async_context(ClientSession(read, write))
+                await session.initialize()
+                self.tools = await _list_tools(session)
+            self._lost.clear()
+            self._session = session
+            self.last_error = None
+            self._connected.set()
+            log.info("MCP server %s connected: %d tools", self.name, len(self.tools))
+            while not self._lost.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._lost.wait(), self.ping_interval_s)
+                    break  # a call found the connection broken
+                async with asyncio.timeout(self.config.connect_timeout_s):
+                    self.tools = await _list_tools(session)
+            self._session = None
+            raise UpstreamUnavailable("the connection broke during a call")
+
+    @asynccontextmanager
+    async def _transport(self) -> AsyncIterator[tuple[Any, Any]]:
+        cfg = self.config
+        if cfg.transport == "http":
+            assert cfg.url is not None
+            timeout = httpx2.Timeout(cfg.connect_timeout_s, read=cfg.call_timeout_s + 5)
+            async with (
+                httpx2.AsyncClient(headers=dict(cfg.headers), timeout=timeout) as client,
+                streamable_http_client(cfg.url, http_client=client) as streams,
+            ):
+                yield streams[0], streams[1]
+            return
+        assert cfg.command is not None
+        params = StdioServerParameters(
+            command=cfg.command,
+            args=list(cfg.args),
+            env={**os.environ, **cfg.env, **cfg.secret_env},
+            cwd=cfg.cwd,
+        )
+        with open(os.devnull, "w") as errlog:  # the server's stderr is its own business
+            async with stdio_client(params, errlog=errlog) as streams:
+                yield streams[0], streams[1]
+
+
+async def _list_tools(session: ClientSession) -> list[types.Tool]:
+    tools: list[types.Tool] = []
+    cursor: str | None = None
+    for _ in range(_MAX_PAGES):
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_tools(params=params)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return tools
+
+
+def _describe(exc: BaseException) -> str:
+    """A one-line reason, from the first leaf of an exception group."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"[:300]
