@@ -24,6 +24,7 @@ from fleetgate.batches.feature import BatchesFeature
 from fleetgate.config.loader import load_config
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
+from fleetgate.console import ConsoleFeature
 from fleetgate.errors import ConfigError
 from fleetgate.feature import Feature, Features
 from fleetgate.http import AdminAccess
@@ -163,6 +164,7 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
         engine,  # engine stats, prefix index, decision log
         releases,  # model registry: aliases that follow a stage, evaluations, gates
         BatchesFeature(gw, access, cfg),  # Files + Batch APIs; lines run the path above
+        ConsoleFeature.build(gw, cfg, rollouts=releases.rollouts, guardrails=safety.audit_log),
     )
     built = _with_extra(tuple(f for f in features if f is not None), extra)
     router = next((f for f in built if isinstance(f, SemanticFeature)), None)

@@ -98,7 +98,7 @@ class KeyCache:
             aliases = frozenset(r.aliases) if isinstance(r.aliases, list) else None
             principal = Principal(
                 key_id=r.id,
-                role="team_admin" if r.role == "team_admin" else "user",
+                role=r.role if r.role in ("team_admin", "finance_viewer") else "user",
                 team_id=r.team_id,
                 user_id=r.user_id,
                 allowed_aliases=aliases,

@@ -240,8 +240,8 @@ class TenancyService:
         if not isinstance(team_ref, str):
             raise InvalidRequest("'team' is required", param="team")
         role = body.get("role", "user")
-        if role not in ("user", "team_admin"):
-            raise InvalidRequest("'role' must be user or team_admin", param="role")
+        if role not in ("user", "team_admin", "finance_viewer"):
+            raise InvalidRequest("'role' must be user, team_admin or finance_viewer", param="role")
         aliases = body.get("aliases")
         if aliases is not None and (
             not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases)
@@ -257,8 +257,8 @@ class TenancyService:
         async with self.db.engine.begin() as conn:
             team_id = await self._team_id(conn, team_ref)
             self._may_manage(actor, team_id)
-            if role == "team_admin" and not actor.is_master:
-                raise PermissionDenied("Only the master key creates team admin keys.")
+            if role != "user" and not actor.is_master:
+                raise PermissionDenied(f"Only the master key creates {role} keys.")
             row = {"id": "key_" + os.urandom(8).hex(), "key_hash": hash_key(key),
                    "key_hint": key_hint(key), "team_id": team_id, "user_id": user,
                    "role": role, "aliases": aliases, **_limits(body), "tags": _tags(body),

@@ -1,0 +1,190 @@
+"""The console over plain HTTP: sign-in, cookies, CSRF, roles and tenancy isolation, CSV."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+
+import aiohttp
+
+from tests.console.support import MASTER, Console, csrf_of
+
+
+async def _team_key(c: Console, team: str, role: str = "user") -> tuple[str, str, str]:
+    status, t = await c.admin("POST", "/admin/teams", json={"name": team})
+    assert status == 201, t
+    status, k = await c.admin("POST", "/admin/keys", json={"team": t["id"], "role": role})
+    assert status == 201, k
+    return t["id"], k["id"], k["key"]
+
+
+async def test_pages_need_a_session_and_the_cookie_is_http_only(console: Console) -> None:
+    async with console.http.get(console.url + "/ui/teams", allow_redirects=False) as resp:
+        assert resp.status == 302
+        assert resp.headers["Location"].startswith("/ui/login")
+    async with console.http.get(console.url + "/ui/spend.csv") as resp:
+        assert resp.status == 302 or resp.status == 200  # followed to the sign-in page
+        assert "Sign in" in await resp.text()
+    jar = aiohttp.CookieJar(unsafe=True)
+    async with aiohttp.ClientSession(cookie_jar=jar) as s:
+        async with s.get(console.url + "/ui/login") as resp:
+            token = csrf_of(await resp.text())
+        async with s.post(
+            console.url + "/ui/login", data={"key": MASTER, "csrf": token}, allow_redirects=False
+        ) as resp:
+            assert resp.status == 302
+            assert resp.headers["Location"] == "/ui/overview"
+            cookie = resp.cookies["fg_session"]
+            assert cookie["httponly"] is True
+            assert cookie["samesite"] == "Lax"
+        async with s.get(console.url + "/ui/overview") as resp:
+            assert resp.status == 200
+            assert "Overview" in await resp.text()
+
+
+async def test_sign_in_refuses_a_wrong_key_and_a_missing_token(console: Console) -> None:
+    jar = aiohttp.CookieJar(unsafe=True)
+    async with aiohttp.ClientSession(cookie_jar=jar) as s:
+        async with s.get(console.url + "/ui/login") as resp:
+            token = csrf_of(await resp.text())
+        async with s.post(
+            console.url + "/ui/login", data={"key": "sk-nope", "csrf": token}
+        ) as resp:
+            assert resp.status == 401
+            assert "not valid" in await resp.text()
+        async with s.post(console.url + "/ui/login", data={"key": MASTER, "csrf": "x"}) as resp:
+            assert resp.status == 403  # the double-submitted token does not match
+    assert console.open_sessions() == 0  # neither attempt opened one
+
+
+async def test_every_state_changing_form_needs_the_session_csrf_token(console: Console) -> None:
+    s = await console.signed_in(MASTER)
+    async with s:
+        async with s.post(console.url + "/ui/teams", data={"name": "no-token"}) as resp:
+            assert resp.status == 403
+        async with s.get(console.url + "/ui/teams") as resp:
+            token = csrf_of(await resp.text())
+        async with s.post(
+            console.url + "/ui/teams", data={"name": "with-token", "csrf": token}
+        ) as resp:
+            assert resp.status == 200 and "Team with-token" in await resp.text()
+        status, teams = await console.admin("GET", "/admin/teams")
+        assert [t["name"] for t in teams["data"]] == ["with-token"]
+        async with s.post(
+            console.url + "/ui/playground/chat", json={"model": "tiny", "messages": []}
+        ) as resp:
+            assert resp.status == 403  # no X-CSRF-Token header
+
+
+async def test_a_new_key_is_shown_once_and_revoking_it_ends_its_use(console: Console) -> None:
+    team_id, _, _ = await _team_key(console, "search")
+    s = await console.signed_in(MASTER)
+    async with s:
+        async with s.get(console.url + f"/ui/teams/{team_id}") as resp:
+            token = csrf_of(await resp.text())
+        async with s.post(
+            console.url + f"/ui/teams/{team_id}/keys",
+            data={"csrf": token, "role": "user", "rpm": "60", "max_budget_usd": "5"},
+        ) as resp:
+            assert resp.status == 201
+            html = await resp.text()
+        key = html.split('id="new-key">', 1)[1].split("<", 1)[0]
+        assert key.startswith("sk-fg-")
+        async with s.get(console.url + f"/ui/teams/{team_id}") as resp:
+            assert key not in await resp.text()
+        assert await console.chat(key) == 200
+        status, keys = await console.admin("GET", f"/admin/keys?team={team_id}")
+        made = next(k for k in keys["data"] if k["rpm"] == 60)
+        assert made["max_budget_usd"] == 5.0 and made["budget_period"] == "monthly"
+        async with s.post(
+            console.url + f"/ui/keys/{made['id']}/revoke",
+            data={"csrf": token, "team": team_id},
+            allow_redirects=False,
+        ) as resp:
+            assert resp.status == 302
+
+    async def refused() -> bool:
+        return await console.chat(key) == 401
+
+    for _ in range(40):  # the key cache reloads within the poll interval
+        if await refused():
+            break
+        await asyncio.sleep(0.05)
+    assert await refused()
+
+
+async def test_a_team_admin_sees_only_its_own_team(console: Console) -> None:
+    mine, _, admin_key = await _team_key(console, "search", role="team_admin")
+    other, other_key_id, _ = await _team_key(console, "ads")
+    s = await console.signed_in(admin_key)
+    async with s:
+        async with s.get(console.url + "/ui/teams") as resp:
+            html = await resp.text()
+            assert "search" in html and "ads" not in html
+        async with s.get(console.url + f"/ui/teams/{other}") as resp:
+            assert resp.status == 404
+        async with s.get(console.url + "/ui/teams/ads") as resp:
+            assert resp.status == 404
+        async with s.get(console.url + f"/ui/spend?team={other}") as resp:
+            assert resp.status == 403
+        async with s.get(console.url + f"/ui/spend.csv?team={other}") as resp:
+            assert resp.status == 403
+        async with s.get(console.url + "/ui/spend.csv?group=team") as resp:
+            assert other not in await resp.text()
+        async with s.get(console.url + "/ui/guardrails") as resp:
+            assert resp.status == 403
+        async with s.get(console.url + f"/ui/teams/{mine}") as resp:
+            token = csrf_of(await resp.text())
+        async with s.post(
+            console.url + f"/ui/keys/{other_key_id}/revoke", data={"csrf": token}
+        ) as resp:
+            assert resp.status == 404
+    # ... and the JSON behind the pages
+    assert (await console.admin("GET", f"/admin/teams/{other}", admin_key))[0] == 404
+    assert (await console.admin("GET", f"/admin/keys?team={other}", admin_key))[0] == 403
+    assert (await console.admin("GET", f"/admin/spend?team={other}", admin_key))[0] == 403
+    status, audit = await console.admin("GET", "/admin/audit", admin_key)
+    assert status == 200 and all(other not in str(r) for r in audit["data"])
+
+
+async def test_a_finance_viewer_sees_spend_of_every_team_and_nothing_else(
+    console: Console,
+) -> None:
+    _, _, user_key = await _team_key(console, "search")
+    status, finance = await console.admin(
+        "POST", "/admin/keys", json={"team": "search", "role": "finance_viewer"}
+    )
+    assert status == 201
+    assert await console.chat(user_key) == 200
+    s = await console.signed_in(finance["key"])
+    async with s:
+        for path in ("/ui/teams", "/ui/overview", "/ui/audit", "/ui/models", "/ui/playground"):
+            async with s.get(console.url + path) as resp:
+                assert resp.status == 403, path
+        for _ in range(40):  # the spend writer flushes every 50 ms
+            async with s.get(console.url + "/ui/spend.csv?group=team") as resp:
+                assert resp.status == 200
+                rows = list(csv.DictReader(io.StringIO(await resp.text())))
+            if rows:
+                break
+            await asyncio.sleep(0.05)
+        assert [r["team_name"] for r in rows] == ["search"]
+        assert rows[0]["requests"] == "1" and float(rows[0]["spend_usd"]) > 0
+    # the finance key is no admin key for the JSON admin API
+    assert (await console.admin("GET", "/admin/teams", finance["key"]))[0] == 403
+
+
+async def test_bad_query_values_are_400_not_500(console: Console) -> None:
+    s = await console.signed_in(MASTER)
+    async with s:
+        for path in (
+            "/ui/spend?group=nope",
+            "/ui/spend?since=yesterday",
+            "/ui/spend?since=2026-02-01&until=2026-01-01",
+            "/ui/spend?page=0",
+            "/ui/audit?kind=nope",
+            "/ui/audit?q=" + "x" * 300,
+        ):
+            async with s.get(console.url + path) as resp:
+                assert resp.status == 400, path
