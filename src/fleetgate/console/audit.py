@@ -10,7 +10,7 @@ from aiohttp import web
 
 from fleetgate.console.core import ADMINS, Console
 from fleetgate.console.forms import page_number
-from fleetgate.errors import InvalidRequest, ServiceUnavailable
+from fleetgate.errors import InvalidRequest
 from fleetgate.tenancy.reports import audit_log
 
 __all__ = ["AuditPages", "GuardrailEvents"]
@@ -53,9 +53,12 @@ class AuditPages:
 
     async def events(self, request: web.Request) -> web.Response:
         session = await self.console.require(request, ("master",))
-        if self.guardrails is None:
-            raise ServiceUnavailable("Safety is not configured in this gateway (no 'safety:').")
         q = request.query
+        if self.guardrails is None:
+            return self.console.page(
+                request, session, "guardrails.html", rows=[], more=False, page=1, flagged="",
+                key_id="", query="", off=True,
+            )  # fmt: skip
         flagged = {"true": True, "false": False, "": None}.get(q.get("flagged", ""), None)
         key_id = q.get("key_id", "").strip() or None
         if key_id is not None and ("\x00" in key_id or len(key_id) > 40):
@@ -73,5 +76,5 @@ class AuditPages:
         return self.console.page(
             request, session, "guardrails.html", rows=rows[(page - 1) * size : page * size],
             more=len(rows) > page * size, page=page, flagged=q.get("flagged", ""),
-            key_id=key_id or "", query=query,
+            key_id=key_id or "", query=query, off=False,
         )  # fmt: skip

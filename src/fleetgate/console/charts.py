@@ -29,11 +29,12 @@ def bar_chart(title: str, rows: Sequence[tuple[str, float]], unit: str = "") -> 
         y = 20 + i * row_h
         width = max(1.0, bar_w * value / top) if value > 0 else 0.0
         shown = label if len(label) <= 32 else label[:31] + "…"
+        amount = f"{unit}{value:,.6f}" if 0 < value < 0.01 else f"{unit}{value:,.4f}"
         parts.append(
             f'<text x="{label_w - 8}" y="{y + 15}" text-anchor="end">{escape(shown)}</text>'
             f'<rect x="{label_w}" y="{y + 3}" width="{width:.1f}" height="{row_h - 6}" '
-            f'fill="{_BAR}"><title>{escape(label)}: {unit}{value:,.4f}</title></rect>'
-            f'<text x="{label_w + width + 6:.1f}" y="{y + 15}">{unit}{value:,.4f}</text>'
+            f'fill="{_BAR}"><title>{escape(label)}: {amount}</title></rect>'
+            f'<text x="{label_w + width + 6:.1f}" y="{y + 15}">{amount}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)

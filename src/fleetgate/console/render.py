@@ -18,7 +18,9 @@ def _when(ms: Any) -> str:
 
 
 def _usd(value: Any) -> str:
-    return f"${value:,.4f}" if isinstance(value, int | float) else "-"
+    if not isinstance(value, int | float):
+        return "-"
+    return f"${value:,.6f}" if 0 < abs(value) < 0.01 else f"${value:,.4f}"
 
 
 class Renderer:
