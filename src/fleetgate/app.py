@@ -50,7 +50,7 @@ from fleetgate.telemetry.access_log import AccessLog
 from fleetgate.telemetry.metrics import GatewayMetrics
 from fleetgate.telemetry.tracing import GenAITracer
 from fleetgate.telemetry.workers import WorkerMetrics
-from fleetgate.tenancy.auth import MasterKeyAuthenticator
+from fleetgate.tenancy.auth import JwtOrKey, MasterKeyAuthenticator
 from fleetgate.tenancy.feature import TenancyFeature
 
 __all__ = ["build_features", "build_state", "create_app"]
@@ -153,6 +153,10 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
     gw.scheduler = scheduling.scheduler
     releases = ReleasesFeature.build(settings, cfg, gw.tables, access, resources)
     gw.dispatcher.versions = releases.picker(canary.splits)  # rollouts, then canary splits
+    console = ConsoleFeature.build(gw, cfg, rollouts=releases.rollouts, guardrails=safety.audit_log)
+    if console is not None and console.bearer is not None and tenancy.runtime is not None:
+        keys = JwtOrKey(console.bearer, tenancy.runtime.cache)  # JWT bearers, then keys
+        gw.auth = MasterKeyAuthenticator(settings.master_key, next=keys)
     features = (
         CoreFeature(gw),  # routes, health, access log, config watch; closes the shared last
         semantic,  # `model: auto` -> an alias, before everything that depends on the alias
@@ -164,7 +168,7 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
         engine,  # engine stats, prefix index, decision log
         releases,  # model registry: aliases that follow a stage, evaluations, gates
         BatchesFeature(gw, access, cfg),  # Files + Batch APIs; lines run the path above
-        ConsoleFeature.build(gw, cfg, rollouts=releases.rollouts, guardrails=safety.audit_log),
+        console,  # the web console at /ui and sign-in
     )
     built = _with_extra(tuple(f for f in features if f is not None), extra)
     router = next((f for f in built if isinstance(f, SemanticFeature)), None)

@@ -10,6 +10,9 @@ Example::
           client_id: fleetgate
           roles: {platform-admins: master, finance: finance_viewer}
           teams: {team-search: search}      # group -> team (id or name): its team admin
+        jwt:                        # JWT bearer tokens for API callers (optional)
+          jwks_url: https://idp.example.com/jwks
+          audience: fleetgate
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fleetgate.errors import ConfigError
 
-__all__ = ["ConsoleConfig", "OidcConfig", "console_config"]
+__all__ = ["ConsoleConfig", "JwtConfig", "OidcConfig", "console_config"]
 
 
 class OidcConfig(BaseModel):
@@ -39,6 +42,20 @@ class OidcConfig(BaseModel):
     discovery_timeout_s: float = 5.0
 
 
+class JwtConfig(BaseModel):
+    """JWT bearer tokens for API callers, validated against a JWKS (read at start-up)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    jwks_url: str
+    issuer: str | None = None
+    audience: str | None = None
+    team_claim: str = "team"
+    user_claim: str = "sub"
+    aliases_claim: str = "aliases"
+    refresh_s: float = Field(default=300.0, ge=5)
+
+
 class ConsoleConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -50,6 +67,7 @@ class ConsoleConfig(BaseModel):
     secure_cookie: bool | Literal["auto"] = "auto"
     page_size: int = Field(default=50, ge=5, le=500)
     oidc: OidcConfig | None = None
+    jwt: JwtConfig | None = None
 
 
 def console_config(extensions: dict[str, Any]) -> ConsoleConfig:

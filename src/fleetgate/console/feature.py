@@ -17,11 +17,13 @@ from aiohttp import web
 from fleetgate.api.state import GatewayState
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.console.audit import AuditPages, GuardrailEvents
+from fleetgate.console.bearer import JwtBearer
 from fleetgate.console.config import ConsoleConfig, console_config
 from fleetgate.console.core import Console
 from fleetgate.console.keys import KeyPages
 from fleetgate.console.login import LoginPages
 from fleetgate.console.models import ModelPages, Rollouts
+from fleetgate.console.oidc import OidcPages
 from fleetgate.console.overview import MetricWindow, OverviewPage
 from fleetgate.console.playground import Playground
 from fleetgate.console.spend import SpendPages
@@ -50,8 +52,16 @@ class ConsoleFeature(BaseFeature):
         self.console = Console(gw, config)
         self.window = MetricWindow(gw.metrics)
         self.playground = Playground(self.console)
+        self.oidc = OidcPages(self.console)
+        # JWT bearer tokens for API callers (`fleetgate.app` puts it before the key cache)
+        self.bearer = (
+            JwtBearer(config.jwt, gw.tenancy.cache)
+            if config.jwt is not None and gw.tenancy is not None
+            else None
+        )
         self._pages = [
             LoginPages(self.console),
+            self.oidc,
             OverviewPage(self.console, self.window),
             KeyPages(self.console),
             SpendPages(self.console),
@@ -99,9 +109,14 @@ class ConsoleFeature(BaseFeature):
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self.window.run(), name="console-metric-window")
+        if self.bearer is not None:
+            await self.bearer.start()
 
     async def aclose(self) -> None:
         if self._task is not None:
             await cancel_and_wait(self._task)
             self._task = None
+        if self.bearer is not None:
+            await self.bearer.aclose()
+        await self.oidc.aclose()
         await self.playground.aclose()

@@ -111,7 +111,7 @@ class OverviewPage:
         team = scoped_team(actor)
         active = [
             e for e in tenancy.cache.snapshot.by_id.values()
-            if team is None or e.principal.team_id == team
+            if (team is None or e.principal.team_id == team) and not e.id.startswith("jwt:")
         ]  # fmt: skip
         aliases = self.window.by_alias()
         if not actor.is_master and actor.allowed_aliases is not None:
