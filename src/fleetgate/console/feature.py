@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol
 
 from aiohttp import web
 
@@ -38,6 +39,10 @@ HERE = Path(__file__).parent
 VENDOR = {"htmx.min.js": HERE / "node_modules" / "htmx.org" / "dist" / "htmx.min.js"}
 
 
+class _Pages(Protocol):
+    def routes(self) -> list[web.RouteDef]: ...
+
+
 class ConsoleFeature(BaseFeature):
     name = "console"
 
@@ -59,7 +64,7 @@ class ConsoleFeature(BaseFeature):
             if config.jwt is not None and gw.tenancy is not None
             else None
         )
-        self._pages = [
+        self._pages: list[_Pages] = [
             LoginPages(self.console),
             self.oidc,
             OverviewPage(self.console, self.window),

@@ -37,10 +37,10 @@ def _sample(metrics: GatewayMetrics, at: float) -> _Sample:
             pair[1] += float(value)  # type: ignore[arg-type]
     ttft: dict[str, list[float]] = {}
     for labels, data in metrics.ttft.snapshot():
-        _counts, total, count = data  # type: ignore[misc]
+        assert isinstance(data, list)  # a histogram child: [counts, sum, count]
         pair = ttft.setdefault(labels[0], [0.0, 0.0])
-        pair[0] += float(total)
-        pair[1] += float(count)
+        pair[0] += float(data[1])
+        pair[1] += float(data[2])
     return _Sample(
         at,
         {a: (v[0], v[1]) for a, v in requests.items()},
