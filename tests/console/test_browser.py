@@ -150,6 +150,8 @@ async def test_the_console_end_to_end(console: Console, fake: FakeUpstream) -> N
         await page.get_by_role("button", name="Set split of tiny").click()
         await page.wait_for_selector("text=v1 90.0%")
         await checked(page, "models")
+        await page.goto(url + "/ui/routing")
+        await checked(page, "routing")
         await page.goto(url + "/ui/guardrails")
         assert "Safety is not configured" in await page.locator("main").inner_text()
         await checked(page, "guardrails")

@@ -38,6 +38,7 @@ NAV: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("/ui/teams", "Teams & keys", ADMINS),
     ("/ui/spend", "Spend", ("master", "team_admin", "finance_viewer")),
     ("/ui/models", "Models", ADMINS),
+    ("/ui/routing", "Routing", ("master",)),
     ("/ui/audit", "Audit log", ADMINS),
     ("/ui/guardrails", "Guardrails", ("master",)),
     ("/ui/playground", "Playground", ("master", "team_admin", "user")),

@@ -27,9 +27,11 @@ from fleetgate.console.models import ModelPages, Rollouts
 from fleetgate.console.oidc import OidcPages
 from fleetgate.console.overview import MetricWindow, OverviewPage
 from fleetgate.console.playground import Playground
+from fleetgate.console.routing import RoutingPage
 from fleetgate.console.spend import SpendPages
 from fleetgate.errors import NotFound
 from fleetgate.feature import BaseFeature
+from fleetgate.store.errors import store_unavailable_is_503
 from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["HERE", "VENDOR", "ConsoleFeature"]
@@ -71,6 +73,7 @@ class ConsoleFeature(BaseFeature):
             KeyPages(self.console),
             SpendPages(self.console),
             ModelPages(self.console, rollouts),
+            RoutingPage(self.console),
             AuditPages(self.console, guardrails),
             self.playground,
         ]
@@ -96,8 +99,11 @@ class ConsoleFeature(BaseFeature):
             web.static("/ui/static", HERE / "static", append_version=False),
             web.get("/ui/vendor/{name}", self.vendor),
         ]
-        for page in self._pages:
-            routes.extend(page.routes())
+        for page in self._pages:  # an unreachable database is a 503, as on the admin API
+            routes.extend(
+                web.route(r.method, r.path, store_unavailable_is_503(r.handler), **r.kwargs)
+                for r in page.routes()
+            )
         return routes
 
     async def vendor(self, request: web.Request) -> web.FileResponse:

@@ -19,7 +19,14 @@ __all__ = ["LoginPages", "safe_next"]
 
 def safe_next(value: str | None) -> str | None:
     """A same-site path to go to after signing in (never another origin)."""
-    if value and value.startswith("/ui/") and not value.startswith("//") and "\\" not in value:
+    if (
+        value
+        and len(value) <= 500
+        and value.startswith("/ui/")
+        and value.isascii()
+        and value.isprintable()
+        and not any(c in value for c in " \\")
+    ):
         return value
     return None
 
