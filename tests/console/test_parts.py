@@ -73,3 +73,25 @@ def test_the_chart_escapes_labels_and_scales_bars_to_the_largest() -> None:
 def test_csv_cells_that_a_spreadsheet_would_run_are_quoted() -> None:
     assert _cell("=HYPERLINK(1)") == "'=HYPERLINK(1)"
     assert _cell("-3.5") == "-3.5" and _cell(None) == "" and _cell("team") == "team"
+
+
+def test_the_overview_window_reports_the_last_hour_by_alias() -> None:
+    from fleetgate.console.overview import MetricWindow
+    from fleetgate.telemetry.metrics import GatewayMetrics
+
+    metrics = GatewayMetrics()
+    now = [0.0]
+    window = MetricWindow(metrics, clock=lambda: now[0])
+    metrics.requests.labels("tiny", "tiny/0", "v1", "200").inc(5)  # before the window
+    window.tick()
+    now[0] = 100.0
+    metrics.requests.labels("tiny", "tiny/0", "v1", "200").inc(8)
+    metrics.requests.labels("tiny", "tiny/0", "v1", "502").inc(2)
+    metrics.ttft.labels("tiny", "tiny/0", "v1").observe(0.2)
+    metrics.ttft.labels("tiny", "tiny/0", "v1").observe(0.4)
+    (row,) = window.by_alias()
+    assert row["requests"] == 10 and row["rps"] == pytest.approx(0.1)
+    assert row["error_rate"] == pytest.approx(0.2) and row["ttft_ms"] == pytest.approx(300)
+    now[0] = 3700.0
+    window.tick()  # the first sample left the hour
+    assert window.by_alias()[0]["requests"] == 0
