@@ -71,7 +71,7 @@ async def test_the_console_end_to_end(console: Console, fake: FakeUpstream) -> N
 
         await sign_in(page, url, MASTER)
         assert page.url.endswith("/ui/overview")
-        await checked(page, "overview")
+        assert await accessibility_violations(page) == []
         order = await tab_order(page, 3)
         assert order == ["A:#main", "A:/ui/overview", "A:/ui/teams"]
 
@@ -137,6 +137,12 @@ async def test_the_console_end_to_end(console: Console, fake: FakeUpstream) -> N
         assert csv_text.splitlines()[0].startswith("team,team_name,spend_usd")
         row = next(r for r in csv.DictReader(io.StringIO(csv_text)) if r["team_name"] == "search")
         assert row["requests"] == "1" and float(row["spend_usd"]) > 0, row
+
+        await page.goto(url + "/ui/overview")  # the playground's request, seen here too
+        traffic = await page.locator("table").first.inner_text()
+        assert "tiny\t1\t" in traffic, traffic
+        assert await page.locator("#active-keys").inner_text() == "2"
+        await checked(page, "overview")
 
         await page.goto(url + "/ui/audit?kind=request")
         assert key_id in await page.locator("#audit-rows").inner_text()
