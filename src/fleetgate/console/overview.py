@@ -113,9 +113,9 @@ class OverviewPage:
             e for e in tenancy.cache.snapshot.by_id.values()
             if (team is None or e.principal.team_id == team) and not e.id.startswith("jwt:")
         ]  # fmt: skip
-        aliases = self.window.by_alias()
-        if not actor.is_master and actor.allowed_aliases is not None:
-            aliases = [a for a in aliases if a["alias"] in actor.allowed_aliases]
+        # Request metrics are per alias, not per team: a team admin sees its team's spend
+        # below, not other teams' traffic on shared aliases.
+        aliases = self.window.by_alias() if actor.is_master else None
         return self.console.page(
             request, session, "overview.html", aliases=aliases,
             span_min=self.window.span_s() / 60, spend_today=sum(r["spend_usd"] for r in today),
