@@ -187,3 +187,18 @@ async def test_bad_query_values_are_400_not_500(console: Console) -> None:
         ):
             async with s.get(console.url + path) as resp:
                 assert resp.status == 400, path
+
+
+async def test_a_browser_gets_a_refusal_as_a_page_and_a_program_as_json(
+    console: Console,
+) -> None:
+    other, _, _ = await _team_key(console, "ads")
+    _, _, admin_key = await _team_key(console, "search", role="team_admin")
+    s = await console.signed_in(admin_key)
+    async with s:
+        page = {"Accept": "text/html,application/xhtml+xml"}
+        async with s.get(console.url + f"/ui/teams/{other}", headers=page) as resp:
+            assert resp.status == 404 and resp.content_type == "text/html"
+            assert "Not found" in await resp.text()
+        async with s.get(console.url + f"/ui/teams/{other}") as resp:
+            assert resp.status == 404 and (await resp.json())["error"]["type"] == "not_found_error"

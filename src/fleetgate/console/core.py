@@ -18,6 +18,7 @@ from fleetgate.console.render import Renderer
 from fleetgate.console.sessions import COOKIE, Session, Sessions, cookie_is_secure, same_token
 from fleetgate.errors import (
     AuthenticationFailed,
+    FleetgateError,
     PayloadTooLarge,
     PermissionDenied,
     ServiceUnavailable,
@@ -131,6 +132,24 @@ class Console:
             csrf=session.csrf,
             **context,
         )
+
+    def error_page(self, request: web.Request, exc: FleetgateError) -> web.Response:
+        """A refused page as a page (the same status), for people rather than programs."""
+        session = self.sessions.get(request.cookies.get(COOKIE))
+        titles = {401: "Sign in first", 403: "Not for your role", 404: "Not found"}
+        context: dict[str, Any] = {"session": None, "nav": [], "principal": None, "csrf": ""}
+        if session is not None:
+            role = session.principal.role
+            context = {
+                "session": session, "principal": session.principal, "csrf": session.csrf,
+                "nav": [(p, label) for p, label, roles in NAV if role in roles],
+            }  # fmt: skip
+        response = self.renderer.html(
+            "error.html", exc.status, code=exc.status, here=request.path,
+            title=titles.get(exc.status, "Something went wrong"), message=exc.message, **context,
+        )  # fmt: skip
+        response.headers.update(exc.headers or {})
+        return response
 
     async def record(self, actor: Principal, action: str, target: str, detail: Any) -> None:
         """An entry in the admin audit log (when tenancy keeps one)."""

@@ -9,7 +9,8 @@ swap in place.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import functools
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -29,13 +30,14 @@ from fleetgate.console.overview import MetricWindow, OverviewPage
 from fleetgate.console.playground import Playground
 from fleetgate.console.routing import RoutingPage
 from fleetgate.console.spend import SpendPages
-from fleetgate.errors import NotFound
+from fleetgate.errors import FleetgateError, NotFound
 from fleetgate.feature import BaseFeature
 from fleetgate.store.errors import store_unavailable_is_503
 from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["HERE", "VENDOR", "ConsoleFeature"]
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 HERE = Path(__file__).parent
 # The npm packages' files the pages load, by the name they are served under.
 VENDOR = {"htmx.min.js": HERE / "node_modules" / "htmx.org" / "dist" / "htmx.min.js"}
@@ -101,10 +103,27 @@ class ConsoleFeature(BaseFeature):
         ]
         for page in self._pages:  # an unreachable database is a 503, as on the admin API
             routes.extend(
-                web.route(r.method, r.path, store_unavailable_is_503(r.handler), **r.kwargs)
+                web.route(r.method, r.path, self._as_page(store_unavailable_is_503(r.handler)))
                 for r in page.routes()
             )
         return routes
+
+    def _as_page(self, handler: Handler) -> Handler:
+        """Errors of a page a browser navigated to come back as a page (same status); the
+        playground's fetch, htmx swaps and the CSV keep the JSON error."""
+
+        @functools.wraps(handler)
+        async def page(request: web.Request) -> web.StreamResponse:
+            try:
+                return await handler(request)
+            except FleetgateError as exc:
+                if "text/html" not in request.headers.get("Accept", "") or (
+                    "HX-Request" in request.headers
+                ):
+                    raise
+                return self.console.error_page(request, exc)
+
+        return page
 
     async def vendor(self, request: web.Request) -> web.FileResponse:
         path = VENDOR.get(request.match_info["name"])
