@@ -86,14 +86,14 @@ async def test_the_console_end_to_end(console: Console, fake: FakeUpstream) -> N
                 ads_id = page.url.rsplit("/", 1)[1]
                 await page.goto(url + "/ui/teams")
         search_id = page.url.rsplit("/", 1)[1]
-        await page.get_by_label("Budget (USD)").fill("25")
+        await page.get_by_label("Budget (USD) of the new key").fill("25")
         await page.get_by_role("button", name="Create key").click()
         key = (await page.locator("#new-key").inner_text()).strip()
         assert key.startswith("sk-fg-")
         await checked(page, "team-new-key")
         await page.goto(url + f"/ui/teams/{search_id}")
         assert key not in await page.content()  # never shown again
-        await page.get_by_label("Role").select_option("team_admin")
+        await page.get_by_label("Role", exact=True).select_option("team_admin")
         await page.get_by_role("button", name="Create key").click()
         admin_key = (await page.locator("#new-key").inner_text()).strip()
         await page.goto(url + "/ui/teams")

@@ -202,3 +202,42 @@ async def test_a_browser_gets_a_refusal_as_a_page_and_a_program_as_json(
             assert "Not found" in await resp.text()
         async with s.get(console.url + f"/ui/teams/{other}") as resp:
             assert resp.status == 404 and (await resp.json())["error"]["type"] == "not_found_error"
+
+
+async def test_limits_and_budgets_change_from_the_team_page(console: Console) -> None:
+    team_id, key_id, key = await _team_key(console, "search")
+    _, _, admin_key = await _team_key(console, "ads", role="team_admin")
+    s = await console.signed_in(MASTER)
+    async with s:
+        async with s.get(console.url + f"/ui/teams/{team_id}") as resp:
+            html = await resp.text()
+            token = csrf_of(html)
+            assert f"Limits of {key_id}" in html
+        async with s.post(
+            console.url + f"/ui/teams/{team_id}/limits",
+            data={"csrf": token, "max_budget_usd": "40", "budget_period": "weekly"},
+        ) as resp:
+            assert resp.status == 200 and "$40.0000 weekly" in await resp.text()
+        async with s.post(
+            console.url + f"/ui/keys/{key_id}/limits",
+            data={"csrf": token, "team": team_id, "rpm": "1"},
+        ) as resp:
+            assert resp.status == 200
+    status, keys = await console.admin("GET", f"/admin/keys?team={team_id}")
+    assert next(k for k in keys["data"] if k["id"] == key_id)["rpm"] == 1
+    statuses = [await console.chat(key) for _ in range(30)]  # the cache reloads within 0.2 s
+    assert 429 in statuses
+    status, audit = await console.admin("GET", "/admin/audit")
+    assert {"team.limits", "key.limits"} <= {r["action"] for r in audit["data"]}
+    a = await console.signed_in(admin_key)  # another team's admin
+    async with a:
+        async with a.get(console.url + "/ui/teams/ads") as resp:
+            token = csrf_of(await resp.text())
+        async with a.post(
+            console.url + f"/ui/keys/{key_id}/limits", data={"csrf": token, "rpm": "999"}
+        ) as resp:
+            assert resp.status == 404
+        async with a.post(
+            console.url + f"/ui/teams/{team_id}/limits", data={"csrf": token, "rpm": "999"}
+        ) as resp:
+            assert resp.status == 403

@@ -30,6 +30,8 @@ class KeyPages:
             web.get("/ui/teams/{team}", self.team),
             web.post("/ui/teams/{team}/keys", self.create_key),
             web.post("/ui/keys/{key_id}/revoke", self.revoke_key),
+            web.post("/ui/teams/{team}/limits", self.team_limits),
+            web.post("/ui/keys/{key_id}/limits", self.key_limits),
         ]
 
     async def _teams_page(
@@ -90,11 +92,42 @@ class KeyPages:
         # The key is in this one response and nowhere else (only its hash is stored).
         return await self._team_page(request, session, ref, 201, new_key=created)
 
+    async def team_limits(self, request: web.Request) -> web.Response:
+        session = await self.console.require(request, ("master",))
+        ref = request.match_info["team"]
+        form = await self.console.form(request)
+        try:
+            await self.console.tenancy.service.set_limits(
+                session.principal, "team", ref, service_body(form)
+            )
+        except ClientError as exc:
+            return await self._team_page(request, session, ref, exc.status, error=exc.message)
+        raise web.HTTPFound(f"/ui/teams/{ref}")
+
+    async def key_limits(self, request: web.Request) -> web.Response:
+        session = await self.console.require(request, ADMINS)
+        form = await self.console.form(request)
+        team = _team_ref(form)
+        try:
+            await self.console.tenancy.service.set_limits(
+                session.principal, "key", request.match_info["key_id"], service_body(form)
+            )
+        except ClientError as exc:
+            if team is None or exc.status == 404:
+                raise
+            return await self._team_page(request, session, team, exc.status, error=exc.message)
+        raise web.HTTPFound(f"/ui/teams/{team}" if team else "/ui/teams")
+
     async def revoke_key(self, request: web.Request) -> web.Response:
         session = await self.console.require(request, ADMINS)
         key_id = request.match_info["key_id"]
         form = await self.console.form(request)
         await self.console.tenancy.service.revoke_key(session.principal, key_id)
-        team = form.get("team", "")
-        ok = team.startswith("team_") and team[5:].isalnum()
-        raise web.HTTPFound(f"/ui/teams/{team}" if ok else "/ui/teams")
+        team = _team_ref(form)
+        raise web.HTTPFound(f"/ui/teams/{team}" if team else "/ui/teams")
+
+
+def _team_ref(form: dict[str, str]) -> str | None:
+    """The team id a form came from (to go back to its page), if it is one."""
+    team = form.get("team", "")
+    return team if team.startswith("team_") and team[5:].isalnum() else None
