@@ -7,6 +7,7 @@ import csv
 import io
 
 import aiohttp
+import pytest
 
 from tests.console.support import MASTER, Console, csrf_of
 
@@ -241,3 +242,16 @@ async def test_limits_and_budgets_change_from_the_team_page(console: Console) ->
             console.url + f"/ui/teams/{team_id}/limits", data={"csrf": token, "rpm": "999"}
         ) as resp:
             assert resp.status == 403
+
+
+async def test_static_files_and_the_npm_package_are_served(console: Console) -> None:
+    from tests.console.browser import AXE
+
+    if not AXE.parent.parent.is_dir():
+        pytest.skip("the console's npm packages are not installed (make, or npm ci)")
+    async with console.http.get(console.url + "/ui/vendor/htmx.min.js") as resp:
+        assert resp.status == 200 and "htmx" in await resp.text()
+    async with console.http.get(console.url + "/ui/static/console.css") as resp:
+        assert resp.status == 200 and resp.content_type == "text/css"
+    async with console.http.get(console.url + "/ui/vendor/axe.min.js") as resp:
+        assert resp.status == 404  # only the named files, nothing else from node_modules
