@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import pytest
@@ -255,3 +256,19 @@ async def test_static_files_and_the_npm_package_are_served(console: Console) -> 
         assert resp.status == 200 and resp.content_type == "text/css"
     async with console.http.get(console.url + "/ui/vendor/axe.min.js") as resp:
         assert resp.status == 404  # only the named files, nothing else from node_modules
+
+
+async def test_signing_in_returns_to_the_page_asked_for(console: Console) -> None:
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as s:
+        async with s.get(console.url + "/ui/spend?group=alias", allow_redirects=False) as resp:
+            login = resp.headers["Location"]
+        assert parse_qs(urlsplit(login).query) == {"next": ["/ui/spend?group=alias"]}
+        async with s.get(console.url + login) as resp:
+            html = await resp.text()
+        assert 'name="next" value="/ui/spend?group=alias"' in html
+        async with s.post(
+            console.url + "/ui/login",
+            data={"key": MASTER, "csrf": csrf_of(html), "next": "/ui/spend?group=alias"},
+            allow_redirects=False,
+        ) as resp:
+            assert resp.headers["Location"] == "/ui/spend?group=alias"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from typing import Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 
@@ -84,7 +85,7 @@ class Console:
         session = self.session(request)
         if session is None:
             if request.method == "GET" and "HX-Request" not in request.headers:
-                raise web.HTTPFound(f"/ui/login?next={request.rel_url.path}")
+                raise web.HTTPFound("/ui/login?" + urlencode({"next": request.rel_url.path_qs}))
             raise AuthenticationFailed("Sign in to the console first.")
         if session.principal.role not in roles:
             raise PermissionDenied("Your role may not open this page.")
