@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# the console's front-end packages (htmx; axe-core for the tests) from the npm registry
+CONSOLE := src/fleetgate/console
+NODE_STAMP := $(CONSOLE)/node_modules/.installed
 
 .PHONY: run test check lint format typecheck bench clean
 
@@ -13,10 +16,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,ml,audio,bench,mcp]'
 	touch $(STAMP)
 
-run: $(STAMP)
+$(NODE_STAMP): $(CONSOLE)/package.json $(CONSOLE)/package-lock.json
+	cd $(CONSOLE) && npm ci --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
+run: $(STAMP) $(NODE_STAMP)
 	$(BIN)/fleetgate up
 
-test: $(STAMP)
+test: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
@@ -28,7 +35,7 @@ format: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-check: $(STAMP)
+check: $(STAMP) $(NODE_STAMP)
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
@@ -38,4 +45,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/overhead/run.py --write-docs
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache $(CONSOLE)/node_modules

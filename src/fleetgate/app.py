@@ -26,6 +26,7 @@ from fleetgate.config.loader import load_config
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.cost.feature import CostFeature
+from fleetgate.console import ConsoleFeature
 from fleetgate.errors import ConfigError
 from fleetgate.feature import Feature, Features
 from fleetgate.http import AdminAccess
@@ -53,7 +54,7 @@ from fleetgate.telemetry.access_log import AccessLog
 from fleetgate.telemetry.metrics import GatewayMetrics
 from fleetgate.telemetry.tracing import GenAITracer
 from fleetgate.telemetry.workers import WorkerMetrics
-from fleetgate.tenancy.auth import MasterKeyAuthenticator
+from fleetgate.tenancy.auth import JwtOrKey, MasterKeyAuthenticator
 from fleetgate.tenancy.feature import TenancyFeature
 
 __all__ = ["build_features", "build_state", "create_app"]
@@ -162,6 +163,10 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
     gw.scheduler = scheduling.scheduler
     releases = ReleasesFeature.build(settings, cfg, gw.tables, access, resources)
     gw.dispatcher.versions = releases.picker(canary.splits)  # rollouts, then canary splits
+    console = ConsoleFeature.build(gw, cfg, rollouts=releases.rollouts, guardrails=safety.audit_log)
+    if console is not None and console.bearer is not None and tenancy.runtime is not None:
+        keys = JwtOrKey(console.bearer, tenancy.runtime.cache)  # JWT bearers, then keys
+        gw.auth = MasterKeyAuthenticator(settings.master_key, next=keys)
     features = (
         CoreFeature(gw),  # routes, health, access log, config watch; closes the shared last
         semantic,  # `model: auto` -> an alias, before everything that depends on the alias
@@ -176,6 +181,7 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
         releases,  # model registry: aliases that follow a stage, evaluations, gates
         CostFeature.build(settings, cfg, access, resources),  # GPU cost (extensions.cost)
         BatchesFeature(gw, access, cfg),  # Files + Batch APIs; lines run the path above
+        console,  # the web console at /ui and sign-in
         McpFeature.build(
             cfg, registry, access, gw.request_ids.next, tenancy.runtime, safety.runtime
         ),  # the MCP gateway, when `mcp.servers` is set: tools behind the same keys and checks

@@ -17,6 +17,7 @@ Example::
 from fleetgate.bench.client import Target, build_body, send_request
 from fleetgate.bench.compare import compare, format_comparison
 from fleetgate.bench.datasets import load_jsonl, load_sharegpt, synthetic
+from fleetgate.bench.html_report import write_html
 from fleetgate.bench.knee import knee_index
 from fleetgate.bench.lengths import LengthDist, parse_length_dist
 from fleetgate.bench.metrics import DEFAULT_PERCENTILES, per_token_itl, summarize, windows
@@ -24,7 +25,7 @@ from fleetgate.bench.point import LoadPoint, PointOptions, PointResult, run_poin
 from fleetgate.bench.procs import run_open_loop_processes
 from fleetgate.bench.profiles import ProfileResult, search, stepped, sweep
 from fleetgate.bench.progress import NullProgress, Progress, make_progress
-from fleetgate.bench.report import profile_json, write_csv, write_html, write_json
+from fleetgate.bench.report import profile_json, write_csv, write_json
 from fleetgate.bench.runner import RunOutcome, run_closed_loop, run_open_loop, run_sync
 from fleetgate.bench.schedule import arrival_offsets, offsets_for_duration, trace_offsets
 from fleetgate.bench.slo import Slo, parse_slo

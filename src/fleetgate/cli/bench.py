@@ -270,7 +270,8 @@ def _write_outputs(
     if args.output_csv:
         write_csv(args.output_csv, points)
     if args.html:
-        write_html(args.html, multi or ProfileResult("single", points))
+        slo = parse_slo(args.slo) if args.slo else None
+        write_html(args.html, multi or ProfileResult("single", points), slo)
 
 
 def _print_summary(res: PointResult) -> None:

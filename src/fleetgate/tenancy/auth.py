@@ -8,7 +8,7 @@ from typing import Protocol
 from fleetgate.errors import AuthenticationFailed
 from fleetgate.tenancy.principal import Principal
 
-__all__ = ["Authenticator", "MasterKeyAuthenticator", "bearer_token"]
+__all__ = ["Authenticator", "JwtOrKey", "MasterKeyAuthenticator", "bearer_token", "looks_like_jwt"]
 
 
 def bearer_token(header: str | None) -> str:
@@ -48,3 +48,19 @@ class MasterKeyAuthenticator:
         if self._next is not None:
             return self._next.authenticate(token)
         raise AuthenticationFailed("Invalid API key.")
+
+
+def looks_like_jwt(token: str) -> bool:
+    """A compact JWS (``header.payload.signature``); virtual keys have no dots."""
+    return token.count(".") == 2 and token.startswith("eyJ")
+
+
+class JwtOrKey:
+    """Sends bearer tokens shaped like a JWT to ``jwt`` and every other one to ``keys``."""
+
+    def __init__(self, jwt: Authenticator, keys: Authenticator) -> None:
+        self._jwt = jwt
+        self._keys = keys
+
+    def authenticate(self, token: str) -> Principal:
+        return (self._jwt if looks_like_jwt(token) else self._keys).authenticate(token)

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from fleetgate.errors import AuthenticationFailed
 from fleetgate.store.database import Database
 from fleetgate.store.tables import api_keys, teams, tenancy_state
-from fleetgate.tenancy.model import KeyEntry, Limits, TeamEntry, hash_key
+from fleetgate.tenancy.model import KeyEntry, Limits, TeamEntry, hash_key, jwt_key_id
 from fleetgate.tenancy.principal import Principal
 
 __all__ = ["KeyCache", "Snapshot"]
@@ -89,7 +89,12 @@ class KeyCache:
             for r in team_rows
         }
         by_hash: dict[str, KeyEntry] = {}
-        by_id: dict[str, KeyEntry] = {}
+        by_id: dict[str, KeyEntry] = {  # JWT bearer callers: the team's limits, no key's
+            jwt_key_id(t.id): KeyEntry(
+                jwt_key_id(t.id), Principal(jwt_key_id(t.id), team_id=t.id), Limits(), t
+            )
+            for t in team_map.values()
+        }
         for r in key_rows:
             team = team_map.get(r.team_id)
             if team is None:
@@ -98,7 +103,7 @@ class KeyCache:
             aliases = frozenset(r.aliases) if isinstance(r.aliases, list) else None
             principal = Principal(
                 key_id=r.id,
-                role="team_admin" if r.role == "team_admin" else "user",
+                role=r.role if r.role in ("team_admin", "finance_viewer") else "user",
                 team_id=r.team_id,
                 user_id=r.user_id,
                 allowed_aliases=aliases,

@@ -9,7 +9,10 @@ from typing import Any
 
 from fleetgate.tenancy.principal import Principal
 
-__all__ = ["KEY_PREFIX", "KeyEntry", "Limits", "TeamEntry", "hash_key", "key_hint", "new_key"]
+__all__ = [
+    "KEY_PREFIX", "KeyEntry", "Limits", "TeamEntry", "hash_key", "jwt_key_id", "key_hint",
+    "new_key",
+]  # fmt: skip
 
 KEY_PREFIX = "sk-fg-"
 
@@ -22,6 +25,12 @@ def new_key() -> str:
 def hash_key(key: str) -> str:
     """The stored form of a key: hex sha256."""
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+def jwt_key_id(team_id: str) -> str:
+    """The key id that JWT bearer callers of a team are limited and billed under (the key
+    cache has an entry for it: no key limits of its own, the team's limits and budget)."""
+    return "jwt:" + team_id
 
 
 def key_hint(key: str) -> str:

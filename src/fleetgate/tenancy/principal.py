@@ -7,7 +7,8 @@ from typing import Literal
 
 __all__ = ["Principal", "Role"]
 
-Role = Literal["master", "team_admin", "user"]
+# finance_viewer: reads every team's spend, nothing else (the console's finance role)
+Role = Literal["master", "team_admin", "finance_viewer", "user"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,10 @@ __all__ = ["GROUPS", "audit_log", "spend_report"]
 GROUPS = ("team", "alias", "key", "tag", "deployment", "version")
 
 
-def _scope_team(actor: Principal, team_id: str | None) -> str | None:
-    if actor.is_master:
+def _scope_team(actor: Principal, team_id: str | None, *, spend: bool = False) -> str | None:
+    """The team a report is limited to: a team admin's own; ``None`` (every team) for the
+    master key, and for a finance viewer's spend reports."""
+    if actor.is_master or (spend and actor.role == "finance_viewer"):
         return team_id
     if actor.role != "team_admin":
         raise PermissionDenied("Reports need a team admin or the master key.")
@@ -43,7 +45,7 @@ async def spend_report(
         )
     if len(set(group_by)) != len(group_by):
         raise InvalidRequest("group_by: a group is named twice", param="group_by")
-    team_id = _scope_team(actor, team_id)
+    team_id = _scope_team(actor, team_id, spend=True)
     columns: dict[str, Any] = {
         "team": spend.c.team_id,
         "alias": spend.c.alias,
@@ -95,23 +97,50 @@ async def spend_report(
 
 
 async def audit_log(
-    db: Database, actor: Principal, kind: str = "admin", limit: int = 100
+    db: Database,
+    actor: Principal,
+    kind: str = "admin",
+    limit: int = 100,
+    *,
+    offset: int = 0,
+    search: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The newest audit rows (``kind``: admin or request), a team admin sees its team's."""
+    """The newest audit rows (``kind``: admin or request), a team admin sees its team's.
+
+    ``offset`` skips that many of the newest (pages); ``search`` keeps the rows whose action,
+    target or actor key (admin), or key, alias or decision (request) contains it.
+    """
     team_id = _scope_team(actor, None)
     limit = max(1, min(limit, 1000))
+    offset = max(0, offset)
+    if search is not None and ("\x00" in search or len(search) > 200):
+        raise InvalidRequest("'search' must be at most 200 characters, no NUL", param="search")
+    pattern = f"%{search}%" if search else None
     if kind == "admin":
-        query = select(admin_audit).order_by(admin_audit.c.id.desc()).limit(limit)
+        query = select(admin_audit).order_by(admin_audit.c.id.desc())
         if team_id is not None:  # what its keys did, and what was done to its team
             query = query.where(
                 (admin_audit.c.actor_team_id == team_id) | (admin_audit.c.team_id == team_id)
             )
+        if pattern is not None:
+            query = query.where(
+                admin_audit.c.action.like(pattern)
+                | admin_audit.c.target.like(pattern)
+                | admin_audit.c.actor_key_id.like(pattern)
+            )
     elif kind == "request":
-        query = select(request_audit).order_by(request_audit.c.created_ms.desc()).limit(limit)
+        query = select(request_audit).order_by(request_audit.c.created_ms.desc())
         if team_id is not None:
             query = query.where(request_audit.c.team_id == team_id)
+        if pattern is not None:
+            query = query.where(
+                request_audit.c.key_id.like(pattern)
+                | request_audit.c.alias.like(pattern)
+                | request_audit.c.decision.like(pattern)
+            )
     else:
         raise InvalidRequest("'kind' must be admin or request", param="kind")
+    query = query.limit(limit).offset(offset)
     async with db.engine.connect() as conn:
         rows = (await conn.execute(query)).all()
     return [{str(k): v for k, v in r._asdict().items()} for r in rows]

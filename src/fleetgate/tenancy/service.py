@@ -243,8 +243,8 @@ class TenancyService:
         if not isinstance(team_ref, str):
             raise InvalidRequest("'team' is required", param="team")
         role = body.get("role", "user")
-        if role not in ("user", "team_admin"):
-            raise InvalidRequest("'role' must be user or team_admin", param="role")
+        if role not in ("user", "team_admin", "finance_viewer"):
+            raise InvalidRequest("'role' must be user, team_admin or finance_viewer", param="role")
         aliases = body.get("aliases")
         if aliases is not None and (
             not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases)
@@ -260,8 +260,8 @@ class TenancyService:
         async with self.db.engine.begin() as conn:
             team_id = await self._team_id(conn, team_ref)
             self._may_manage(actor, team_id)
-            if role == "team_admin" and not actor.is_master:
-                raise PermissionDenied("Only the master key creates team admin keys.")
+            if role != "user" and not actor.is_master:
+                raise PermissionDenied(f"Only the master key creates {role} keys.")
             row = {"id": "key_" + os.urandom(8).hex(), "key_hash": hash_key(key),
                    "key_hint": key_hint(key), "team_id": team_id, "user_id": user,
                    "role": role, "aliases": aliases, **_limits(body), "tags": _tags(body),
@@ -303,6 +303,31 @@ class TenancyService:
             )
         await self._changed()
         return {"id": key_id, "revoked": True}
+
+    async def set_limits(
+        self, actor: Principal, kind: str, ref: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Replace the limits and budget of a team (master key) or a key (master, or the admin
+        of its team); a limit left out becomes unlimited."""
+        limits = _limits(body)
+        async with self.db.engine.begin() as conn:
+            if kind == "team":
+                if not actor.is_master:
+                    raise PermissionDenied("Only the master key changes a team's limits.")
+                team_id = await self._team_id(conn, ref)
+                target, table = team_id, teams
+            else:
+                query = select(api_keys.c.team_id).where(api_keys.c.id == ref)
+                row = None if "\x00" in ref else (await conn.execute(query)).first()
+                if row is None or (not actor.is_master and row.team_id != actor.team_id):
+                    raise NotFound(f"No key '{ref}'.")
+                self._may_manage(actor, row.team_id)
+                target, table, team_id = ref, api_keys, row.team_id
+            await conn.execute(update(table).where(table.c.id == target).values(**limits))
+            await self._audit(conn, actor, f"{kind}.limits", target, {
+                k: v for k, v in limits.items() if v is not None}, team_id)  # fmt: skip
+        await self._changed()
+        return {"id": target, **limits}
 
     async def record_admin(
         self,

@@ -1,0 +1,106 @@
+"""JWT bearer tokens for API callers: a token signed by a configured identity provider stands
+in for a virtual key.
+
+Its claims name the team (``team_claim``: a team id or name) and the user (``user_claim``);
+the caller is billed and limited as that team (its budget and limits apply: the key cache
+holds one entry per team for them, ``jwt:<team id>``), and ``aliases_claim`` (a list) may
+narrow the aliases it may use. Validation answers from memory: the JWKS is fetched at start
+and every ``refresh_s``.
+
+Example (``extensions.console.jwt``)::
+
+    jwt:
+      jwks_url: https://idp.example.com/.well-known/jwks.json
+      issuer: https://idp.example.com
+      audience: fleetgate
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import aiohttp
+import jwt
+
+from fleetgate.console.config import JwtConfig
+from fleetgate.console.jwks import JwksKeys, validate
+from fleetgate.errors import AuthenticationFailed
+from fleetgate.tasks import cancel_and_wait
+from fleetgate.tenancy.cache import KeyCache
+from fleetgate.tenancy.model import TeamEntry, jwt_key_id
+from fleetgate.tenancy.principal import Principal
+
+__all__ = ["JwtBearer"]
+
+log = logging.getLogger("fleetgate.console.bearer")
+
+
+class JwtBearer:
+    """An `fleetgate.tenancy.auth.Authenticator` for JWTs (see the module docstring)."""
+
+    def __init__(self, config: JwtConfig, cache: KeyCache) -> None:
+        self.config = config
+        self.cache = cache
+        self.keys = JwksKeys(config.jwks_url)
+        self.http: aiohttp.ClientSession | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def authenticate(self, token: str) -> Principal:
+        cfg = self.config
+        try:
+            claims = validate(
+                token, self.keys, audience=cfg.audience, issuer=cfg.issuer, http=self.http
+            )
+        except jwt.ExpiredSignatureError:
+            raise AuthenticationFailed("This token has expired.", code="expired_api_key") from None
+        except (jwt.PyJWTError, ValueError) as exc:
+            raise AuthenticationFailed(f"Invalid token: {exc}.") from None
+        ref, user = claims.get(cfg.team_claim), claims.get(cfg.user_claim)
+        team = self._team(ref) if isinstance(ref, str) else None
+        if team is None:
+            raise AuthenticationFailed(f"The token's '{cfg.team_claim}' names no team here.")
+        aliases = claims.get(cfg.aliases_claim)
+        allowed = (
+            frozenset(a for a in aliases if isinstance(a, str))
+            if isinstance(aliases, list)
+            else None
+        )
+        return Principal(
+            key_id=jwt_key_id(team.id),
+            role="user",
+            team_id=team.id,
+            user_id=str(user)[:100] if user is not None else None,
+            allowed_aliases=allowed,
+            tags=team.tags,
+        )
+
+    def _team(self, ref: str) -> TeamEntry | None:
+        snapshot = self.cache.snapshot
+        found = snapshot.teams.get(ref)
+        if found is None:
+            found = next((t for t in snapshot.teams.values() if t.name == ref), None)
+        return found
+
+    async def start(self) -> None:
+        self.http = aiohttp.ClientSession()
+        try:
+            await self.keys.refresh(self.http)
+        except Exception as exc:  # the gateway starts; JWTs are refused until a fetch works
+            log.warning("jwt: JWKS %s not fetched at start: %s", self.config.jwks_url, exc)
+        self._task = asyncio.create_task(self._refresh_forever(), name="console-jwks")
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.refresh_s)
+            try:
+                assert self.http is not None
+                await self.keys.refresh(self.http)
+            except Exception as exc:
+                log.warning("jwt: JWKS refresh failed: %s", exc)
+
+    async def aclose(self) -> None:
+        await cancel_and_wait(self._task)
+        if self.http is not None:
+            await self.http.close()
+            self.http = None

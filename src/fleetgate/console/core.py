@@ -1,0 +1,176 @@
+"""`Console`: what every page handler shares: sessions, roles, CSRF checks and rendering.
+
+Roles (`fleetgate.tenancy.principal.Role`): the master key sees every page and team; a team
+admin sees and manages only its own team; a finance viewer sees spend only; a plain key may
+use the playground.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+from urllib.parse import urlencode
+
+from aiohttp import web
+
+from fleetgate.api.state import GatewayState
+from fleetgate.console.config import ConsoleConfig
+from fleetgate.console.render import Renderer
+from fleetgate.console.sessions import COOKIE, Session, Sessions, cookie_is_secure, same_token
+from fleetgate.errors import (
+    AuthenticationFailed,
+    FleetgateError,
+    PayloadTooLarge,
+    PermissionDenied,
+    ServiceUnavailable,
+)
+from fleetgate.tenancy.principal import Principal
+from fleetgate.tenancy.runtime import Tenancy
+
+__all__ = ["ADMINS", "ALL", "Console", "NAV"]
+
+_FORM = web.RequestKey("console_form", dict)  # the posted form, read once per request
+
+ADMINS = ("master", "team_admin")
+ALL = ("master", "team_admin", "finance_viewer", "user")
+
+# (path, label, roles that see it)
+NAV: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("/ui/overview", "Overview", ADMINS),
+    ("/ui/teams", "Teams & keys", ADMINS),
+    ("/ui/spend", "Spend", ("master", "team_admin", "finance_viewer")),
+    ("/ui/models", "Models", ADMINS),
+    ("/ui/routing", "Routing", ("master",)),
+    ("/ui/audit", "Audit log", ADMINS),
+    ("/ui/guardrails", "Guardrails", ("master",)),
+    ("/ui/playground", "Playground", ("master", "team_admin", "user")),
+)
+
+
+def home(role: str) -> str:
+    """The first page a role may see."""
+    return next(path for path, _, roles in NAV if role in roles)
+
+
+class Console:
+    def __init__(self, gw: GatewayState, config: ConsoleConfig) -> None:
+        self.gw = gw
+        self.config = config
+        self.sessions = Sessions(config.session_ttl_s, config.max_sessions)
+        self.renderer = Renderer()
+
+    @property
+    def tenancy(self) -> Tenancy:
+        if self.gw.tenancy is None:
+            raise ServiceUnavailable("Tenancy is disabled in this gateway's config.")
+        return self.gw.tenancy
+
+    def session(self, request: web.Request) -> Session | None:
+        """The request's open session, re-checked: a key that was revoked (or expired) since
+        the sign-in ends the session."""
+        session = self.sessions.get(request.cookies.get(COOKIE))
+        if session is None or session.via != "key":
+            return session
+        try:
+            principal = self.gw.auth.authenticate(session.token)
+        except AuthenticationFailed:
+            self.sessions.close(session.id)
+            return None
+        session.principal = principal
+        return session
+
+    async def require(self, request: web.Request, roles: Collection[str] = ALL) -> Session:
+        """The session of a caller in one of ``roles``: a page without one redirects to the
+        sign-in; a request for data (POST, CSV, fragments) is a 401; a wrong role is a 403."""
+        session = self.session(request)
+        if session is None:
+            if request.method == "GET" and "HX-Request" not in request.headers:
+                raise web.HTTPFound("/ui/login?" + urlencode({"next": request.rel_url.path_qs}))
+            raise AuthenticationFailed("Sign in to the console first.")
+        if session.principal.role not in roles:
+            raise PermissionDenied("Your role may not open this page.")
+        if request.method not in ("GET", "HEAD"):
+            await self.check_csrf(request, session.csrf)
+        return session
+
+    async def check_csrf(self, request: web.Request, expected: str) -> None:
+        """403 unless the request carries ``expected`` (header or form field ``csrf``)."""
+        given = request.headers.get("X-CSRF-Token")
+        if given is None and request.content_type in (
+            "application/x-www-form-urlencoded",
+            "multipart/form-data",
+        ):
+            given = str((await self.form(request)).get("csrf", ""))
+        if not same_token(given, expected):
+            raise PermissionDenied("Missing or wrong CSRF token; reload the page.")
+
+    async def form(self, request: web.Request) -> dict[str, str]:
+        """The posted form's text fields (read once, kept on the request)."""
+        if _FORM not in request:
+            if (request.content_length or 0) > 1 << 20:
+                raise PayloadTooLarge("The form exceeds 1 MiB.")
+            data = await request.post()
+            request[_FORM] = {k: v for k, v in data.items() if isinstance(v, str)}
+        form: dict[str, str] = request[_FORM]
+        return form
+
+    def page(
+        self,
+        request: web.Request,
+        session: Session,
+        template: str,
+        status: int = 200,
+        **context: Any,
+    ) -> web.Response:
+        role = session.principal.role
+        return self.renderer.html(
+            template,
+            status,
+            session=session,
+            principal=session.principal,
+            nav=[(p, label) for p, label, roles in NAV if role in roles],
+            here=request.path,
+            csrf=session.csrf,
+            **context,
+        )
+
+    def error_page(self, request: web.Request, exc: FleetgateError) -> web.Response:
+        """A refused page as a page (the same status), for people rather than programs."""
+        session = self.sessions.get(request.cookies.get(COOKIE))
+        titles = {401: "Sign in first", 403: "Not for your role", 404: "Not found"}
+        context: dict[str, Any] = {"session": None, "nav": [], "principal": None, "csrf": ""}
+        if session is not None:
+            role = session.principal.role
+            context = {
+                "session": session, "principal": session.principal, "csrf": session.csrf,
+                "nav": [(p, label) for p, label, roles in NAV if role in roles],
+            }  # fmt: skip
+        response = self.renderer.html(
+            "error.html", exc.status, code=exc.status, here=request.path,
+            title=titles.get(exc.status, "Something went wrong"), message=exc.message, **context,
+        )  # fmt: skip
+        response.headers.update(exc.headers or {})
+        return response
+
+    async def record(self, actor: Principal, action: str, target: str, detail: Any) -> None:
+        """An entry in the admin audit log (when tenancy keeps one)."""
+        if self.gw.access is not None:
+            await self.gw.access.record(actor, action, target, detail)
+
+    def set_session_cookie(
+        self, request: web.Request, response: web.StreamResponse, session: Session
+    ) -> None:
+        response.set_cookie(
+            COOKIE,
+            session.id,
+            max_age=int(self.config.session_ttl_s),
+            path="/",
+            httponly=True,
+            samesite="Lax",
+            secure=cookie_is_secure(request, self.config.secure_cookie),
+        )
+
+
+def scoped_team(principal: Principal) -> str | None:
+    """The team a principal's pages are limited to (None: every team)."""
+    return None if principal.is_master or principal.role == "finance_viewer" else principal.team_id

@@ -1,0 +1,152 @@
+"""The console as a gateway feature: the ``/ui`` pages, their static files and sign-in.
+
+On by default (``extensions.console.enabled``); it needs tenancy (keys, teams, spend). Its
+front-end package (htmx) comes from the npm registry into ``node_modules/`` beside this module
+(``npm ci``, run by ``make``); the pages work without it, htmx only makes paging and filtering
+swap in place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Protocol
+
+from aiohttp import web
+
+from fleetgate.api.state import GatewayState
+from fleetgate.config.schema import GatewayConfig
+from fleetgate.console.audit import AuditPages, GuardrailEvents
+from fleetgate.console.bearer import JwtBearer
+from fleetgate.console.config import ConsoleConfig, console_config
+from fleetgate.console.core import Console
+from fleetgate.console.keys import KeyPages
+from fleetgate.console.login import LoginPages
+from fleetgate.console.models import ModelPages, Rollouts
+from fleetgate.console.oidc import OidcPages
+from fleetgate.console.overview import MetricWindow, OverviewPage
+from fleetgate.console.playground import Playground
+from fleetgate.console.routing import RoutingPage
+from fleetgate.console.spend import SpendPages
+from fleetgate.errors import FleetgateError, NotFound
+from fleetgate.feature import BaseFeature
+from fleetgate.store.errors import store_unavailable_is_503
+from fleetgate.tasks import cancel_and_wait
+
+__all__ = ["HERE", "VENDOR", "ConsoleFeature"]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+HERE = Path(__file__).parent
+# The npm packages' files the pages load, by the name they are served under.
+VENDOR = {"htmx.min.js": HERE / "node_modules" / "htmx.org" / "dist" / "htmx.min.js"}
+
+
+class _Pages(Protocol):
+    def routes(self) -> list[web.RouteDef]: ...
+
+
+class ConsoleFeature(BaseFeature):
+    name = "console"
+
+    def __init__(
+        self,
+        gw: GatewayState,
+        config: ConsoleConfig,
+        *,
+        rollouts: Rollouts | None = None,
+        guardrails: GuardrailEvents | None = None,
+    ) -> None:
+        self.console = Console(gw, config)
+        self.window = MetricWindow(gw.metrics)
+        self.playground = Playground(self.console)
+        self.oidc = OidcPages(self.console)
+        # JWT bearer tokens for API callers (`fleetgate.app` puts it before the key cache)
+        self.bearer = (
+            JwtBearer(config.jwt, gw.tenancy.cache)
+            if config.jwt is not None and gw.tenancy is not None
+            else None
+        )
+        self._pages: list[_Pages] = [
+            LoginPages(self.console),
+            self.oidc,
+            OverviewPage(self.console, self.window),
+            KeyPages(self.console),
+            SpendPages(self.console),
+            ModelPages(self.console, rollouts),
+            RoutingPage(self.console),
+            AuditPages(self.console, guardrails),
+            self.playground,
+        ]
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def build(
+        cls,
+        gw: GatewayState,
+        config: GatewayConfig,
+        *,
+        rollouts: Rollouts | None = None,
+        guardrails: GuardrailEvents | None = None,
+    ) -> ConsoleFeature | None:
+        """The console, or None when it is off or tenancy (its data) is."""
+        cfg = console_config(config.extensions)
+        if not cfg.enabled or gw.tenancy is None:
+            return None
+        return cls(gw, cfg, rollouts=rollouts, guardrails=guardrails)
+
+    def routes(self) -> Iterable[web.AbstractRouteDef]:
+        routes: list[web.AbstractRouteDef] = [
+            web.static("/ui/static", HERE / "static", append_version=False),
+            web.get("/ui/vendor/{name}", self.vendor),
+        ]
+        for page in self._pages:  # an unreachable database is a 503, as on the admin API
+            routes.extend(
+                web.route(r.method, r.path, self._as_page(store_unavailable_is_503(r.handler)))
+                for r in page.routes()
+            )
+        return routes
+
+    def _as_page(self, handler: Handler) -> Handler:
+        """Errors of a page a browser navigated to come back as a page (same status); the
+        playground's fetch, htmx swaps and the CSV keep the JSON error."""
+
+        @functools.wraps(handler)
+        async def page(request: web.Request) -> web.StreamResponse:
+            try:
+                return await handler(request)
+            except FleetgateError as exc:
+                if "text/html" not in request.headers.get("Accept", "") or (
+                    "HX-Request" in request.headers
+                ):
+                    raise
+                return self.console.error_page(request, exc)
+
+        return page
+
+    async def vendor(self, request: web.Request) -> web.FileResponse:
+        path = VENDOR.get(request.match_info["name"])
+        if path is None or not path.is_file():
+            raise NotFound("No such console asset (run `make` or `npm ci` in the console).")
+        return web.FileResponse(path, headers={"Cache-Control": "public, max-age=3600"})
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        cfg = console_config(config.extensions)
+        self.console.config = cfg
+        self.console.sessions.ttl_s = cfg.session_ttl_s
+        self.console.sessions.limit = cfg.max_sessions
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self.window.run(), name="console-metric-window")
+        if self.bearer is not None:
+            await self.bearer.start()
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            await cancel_and_wait(self._task)
+            self._task = None
+        if self.bearer is not None:
+            await self.bearer.aclose()
+        await self.oidc.aclose()
+        await self.playground.aclose()

@@ -1,0 +1,133 @@
+"""Teams and keys: list and create teams (master), create keys (shown once) and revoke them.
+
+Everything goes through `fleetgate.tenancy.service.TenancyService`, so the rules (a team admin
+manages only its own team, only the master key makes admin keys) and the audit are the admin
+API's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from fleetgate.console.core import ADMINS, Console
+from fleetgate.console.forms import page_number, service_body
+from fleetgate.console.sessions import Session
+from fleetgate.errors import ClientError
+
+__all__ = ["KeyPages"]
+
+
+class KeyPages:
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/ui/teams", self.teams),
+            web.post("/ui/teams", self.create_team),
+            web.get("/ui/teams/{team}", self.team),
+            web.post("/ui/teams/{team}/keys", self.create_key),
+            web.post("/ui/keys/{key_id}/revoke", self.revoke_key),
+            web.post("/ui/teams/{team}/limits", self.team_limits),
+            web.post("/ui/keys/{key_id}/limits", self.key_limits),
+        ]
+
+    async def _teams_page(
+        self, request: web.Request, session: Session, error: str | None = None, status: int = 200
+    ) -> web.Response:
+        teams = await self.console.tenancy.service.list_teams(session.principal)
+        return self.console.page(request, session, "teams.html", status, teams=teams, error=error)
+
+    async def teams(self, request: web.Request) -> web.Response:
+        session = await self.console.require(request, ADMINS)
+        return await self._teams_page(request, session)
+
+    async def create_team(self, request: web.Request) -> web.Response:
+        session = await self.console.require(request, ("master",))
+        form = await self.console.form(request)
+        try:
+            body = service_body(form, "name")
+            team = await self.console.tenancy.service.create_team(session.principal, body)
+        except ClientError as exc:
+            return await self._teams_page(request, session, exc.message, exc.status)
+        raise web.HTTPFound(f"/ui/teams/{team['id']}")
+
+    async def _team_page(
+        self,
+        request: web.Request,
+        session: Session,
+        ref: str,
+        status: int = 200,
+        **extra: Any,
+    ) -> web.Response:
+        service = self.console.tenancy.service
+        team = await service.get_team(session.principal, ref)  # 404: not this admin's team
+        keys = await service.list_keys(session.principal, team["id"])
+        keys.reverse()  # newest first
+        size = self.console.config.page_size
+        page = page_number(request.query.get("page"))
+        shown = keys[(page - 1) * size : page * size]
+        context: dict[str, Any] = {"new_key": None, "error": None, **extra}
+        return self.console.page(
+            request, session, "team.html", status, team=team, keys=shown, page=page,
+            more=len(keys) > page * size, total=len(keys), **context,
+        )  # fmt: skip
+
+    async def team(self, request: web.Request) -> web.Response:
+        session = await self.console.require(request, ADMINS)
+        return await self._team_page(request, session, request.match_info["team"])
+
+    async def create_key(self, request: web.Request) -> web.Response:
+        session = await self.console.require(request, ADMINS)
+        ref = request.match_info["team"]
+        form = await self.console.form(request)
+        try:
+            body = service_body(form, "role", "aliases", "user")
+            body["team"] = ref
+            created = await self.console.tenancy.service.create_key(session.principal, body)
+        except ClientError as exc:
+            return await self._team_page(request, session, ref, exc.status, error=exc.message)
+        # The key is in this one response and nowhere else (only its hash is stored).
+        return await self._team_page(request, session, ref, 201, new_key=created)
+
+    async def team_limits(self, request: web.Request) -> web.Response:
+        session = await self.console.require(request, ("master",))
+        ref = request.match_info["team"]
+        form = await self.console.form(request)
+        try:
+            await self.console.tenancy.service.set_limits(
+                session.principal, "team", ref, service_body(form)
+            )
+        except ClientError as exc:
+            return await self._team_page(request, session, ref, exc.status, error=exc.message)
+        raise web.HTTPFound(f"/ui/teams/{ref}")
+
+    async def key_limits(self, request: web.Request) -> web.Response:
+        session = await self.console.require(request, ADMINS)
+        form = await self.console.form(request)
+        team = _team_ref(form)
+        try:
+            await self.console.tenancy.service.set_limits(
+                session.principal, "key", request.match_info["key_id"], service_body(form)
+            )
+        except ClientError as exc:
+            if team is None or exc.status == 404:
+                raise
+            return await self._team_page(request, session, team, exc.status, error=exc.message)
+        raise web.HTTPFound(f"/ui/teams/{team}" if team else "/ui/teams")
+
+    async def revoke_key(self, request: web.Request) -> web.Response:
+        session = await self.console.require(request, ADMINS)
+        key_id = request.match_info["key_id"]
+        form = await self.console.form(request)
+        await self.console.tenancy.service.revoke_key(session.principal, key_id)
+        team = _team_ref(form)
+        raise web.HTTPFound(f"/ui/teams/{team}" if team else "/ui/teams")
+
+
+def _team_ref(form: dict[str, str]) -> str | None:
+    """The team id a form came from (to go back to its page), if it is one."""
+    team = form.get("team", "")
+    return team if team.startswith("team_") and team[5:].isalnum() else None

@@ -1,0 +1,140 @@
+"""Models and deployments: health, cooldowns, in-flight, canary splits and rollout state, and
+the canary split control the admin API has (``PUT/DELETE /admin/aliases/{alias}/split``)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from fleetgate.console.core import ADMINS, Console
+from fleetgate.console.sessions import Session
+from fleetgate.errors import ClientError, InvalidRequest, NotFound, ServiceUnavailable
+from fleetgate.routing.canary import Split
+
+__all__ = ["ModelPages", "Rollouts"]
+
+log = logging.getLogger("fleetgate.console")
+
+
+class Rollouts(Protocol):
+    """What the page reads of the releases feature's rollouts."""
+
+    async def all(self) -> list[Any]: ...
+
+
+def _weights(raw: str) -> dict[str, float]:
+    """``v1=90, v2=10`` -> ``{"v1": 90.0, "v2": 10.0}``."""
+    out: dict[str, float] = {}
+    for part in raw.split(","):
+        if not part.strip():
+            continue
+        version, sep, value = part.partition("=")
+        try:
+            out[version.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not version.strip():
+            raise InvalidRequest("weights are written version=percent, ...", param="weights")
+    return out
+
+
+class ModelPages:
+    def __init__(self, console: Console, rollouts: Rollouts | None) -> None:
+        self.console = console
+        self.rollouts = rollouts
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/ui/models", self.page),
+            web.post("/ui/models/{alias}/split", self.set_split),
+            web.post("/ui/models/{alias}/split/clear", self.clear_split),
+        ]
+
+    async def _rollouts(self) -> dict[str, dict[str, Any]]:
+        if self.rollouts is None:
+            return {}
+        try:
+            return {r.alias: r.to_dict() for r in await self.rollouts.all()}
+        except Exception as exc:  # the registry's store is optional: the page still renders
+            log.warning("console: rollouts unavailable: %s", exc)
+            return {}
+
+    def _aliases(self, session: Session) -> list[dict[str, Any]]:
+        table = self.console.gw.tables.table
+        canary = self.console.gw.canary
+        now = time.monotonic()
+        principal = session.principal
+        aliases: dict[str, dict[str, Any]] = {}
+        for d in table.deployments():
+            if not principal.may_use(d.alias):
+                continue
+            entry = aliases.setdefault(d.alias, {"alias": d.alias, "deployments": []})
+            s = d.state
+            entry["deployments"].append({
+                "id": d.id, "version": d.version, "healthy": s.healthy(now),
+                "cooldown_s": max(0.0, s.cooldown_until - now), "in_flight": s.in_flight,
+                "ttft_ms": None if s.ewma_ttft_s is None else s.ewma_ttft_s * 1000,
+                "failures": s.consecutive_failures, "last_failure": s.last_failure,
+                "requests": s.requests,
+            })  # fmt: skip
+        for alias, entry in aliases.items():
+            split = canary.get(alias) if canary is not None else None
+            entry["split"] = split.to_dict() if split is not None else None
+        return sorted(aliases.values(), key=lambda e: e["alias"])
+
+    async def _page(
+        self, request: web.Request, session: Session, error: str | None = None, status: int = 200
+    ) -> web.Response:
+        return self.console.page(
+            request, session, "models.html", status, aliases=self._aliases(session),
+            rollouts=await self._rollouts(), error=error,
+            controls=session.principal.is_master and self.console.gw.canary is not None,
+        )  # fmt: skip
+
+    async def page(self, request: web.Request) -> web.Response:
+        session = await self.console.require(request, ADMINS)
+        return await self._page(request, session)
+
+    def _alias(self, request: web.Request) -> tuple[str, set[str]]:
+        """The alias of the URL and its deployments' versions (404 for no such alias)."""
+        alias = request.match_info["alias"]
+        versions = {
+            d.version for d in self.console.gw.tables.table.deployments() if d.alias == alias
+        }
+        if not versions:
+            raise NotFound(f"No alias '{alias}'.", param="alias")
+        return alias, versions
+
+    async def set_split(self, request: web.Request) -> web.Response:
+        session = await self.console.require(request, ("master",))
+        canary = self.console.gw.canary
+        if canary is None:
+            raise ServiceUnavailable("Canary splits are off in this gateway's config.")
+        alias, versions = self._alias(request)
+        form = await self.console.form(request)
+        try:
+            split = Split(_weights(form.get("weights", "")), sticky=form.get("sticky") == "on")
+            unknown = sorted(set(split.weights) - versions)
+            if unknown:
+                raise InvalidRequest(
+                    f"alias '{alias}' has no deployment of version(s) {', '.join(unknown)}",
+                    param="weights",
+                )
+            split = await canary.set(alias, split)
+        except ClientError as exc:
+            return await self._page(request, session, exc.message, exc.status)
+        await self.console.record(session.principal, "canary.split.put", alias, split.to_dict())
+        raise web.HTTPFound("/ui/models")
+
+    async def clear_split(self, request: web.Request) -> web.Response:
+        session = await self.console.require(request, ("master",))
+        canary = self.console.gw.canary
+        if canary is None:
+            raise ServiceUnavailable("Canary splits are off in this gateway's config.")
+        alias, _ = self._alias(request)
+        await canary.clear(alias)
+        await self.console.record(session.principal, "canary.split.delete", alias, {})
+        raise web.HTTPFound("/ui/models")

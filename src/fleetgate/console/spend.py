@@ -1,0 +1,147 @@
+"""Spend by team, alias, key, tag, deployment or version over a date range: a chart, a table
+(paginated on the server) and a CSV download, all from `fleetgate.tenancy.reports.spend_report`
+(one grouped query; the store sums, the page never sees a spend row)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+from aiohttp import web
+from markupsafe import Markup
+
+from fleetgate.console.charts import bar_chart
+from fleetgate.console.core import Console
+from fleetgate.console.forms import page_number
+from fleetgate.console.sessions import Session
+from fleetgate.errors import InvalidRequest, PermissionDenied
+from fleetgate.tenancy.reports import GROUPS, spend_report
+
+__all__ = ["SpendPages"]
+
+SPEND_ROLES = ("master", "team_admin", "finance_viewer")
+DEFAULT_DAYS = 30
+
+
+def _day(raw: str | None, param: str, default: date) -> date:
+    if not raw:
+        return default
+    try:
+        return date.fromisoformat(raw)
+    except ValueError:
+        raise InvalidRequest(f"'{param}' must be a date (YYYY-MM-DD)", param=param) from None
+
+
+def _ms(day: date) -> int:
+    return int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000)
+
+
+class SpendPages:
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.get("/ui/spend", self.page), web.get("/ui/spend.csv", self.csv)]
+
+    async def _report(
+        self, request: web.Request, session: Session
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        q = request.query
+        group = q.get("group", "team")
+        if group not in GROUPS:
+            raise InvalidRequest(f"'group' must be one of {', '.join(GROUPS)}", param="group")
+        today = datetime.now(UTC).date()
+        until = _day(q.get("until"), "until", today)
+        since = _day(q.get("since"), "since", until - timedelta(days=DEFAULT_DAYS - 1))
+        if since > until:
+            raise InvalidRequest("'since' must not be after 'until'", param="since")
+        actor = session.principal
+        team_ref = q.get("team", "").strip()
+        team_id = None
+        if team_ref:
+            if actor.is_master or actor.role == "finance_viewer":
+                team_id = await self.console.tenancy.service.team_id(team_ref)
+            elif team_ref != actor.team_id:
+                raise PermissionDenied("This key may only see its own team's spend.")
+            else:
+                team_id = team_ref
+        rows = await spend_report(
+            self.console.tenancy.db,
+            actor,
+            [group],
+            _ms(since),
+            _ms(until + timedelta(days=1)),
+            team_id,
+        )
+        rows.sort(key=lambda r: r["spend_nusd"], reverse=True)
+        view = {"group": group, "since": since.isoformat(), "until": until.isoformat(),
+                "team": team_ref}  # fmt: skip
+        return view, rows
+
+    async def page(self, request: web.Request) -> web.Response:
+        session = await self.console.require(request, SPEND_ROLES)
+        started = time.perf_counter()
+        view, rows = await self._report(request, session)
+        size = self.console.config.page_size
+        page = page_number(request.query.get("page"))
+        shown = rows[(page - 1) * size : page * size]
+        group = view["group"]
+
+        def label(r: dict[str, Any]) -> str:
+            value = r.get("team_name") or r.get(group)
+            return str(value) if value is not None else "(none)"
+
+        chart = bar_chart(
+            f"Spend by {group}, {view['since']} to {view['until']} (USD)",
+            [(label(r), float(r["spend_usd"])) for r in rows],
+            "$",
+        )
+        totals = {
+            "spend_usd": sum(r["spend_usd"] for r in rows),
+            "requests": sum(r["requests"] for r in rows),
+        }
+        return self.console.page(
+            request, session, "spend.html", view=view, rows=shown, groups=GROUPS,
+            chart=Markup(chart), totals=totals, page=page, more=len(rows) > page * size,
+            label=label, query=_query(view), took_ms=(time.perf_counter() - started) * 1000,
+        )  # fmt: skip
+
+    async def csv(self, request: web.Request) -> web.Response:
+        session = await self.console.require(request, SPEND_ROLES)
+        view, rows = await self._report(request, session)
+        group = view["group"]
+        out = io.StringIO()
+        writer = csv.writer(out)
+        columns = [group, *(["team_name"] if group == "team" else [])]
+        columns += ["spend_usd", "requests", "input_tokens", "output_tokens"]
+        writer.writerow(columns)
+        for r in rows:
+            writer.writerow([_cell(r.get(c)) for c in columns])
+        name = f"spend-by-{group}-{view['since']}-{view['until']}.csv"
+        return web.Response(
+            text=out.getvalue(),
+            content_type="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
+
+
+def _cell(value: Any) -> str:
+    text = "" if value is None else str(value)
+    # A spreadsheet runs a cell that starts with = + - @ as a formula: keep names inert.
+    return "'" + text if text[:1] in ("=", "+", "-", "@") and not _number(text) else text
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _query(view: dict[str, str]) -> str:
+    return urlencode({k: v for k, v in view.items() if v})
