@@ -25,8 +25,8 @@ from fleetgate.cache.feature import CacheFeature
 from fleetgate.config.loader import load_config
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
-from fleetgate.cost.feature import CostFeature
 from fleetgate.console import ConsoleFeature
+from fleetgate.cost.feature import CostFeature
 from fleetgate.errors import ConfigError
 from fleetgate.feature import Feature, Features
 from fleetgate.http import AdminAccess
