@@ -41,6 +41,10 @@ def register(sub: Any) -> None:
     go.add_argument("--baseline", help="the version to compare with (default: production; "
                     "'none': no comparison)")  # fmt: skip
     go.add_argument("--concurrency", type=int, default=8)
+    go.add_argument("--judge", help="the judge model of 'judge' items that name none")
+    go.add_argument("--judge-url", help="an OpenAI-compatible /v1 URL for the judge "
+                    "(default: the gateway)")  # fmt: skip
+    go.add_argument("--judge-key", help="its API key (default: --key)")
     go.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     go.add_argument("--no-store", action="store_true", help="print only; store nothing")
     go.add_argument(
@@ -69,7 +73,10 @@ def _record(suite: Suite, outcomes: list[Outcome], comparison: Any) -> dict[str,
 async def _runs(
     args: argparse.Namespace, suite: Suite, alias: str, version: str, baseline: str | None
 ) -> tuple[list[Outcome], list[Outcome] | None]:
-    runner = EvalRunner(args.url.rstrip("/") + "/v1", args.key, concurrency=args.concurrency)
+    runner = EvalRunner(
+        args.url.rstrip("/") + "/v1", args.key, concurrency=args.concurrency,
+        judge=args.judge, judge_url=args.judge_url, judge_key=args.judge_key,
+    )  # fmt: skip
     try:
         mine = await runner.run(suite, f"{alias}@{version}")
         theirs = await runner.run(suite, f"{alias}@{baseline}") if baseline else None

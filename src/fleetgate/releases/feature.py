@@ -80,7 +80,11 @@ class ReleasesFeature(BaseFeature):
             prepare=self._migrate,
         )
         self.feedback = FeedbackRoutes(
-            FeedbackStore(db), access, self._migrate, config.server.max_request_bytes
+            FeedbackStore(db),
+            access,
+            self._migrate,
+            config.server.max_request_bytes,
+            lambda: self.config.rollout.regeneration_window_s,
         )
         self.alerts = RolloutAlerts(access, resources.http, lambda: self.config.rollout)
         self.driver = RolloutDriver(

@@ -1,10 +1,11 @@
 """Feedback routes.
 
-- ``POST /v1/feedback`` (any valid key) ``{"request_id", "rating": "up"|"down" | "score": 0..1,
-  "comment"?, "tags"?}``: 201 with what was stored. ``request_id`` is the ``x-request-id``
-  header of the answer.
+- ``POST /v1/feedback`` (any valid key) ``{"request_id" | "response_id", "rating": "up"|"down"
+  | "score": 0..1, "comment"?, "tags"?}``: 201 with what was stored. ``request_id`` is the
+  ``x-request-id`` header of the answer, ``response_id`` the ``id`` of its body (known for
+  aliases that follow the registry; 404 when unknown).
 - ``GET /admin/registry/quality?alias=&window_s=86400`` (master key): by alias and version,
-  requests, feedback, negative feedback and its rate, mean score.
+  requests, feedback, negative feedback and its rate, mean score, regenerations.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ class FeedbackRoutes:
         access: AdminAccess,
         prepare: Callable[[], Awaitable[None]],
         max_body_bytes: int,
+        regen_window_s: Callable[[], float] = lambda: 600.0,
     ) -> None:
+        self.regen_window_s = regen_window_s
         self.store = store
         self.access = access
         self.prepare = prepare
@@ -44,7 +47,14 @@ class FeedbackRoutes:
 
     async def give(self, request: web.Request) -> web.Response:
         who = self.access.principal(request)
-        spec = validate_request(FeedbackSpec, await read_json(request, self.max_body_bytes))
+        body = await read_json(request, self.max_body_bytes)
+        if isinstance(body, dict) and "request_id" not in body and "response_id" not in body:
+            raise InvalidRequest(
+                "Name the answer: 'request_id' (its x-request-id header) or 'response_id' "
+                "(the id of its body).",
+                param="request_id",
+            )
+        spec = validate_request(FeedbackSpec, body)
         assert isinstance(spec, FeedbackSpec)
         await self.prepare()
         return json_reply(await self.store.record(who, spec), 201)
@@ -56,5 +66,9 @@ class FeedbackRoutes:
             raise InvalidRequest("'window_s' must be an integer of seconds.", param="window_s")
         await self.prepare()
         since_ms = int((time.time() - int(raw)) * 1000)
-        rows = await self.store.quality(since_ms=since_ms, alias=request.query.get("alias"))
+        rows = await self.store.quality(
+            since_ms=since_ms,
+            alias=request.query.get("alias"),
+            regen_window_s=self.regen_window_s(),
+        )
         return json_reply({"data": rows})
