@@ -4,7 +4,7 @@
 ``after`` (on the event loop, no I/O) hands the request's `fleetgate.hooks.Outcome` to the
 `OutcomeBook`, which keeps, in memory:
 
-- for an alias under a rollout (running or paused), per version and 5-second bucket: requests,
+- for an alias under a rollout (running or paused), per version and 2-second bucket: requests,
   failed requests (status >= 500, including those where **every attempt failed**, which have
   no spend record), upstream attempts and failed attempts (a request that succeeded on its
   third try counts two failed attempts: the candidate's faults show even when retries hide
@@ -59,7 +59,7 @@ __all__ = [
 
 log = logging.getLogger("fleetgate.releases.outcomes")
 
-BUCKET_MS = 5000
+BUCKET_MS = 2000
 PICKED = "releases.version"  # GatewayRequest.state: the version RolloutPicker chose
 _GROWTH = math.log(1.1)  # histogram bins: each 10% wider than the last
 _MAX_PENDING = 20_000  # request rows kept while the store is away; older ones are dropped
@@ -321,9 +321,10 @@ class OutcomeBook:
 
 
 async def read_window(db: Database, alias: str, version: str, since_ms: int) -> VersionWindow:
-    """``version``'s outcomes on ``alias`` from the bucket holding ``since_ms`` on, summed over
-    every replica."""
-    start = since_ms - since_ms % BUCKET_MS
+    """``version``'s outcomes on ``alias`` in the buckets that begin at ``since_ms`` or later
+    (what came before it, even in the same bucket, never counts: a rollout started again just
+    after a rollback is not judged on the old one's failures), summed over every replica."""
+    start = -(-since_ms // BUCKET_MS) * BUCKET_MS
     stmt = select(release_outcomes).where(
         release_outcomes.c.alias == alias,
         release_outcomes.c.version == version,
