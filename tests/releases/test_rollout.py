@@ -153,7 +153,9 @@ async def test_a_candidate_failing_10_percent_is_rolled_back(db_url: str, tmp_pa
     async with fleet(tmp_path, db_url, flaky) as (replicas, key):
         a, b = replicas
         async with traffic(replicas, key) as load:
-            status, body = await a.admin("POST", "/admin/registry/rollouts", json=START)
+            # 100 samples: a 10% failure rate shows as more than 2% all but ~0.2% of the time
+            start = {**START, "min_samples": 100}
+            status, body = await a.admin("POST", "/admin/registry/rollouts", json=start)
             assert status == 201, body
             rolled = await until_status(b, {"rolled_back", "completed"})
             decided = time.monotonic()
@@ -161,7 +163,7 @@ async def test_a_candidate_failing_10_percent_is_rolled_back(db_url: str, tmp_pa
             assert "error rate" in rolled["reason"] and "latency" not in rolled["reason"]
             last = rolled["decisions"][-1]
             assert last["verdict"] == "fail" and last["candidate"]["failed_attempts"] > 0
-            assert 0.04 < last["candidate"]["error_rate"] < 0.2, last
+            assert 0.02 < last["candidate"]["error_rate"] < 0.3, last
             assert last["baseline"]["error_rate"] == 0, last
             await asyncio.sleep(2.0)
         assert any(dep == "chat-v2" for _, _, dep in load.answers)
