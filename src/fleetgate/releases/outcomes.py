@@ -62,6 +62,7 @@ log = logging.getLogger("fleetgate.releases.outcomes")
 BUCKET_MS = 2000
 PICKED = "releases.version"  # GatewayRequest.state: the version RolloutPicker chose
 _GROWTH = math.log(1.1)  # histogram bins: each 10% wider than the last
+_REQ = "_req"  # a pending row's request, until its digests are computed
 _MAX_PENDING = 20_000  # request rows kept while the store is away; older ones are dropped
 
 
@@ -205,14 +206,13 @@ class OutcomeBook:
         )
         if rollout and version is not None and out.status != 499:
             self._count(alias, version, out, blocked)
-        if record:
-            conv, prompt = prompt_digests(req)
+        if record:  # the digests are computed at the flush, off the request's path
             self._pending.append({
                 "request_id": req.request_id, "response_id": out.response_id,
                 "created_ms": int((req.received_at or self._clock()) * 1000), "alias": alias,
                 "version": version, "key_id": req.principal.key_id,
-                "team_id": req.principal.team_id, "conversation": conv, "prompt_hash": prompt,
-                "status": out.status, "blocked": blocked,
+                "team_id": req.principal.team_id, "status": out.status, "blocked": blocked,
+                _REQ: req,
             })  # fmt: skip
             if len(self._pending) > _MAX_PENDING:
                 drop = len(self._pending) - _MAX_PENDING
@@ -283,6 +283,10 @@ class OutcomeBook:
             for (a, v, t), b in dirty
         ]  # fmt: skip
         pending, self._pending = self._pending, []
+        for row in pending:
+            req = row.pop(_REQ, None)
+            if req is not None:
+                row["conversation"], row["prompt_hash"] = prompt_digests(req)
         if rows or pending:
             try:
                 async with self.db.engine.begin() as conn:
