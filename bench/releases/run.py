@@ -1,12 +1,14 @@
 """Rollout overhead on the request path: a gateway serving an alias under a running rollout
 (the `RolloutPicker` choosing a version per request, the releases stage counting outcomes and
-recording a row per request, the background flush writing them) against the same gateway
-serving the alias with no rollout and no registry (the releases stage's dict lookup only).
+recording a row per request, the background flush and driver writing them) against the same
+gateway serving the alias from the registry with no rollout (``registry``), and against a
+plain alias with no registry at all (``plain``).
 
-Both gateways run in this process against one simulated upstream with no latency of its own,
-in alternating rounds of sequential requests; each run prints the client-seen p50 and the
-gateway's own overhead p50 (``x-fleetgate-overhead-ms``, the time before the upstream call:
-the picker's part) of both, and their ratios. ``--runs 5`` prints the median of five runs.
+The three gateways run in this process against one simulated upstream with no latency of its
+own, in alternating rounds of sequential requests; each run prints the client-seen p50 and
+the gateway's own overhead p50 (``x-fleetgate-overhead-ms``, the time before the upstream
+call: the picker's part) of each, and the ratios rollout / registry and registry / plain.
+``--runs 5`` prints the median of five runs.
 A micro-benchmark also times the two per-request calls alone (`RolloutPicker.narrow`,
 `OutcomeBook.observe`).
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import tempfile
 import time
@@ -84,7 +87,7 @@ async def _admin(s: aiohttp.ClientSession, url: str, path: str, body: Any) -> An
         return got
 
 
-async def _rollout(s: aiohttp.ClientSession, url: str, upstream: str) -> None:
+async def _register(s: aiohttp.ClientSession, url: str, upstream: str) -> None:
     await _admin(s, url, "/admin/registry/models", {"name": "chat"})
     for n in (1, 2):
         await _admin(s, url, "/admin/registry/models/chat/versions", {
@@ -93,6 +96,9 @@ async def _rollout(s: aiohttp.ClientSession, url: str, upstream: str) -> None:
         })  # fmt: skip
     await _admin(s, url, "/admin/registry/models/chat/promote",
                  {"stage": "production", "version": "v1"})  # fmt: skip
+
+
+async def _rollout(s: aiohttp.ClientSession, url: str) -> None:
     # a rollout that stays at 50% for the whole bench (the interval is never reached)
     await _admin(s, url, "/admin/registry/rollouts", {
         "alias": "chat", "to": "v2", "steps": [50, 100], "interval_s": 86400, "force": True,
@@ -116,20 +122,22 @@ async def _round(s: aiohttp.ClientSession, side: Side, n: int, keep: bool) -> se
 
 
 async def one_run(requests: int, rounds: int) -> dict[str, float]:
+    names = ("plain", "registry", "rollout")
     with tempfile.TemporaryDirectory() as tmp:
         async with running_sim(SimConfig(mode="echo")) as upstream:
             apps = {}
-            for name, registry in (("plain", False), ("rollout", True)):
+            for name in names:
                 settings = Settings(master_key=MASTER, data_dir=Path(tmp) / name,
                                     watch_config=False)  # fmt: skip
-                apps[name] = create_app(settings, _config(upstream, registry))
-            async with (
-                _served(apps["plain"]) as plain_url,
-                _served(apps["rollout"]) as rollout_url,
-                aiohttp.ClientSession() as s,
-            ):
-                await _rollout(s, rollout_url, upstream)
-                sides = [Side("plain", plain_url), Side("rollout", rollout_url)]
+                apps[name] = create_app(settings, _config(upstream, name != "plain"))
+            async with contextlib.AsyncExitStack() as stack:
+                urls = {n: await stack.enter_async_context(_served(apps[n])) for n in names}
+                s = await stack.enter_async_context(aiohttp.ClientSession())
+                for name in ("registry", "rollout"):
+                    await _register(s, urls[name], upstream)
+                await _rollout(s, urls["rollout"])
+                await asyncio.sleep(1.0)  # the follower applied the promotion and the rollout
+                sides = [Side(n, urls[n]) for n in names]
                 for side in sides:
                     await _round(s, side, 200, keep=False)  # warm up
                 seen = set()
@@ -145,11 +153,14 @@ async def one_run(requests: int, rounds: int) -> dict[str, float]:
     p = {side.name: side for side in sides}
     out = {}
     for what in ("latency", "overhead"):
-        a = statistics.median(getattr(p["plain"], what))
-        b = statistics.median(getattr(p["rollout"], what))
-        out[f"plain_{what}_p50_ms"] = a
-        out[f"rollout_{what}_p50_ms"] = b
-        out[f"{what}_ratio"] = b / a
+        for name in names:
+            out[f"{name}_{what}_p50_ms"] = statistics.median(getattr(p[name], what))
+        out[f"{what}_rollout_vs_registry"] = (
+            out[f"rollout_{what}_p50_ms"] / out[f"registry_{what}_p50_ms"]
+        )
+        out[f"{what}_registry_vs_plain"] = (
+            out[f"registry_{what}_p50_ms"] / out[f"plain_{what}_p50_ms"]
+        )
     return out
 
 
