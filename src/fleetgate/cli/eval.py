@@ -53,7 +53,48 @@ def register(sub: Any) -> None:
         help="run the baseline now even if it has a stored run of this suite",
     )
     add_client_args(go)
+    harness = actions.add_parser(
+        "lm-eval", help="run lm-eval-harness tasks against ALIAS@VERSION through the gateway"
+    )
+    harness.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
+    harness.add_argument("--target", required=True, help="ALIAS@VERSION, e.g. chat@v7")
+    harness.add_argument("--model", help="the registry model (default: the alias)")
+    harness.add_argument("--include-path", type=Path, help="a folder of task YAML files")
+    harness.add_argument("--limit", type=int, help="samples per task")
+    harness.add_argument("--num-fewshot", type=int)
+    harness.add_argument("--concurrency", type=int, default=8)
+    harness.add_argument("--no-store", action="store_true", help="print only; store nothing")
+    add_client_args(harness)
     parser.set_defaults(func=run)
+
+
+def run_lm_eval(args: argparse.Namespace) -> int:
+    """``fleetgate eval lm-eval``: each task's run stored on the version, and its gate."""
+    from fleetgate.releases.lmeval import run_tasks, to_records
+
+    if not args.key:
+        raise ConfigError("no key: pass --key or set FLEETGATE_MASTER_KEY")
+    alias, version = _target(args.target)
+    model = args.model or alias
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    results = run_tasks(
+        args.url, args.key, args.target, tasks, include_path=args.include_path,
+        limit=args.limit, num_concurrent=args.concurrency, num_fewshot=args.num_fewshot,
+    )  # fmt: skip
+    rows = []
+    for record in to_records(results, limit=args.limit):
+        if not args.no_store:
+            path = f"{_BASE}/{model}/versions/{version}/evals"
+            record["run"] = call(args, "POST", path, record)["id"]
+        rows.extend(
+            {"suite": record["suite"], "metric": k, "value": round(v, 4)}
+            for k, v in sorted(record["metrics"].items())
+        )
+    print(render(rows, args.output, ("suite", "metric", "value")))
+    if not args.no_store:
+        gate = call(args, "GET", f"{_BASE}/{model}/versions/{version}/gate")
+        print(f"gate: {gate['verdict']}" + (f" ({gate['reason']})" if gate["reason"] else ""))
+    return 0
 
 
 def _target(text: str) -> tuple[str, str]:
@@ -105,6 +146,8 @@ def _baseline(args: argparse.Namespace, model: str, version: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "lm-eval":
+        return run_lm_eval(args)
     if not args.key:
         raise ConfigError("no key: pass --key or set FLEETGATE_MASTER_KEY")
     suite = load_suite(args.suite)
