@@ -65,7 +65,62 @@ def register(sub: Any) -> None:
     harness.add_argument("--concurrency", type=int, default=8)
     harness.add_argument("--no-store", action="store_true", help="print only; store nothing")
     add_client_args(harness)
+    perf = actions.add_parser(
+        "perf", help="the performance leg: fleetgate bench's load on ALIAS@VERSION"
+    )
+    perf.add_argument("--target", required=True, help="ALIAS@VERSION, e.g. chat@v7")
+    perf.add_argument("--model", help="the registry model (default: the alias)")
+    perf.add_argument("--baseline", help="the version to compare with (default: production; "
+                      "'none': no comparison)")  # fmt: skip
+    perf.add_argument("--rate", type=float, default=10.0, help="requests per second")
+    perf.add_argument("--requests", type=int, default=200)
+    perf.add_argument("--input-len", default="fixed:128", help="a length distribution")
+    perf.add_argument("--output-len", default="fixed:32")
+    perf.add_argument("--seed", type=int, default=0)
+    perf.add_argument("--no-store", action="store_true", help="print only; store nothing")
+    add_client_args(perf)
     parser.set_defaults(func=run)
+
+
+def run_perf(args: argparse.Namespace) -> int:
+    """``fleetgate eval perf``: the load on the version (and on the baseline, unless it has a
+    stored run of the same load), stored with the ratios; then the version's gate."""
+    from fleetgate.releases.perf import perf_run
+
+    if not args.key:
+        raise ConfigError("no key: pass --key or set FLEETGATE_MASTER_KEY")
+    alias, version = _target(args.target)
+    model = args.model or alias
+    load = {"rate": args.rate, "requests": args.requests, "input_len": args.input_len,
+            "output_len": args.output_len, "seed": args.seed}  # fmt: skip
+    mine = perf_run(args.url, args.key, args.target, **load)
+    baseline = _baseline(args, model, version)
+    path = f"{_BASE}/{model}/versions"
+    if baseline is not None:
+        stored = _stored(args, model, baseline, mine["suite_digest"])
+        theirs = stored or perf_run(args.url, args.key, f"{alias}@{baseline}", **load)
+        if stored is None and not args.no_store:
+            call(args, "POST", f"{path}/{baseline}/evals", theirs)
+        mine["comparison"] = {
+            "baseline_version": baseline,
+            "ratios": {k: v / theirs["metrics"][k] for k, v in mine["metrics"].items()
+                       if theirs["metrics"].get(k)},
+        }  # fmt: skip
+    rows = [{"metric": k, "value": round(v, 3),
+             "ratio": round((mine["comparison"] or {}).get("ratios", {}).get(k, 0.0), 3) or None}
+            for k, v in sorted(mine["metrics"].items())]  # fmt: skip
+    gate = None
+    if not args.no_store:
+        mine["run"] = call(args, "POST", f"{path}/{version}/evals", mine)["id"]
+        gate = call(args, "GET", f"{path}/{version}/gate")
+    if args.output == "json":
+        print(json.dumps({**mine, "gate": gate}, indent=2, sort_keys=True))
+        return 0
+    print(f"{mine['suite']}")
+    print(render(rows, args.output, ("metric", "value", "ratio")))
+    if gate is not None:
+        print(f"gate: {gate['verdict']}" + (f" ({gate['reason']})" if gate["reason"] else ""))
+    return 0
 
 
 def run_lm_eval(args: argparse.Namespace) -> int:
@@ -148,6 +203,8 @@ def _baseline(args: argparse.Namespace, model: str, version: str) -> str | None:
 def run(args: argparse.Namespace) -> int:
     if args.action == "lm-eval":
         return run_lm_eval(args)
+    if args.action == "perf":
+        return run_perf(args)
     if not args.key:
         raise ConfigError("no key: pass --key or set FLEETGATE_MASTER_KEY")
     suite = load_suite(args.suite)
