@@ -136,7 +136,7 @@ def run_lm_eval(args: argparse.Namespace) -> int:
         args.url, args.key, args.target, tasks, include_path=args.include_path,
         limit=args.limit, num_concurrent=args.concurrency, num_fewshot=args.num_fewshot,
     )  # fmt: skip
-    rows = []
+    rows: list[dict[str, Any]] = []
     for record in to_records(results, limit=args.limit):
         if not args.no_store:
             path = f"{_BASE}/{model}/versions/{version}/evals"
