@@ -125,4 +125,4 @@ class ReleasesConfig(_Model):
     gates: dict[str, GateConfig] = Field(default_factory=dict)
     rollout: RolloutConfig = RolloutConfig()
     record_requests: bool = True  # a row per request of registry aliases (feedback, flywheel)
-    requests_retention_s: float = Field(30 * 86400.0, gt=0)
+    requests_retention_s: int = Field(30 * 86400, ge=60)

@@ -1,10 +1,11 @@
 """`ReleasesFeature`: the registry, its admin API, and the replicas following its stages.
 
 Aliases that follow a registry stage are rewritten in the route table
-(`fleetgate.releases.follow`) and the request path reads the table as always. The feature's
-one stage (`fleetgate.releases.outcomes.ReleasesStage`) does nothing before the upstream call
-and, after it, counts the outcome in memory when the alias is under a rollout or follows the
-registry (a dict lookup otherwise); a background task writes the counts. The database is
+(`fleetgate.releases.follow`) and the request path reads the table as always. When some alias
+follows the registry at start, the feature has one stage
+(`fleetgate.releases.outcomes.ReleasesStage`): nothing before the upstream call; after it, the
+outcome is counted in memory when the alias is under a rollout or follows the registry (a set
+lookup otherwise); a background task writes the counts. The database is
 opened (and migrated) when the first admin call needs it or, at start, when some alias follows
 a registry stage; a gateway that uses neither never touches it.
 """
@@ -113,8 +114,10 @@ class ReleasesFeature(BaseFeature):
         )
         self.book.retention_s = self.config.requests_retention_s
         self._recording = _recorded_aliases(config)
-        self.stage = ReleasesStage(self.book)
         self.following = _follows(config)
+        # Like every feature that is off, no stage without an alias that follows the registry
+        # (rollouts and request rows only concern those aliases).
+        self.stage = ReleasesStage(self.book) if self.following else None
         self.ready = False
         self._connecting: asyncio.Task[None] | None = None
 
@@ -147,6 +150,11 @@ class ReleasesFeature(BaseFeature):
         self.book.retention_s = self.config.requests_retention_s
         if _follows(config) and not self.following:
             self.following = True
+            log.warning(
+                "an alias follows the registry since this reload: its rollouts are judged "
+                "and its requests recorded from the next restart (the request path's stages "
+                "are fixed at start)"
+            )
             asyncio.get_running_loop().call_soon(self._begin)
         self.registry.retention = self.config.retention
         self.follower.poll_interval_s = self.config.poll_interval_s
