@@ -180,7 +180,10 @@ async def test_a_healthy_candidate_reaches_production(db_url: str, tmp_path: Pat
     async with fleet(tmp_path, db_url, same) as (replicas, key):
         a, b = replicas
         async with traffic(replicas, key) as load:
-            status, _ = await a.admin("POST", "/admin/registry/rollouts", json=START)
+            # 60 samples a side: a p95 of 30 is the second slowest request, which one scheduling
+            # hiccup of a loaded test machine can double
+            status, _ = await a.admin("POST", "/admin/registry/rollouts",
+                                      json={**START, "min_samples": 60})  # fmt: skip
             assert status == 201
             status, paused = await b.admin("POST", "/admin/registry/rollouts/chat/pause")
             assert status == 200 and paused["status"] == "paused"
@@ -189,7 +192,7 @@ async def test_a_healthy_candidate_reaches_production(db_url: str, tmp_path: Pat
             assert (await a.admin("GET", "/admin/registry/rollouts/chat"))[1]["step"] == 0
             assert (await a.admin("POST", "/admin/registry/rollouts/chat/resume"))[0] == 200
             done = await until_status(a, {"completed", "rolled_back", "aborted"})
-            assert done["status"] == "completed", [d["reason"] for d in done["decisions"]]
+            assert done["status"] == "completed", [d["reason"] for d in done["decisions"]][-2:]
             verdicts = [d["verdict"] for d in done["decisions"]]
             assert verdicts.count("pass") == 2 and "fail" not in verdicts, verdicts
         failed = [(status, dep) for _, status, dep in load.answers if status != 200]

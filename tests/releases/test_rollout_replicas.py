@@ -81,7 +81,8 @@ async def test_three_replicas_roll_back_and_promote(tmp_path: Path, shared_pg_ur
             "router": {"num_retries": 4, "retry_backoff_s": 0.0},
             "health": {"allowed_fails": 1000, "probe_interval_s": 30},
             "releases": {"poll_interval_s": 0.2,
-                         "rollout": {"tick_s": 0.2, "lease_s": 1.0, "flush_s": 0.2}},
+                         "rollout": {"tick_s": 0.2, "lease_s": 1.0, "flush_s": 0.2,
+                                     "max_latency_ratio": 2.0, "max_ttft_ratio": 2.0}},
         }  # fmt: skip
         env = {"FLEETGATE_DATABASE_URL": shared_pg_url}
         replicas = stack.enter_context(
