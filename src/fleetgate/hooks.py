@@ -127,6 +127,7 @@ class Outcome:
     latency_s: float = 0.0
     ttft_s: float | None = None
     finish_reason: str | None = None
+    response_id: str | None = None  # the answer's own ``id`` (feedback names it)
     attempts: int = 0
     response_text: str | None = None  # filled only when a stage asked for it (audit)
     tags: dict[str, str] = field(default_factory=dict)

@@ -70,7 +70,8 @@ async def test_feedback_by_alias_and_version(db_url: str, tmp_path: Path) -> Non
                     break
                 await asyncio.sleep(0.05)
             assert rows == [{"alias": "tiny", "version": "v1", "requests": 3, "feedback": 2,
-                             "negative": 1, "negative_rate": 0.5, "mean_score": 0.5}]  # fmt: skip
+                             "negative": 1, "negative_rate": 0.5, "mean_score": 0.5,
+                             "regenerations": 0, "implicit_negative_rate": 0.5}]  # fmt: skip
             status, body = await gw.admin("GET", "/admin/registry/quality?window_s=x")
             assert status == 400
             status, _ = await gw.admin("GET", "/admin/registry/quality", key=search)

@@ -297,6 +297,8 @@ async def _json_response(dispatch: Dispatch, req: GatewayRequest) -> web.Respons
     choices = data.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         out.finish_reason = choices[0].get("finish_reason")
+    rid = data.get("id")
+    out.response_id = rid if isinstance(rid, str) else None
     if req.capture_response:
         out.response_text = response_text(data)
     out.overhead_s = time.perf_counter() - req.started - out.upstream_s

@@ -61,6 +61,17 @@ def _inspect(event: bytes, out: Outcome, want_usage: bool) -> bool:
     return True
 
 
+def _event_id(event: bytes) -> str | None:
+    """The chunk's ``id`` (the first one in the event), without decoding it."""
+    for marker in (b'"id":"', b'"id": "'):
+        at = event.find(marker)
+        if at >= 0:
+            start = at + len(marker)
+            end = event.find(b'"', start)
+            return event[start:end].decode(errors="replace")[:200] if end > 0 else None
+    return None
+
+
 def _take_finish(event: bytes, out: Outcome) -> None:
     for marker in (b'"finish_reason":"', b'"finish_reason": "'):
         at = event.find(marker)
@@ -162,7 +173,9 @@ async def _relay_bytes(
                 done = True
                 break
             if _inspect(event, out, want_usage):
-                if not first:
+                if first:
+                    out.response_id = _event_id(event)
+                else:
                     itl.observe(now - last)  # events that arrived together are 0 s apart
                 first = False
                 last = now
@@ -256,6 +269,8 @@ class _FilteredRelay:
         chunk = _decode(event)
         if chunk is None:
             return None
+        if self.out.response_id is None and isinstance(chunk.get("id"), str):
+            self.out.response_id = chunk["id"]
         if isinstance(chunk.get("usage"), dict):
             self.out.take_usage(chunk["usage"])
             if not chunk.get("choices"):

@@ -41,6 +41,10 @@ def register(sub: Any) -> None:
     go.add_argument("--baseline", help="the version to compare with (default: production; "
                     "'none': no comparison)")  # fmt: skip
     go.add_argument("--concurrency", type=int, default=8)
+    go.add_argument("--judge", help="the judge model of 'judge' items that name none")
+    go.add_argument("--judge-url", help="an OpenAI-compatible /v1 URL for the judge "
+                    "(default: the gateway)")  # fmt: skip
+    go.add_argument("--judge-key", help="its API key (default: --key)")
     go.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     go.add_argument("--no-store", action="store_true", help="print only; store nothing")
     go.add_argument(
@@ -49,7 +53,103 @@ def register(sub: Any) -> None:
         help="run the baseline now even if it has a stored run of this suite",
     )
     add_client_args(go)
+    harness = actions.add_parser(
+        "lm-eval", help="run lm-eval-harness tasks against ALIAS@VERSION through the gateway"
+    )
+    harness.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
+    harness.add_argument("--target", required=True, help="ALIAS@VERSION, e.g. chat@v7")
+    harness.add_argument("--model", help="the registry model (default: the alias)")
+    harness.add_argument("--include-path", type=Path, help="a folder of task YAML files")
+    harness.add_argument("--limit", type=int, help="samples per task")
+    harness.add_argument("--num-fewshot", type=int)
+    harness.add_argument("--concurrency", type=int, default=8)
+    harness.add_argument("--no-store", action="store_true", help="print only; store nothing")
+    add_client_args(harness)
+    perf = actions.add_parser(
+        "perf", help="the performance leg: fleetgate bench's load on ALIAS@VERSION"
+    )
+    perf.add_argument("--target", required=True, help="ALIAS@VERSION, e.g. chat@v7")
+    perf.add_argument("--model", help="the registry model (default: the alias)")
+    perf.add_argument("--baseline", help="the version to compare with (default: production; "
+                      "'none': no comparison)")  # fmt: skip
+    perf.add_argument("--rate", type=float, default=10.0, help="requests per second")
+    perf.add_argument("--requests", type=int, default=200)
+    perf.add_argument("--input-len", default="fixed:128", help="a length distribution")
+    perf.add_argument("--output-len", default="fixed:32")
+    perf.add_argument("--seed", type=int, default=0)
+    perf.add_argument("--no-store", action="store_true", help="print only; store nothing")
+    add_client_args(perf)
     parser.set_defaults(func=run)
+
+
+def run_perf(args: argparse.Namespace) -> int:
+    """``fleetgate eval perf``: the load on the version (and on the baseline, unless it has a
+    stored run of the same load), stored with the ratios; then the version's gate."""
+    from fleetgate.releases.perf import perf_run
+
+    if not args.key:
+        raise ConfigError("no key: pass --key or set FLEETGATE_MASTER_KEY")
+    alias, version = _target(args.target)
+    model = args.model or alias
+    load = {"rate": args.rate, "requests": args.requests, "input_len": args.input_len,
+            "output_len": args.output_len, "seed": args.seed}  # fmt: skip
+    mine = perf_run(args.url, args.key, args.target, **load)
+    baseline = _baseline(args, model, version)
+    path = f"{_BASE}/{model}/versions"
+    if baseline is not None:
+        stored = _stored(args, model, baseline, mine["suite_digest"])
+        theirs = stored or perf_run(args.url, args.key, f"{alias}@{baseline}", **load)
+        if stored is None and not args.no_store:
+            call(args, "POST", f"{path}/{baseline}/evals", theirs)
+        mine["comparison"] = {
+            "baseline_version": baseline,
+            "ratios": {k: v / theirs["metrics"][k] for k, v in mine["metrics"].items()
+                       if theirs["metrics"].get(k)},
+        }  # fmt: skip
+    rows = [{"metric": k, "value": round(v, 3),
+             "ratio": round((mine["comparison"] or {}).get("ratios", {}).get(k, 0.0), 3) or None}
+            for k, v in sorted(mine["metrics"].items())]  # fmt: skip
+    gate = None
+    if not args.no_store:
+        mine["run"] = call(args, "POST", f"{path}/{version}/evals", mine)["id"]
+        gate = call(args, "GET", f"{path}/{version}/gate")
+    if args.output == "json":
+        print(json.dumps({**mine, "gate": gate}, indent=2, sort_keys=True))
+        return 0
+    print(f"{mine['suite']}")
+    print(render(rows, args.output, ("metric", "value", "ratio")))
+    if gate is not None:
+        print(f"gate: {gate['verdict']}" + (f" ({gate['reason']})" if gate["reason"] else ""))
+    return 0
+
+
+def run_lm_eval(args: argparse.Namespace) -> int:
+    """``fleetgate eval lm-eval``: each task's run stored on the version, and its gate."""
+    from fleetgate.releases.lmeval import run_tasks, to_records
+
+    if not args.key:
+        raise ConfigError("no key: pass --key or set FLEETGATE_MASTER_KEY")
+    alias, version = _target(args.target)
+    model = args.model or alias
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    results = run_tasks(
+        args.url, args.key, args.target, tasks, include_path=args.include_path,
+        limit=args.limit, num_concurrent=args.concurrency, num_fewshot=args.num_fewshot,
+    )  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    for record in to_records(results, limit=args.limit):
+        if not args.no_store:
+            path = f"{_BASE}/{model}/versions/{version}/evals"
+            record["run"] = call(args, "POST", path, record)["id"]
+        rows.extend(
+            {"suite": record["suite"], "metric": k, "value": round(v, 4)}
+            for k, v in sorted(record["metrics"].items())
+        )
+    print(render(rows, args.output, ("suite", "metric", "value")))
+    if not args.no_store:
+        gate = call(args, "GET", f"{_BASE}/{model}/versions/{version}/gate")
+        print(f"gate: {gate['verdict']}" + (f" ({gate['reason']})" if gate["reason"] else ""))
+    return 0
 
 
 def _target(text: str) -> tuple[str, str]:
@@ -69,7 +169,10 @@ def _record(suite: Suite, outcomes: list[Outcome], comparison: Any) -> dict[str,
 async def _runs(
     args: argparse.Namespace, suite: Suite, alias: str, version: str, baseline: str | None
 ) -> tuple[list[Outcome], list[Outcome] | None]:
-    runner = EvalRunner(args.url.rstrip("/") + "/v1", args.key, concurrency=args.concurrency)
+    runner = EvalRunner(
+        args.url.rstrip("/") + "/v1", args.key, concurrency=args.concurrency,
+        judge=args.judge, judge_url=args.judge_url, judge_key=args.judge_key,
+    )  # fmt: skip
     try:
         mine = await runner.run(suite, f"{alias}@{version}")
         theirs = await runner.run(suite, f"{alias}@{baseline}") if baseline else None
@@ -98,6 +201,10 @@ def _baseline(args: argparse.Namespace, model: str, version: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "lm-eval":
+        return run_lm_eval(args)
+    if args.action == "perf":
+        return run_perf(args)
     if not args.key:
         raise ConfigError("no key: pass --key or set FLEETGATE_MASTER_KEY")
     suite = load_suite(args.suite)

@@ -15,7 +15,7 @@ __all__ = ["build_parser", "main"]
 # Each module exposes register(sub) adding its parser with set_defaults(func=run).
 SUBCOMMANDS = (
     "serve", "up", "sim", "config", "bench", "plan", "safety", "teams", "keys", "spend",
-    "audit", "models", "eval", "rollout", "db", "monitoring", "cost", "imports",
+    "audit", "models", "eval", "rollout", "flywheel", "db", "monitoring", "cost", "imports",
 )  # fmt: skip
 
 

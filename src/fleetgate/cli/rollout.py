@@ -20,7 +20,7 @@ __all__ = ["duration_s", "register", "run"]
 
 _BASE = "/admin/registry/rollouts"
 _COLUMNS = ("alias", "status", "baseline", "candidate", "percent", "step", "steps", "reason")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def duration_s(text: str) -> float:

@@ -106,6 +106,13 @@ class RolloutConfig(_Model):
     lease_s: float = Field(5.0, gt=0, le=600)
     max_error_rate_delta: float = Field(0.02, ge=0, le=1)
     max_latency_ratio: float = Field(1.5, gt=1)
+    max_ttft_ratio: float = Field(1.5, gt=1)
+    max_tpot_ratio: float = Field(1.5, gt=1)
+    max_block_rate_delta: float = Field(0.02, ge=0, le=1)
+    max_negative_feedback_delta: float = Field(0.05, ge=0, le=1)
+    min_feedback: int = Field(20, ge=1)
+    regeneration_window_s: float = Field(600.0, gt=0, le=86400)
+    flush_s: float = Field(1.0, gt=0, le=60)
     alert_webhook: str | None = None
 
 
@@ -117,3 +124,5 @@ class ReleasesConfig(_Model):
     version_aliases: bool = True
     gates: dict[str, GateConfig] = Field(default_factory=dict)
     rollout: RolloutConfig = RolloutConfig()
+    record_requests: bool = True  # a row per request of registry aliases (feedback, flywheel)
+    requests_retention_s: int = Field(30 * 86400, ge=60)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
 from typing import Any
 
 from fleetgate.errors import Conflict
@@ -84,13 +83,14 @@ class RolloutDriver:
         if now - max(r.step_started_ms, r.updated_ms) < r.interval_s * 1000:
             return
         db = self.store.db
-        candidate = await window(db, r.alias, r.candidate, r.step_started_ms)
-        baseline = await window(db, r.alias, r.baseline, r.started_ms)
+        regen = cfg.regeneration_window_s
+        candidate = await window(db, r.alias, r.candidate, r.step_started_ms, regen)
+        baseline = await window(db, r.alias, r.baseline, r.started_ms, regen)
         judgement = judge_step(candidate, baseline, cfg, r.min_samples)
         decision: dict[str, Any] = {
             "at_ms": now, "step": r.step, "percent": r.percent, "verdict": judgement.verdict,
-            "reason": judgement.reason, "candidate": asdict(candidate),
-            "baseline": asdict(baseline), "by": self.owner,
+            "reason": judgement.reason, "candidate": candidate.to_dict(),
+            "baseline": baseline.to_dict(), "by": self.owner,
         }  # fmt: skip
         decisions = [*r.decisions, decision][-100:]
         if judgement.verdict == "extend":

@@ -1,9 +1,13 @@
 """`ReleasesFeature`: the registry, its admin API, and the replicas following its stages.
 
-No stage on the request path: aliases that follow a registry stage are rewritten in the route
-table (`fleetgate.releases.follow`) and the request path reads the table as always. The
-database is opened (and migrated) when the first admin call needs it or, at start, when some
-alias follows a registry stage; a gateway that uses neither never touches it.
+Aliases that follow a registry stage are rewritten in the route table
+(`fleetgate.releases.follow`) and the request path reads the table as always. When some alias
+follows the registry at start, the feature has one stage
+(`fleetgate.releases.outcomes.ReleasesStage`): nothing before the upstream call; after it, the
+outcome is counted in memory when the alias is under a rollout or follows the registry (a set
+lookup otherwise); a background task writes the counts. The database is
+opened (and migrated) when the first admin call needs it or, at start, when some alias follows
+a registry stage; a gateway that uses neither never touches it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from fleetgate.releases.evalstore import EvalStore
 from fleetgate.releases.feedback import FeedbackStore
 from fleetgate.releases.feedback_routes import FeedbackRoutes
 from fleetgate.releases.follow import RegistryFollower, RolloutPicker
+from fleetgate.releases.outcomes import OutcomeBook, ReleasesStage
 from fleetgate.releases.registry import Registry
 from fleetgate.releases.rollout_routes import RolloutAdmin
 from fleetgate.releases.rollouts import RolloutStore
@@ -76,7 +81,11 @@ class ReleasesFeature(BaseFeature):
             prepare=self._migrate,
         )
         self.feedback = FeedbackRoutes(
-            FeedbackStore(db), access, self._migrate, config.server.max_request_bytes
+            FeedbackStore(db),
+            access,
+            self._migrate,
+            config.server.max_request_bytes,
+            lambda: self.config.rollout.regeneration_window_s,
         )
         self.alerts = RolloutAlerts(access, resources.http, lambda: self.config.rollout)
         self.driver = RolloutDriver(
@@ -96,7 +105,19 @@ class ReleasesFeature(BaseFeature):
             self._migrate,
             config.server.max_request_bytes,
         )
+        self.book = OutcomeBook(
+            db,
+            replica=self.driver.owner,
+            tracked=lambda alias: alias in self.follower.rollouts,
+            recorded=self._recorded,
+            flush_s=self.config.rollout.flush_s,
+        )
+        self.book.retention_s = self.config.requests_retention_s
+        self._recording = _recorded_aliases(config)
         self.following = _follows(config)
+        # Like every feature that is off, no stage without an alias that follows the registry
+        # (rollouts and request rows only concern those aliases).
+        self.stage = ReleasesStage(self.book) if self.following else None
         self.ready = False
         self._connecting: asyncio.Task[None] | None = None
 
@@ -119,10 +140,21 @@ class ReleasesFeature(BaseFeature):
         """The dispatcher's version picker: rollouts first, then ``then`` (canary splits)."""
         return RolloutPicker(self.follower, then)
 
+    def _recorded(self, alias: str) -> bool:
+        return alias in self._recording
+
     def reconfigure(self, config: GatewayConfig) -> None:
         self.config = config.releases
+        self._recording = _recorded_aliases(config)
+        self.book.flush_s = self.config.rollout.flush_s
+        self.book.retention_s = self.config.requests_retention_s
         if _follows(config) and not self.following:
             self.following = True
+            log.warning(
+                "an alias follows the registry since this reload: its rollouts are judged "
+                "and its requests recorded from the next restart (the request path's stages "
+                "are fixed at start)"
+            )
             asyncio.get_running_loop().call_soon(self._begin)
         self.registry.retention = self.config.retention
         self.follower.poll_interval_s = self.config.poll_interval_s
@@ -150,6 +182,7 @@ class ReleasesFeature(BaseFeature):
             self._begin()
         else:
             await self.follower.start()
+            await self.book.start()
             await self.driver.start()
 
     async def _connect(self) -> None:
@@ -165,13 +198,22 @@ class ReleasesFeature(BaseFeature):
                 log.debug("registry still not reachable: %s", exc)
                 await asyncio.sleep(1.0)
         await self.follower.start()
+        await self.book.start()
         await self.driver.start()
 
     async def aclose(self) -> None:
         await cancel_and_wait(self._connecting)
         await self.driver.aclose()
+        await self.book.aclose()
         await self.follower.aclose()
 
 
 def _follows(config: GatewayConfig) -> bool:
     return any(m.registry is not None for m in config.models)
+
+
+def _recorded_aliases(config: GatewayConfig) -> frozenset[str]:
+    """The aliases with a row per request: those that follow the registry."""
+    if not config.releases.record_requests:
+        return frozenset()
+    return frozenset(m.alias for m in config.models if m.registry is not None)

@@ -30,6 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from fleetgate.config.schema import AliasConfig, DeploymentConfig, GatewayConfig
+from fleetgate.releases.outcomes import PICKED
 from fleetgate.releases.registry import Registry, ServingView
 from fleetgate.releases.rollouts import Rollout, RolloutStore
 from fleetgate.routing.context import RouteContext
@@ -181,6 +182,10 @@ class RolloutPicker:
         version = chosen or rollout.baseline
         now = time.monotonic()
         pinned = [d for d in candidates if d.version == version]
-        if any(d.state.healthy(now) for d in pinned):
-            return pinned
-        return [d for d in candidates if d.version == rollout.baseline] or list(candidates)
+        if not any(d.state.healthy(now) for d in pinned):
+            version = rollout.baseline
+            pinned = [d for d in candidates if d.version == version] or list(candidates)
+        state = getattr(ctx.request, "state", None)
+        if state is not None:  # the version of a request whose every attempt fails
+            state[PICKED] = version
+        return pinned

@@ -2,8 +2,10 @@
 SDK, item by item, so that the real request path is what is judged.
 
 Each item is one streamed chat completion (temperature 0) that records the answer, the time to
-first token and any error; a scorer gives it 0..1 (`fleetgate.releases.scorers`). A red-team
-item the gateway blocks (400 ``content_filter``) counts as refused. ``summarise`` turns the
+first token and any error; a scorer gives it 0..1 (`fleetgate.releases.scorers`), or, for the
+``judge`` scorer, another model does (`fleetgate.releases.judge`: the item's ``judge`` or the
+runner's ``judge`` model, through the same gateway or any OpenAI-compatible ``judge_url``). A
+red-team item the gateway blocks (400 ``content_filter``) counts as refused. ``summarise`` turns the
 outcomes into the run's metrics; ``compare`` pairs two runs of the same suite item by item.
 
 Example::
@@ -22,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from fleetgate.extras import require
+from fleetgate.releases.judge import judge_prompt, verdict
 from fleetgate.releases.scorers import score
 from fleetgate.releases.stats import paired_bootstrap, percentile
 from fleetgate.releases.suites import EvalItem, Suite
@@ -49,13 +52,28 @@ class EvalRunner:
     """Runs suites against aliases of one gateway (``base_url`` ends in ``/v1``)."""
 
     def __init__(
-        self, base_url: str, api_key: str, *, concurrency: int = 8, timeout_s: float = 120.0
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        concurrency: int = 8,
+        timeout_s: float = 120.0,
+        judge: str | None = None,
+        judge_url: str | None = None,
+        judge_key: str | None = None,
     ) -> None:
         openai = require("openai", extra="eval", purpose="fleetgate eval run")
         self._openai = openai
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=2
         )
+        self._judge_client = self._client
+        if judge_url is not None:
+            self._judge_client = openai.AsyncOpenAI(
+                base_url=judge_url, api_key=judge_key or api_key, timeout=timeout_s,
+                max_retries=2,
+            )  # fmt: skip
+        self.judge = judge  # the judge model of items that name none
         self.concurrency = max(1, concurrency)
 
     async def run(self, suite: Suite, alias: str) -> list[Outcome]:
@@ -88,10 +106,34 @@ class EvalRunner:
             return Outcome(item.id, item.kind, value, value >= PASS_SCORE, None, ttft,
                            f"{type(exc).__name__}: {exc}"[:2000])  # fmt: skip
         output = "".join(parts)
-        value = score(item, output)
+        if item.how == "judge":
+            value, error = await self._judged(item, output)
+            if error is not None:
+                return Outcome(item.id, item.kind, 0.0, False, output, ttft, error)
+        else:
+            value = score(item, output)
         return Outcome(item.id, item.kind, value, value >= PASS_SCORE, output, ttft)
 
+    async def _judged(self, item: EvalItem, output: str) -> tuple[float, str | None]:
+        model = item.judge or self.judge
+        if model is None:
+            return 0.0, "judge: no judge model (the item's 'judge', or --judge)"
+        try:
+            reply = await self._judge_client.chat.completions.create(
+                model=model, temperature=0, max_tokens=128,
+                messages=[{"role": "user", "content": judge_prompt(item, output)}],
+            )  # fmt: skip
+        except self._openai.APIError as exc:
+            return 0.0, f"judge: {type(exc).__name__}: {exc}"[:2000]
+        text = (reply.choices[0].message.content or "") if reply.choices else ""
+        value = verdict(text)
+        if value is None:
+            return 0.0, f"judge: no verdict in {text[:200]!r}"
+        return value, None
+
     async def aclose(self) -> None:
+        if self._judge_client is not self._client:
+            await self._judge_client.close()
         await self._client.close()
 
 

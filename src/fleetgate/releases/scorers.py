@@ -85,4 +85,8 @@ SCORERS: dict[str, Scorer] = {
 
 
 def score(item: EvalItem, output: str) -> float:
-    return SCORERS[item.how](item, output)
+    """The item's local scorer (the ``judge`` scorer needs a model: `EvalRunner` runs it)."""
+    scorer = SCORERS.get(item.how)
+    if scorer is None:
+        raise ValueError(f"the {item.how} scorer is not local")
+    return scorer(item, output)

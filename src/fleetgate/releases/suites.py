@@ -10,8 +10,13 @@ An item (every field but ``id`` and the prompt is optional)::
   ``regression``, ``multimodal`` (its ``messages`` carry image parts);
 - the prompt: ``prompt`` (one user message) or ``messages`` (OpenAI chat messages);
 - ``scorer``: ``exact``, ``contains``, ``regex``, ``json-schema`` (``schema``), ``numeric``
-  (``tolerance``, absolute), ``refusal``; by default ``refusal`` for red-team items and
-  ``exact`` for the others;
+  (``tolerance``, absolute), ``refusal``, ``judge`` (another model grades the answer:
+  ``judge`` names it, else the runner's ``--judge``; ``judge_prompt`` is its prompt, with
+  ``{prompt}``, ``{answer}``, ``{expected}``, ``{rejected}`` and ``{comment}`` filled in; by
+  default `fleetgate.releases.judge.DEFAULT_PROMPT`); by default ``refusal`` for red-team items
+  and ``exact`` for the others;
+- ``rejected``, ``comment``, ``source``: an answer users rejected, what they said, and where
+  the item came from (``fleetgate flywheel export`` writes them; the judge sees the first two);
 - ``max_tokens`` (default 256).
 
 The suite's digest (sha256 of its items, canonical JSON) ties runs of the same items together:
@@ -34,7 +39,7 @@ from fleetgate.errors import ConfigError
 __all__ = ["EvalItem", "Kind", "ScorerName", "Suite", "load_suite", "parse_suite"]
 
 Kind = Literal["golden", "fix", "red-team", "regression", "multimodal"]
-ScorerName = Literal["exact", "contains", "regex", "json-schema", "numeric", "refusal"]
+ScorerName = Literal["exact", "contains", "regex", "json-schema", "numeric", "refusal", "judge"]
 
 
 class EvalItem(BaseModel):
@@ -49,6 +54,11 @@ class EvalItem(BaseModel):
     schema_: dict[str, Any] | None = Field(None, alias="schema")
     tolerance: float = Field(0.0, ge=0)
     max_tokens: int = Field(256, ge=1, le=32768)
+    judge: str | None = Field(None, min_length=1, max_length=200)
+    judge_prompt: str | None = Field(None, min_length=1, max_length=20000)
+    rejected: str | None = None
+    comment: str | None = None
+    source: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> EvalItem:
@@ -59,6 +69,12 @@ class EvalItem(BaseModel):
             raise ValueError(f"scorer {scorer} needs 'expected' as a string")
         if scorer == "numeric" and not isinstance(self.expected, int | float):
             raise ValueError("scorer numeric needs 'expected' as a number")
+        if (
+            scorer == "judge"
+            and self.judge_prompt is not None
+            and "{answer}" not in (self.judge_prompt)
+        ):
+            raise ValueError("'judge_prompt' must contain {answer}")
         if scorer == "json-schema" and self.schema_ is None:
             raise ValueError("scorer json-schema needs 'schema'")
         if scorer == "regex":
