@@ -62,7 +62,11 @@ class Price(_Model):
 
     input_per_mtok: float = Field(0.0, ge=0)
     output_per_mtok: float = Field(0.0, ge=0)
+    # Prompt tokens the upstream read from its prompt cache (None: the input price).
     cached_input_per_mtok: float | None = Field(None, ge=0)
+    # Prompt tokens the upstream wrote to its prompt cache (Anthropic's
+    # ``cache_creation_input_tokens``; None: the input price).
+    cache_write_input_per_mtok: float | None = Field(None, ge=0)
     # Share of the price taken off requests of the batch lane (0.5: half price).
     batch_discount: float = Field(0.0, ge=0, le=1)
 

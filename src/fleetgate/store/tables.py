@@ -122,7 +122,9 @@ spend = Table(
     Column("status", Integer, nullable=False),
     Column("input_tokens", Integer, nullable=False),
     Column("output_tokens", Integer, nullable=False),
-    Column("cached_tokens", Integer, nullable=False),
+    Column("cached_tokens", Integer, nullable=False),  # prompt tokens read from a prompt cache
+    # Prompt tokens written to the upstream's prompt cache; NULL in rows from before 0010.
+    Column("cache_write_tokens", Integer),
     Column("cost_nusd", BigInteger, nullable=False),
     Column("latency_ms", Integer, nullable=False),
     Column("tags", JSON, nullable=False, default=dict),

@@ -1,0 +1,158 @@
+"""Prompt-cache pricing through a real gateway: the usage shapes of OpenAI (and vLLM) and of
+Anthropic, streamed and not, on every route, billed to the nano-dollar and shown in reports."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from aiohttp.test_utils import TestClient
+
+from fleetgate.api.state import GATEWAY
+from fleetgate.config.schema import Price
+from fleetgate.tenancy.money import cost_nusd
+from tests.conftest import AUTH, MASTER, GatewayFactory
+from tests.fakes import FakeUpstream, Reply
+from tests.providers.anthropic.fake_anthropic import FakeAnthropic, text_message
+
+# Claude-like prices, USD per million tokens: cache reads at a tenth, writes at 1.25x.
+PRICE = {
+    "input_per_mtok": 3.0,
+    "cached_input_per_mtok": 0.3,
+    "cache_write_input_per_mtok": 3.75,
+    "output_per_mtok": 15.0,
+}
+# OpenAI's (and vLLM's) shape: cached tokens are part of prompt_tokens.
+OPENAI_USAGE = {
+    "prompt_tokens": 2006,
+    "completion_tokens": 300,
+    "total_tokens": 2306,
+    "prompt_tokens_details": {"cached_tokens": 1920, "audio_tokens": 0},
+}
+# By hand: 86 fresh x 3000 + 1920 read x 300 + 300 out x 15000 nano-USD per token.
+OPENAI_COST = 86 * 3000 + 1920 * 300 + 300 * 15000
+# Anthropic's shape: input_tokens excludes cache reads and writes.
+ANTHROPIC_COST = 50 * 3000 + 1000 * 300 + 200 * 3750 + 7 * 15000
+
+
+def _config(api_base: str, provider: str = "openai") -> dict[str, Any]:
+    dep = {"provider": provider, "model": "up", "api_base": api_base, "api_key": "ant-key",
+           "price": PRICE}  # fmt: skip
+    return {
+        "models": [{"alias": "m", "deployments": [dep]}],
+        "tenancy": {"spend_flush_interval_s": 0.05},
+    }
+
+
+@pytest.fixture
+async def fake_openai() -> AsyncIterator[FakeUpstream]:
+    async with FakeUpstream("openai-shape") as up:
+        yield up
+
+
+def _cached_message() -> dict[str, Any]:
+    return text_message(
+        "Bonjour", input_tokens=50, output_tokens=7, cache_read=1000, cache_creation=200
+    )
+
+
+async def _report(client: TestClient[Any, Any]) -> dict[str, Any]:
+    tenancy = client.server.app[GATEWAY].tenancy
+    assert tenancy is not None
+    await tenancy.writer.flush()
+    resp = await client.get("/admin/spend?group_by=alias", headers=AUTH)
+    rows = (await resp.json())["data"]
+    assert len(rows) == 1
+    return dict(rows[0])
+
+
+def test_cost_prices_reads_and_writes_apart() -> None:
+    price = Price.model_validate(PRICE)
+    assert cost_nusd(price, 2006, 300, 1920) == OPENAI_COST
+    assert cost_nusd(price, 1250, 7, 1000, cache_write=200) == ANTHROPIC_COST
+    plain = Price(input_per_mtok=1.0)
+    assert cost_nusd(plain, 100, 0, 40, cache_write=30) == 100_000  # unset: input price
+    # More cache than prompt is clamped: never a negative fresh share.
+    assert cost_nusd(price, 100, 0, 80, cache_write=80) == 80 * 300 + 20 * 3750
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("route", ["chat", "completions"])
+async def test_openai_usage_shape_is_priced_exactly(
+    gateway: GatewayFactory, fake_openai: FakeUpstream, stream: bool, route: str
+) -> None:
+    upstream = fake_openai
+    upstream.queue(Reply("cached answer", usage=OPENAI_USAGE))
+    client = await gateway(_config(upstream.url))
+    sdk = openai.AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key=MASTER, max_retries=0)
+    if route == "chat":
+        out: Any = await sdk.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=stream
+        )
+    else:
+        out = await sdk.completions.create(model="m", prompt="hi", stream=stream)
+    if stream:
+        _ = [c async for c in out]
+    await sdk.close()
+    row = await _report(client)
+    assert row["spend_nusd"] == OPENAI_COST
+    assert (row["input_tokens"], row["cached_tokens"], row["cache_write_tokens"]) == (2006, 1920, 0)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_anthropic_usage_shape_is_priced_exactly(
+    gateway: GatewayFactory, stream: bool
+) -> None:
+    """The Anthropic provider outbound, its reads and writes billed apart."""
+    fake = FakeAnthropic(api_key="ant-key")
+    async with fake as url:
+        fake.queue_message(_cached_message())
+        client = await gateway(_config(url, provider="anthropic"))
+        sdk = openai.AsyncOpenAI(
+            base_url=str(client.make_url("/v1")), api_key=MASTER, max_retries=0
+        )
+        out: Any = await sdk.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=stream
+        )
+        if stream:
+            _ = [c async for c in out]
+        await sdk.close()
+        row = await _report(client)
+    assert row["spend_nusd"] == ANTHROPIC_COST
+    assert (row["input_tokens"], row["cached_tokens"], row["cache_write_tokens"]) == (
+        1250,
+        1000,
+        200,
+    )
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_messages_front_door_over_anthropic_reports_and_bills_the_cache(
+    gateway: GatewayFactory, stream: bool
+) -> None:
+    """Anthropic SDK in, Anthropic upstream out: the client sees the same cache counts the
+    upstream reported, and spend prices them."""
+    fake = FakeAnthropic(api_key="ant-key")
+    async with fake as url:
+        fake.queue_message(_cached_message())
+        client = await gateway(_config(url, provider="anthropic"))
+        sdk = anthropic.AsyncAnthropic(
+            base_url=str(client.make_url("")), api_key=MASTER, max_retries=0
+        )
+        kwargs: dict[str, Any] = {
+            "model": "m", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}],
+        }  # fmt: skip
+        if stream:
+            async with sdk.messages.stream(**kwargs) as s:
+                message = await s.get_final_message()
+        else:
+            message = await sdk.messages.create(**kwargs)
+        await sdk.close()
+        row = await _report(client)
+    usage = message.usage
+    assert (usage.input_tokens, usage.cache_read_input_tokens) == (50, 1000)
+    assert (usage.cache_creation_input_tokens, usage.output_tokens) == (200, 7)
+    assert row["spend_nusd"] == ANTHROPIC_COST
