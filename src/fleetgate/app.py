@@ -19,6 +19,7 @@ from fleetgate.api.audio import audio_routes
 from fleetgate.api.documents import document_routes
 from fleetgate.api.errors import error_middleware
 from fleetgate.api.feature import CoreFeature
+from fleetgate.api.responses.feature import ResponsesFeature
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.batches.feature import BatchesFeature
 from fleetgate.config.loader import load_config
@@ -163,6 +164,7 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
         engine,  # engine stats, prefix index, decision log
         releases,  # model registry: aliases that follow a stage, evaluations, gates
         BatchesFeature(gw, access, cfg),  # Files + Batch APIs; lines run the path above
+        ResponsesFeature(gw, cfg),  # /v1/responses: bridged to the chat path, stored per tenant
     )
     built = _with_extra(tuple(f for f in features if f is not None), extra)
     router = next((f for f in built if isinstance(f, SemanticFeature)), None)

@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from fleetgate.api.responses.config import ResponsesConfig
 from fleetgate.batches.config import BatchesConfig
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.releases.config import RegistryRef, ReleasesConfig
@@ -281,6 +282,7 @@ class GatewayConfig(_Model):
     scheduling: SchedulingConfig = SchedulingConfig()  # admission queues (scheduling/config.py)
     releases: ReleasesConfig = ReleasesConfig()  # registry polling, retention, gates
     batches: BatchesConfig = BatchesConfig()  # the Files and Batch APIs (batches/config.py)
+    responses: ResponsesConfig = ResponsesConfig()  # /v1/responses (api/responses/config.py)
     # Config sections of plug-in features (`fleetgate.feature.Feature`), by feature name: each
     # reads its own in ``reconfigure``; a section naming no feature is refused at start-up.
     extensions: dict[str, Any] = Field(default_factory=dict)

@@ -54,6 +54,7 @@ __all__ = [
     "conversations",
     "metadata",
     "request_audit",
+    "responses",
     "safety_audit",
     "spend",
     "spend_tags",
@@ -227,6 +228,19 @@ conversation_turns = Table(
     Column("request_id", String(128)),
     Column("created_at", Float, nullable=False),
     UniqueConstraint("conversation_id", "seq", name="mm_turns_conv_seq"),
+)
+
+responses = Table(
+    "fg_responses",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("owner", String(64), nullable=False),  # the key's team, or the key without one
+    Column("previous_id", String(64)),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("expires_ms", BigInteger, nullable=False),
+    Column("response", JSON, nullable=False),  # the response object, as GET returns it
+    Column("messages", JSON, nullable=False),  # the turn's chat messages: input, then output
+    Index("ix_fg_responses_expires", "expires_ms"),
 )
 
 # -- state every replica must agree on ------------------------------------------------------------
