@@ -19,6 +19,7 @@ import pytest
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from fleetgate.api.responses.config import ResponsesConfig
 from fleetgate.batches.config import BatchesConfig
 from fleetgate.config.schema import HealthConfig, RouterConfig, RoutingConfig
 from fleetgate.multimodal.config import MultimodalConfig
@@ -37,6 +38,7 @@ SECTIONS: list[tuple[str, str, type[BaseModel]]] = [
     ("docs/scheduling.md", "scheduling", SchedulingConfig),
     ("docs/releases.md", "releases", ReleasesConfig),
     ("docs/scheduling.md", "batches", BatchesConfig),
+    ("docs/responses.md", "responses", ResponsesConfig),
 ]
 
 

@@ -46,7 +46,7 @@ def test_the_stage_order_is_the_feature_tuple(tmp_path: Path) -> None:
     names = state.features.names()
     assert names == [
         "core", "semantic", "tenancy", "multimodal", "safety", "scheduling", "canary",
-        "engine-routing", "releases", "batches",
+        "engine-routing", "releases", "batches", "responses",
     ]  # fmt: skip
     assert [s.name for s in state.stages] == [
         "semantic", "tenancy", "multimodal", "safety", "scheduling"
@@ -73,7 +73,7 @@ def test_features_that_are_off_keep_their_admin_routes_but_no_stage(tmp_path: Pa
     app = create_app(state.settings, state=state)
     assert state.features.names() == [
         "core", "tenancy", "safety", "scheduling", "canary", "engine-routing", "releases",
-        "batches",
+        "batches", "responses",
     ]  # fmt: skip
     assert state.stages == []
     paths = {r.resource.canonical for r in app.router.routes() if r.resource is not None}

@@ -15,7 +15,7 @@ class ResponsesConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = True
-    retention_s: float = Field(30 * 24 * 3600.0, gt=0)  # OpenAI keeps responses 30 days
+    retention_s: float = Field(2_592_000, gt=0)  # 30 days, as OpenAI keeps responses
     purge_interval_s: float = Field(3600.0, gt=0)
     # The most turns a previous_response_id chain may have (older ones are not sent).
     max_turns: int = Field(1000, ge=1)
