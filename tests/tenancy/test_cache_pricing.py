@@ -13,6 +13,7 @@ from aiohttp.test_utils import TestClient
 
 from fleetgate.api.state import GATEWAY
 from fleetgate.config.schema import Price
+from fleetgate.sim import SimConfig, running_sim
 from fleetgate.tenancy.money import cost_nusd
 from tests.conftest import AUTH, MASTER, GatewayFactory
 from tests.fakes import FakeUpstream, Reply
@@ -38,8 +39,8 @@ OPENAI_COST = 86 * 3000 + 1920 * 300 + 300 * 15000
 ANTHROPIC_COST = 50 * 3000 + 1000 * 300 + 200 * 3750 + 7 * 15000
 
 
-def _config(api_base: str, provider: str = "openai") -> dict[str, Any]:
-    dep = {"provider": provider, "model": "up", "api_base": api_base, "api_key": "ant-key",
+def _config(api_base: str, provider: str = "openai", model: str = "up") -> dict[str, Any]:
+    dep = {"provider": provider, "model": model, "api_base": api_base, "api_key": "ant-key",
            "price": PRICE}  # fmt: skip
     return {
         "models": [{"alias": "m", "deployments": [dep]}],
@@ -156,3 +157,46 @@ async def test_messages_front_door_over_anthropic_reports_and_bills_the_cache(
     assert (usage.input_tokens, usage.cache_read_input_tokens) == (50, 1000)
     assert (usage.cache_creation_input_tokens, usage.output_tokens) == (200, 7)
     assert row["spend_nusd"] == ANTHROPIC_COST
+
+
+async def test_prefix_cache_hits_of_the_vllm_simulator_are_billed_as_cached(
+    gateway: GatewayFactory,
+) -> None:
+    """The simulator reports its prefix-cache hits as vLLM does
+    (``prompt_tokens_details.cached_tokens``): a repeated long prompt, streamed, is billed
+    with its cached share at the cached price, to the nano-dollar."""
+    config = SimConfig(mode="echo", prefill_ms_per_token=0.01, decode_ms_per_step=0.5)
+    async with running_sim(config) as url:
+        client = await gateway(_config(f"{url}/v1", model="tiny"))
+        # Two keys of one team: the gateway salts the engine's prefix cache per tenant (team).
+        resp = await client.post("/admin/teams", json={"name": "t"}, headers=AUTH)
+        team = (await resp.json())["id"]
+        keys, ids = [], []
+        for _ in range(2):
+            resp = await client.post("/admin/keys", json={"team": team}, headers=AUTH)
+            made = await resp.json()
+            keys.append(made["key"])
+            ids.append(made["id"])
+        usages = []
+        for key in keys:  # the same prompt twice: the second finds its prefix cached
+            sdk = openai.AsyncOpenAI(
+                base_url=str(client.make_url("/v1")), api_key=key, max_retries=0
+            )
+            stream = await sdk.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "word " * 300}],
+                max_tokens=5, stream=True, stream_options={"include_usage": True},
+            )  # fmt: skip
+            usages.append([c.usage async for c in stream if c.usage is not None][-1])
+            await sdk.close()
+        tenancy = client.server.app[GATEWAY].tenancy
+        assert tenancy is not None
+        await tenancy.writer.flush()
+        resp = await client.get("/admin/spend?group_by=key", headers=AUTH)
+        rows = {r["key"]: r for r in (await resp.json())["data"]}
+    again = usages[1]
+    assert again.prompt_tokens_details is not None
+    cached = again.prompt_tokens_details.cached_tokens or 0
+    assert cached > 0
+    by_hand = (again.prompt_tokens - cached) * 3000 + cached * 300 + again.completion_tokens * 15000
+    assert rows[ids[1]]["spend_nusd"] == by_hand and rows[ids[1]]["cached_tokens"] == cached
+    assert rows[ids[0]]["cached_tokens"] == 0  # the first request found nothing cached
