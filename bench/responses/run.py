@@ -2,9 +2,8 @@
 
 One gateway (SQLite store unless ``--database-url``, tenancy on, the master key) in front of
 the instant simulator (echo mode: the answer repeats the prompt), in this process. Each round
-sends one request of every mode, one at a time and starting with a different mode each round
-(a mode is not always the one after a database write), so all modes see the same machine
-state:
+sends one request of every mode, one at a time and in a new random order each round (a mode
+is not always the one after a database write), so all modes see the same machine state:
 
 - ``chat`` / ``chat-stream``: the baseline, ``/v1/chat/completions``;
 - ``resp`` / ``resp-stream``: ``/v1/responses`` with ``store: false`` (translation only);
@@ -23,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import statistics
 import tempfile
 import time
@@ -115,8 +115,10 @@ async def one_run(requests: int, database_url: str | None) -> dict[str, float]:
                         await send()
                 times: dict[str, list[float]] = {m: [] for m in senders}
                 modes = list(senders.items())
-                for i in range(requests):
-                    for mode, send in modes[i % len(modes) :] + modes[: i % len(modes)]:
+                rng = random.Random(0)
+                for _ in range(requests):
+                    rng.shuffle(modes)
+                    for mode, send in modes:
                         t0 = time.perf_counter()
                         await send()
                         times[mode].append((time.perf_counter() - t0) * 1000)
