@@ -5,6 +5,7 @@ field; a reply stopped by the output checks; cached prompt tokens billed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,9 +13,12 @@ from typing import Any
 import openai
 import pytest
 from aiohttp.test_utils import TestClient
+from sqlalchemy import func, select
 
+from fleetgate.api.responses.feature import ResponsesFeature
 from fleetgate.api.state import GATEWAY
 from fleetgate.sim import SimConfig, running_sim
+from fleetgate.store.tables import responses
 from tests.conftest import AUTH, MASTER, GatewayFactory
 from tests.fakes import FakeUpstream, Reply
 from tests.providers.anthropic.fake_anthropic import FakeAnthropic, text_message, tool_use_message
@@ -384,3 +388,38 @@ async def test_a_refusal_before_the_stream_is_a_plain_error(
     )
     assert resp.status == 404
     assert (await resp.json())["error"]["param"] == "model"
+
+
+async def test_retention_expires_and_purges_stored_responses(
+    gateway: GatewayFactory, upstream: FakeUpstream
+) -> None:
+    cfg = _alias(
+        "tiny", {"model": "up", "api_base": upstream.url},
+        responses={"retention_s": 0.5, "purge_interval_s": 0.1},
+    )  # fmt: skip
+    client = await gateway(cfg)
+    sdk = _sdk(client)
+    made = await sdk.responses.create(model="tiny", input="short-lived")
+    assert (await sdk.responses.retrieve(made.id)).id == made.id
+    feature = next(f for f in client.server.app[GATEWAY].features.all if f.name == "responses")
+    assert isinstance(feature, ResponsesFeature)
+    store = feature.store
+    async with store.db.engine.connect() as conn:
+        assert await conn.scalar(select(func.count()).select_from(responses)) == 1
+    for _ in range(50):  # the purge runs every 0.1 s once the response expired
+        await asyncio.sleep(0.1)
+        async with store.db.engine.connect() as conn:
+            if not await conn.scalar(select(func.count()).select_from(responses)):
+                break
+    else:
+        raise AssertionError("the expired response was not purged")
+    with pytest.raises(openai.NotFoundError):
+        await sdk.responses.retrieve(made.id)
+    await sdk.close()
+
+
+async def test_the_api_can_be_turned_off(gateway: GatewayFactory, upstream: FakeUpstream) -> None:
+    cfg = _alias("tiny", {"model": "up", "api_base": upstream.url}, responses={"enabled": False})
+    client = await gateway(cfg)
+    resp = await client.post("/v1/responses", json={"model": "tiny", "input": "hi"}, headers=AUTH)
+    assert resp.status == 404 and not upstream.seen
