@@ -103,10 +103,16 @@ def build_openapi() -> dict[str, Any]:
                 }
             },
             "/v1/responses/{id}": {
-                "get": {"summary": "Retrieve a stored response", "security": [{"bearer": []}],
-                        "responses": ok},
-                "delete": {"summary": "Delete a stored response", "security": [{"bearer": []}],
-                           "responses": ok},
+                "get": {
+                    "summary": "Retrieve a stored response",
+                    "security": [{"bearer": []}],
+                    "responses": ok,
+                },
+                "delete": {
+                    "summary": "Delete a stored response",
+                    "security": [{"bearer": []}],
+                    "responses": ok,
+                },
             },
             "/v1/models": {
                 "get": {"summary": "List models", "security": [{"bearer": []}], "responses": ok}
