@@ -423,3 +423,30 @@ async def test_the_api_can_be_turned_off(gateway: GatewayFactory, upstream: Fake
     client = await gateway(cfg)
     resp = await client.post("/v1/responses", json={"model": "tiny", "input": "hi"}, headers=AUTH)
     assert resp.status == 404 and not upstream.seen
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_keys_limits_apply_to_responses_like_to_chat(
+    gateway: GatewayFactory, upstream: FakeUpstream, stream: bool
+) -> None:
+    client = await gateway(_alias("tiny", {"model": "up", "api_base": upstream.url}))
+    resp = await client.post("/admin/teams", json={"name": "t"}, headers=AUTH)
+    team = (await resp.json())["id"]
+    resp = await client.post("/admin/keys", json={"team": team, "rpm": 2}, headers=AUTH)
+    sdk = _sdk(client, (await resp.json())["key"])
+    for _ in range(2):
+        raw = await sdk.responses.with_raw_response.create(model="tiny", input="hi", stream=stream)
+        assert raw.headers["x-ratelimit-limit-requests"] == "2"
+        parsed: Any = raw.parse()
+        if stream:
+            _ = [event async for event in parsed]
+    with pytest.raises(openai.RateLimitError):
+        await sdk.responses.create(model="tiny", input="hi", stream=stream)
+    await sdk.close()
+    assert len(upstream.seen) == 2
+    resp = await client.post("/admin/keys", json={"team": team, "aliases": ["other"]}, headers=AUTH)
+    other = _sdk(client, (await resp.json())["key"])
+    with pytest.raises(openai.NotFoundError) as refused:  # the key may not use this alias
+        await other.responses.create(model="tiny", input="hi")
+    assert isinstance(refused.value.body, dict) and refused.value.body["param"] == "model"
+    await other.close()
