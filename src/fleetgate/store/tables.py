@@ -240,6 +240,7 @@ responses = Table(
     Column("expires_ms", BigInteger, nullable=False),
     Column("response", JSON, nullable=False),  # the response object, as GET returns it
     Column("messages", JSON, nullable=False),  # the turn's chat messages: input, then output
+    Column("input", JSON, nullable=False),  # the input items, as input_items lists them
     Index("ix_fg_responses_expires", "expires_ms"),
 )
 

@@ -450,3 +450,41 @@ async def test_keys_limits_apply_to_responses_like_to_chat(
         await other.responses.create(model="tiny", input="hi")
     assert isinstance(refused.value.body, dict) and refused.value.body["param"] == "model"
     await other.close()
+
+
+async def test_input_items_are_listed_for_the_owner(
+    gateway: GatewayFactory, upstream: FakeUpstream
+) -> None:
+    client = await gateway(_alias("tiny", {"model": "up", "api_base": upstream.url}))
+    sdk = _sdk(client)
+    made = await sdk.responses.create(
+        model="tiny", instructions="Be brief.",
+        input=[
+            {"role": "user", "content": "What is 2+2?"},
+            {"type": "message", "role": "assistant", "id": "msg_prior",
+             "content": [{"type": "output_text", "text": "4", "annotations": []}]},
+            {"type": "function_call", "call_id": "c1", "name": "calc", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "4"},
+            {"role": "user", "content": [{"type": "input_text", "text": "Sure?"}]},
+        ],
+    )  # fmt: skip
+    listed = await sdk.responses.input_items.list(made.id, order="asc")
+    kinds = [(i.type, getattr(i, "role", None)) for i in listed.data]
+    assert kinds == [
+        ("message", "user"), ("message", "assistant"), ("function_call", None),
+        ("function_call_output", None), ("message", "user"),
+    ]  # fmt: skip
+    assert listed.data[1].id == "msg_prior" and len({i.id for i in listed.data}) == 5
+    assert listed.data[0].content[0].text == "What is 2+2?"  # type: ignore[union-attr]
+    newest = await sdk.responses.input_items.list(made.id, limit=2)  # desc by default
+    assert [i.id for i in newest.data] == [listed.data[4].id, listed.data[3].id]
+    assert newest.has_more is True
+    rest = await sdk.responses.input_items.list(made.id, limit=10, after=newest.data[-1].id)
+    assert [i.id for i in rest.data] == [i.id for i in listed.data[:3]][::-1]
+    with pytest.raises(openai.BadRequestError):
+        await sdk.responses.input_items.list(made.id, limit=0)
+    other = _sdk(client, await _key(client, "other"))
+    with pytest.raises(openai.NotFoundError):
+        await other.responses.input_items.list(made.id)
+    await other.close()
+    await sdk.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from openai.types.responses import ResponseItem
+from pydantic import TypeAdapter
 
 from fleetgate.api.responses.request import chat_body, parse_request
 from fleetgate.errors import InvalidRequest
@@ -152,3 +154,29 @@ def test_bad_requests_name_the_field(body: Any, param: str | None) -> None:
         chat_body(parse_request(body))
     assert caught.value.status == 400
     assert caught.value.to_dict()["error"]["param"] == param
+
+
+def test_input_items_are_valid_sdk_items_with_ids() -> None:
+    req = parse_request(
+        {
+            "model": "m",
+            "input": [
+                {"role": "developer", "content": "rules"},
+                {"role": "user", "content": [{"type": "input_image", "detail": "auto",
+                                              "image_url": "https://x/y.png"}]},
+                {"role": "assistant", "content": "ok", "id": "msg_given"},
+                {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c", "output": "done"},
+                {"type": "reasoning", "id": "rs_1", "summary": []},
+            ],
+        }
+    )  # fmt: skip
+    adapter: TypeAdapter[Any] = TypeAdapter(ResponseItem)
+    items = [adapter.validate_python(i) for i in req.items]
+    assert [i.type for i in items] == [
+        "message", "message", "message", "function_call", "function_call_output"
+    ]  # fmt: skip
+    assert items[2].id == "msg_given" and all(i.id for i in items)
+    assert parse_request({"model": "m", "input": "hi"}).items[0]["content"] == [
+        {"type": "input_text", "text": "hi"}
+    ]

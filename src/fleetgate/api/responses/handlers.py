@@ -1,4 +1,5 @@
-"""``/v1/responses`` routes: create (JSON or streamed events), retrieve and delete.
+"""``/v1/responses`` routes: create (JSON or streamed events), retrieve, list the input
+items of, and delete.
 
 ``POST`` validates the request (``request``), reads the conversation of
 ``previous_response_id`` (``store``, the caller's tenant only), and sends the chat request it
@@ -27,6 +28,7 @@ from fleetgate.api.responses.request import chat_body, parse_request
 from fleetgate.api.responses.store import ResponseStore
 from fleetgate.api.responses.wire import ResponsesWire, SaveResponse
 from fleetgate.api.state import GATEWAY, GatewayState
+from fleetgate.errors import InvalidRequest
 from fleetgate.http.body import read_json
 from fleetgate.providers.base import Endpoint
 from fleetgate.store.errors import store_unavailable_is_503
@@ -55,6 +57,7 @@ class ResponsesRoutes:
         return [
             web.post("/v1/responses", store_unavailable_is_503(self.create)),
             web.get("/v1/responses/{id}", store_unavailable_is_503(self.retrieve)),
+            web.get("/v1/responses/{id}/input_items", store_unavailable_is_503(self.input_items)),
             web.delete("/v1/responses/{id}", store_unavailable_is_503(self.delete)),
         ]
 
@@ -73,7 +76,7 @@ class ResponsesRoutes:
             )
         body = chat_body(parsed, history)
         new = body["messages"][len(history) + (1 if parsed.instructions else 0) :]
-        save = self._saver(principal.tenant, new, config) if parsed.store else None
+        save = self._saver(principal.tenant, new, parsed.items, config) if parsed.store else None
         wire = ResponsesWire(ResponseMeta(parsed), save)
         response = await serve(
             request, gw, Endpoint.CHAT, principal, body, started, wire, bind_recorder(wire)
@@ -83,13 +86,17 @@ class ResponsesRoutes:
         return response
 
     def _saver(
-        self, owner: str, new: list[dict[str, Any]], config: ResponsesConfig
+        self,
+        owner: str,
+        new: list[dict[str, Any]],
+        items: list[dict[str, Any]],
+        config: ResponsesConfig,
     ) -> SaveResponse:
         async def save(final: dict[str, Any], turn: Turn) -> None:
             try:
                 await self.prepare()
                 await self.store.save(owner, final, [*new, *assistant_messages(turn)],
-                                      config.retention_s)  # fmt: skip
+                                      config.retention_s, items)  # fmt: skip
             except Exception:  # the client still gets its answer; it cannot continue from it
                 log.exception("response %s was not stored", final.get("id"))
 
@@ -101,6 +108,27 @@ class ResponsesRoutes:
         found = await self.store.get(principal.tenant, request.match_info["id"])
         return _json(found)
 
+    async def input_items(self, request: web.Request) -> web.Response:
+        """A page of the response's input items (``limit`` 1-100, default 20; ``order``
+        ``desc`` (default) or ``asc``; ``after``: the last id of the previous page)."""
+        principal = _principal(request.app[GATEWAY], request)
+        limit, order, after = _page(request)
+        await self.prepare()
+        items = await self.store.input_items(principal.tenant, request.match_info["id"])
+        if order == "desc":
+            items = items[::-1]
+        if after is not None:
+            ids = [i.get("id") for i in items]
+            if after not in ids:
+                raise InvalidRequest(f"No input item with id '{after}'.", param="after")
+            items = items[ids.index(after) + 1 :]
+        page = items[:limit]
+        return _json({
+            "object": "list", "data": page, "has_more": len(items) > limit,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+        })  # fmt: skip
+
     async def delete(self, request: web.Request) -> web.Response:
         principal = _principal(request.app[GATEWAY], request)
         await self.prepare()
@@ -111,6 +139,17 @@ class ResponsesRoutes:
 
 def _principal(gw: GatewayState, request: web.Request) -> Principal:
     return gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+
+
+def _page(request: web.Request) -> tuple[int, str, str | None]:
+    query = request.query
+    raw = query.get("limit", "20")
+    if not raw.isdigit() or not 1 <= int(raw) <= 100:
+        raise InvalidRequest("'limit' must be an integer from 1 to 100.", param="limit")
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidRequest("'order' must be asc or desc.", param="order")
+    return int(raw), order, query.get("after")
 
 
 def _json(data: dict[str, Any]) -> web.Response:

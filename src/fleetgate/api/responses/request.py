@@ -16,6 +16,7 @@ request only: as OpenAI documents, they are not carried over to the next respons
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +55,7 @@ class ResponsesRequest:
     instructions: str | None
     messages: list[dict[str, Any]]
     fields: dict[str, Any] = field(default_factory=dict)
+    items: list[dict[str, Any]] = field(default_factory=list)  # the input as items, with ids
 
 
 def parse_request(body: Any) -> ResponsesRequest:
@@ -83,6 +85,7 @@ def parse_request(body: Any) -> ResponsesRequest:
         instructions=instructions or None,
         messages=messages,
         fields=_chat_fields(body),
+        items=input_items(raw_input),
     )
 
 
@@ -380,3 +383,46 @@ def _part(part: Any, where: str, role: str) -> dict[str, Any]:
     raise InvalidRequest(
         f"Content parts of type {kind!r} are not supported.", param=f"{where}.type"
     )
+
+
+def _item_id(item: dict[str, Any], prefix: str) -> str:
+    given = item.get("id")
+    return given if isinstance(given, str) and given else f"{prefix}_{os.urandom(16).hex()}"
+
+
+def input_items(raw: Any) -> list[dict[str, Any]]:
+    """A validated ``input`` as the items ``GET /v1/responses/{id}/input_items`` lists: each
+    with an id (the client's, else a new one), message content as parts (reasoning items are
+    left out, as they are not sent)."""
+    if raw is None:
+        return []
+    items = [{"role": "user", "content": raw}] if isinstance(raw, str) else raw
+    out: list[dict[str, Any]] = []
+    for item in items:
+        kind = item.get("type", "message")
+        if kind == "message":
+            out.append(_message_item(item))
+        elif kind == "function_call":
+            out.append({
+                "id": _item_id(item, "fc"), "type": "function_call", "status": "completed",
+                "call_id": item["call_id"], "name": item["name"], "arguments": item["arguments"],
+            })  # fmt: skip
+        elif kind == "function_call_output":
+            out.append({
+                "id": _item_id(item, "fco"), "type": "function_call_output",
+                "status": "completed", "call_id": item["call_id"], "output": item["output"],
+            })  # fmt: skip
+    return out
+
+
+def _message_item(item: dict[str, Any]) -> dict[str, Any]:
+    role, content = item["role"], item["content"]
+    if role == "assistant":
+        texts = [content] if isinstance(content, str) else [
+            str(p.get("text") or p.get("refusal") or "") for p in content
+        ]  # fmt: skip
+        parts = [{"type": "output_text", "text": t, "annotations": []} for t in texts]
+    else:
+        parts = [{"type": "input_text", "text": content}] if isinstance(content, str) else content
+    return {"id": _item_id(item, "msg"), "type": "message", "role": role,
+            "status": "completed", "content": parts}  # fmt: skip

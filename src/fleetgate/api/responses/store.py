@@ -41,6 +41,7 @@ class ResponseStore:
         response: dict[str, Any],
         messages: list[dict[str, Any]],
         retention_s: float,
+        items: list[dict[str, Any]] | None = None,
     ) -> None:
         now = self.clock()
         async with self.db.engine.begin() as conn:
@@ -49,22 +50,33 @@ class ResponseStore:
                     id=response["id"], owner=owner,
                     previous_id=response.get("previous_response_id"), created_ms=now,
                     expires_ms=now + int(retention_s * 1000), response=response,
-                    messages=messages,
+                    messages=messages, input=items or [],
                 )
             )  # fmt: skip
 
     async def get(self, owner: str, response_id: str) -> dict[str, Any]:
+        """The stored response object."""
+        found = await self._column(responses.c.response, owner, response_id)
+        if not isinstance(found, dict):
+            raise _missing(response_id, "response_id")
+        return found
+
+    async def input_items(self, owner: str, response_id: str) -> list[dict[str, Any]]:
+        """The stored response's input items, in the order they were sent."""
+        found = await self._column(responses.c.input, owner, response_id)
+        if not isinstance(found, list):
+            raise _missing(response_id, "response_id")
+        return found
+
+    async def _column(self, column: Any, owner: str, response_id: str) -> Any:
         async with self.db.engine.connect() as conn:
-            found = await conn.scalar(
-                select(responses.c.response).where(
+            return await conn.scalar(
+                select(column).where(
                     responses.c.id == response_id,
                     responses.c.owner == owner,
                     responses.c.expires_ms > self.clock(),
                 )
             )
-        if not isinstance(found, dict):
-            raise _missing(response_id, "response_id")
-        return found
 
     async def delete(self, owner: str, response_id: str) -> None:
         async with self.db.engine.begin() as conn:

@@ -25,6 +25,7 @@ def upgrade() -> None:
         sa.Column("expires_ms", sa.BigInteger, nullable=False),
         sa.Column("response", sa.JSON, nullable=False),
         sa.Column("messages", sa.JSON, nullable=False),
+        sa.Column("input", sa.JSON, nullable=False),
     )
     op.create_index("ix_fg_responses_expires", "fg_responses", ["expires_ms"])
 
