@@ -200,3 +200,36 @@ async def test_prefix_cache_hits_of_the_vllm_simulator_are_billed_as_cached(
     by_hand = (again.prompt_tokens - cached) * 3000 + cached * 300 + again.completion_tokens * 15000
     assert rows[ids[1]]["spend_nusd"] == by_hand and rows[ids[1]]["cached_tokens"] == cached
     assert rows[ids[0]]["cached_tokens"] == 0  # the first request found nothing cached
+
+
+async def test_cache_breakpoints_reach_anthropic_and_writes_then_reads_are_billed(
+    gateway: GatewayFactory,
+) -> None:
+    """An OpenAI-SDK client marks its long system prompt for caching (LiteLLM's
+    ``cache_control`` convention); the Anthropic upstream gets the breakpoint, writes the
+    cache on the first request and reads it on the second, and each is billed at its price."""
+    fake = FakeAnthropic(api_key="ant-key")
+    async with fake as url:
+        fake.queue_message(text_message("One.", input_tokens=10, output_tokens=2,
+                                        cache_creation=2000))  # fmt: skip
+        fake.queue_message(text_message("Two.", input_tokens=12, output_tokens=2,
+                                        cache_read=2000))  # fmt: skip
+        client = await gateway(_config(url, provider="anthropic"))
+        sdk = openai.AsyncOpenAI(
+            base_url=str(client.make_url("/v1")), api_key=MASTER, max_retries=0
+        )
+        system: Any = [{"type": "text", "text": "A long policy. " * 50,
+                        "cache_control": {"type": "ephemeral"}}]  # fmt: skip
+        for question in ("First?", "Second?"):
+            await sdk.chat.completions.create(
+                model="m", messages=[{"role": "system", "content": system},
+                                     {"role": "user", "content": question}],
+            )  # fmt: skip
+        await sdk.close()
+        row = await _report(client)
+    sent = fake.received[0].body["system"]
+    assert isinstance(sent, list) and sent[0]["cache_control"] == {"type": "ephemeral"}
+    write = 10 * 3000 + 2000 * 3750 + 2 * 15000
+    read = 12 * 3000 + 2000 * 300 + 2 * 15000
+    assert row["spend_nusd"] == write + read
+    assert (row["cached_tokens"], row["cache_write_tokens"]) == (2000, 2000)
