@@ -8,15 +8,19 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import func, select
 
 from fleetgate.api.responses.feature import ResponsesFeature
 from fleetgate.api.state import GATEWAY
+from fleetgate.app import build_state, create_app
+from fleetgate.config.loader import parse_config
+from fleetgate.config.settings import Settings
 from fleetgate.sim import SimConfig, running_sim
 from fleetgate.store.tables import responses
 from tests.conftest import AUTH, MASTER, GatewayFactory
@@ -488,3 +492,37 @@ async def test_input_items_are_listed_for_the_owner(
         await other.responses.input_items.list(made.id)
     await other.close()
     await sdk.close()
+
+
+async def test_any_replica_continues_a_response_another_one_stored(
+    tmp_path: Path, shared_pg_url: str, upstream: FakeUpstream
+) -> None:
+    """Two gateways on one PostgreSQL: a stream stored by one is continued, read and deleted
+    through the other as soon as its last event was read."""
+    cfg = parse_config(_alias("tiny", {"model": "up", "api_base": upstream.url}))
+    clients = []
+    for i in range(2):
+        settings = Settings(master_key=MASTER, data_dir=tmp_path / f"r{i}",
+                            database_url=shared_pg_url, watch_config=False)  # fmt: skip
+        state = build_state(settings, cfg)
+        client: TestClient[Any, Any] = TestClient(TestServer(create_app(settings, state=state)))
+        await client.start_server()
+        clients.append(client)
+    try:
+        one, two = _sdk(clients[0]), _sdk(clients[1])
+        first = await _create(one, True, model="tiny", input="remember: 42")
+        second = await two.responses.create(
+            model="tiny", input="what was it?", previous_response_id=first.id
+        )
+        assert [m["content"] for m in upstream.seen[-1].body["messages"]] == [
+            "remember: 42", "Hello there.", "what was it?"
+        ]  # fmt: skip
+        assert (await one.responses.retrieve(second.id)).previous_response_id == first.id
+        await two.responses.delete(first.id)
+        with pytest.raises(openai.NotFoundError):
+            await one.responses.retrieve(first.id)
+        await one.close()
+        await two.close()
+    finally:
+        for client in clients:
+            await client.close()
