@@ -48,6 +48,7 @@ class Reply:
     chunk_delay: float = 0.0
     fail_after_chunks: int | None = None
     finish_reason: str = "stop"
+    usage: dict[str, Any] | None = None  # the usage object to report (default: counted words)
 
 
 @dataclass
@@ -154,7 +155,8 @@ class FakeUpstream:
                 "created": 1,
                 "model": body.get("model"),
                 "choices": [{"index": 0, "message": message, "finish_reason": b.finish_reason}],
-                "usage": {
+                "usage": b.usage
+                or {
                     "prompt_tokens": 10,
                     "completion_tokens": len(b.content.split()),
                     "total_tokens": 10 + len(b.content.split()),
@@ -206,7 +208,7 @@ class FakeUpstream:
             await resp.write(chunk({"content": word if i == 0 else " " + word}))
         await resp.write(chunk({}, b.finish_reason))
         if include_usage:
-            usage = {
+            usage = b.usage or {
                 "prompt_tokens": 10,
                 "completion_tokens": len(words),
                 "total_tokens": 10 + len(words),

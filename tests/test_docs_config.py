@@ -19,6 +19,7 @@ import pytest
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from fleetgate.api.responses.config import ResponsesConfig
 from fleetgate.batches.config import BatchesConfig
 from fleetgate.cache.config import CacheConfig
 from fleetgate.config.schema import HealthConfig, RouterConfig, RoutingConfig
@@ -41,6 +42,7 @@ SECTIONS: list[tuple[str, str, type[BaseModel]]] = [
     ("docs/scheduling.md", "batches", BatchesConfig),
     ("docs/cache.md", "cache", CacheConfig),
     ("docs/mcp.md", "mcp", McpConfig),
+    ("docs/responses.md", "responses", ResponsesConfig),
 ]
 
 

@@ -47,7 +47,7 @@ def test_the_stage_order_is_the_feature_tuple(tmp_path: Path) -> None:
     names = state.features.names()
     assert names == [
         "core", "semantic", "tenancy", "multimodal", "safety", "cache", "scheduling", "canary",
-        "engine-routing", "wake", "releases", "cost", "batches", "console",
+        "engine-routing", "wake", "releases", "cost", "batches", "responses", "console",
     ]  # fmt: skip
     assert [s.name for s in state.stages] == [
         "semantic", "tenancy", "multimodal", "safety", "scheduling"
@@ -75,7 +75,7 @@ def test_features_that_are_off_keep_their_admin_routes_but_no_stage(tmp_path: Pa
     app = create_app(state.settings, state=state)
     assert state.features.names() == [
         "core", "tenancy", "safety", "cache", "scheduling", "canary", "engine-routing", "wake",
-        "releases", "batches",
+        "releases", "batches", "responses",
     ]  # fmt: skip
     assert state.stages == []
     paths = {r.resource.canonical for r in app.router.routes() if r.resource is not None}

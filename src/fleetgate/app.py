@@ -19,6 +19,7 @@ from fleetgate.api.audio import audio_routes
 from fleetgate.api.documents import document_routes
 from fleetgate.api.errors import error_middleware
 from fleetgate.api.feature import CoreFeature
+from fleetgate.api.responses.feature import ResponsesFeature
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.batches.feature import BatchesFeature
 from fleetgate.cache.feature import CacheFeature
@@ -181,6 +182,7 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
         releases,  # model registry: aliases that follow a stage, evaluations, gates
         CostFeature.build(settings, cfg, access, resources),  # GPU cost (extensions.cost)
         BatchesFeature(gw, access, cfg),  # Files + Batch APIs; lines run the path above
+        ResponsesFeature(gw, cfg),  # /v1/responses: bridged to the chat path, stored per tenant
         console,  # the web console at /ui and sign-in
         McpFeature.build(
             cfg, registry, access, gw.request_ids.next, tenancy.runtime, safety.runtime

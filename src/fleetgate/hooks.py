@@ -123,7 +123,8 @@ class Outcome:
     price: Price | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cached_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens read from the upstream's prompt cache
+    cache_write_tokens: int = 0  # prompt tokens written to it (Anthropic's cache creation)
     latency_s: float = 0.0
     ttft_s: float | None = None
     finish_reason: str | None = None
@@ -143,19 +144,27 @@ class Outcome:
 
     @property
     def cost_usd(self) -> float:
-        """Cost from the deployment's prices; cached prompt tokens at the cached price."""
+        """Cost from the deployment's prices (`fleetgate.tenancy.money.cost_nusd`): prompt
+        tokens read from or written to the upstream's prompt cache at their own prices."""
         if self.cost_nusd is not None:
             return self.cost_nusd / 1_000_000_000
-        if self.price is None:
-            return 0.0
         p = self.price
-        cached = min(self.cached_tokens, self.prompt_tokens)
-        cached_rate = p.cached_input_per_mtok
-        if cached_rate is None:
-            cached_rate = p.input_per_mtok
+        if p is None:
+            return 0.0
+        cached = max(0, min(self.cached_tokens, self.prompt_tokens))
+        written = max(0, min(self.cache_write_tokens, self.prompt_tokens - cached))
+        cached_rate = (
+            p.input_per_mtok if p.cached_input_per_mtok is None else p.cached_input_per_mtok
+        )
+        write_rate = (
+            p.input_per_mtok
+            if p.cache_write_input_per_mtok is None
+            else p.cache_write_input_per_mtok
+        )
         cost = (
-            (self.prompt_tokens - cached) * p.input_per_mtok
+            (self.prompt_tokens - cached - written) * p.input_per_mtok
             + cached * cached_rate
+            + written * write_rate
             + self.completion_tokens * p.output_per_mtok
         ) / 1_000_000
         return cost * (1 - p.batch_discount) if self.batch else cost
@@ -169,17 +178,37 @@ class Outcome:
         self.price = config.price
 
     def take_usage(self, usage: Any) -> None:
-        """Token counts from an OpenAI ``usage`` object (ignored when malformed)."""
+        """Token counts from an OpenAI ``usage`` object (ignored when malformed).
+
+        ``prompt_tokens`` counts every prompt token; of them, those read from the upstream's
+        prompt cache are ``prompt_tokens_details.cached_tokens`` (OpenAI, vLLM) or
+        ``cache_read_input_tokens`` (the Anthropic names, as LiteLLM and fleetgate's Anthropic
+        provider pass them on), and those written to it ``cache_creation_input_tokens`` (or
+        ``prompt_tokens_details.cache_write_tokens``)."""
         if not isinstance(usage, dict):
             return
         prompt = usage.get("prompt_tokens") or 0
         completion = usage.get("completion_tokens") or 0
+        if not isinstance(prompt, int) or not isinstance(completion, int):
+            return
         details = usage.get("prompt_tokens_details")
-        cached = details.get("cached_tokens") or 0 if isinstance(details, dict) else 0
-        if isinstance(prompt, int) and isinstance(completion, int) and isinstance(cached, int):
-            self.prompt_tokens = prompt
-            self.completion_tokens = completion
-            self.cached_tokens = cached
+        details = details if isinstance(details, dict) else {}
+        self.prompt_tokens = prompt
+        self.completion_tokens = completion
+        self.cached_tokens = _count(
+            details.get("cached_tokens"), usage.get("cache_read_input_tokens")
+        )
+        self.cache_write_tokens = _count(
+            usage.get("cache_creation_input_tokens"), details.get("cache_write_tokens")
+        )
+
+
+def _count(*values: Any) -> int:
+    """The first of ``values`` that is a non-negative int, else 0."""
+    for value in values:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return 0
 
 
 @dataclass(slots=True)

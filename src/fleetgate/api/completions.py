@@ -110,9 +110,11 @@ async def serve(
     body: dict[str, Any],
     started: float,
     wire: ResponseWire | None = None,
+    bind: Callable[[GatewayRequest], None] | None = None,
 ) -> web.StreamResponse:
     """The request path after authentication and parsing; ``wire`` answers in another format
-    (the ``/v1/messages`` front door)."""
+    (the ``/v1/messages`` and ``/v1/responses`` front doors); ``bind`` sees the request before
+    the stages (a stream filter it adds is the outermost: it sees what the client is sent)."""
     req = _gateway_request(
         gw,
         endpoint,
@@ -123,6 +125,8 @@ async def serve(
         gw.request_ids.next(),
         wire,
     )
+    if bind is not None:
+        bind(req)
     trace = _trace(gw, req, endpoint)
     try:
         async with StageRun(gw.stages, req, _recorder(gw)):

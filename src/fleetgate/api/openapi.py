@@ -87,6 +87,33 @@ def build_openapi() -> dict[str, Any]:
                     "responses": ok,
                 }
             },
+            "/v1/responses": {
+                "post": {
+                    "summary": "Create a response (OpenAI Responses API, bridged to chat)",
+                    "security": [{"bearer": []}],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {"type": "object", "required": ["model"]}
+                            }
+                        },
+                    },
+                    "responses": ok,
+                }
+            },
+            "/v1/responses/{id}": {
+                "get": {
+                    "summary": "Retrieve a stored response",
+                    "security": [{"bearer": []}],
+                    "responses": ok,
+                },
+                "delete": {
+                    "summary": "Delete a stored response",
+                    "security": [{"bearer": []}],
+                    "responses": ok,
+                },
+            },
             "/v1/models": {
                 "get": {"summary": "List models", "security": [{"bearer": []}], "responses": ok}
             },

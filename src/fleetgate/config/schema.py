@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from fleetgate.api.responses.config import ResponsesConfig
 from fleetgate.batches.config import BatchesConfig
 from fleetgate.cache.config import CacheConfig
 from fleetgate.mcp.config import McpConfig
@@ -64,7 +65,11 @@ class Price(_Model):
 
     input_per_mtok: float = Field(0.0, ge=0)
     output_per_mtok: float = Field(0.0, ge=0)
+    # Prompt tokens the upstream read from its prompt cache (None: the input price).
     cached_input_per_mtok: float | None = Field(None, ge=0)
+    # Prompt tokens the upstream wrote to its prompt cache (Anthropic's
+    # ``cache_creation_input_tokens``; None: the input price).
+    cache_write_input_per_mtok: float | None = Field(None, ge=0)
     # Share of the price taken off requests of the batch lane (0.5: half price).
     batch_discount: float = Field(0.0, ge=0, le=1)
 
@@ -306,6 +311,7 @@ class GatewayConfig(_Model):
     releases: ReleasesConfig = ReleasesConfig()  # registry polling, retention, gates
     batches: BatchesConfig = BatchesConfig()  # the Files and Batch APIs (batches/config.py)
     mcp: McpConfig = McpConfig()  # the MCP gateway (mcp/config.py); off without servers
+    responses: ResponsesConfig = ResponsesConfig()  # /v1/responses (api/responses/config.py)
     # Config sections of plug-in features (`fleetgate.feature.Feature`), by feature name: each
     # reads its own in ``reconfigure``; a section naming no feature is refused at start-up.
     extensions: dict[str, Any] = Field(default_factory=dict)

@@ -54,6 +54,7 @@ __all__ = [
     "conversations",
     "metadata",
     "request_audit",
+    "responses",
     "safety_audit",
     "spend",
     "spend_tags",
@@ -122,7 +123,9 @@ spend = Table(
     Column("status", Integer, nullable=False),
     Column("input_tokens", Integer, nullable=False),
     Column("output_tokens", Integer, nullable=False),
-    Column("cached_tokens", Integer, nullable=False),
+    Column("cached_tokens", Integer, nullable=False),  # prompt tokens read from a prompt cache
+    # Prompt tokens written to the upstream's prompt cache; NULL in rows from before 0010.
+    Column("cache_write_tokens", Integer),
     Column("cost_nusd", BigInteger, nullable=False),
     Column("latency_ms", Integer, nullable=False),
     Column("tags", JSON, nullable=False, default=dict),
@@ -225,6 +228,20 @@ conversation_turns = Table(
     Column("request_id", String(128)),
     Column("created_at", Float, nullable=False),
     UniqueConstraint("conversation_id", "seq", name="mm_turns_conv_seq"),
+)
+
+responses = Table(
+    "fg_responses",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("owner", String(64), nullable=False),  # the key's team, or the key without one
+    Column("previous_id", String(64)),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("expires_ms", BigInteger, nullable=False),
+    Column("response", JSON, nullable=False),  # the response object, as GET returns it
+    Column("messages", JSON, nullable=False),  # the turn's chat messages: input, then output
+    Column("input", JSON, nullable=False),  # the input items, as input_items lists them
+    Index("ix_fg_responses_expires", "expires_ms"),
 )
 
 # -- state every replica must agree on ------------------------------------------------------------

@@ -23,17 +23,40 @@ def _dec(value: float) -> Decimal:
 
 
 def cost_nusd(
-    price: Price | None, prompt: int, completion: int, cached: int, *, batch: bool = False
+    price: Price | None,
+    prompt: int,
+    completion: int,
+    cached: int,
+    *,
+    cache_write: int = 0,
+    batch: bool = False,
 ) -> int:
-    """The cost in nano-USD; cached prompt tokens at the cached price (input price if none);
-    ``batch``: a batch-lane request, less the price's ``batch_discount``."""
+    """The cost in nano-USD of ``prompt`` tokens (all of them, as OpenAI counts: of which
+    ``cached`` were read from the upstream's prompt cache and ``cache_write`` written to it)
+    and ``completion`` tokens. Cache reads at ``cached_input_per_mtok``, cache writes at
+    ``cache_write_input_per_mtok`` (each at the input price when not set), the rest at
+    ``input_per_mtok``; ``batch``: a batch-lane request, less the price's ``batch_discount``.
+
+    Example: 1,000 prompt tokens of which 800 cached and 100 written, 50 completion tokens at
+    input 3, cached 0.3, write 3.75, output 15 USD/Mtok: 100 × 3000 + 800 × 300 + 100 × 3750
+    + 50 × 15000 = 1,665,000 nano-USD.
+    """
     if price is None:
         return 0
     cached = max(0, min(cached, prompt))
-    rate_in, rate_cached, rate_out = _rates(
-        price.input_per_mtok, price.cached_input_per_mtok, price.output_per_mtok
+    written = max(0, min(cache_write, prompt - cached))
+    rate_in, rate_cached, rate_write, rate_out = _rates(
+        price.input_per_mtok,
+        price.cached_input_per_mtok,
+        price.cache_write_input_per_mtok,
+        price.output_per_mtok,
     )
-    total = (prompt - cached) * rate_in + cached * rate_cached + completion * rate_out
+    total = (
+        (prompt - cached - written) * rate_in
+        + cached * rate_cached
+        + written * rate_write
+        + completion * rate_out
+    )
     if batch and price.batch_discount:
         total *= 1 - _dec(price.batch_discount)
     return int(total.to_integral_value(rounding=ROUND_HALF_EVEN))
@@ -41,13 +64,18 @@ def cost_nusd(
 
 @lru_cache(maxsize=1024)
 def _rates(
-    input_per_mtok: float, cached_per_mtok: float | None, output_per_mtok: float
-) -> tuple[Decimal, Decimal, Decimal]:
+    input_per_mtok: float,
+    cached_per_mtok: float | None,
+    write_per_mtok: float | None,
+    output_per_mtok: float,
+) -> tuple[Decimal, Decimal, Decimal, Decimal]:
     """Nano-USD per token of a price (a request path call: the few prices are kept)."""
     cached = input_per_mtok if cached_per_mtok is None else cached_per_mtok
+    write = input_per_mtok if write_per_mtok is None else write_per_mtok
     return (
         _dec(input_per_mtok) * _PER_TOKEN,
         _dec(cached) * _PER_TOKEN,
+        _dec(write) * _PER_TOKEN,
         _dec(output_per_mtok) * _PER_TOKEN,
     )
 

@@ -37,7 +37,9 @@ async def spend_report(
     until_ms: int | None = None,
     team_id: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows of ``spend_usd``, ``requests``, ``input_tokens``, ``output_tokens`` per group."""
+    """Rows of ``spend_usd``, ``requests``, ``input_tokens``, ``output_tokens``,
+    ``cached_tokens`` (of the input, read from a prompt cache) and ``cache_write_tokens`` (of
+    the input, written to one) per group."""
     unknown = [g for g in group_by if g not in GROUPS]
     if unknown:
         raise InvalidRequest(
@@ -61,6 +63,8 @@ async def spend_report(
         func.count().label("requests"),
         func.coalesce(func.sum(spend.c.input_tokens), 0).label("input_tokens"),
         func.coalesce(func.sum(spend.c.output_tokens), 0).label("output_tokens"),
+        func.coalesce(func.sum(spend.c.cached_tokens), 0).label("cached_tokens"),
+        func.coalesce(func.sum(spend.c.cache_write_tokens), 0).label("cache_write_tokens"),
     ).select_from(spend)
     if "tag" in group_by:
         query = query.outerjoin(spend_tags, spend_tags.c.request_id == spend.c.request_id)
@@ -91,6 +95,8 @@ async def spend_report(
             requests=int(r.requests),
             input_tokens=int(r.input_tokens),
             output_tokens=int(r.output_tokens),
+            cached_tokens=int(r.cached_tokens),
+            cache_write_tokens=int(r.cache_write_tokens),
         )
         out.append(item)
     return out

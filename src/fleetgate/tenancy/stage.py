@@ -116,6 +116,7 @@ class TenancyStage:
                 outcome.prompt_tokens,
                 outcome.completion_tokens,
                 outcome.cached_tokens,
+                cache_write=outcome.cache_write_tokens,
                 batch=outcome.batch,
             )
         reservation = req.state.pop(_RESERVATION, None)
@@ -156,6 +157,7 @@ class TenancyStage:
             "input_tokens": outcome.prompt_tokens,
             "output_tokens": outcome.completion_tokens,
             "cached_tokens": outcome.cached_tokens,
+            "cache_write_tokens": outcome.cache_write_tokens,
             "cost_nusd": cost,
             "latency_ms": int(outcome.latency_s * 1000),
             "tags": {**dict(p.tags), **outcome.tags},

@@ -293,3 +293,62 @@ def test_tool_results_come_first_in_a_merged_user_turn() -> None:
         ]
     )
     assert [b["type"] for b in out["messages"][2]["content"]] == ["tool_result", "text"]
+
+
+def test_cache_control_breakpoints_are_passed_to_anthropic() -> None:
+    """LiteLLM's convention: ``cache_control`` on a part, a message, a tool or the request."""
+    eph = {"type": "ephemeral"}
+    body = {
+        "model": "m",
+        "cache_control": {"type": "ephemeral", "ttl": "1h"},
+        "messages": [
+            {"role": "system", "content": [
+                {"type": "text", "text": "Long rules.", "cache_control": eph},
+                {"type": "text", "text": "Today is Monday."},
+            ]},
+            {"role": "user", "content": [
+                {"type": "text", "text": "Big document", "cache_control": eph},
+                {"type": "text", "text": "Question?"},
+            ]},
+            {"role": "assistant", "content": "Answer.", "cache_control": eph},
+            {"role": "user", "content": "More?"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {}},
+                   "cache_control": eph}],
+    }  # fmt: skip
+    out = openai_chat_to_anthropic(body, "claude-x")
+    assert out["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert out["system"] == [
+        {"type": "text", "text": "Long rules.", "cache_control": eph},
+        {"type": "text", "text": "Today is Monday."},
+    ]
+    assert out["messages"][0]["content"] == [
+        {"type": "text", "text": "Big document", "cache_control": eph},
+        {"type": "text", "text": "Question?"},
+    ]
+    assert out["messages"][1]["content"] == [
+        {"type": "text", "text": "Answer.", "cache_control": eph}
+    ]
+    assert out["tools"][0]["cache_control"] == eph
+    plain = openai_chat_to_anthropic(
+        {"model": "m", "messages": [{"role": "system", "content": "a"},
+                                    {"role": "system", "content": "b"},
+                                    {"role": "user", "content": "hi"}]}, "c",
+    )  # fmt: skip
+    assert plain["system"] == "a\n\nb" and "cache_control" not in plain
+
+
+@pytest.mark.parametrize(
+    ("marker", "param"),
+    [
+        ({"type": "persistent"}, "messages[0].content[0].cache_control"),
+        ({"type": "ephemeral", "ttl": "2d"}, "messages[0].content[0].cache_control"),
+        ("yes", "messages[0].content[0].cache_control"),
+    ],
+)
+def test_a_bad_cache_control_is_refused_by_name(marker: Any, param: str) -> None:
+    part = {"type": "text", "text": "x", "cache_control": marker}
+    body = {"model": "m", "messages": [{"role": "user", "content": [part]}]}
+    with pytest.raises(InvalidRequest) as caught:
+        openai_chat_to_anthropic(body, "c")
+    assert caught.value.to_dict()["error"]["param"] == param

@@ -46,6 +46,7 @@ def test_text_blocks_join_into_content_and_usage_counts_cache() -> None:
         "completion_tokens": 42,
         "total_tokens": 462,
         "prompt_tokens_details": {"cached_tokens": 300},
+        "cache_creation_input_tokens": 20,  # priced as cache writes by spend
     }
 
 

@@ -102,6 +102,7 @@ def test_published_tool_stream_chunk_order() -> None:
         "completion_tokens": 89,
         "total_tokens": 561,
         "prompt_tokens_details": {"cached_tokens": 0},
+        "cache_creation_input_tokens": 0,
     }
     assert len(chunks) == 8
     assert all(c["usage"] is None for c in chunks[:-1])  # as OpenAI does with include_usage

@@ -26,14 +26,17 @@ STOP_REASONS: dict[str, str] = {
 
 
 def anthropic_usage(usage: Any) -> dict[str, int]:
-    """Anthropic ``usage`` from an OpenAI ``usage`` (cached prompt tokens -> cache reads)."""
+    """Anthropic ``usage`` from an OpenAI ``usage`` (cached prompt tokens -> cache reads,
+    ``cache_creation_input_tokens`` -> cache writes; ``input_tokens`` is the rest)."""
     u = usage if isinstance(usage, dict) else {}
     prompt = int(u.get("prompt_tokens") or 0)
     details = u.get("prompt_tokens_details")
     cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+    written = u.get("cache_creation_input_tokens")
+    written = written if isinstance(written, int) and not isinstance(written, bool) else 0
     return {
-        "input_tokens": max(prompt - cached, 0),
-        "cache_creation_input_tokens": 0,
+        "input_tokens": max(prompt - cached - written, 0),
+        "cache_creation_input_tokens": written,
         "cache_read_input_tokens": cached,
         "output_tokens": int(u.get("completion_tokens") or 0),
     }

@@ -8,7 +8,7 @@ from typing import Any
 from fleetgate.errors import InvalidRequest
 from fleetgate.messages_text import content_text
 
-__all__ = ["IMAGE_MEDIA_TYPES", "parse_data_url", "text_of", "user_blocks"]
+__all__ = ["IMAGE_MEDIA_TYPES", "cache_control", "parse_data_url", "text_of", "user_blocks"]
 
 IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 """Image types Anthropic accepts in a base64 image source."""
@@ -35,6 +35,23 @@ def text_of(content: Any, param: str, allow: Sequence[str] = ("text",)) -> str:
     return content_text(content, sep="", types=allow, on_other=refuse)
 
 
+def cache_control(value: Any, param: str) -> dict[str, Any] | None:
+    """A prompt-cache breakpoint as Anthropic takes it (``{"type": "ephemeral"}``, optional
+    ``ttl`` ``5m`` or ``1h``), from the same field of an OpenAI request (LiteLLM's convention:
+    on a content part, a message, a tool, or the request); ``None`` when absent."""
+    if value is None:
+        return None
+    ttl = value.get("ttl") if isinstance(value, dict) else None
+    if not isinstance(value, dict) or value.get("type") != "ephemeral" or ttl not in (
+        None, "5m", "1h"
+    ):  # fmt: skip
+        raise InvalidRequest(
+            '\'cache_control\' must be {"type": "ephemeral"} with an optional ttl 5m or 1h',
+            param=param,
+        )
+    return {"type": "ephemeral"} if ttl is None else {"type": "ephemeral", "ttl": ttl}
+
+
 def parse_data_url(url: str) -> tuple[str, str] | None:
     """``(media_type, base64_data)`` of a ``data:<type>;base64,<data>`` URL, else ``None``."""
     if not url.startswith("data:"):
@@ -54,22 +71,28 @@ def user_blocks(content: Any, param: str) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for j, part in enumerate(content):
         where = f"{param}[{j}]"
+        block: dict[str, Any]
         kind = part.get("type") if isinstance(part, dict) else None
         if kind == "text":
             text = part.get("text")
             if not isinstance(text, str):
                 raise InvalidRequest("'text' must be a string", param=f"{where}.text")
-            if text:
-                blocks.append({"type": "text", "text": text})
+            if not text:
+                continue
+            block = {"type": "text", "text": text}
         elif kind == "image_url":
-            blocks.append(_image_block(part.get("image_url"), f"{where}.image_url"))
+            block = _image_block(part.get("image_url"), f"{where}.image_url")
         elif kind == "file":
-            blocks.append(_document_block(part.get("file"), f"{where}.file"))
+            block = _document_block(part.get("file"), f"{where}.file")
         else:
             raise InvalidRequest(
                 f"content part type {kind!r} is not supported by Anthropic upstreams",
                 param=f"{where}.type",
             )
+        marker = cache_control(part.get("cache_control"), f"{where}.cache_control")
+        if marker is not None:
+            block["cache_control"] = marker
+        blocks.append(block)
     return blocks
 
 

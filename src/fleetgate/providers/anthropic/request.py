@@ -14,6 +14,10 @@ Mapping (OpenAI -> Anthropic):
 - ``max_completion_tokens`` or ``max_tokens`` (default :data:`DEFAULT_MAX_TOKENS`),
   ``temperature`` (clamped to Anthropic's 0..1), ``top_p``, ``top_k`` (extension),
   ``stop`` -> ``stop_sequences``, ``stream``, ``user`` -> ``metadata.user_id``.
+- ``cache_control`` (prompt-cache breakpoints, LiteLLM's convention) on a content part, a
+  message (its last block), a tool, or the request (Anthropic's automatic caching) -> the same
+  on the Anthropic block, tool or request; a marked system message makes ``system`` a list of
+  text blocks.
 - ``response_format`` ``json_schema`` -> ``output_config.format`` (structured outputs);
   ``json_object`` has no Anthropic equivalent and is refused.
 - Refused with :class:`InvalidRequest`: ``n`` > 1, ``logprobs``, legacy ``functions``, audio.
@@ -29,7 +33,7 @@ from typing import Any
 import orjson
 
 from fleetgate.errors import InvalidRequest
-from fleetgate.providers.anthropic.content import text_of, user_blocks
+from fleetgate.providers.anthropic.content import cache_control, text_of, user_blocks
 
 __all__ = ["DEFAULT_MAX_TOKENS", "openai_chat_to_anthropic"]
 
@@ -63,6 +67,9 @@ def openai_chat_to_anthropic(
     }
     if system:
         out["system"] = system
+    marker = cache_control(body.get("cache_control"), "cache_control")
+    if marker is not None:
+        out["cache_control"] = marker
     _copy_sampling(body, out)
     tools = _convert_tools(body.get("tools"))
     if tools:
@@ -164,10 +171,10 @@ def _response_format(value: Any) -> dict[str, Any] | None:
     raise InvalidRequest("unknown 'response_format.type'", param="response_format.type")
 
 
-def _convert_messages(raw: Any) -> tuple[str, list[dict[str, Any]]]:
+def _convert_messages(raw: Any) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
     if not isinstance(raw, list) or not raw:
         raise InvalidRequest("'messages' must be a non-empty array", param="messages")
-    system: list[str] = []
+    system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
     for i, msg in enumerate(raw):
         where = f"messages[{i}]"
@@ -175,9 +182,7 @@ def _convert_messages(raw: Any) -> tuple[str, list[dict[str, Any]]]:
             raise InvalidRequest("each message must be an object", param=where)
         role = msg.get("role")
         if role in ("system", "developer"):
-            text = text_of(msg.get("content"), f"{where}.content")
-            if text:
-                system.append(text)
+            system.extend(_system_blocks(msg, where))
             continue
         if role == "user":
             blocks = user_blocks(msg.get("content"), f"{where}.content")
@@ -187,11 +192,44 @@ def _convert_messages(raw: Any) -> tuple[str, list[dict[str, Any]]]:
             role, blocks = "user", [_tool_result(msg, where)]
         else:
             raise InvalidRequest(f"unsupported message role {role!r}", param=f"{where}.role")
+        marker = cache_control(msg.get("cache_control"), f"{where}.cache_control")
+        if marker is not None and blocks:
+            blocks[-1]["cache_control"] = marker
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"].extend(blocks)
         else:
             turns.append({"role": role, "content": blocks})
-    return "\n\n".join(system), _finish_turns(turns)
+    if any("cache_control" in b for b in system):
+        return system, _finish_turns(turns)
+    return "\n\n".join(b["text"] for b in system), _finish_turns(turns)
+
+
+def _system_blocks(msg: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """Text blocks of a system message: one per marked part (a part's or the message's
+    ``cache_control`` kept), the unmarked text joined as before."""
+    content = msg.get("content")
+    marker = cache_control(msg.get("cache_control"), f"{where}.cache_control")
+    parts = content if isinstance(content, list) else None
+    if parts is None or not any(isinstance(p, dict) and "cache_control" in p for p in parts):
+        text = text_of(content, f"{where}.content")
+        if not text:
+            return []
+        block: dict[str, Any] = {"type": "text", "text": text}
+        if marker is not None:
+            block["cache_control"] = marker
+        return [block]
+    blocks = []
+    for j, part in enumerate(parts):
+        text = text_of([part], f"{where}.content[{j}]")
+        if text:
+            block = {"type": "text", "text": text}
+            own = cache_control(part.get("cache_control"), f"{where}.content[{j}].cache_control")
+            if own is not None:
+                block["cache_control"] = own
+            blocks.append(block)
+    if marker is not None and blocks:
+        blocks[-1]["cache_control"] = marker
+    return blocks
 
 
 def _finish_turns(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -285,6 +323,9 @@ def _convert_tools(raw: Any) -> list[dict[str, Any]]:
             out["description"] = description
         if fn.get("strict") is True:
             out["strict"] = True
+        marker = cache_control(tool.get("cache_control"), f"{where}.cache_control")
+        if marker is not None:
+            out["cache_control"] = marker
         tools.append(out)
     return tools
 

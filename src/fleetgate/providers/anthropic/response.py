@@ -10,7 +10,9 @@
   ``content_filter``.
 - usage: ``prompt_tokens`` = input + cache read + cache creation tokens (Anthropic counts them
   apart, OpenAI counts all prompt tokens), ``completion_tokens`` = output tokens,
-  ``prompt_tokens_details.cached_tokens`` = cache read tokens.
+  ``prompt_tokens_details.cached_tokens`` = cache read tokens, and the cache creation tokens
+  kept under their Anthropic name ``cache_creation_input_tokens`` (OpenAI has no field for
+  them; LiteLLM passes them on the same way) so that spend prices them as cache writes.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ def openai_usage(usage: Any) -> dict[str, Any]:
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": cache_read},
+        "cache_creation_input_tokens": _int(u, "cache_creation_input_tokens"),
     }
 
 

@@ -1,0 +1,67 @@
+"""`ResponsesFeature`: the Responses API (``/v1/responses``) and its stored responses.
+
+No stage of its own: a Responses request runs the chat request path (`handlers`). Stored
+responses are in the database every replica shares (``fg_responses``), migrated on first use,
+so a gateway that never serves the Responses API creates no database; from then on the feature
+deletes expired responses every ``responses.purge_interval_s`` (each replica does; deleting is
+idempotent). With ``responses.enabled: false`` it serves no routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+from aiohttp import web
+
+from fleetgate.api.responses.config import ResponsesConfig
+from fleetgate.api.responses.handlers import ResponsesRoutes
+from fleetgate.api.responses.store import ResponseStore
+from fleetgate.api.state import GatewayState
+from fleetgate.config.schema import GatewayConfig
+from fleetgate.feature import BaseFeature
+from fleetgate.tasks import cancel_and_wait
+
+__all__ = ["ResponsesFeature"]
+
+log = logging.getLogger("fleetgate.responses")
+
+
+class ResponsesFeature(BaseFeature):
+    name = "responses"
+
+    def __init__(self, gw: GatewayState, config: GatewayConfig) -> None:
+        self._databases = gw.resources.databases
+        self.db = self._databases.get(gw.settings.database_url, gw.settings.data_dir)
+        self.config: ResponsesConfig = config.responses
+        self.store = ResponseStore(self.db)
+        self.api = ResponsesRoutes(self.store, lambda: self.config, self._prepare)
+        self._purger: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def _prepare(self) -> None:
+        await self._databases.migrate(self.db)
+        if self._purger is None and not self._closed:
+            self._purger = asyncio.create_task(self._purge_loop(), name="responses-purge")
+
+    async def _purge_loop(self) -> None:
+        while True:
+            try:
+                gone = await self.store.purge()
+                if gone:
+                    log.info("deleted %d expired responses", gone)
+            except Exception as exc:  # the database is away: try again next interval
+                log.warning("could not delete expired responses: %r", exc)
+            await asyncio.sleep(self.config.purge_interval_s)
+
+    def routes(self) -> Iterable[web.AbstractRouteDef]:
+        return self.api.routes() if self.config.enabled else ()
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        self.config = config.responses
+
+    async def aclose(self) -> None:
+        self._closed = True
+        await cancel_and_wait(self._purger)
+        self._purger = None
