@@ -1,6 +1,6 @@
 """Prompt-cache writes in spend: ``fg_spend.cache_write_tokens`` (NULL in older rows).
 
-Revision ID: 0010
+Revision ID: 0009
 Revises: 0008
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010"
+revision = "0009"
 down_revision = "0008"
 branch_labels = None
 depends_on = None

@@ -1,7 +1,7 @@
 """Stored responses of the Responses API (``previous_response_id`` state), per tenant.
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0010
+Revises: 0009
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011"
-down_revision = "0010"
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
