@@ -110,4 +110,4 @@ def test_split_and_rollback_reach_three_replicas_within_a_second(
         assert _time_until_all([late], "chat-v1", time.monotonic()) < 1.0
         _assert_split_within_a_second([late], {"v1": 100, "v2": 0})
         _, _, health = _call(f"{late}/health/ready")
-        assert "canary splits: database" not in health["missing"]
+        assert "canary: database" not in health["missing"]

@@ -34,7 +34,7 @@ async def test_starts_during_a_database_outage_and_loads_keys_when_it_returns(
         async with running_gateway(upstream, tmp_path / "b", via_proxy) as gw:
             async with gw.session.get(gw.url + "/health/ready") as resp:
                 assert resp.status == 503
-                assert (await resp.json())["missing"] == ["tenancy: database"]
+                assert (await resp.json())["missing"] == ["tenancy: database", "canary: database"]
             status, body = await gw.admin("GET", "/admin/teams")
             assert status == 503 and body["error"]["code"] == "store_unavailable"
             assert (await gw.chat(key))[0] == 401  # keys not loaded yet

@@ -98,7 +98,7 @@ class CanaryFeature(BaseFeature):
         return self._admin.routes()
 
     def missing(self) -> list[str]:
-        return [] if self.splits.loaded else ["canary splits: database"]
+        return [] if self.splits.loaded else ["database"]
 
     async def start(self) -> None:
         await self.splits.start()
