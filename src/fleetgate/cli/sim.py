@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import signal
 import sys
 
@@ -62,6 +63,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--output-len", type=int, default=d.output_len)
     p.add_argument("--image-tokens", type=int, default=d.image_tokens)
     p.add_argument("--embedding-dim", type=int, default=d.embedding_dim)
+    p.add_argument(
+        "--kv-events-config",
+        default=None,
+        help='vLLM\'s flag: JSON {"enable_kv_cache_events": true, "publisher": "zmq", '
+        '"endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": ""}',
+    )
     p.add_argument("--error-rate", type=float, default=f.error_rate)
     p.add_argument("--error-status", type=int, default=f.error_status)
     p.add_argument("--retry-after", type=float, default=f.retry_after)
@@ -89,7 +96,11 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         midstream_rate=args.midstream_rate,
         midstream_after=args.midstream_after,
     )
+    events = _kv_events(args.kv_events_config)
     return SimConfig(
+        kv_events_endpoint=events.get("endpoint"),
+        kv_events_replay_endpoint=events.get("replay_endpoint"),
+        kv_events_topic=events.get("topic") or "",
         model=args.model,
         mode=args.mode,
         corrupt_fraction=args.corrupt_fraction,
@@ -108,6 +119,25 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         embedding_dim=args.embedding_dim,
         faults=faults,
     )
+
+
+def _kv_events(text: str | None) -> dict[str, str]:
+    """The endpoints of vLLM's ``--kv-events-config`` JSON (empty when events are off)."""
+    if not text:
+        return {}
+    try:
+        cfg = json.loads(text)
+    except ValueError as exc:
+        raise SystemExit(f"--kv-events-config is not JSON: {exc}") from exc
+    if not isinstance(cfg, dict) or not cfg.get("enable_kv_cache_events"):
+        return {}
+    if cfg.get("publisher", "zmq") != "zmq":
+        raise SystemExit("--kv-events-config: the simulator publishes with zmq only")
+    out = {
+        k: cfg[k] for k in ("endpoint", "replay_endpoint", "topic") if isinstance(cfg.get(k), str)
+    }
+    out.setdefault("endpoint", "tcp://*:5557")
+    return out
 
 
 async def _serve(config: SimConfig, host: str, port: int) -> None:

@@ -42,6 +42,7 @@ __all__ = [
     "GatewayConfig",
     "HealthConfig",
     "KvAwareConfig",
+    "KvEventsConfig",
     "Price",
     "RouterConfig",
     "RoutingConfig",
@@ -78,6 +79,16 @@ class TimeoutConfig(_Model):
     idle: float = Field(120.0, gt=0)
 
 
+class KvEventsConfig(_Model):
+    """Where an engine publishes its KV-cache events (vLLM ``--kv-events-config``): the PUB
+    socket (``endpoint``, e.g. ``tcp://10.0.0.5:5557``) and the ROUTER socket that replays
+    missed batches (``replay_endpoint``). Read by kv-aware routing (docs/routing.md)."""
+
+    endpoint: str = Field(pattern=r"^(tcp|ipc|inproc)://.+")
+    replay_endpoint: str | None = Field(None, pattern=r"^(tcp|ipc|inproc)://.+")
+    topic: str = ""
+
+
 class DeploymentConfig(_Model):
     provider: ProviderName = "openai"
     # The engine behind an OpenAI-compatible deployment; ``auto``: learned from its metrics or
@@ -106,6 +117,7 @@ class DeploymentConfig(_Model):
     timeouts: TimeoutConfig | None = None
     extra_headers: dict[str, str] = Field(default_factory=dict)
     health_path: str = "/models"
+    kv_events: KvEventsConfig | None = None
 
     @field_validator("api_base")
     @classmethod
@@ -193,6 +205,8 @@ class KvAwareConfig(_Model):
     index_block_tokens: int = Field(64, ge=1)
     max_prompt_chars: int = Field(131072, ge=256)
     exact_tokenize: bool = False
+    # An engine's KV-event index is trusted again this long after a gap no replay could fill.
+    events_resync_s: float = Field(30.0, ge=0)
 
 
 class RoutingConfig(_Model):

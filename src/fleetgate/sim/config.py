@@ -91,6 +91,11 @@ class SimConfig:
     # ``priority`` (lower first, then arrival) and preempts the least important running
     # request for a more important waiting one; ``fcfs`` refuses a non-zero ``priority``.
     scheduling_policy: SchedulingPolicy = "fcfs"
+    # vLLM's --kv-events-config: publish KV-cache events on this ZMQ PUB endpoint (e.g.
+    # ``tcp://127.0.0.1:5557``), replay missed batches on ``kv_events_replay_endpoint``.
+    kv_events_endpoint: str | None = None
+    kv_events_replay_endpoint: str | None = None
+    kv_events_topic: str = ""
     faults: FaultConfig = field(default_factory=FaultConfig)
 
     @property
