@@ -18,7 +18,8 @@ the event carries it in the first block's extra keys. A prompt is then looked up
 gateway's own hashes of its token ids (`EventBlockIndex.match`).
 
 Trust: an index is *trusted* only while it is known to be complete. It starts trusted when the
-stream is read from sequence 0 (a fresh engine, or a replay from 0), and loses trust on a
+stream is read from sequence 0 (a fresh engine, or a replay from 0) or the engine's replay
+buffer is empty (it has published nothing, so it holds nothing), and loses trust on a
 sequence gap that a replay cannot fill, or an engine restart seen mid-stream; it is trusted
 again after ``resync_s`` seconds of unbroken events (what was stored before the gap has then
 mostly been reused, and so re-announced, or evicted). While untrusted the kv-aware scorer uses
@@ -162,6 +163,7 @@ class EngineBlocks:
     held: dict[int, int] = field(default_factory=dict)  # our hash -> engine blocks with it
     block_size: int | None = None
     last_seq: int = -1
+    started: bool = False  # the stream's start is known (a batch applied, or an empty replay)
     trusted: bool = False
     trusted_from: float = 0.0  # when an untrusted index becomes trusted again (monotonic)
     orphans: int = 0  # stored blocks whose parent was never seen (stored before we listened)
@@ -216,9 +218,15 @@ class EventBlockIndex:
         blocks.trusted = False
         blocks.trusted_from = self._clock() + self.resync_s
 
+    def start_empty(self, key: str) -> None:
+        """The engine's replay buffer is empty: it has published nothing, so holds nothing."""
+        blocks = self.engine(key)
+        if not blocks.started:
+            blocks.started = blocks.trusted = True
+
     def trusted(self, key: str) -> bool:
         blocks = self._engines.get(key)
-        if blocks is None or blocks.last_seq < 0:
+        if blocks is None or not blocks.started:
             return False
         if not blocks.trusted and self._clock() >= blocks.trusted_from:
             blocks.trusted = True
@@ -234,7 +242,8 @@ class EventBlockIndex:
         blocks = self.engine(key)
         if blocks.last_seq >= 0 and seq <= blocks.last_seq:
             return True  # already applied (a replay overlapping the stream)
-        if blocks.last_seq < 0:
+        if not blocks.started:
+            blocks.started = True
             if seq == 0:
                 blocks.trusted = True
             else:
@@ -251,7 +260,9 @@ class EventBlockIndex:
     def skip_to(self, key: str, seq: int) -> None:
         """Give up on the batches before ``seq`` (lost): distrust and resume at ``seq``."""
         self.distrust(key, clear=True)
-        self.engine(key).last_seq = seq - 1
+        blocks = self.engine(key)
+        blocks.started = True
+        blocks.last_seq = seq - 1
 
     @staticmethod
     def _apply(blocks: EngineBlocks, event: KvEvent) -> None:

@@ -111,6 +111,9 @@ class KvEventSubscribers:
         sub.setsockopt(zmq.SUBSCRIBE, cfg.topic.encode())
         sub.connect(cfg.endpoint)
         try:
+            # What the engine published before we listened (subscribed first, so nothing is
+            # missed between): the replay buffer from 0; batches heard twice are skipped.
+            catching_up = await self._replay(key, 0, None)
             while True:
                 frames = await sub.recv_multipart()
                 if len(frames) != 3:
@@ -118,9 +121,12 @@ class KvEventSubscribers:
                     continue
                 seq = int.from_bytes(frames[1], "big", signed=True)
                 expected = self.index.expects(key)
-                if seq < expected:  # the engine restarted: its sequence began again
-                    self.index.forget(key)
+                if seq < expected:
+                    if catching_up:
+                        continue  # already had it from the replay
+                    self.index.forget(key)  # the engine restarted: its sequence began again
                     expected = 0
+                catching_up = False
                 if seq > expected:
                     filled = await self._replay(key, expected, seq)
                     if expected > 0 or seq > 0:
@@ -149,8 +155,9 @@ class KvEventSubscribers:
             self._batches.labels(key).inc()
         return applied
 
-    async def _replay(self, key: str, start: int, upto: int) -> bool:
-        """Fetch batches ``start..upto-1`` from the replay socket; True if all were applied."""
+    async def _replay(self, key: str, start: int, upto: int | None) -> bool:
+        """Fetch batches ``start..upto-1`` (None: all buffered) from the replay socket; True
+        if all were applied (with ``upto`` None: if the replay answered at all)."""
         cfg = self._tasks[key][0] if key in self._tasks else None
         if cfg is None or cfg.replay_endpoint is None:
             return False
@@ -163,7 +170,8 @@ class KvEventSubscribers:
         deadline = loop.time() + self.replay_timeout_s
         try:
             await dealer.send_multipart([b"", start.to_bytes(8, "big")])
-            while self.index.expects(key) < upto:
+            heard = False
+            while upto is None or self.index.expects(key) < upto:
                 left = deadline - loop.time()
                 if left <= 0 or not await dealer.poll(int(left * 1000)):
                     return False
@@ -172,9 +180,12 @@ class KvEventSubscribers:
                     continue
                 seq = int.from_bytes(frames[1], "big", signed=True)
                 if seq == _END or not frames[2]:
-                    break
-                if start <= seq < upto:
+                    if upto is None and not heard:
+                        self.index.start_empty(key)
+                    return upto is None
+                heard = True
+                if seq >= start and (upto is None or seq < upto):
                     self._apply(key, seq, frames[2])
-            return self.index.expects(key) == upto
+            return True
         finally:
             dealer.close(linger=0)
