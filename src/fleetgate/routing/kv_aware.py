@@ -277,7 +277,8 @@ class KvAwareStrategy:
         hashes, tokens_per_block = self._hashes(ctx, namespace)
         key = self._session_key(req)
         entry = shared.sessions.get(key) if key is not None else None
-        prompt = max(1, req.prompt_tokens)
+        # The engine's own count when its token ids are known (the estimate otherwise).
+        prompt = max(1, len(ctx.prompt_ids) if ctx.prompt_ids else req.prompt_tokens)
         costs: list[CandidateCost] = []
         views: list[EngineView] = []
         via_affinity: list[bool] = []
