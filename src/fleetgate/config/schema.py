@@ -207,6 +207,8 @@ class KvAwareConfig(_Model):
     exact_tokenize: bool = False
     # An engine's KV-event index is trusted again this long after a gap no replay could fill.
     events_resync_s: float = Field(30.0, ge=0)
+    # ``strategy: pd-disagg``: prompts shorter than this are served aggregated (one engine).
+    pd_min_prompt_tokens: int = Field(2048, ge=1)
 
 
 class RoutingConfig(_Model):

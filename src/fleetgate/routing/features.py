@@ -38,6 +38,9 @@ from fleetgate.routing.table import RouteTable
 from fleetgate.tasks import cancel_and_wait
 from fleetgate.telemetry.registry import Registry
 
+# Strategies that read engine stats and KV events (their engines are scraped and subscribed).
+ENGINE_AWARE = ("kv-aware", "pd-disagg")
+
 __all__ = ["CanaryFeature", "EngineRoutingFeature", "SemanticFeature", "engine_routing"]
 
 
@@ -155,7 +158,7 @@ class EngineRoutingFeature(BaseFeature):
         targets = {
             engine_key(d): d.config.kv_events
             for alias in table.aliases()
-            if table.route(alias).config.strategy == "kv-aware"
+            if table.route(alias).config.strategy in ENGINE_AWARE
             for d in table.route(alias).deployments
             if d.config.kv_events is not None
         }
@@ -195,7 +198,7 @@ def engine_routing(
     def targets() -> Iterable[Deployment]:
         for alias in table().aliases():
             route = table().route(alias)
-            if route.config.strategy == "kv-aware":
+            if route.config.strategy in ENGINE_AWARE:
                 yield from route.deployments
 
     share = None

@@ -123,7 +123,14 @@ class EngineAwareRouting:
         # What engines that publish KV events report they hold (trusted over `index`).
         self.kv_events = EventBlockIndex(config.kv_aware.events_resync_s)
         self.kv_subscribers = KvEventSubscribers(self.kv_events, registry)
-        self._predicted = (registry or Registry()).counter(
+        registry = registry or Registry()
+        self._pd = registry.counter(
+            "fleetgate_pd_requests_total",
+            "Requests of pd-disagg aliases, by how they were served (disaggregated, or "
+            "aggregated and why)",
+            ["alias", "mode"],
+        )
+        self._predicted = registry.counter(
             "fleetgate_routing_predicted_cached_tokens_total",
             "Prompt tokens kv-aware routing expected the picked engine to hold, by the source "
             "of the prediction (events: the engine's KV events; gateway: its own index)",
@@ -167,6 +174,14 @@ class EngineAwareRouting:
             await self.prefix_share.aclose()
         if self._own_http:
             await self._http.aclose()
+
+    @property
+    def http(self) -> OutboundHttp:
+        """The side-service session (``/tokenize``, disaggregated prefill requests)."""
+        return self._http
+
+    def pd_outcome(self, alias: str, mode: str) -> None:
+        self._pd.labels(alias, mode).inc()
 
     def predicted(self, engine: str, source: str, tokens: int) -> None:
         self._predicted.labels(engine, source).inc(tokens)

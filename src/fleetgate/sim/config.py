@@ -96,6 +96,9 @@ class SimConfig:
     kv_events_endpoint: str | None = None
     kv_events_replay_endpoint: str | None = None
     kv_events_topic: str = ""
+    # Disaggregated decode (kv_transfer_params with do_remote_prefill): the time to pull the
+    # prompt's KV from the prefill engine, per prompt token (0.0025 ms: ~1 GB/8k tokens, 50 GB/s).
+    kv_transfer_ms_per_token: float = 0.0025
     faults: FaultConfig = field(default_factory=FaultConfig)
 
     @property

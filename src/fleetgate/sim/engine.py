@@ -233,6 +233,8 @@ class Engine:
             seq.blocks = blocks
             seq.num_computed = seq.committed_blocks = len(hits)
             seq.num_computed *= kv.block_size
+            if seq.spec.remote_prefill:  # its KV was transferred: only the last token is run
+                seq.num_computed = max(seq.num_computed, seq.prefill_target - 1)
             seq.state = SeqState.RUNNING
             if seq.scheduled_at is None:
                 seq.scheduled_at = now

@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from fleetgate.sim.config import SimConfig
+from fleetgate.sim.disagg import engine_id
 from fleetgate.sim.engine import Engine
 from fleetgate.sim.metrics import SimMetrics
 from fleetgate.sim.tokenizer import Tokenizer
@@ -43,6 +44,7 @@ class SimState:
         self.engine = Engine(config, self.metrics)
         self.stats = SimStats()
         self.shutdown = asyncio.Event()
+        self.engine_id = engine_id()  # remote_engine_id in disaggregated prefill answers
 
     def stats_dict(self) -> dict[str, Any]:
         """Counters and live engine state, for tests and operators."""
