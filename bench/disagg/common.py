@@ -45,6 +45,7 @@ def sim_fleet(
                    "--model", "tiny", "--kv-blocks", str(kv_blocks), "--block-size", "16",
                    "--prefill-ms-per-token", "0.01", "--decode-ms-per-step", "0.5",
                    "--output-len", "4", "--seed", str(seed * 100 + i), *extra]  # fmt: skip
+            # later flags win: ``extra`` overrides the timing above
             if events:
                 cfg = {"enable_kv_cache_events": True, "publisher": "zmq",
                        "endpoint": f"tcp://127.0.0.1:{pub}",

@@ -15,8 +15,9 @@ documents at once, so engines evict. Between them, ``--direct-share`` of the req
 straight to a random engine with other documents: another gateway replica's traffic, which this
 gateway's index never sees (replicas without a shared Redis index) but the events report.
 Requests go one at a time so the decision log (the prediction) and the responses
-(``usage.prompt_tokens_details.cached_tokens``: what the engine found cached) pair up in order. Reported per mode: the fleet's prefix hit rate, predicted /
-reported hit tokens, and the mean absolute per-request error of the prediction relative to the
+(``usage.prompt_tokens_details.cached_tokens``: what the engine found cached) pair up in order.
+Reported per mode: the fleet's prefix hit rate, predicted / reported hit tokens, and the mean
+absolute per-request error of the prediction relative to the
 mean reported hit. Median of ``--runs`` runs.
 
     python bench/disagg/kv_events.py [--runs 5] [--requests 160] [--write-docs]
