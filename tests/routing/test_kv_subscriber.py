@@ -152,3 +152,33 @@ async def test_a_gap_without_replay_falls_back_until_resync() -> None:
         await _until(lambda: index.match(url, ids3, None) > 0)
         assert not index.trusted(url)  # routing uses the gateway's own index meanwhile
     await subs.aclose()
+
+
+async def test_an_engine_restart_starts_the_index_over() -> None:
+    pub, rep = free_port(), free_port()
+    cfg = KvEventsConfig(
+        endpoint=f"tcp://127.0.0.1:{pub}", replay_endpoint=f"tcp://127.0.0.1:{rep}"
+    )
+    index = EventBlockIndex()
+    subs = KvEventSubscribers(index)
+    key = "http://engine"
+    doc = list(range(64))
+    publisher = KvEventPublisher(cfg.endpoint, cfg.replay_endpoint)
+    await publisher.start()
+    try:
+        subs.sync({key: cfg})
+        await _until(lambda: index.trusted(key))  # an empty replay buffer: an empty cache
+        publisher.stored(11, None, doc[:16], None)
+        publisher.stored(12, 11, doc[16:32], None)
+        await _until(lambda: index.match(key, doc, None) == 32)
+        await publisher.aclose()
+        # The engine comes back (same endpoints): a new stream from sequence 0.
+        publisher = KvEventPublisher(cfg.endpoint, cfg.replay_endpoint)
+        await publisher.start()
+        await asyncio.sleep(0.3)  # the subscriber reconnects
+        publisher.stored(21, None, doc[:16], None)
+        await _until(lambda: index.match(key, doc, None) == 16)
+        assert index.trusted(key) and index.size(key) == 1
+    finally:
+        await subs.aclose()
+        await publisher.aclose()
