@@ -182,3 +182,26 @@ async def test_an_engine_restart_starts_the_index_over() -> None:
     finally:
         await subs.aclose()
         await publisher.aclose()
+
+
+async def test_an_engine_that_starts_after_the_gateway_is_followed_from_its_start() -> None:
+    pub, rep = free_port(), free_port()
+    cfg = KvEventsConfig(
+        endpoint=f"tcp://127.0.0.1:{pub}", replay_endpoint=f"tcp://127.0.0.1:{rep}"
+    )
+    index = EventBlockIndex()
+    subs = KvEventSubscribers(index, replay_timeout_s=0.3)
+    key = "http://late-engine"
+    subs.sync({key: cfg})
+    await asyncio.sleep(0.6)  # the start-up replay found nobody: not trusted, not stuck
+    assert not index.trusted(key)
+    publisher = KvEventPublisher(cfg.endpoint, cfg.replay_endpoint)
+    await publisher.start()
+    try:
+        await asyncio.sleep(0.3)
+        publisher.stored(1, None, list(range(16)), None)
+        await _until(lambda: index.size(key) == 1)
+        assert index.trusted(key)  # its stream began at sequence 0
+    finally:
+        await subs.aclose()
+        await publisher.aclose()

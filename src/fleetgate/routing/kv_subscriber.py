@@ -169,7 +169,13 @@ class KvEventSubscribers:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.replay_timeout_s
         try:
-            await dealer.send_multipart([b"", start.to_bytes(8, "big")])
+            # A DEALER without a connected peer (engine down) blocks on send: bounded too.
+            try:
+                await asyncio.wait_for(
+                    dealer.send_multipart([b"", start.to_bytes(8, "big")]), self.replay_timeout_s
+                )
+            except TimeoutError:
+                return False
             heard = False
             while upto is None or self.index.expects(key) < upto:
                 left = deadline - loop.time()
