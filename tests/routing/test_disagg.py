@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
+from typing import Any
 
 import aiohttp
 from openai import AsyncOpenAI
@@ -72,3 +73,40 @@ async def test_long_prompts_prefill_on_one_pool_and_stream_from_the_other(
         for mode in ("disaggregated", "aggregated-short", "aggregated-prefill-failed"):
             assert f'fleetgate_pd_requests_total{{alias="chat",mode="{mode}"}} 1' in metrics
         await sdk.close()
+
+
+def test_decode_goes_where_the_request_fits_then_to_the_smallest_batch() -> None:
+    import random
+
+    from fleetgate.config.schema import DeploymentConfig, RoutingConfig
+    from fleetgate.routing.deployment import Deployment
+    from fleetgate.routing.disagg import DisaggStrategy
+    from fleetgate.routing.engine_metrics import EngineSnapshot
+    from fleetgate.routing.engine_stats import EngineStats, engine_key
+    from fleetgate.routing.kv_aware import EngineAwareRouting
+    from tests.routing.support import route_ctx
+
+    config = RoutingConfig()
+    shared = EngineAwareRouting(
+        config, EngineStats(config, lambda: ()), secret=b"k", rng=random.Random(1)
+    )
+    provider: Any = None
+    full, busy, idle = (
+        Deployment(name, "chat", DeploymentConfig(model="m", api_base=f"http://{name}/v1",
+                                                  tags=("decode",)), provider)
+        for name in ("full", "busy", "idle")
+    )  # fmt: skip
+    # 100 blocks of 16 tokens: "full" has 5% free (80 tokens), the others plenty.
+    for dep, running, usage in ((full, 0, 0.95), (busy, 12, 0.3), (idle, 2, 0.6)):
+        snap = EngineSnapshot("vllm", running=running, kv_usage=usage, block_size=16,
+                              num_blocks=100, at=1e18)  # fmt: skip
+        shared.stats.record(engine_key(dep), snap)
+    strategy = DisaggStrategy(shared, "chat")
+    ctx = route_ctx("chat", prompt_tokens=400, max_tokens=100)
+    ctx.kv_transfer = {"do_remote_prefill": True, "remote_engine_id": "p0"}
+    pick = strategy.pick([full, busy, idle], ctx)
+    assert pick.deployment is idle  # "full" cannot hold 500 tokens; "idle" runs fewer
+    assert pick.extra_body == {"kv_transfer_params": ctx.kv_transfer}
+    assert pick.uncached_tokens == 0
+    ctx.kv_transfer = None  # no prefill happened: aggregated, kv-aware over all of them
+    assert strategy.pick([full, busy, idle], ctx).extra_body is None
