@@ -104,6 +104,18 @@ class KvEventSubscribers:
     # ---------------------------------------------------------------- one engine
 
     async def _run(self, key: str, cfg: KvEventsConfig) -> None:
+        """Follow the engine until cancelled; a broken subscription is opened again."""
+        while True:
+            try:
+                await self._follow(key, cfg)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the index stays untrusted until events flow again
+                log.exception("kv events of %s: subscription failed, reopening", key)
+                self.index.distrust(key, clear=True)
+                await asyncio.sleep(1.0)
+
+    async def _follow(self, key: str, cfg: KvEventsConfig) -> None:
         import zmq
 
         sub = self._ctx.socket(zmq.SUB)
@@ -128,17 +140,13 @@ class KvEventSubscribers:
                     expected = 0
                 catching_up = False
                 if seq > expected:
+                    started = self.index.engine(key).started
                     filled = await self._replay(key, expected, seq)
-                    if expected > 0 or seq > 0:
+                    if started:  # joining a stream late is no gap
                         self._gaps.labels(key, "yes" if filled else "no").inc()
                     if not filled:
                         self.index.skip_to(key, seq)
                 self._apply(key, seq, frames[2])
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # a broken socket must not end routing; the index stays untrusted
-            log.exception("kv events of %s: subscription ended", key)
-            self.index.distrust(key, clear=True)
         finally:
             sub.close(linger=0)
 
