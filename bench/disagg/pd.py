@@ -233,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     table = _table(results, args)
     print(table)
     if args.write_docs:
-        write_section("Prefill/decode disaggregation vs aggregated", table)
+        write_section(
+            f"Prefill/decode disaggregation vs aggregated, {args.rate:g} requests/s", table
+        )
     return 0
 
 
