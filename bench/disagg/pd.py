@@ -233,9 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     table = _table(results, args)
     print(table)
     if args.write_docs:
-        write_section(
-            f"Prefill/decode disaggregation vs aggregated, {args.rate:g} requests/s", table
-        )
+        split = f"{args.prefill}P+{args.engines - args.prefill}D"
+        title = f"Prefill/decode disaggregation vs aggregated, {args.rate:g} requests/s, {split}"
+        write_section(title, table)
     return 0
 
 
