@@ -62,3 +62,23 @@ def test_corrupt_fraction_flag() -> None:
     config = sim.config_from_args(_parse("--mode", "echo", "--corrupt-fraction", "0.03"))
     assert config.corrupt_fraction == 0.03
     assert sim.run(_parse("--corrupt-fraction", "1.5")) == 2
+
+
+def test_kv_events_config_takes_vllms_json() -> None:
+    cfg = (
+        '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557",'
+        ' "replay_endpoint": "tcp://*:5558", "topic": "kv"}'
+    )
+    config = sim.config_from_args(_parse("--kv-events-config", cfg))
+    assert config.kv_events_endpoint == "tcp://*:5557"
+    assert config.kv_events_replay_endpoint == "tcp://*:5558"
+    assert config.kv_events_topic == "kv"
+    off = sim.config_from_args(_parse("--kv-events-config", '{"enable_kv_cache_events": false}'))
+    assert off.kv_events_endpoint is None
+    for bad in ("{not json", '{"enable_kv_cache_events": true, "publisher": "null"}'):
+        try:
+            sim.config_from_args(_parse("--kv-events-config", bad))
+        except SystemExit as exc:
+            assert "--kv-events-config" in str(exc)
+        else:
+            raise AssertionError(f"accepted {bad}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import signal
 import sys
 
@@ -68,6 +69,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default=d.wake_up_s,
         help="sleep mode: seconds POST /wake_up takes",
     )
+    parser.add_argument(
+        "--kv-events-config",
+        default=None,
+        help='vLLM\'s flag: JSON {"enable_kv_cache_events": true, "publisher": "zmq", '
+        '"endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": ""}',
+    )
     p.add_argument("--error-rate", type=float, default=f.error_rate)
     p.add_argument("--error-status", type=int, default=f.error_status)
     p.add_argument("--retry-after", type=float, default=f.retry_after)
@@ -95,7 +102,11 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         midstream_rate=args.midstream_rate,
         midstream_after=args.midstream_after,
     )
+    events = _kv_events(args.kv_events_config)
     return SimConfig(
+        kv_events_endpoint=events.get("endpoint"),
+        kv_events_replay_endpoint=events.get("replay_endpoint"),
+        kv_events_topic=events.get("topic") or "",
         model=args.model,
         mode=args.mode,
         corrupt_fraction=args.corrupt_fraction,
@@ -115,6 +126,25 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         wake_up_s=args.wake_up_s,
         faults=faults,
     )
+
+
+def _kv_events(text: str | None) -> dict[str, str]:
+    """The endpoints of vLLM's ``--kv-events-config`` JSON (empty when events are off)."""
+    if not text:
+        return {}
+    try:
+        cfg = json.loads(text)
+    except ValueError as exc:
+        raise SystemExit(f"--kv-events-config is not JSON: {exc}") from exc
+    if not isinstance(cfg, dict) or not cfg.get("enable_kv_cache_events"):
+        return {}
+    if cfg.get("publisher", "zmq") != "zmq":
+        raise SystemExit("--kv-events-config: the simulator publishes with zmq only")
+    out = {
+        k: cfg[k] for k in ("endpoint", "replay_endpoint", "topic") if isinstance(cfg.get(k), str)
+    }
+    out.setdefault("endpoint", "tcp://*:5557")
+    return out
 
 
 async def _serve(config: SimConfig, host: str, port: int) -> None:

@@ -45,6 +45,7 @@ __all__ = [
     "GatewayConfig",
     "HealthConfig",
     "KvAwareConfig",
+    "KvEventsConfig",
     "Price",
     "RouterConfig",
     "RoutingConfig",
@@ -100,6 +101,16 @@ class WakeConfig(_Model):
     sleep_level: Literal[1, 2] = 1
 
 
+class KvEventsConfig(_Model):
+    """Where an engine publishes its KV-cache events (vLLM ``--kv-events-config``): the PUB
+    socket (``endpoint``, e.g. ``tcp://10.0.0.5:5557``) and the ROUTER socket that replays
+    missed batches (``replay_endpoint``). Read by kv-aware routing (docs/routing.md)."""
+
+    endpoint: str = Field(pattern=r"^(tcp|ipc|inproc)://.+")
+    replay_endpoint: str | None = Field(None, pattern=r"^(tcp|ipc|inproc)://.+")
+    topic: str = ""
+
+
 class DeploymentConfig(_Model):
     provider: ProviderName = "openai"
     # The engine behind an OpenAI-compatible deployment; ``auto``: learned from its metrics or
@@ -133,6 +144,7 @@ class DeploymentConfig(_Model):
     region: str | None = Field(None, min_length=1)
     # Scale-to-zero / sleep mode (routing/hold.py): requests wait while it comes up.
     wake: WakeConfig | None = None
+    kv_events: KvEventsConfig | None = None
 
     @field_validator("api_base")
     @classmethod
@@ -226,6 +238,10 @@ class KvAwareConfig(_Model):
     index_block_tokens: int = Field(64, ge=1)
     max_prompt_chars: int = Field(131072, ge=256)
     exact_tokenize: bool = False
+    # An engine's KV-event index is trusted again this long after a gap no replay could fill.
+    events_resync_s: float = Field(30.0, ge=0)
+    # ``strategy: pd-disagg``: prompts shorter than this are served aggregated (one engine).
+    pd_min_prompt_tokens: int = Field(2048, ge=1)
 
 
 class RoutingConfig(_Model):

@@ -14,6 +14,8 @@ Engine-aware routing:
 - ``GET /admin/routing/decisions?alias=&deployment=&reason=&tenant=&since=&limit=``: the newest
   sampled routing decisions, each with its candidates' expected TTFT and its parts (seconds).
 - ``GET /admin/routing/engines``: what the router believes about each engine right now.
+- ``POST /admin/routing/prewarm`` ``{"alias", "messages", "tenant", "replicas"}``: put a shared
+  prefix into the KV cache of up to ``replicas`` idle engines of the alias.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from fleetgate.http import AdminAccess, json_reply, read_json
 from fleetgate.routing.canary import CanarySplits, Split
 from fleetgate.routing.engine_stats import engine_key
 from fleetgate.routing.kv_aware import EngineAwareRouting
+from fleetgate.routing.prewarm import prewarm
 from fleetgate.routing.table import RouteTable
 from fleetgate.tenancy.principal import Principal
 
@@ -120,15 +123,18 @@ class EngineRoutingAdmin:
         routing: EngineAwareRouting | None,
         table: Callable[[], RouteTable],
         access: AdminAccess,
+        max_body_bytes: int = 16 << 20,
     ) -> None:
         self.routing = routing
         self.table = table
         self.access = access
+        self.max_body_bytes = max_body_bytes
 
     def routes(self) -> list[web.RouteDef]:
         return [
             web.get("/admin/routing/decisions", self.decisions),
             web.get("/admin/routing/engines", self.engines),
+            web.post("/admin/routing/prewarm", self.prewarm),
         ]
 
     async def decisions(self, request: web.Request) -> web.Response:
@@ -151,6 +157,41 @@ class EngineRoutingAdmin:
         ratios = {a: routing.decisions.hit_ratio(a) for a in sorted(aliases)}
         return _json({"data": [d.to_dict() for d in found], "hit_ratio": ratios})
 
+    async def prewarm(self, request: web.Request) -> web.Response:
+        """``{"alias", "messages", "tenant", "replicas"}``: put a shared prefix into the KV
+        cache of up to ``replicas`` idle engines (see `fleetgate.routing.prewarm`)."""
+        actor = self.access.master(request)
+        body = await read_json(request, self.max_body_bytes)
+        alias = body.get("alias")
+        if not isinstance(alias, str):
+            raise InvalidRequest("'alias' must name an alias", param="alias")
+        route = self.table().route(alias)  # 404 for an unknown alias
+        if route.config.strategy not in ("kv-aware", "pd-disagg") or self.routing is None:
+            raise InvalidRequest(
+                f"alias '{alias}' is not routed by kv-aware or pd-disagg", param="alias"
+            )
+        messages = body.get("messages")
+        if (
+            not isinstance(messages, list)
+            or not messages
+            or not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages)
+        ):
+            raise InvalidRequest("'messages' must be chat messages with text", param="messages")
+        tenant = body.get("tenant")
+        if tenant is None and not self.routing.config.tenant_isolation:
+            tenant = "public"
+        if not isinstance(tenant, str) or not tenant:
+            raise InvalidRequest(
+                "'tenant' (the team whose cache it is) is required", param="tenant"
+            )
+        replicas = body.get("replicas", 1)
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or not 1 <= replicas <= 8:
+            raise InvalidRequest("'replicas' must be an integer in 1..8", param="replicas")
+        results = await prewarm(self.routing, route, messages, tenant=tenant, replicas=replicas)
+        await self.access.record(actor, "routing.prewarm", alias, {"tenant": tenant,
+                                                                   "results": results})  # fmt: skip
+        return _json({"alias": alias, "tenant": tenant, "data": results})
+
     async def engines(self, request: web.Request) -> web.Response:
         """The router's view of every engine of an engine-aware alias."""
         self.access.master(request)
@@ -167,5 +208,8 @@ class EngineRoutingAdmin:
                     "kv_usage": view.kv_usage, "scraped": view.scraped,
                     "index_blocks": routing.index.size(key),
                     "index_capacity": routing.index.capacity(key),
+                    "kv_events": dep.config.kv_events is not None,
+                    "kv_events_trusted": routing.kv_events.trusted(key),
+                    "kv_events_blocks": routing.kv_events.size(key),
                 })  # fmt: skip
         return _json({"data": out})

@@ -65,6 +65,8 @@ class RouteContext:
 
     request: RoutedRequest
     prompt_ids: list[int] | None = None  # the prompt's token ids, when an engine told us
+    # pd-disagg: what the prefill engine answered, for the decode engine (kv_transfer_params)
+    kv_transfer: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)

@@ -29,7 +29,7 @@ from fleetgate.routing.admin_routes import CanaryAdmin, EngineRoutingAdmin
 from fleetgate.routing.canary import CanarySplits
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch import Dispatcher
-from fleetgate.routing.engine_stats import EngineStats
+from fleetgate.routing.engine_stats import EngineStats, engine_key
 from fleetgate.routing.kv_aware import EngineAwareRouting
 from fleetgate.routing.load_share import RedisLoadShare
 from fleetgate.routing.prefix_share import PrefixShare
@@ -40,6 +40,9 @@ from fleetgate.routing.wake import Waker
 from fleetgate.tasks import cancel_and_wait
 from fleetgate.telemetry.metrics import GatewayMetrics
 from fleetgate.telemetry.registry import Registry
+
+# Strategies that read engine stats and KV events (their engines are scraped and subscribed).
+ENGINE_AWARE = ("kv-aware", "pd-disagg")
 
 __all__ = ["CanaryFeature", "EngineRoutingFeature", "SemanticFeature", "engine_routing"]
 
@@ -135,11 +138,13 @@ class EngineRoutingFeature(BaseFeature):
         if self.routing is not None:
             self.routing.update_config(config.routing)
             self._identify()
+            self._subscribe()
 
     async def start(self) -> None:
         if self.routing is not None:
             await self.routing.start()
             self._identify()
+            self._subscribe()
 
     async def aclose(self) -> None:
         await cancel_and_wait(self._identifying)
@@ -147,6 +152,20 @@ class EngineRoutingFeature(BaseFeature):
             await self.routing.aclose()
         if self._own_http:
             await self._http.aclose()
+
+    def _subscribe(self) -> None:
+        """Follow the KV events of the engines of kv-aware aliases that publish them."""
+        if self.routing is None:
+            return
+        table = self._table()
+        targets = {
+            engine_key(d): d.config.kv_events
+            for alias in table.aliases()
+            if table.route(alias).config.strategy in ENGINE_AWARE
+            for d in table.route(alias).deployments
+            if d.config.kv_events is not None
+        }
+        self.routing.kv_subscribers.sync(targets)
 
     def _identify(self) -> None:
         """Learn in the background which engines take ``cache_salt`` (their ``/models``)."""
@@ -182,7 +201,7 @@ def engine_routing(
     def targets() -> Iterable[Deployment]:
         for alias in table().aliases():
             route = table().route(alias)
-            if route.config.strategy == "kv-aware":
+            if route.config.strategy in ENGINE_AWARE:
                 yield from route.deployments
 
     share = None

@@ -41,6 +41,8 @@ from fleetgate.routing.context import Pick, RouteContext, RoutedRequest
 from fleetgate.routing.decisions import CandidateCost, Decision, DecisionLog
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.engine_stats import EngineStats, EngineView, engine_key
+from fleetgate.routing.kv_events import EventBlockIndex
+from fleetgate.routing.kv_subscriber import KvEventSubscribers
 from fleetgate.routing.prefix import PrefixIndex, text_block_hashes, token_block_hashes
 from fleetgate.routing.prefix_share import PrefixShare
 from fleetgate.routing.salt import TenantSalt, leading_text
@@ -118,6 +120,22 @@ class EngineAwareRouting:
         self._own_http = http is None
         self._http = http or OutboundHttp()
         self.prefix_share: PrefixShare | None = None  # the index shared between replicas
+        # What engines that publish KV events report they hold (trusted over `index`).
+        self.kv_events = EventBlockIndex(config.kv_aware.events_resync_s)
+        self.kv_subscribers = KvEventSubscribers(self.kv_events, registry)
+        registry = registry or Registry()
+        self._pd = registry.counter(
+            "fleetgate_pd_requests_total",
+            "Requests of pd-disagg aliases, by how they were served (disaggregated, or "
+            "aggregated and why)",
+            ["alias", "mode"],
+        )
+        self._predicted = registry.counter(
+            "fleetgate_routing_predicted_cached_tokens_total",
+            "Prompt tokens kv-aware routing expected the picked engine to hold, by the source "
+            "of the prediction (events: the engine's KV events; gateway: its own index)",
+            ["engine", "source"],
+        )
 
     @classmethod
     def standalone(cls, config: RoutingConfig | None = None) -> EngineAwareRouting:
@@ -131,6 +149,7 @@ class EngineAwareRouting:
         self.tenant_salt.config = config
         self.sessions.ttl_s = config.affinity_ttl_s
         self.decisions.resize(config.decision_log_size, config.decision_sample_rate)
+        self.kv_events.resync_s = config.kv_aware.events_resync_s
 
     # -------------------------------------------------------------- observer + lifecycle
 
@@ -149,11 +168,29 @@ class EngineAwareRouting:
             await self.prefix_share.start()
 
     async def aclose(self) -> None:
+        await self.kv_subscribers.aclose()
         await self.stats.aclose()
         if self.prefix_share is not None:
             await self.prefix_share.aclose()
         if self._own_http:
             await self._http.aclose()
+
+    @property
+    def http(self) -> OutboundHttp:
+        """The side-service session (``/tokenize``, disaggregated prefill requests)."""
+        return self._http
+
+    def pd_outcome(self, alias: str, mode: str) -> None:
+        self._pd.labels(alias, mode).inc()
+
+    def predicted(self, engine: str, source: str, tokens: int) -> None:
+        self._predicted.labels(engine, source).inc(tokens)
+
+    def engine_salt(self, dep: Deployment, ctx: RouteContext) -> str | None:
+        """The ``cache_salt`` ``dep`` will get for this request (the dispatcher's rule)."""
+        extra = self.tenant_salt.apply(Pick(dep, None, 0), ctx).extra_body or {}
+        salt = extra.get("cache_salt")
+        return salt if isinstance(salt, str) else None
 
     def remember_prefix(self, engine: str, hashes: list[int]) -> None:
         """We are sending these blocks to ``engine``: index them here and tell the others."""
@@ -215,8 +252,12 @@ class KvAwareStrategy:
         self.alias = alias
 
     async def prepare(self, candidates: Sequence[Deployment], ctx: RouteContext) -> None:
-        """With ``kv_aware.exact_tokenize``, fetch the prompt's token ids from an engine."""
-        if self.shared.config.kv_aware.exact_tokenize and candidates:
+        """With ``kv_aware.exact_tokenize``, or when a candidate publishes KV events (their
+        blocks are token ids), fetch the prompt's token ids from an engine."""
+        exact = self.shared.config.kv_aware.exact_tokenize or any(
+            d.config.kv_events is not None for d in candidates
+        )
+        if exact and candidates and ctx.prompt_ids is None:
             ids = await self.shared.tokenize(candidates[0], ctx.request.body)
             if ids is not None:
                 ctx.prompt_ids = ids
@@ -251,10 +292,12 @@ class KvAwareStrategy:
         hashes, tokens_per_block = self._hashes(ctx, namespace)
         key = self._session_key(req)
         entry = shared.sessions.get(key) if key is not None else None
-        prompt = max(1, req.prompt_tokens)
+        # The engine's own count when its token ids are known (the estimate otherwise).
+        prompt = max(1, len(ctx.prompt_ids) if ctx.prompt_ids else req.prompt_tokens)
         costs: list[CandidateCost] = []
         views: list[EngineView] = []
         via_affinity: list[bool] = []
+        sources: list[str] = []
         for dep in candidates:
             view = shared.stats.view(dep)
             ekey = engine_key(dep)
@@ -262,13 +305,15 @@ class KvAwareStrategy:
                 shared.index.set_capacity(
                     ekey, max(1, view.num_blocks * view.block_size // kv.index_block_tokens)
                 )
-            matched = int(shared.index.match(ekey, hashes) * tokens_per_block)
+            matched, source = self._matched(dep, ekey, ctx, hashes, tokens_per_block)
+            sources.append(source)
             # Affinity extends a match, it never contradicts one: a session whose prompt text no
             # longer starts like the one sent before (a new system prompt) has nothing cached
             # there. Without indexable text (images only) the session is the only evidence.
             sticky = (
                 entry is not None
                 and entry.engine == ekey
+                and sources[-1] == "gateway"  # reported blocks are not second-guessed
                 and (matched > 0 or not hashes)
                 and entry.prompt_tokens > matched
             )
@@ -319,6 +364,7 @@ class KvAwareStrategy:
         else:
             reason = "load"
         ekey = engine_key(dep)
+        shared.predicted(ekey, sources[i], chosen.cached_tokens)
         shared.remember_prefix(ekey, hashes)
         if key is not None:
             shared.sessions.remember(key, ekey, prompt + req.max_tokens)
@@ -337,6 +383,22 @@ class KvAwareStrategy:
             )
         )
         return Pick(dep, None, prompt - chosen.cached_tokens)  # salted by the dispatcher
+
+    def _matched(
+        self,
+        dep: Deployment,
+        ekey: str,
+        ctx: RouteContext,
+        hashes: list[int],
+        tokens_per_block: float,
+    ) -> tuple[int, str]:
+        """(prefix tokens, source): from the engine's KV events while they are trusted and the
+        prompt's token ids are known ("events"), else from the gateway's index ("gateway")."""
+        events = self.shared.kv_events
+        ids = ctx.prompt_ids
+        if ids is not None and dep.config.kv_events is not None and events.trusted(ekey):
+            return events.match(ekey, ids, self.shared.engine_salt(dep, ctx)), "events"
+        return int(self.shared.index.match(ekey, hashes) * tokens_per_block), "gateway"
 
     def _guard(self, costs: list[CandidateCost]) -> list[CandidateCost]:
         kv = self.shared.config.kv_aware

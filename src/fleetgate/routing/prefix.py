@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from hashlib import blake2b
 
-__all__ = ["PrefixIndex", "text_block_hashes", "token_block_hashes"]
+__all__ = ["PrefixIndex", "chain_block_hash", "text_block_hashes", "token_block_hashes"]
 
 
 def _root(namespace: str) -> bytes:
@@ -41,6 +41,17 @@ def _chain(chunks: Sequence[bytes], namespace: str) -> list[int]:
     return out
 
 
+def _token_bytes(ids: Sequence[int]) -> bytes:
+    return b"".join(i.to_bytes(4, "little", signed=False) for i in ids)
+
+
+def chain_block_hash(parent: int | None, ids: Sequence[int], namespace: str) -> int:
+    """The hash of block ``ids`` after the block hashed ``parent`` (None: the first block):
+    one step of `token_block_hashes`, for indexes built block by block (KV events)."""
+    base = _root(namespace) if parent is None else parent.to_bytes(8, "little")
+    return int.from_bytes(blake2b(base + _token_bytes(ids), digest_size=8).digest(), "little")
+
+
 def text_block_hashes(text: str, namespace: str, block_chars: int) -> list[int]:
     """Chained hashes of the full ``block_chars``-character blocks of ``text``."""
     data = text.encode()
@@ -51,10 +62,7 @@ def text_block_hashes(text: str, namespace: str, block_chars: int) -> list[int]:
 def token_block_hashes(ids: Sequence[int], namespace: str, block_tokens: int) -> list[int]:
     """Chained hashes of the full ``block_tokens``-token blocks of ``ids``."""
     size = max(1, block_tokens)
-    chunks = [
-        b"".join(i.to_bytes(4, "little", signed=False) for i in ids[s : s + size])
-        for s in range(0, len(ids) - size + 1, size)
-    ]
+    chunks = [_token_bytes(ids[s : s + size]) for s in range(0, len(ids) - size + 1, size)]
     return _chain(chunks, namespace)
 
 

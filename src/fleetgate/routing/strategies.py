@@ -18,6 +18,7 @@ from fleetgate.config.schema import AliasConfig
 from fleetgate.errors import ConfigError
 from fleetgate.routing.context import Pick, RouteContext, Strategy
 from fleetgate.routing.deployment import Deployment
+from fleetgate.routing.disagg import DisaggStrategy
 from fleetgate.routing.kv_aware import EngineAwareRouting, KvAwareStrategy
 
 __all__ = [
@@ -147,6 +148,11 @@ class StrategyRegistry:
             return KvAwareStrategy(shared or EngineAwareRouting.standalone(), alias.alias)
 
         registry.register("kv-aware", kv_aware)
+
+        def pd_disagg(alias: AliasConfig) -> Strategy:
+            return DisaggStrategy(shared or EngineAwareRouting.standalone(), alias.alias)
+
+        registry.register("pd-disagg", pd_disagg)
         registry.register("weighted", lambda _: WeightedStrategy())
         registry.register("least-load", lambda _: LeastLoadStrategy())
         registry.register("latency", lambda _: LatencyStrategy())

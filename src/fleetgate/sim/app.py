@@ -14,12 +14,15 @@ from fleetgate.sim.dcgm import dcgm_metrics
 from fleetgate.sim.embeddings import embeddings_response
 from fleetgate.sim.faults import update_faults
 from fleetgate.sim.generate import chat_completions, completions, read_json
+from fleetgate.sim.kv_events import KvEventPublisher
 from fleetgate.sim.protocol import check_model
 from fleetgate.sim.sleep import record_and_gate, sleep_routes
 from fleetgate.sim.state import SIM_STATE, SimState
 from fleetgate.telemetry.registry import Registry
 
-__all__ = ["create_sim_app"]
+__all__ = ["SIM_KV_EVENTS", "create_sim_app"]
+
+SIM_KV_EVENTS = web.AppKey("fleetgate_sim_kv_events", KvEventPublisher)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -132,10 +135,23 @@ def create_sim_app(config: SimConfig) -> web.Application:
     async def engine_ctx(app: web.Application) -> AsyncIterator[None]:
         state = SimState(config)
         app[SIM_STATE] = state
+        publisher = None
+        if config.kv_events_endpoint:
+            publisher = KvEventPublisher(
+                config.kv_events_endpoint,
+                config.kv_events_replay_endpoint,
+                topic=config.kv_events_topic,
+                block_size=config.block_size,
+            )
+            await publisher.start()
+            state.engine.kv.listener = publisher
+            app[SIM_KV_EVENTS] = publisher
         await state.engine.start()
         yield
         state.shutdown.set()
         await state.engine.aclose()
+        if publisher is not None:
+            await publisher.aclose()
 
     async def on_shutdown(app: web.Application) -> None:
         if SIM_STATE in app:

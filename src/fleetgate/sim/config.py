@@ -91,6 +91,14 @@ class SimConfig:
     # ``priority`` (lower first, then arrival) and preempts the least important running
     # request for a more important waiting one; ``fcfs`` refuses a non-zero ``priority``.
     scheduling_policy: SchedulingPolicy = "fcfs"
+    # vLLM's --kv-events-config: publish KV-cache events on this ZMQ PUB endpoint (e.g.
+    # ``tcp://127.0.0.1:5557``), replay missed batches on ``kv_events_replay_endpoint``.
+    kv_events_endpoint: str | None = None
+    kv_events_replay_endpoint: str | None = None
+    kv_events_topic: str = ""
+    # Disaggregated decode (kv_transfer_params with do_remote_prefill): the time to pull the
+    # prompt's KV from the prefill engine, per prompt token (0.0025 ms: ~1 GB/8k tokens, 50 GB/s).
+    kv_transfer_ms_per_token: float = 0.0025
     faults: FaultConfig = field(default_factory=FaultConfig)
     # sleep mode: seconds ``POST /wake_up`` takes to bring a sleeping engine back
     wake_up_s: float = 0.0

@@ -113,7 +113,7 @@ class Engine:
         blocks = kv.allocate(hits, _ceil_div(seq.prompt_len + 1, kv.block_size))
         if blocks is not None:
             for i in range(len(hits), len(seq.hashes)):
-                kv.commit(blocks[i], seq.hashes[i])
+                self._commit(seq, blocks, i)
             kv.release(blocks)
         seq.state = SeqState.RUNNING
         seq.scheduled_at = seq.arrival
@@ -233,6 +233,8 @@ class Engine:
             seq.blocks = blocks
             seq.num_computed = seq.committed_blocks = len(hits)
             seq.num_computed *= kv.block_size
+            if seq.spec.remote_prefill:  # its KV was transferred: only the last token is run
+                seq.num_computed = max(seq.num_computed, seq.prefill_target - 1)
             seq.state = SeqState.RUNNING
             if seq.scheduled_at is None:
                 seq.scheduled_at = now
@@ -268,7 +270,7 @@ class Engine:
             seq.num_computed += chunk
             full = min(seq.num_computed // size, len(seq.hashes))
             for i in range(seq.committed_blocks, full):
-                kv.commit(seq.blocks[i], seq.hashes[i])
+                self._commit(seq, seq.blocks, i)
             seq.committed_blocks = max(seq.committed_blocks, full)
             if not seq.prefilling:
                 self._emit(seq, now)
@@ -276,6 +278,16 @@ class Engine:
             if seq.state is SeqState.RUNNING:
                 seq.num_computed += 1
                 self._emit(seq, now)
+
+    def _commit(self, seq: Sequence, blocks: list[int], i: int) -> None:
+        size = self.kv.block_size
+        self.kv.commit(
+            blocks[i],
+            seq.hashes[i],
+            tokens=seq.spec.prompt[i * size : (i + 1) * size],
+            parent=seq.hashes[i - 1] if i > 0 else None,
+            salt=seq.spec.salt,
+        )
 
     def _emit(self, seq: Sequence, now: float) -> None:
         """Produce the next token of ``seq``; finish it after its last planned token."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ from aiohttp import web
 
 from fleetgate.errors import InvalidRequest, UpstreamError
 from fleetgate.sim.config import SimConfig
+from fleetgate.sim.disagg import transfer_params, transfer_role, with_transfer_params
 from fleetgate.sim.faults import FaultPlan, choose_fault
 from fleetgate.sim.protocol import ParsedRequest, parse_chat, parse_completion
 from fleetgate.sim.responses import DONE, ResponseBuilder, sse, usage_object
@@ -176,6 +178,10 @@ async def _generate(request: web.Request, parse: Parser) -> web.StreamResponse:
     early = await _before_first_token(request, state, plan)
     if early is not None:
         return early
+    role = transfer_role(body)
+    if role == "decode":  # pull the prompt's KV from the prefill engine, then only decode
+        parsed.specs = [dataclasses.replace(s, remote_prefill=True) for s in parsed.specs]
+        await asyncio.sleep(state.config.kv_transfer_ms_per_token * parsed.prompt_tokens / 1000)
     queue: asyncio.Queue[SeqEvent] = asyncio.Queue()
     seqs = state.engine.submit(parsed.specs, queue)
     intended_abort = False
@@ -184,6 +190,12 @@ async def _generate(request: web.Request, parse: Parser) -> web.StreamResponse:
             resp = await _stream(request, parsed, seqs, queue, plan)
         else:
             resp = await _collect(parsed, seqs, queue)
+            if role == "prefill" and isinstance(resp.body, bytes):
+                host, port = (
+                    request.host.rsplit(":", 1) if ":" in request.host else (request.host, "80")
+                )
+                params = transfer_params(seqs, state.engine_id, host, int(port))
+                resp.body = with_transfer_params(resp.body, params)
         state.stats.completed += 1
         return resp
     except _Aborted:

@@ -21,8 +21,21 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from hashlib import blake2b
+from typing import Protocol
 
-__all__ = ["BlockManager", "salt_root"]
+__all__ = ["BlockManager", "KvListener", "salt_root"]
+
+
+class KvListener(Protocol):
+    """Hears what the prefix cache gains and loses (the KV-event publisher, sim/kv_events.py)."""
+
+    def stored(
+        self, block_hash: int, parent: int | None, tokens: Sequence[int], salt: str | None
+    ) -> None: ...
+
+    def removed(self, block_hash: int) -> None: ...
+
+    def cleared(self) -> None: ...
 
 
 def salt_root(salt: str | None) -> int:
@@ -44,6 +57,7 @@ class BlockManager:
         # Blocks with refcount 0, least recently freed first: the eviction order.
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.evictions = 0
+        self.listener: KvListener | None = None
 
     @property
     def num_free(self) -> int:
@@ -117,15 +131,31 @@ class BlockManager:
             if self._cached.get(h) == block:
                 del self._cached[h]
                 self.evictions += 1
+                if self.listener is not None:
+                    self.listener.removed(h)
             self._hash[block] = None
         self._ref[block] = 1
         return block
 
-    def commit(self, block: int, block_hash: int) -> None:
-        """Mark a block as holding the full prefix ``block_hash`` (reusable by later requests)."""
+    def commit(
+        self,
+        block: int,
+        block_hash: int,
+        *,
+        tokens: Sequence[int] = (),
+        parent: int | None = None,
+        salt: str | None = None,
+    ) -> None:
+        """Mark a block as holding the full prefix ``block_hash`` (reusable by later requests).
+
+        ``tokens`` (the block's), ``parent`` (the previous block's hash, None for the first)
+        and ``salt`` are what the listener publishes about it.
+        """
         if self._hash[block] is None and block_hash not in self._cached:
             self._hash[block] = block_hash
             self._cached[block_hash] = block
+            if self.listener is not None:
+                self.listener.stored(block_hash, parent, tokens, salt)
 
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one reference to each block; tail blocks become the first eviction candidates."""
@@ -141,3 +171,5 @@ class BlockManager:
         for h, block in list(self._cached.items()):
             del self._cached[h]
             self._hash[block] = None
+        if self.listener is not None:
+            self.listener.cleared()

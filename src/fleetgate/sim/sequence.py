@@ -35,6 +35,7 @@ class SeqSpec:
     salt: str | None = None
     index: int = 0
     priority: int = 0  # lower runs first (scheduling_policy "priority")
+    remote_prefill: bool = False  # disaggregated decode: the prompt's KV came from a prefill engine
 
 
 @dataclass(eq=False)

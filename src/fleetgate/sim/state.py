@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from fleetgate.sim.config import SimConfig
+from fleetgate.sim.disagg import engine_id
 from fleetgate.sim.engine import Engine
 from fleetgate.sim.metrics import SimMetrics
 from fleetgate.sim.tokenizer import Tokenizer
@@ -48,6 +49,7 @@ class SimState:
         self.sleep_level = 0
         # headers of the last model requests (``GET /sim/requests``)
         self.received_headers: deque[dict[str, str]] = deque(maxlen=1024)
+        self.engine_id = engine_id()  # remote_engine_id in disaggregated prefill answers
 
     def stats_dict(self) -> dict[str, Any]:
         """Counters and live engine state, for tests and operators."""
