@@ -69,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default=d.wake_up_s,
         help="sleep mode: seconds POST /wake_up takes",
     )
-    parser.add_argument(
+    p.add_argument(
         "--kv-events-config",
         default=None,
         help='vLLM\'s flag: JSON {"enable_kv_cache_events": true, "publisher": "zmq", '
