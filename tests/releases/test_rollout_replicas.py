@@ -113,7 +113,13 @@ async def test_three_replicas_roll_back_and_promote(tmp_path: Path, shared_pg_ur
                 assert status == 201, got
                 rolled = await until_status(s, replicas[2], {"rolled_back", "completed"})
                 decided = time.monotonic()
-                await asyncio.sleep(2.5)
+                # keep the load on until every replica has answered requests sent more than a
+                # second after the decision (at least 1.5 s of them; bounded by 20 s)
+                while time.monotonic() < decided + 20.0:
+                    await asyncio.sleep(0.25)
+                    late = {r for sent, r, _, _ in load.answers if sent > decided + 1.0}
+                    if time.monotonic() > decided + 2.5 and late == {0, 1, 2}:
+                        break
                 return rolled, decided
 
             rolled, decided = await load.during(roll_back())
