@@ -29,11 +29,11 @@ from typing import Any
 
 import aiohttp
 import orjson
-from aiohttp import web
 
 from fleetgate.app import build_state, create_app
 from fleetgate.config.loader import parse_config
 from fleetgate.config.settings import Settings
+from fleetgate.http.serving import served
 from fleetgate.resources.minilm import MiniLM
 from fleetgate.sim import SimConfig, running_sim
 
@@ -89,16 +89,8 @@ async def gateway(
     state = build_state(settings, config)
     if minilm is not None:
         state.resources.minilm = minilm
-    runner = web.AppRunner(
-        create_app(settings, state=state), handler_cancellation=True, access_log=None
-    )
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with served(create_app(settings, state=state)) as url:
+        yield url
 
 
 async def drive(url: str, questions: list[tuple[str, str]], stream: bool, semantic: bool) -> Run:

@@ -14,11 +14,11 @@ from typing import Any
 
 import aiohttp
 import orjson
-from aiohttp import web
 
 from fleetgate.app import build_state, create_app
 from fleetgate.config.loader import parse_config
 from fleetgate.config.settings import Settings
+from fleetgate.http.serving import served
 from fleetgate.sse import SSEParser
 
 MASTER = "sk-bench"
@@ -30,15 +30,8 @@ async def gateway(config: dict[str, Any]) -> AsyncIterator[str]:
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(master_key=MASTER, data_dir=Path(tmp), watch_config=False)
         state = build_state(settings, parse_config(config))
-        app = create_app(settings, state=state)
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        try:
-            yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-        finally:
-            await runner.cleanup()
+        async with served(create_app(settings, state=state)) as url:
+            yield url
 
 
 @dataclass

@@ -23,20 +23,18 @@ import contextlib
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from fleetgate.api.state import GATEWAY
 from fleetgate.app import create_app
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.hooks import GatewayRequest, Outcome
+from fleetgate.http.serving import served
 from fleetgate.providers.base import Endpoint
 from fleetgate.releases.feature import ReleasesFeature
 from fleetgate.releases.outcomes import OutcomeBook
@@ -53,18 +51,6 @@ class Side:
     url: str
     latency: list[float] = field(default_factory=list)
     overhead: list[float] = field(default_factory=list)
-
-
-@asynccontextmanager
-async def _served(app: web.Application) -> AsyncIterator[str]:
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
 
 
 def _config(upstream: str, registry: bool) -> GatewayConfig:
@@ -131,7 +117,7 @@ async def one_run(requests: int, rounds: int) -> dict[str, float]:
                                     watch_config=False)  # fmt: skip
                 apps[name] = create_app(settings, _config(upstream, name != "plain"))
             async with contextlib.AsyncExitStack() as stack:
-                urls = {n: await stack.enter_async_context(_served(apps[n])) for n in names}
+                urls = {n: await stack.enter_async_context(served(apps[n])) for n in names}
                 s = await stack.enter_async_context(aiohttp.ClientSession())
                 for name in ("registry", "rollout"):
                     await _register(s, urls[name], upstream)

@@ -26,17 +26,16 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from fleetgate.app import create_app
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
+from fleetgate.http.serving import served
 from fleetgate.sim import SimConfig, running_sim
 
 MASTER = "sk-bench-master"
@@ -45,18 +44,6 @@ BASELINE = {
     "chat": "chat", "chat-stream": "chat-stream", "resp": "chat", "resp-stream": "chat-stream",
     "resp-store": "chat", "resp-continue": "chat",
 }  # fmt: skip
-
-
-@asynccontextmanager
-async def served(app: web.Application) -> AsyncIterator[str]:
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
 
 
 def _config(sim: str) -> GatewayConfig:

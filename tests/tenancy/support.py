@@ -19,6 +19,7 @@ from fleetgate.api.state import GATEWAY
 from fleetgate.app import create_app
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
+from fleetgate.http.serving import served
 from fleetgate.tenancy.runtime import Tenancy
 from fleetgate.tenancy.writer import RecordWriter
 
@@ -46,19 +47,6 @@ async def drop_pg_database(url: str) -> None:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await conn.close()
-
-
-@asynccontextmanager
-async def served(app: web.Application) -> AsyncIterator[str]:
-    """``app`` served on a free 127.0.0.1 port; yields its base URL."""
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
 
 
 def free_port() -> int:
