@@ -254,9 +254,10 @@ class Stage(Protocol):
 
 class StageRun:
     """The stages around one request, as an async context manager: ``before`` of each stage in
-    order on entry; on exit, however the block (or a ``before``) ended, the outcome's end is
-    written, ``record`` is called, then ``after`` in reverse for exactly the stages whose
-    ``before`` completed (so a stage that reserved something always settles).
+    order on entry, up to the stage that answers the request itself if one does (a cache hit);
+    on exit, however the block (or a ``before``) ended, the outcome's end is written,
+    ``record`` is called, then ``after`` in reverse for exactly the stages whose ``before``
+    completed (so a stage that reserved something always settles).
 
     How it ended: a `fleetgate.errors.FleetgateError` gives the outcome its status and type and
     carries the stages' response headers; a cancellation is 499 ``client_disconnected``; any
@@ -288,6 +289,8 @@ class StageRun:
         trace = req.outcome.span  # a `fleetgate.telemetry.tracing.RequestTrace`, or None
         try:
             for stage in self.stages:
+                if req.answer is not None:  # a stage answered (a cache hit): nothing goes
+                    break  # upstream, so the stages after it (admission) have nothing to do
                 streams = tuple(req.stream_filters) if req.stream_filters else ()
                 responses = tuple(req.response_filters) if req.response_filters else ()
                 if trace is None:

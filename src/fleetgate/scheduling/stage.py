@@ -91,7 +91,7 @@ class SchedulingStage:
     async def before(self, req: GatewayRequest) -> None:
         scheduler = self.scheduler
         pool = scheduler.pool(req.alias)
-        if pool is None or req.answer is not None:  # a cache hit takes no engine capacity
+        if pool is None:
             return
         policy = scheduler.policies.of(req.principal, req.headers)
         reclaim = scheduler.within(pool, policy)
