@@ -86,8 +86,13 @@ async def test_feedback_regenerations_and_flywheel(db_url: str, tmp_path: Path) 
             body = await until(by_response)
             assert body["request_id"] == bad_rid and body["response_id"] == bad_resp
             assert body["request"]["alias"] == "chat" and body["request"]["version"] == "v1"
-            status, body = await feedback(gw, loud, {"response_id": stream_resp, "rating": "up"})
-            assert status == 201, body  # a streamed answer's id is known too
+
+            async def by_stream_response() -> Any:  # a streamed answer's id is known too
+                status, body = await feedback(gw, loud, {"response_id": stream_resp, "rating": "up"})
+                return body if status == 201 else None
+
+            # the streamed answer's record is written when its stream ends, possibly a batch later
+            assert (await until(by_stream_response))["response_id"] == stream_resp
             status, body = await feedback(gw, loud, {"response_id": "chatcmpl-nope", "score": 0})
             assert status == 404 and body["error"]["param"] == "response_id"
             status, body = await feedback(gw, loud, {"rating": "up"})
