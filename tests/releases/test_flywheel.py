@@ -88,7 +88,9 @@ async def test_feedback_regenerations_and_flywheel(db_url: str, tmp_path: Path) 
             assert body["request"]["alias"] == "chat" and body["request"]["version"] == "v1"
 
             async def by_stream_response() -> Any:  # a streamed answer's id is known too
-                status, body = await feedback(gw, loud, {"response_id": stream_resp, "rating": "up"})
+                status, body = await feedback(
+                    gw, loud, {"response_id": stream_resp, "rating": "up"}
+                )
                 return body if status == 201 else None
 
             # the streamed answer's record is written when its stream ends, possibly a batch later

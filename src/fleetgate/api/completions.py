@@ -217,6 +217,8 @@ def _gateway_request(
 
 def _trace(gw: GatewayState, req: GatewayRequest, endpoint: RoutedEndpoint) -> RequestTrace | None:
     """The request's trace (None: tracing off and no caller context), current in this task."""
+    if not gw.tracer.enabled and "traceparent" not in req.headers:
+        return None  # the common case, without building the span's attributes
     trace = gw.tracer.request(
         "chat" if endpoint is Endpoint.CHAT else endpoint.value,
         req.alias,
