@@ -27,10 +27,11 @@ def _deltas(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def test_text_reasoning_and_a_function_call_stream_as_chat_chunks() -> None:
     t = ResponsesStreamTranslator("alias-model", created=5)
+    # Nothing before the first output: the upstream has not answered until it writes some.
+    assert t.feed({"type": "response.created", "response": {"id": "resp_1"}}) == []
+    assert t.feed({"type": "response.in_progress"}) == []
     out: list[dict[str, Any]] = []
     for event in [
-        {"type": "response.created", "response": {"id": "resp_1"}},
-        {"type": "response.in_progress"},
         {"type": "response.reasoning_summary_text.delta", "delta": "think"},
         {"type": "response.output_item.added", "item": {"type": "message", "id": "msg_1"}},
         {"type": "response.output_text.delta", "item_id": "msg_1", "delta": "Hel"},
@@ -72,7 +73,8 @@ def test_text_reasoning_and_a_function_call_stream_as_chat_chunks() -> None:
 def test_an_incomplete_response_finishes_with_the_chat_reason(reason: str, finish: str) -> None:
     t = ResponsesStreamTranslator("m", created=0)
     end = {"status": "incomplete", "incomplete_details": {"reason": reason}, "usage": USAGE}
-    (done, usage) = t.feed({"type": "response.incomplete", "response": end})
+    (role, done, usage) = t.feed({"type": "response.incomplete", "response": end})
+    assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert done["choices"][0]["finish_reason"] == finish and usage["usage"] == CHAT_USAGE
 
 

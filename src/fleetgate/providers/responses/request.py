@@ -32,9 +32,9 @@ __all__ = ["chat_to_responses"]
 
 # Chat fields with the same name and meaning in a Responses request.
 _SAME = ("temperature", "top_p", "user", "parallel_tool_calls")
-# vLLM's own request fields that routing may add (per-tenant prefix cache salt, priority band);
-# vLLM's /v1/responses takes them as its chat endpoint does.
-_ENGINE = ("cache_salt", "priority")
+# vLLM's own request fields that routing may add (per-tenant prefix cache salt, priority band,
+# the decode half of a pd-disagg pair); vLLM's /v1/responses takes them as its chat endpoint.
+_ENGINE = ("cache_salt", "priority", "kv_transfer_params")
 
 
 def chat_to_responses(

@@ -5,7 +5,9 @@ stream filters read (the output and stream checks among them); the ``/v1/respons
 then writes them to the client as Responses events again (``api/responses/wire``), so what an
 output check holds back or cuts never reaches the client, whatever the upstream spoke.
 
-- ``response.created``: a role chunk;
+- a role chunk before the first chunk with content (as vLLM's chat stream sends it with the
+  first token: the upstream's answer, for TTFT and for retrying, is its first output, not
+  ``response.created``, which a hosted API sends before any work);
 - ``response.output_text.delta`` and ``response.refusal.delta``: ``content`` deltas;
 - ``response.reasoning_text.delta`` / ``response.reasoning_summary_text.delta``:
   ``reasoning_content`` deltas;
@@ -52,6 +54,7 @@ class ResponsesStreamTranslator:
         self.created = created
         self.id = "chatcmpl-"
         self.finished = False
+        self._started = False
         self._calls: dict[str, _Call] = {}  # item id -> call
         self._handlers: dict[str, Callable[[dict[str, Any]], list[Chunk]]] = {
             "response.created": self._created,
@@ -71,7 +74,11 @@ class ResponsesStreamTranslator:
 
     def feed(self, event: dict[str, Any]) -> list[Chunk]:
         handler = self._handlers.get(str(event.get("type") or ""))
-        return handler(event) if handler is not None else []
+        chunks = handler(event) if handler is not None else []
+        if chunks and not self._started:
+            self._started = True
+            chunks.insert(0, self._chunk({"role": "assistant", "content": ""}))
+        return chunks
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> Chunk:
         return {
@@ -84,7 +91,7 @@ class ResponsesStreamTranslator:
         response = event.get("response")
         if isinstance(response, dict) and isinstance(response.get("id"), str):
             self.id = response["id"]
-        return [self._chunk({"role": "assistant", "content": ""})]
+        return []
 
     def _text(self, event: dict[str, Any]) -> list[Chunk]:
         delta = event.get("delta")
