@@ -125,6 +125,7 @@ class Outcome:
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens read from the upstream's prompt cache
     cache_write_tokens: int = 0  # prompt tokens written to it (Anthropic's cache creation)
+    reasoning_tokens: int = 0  # of the completion tokens, those the model reasoned with
     latency_s: float = 0.0
     ttft_s: float | None = None
     finish_reason: str | None = None
@@ -201,6 +202,9 @@ class Outcome:
         self.cache_write_tokens = _count(
             usage.get("cache_creation_input_tokens"), details.get("cache_write_tokens")
         )
+        out_details = usage.get("completion_tokens_details")
+        if isinstance(out_details, dict):
+            self.reasoning_tokens = _count(out_details.get("reasoning_tokens"))
 
 
 def _count(*values: Any) -> int:
@@ -236,6 +240,9 @@ class GatewayRequest:
     # Consulted by the dispatcher for each attempt (prefer replicas, gate the send).
     dispatch_hooks: list[DispatchHook] = field(default_factory=list)
     wire: ResponseWire | None = None  # None: answer in OpenAI's format (the fast path)
+    # A /v1/responses request: the client's Responses-only fields, for a deployment that
+    # speaks the Responses API natively (`fleetgate.providers.base.UpstreamCall.responses`).
+    responses: dict[str, Any] | None = None
     # A complete chat completion a stage answers with instead of the upstream (a response
     # cache hit): the route replays it, streamed or not, through the filters and the wire.
     answer: dict[str, Any] | None = None

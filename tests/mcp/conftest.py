@@ -1,4 +1,11 @@
-"""Fixtures of the MCP gateway tests: the two upstream servers and a gateway in front of them."""
+"""Fixtures of the MCP gateway tests: the two upstream servers and a gateway in front of them.
+
+Starting an MCP server or a gateway (with its stdio server) costs seconds on a loaded machine,
+so the "notes" HTTP server is shared by a module's tests (`notes`; a test that kills it takes
+its own, `own_notes`), and the tests that need no config of their own share one gateway with
+the default section (`shared`), each with keys of its own. Their tests run in the module's
+event loop (``pytest.mark.asyncio(loop_scope="module")``).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import pytest_asyncio
 
 from fleetgate.app import create_app
 from fleetgate.config.schema import GatewayConfig
@@ -62,14 +70,28 @@ class HttpUpstream:
             self.process.wait(5)
 
 
-@pytest.fixture
-async def notes() -> AsyncIterator[HttpUpstream]:
+@asynccontextmanager
+async def _running_notes() -> AsyncIterator[HttpUpstream]:
     upstream = HttpUpstream()
     try:
         await upstream.start()
         yield upstream
     finally:
         upstream.kill()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def notes() -> AsyncIterator[HttpUpstream]:
+    """The "notes" server, shared by the module's tests (none may stop it)."""
+    async with _running_notes() as upstream:
+        yield upstream
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def own_notes() -> AsyncIterator[HttpUpstream]:
+    """A "notes" server of the test's own, which it may kill and start again."""
+    async with _running_notes() as upstream:
+        yield upstream
 
 
 def mcp_section(notes_url: str, **overrides: Any) -> dict[str, Any]:
@@ -91,7 +113,11 @@ def mcp_section(notes_url: str, **overrides: Any) -> dict[str, Any]:
             },
         },
         "access": {
-            "teams": {"research": ["notes__*", "files__*"], "narrow": ["notes__echo"]},
+            "teams": {
+                "research": ["notes__*", "files__*"],
+                "narrow": ["notes__echo", "notes__review", "notes__notes://readme"],
+                "budgeted": ["notes__*"],
+            },
         },
         "ping_interval_s": 0.3,
         "reconnect_s": 0.2,
@@ -125,7 +151,75 @@ def gateway_config(mcp: dict[str, Any], safety: bool = True) -> GatewayConfig:
 StartGateway = Callable[..., Awaitable[Gateway]]
 
 
-@pytest.fixture
+async def _start_gateway(
+    stack: contextlib.AsyncExitStack,
+    tmp_path: Path,
+    mcp: dict[str, Any],
+    safety: bool = True,
+    database_url: str | None = None,
+    redis_url: str | None = None,
+    tenancy: bool = True,
+) -> Gateway:
+    settings = Settings(
+        master_key=MASTER,
+        data_dir=tmp_path,
+        database_url=database_url or f"sqlite:///{tmp_path / 'fleetgate.db'}",
+        redis_url=redis_url,
+        watch_config=False,
+    )
+    config = gateway_config(mcp, safety)
+    if not tenancy:
+        off = config.tenancy.model_copy(update={"enabled": False})
+        config = config.model_copy(update={"tenancy": off})
+    if redis_url:  # a prefix of its own: counters never meet another test's
+        prefix = f"fgtest:mcp:{os.getpid()}:{os.urandom(4).hex()}:"
+        section = config.tenancy.model_copy(update={"redis_prefix": prefix})
+        config = config.model_copy(update={"tenancy": section})
+    app = create_app(settings, config)
+    url = await stack.enter_async_context(served(app))
+    session = await stack.enter_async_context(aiohttp.ClientSession())
+    gateway = Gateway(url, app, session)
+
+    async def all_connected() -> bool:  # a loaded machine starts the stdio server slowly
+        _, servers = await gateway.admin("GET", "/admin/mcp/servers")
+        return all(s["connected"] for s in servers["data"])
+
+    await wait_for(all_connected, timeout=30, interval=0.1)
+    return gateway
+
+
+class SharedGateway:
+    """One gateway with the default ``mcp:`` section, shared by a module's tests: the teams
+    of the access config exist once ("research" logs payloads); each test makes its own keys."""
+
+    def __init__(self, gateway: Gateway, teams: dict[str, str]) -> None:
+        self.gw = gateway
+        self.teams = teams
+
+    async def key(self, team: str, **fields: Any) -> tuple[str, str]:
+        """A new key in ``team``: (key_id, key)."""
+        status, key = await self.gw.admin(
+            "POST", "/admin/keys", json={"team": self.teams[team], **fields}
+        )
+        assert status == 201, key
+        return key["id"], key["key"]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared(
+    notes: HttpUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[SharedGateway]:
+    async with contextlib.AsyncExitStack() as stack:
+        gw = await _start_gateway(stack, tmp_path_factory.mktemp("mcp"), mcp_section(notes.url))
+        teams = {}
+        for name, fields in (("research", {"log_payloads": True}), ("narrow", {})):
+            status, team = await gw.admin("POST", "/admin/teams", json={"name": name, **fields})
+            assert status == 201, team
+            teams[name] = team["id"]
+        yield SharedGateway(gw, teams)
+
+
+@pytest_asyncio.fixture(loop_scope="module")
 async def start_gateway(tmp_path: Path) -> AsyncIterator[StartGateway]:
     """Start a gateway (tenancy on SQLite) for an ``mcp:`` section; closed at the end."""
     stack = contextlib.AsyncExitStack()
@@ -137,38 +231,13 @@ async def start_gateway(tmp_path: Path) -> AsyncIterator[StartGateway]:
         redis_url: str | None = None,
         tenancy: bool = True,
     ) -> Gateway:
-        settings = Settings(
-            master_key=MASTER,
-            data_dir=tmp_path,
-            database_url=database_url or f"sqlite:///{tmp_path / 'fleetgate.db'}",
-            redis_url=redis_url,
-            watch_config=False,
-        )
-        config = gateway_config(mcp, safety)
-        if not tenancy:
-            off = config.tenancy.model_copy(update={"enabled": False})
-            config = config.model_copy(update={"tenancy": off})
-        if redis_url:  # a prefix of its own: counters never meet another test's
-            prefix = f"fgtest:mcp:{os.getpid()}:{os.urandom(4).hex()}:"
-            tenancy = config.tenancy.model_copy(update={"redis_prefix": prefix})
-            config = config.model_copy(update={"tenancy": tenancy})
-        app = create_app(settings, config)
-        url = await stack.enter_async_context(served(app))
-        session = await stack.enter_async_context(aiohttp.ClientSession())
-        gateway = Gateway(url, app, session)
-
-        async def all_connected() -> bool:  # a loaded machine starts the stdio server slowly
-            _, servers = await gateway.admin("GET", "/admin/mcp/servers")
-            return all(s["connected"] for s in servers["data"])
-
-        await wait_for(all_connected, timeout=30, interval=0.1)
-        return gateway
+        return await _start_gateway(stack, tmp_path, mcp, safety, database_url, redis_url, tenancy)
 
     async with stack:
         yield start
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest_asyncio.fixture(params=["sqlite", "postgres"], loop_scope="module")
 async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     """A fresh store: SQLite, and a new database on the local PostgreSQL."""
     if request.param == "sqlite":

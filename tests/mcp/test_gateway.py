@@ -20,6 +20,7 @@ from tests.mcp.conftest import (
     FILES_TOKEN,
     NOTES_TOKEN,
     HttpUpstream,
+    SharedGateway,
     StartGateway,
     gateway_config,
     mcp_client,
@@ -28,7 +29,9 @@ from tests.mcp.conftest import (
 from tests.mcp.upstreams import INJECTION
 from tests.tenancy.support import MASTER, REDIS_URL, Gateway, wait_for
 
-pytestmark = pytest.mark.slow
+# One event loop for the module: its tests share the "notes" server and, where they need no
+# config of their own, one gateway (tests/mcp/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 
 async def _rows(gw: Gateway, table: Any, **where: Any) -> list[dict[str, Any]]:
@@ -60,10 +63,10 @@ async def _raw_rpc(gw: Gateway, key: str, method: str, params: dict[str, Any]) -
 
 
 async def test_lists_and_calls_both_servers_tools_without_leaking_credentials(
-    notes: HttpUpstream, start_gateway: StartGateway
+    shared: SharedGateway,
 ) -> None:
-    gw = await start_gateway(mcp_section(notes.url))
-    _, _, key = await gw.team_and_key("research")
+    gw = shared.gw
+    _, key = await shared.key("research")
     async with mcp_client(gw.url, key) as client:
         names = {t.name for t in (await client.list_tools()).tools}
         assert {"notes__echo", "notes__add", "files__echo", "files__add"} <= names
@@ -90,10 +93,10 @@ async def test_lists_and_calls_both_servers_tools_without_leaking_credentials(
 
 
 async def test_a_key_without_the_tool_is_refused_and_audited(
-    notes: HttpUpstream, start_gateway: StartGateway
+    notes: HttpUpstream, shared: SharedGateway
 ) -> None:
-    gw = await start_gateway(mcp_section(notes.url))
-    _, key_id, key = await gw.team_and_key("narrow")
+    gw = shared.gw
+    key_id, key = await shared.key("narrow")
     async with mcp_client(gw.url, key) as client:
         assert [t.name for t in (await client.list_tools()).tools] == ["notes__echo"]
         with pytest.raises(MCPError) as refused:
@@ -104,15 +107,18 @@ async def test_a_key_without_the_tool_is_refused_and_audited(
     assert rows[0]["alias"] == "mcp/files" and rows[0]["status"] == 403
     assert not await _rows(gw, spend, key_id=key_id, alias="mcp/files")
     # A reloaded config narrows one key below its team's list, at once.
-    _, other_id, other = await gw.team_and_key("research")
+    other_id, other = await shared.key("research")
     section = mcp_section(notes.url)
     section["access"] = {**section["access"], "keys": {other_id: ["files__add"]}}
     feature = next(f for f in gw.app[GATEWAY].features.all if f.name == "mcp")
     feature.reconfigure(gateway_config(section))
-    async with mcp_client(gw.url, other) as client:
-        assert [t.name for t in (await client.list_tools()).tools] == ["files__add"]
-    async with mcp_client(gw.url, key) as client:  # its team-mate keeps the team's list
-        assert [t.name for t in (await client.list_tools()).tools] == ["notes__echo"]
+    try:
+        async with mcp_client(gw.url, other) as client:
+            assert [t.name for t in (await client.list_tools()).tools] == ["files__add"]
+        async with mcp_client(gw.url, key) as client:  # its team-mate keeps the team's list
+            assert [t.name for t in (await client.list_tools()).tools] == ["notes__echo"]
+    finally:  # the shared gateway's config as it was
+        feature.reconfigure(gateway_config(mcp_section(notes.url)))
 
 
 async def test_calls_are_in_spend_with_their_price_and_in_the_audit_with_payloads(
@@ -140,11 +146,22 @@ async def test_calls_are_in_spend_with_their_price_and_in_the_audit_with_payload
     assert json.dumps(report).count(team_id) >= 1
 
 
-async def test_an_injection_in_a_tool_result_is_blocked_and_audited(
-    notes: HttpUpstream, start_gateway: StartGateway
-) -> None:
-    gw = await start_gateway(mcp_section(notes.url))
-    _, key_id, key = await gw.team_and_key("research", team_fields={"log_payloads": True})
+async def _metrics(gw: Gateway) -> str:
+    async with gw.session.get(f"{gw.url}/metrics") as resp:
+        return await resp.text()
+
+
+def _count(metrics: str, series: str) -> float:
+    line = next((x for x in metrics.splitlines() if x.startswith(series + " ")), None)
+    return float(line.split()[-1]) if line else 0.0
+
+
+async def test_an_injection_in_a_tool_result_is_blocked_and_audited(shared: SharedGateway) -> None:
+    gw = shared.gw
+    key_id, key = await shared.key("research")  # a team that logs payloads
+    blocked = 'fleetgate_mcp_tool_calls_total{server="files",decision="blocked"}'
+    allowed = 'fleetgate_mcp_tool_calls_total{server="files",decision="allowed"}'
+    before = await _metrics(gw)
     async with mcp_client(gw.url, key) as client:
         result = await client.call_tool("files__fetch_page", {"url": "https://x.example"})
         clean = await client.call_tool("files__echo", {"text": "harmless"})
@@ -160,18 +177,15 @@ async def test_an_injection_in_a_tool_result_is_blocked_and_audited(
     flagged = await _wait_rows(gw, safety_audit, key_id=key_id)
     assert flagged[0]["flagged"] and "prompt_injection" in flagged[0]["categories"]
     assert flagged[0]["alias"] == "mcp/files"
-    async with gw.session.get(f"{gw.url}/metrics") as resp:
-        metrics = await resp.text()
-    assert 'fleetgate_mcp_tool_calls_total{server="files",decision="blocked"} 1' in metrics
-    assert 'fleetgate_mcp_tool_calls_total{server="files",decision="allowed"} 1' in metrics
+    metrics = await _metrics(gw)
+    assert _count(metrics, blocked) == _count(before, blocked) + 1
+    assert _count(metrics, allowed) == _count(before, allowed) + 1
     assert 'fleetgate_mcp_server_connected{server="notes"} 1' in metrics
 
 
-async def test_personal_data_in_a_tool_result_is_masked_per_policy(
-    notes: HttpUpstream, start_gateway: StartGateway
-) -> None:
-    gw = await start_gateway(mcp_section(notes.url))
-    _, key_id, key = await gw.team_and_key("research")
+async def test_personal_data_in_a_tool_result_is_masked_per_policy(shared: SharedGateway) -> None:
+    gw = shared.gw
+    key_id, key = await shared.key("research")
     async with mcp_client(gw.url, key) as client:
         result = await client.call_tool("files__contact", {"person": "Alice"})
     text = result.content[0].text  # type: ignore[union-attr]
@@ -184,11 +198,9 @@ async def test_personal_data_in_a_tool_result_is_masked_per_policy(
     assert (await _rows(gw, spend, key_id=key_id))[0]["cost_nusd"] == 1_000_000  # still billed
 
 
-async def test_tool_prices_count_against_the_team_budget(
-    notes: HttpUpstream, start_gateway: StartGateway
-) -> None:
-    gw = await start_gateway(mcp_section(notes.url))
-    _, _, key = await gw.team_and_key("research", team_fields={"max_budget_usd": 0.02})
+async def test_tool_prices_count_against_the_team_budget(shared: SharedGateway) -> None:
+    gw = shared.gw
+    _, _, key = await gw.team_and_key("budgeted", team_fields={"max_budget_usd": 0.02})
     async with mcp_client(gw.url, key) as client:
         await client.call_tool("notes__add", {"a": 1, "b": 1})  # 0.0125 of 0.02
         await client.call_tool("notes__add", {"a": 1, "b": 1})  # 0.025: over from now on
@@ -227,8 +239,9 @@ async def test_tool_calls_are_rate_limited_per_key(
 
 
 async def test_a_dead_server_leaves_the_others_working_and_comes_back(
-    notes: HttpUpstream, start_gateway: StartGateway
+    own_notes: HttpUpstream, start_gateway: StartGateway
 ) -> None:
+    notes = own_notes  # killed and started again: not the module's shared one
     gw = await start_gateway(mcp_section(notes.url))
     _, _, key = await gw.team_and_key("research")
     notes.kill()
@@ -259,10 +272,8 @@ async def test_a_dead_server_leaves_the_others_working_and_comes_back(
         assert result.content[0].text == "notes: back"  # type: ignore[union-attr]
 
 
-async def test_the_endpoint_needs_a_virtual_key(
-    notes: HttpUpstream, start_gateway: StartGateway
-) -> None:
-    gw = await start_gateway(mcp_section(notes.url))
+async def test_the_endpoint_needs_a_virtual_key(shared: SharedGateway) -> None:
+    gw = shared.gw
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     for headers in ({}, {"Authorization": "Bearer sk-fg-not-a-key"}):
         async with gw.session.post(f"{gw.url}/mcp", json=body, headers=headers) as resp:
@@ -272,11 +283,9 @@ async def test_the_endpoint_needs_a_virtual_key(
         assert reply["jsonrpc"] == "2.0" and reply["error"]["code"] == -32600
 
 
-async def test_transport_errors_are_json_rpc_errors_with_4xx(
-    notes: HttpUpstream, start_gateway: StartGateway
-) -> None:
-    gw = await start_gateway(mcp_section(notes.url))
-    _, _, key = await gw.team_and_key("research")
+async def test_transport_errors_are_json_rpc_errors_with_4xx(shared: SharedGateway) -> None:
+    gw = shared.gw
+    _, key = await shared.key("research")
     auth = {"Authorization": f"Bearer {key}", "Accept": "application/json, text/event-stream"}
     post = {**auth, "Content-Type": "application/json"}
     async with gw.session.post(f"{gw.url}/mcp", data=b"{not json", headers=post) as resp:
@@ -284,12 +293,12 @@ async def test_transport_errors_are_json_rpc_errors_with_4xx(
         assert (await resp.json())["error"]["code"] == -32700
     async with gw.session.get(f"{gw.url}/mcp", headers=auth) as resp:
         assert resp.status == 405  # no server-initiated stream: stateless, JSON responses
-    body = {"jsonrpc": "2.0", "id": 3, "method": "resources/list", "params": {}}
+    body = {"jsonrpc": "2.0", "id": 3, "method": "resources/templates/list", "params": {}}
     async with gw.session.post(
         f"{gw.url}/mcp", json=body, headers={**post, "MCP-Protocol-Version": "2025-11-25"}
     ) as resp:
         reply = await resp.json()
-    assert reply["error"]["code"] == -32601  # only tools are served
+    assert reply["error"]["code"] == -32601  # resource templates are not aggregated
 
 
 async def test_without_tenancy_the_master_key_uses_every_tool_within_the_mcp_limits(
@@ -351,11 +360,9 @@ HOSTILE: list[bytes] = [
 ]
 
 
-async def test_hostile_bodies_get_4xx_or_json_rpc_errors_never_5xx(
-    notes: HttpUpstream, start_gateway: StartGateway
-) -> None:
-    gw = await start_gateway(mcp_section(notes.url))
-    _, _, key = await gw.team_and_key("research")
+async def test_hostile_bodies_get_4xx_or_json_rpc_errors_never_5xx(shared: SharedGateway) -> None:
+    gw = shared.gw
+    _, key = await shared.key("research")
     headers = {
         "Authorization": f"Bearer {key}",
         "Accept": "application/json, text/event-stream",
@@ -374,15 +381,15 @@ async def test_hostile_bodies_get_4xx_or_json_rpc_errors_never_5xx(
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_the_sdk_high_level_client_negotiates_with_the_gateway(
-    notes: HttpUpstream, start_gateway: StartGateway, mode: str
+    shared: SharedGateway, mode: str
 ) -> None:
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
     from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
-    gw = await start_gateway(mcp_section(notes.url))
-    _, _, key = await gw.team_and_key("research")
+    gw = shared.gw
+    _, key = await shared.key("research")
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http:
         transport = streamable_http_client(f"{gw.url}/mcp", http_client=http)
         async with Client(transport, mode=mode) as client:  # type: ignore[arg-type]
@@ -412,3 +419,53 @@ async def test_calls_in_flight_to_a_server_are_capped_by_its_max_parallel(
         assert {r.error.data["reason"] for r in refused} == {"parallel"}  # type: ignore[index]
         # the slots are free again once those calls ended
         assert (await client.call_tool("files__sleep", {"seconds": 0})).is_error is False
+
+
+async def test_prompts_and_resources_pass_through_with_allow_lists_safety_and_audit(
+    shared: SharedGateway,
+) -> None:
+    gw = shared.gw
+    key_id, key = await shared.key("research")  # a team that logs payloads
+    narrow_id, narrow = await shared.key("narrow")
+    async with mcp_client(gw.url, key) as client:
+        prompts = {p.name for p in (await client.list_prompts()).prompts}
+        assert {"notes__review", "files__review", "notes__poisoned"} <= prompts
+        got = await client.get_prompt("files__review", {"topic": "the budget"})
+        assert got.messages[0].content.text == "files: review the budget carefully."  # type: ignore[union-attr]
+        with pytest.raises(MCPError) as withheld:  # an injection in a prompt's text
+            await client.get_prompt("notes__poisoned", {})
+        assert withheld.value.error.code == -32012
+        assert "prompt_injection" in withheld.value.error.message
+        uris = {str(r.uri) for r in (await client.list_resources()).resources}
+        assert {"notes://readme", "files://readme", "files://poisoned"} <= uris
+        page = await client.read_resource("files://readme")
+        text = page.contents[0].text  # type: ignore[union-attr]
+        assert text.startswith("files readme: call support at ")
+        assert "alice.smith@example.com" not in text  # masked by the pii check
+        with pytest.raises(MCPError) as poisoned:
+            await client.read_resource("notes://poisoned")
+        assert poisoned.value.error.code == -32012
+    async with mcp_client(gw.url, narrow) as client:  # its team's list names one of each
+        assert [p.name for p in (await client.list_prompts()).prompts] == ["notes__review"]
+        listed = [str(r.uri) for r in (await client.list_resources()).resources]
+        assert listed == ["notes://readme"]
+        with pytest.raises(MCPError) as refused:
+            await client.get_prompt("files__review", {"topic": "x"})
+        assert refused.value.error.code == -32602
+        with pytest.raises(MCPError) as missing:  # as if it did not exist
+            await client.read_resource("files://readme")
+        assert missing.value.error.code == -32002
+    audit = await _wait_rows(gw, request_audit, 4, key_id=key_id)
+    decisions = {(r["alias"], r["decision"]): r for r in audit}
+    assert set(decisions) == {
+        ("mcp/files", "allowed"), ("mcp/notes", "blocked"), ("mcp/files", "masked"),
+    }  # fmt: skip
+    review = decisions["mcp/files", "allowed"]
+    assert review["prompt"] == {"prompt": "review", "arguments": {"topic": "the budget"}}
+    assert "review the budget" in review["response"]
+    masked = decisions["mcp/files", "masked"]
+    assert masked["prompt"]["resource"] == "files://readme"
+    assert "alice.smith" not in masked["response"]  # the audit keeps what the caller got
+    refusals = await _wait_rows(gw, request_audit, 2, key_id=narrow_id)
+    assert {r["decision"] for r in refusals} == {"refused_prompt", "refused_resource"}
+    assert not await _rows(gw, spend, key_id=key_id)  # prompts and resources are not priced

@@ -74,3 +74,15 @@ async def test_a_server_that_cannot_start_is_retried_and_reported() -> None:
             await upstream.call("echo", {"text": "x"})
     finally:
         await upstream.aclose()
+
+
+async def test_prompts_and_resources_are_listed_and_served(files: Upstream) -> None:
+    assert {p.name for p in files.prompts} == {"review", "poisoned"}
+    assert {str(r.uri) for r in files.resources} == {"files://readme", "files://poisoned"}
+    got = await files.get_prompt("review", {"topic": "x"})
+    assert got.messages[0].content.text == "files: review x carefully."  # type: ignore[union-attr]
+    page = await files.read_resource("files://readme")
+    assert page.contents[0].text.startswith("files readme")  # type: ignore[union-attr]
+    with pytest.raises(MCPError):  # the server's own error, the connection kept
+        await files.read_resource("files://nothing-here")
+    assert files.connected

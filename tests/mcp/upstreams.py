@@ -64,6 +64,26 @@ def build(name: str) -> MCPServer:
         """A directory lookup whose answer carries personal data (text only)."""
         return f"Write to {person} at alice.smith@example.com about the report."
 
+    @server.prompt()
+    def review(topic: str) -> str:
+        """A prompt template."""
+        return f"{name}: review {topic} carefully."
+
+    @server.prompt()
+    def poisoned() -> str:
+        """A prompt that carries an injection."""
+        return INJECTION
+
+    @server.resource(f"{name}://readme", mime_type="text/plain")
+    def readme() -> str:
+        """A plain resource."""
+        return f"{name} readme: call support at alice.smith@example.com."
+
+    @server.resource(f"{name}://poisoned", mime_type="text/plain")
+    def poisoned_page() -> str:
+        """A resource that carries an injection."""
+        return INJECTION
+
     return server
 
 

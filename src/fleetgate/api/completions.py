@@ -266,7 +266,9 @@ async def _dispatch(
             attempts += 1
             cfg = dep.config
             headers = {**forward, **trace.attempt(dep.id, cfg.model, cfg.api_base, attempts)}
-        return UpstreamCall(endpoint, call_body, stream, dep.config.timeouts or timeouts, headers)
+        return UpstreamCall(
+            endpoint, call_body, stream, dep.config.timeouts or timeouts, headers, req.responses
+        )
 
     if trace is not None:
         trace.routing_started(req.alias)

@@ -132,6 +132,9 @@ class DeploymentConfig(_Model):
     # The engine schedules by vLLM's request ``priority`` field (--scheduling-policy priority):
     # the scheduler sends each request's band in it.
     priority: bool = False
+    # ``native``: requests that came in on /v1/responses are sent to the deployment's own
+    # /v1/responses (OpenAI, vLLM); ``bridge``: as chat completions (api/responses).
+    responses_api: Literal["bridge", "native"] = "bridge"
     # A `tokenizers` JSON file of the model: the context window is checked with its exact count.
     tokenizer: str | None = None
     price: Price = Price()
@@ -157,6 +160,8 @@ class DeploymentConfig(_Model):
     def _azure_needs_version(self) -> DeploymentConfig:
         if self.provider == "azure" and not self.api_version:
             raise ValueError("azure deployments need api_version")
+        if self.responses_api == "native" and self.provider != "openai":
+            raise ValueError("responses_api: native needs provider openai")
         return self
 
     @property

@@ -1,8 +1,11 @@
-"""`ToolGateway`: the aggregated tools of every upstream, and one tool call's path through the
-gateway's controls.
+"""`ToolGateway`: the aggregated tools, prompts and resources of every upstream, and one
+request's path through the gateway's controls.
 
-``list_tools(principal)``: the namespaced tools (``<server>__<tool>``) of the connected servers
-that the caller's allow-lists admit. ``call(principal, name, arguments)``:
+``list_tools(principal)`` / ``list_prompts``: the namespaced tools and prompts
+(``<server>__<name>``) of the connected servers that the caller's allow-lists admit;
+``list_resources``: their resources, under their own URIs (the allow-lists see them as
+``<server>__<uri>``; a URI two servers both list belongs to the first in the config).
+``call(principal, name, arguments)`` (and ``get_prompt``, ``read_resource``, the same way):
 
 1. the tool must exist and be allowed (else the JSON-RPC error a client gets for an unknown
    tool: a caller cannot probe for tools it may not use);
@@ -11,23 +14,21 @@ that the caller's allow-lists admit. ``call(principal, name, arguments)``:
    (``mcp.key_rpm``, ``mcp.team_rpm``) and ``mcp-server:`` (the server's ``rpm`` and
    ``max_parallel``); a denial is a JSON-RPC error with the retry delay;
 3. the upstream is called (its credentials stay in `fleetgate.mcp.upstream`);
-4. the result's text goes through the caller's safety policy at the *input* check point (a tool
-   result is text the model will read: indirect prompt injection): a block replaces the result
-   with an ``isError`` result naming the check, a mask rewrites the text;
-5. settle (the call's price into the budgets), then one spend row (alias ``mcp/<server>``,
-   deployment ``mcp:<server>``, tag ``mcp_tool``) and one audit row (arguments and result only
-   for teams that log payloads), and a safety row when a check flagged the result.
+4. the answer's text goes through the caller's safety policy at the *input* check point
+   (`fleetgate.mcp.screen`: text the model will read, indirect prompt injection);
+5. settle (a tool call's price into the budgets), then for a tool call one spend row (alias
+   ``mcp/<server>``, deployment ``mcp:<server>``, tag ``mcp_tool``), for every request one audit
+   row (arguments and answer only for teams that log payloads), and a safety row when a check
+   flagged the answer. Prompts and resources are not priced (no spend row).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import mcp.types as types
 from mcp.shared.exceptions import MCPError
@@ -38,8 +39,8 @@ from fleetgate.limits.memory import MemoryLimiter
 from fleetgate.mcp.access import ToolAccess
 from fleetgate.mcp.config import McpConfig, McpServerConfig
 from fleetgate.mcp.metrics import ToolMetrics
+from fleetgate.mcp.screen import McpCall, ResultScreen, safety_row
 from fleetgate.mcp.upstream import Upstream, UpstreamUnavailable
-from fleetgate.safety.base import Action, CheckContext, CheckPoint, PolicyDecision
 from fleetgate.safety.runtime import SafetyRuntime
 from fleetgate.tenancy.headers import duration
 from fleetgate.tenancy.model import Limits
@@ -48,7 +49,14 @@ from fleetgate.tenancy.runtime import Tenancy
 from fleetgate.tenancy.scopes import scope_for
 from fleetgate.tenancy.settles import Settles
 
-__all__ = ["INVALID_PARAMS", "RATE_LIMITED", "TIMED_OUT", "UNAVAILABLE", "ToolGateway"]
+__all__ = [
+    "INVALID_PARAMS",
+    "RATE_LIMITED",
+    "RESOURCE_NOT_FOUND",
+    "TIMED_OUT",
+    "UNAVAILABLE",
+    "ToolGateway",
+]
 
 log = logging.getLogger("fleetgate.mcp")
 
@@ -58,6 +66,8 @@ INVALID_PARAMS = -32602  # an unknown (or not allowed) tool, as the MCP spec say
 TIMED_OUT = -32001  # the upstream server did not answer within call_timeout_s (the SDK's code)
 UNAVAILABLE = -32010  # the upstream server is not connected, or the connection broke
 RATE_LIMITED = -32011  # a rate limit, parallel limit or budget refused the call
+RESOURCE_NOT_FOUND = -32002  # an unknown (or not allowed) resource, as the MCP spec says
+T = TypeVar("T")
 
 
 def _no_alerts(scopes: tuple[Scope, ...], totals: dict[str, int], cost: int) -> None:
@@ -66,23 +76,6 @@ def _no_alerts(scopes: tuple[Scope, ...], totals: dict[str, int], cost: int) -> 
 
 def _nusd(usd: float) -> int:
     return round(usd * 1_000_000_000)
-
-
-@dataclass(slots=True)
-class _Call:
-    """What one call produced, for its records."""
-
-    request_id: str
-    principal: Principal
-    server: str
-    tool: str
-    arguments: dict[str, Any]
-    started: float = field(default_factory=time.time)
-    decision: str = "allowed"
-    status: int = 200
-    error_type: str | None = None
-    result: types.CallToolResult | None = None
-    safety: PolicyDecision | None = None
 
 
 class ToolGateway:
@@ -102,7 +95,7 @@ class ToolGateway:
         self.metrics = metrics
         self.upstreams = dict(upstreams)
         self.tenancy = tenancy
-        self.safety = safety
+        self.screen = ResultScreen(safety)
         self._request_id = request_id
         self.access = ToolAccess(config.access, self._team_name)
         # Without tenancy the MCP limits still hold, in this process.
@@ -124,14 +117,34 @@ class ToolGateway:
     def tool_name(self, server: str, tool: str) -> str:
         return f"{server}{self.config.separator}{tool}"
 
+    def _listed(self, principal: Principal, items: Callable[[Upstream], list[Any]]) -> list[Any]:
+        """The named items (tools, prompts) of each server that ``principal`` may use, renamed."""
+        out: list[Any] = []
+        for server, upstream in self.upstreams.items():
+            for item in list(items(upstream)):
+                name = self.tool_name(server, item.name)
+                if TOOL_NAME_REGEX.fullmatch(name) and self.access.allows(principal, name):
+                    out.append(item.model_copy(update={"name": name}))
+        return out
+
     def list_tools(self, principal: Principal) -> list[types.Tool]:
         """The namespaced tools of the connected servers that ``principal`` may use."""
-        out: list[types.Tool] = []
+        return self._listed(principal, lambda up: up.tools)
+
+    def list_prompts(self, principal: Principal) -> list[types.Prompt]:
+        """The namespaced prompts of the connected servers that ``principal`` may use."""
+        return self._listed(principal, lambda up: up.prompts)
+
+    def list_resources(self, principal: Principal) -> list[types.Resource]:
+        """The resources of the connected servers that ``principal`` may read (own URIs)."""
+        out: list[types.Resource] = []
+        seen: set[str] = set()
         for server, upstream in self.upstreams.items():
-            for tool in list(upstream.tools):
-                name = self.tool_name(server, tool.name)
-                if TOOL_NAME_REGEX.fullmatch(name) and self.access.allows(principal, name):
-                    out.append(tool.model_copy(update={"name": name}))
+            for resource in list(upstream.resources):
+                uri = str(resource.uri)
+                if uri not in seen and self.access.allows(principal, self.tool_name(server, uri)):
+                    seen.add(uri)
+                    out.append(resource)
         return out
 
     def _server_config(self, server: str, upstream: Upstream) -> McpServerConfig:
@@ -145,39 +158,94 @@ class ToolGateway:
             return None
         return server, tool, upstream
 
+    def _resource_owner(self, uri: str) -> tuple[str, str, Upstream] | None:
+        for server, upstream in self.upstreams.items():
+            if any(str(r.uri) == uri for r in upstream.resources):
+                return server, uri, upstream
+        return None
+
     # -- calling -----------------------------------------------------------------------------
+
+    def _admit(
+        self, principal: Principal, kind: str, name: str, arguments: dict[str, Any]
+    ) -> tuple[McpCall, Upstream]:
+        """The request, once its name resolves to a server the caller may use; else the
+        JSON-RPC error for an unknown name (refusals are audited as ``refused_<kind>``)."""
+        if kind == "resource":
+            resolved = self._resource_owner(name)
+            allowed_as = self.tool_name(resolved[0], name) if resolved else name
+        else:
+            resolved = self._resolve(name)
+            allowed_as = name
+        call = McpCall(
+            self._request_id(), principal, resolved[0] if resolved else "", name, arguments,
+            kind=kind,
+        )  # fmt: skip
+        if resolved is None or not self.access.allows(principal, allowed_as):
+            self._finish(call, f"refused_{kind}", 403, "permission_error")
+            if kind == "resource":
+                raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {name}")
+            raise MCPError(INVALID_PARAMS, f"Unknown {kind}: {name}")
+        call.name = resolved[1]
+        return call, resolved[2]
 
     async def call(
         self, principal: Principal, name: str, arguments: dict[str, Any] | None
     ) -> types.CallToolResult:
         """One tool call through the gateway (module docstring); raises `MCPError` for what
         the caller gets as a JSON-RPC error."""
-        resolved = self._resolve(name)
-        call = _Call(
-            self._request_id(), principal, resolved[0] if resolved else "", name, arguments or {}
-        )
-        if resolved is None or not self.access.allows(principal, name):
-            self._finish(call, "refused_tool", 403, "permission_error")
-            raise MCPError(INVALID_PARAMS, f"Unknown tool: {name}")
-        server, call.tool, upstream = resolved
+        call, upstream = self._admit(principal, "tool", name, arguments or {})
+        return await self._through(
+            call, upstream, lambda: upstream.call(call.name, call.arguments),
+            self.screen.tool_result, priced=True,
+        )  # fmt: skip
+
+    async def get_prompt(
+        self, principal: Principal, name: str, arguments: dict[str, str] | None
+    ) -> types.GetPromptResult:
+        """``prompts/get`` through the gateway, as a tool call but not priced."""
+        call, upstream = self._admit(principal, "prompt", name, dict(arguments or {}))
+        return await self._through(
+            call, upstream, lambda: upstream.get_prompt(call.name, dict(arguments or {})),
+            self.screen.prompt, priced=False,
+        )  # fmt: skip
+
+    async def read_resource(self, principal: Principal, uri: str) -> types.ReadResourceResult:
+        """``resources/read`` through the gateway, as a tool call but not priced."""
+        call, upstream = self._admit(principal, "resource", uri, {})
+        return await self._through(
+            call, upstream, lambda: upstream.read_resource(uri), self.screen.resource,
+            priced=False,
+        )  # fmt: skip
+
+    async def _through(
+        self,
+        call: McpCall,
+        upstream: Upstream,
+        send: Callable[[], Awaitable[T]],
+        screen: Callable[[McpCall, T], Awaitable[T]],
+        *,
+        priced: bool,
+    ) -> T:
         reservation = await self._reserve(call)
         cost = 0
         try:
-            result = await self._call_upstream(call, upstream)
-            result = await self._check_result(call, result)
+            result = await screen(call, await self._call_upstream(call, send))
             call.result = result
-            cost = _nusd(self._server_config(server, upstream).price_usd(call.tool))
+            if priced:
+                cost = _nusd(self._server_config(call.server, upstream).price_usd(call.name))
             return result
         except asyncio.CancelledError:  # the client went away: audited, not billed
             call.decision, call.status, call.error_type = "cancelled", 499, "cancelled"
             raise
         finally:
             self._settle(reservation, cost)
-            self._finish(call, call.decision, call.status, call.error_type, cost)
+            self._finish(call, call.decision, call.status, call.error_type, cost, priced)
 
-    async def _call_upstream(self, call: _Call, upstream: Upstream) -> types.CallToolResult:
+    async def _call_upstream(self, call: McpCall, send: Callable[[], Awaitable[T]]) -> T:
+        upstream = self.upstreams[call.server]
         try:
-            return await upstream.call(call.tool, call.arguments)
+            return await send()
         except UpstreamUnavailable:
             call.decision, call.status, call.error_type = "error", 502, "upstream_error"
             raise MCPError(UNAVAILABLE, f"MCP server {call.server!r} is unavailable") from None
@@ -190,7 +258,7 @@ class ToolGateway:
             call.decision, call.status, call.error_type = "error", 400, "upstream_error"
             raise MCPError(exc.error.code, _scrub(exc.error.message, upstream.config)) from None
 
-    async def _reserve(self, call: _Call) -> Reservation | None:
+    async def _reserve(self, call: McpCall) -> Reservation | None:
         scopes = self._scopes(call)
         if not scopes:
             return None
@@ -206,7 +274,7 @@ class ToolGateway:
             )
         return result
 
-    def _scopes(self, call: _Call) -> tuple[Scope, ...]:
+    def _scopes(self, call: McpCall) -> tuple[Scope, ...]:
         p, cfg = call.principal, self.config
         now = int(time.time() * 1000)
         found: list[Scope] = []
@@ -239,67 +307,16 @@ class ToolGateway:
         if self.tenancy is None:
             await self.settles.drain()
 
-    # -- safety on the result ----------------------------------------------------------------
-
-    async def _check_result(
-        self, call: _Call, result: types.CallToolResult
-    ) -> types.CallToolResult:
-        if self.safety is None:
-            return result
-        policy = self.safety.stage.policy_for(f"mcp/{call.server}", call.principal.team_id)
-        if not policy.checks(CheckPoint.INPUT):
-            return result
-        ctx = CheckContext(
-            stage=CheckPoint.INPUT, role="tool", alias=f"mcp/{call.server}",
-            team=call.principal.team_id, key_id=call.principal.key_id,
-            request_id=call.request_id,
-        )  # fmt: skip
-        content: list[Any] = []
-        masked = False
-        for block in result.content:
-            text = _block_text(block)
-            if text is None:
-                content.append(block)
-                continue
-            decision = await policy.run(CheckPoint.INPUT, text, ctx)
-            if decision.blocked:
-                return self._blocked(call, decision)
-            if decision.action is Action.MASK:
-                masked = True
-                call.safety = decision
-                content.append(_with_text(block, decision.text))
-            else:
-                content.append(block)
-        structured = result.structured_content
-        if structured is not None:
-            raw = json.dumps(structured, ensure_ascii=False)
-            decision = await policy.run(CheckPoint.INPUT, raw, ctx)
-            if decision.blocked or decision.action is Action.MASK:
-                # JSON cannot be masked in place without breaking its schema: withhold it all.
-                return self._blocked(call, decision)
-        if masked:
-            call.decision = "masked"
-            return result.model_copy(update={"content": content})
-        return result
-
-    def _blocked(self, call: _Call, decision: PolicyDecision) -> types.CallToolResult:
-        call.safety = decision
-        call.decision, call.status, call.error_type = "blocked", 400, "content_filter"
-        reason = decision.reason
-        check = reason.check if reason is not None else "policy"
-        cats = ", ".join(reason.categories) if reason is not None else ""
-        text = (
-            f"The gateway withheld this tool result: its content policy flagged it "
-            f"({check}{': ' + cats if cats else ''})."
-        )
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=text)], is_error=True
-        )
-
     # -- records -----------------------------------------------------------------------------
 
     def _finish(
-        self, call: _Call, decision: str, status: int, error_type: str | None, cost: int = 0
+        self,
+        call: McpCall,
+        decision: str,
+        status: int,
+        error_type: str | None,
+        cost: int = 0,
+        priced: bool = True,
     ) -> None:
         if self.metrics is not None:
             reached = not decision.startswith("refused_")
@@ -311,14 +328,14 @@ class ToolGateway:
         alias = f"mcp/{call.server}" if call.server else "mcp"
         created_ms = int(call.started * 1000)
         records: list[tuple[str, dict[str, Any]]] = []
-        if status < 500 and decision in ("allowed", "masked", "blocked"):
+        if priced and status < 500 and decision in ("allowed", "masked", "blocked"):
             records.append(("spend", {
                 "request_id": call.request_id, "created_ms": created_ms, "key_id": p.key_id,
                 "team_id": p.team_id, "alias": alias, "deployment": f"mcp:{call.server}",
                 "version": None, "status": status, "input_tokens": 0, "output_tokens": 0,
                 "cached_tokens": 0, "cost_nusd": cost,
                 "latency_ms": int((time.time() - call.started) * 1000),
-                "tags": {**dict(p.tags), "mcp_tool": call.tool},
+                "tags": {**dict(p.tags), "mcp_tool": call.name},
             }))  # fmt: skip
             if self.tenancy.stage.usage is not None:
                 self.tenancy.stage.usage.record(p.team_id, alias, cost)
@@ -329,17 +346,17 @@ class ToolGateway:
                 "request_id": call.request_id, "created_ms": created_ms, "key_id": p.key_id,
                 "team_id": p.team_id, "alias": alias, "decision": decision, "status": status,
                 "error_type": error_type,
-                "prompt": {"tool": call.tool, "arguments": call.arguments} if full else None,
+                "prompt": {call.kind: call.name, "arguments": call.arguments} if full else None,
                 "response": self._result_text(call.result) if full else None,
             }))  # fmt: skip
         if call.safety is not None:
-            records.append(("safety", _safety_row(call, alias, created_ms)))
+            records.append(("safety", safety_row(call, alias, created_ms)))
         self.tenancy.writer.submit_all(records)
 
-    def _result_text(self, result: types.CallToolResult | None) -> str | None:
+    def _result_text(self, result: Any) -> str | None:
         if result is None:
             return None
-        text = result.model_dump_json(by_alias=True, exclude_none=True)
+        text: str = result.model_dump_json(by_alias=True, exclude_none=True)
         return text[: self.config.max_result_chars]
 
 
@@ -351,41 +368,3 @@ def _scrub(text: str, config: McpServerConfig) -> str:
             if len(part) >= 8:
                 text = text.replace(part, "***")
     return text
-
-
-def _block_text(block: Any) -> str | None:
-    if isinstance(block, types.TextContent):
-        return block.text
-    if isinstance(block, types.EmbeddedResource) and isinstance(
-        block.resource, types.TextResourceContents
-    ):
-        return block.resource.text
-    return None
-
-
-def _with_text(block: Any, text: str) -> Any:
-    if isinstance(block, types.TextContent):
-        return block.model_copy(update={"text": text})
-    resource = block.resource.model_copy(update={"text": text})
-    return block.model_copy(update={"resource": resource})
-
-
-def _safety_row(call: _Call, alias: str, created_ms: int) -> dict[str, Any]:
-    decision = call.safety
-    assert decision is not None
-    return {
-        "id": call.request_id,
-        "request_id": call.request_id,
-        "created_ms": created_ms,
-        "key_id": call.principal.key_id,
-        "team_id": call.principal.team_id,
-        "alias": alias,
-        "flagged": True,
-        "categories": decision.categories,
-        "verdicts": [
-            {"check": v.check, "action": v.action.value, "categories": list(v.categories),
-             "error": v.error, "detail": v.detail}
-            for v in decision.verdicts
-        ],
-        "failed": any(v.error for v in decision.verdicts),
-    }  # fmt: skip

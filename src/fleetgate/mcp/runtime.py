@@ -1,7 +1,8 @@
 """`McpRuntime`: the upstream connections, the `ToolGateway` and the MCP endpoint they serve.
 
-The endpoint is the SDK's low-level `mcp.server.lowlevel.Server` (``tools/list`` and
-``tools/call`` answered by the `ToolGateway`) behind its `StreamableHTTPSessionManager` in
+The endpoint is the SDK's low-level `mcp.server.lowlevel.Server` (``tools/list``,
+``tools/call``, ``prompts/list``, ``prompts/get``, ``resources/list`` and ``resources/read``
+answered by the `ToolGateway`) behind its `StreamableHTTPSessionManager` in
 stateless mode with JSON responses: every POST is served on its own, so any replica can answer
 any request and no session state needs sharing. aiohttp authenticates the bearer key first
 (401 with a JSON-RPC error body otherwise) and hands the principal to the handlers in the ASGI
@@ -103,10 +104,14 @@ class McpRuntime:
         self.server: Server[Any] = Server(
             "fleetgate",
             version=_version(),
-            instructions="Tools of the MCP servers behind this gateway, named <server>"
-            f"{config.separator}<tool>.",
+            instructions="Tools and prompts of the MCP servers behind this gateway, named "
+            f"<server>{config.separator}<name>, and their resources.",
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
+            on_list_prompts=self._list_prompts,
+            on_get_prompt=self._get_prompt,
+            on_list_resources=self._list_resources,
+            on_read_resource=self._read_resource,
         )
         self.manager = StreamableHTTPSessionManager(self.server, stateless=True, json_response=True)
         self._stop = asyncio.Event()
@@ -122,6 +127,26 @@ class McpRuntime:
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         return await self.gateway.call(_principal(ctx), params.name, params.arguments)
+
+    async def _list_prompts(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=self.gateway.list_prompts(_principal(ctx)))
+
+    async def _get_prompt(
+        self, ctx: Any, params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        return await self.gateway.get_prompt(_principal(ctx), params.name, params.arguments)
+
+    async def _list_resources(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=self.gateway.list_resources(_principal(ctx)))
+
+    async def _read_resource(
+        self, ctx: Any, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        return await self.gateway.read_resource(_principal(ctx), str(params.uri))
 
     def reconfigure(self, config: McpConfig) -> None:
         self.config = config
@@ -155,6 +180,8 @@ class McpRuntime:
                 "transport": up.config.transport,
                 "connected": up.connected,
                 "tools": [self.gateway.tool_name(name, t.name) for t in up.tools],
+                "prompts": [self.gateway.tool_name(name, p.name) for p in up.prompts],
+                "resources": len(up.resources),
                 "last_error": up.last_error,
             }
             for name, up in self.upstreams.items()

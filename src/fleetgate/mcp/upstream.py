@@ -3,14 +3,17 @@
 The SDK's transports and `mcp.ClientSession` are async context managers whose task groups must
 be entered and left by one task, so each server gets a task that connects (``http``: streamable
 HTTP with the configured headers; ``stdio``: the configured command as a subprocess),
-initializes, lists the tools, then re-lists them every ``ping_interval_s`` (a liveness check
-that also follows tool changes). A failure (the process died, the server went away, a call
-broke the connection) drops the session and its tools and reconnects with a doubling wait::
+initializes, lists the tools (and the prompts and resources of a server that offers them),
+then lists them again every ``ping_interval_s`` (a liveness check that also follows changes).
+A failure (the process died, the server went away, a call broke the connection) drops the
+session and what it listed and reconnects with a doubling wait::
 
     up = Upstream("search", server_config, reconnect_s=2.0, ping_interval_s=5.0)
     await up.start()
-    up.tools            # the server's tools while connected, else []
+    up.tools            # the server's tools while connected, else [] (also .prompts, .resources)
     result = await up.call("web_search", {"q": "..."})
+    prompt = await up.get_prompt("summarise", {"topic": "..."})
+    page = await up.read_resource("docs://readme")
     await up.aclose()
 
 Credentials (headers, ``secret_env``) go only to the server; nothing here returns them.
@@ -22,9 +25,9 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2
 import mcp.types as types
@@ -41,7 +44,8 @@ __all__ = ["Upstream", "UpstreamUnavailable"]
 log = logging.getLogger("fleetgate.mcp")
 
 _MAX_WAIT_S = 30.0
-_MAX_PAGES = 50  # tools/list pages read from one server
+_MAX_PAGES = 50  # list pages (tools, prompts, resources) read from one server
+T = TypeVar("T")
 
 
 class UpstreamUnavailable(Exception):
@@ -59,6 +63,8 @@ class Upstream:
         self.reconnect_s = reconnect_s
         self.ping_interval_s = ping_interval_s
         self.tools: list[types.Tool] = []
+        self.prompts: list[types.Prompt] = []
+        self.resources: list[types.Resource] = []
         self.last_error: str | None = None
         self._session: ClientSession | None = None
         self._lost = asyncio.Event()
@@ -83,18 +89,32 @@ class Upstream:
         await cancel_and_wait(self._task)
         self._task = None
         self._session = None
-        self.tools = []
+        self._forget()
+
+    def _forget(self) -> None:
+        self.tools, self.prompts, self.resources = [], [], []
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
         """Call ``tool``; `UpstreamUnavailable` when not connected or the connection broke,
         `TimeoutError` past ``call_timeout_s``, `mcp.shared.exceptions.MCPError` for the
         server's own JSON-RPC errors."""
+        return await self._request(lambda session: session.call_tool(tool, arguments))
+
+    async def get_prompt(self, name: str, arguments: dict[str, str]) -> types.GetPromptResult:
+        """``prompts/get``; fails as `call` does."""
+        return await self._request(lambda session: session.get_prompt(name, arguments))
+
+    async def read_resource(self, uri: str) -> types.ReadResourceResult:
+        """``resources/read``; fails as `call` does."""
+        return await self._request(lambda session: session.read_resource(uri))
+
+    async def _request(self, send: Callable[[ClientSession], Awaitable[T]]) -> T:
         session = self._session
         if session is None or self._lost.is_set():
             raise UpstreamUnavailable(f"MCP server {self.name!r} is not connected")
         try:
             async with asyncio.timeout(self.config.call_timeout_s):
-                return await session.call_tool(tool, arguments)
+                return await send(session)
         except TimeoutError:
             raise
         except MCPError as exc:
@@ -125,7 +145,7 @@ class Upstream:
                     "MCP server %s: %s; reconnecting in %.1fs", self.name, self.last_error, wait
                 )
             self._session = None
-            self.tools = []
+            self._forget()
             self._connected.clear()
             await asyncio.sleep(wait)
             wait = min(wait * 2, _MAX_WAIT_S)
@@ -135,10 +155,11 @@ class Upstream:
             async with asyncio.timeout(self.config.connect_timeout_s):
                 read, write = await stack.enter_async_context(self._transport())
                 session = await stack.enter_async_context(ClientSession(read, write))
-                await session.initialize()
-                self.tools = await _list_tools(session)
+                caps = (await session.initialize()).capabilities
+                listed = await self._list(session, caps)
             self._lost.clear()
-            self._session = session
+            self._session = session  # callable before its tools are shown, never after
+            self.tools, self.prompts, self.resources = listed
             self.last_error = None
             self._connected.set()
             log.info("MCP server %s connected: %d tools", self.name, len(self.tools))
@@ -147,9 +168,18 @@ class Upstream:
                     await asyncio.wait_for(self._lost.wait(), self.ping_interval_s)
                     break  # a call found the connection broken
                 async with asyncio.timeout(self.config.connect_timeout_s):
-                    self.tools = await _list_tools(session)
+                    self.tools, self.prompts, self.resources = await self._list(session, caps)
             self._session = None
             raise UpstreamUnavailable("the connection broke during a call")
+
+    async def _list(
+        self, session: ClientSession, caps: types.ServerCapabilities
+    ) -> tuple[list[types.Tool], list[types.Prompt], list[types.Resource]]:
+        """Tools, and the prompts and resources when the server offers them."""
+        tools = await _pages(session.list_tools, "tools")
+        prompts = await _pages(session.list_prompts, "prompts") if caps.prompts else []
+        resources = await _pages(session.list_resources, "resources") if caps.resources else []
+        return tools, prompts, resources
 
     @asynccontextmanager
     async def _transport(self) -> AsyncIterator[tuple[Any, Any]]:
@@ -175,17 +205,18 @@ class Upstream:
                 yield streams[0], streams[1]
 
 
-async def _list_tools(session: ClientSession) -> list[types.Tool]:
-    tools: list[types.Tool] = []
+async def _pages(fetch: Callable[..., Awaitable[Any]], field: str) -> list[Any]:
+    """Every item of a paginated ``*/list`` (up to ``_MAX_PAGES`` pages)."""
+    items: list[Any] = []
     cursor: str | None = None
     for _ in range(_MAX_PAGES):
         params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-        page = await session.list_tools(params=params)
-        tools.extend(page.tools)
+        page = await fetch(params=params)
+        items.extend(getattr(page, field))
         cursor = page.next_cursor
         if not cursor:
             break
-    return tools
+    return items
 
 
 def _describe(exc: BaseException) -> str:

@@ -47,6 +47,10 @@ class UpstreamCall:
     stream: bool
     timeouts: TimeoutConfig
     headers: dict[str, str] = field(default_factory=dict)
+    # A ``/v1/responses`` request: the client's Responses-only fields (``reasoning``, ...). A
+    # deployment with ``responses_api: native`` then sends it to its own ``/v1/responses``;
+    # None: an ordinary chat request (and every other provider ignores it).
+    responses: dict[str, Any] | None = None
 
 
 class UpstreamResponse:

@@ -16,6 +16,7 @@ from fleetgate.http1 import PooledResponse
 from fleetgate.providers.azure_openai import azure_url
 from fleetgate.providers.base import RoutedEndpoint, UpstreamCall, UpstreamResponse
 from fleetgate.providers.http import HttpClient, map_client_error
+from fleetgate.providers.responses import NativeResponses
 from fleetgate.sse import iter_sse_batches
 
 # After [DONE] only the chunked-encoding terminator is left: wait this long for it.
@@ -35,6 +36,9 @@ class OpenAIProvider:
         self._headers = {"Content-Type": "application/json", **config.extra_headers}
         if config.api_key:
             self._headers.update(self._auth_headers(config.api_key))
+        self._native: NativeResponses | None = None
+        if config.responses_api == "native":
+            self._native = NativeResponses(f"{config.api_base}/responses", self._headers, http)
 
     def _auth_headers(self, api_key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {api_key}"}
@@ -50,6 +54,8 @@ class OpenAIProvider:
         return await self._http.get_ok(self.probe_url(), self._headers, timeout)
 
     async def send(self, call: UpstreamCall) -> UpstreamResponse:
+        if call.responses is not None and self._native is not None:
+            return await self._native.send(call)
         url = self.url(call.endpoint)
         payload = orjson.dumps(call.body)
         if not call.stream:

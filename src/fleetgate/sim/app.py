@@ -16,6 +16,7 @@ from fleetgate.sim.faults import update_faults
 from fleetgate.sim.generate import chat_completions, completions, read_json
 from fleetgate.sim.kv_events import KvEventPublisher
 from fleetgate.sim.protocol import check_model
+from fleetgate.sim.responses_api import responses
 from fleetgate.sim.sleep import record_and_gate, sleep_routes
 from fleetgate.sim.state import SIM_STATE, SimState
 from fleetgate.telemetry.registry import Registry
@@ -162,6 +163,7 @@ def create_sim_app(config: SimConfig) -> web.Application:
     app.on_shutdown.append(on_shutdown)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/responses", responses)
     app.router.add_post("/v1/embeddings", _embeddings)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -21,7 +21,15 @@ from fleetgate.sim.sequence import SeqEvent, Sequence
 from fleetgate.sim.state import SIM_STATE, SimState
 from fleetgate.sim.tokenizer import Tokenizer
 
-__all__ = ["chat_completions", "completions", "read_json"]
+__all__ = [
+    "Aborted",
+    "abort_connection",
+    "before_first_token",
+    "chat_completions",
+    "completions",
+    "guard",
+    "read_json",
+]
 
 Parser = Callable[[Any, SimConfig, Tokenizer, Any], ParsedRequest]
 _GARBAGE = b"<html><body>502 Bad Gateway (simulated garbage)</body></html>"
@@ -36,15 +44,15 @@ async def read_json(request: web.Request) -> Any:
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
 
 
-class _Aborted(Exception):
+class Aborted(Exception):
     """The connection was aborted on purpose (reset / mid-stream fault)."""
 
 
-def _abort_connection(request: web.Request) -> None:
+def abort_connection(request: web.Request) -> None:
     transport = request.transport
     if transport is not None:
         transport.abort()
-    raise _Aborted
+    raise Aborted
 
 
 def _error_response(state: SimState, plan: FaultPlan) -> web.Response:
@@ -67,7 +75,7 @@ def _dumps(obj: Any) -> str:
     return orjson.dumps(obj).decode()
 
 
-async def _before_first_token(
+async def before_first_token(
     request: web.Request, state: SimState, plan: FaultPlan
 ) -> web.StreamResponse | None:
     """Apply faults that happen before any token; a response ends the request early."""
@@ -86,8 +94,8 @@ async def _before_first_token(
     if kind == "hang":
         await state.shutdown.wait()
         return web.Response(status=503)
-    _abort_connection(request)
-    return None  # pragma: no cover - _abort_connection raises
+    abort_connection(request)
+    return None  # pragma: no cover - abort_connection raises
 
 
 def _usage(parsed: ParsedRequest, seqs: list[Sequence]) -> dict[str, Any]:
@@ -137,7 +145,7 @@ async def _stream(
         if frames:
             if 0 <= limit <= sent + len(frames):
                 await resp.write(b"".join(frames[: limit - sent]))
-                _abort_connection(request)
+                abort_connection(request)
             sent += len(frames)
             await resp.write(b"".join(frames))
             frames = []
@@ -174,8 +182,8 @@ async def _generate(request: web.Request, parse: Parser) -> web.StreamResponse:
         state.stats.faulted += 1
         state.metrics.faults.labels(state.config.model, "midstream").inc()
         if not parsed.stream:
-            _abort_connection(request)
-    early = await _before_first_token(request, state, plan)
+            abort_connection(request)
+    early = await before_first_token(request, state, plan)
     if early is not None:
         return early
     role = transfer_role(body)
@@ -198,7 +206,7 @@ async def _generate(request: web.Request, parse: Parser) -> web.StreamResponse:
                 resp.body = with_transfer_params(resp.body, params)
         state.stats.completed += 1
         return resp
-    except _Aborted:
+    except Aborted:
         intended_abort = True
         raise
     finally:
@@ -208,10 +216,12 @@ async def _generate(request: web.Request, parse: Parser) -> web.StreamResponse:
             state.metrics.cancelled.labels(state.config.model).inc()
 
 
-async def _guarded(request: web.Request, parse: Parser) -> web.StreamResponse:
+async def guard(run: Awaitable[web.StreamResponse]) -> web.StreamResponse:
+    """``run``'s response; a connection aborted on purpose or reset by the client ends it
+    with an inert 499."""
     try:
-        return await _generate(request, parse)
-    except _Aborted:
+        return await run
+    except Aborted:
         # The transport is gone; give aiohttp something inert to (not) send.
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(0)
@@ -222,9 +232,9 @@ async def _guarded(request: web.Request, parse: Parser) -> web.StreamResponse:
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     """``POST /v1/chat/completions``."""
-    return await _guarded(request, parse_chat)
+    return await guard(_generate(request, parse_chat))
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
     """``POST /v1/completions``."""
-    return await _guarded(request, parse_completion)
+    return await guard(_generate(request, parse_completion))

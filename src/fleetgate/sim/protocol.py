@@ -14,7 +14,7 @@ from fleetgate.sim.generation import corrupted, plan_output
 from fleetgate.sim.sequence import SeqSpec
 from fleetgate.sim.tokenizer import Tokenizer, last_user_text
 
-__all__ = ["ParsedRequest", "check_model", "parse_chat", "parse_completion"]
+__all__ = ["ParsedRequest", "check_model", "parse_chat", "parse_completion", "specs_for"]
 
 
 @dataclass
@@ -74,7 +74,7 @@ def _common(body: Mapping[str, Any]) -> tuple[bool, bool, str | None, int]:
     return stream, include_usage, salt, n
 
 
-def _specs(
+def specs_for(
     body: Mapping[str, Any],
     config: SimConfig,
     rng: random.Random,
@@ -136,7 +136,7 @@ def parse_chat(
         raise InvalidRequest("'messages' must be a non-empty list", param="messages")
     stream, include_usage, _, _ = _common(body)
     prompt = tokenizer.encode_chat(messages)
-    specs = _specs(body, config, rng, [(prompt.ids, last_user_text(messages))])
+    specs = specs_for(body, config, rng, [(prompt.ids, last_user_text(messages))])
     return ParsedRequest(
         "chat",
         f"chatcmpl-{uuid.uuid4().hex}",
@@ -173,7 +173,7 @@ def parse_completion(
     model = check_model(body, config)
     prompts = _completion_prompts(body.get("prompt"), tokenizer)
     stream, include_usage, _, _ = _common(body)
-    specs = _specs(body, config, rng, prompts)
+    specs = specs_for(body, config, rng, prompts)
     return ParsedRequest(
         "completion",
         f"cmpl-{uuid.uuid4().hex}",

@@ -134,6 +134,8 @@ class TenancyStage:
             if self.usage is not None:
                 self.usage.record(req.principal.team_id, str(row["alias"] or ""), cost)
         decision = "allowed" if outcome.status < 400 else "error"
+        if decision == "allowed" and outcome.finish_reason == "content_filter":
+            decision = "blocked"  # an output check (or the upstream's filter) stopped the reply
         audit = self._audit_row(req, decision, outcome.status, outcome.error_type, outcome)
         if audit is not None:
             records.append(("audit", audit))

@@ -29,6 +29,7 @@ from fleetgate.api.responses.store import ResponseStore
 from fleetgate.api.responses.wire import ResponsesWire, SaveResponse
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.errors import InvalidRequest
+from fleetgate.hooks import GatewayRequest
 from fleetgate.http.body import read_json
 from fleetgate.providers.base import Endpoint
 from fleetgate.store.errors import store_unavailable_is_503
@@ -78,9 +79,13 @@ class ResponsesRoutes:
         new = body["messages"][len(history) + (1 if parsed.instructions else 0) :]
         save = self._saver(principal.tenant, new, parsed.items, config) if parsed.store else None
         wire = ResponsesWire(ResponseMeta(parsed), save)
-        response = await serve(
-            request, gw, Endpoint.CHAT, principal, body, started, wire, bind_recorder(wire)
-        )
+        record = bind_recorder(wire)
+
+        def bind(req: GatewayRequest) -> None:
+            req.responses = parsed.native  # a native upstream is sent /v1/responses
+            record(req)
+
+        response = await serve(request, gw, Endpoint.CHAT, principal, body, started, wire, bind)
         if not parsed.stream and wire.final is not None and response.status == 200:
             await wire.save(None)
         return response

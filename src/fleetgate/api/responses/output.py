@@ -68,7 +68,9 @@ def responses_usage(usage: Any) -> dict[str, Any] | None:
         "input_tokens": prompt,
         "input_tokens_details": {
             "cached_tokens": _int(details.get("cached_tokens")),
-            "cache_write_tokens": _int(usage.get("cache_creation_input_tokens")),
+            "cache_write_tokens": _int(
+                usage.get("cache_creation_input_tokens") or details.get("cache_write_tokens")
+            ),
         },
         "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": _int(out_details.get("reasoning_tokens"))},

@@ -42,6 +42,7 @@ class ResponsesRecorder:
             "completion_tokens": out.completion_tokens or out.relayed,
             "prompt_tokens_details": {"cached_tokens": out.cached_tokens},
             "cache_creation_input_tokens": out.cache_write_tokens,
+            "completion_tokens_details": {"reasoning_tokens": out.reasoning_tokens},
         }
 
 

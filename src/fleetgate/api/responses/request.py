@@ -25,7 +25,8 @@ from fleetgate.errors import InvalidRequest
 
 __all__ = ["ResponsesRequest", "chat_body", "parse_request"]
 
-# Accepted and not used by the bridge (they change nothing a chat upstream could honour).
+# Accepted and not used by the bridge (they change nothing a chat upstream could honour); a
+# native upstream gets them (`_NATIVE`).
 _IGNORED = frozenset(
     {
         "include", "reasoning", "service_tier", "truncation", "prompt_cache_key",
@@ -33,6 +34,8 @@ _IGNORED = frozenset(
         "max_tool_calls", "context_management", "prompt_cache_options",
     }
 )  # fmt: skip
+# Passed on as they came to an upstream that speaks the Responses API natively.
+_NATIVE = (_IGNORED - {"stream_options"}) | {"text"}
 _KNOWN = frozenset(
     {
         "model", "input", "instructions", "stream", "store", "previous_response_id",
@@ -56,6 +59,9 @@ class ResponsesRequest:
     messages: list[dict[str, Any]]
     fields: dict[str, Any] = field(default_factory=dict)
     items: list[dict[str, Any]] = field(default_factory=list)  # the input as items, with ids
+    # The fields a native Responses upstream is sent as they came (``reasoning``, ``include``,
+    # ``text`` with its ``verbosity``, ...); a bridged request does without them.
+    native: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_request(body: Any) -> ResponsesRequest:
@@ -86,6 +92,7 @@ def parse_request(body: Any) -> ResponsesRequest:
         messages=messages,
         fields=_chat_fields(body),
         items=input_items(raw_input),
+        native={k: v for k, v in body.items() if k in _NATIVE and v is not None},
     )
 
 
