@@ -9,6 +9,9 @@ import pytest
 
 from tests.console.support import Console, running_console
 from tests.fakes import FakeUpstream
+from tests.tenancy.conftest import db_url
+
+__all__ = ["console", "db_url", "fake"]
 
 
 @pytest.fixture

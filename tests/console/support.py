@@ -46,9 +46,9 @@ class Console:
     def gw(self) -> GatewayState:
         return self.app[GATEWAY]
 
-    def open_sessions(self) -> int:
+    async def open_sessions(self) -> int:
         feature = next(f for f in self.gw.features.all if isinstance(f, ConsoleFeature))
-        return len(feature.console.sessions)
+        return await feature.console.sessions.count()
 
     async def admin(
         self, method: str, path: str, key: str = MASTER, **kwargs: Any

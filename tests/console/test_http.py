@@ -56,7 +56,7 @@ async def test_sign_in_refuses_a_wrong_key_and_a_missing_token(console: Console)
             assert "not valid" in await resp.text()
         async with s.post(console.url + "/ui/login", data={"key": MASTER, "csrf": "x"}) as resp:
             assert resp.status == 403  # the double-submitted token does not match
-    assert console.open_sessions() == 0  # neither attempt opened one
+    assert await console.open_sessions() == 0  # neither attempt opened one
 
 
 async def test_every_state_changing_form_needs_the_session_csrf_token(console: Console) -> None:

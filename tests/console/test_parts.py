@@ -1,4 +1,4 @@
-"""The console's parts on their own: sessions, redirects, group mapping, forms, chart, CSV."""
+"""The console's parts on their own: redirects, group mapping, forms, chart, CSV."""
 
 from __future__ import annotations
 
@@ -9,21 +9,8 @@ from fleetgate.console.config import OidcConfig
 from fleetgate.console.forms import page_number, service_body
 from fleetgate.console.login import safe_next
 from fleetgate.console.oidc import map_groups
-from fleetgate.console.sessions import Sessions
 from fleetgate.console.spend import _cell
 from fleetgate.errors import InvalidRequest
-from fleetgate.tenancy.principal import Principal
-
-
-def test_sessions_expire_and_the_oldest_go_first_past_the_limit() -> None:
-    now = [0.0]
-    sessions = Sessions(ttl_s=10, limit=2, clock=lambda: now[0])
-    a, b = (sessions.open(Principal("k"), "t", "key", "n") for _ in range(2))
-    assert a.id != b.id and a.csrf != b.csrf
-    c = sessions.open(Principal("k"), "t", "key", "n")
-    assert sessions.get(a.id) is None and sessions.get(b.id) is b and sessions.get(c.id) is c
-    now[0] = 10.0
-    assert sessions.get(b.id) is None and len(sessions) == 1
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import random
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 from fleetgate.cli.main import main
 from tests.fakes import FakeUpstream
 from tests.importers.prisma_ddl import model_ddl, schema_text
+from tests.tenancy.rollup_check import assert_reports_match_raw
 from tests.tenancy.support import create_pg_database, drop_pg_database, running_gateway
 
 MODELS = ("LiteLLM_BudgetTable", "LiteLLM_TeamTable", "LiteLLM_VerificationToken",
@@ -152,6 +154,19 @@ def test_keys_teams_budgets_and_spend_carry_over(
     assert "teams: 2, keys: 4, spend records: 0 new of 31 read" in out
     again = asyncio.run(_fleetgate_rows(fleetgate))
     assert again["spend"][0] == 31 and again["counts"] == rows["counts"]
+    # the imported history is in the reports' rollup, once, whatever the range
+    assert asyncio.run(_reports_match_raw(fleetgate, tmp_path)) > 0
+
+
+async def _reports_match_raw(url: str, tmp_path: Path) -> int:
+    from fleetgate.store.database import Database
+
+    db = Database.from_url(url, tmp_path)
+    try:
+        base = int(datetime.now(UTC).timestamp() * 1000) - 2 * 86_400_000
+        return await assert_reports_match_raw(db, random.Random(3), n_ranges=4, base_ms=base)
+    finally:
+        await db.aclose()
 
 
 async def _fleetgate_rows(url: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from fleetgate.errors import (
     PermissionDenied,
     ServiceUnavailable,
 )
+from fleetgate.store.errors import is_unreachable
 from fleetgate.tenancy.principal import Principal
 from fleetgate.tenancy.runtime import Tenancy
 
@@ -54,9 +55,11 @@ def home(role: str) -> str:
 
 class Console:
     def __init__(self, gw: GatewayState, config: ConsoleConfig) -> None:
+        if gw.tenancy is None:
+            raise ValueError("the console needs tenancy (its keys, teams and database)")
         self.gw = gw
         self.config = config
-        self.sessions = Sessions(config.session_ttl_s, config.max_sessions)
+        self.sessions = Sessions(gw.tenancy.db, config.session_ttl_s, config.max_sessions)
         self.renderer = Renderer()
 
     @property
@@ -65,16 +68,16 @@ class Console:
             raise ServiceUnavailable("Tenancy is disabled in this gateway's config.")
         return self.gw.tenancy
 
-    def session(self, request: web.Request) -> Session | None:
-        """The request's open session, re-checked: a key that was revoked (or expired) since
-        the sign-in ends the session."""
-        session = self.sessions.get(request.cookies.get(COOKIE))
+    async def session(self, request: web.Request) -> Session | None:
+        """The request's open session (from the database: any replica may have opened it),
+        re-checked: a key that was revoked (or expired) since the sign-in ends the session."""
+        session = await self.sessions.get(request.cookies.get(COOKIE))
         if session is None or session.via != "key":
             return session
         try:
             principal = self.gw.auth.authenticate(session.token)
         except AuthenticationFailed:
-            self.sessions.close(session.id)
+            await self.sessions.close(session.id)
             return None
         session.principal = principal
         return session
@@ -82,7 +85,7 @@ class Console:
     async def require(self, request: web.Request, roles: Collection[str] = ALL) -> Session:
         """The session of a caller in one of ``roles``: a page without one redirects to the
         sign-in; a request for data (POST, CSV, fragments) is a 401; a wrong role is a 403."""
-        session = self.session(request)
+        session = await self.session(request)
         if session is None:
             if request.method == "GET" and "HX-Request" not in request.headers:
                 raise web.HTTPFound("/ui/login?" + urlencode({"next": request.rel_url.path_qs}))
@@ -134,9 +137,14 @@ class Console:
             **context,
         )
 
-    def error_page(self, request: web.Request, exc: FleetgateError) -> web.Response:
+    async def error_page(self, request: web.Request, exc: FleetgateError) -> web.Response:
         """A refused page as a page (the same status), for people rather than programs."""
-        session = self.sessions.get(request.cookies.get(COOKIE))
+        try:
+            session = await self.sessions.get(request.cookies.get(COOKIE))
+        except Exception as err:  # the database is away (the 503 being rendered): no navigation
+            if not is_unreachable(err):
+                raise
+            session = None
         titles = {401: "Sign in first", 403: "Not for your role", 404: "Not found"}
         context: dict[str, Any] = {"session": None, "nav": [], "principal": None, "csrf": ""}
         if session is not None:

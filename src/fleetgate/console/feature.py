@@ -121,7 +121,7 @@ class ConsoleFeature(BaseFeature):
                     "HX-Request" in request.headers
                 ):
                     raise
-                return self.console.error_page(request, exc)
+                return await self.console.error_page(request, exc)
 
         return page
 

@@ -45,7 +45,7 @@ class LoginPages:
         ]
 
     async def root(self, request: web.Request) -> web.Response:
-        session = self.console.session(request)
+        session = await self.console.session(request)
         if session is None:
             raise web.HTTPFound("/ui/login")
         raise web.HTTPFound(home(session.principal.role))
@@ -90,7 +90,7 @@ class LoginPages:
         except AuthenticationFailed:
             return self.login_form(request, "That key is not valid.", 401)
         name = "master key" if principal.is_master else f"{principal.role} {principal.key_id}"
-        session = self.console.sessions.open(principal, key, "key", name)
+        session = await self.console.sessions.open(principal, key, "key", name)
         await self.console.record(principal, "console.login", principal.key_id, {"via": "key"})
         target = safe_next(form.get("next")) or home(principal.role)
         response = web.HTTPFound(target)
@@ -100,7 +100,7 @@ class LoginPages:
 
     async def logout(self, request: web.Request) -> web.Response:
         session = await self.console.require(request)
-        self.console.sessions.close(session.id)
+        await self.console.sessions.close(session.id)
         response = web.HTTPFound("/ui/login")
         response.del_cookie(COOKIE, path="/")
         raise response

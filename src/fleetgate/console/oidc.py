@@ -166,7 +166,7 @@ class OidcPages:
         principal, name = await self._principal(config, claims)
         # The playground calls the API with the provider's access token (a JWT bearer).
         token = str(tokens.get("access_token") or tokens.get("id_token"))
-        session = self.console.sessions.open(principal, token, "oidc", name)
+        session = await self.console.sessions.open(principal, token, "oidc", name)
         await self.console.record(principal, "console.login", name, {"via": "oidc"})
         response = web.HTTPFound(pending.next or home(principal.role))
         self.console.set_session_cookie(request, response, session)

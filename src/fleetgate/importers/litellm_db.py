@@ -13,8 +13,9 @@ What is read (tables of LiteLLM's ``schema.prisma``):
   have none of their own.
 - ``LiteLLM_VerificationToken`` -> ``fg_api_keys`` (hash, team, user, models, limits, budget,
   expiry; ``blocked`` keys and keys of blocked teams are imported revoked).
-- ``LiteLLM_SpendLogs`` -> ``fg_spend`` (+ ``fg_spend_tags``): the history, so reports and
-  budget counters start where LiteLLM's left off.
+- ``LiteLLM_SpendLogs`` -> ``fg_spend`` (+ ``fg_spend_tags``, and the new rows added to the
+  spend rollup in the same transaction): the history, so reports and budget counters start
+  where LiteLLM's left off.
 
 Every row gets an id derived from LiteLLM's (``team_ll_...``, ``key_ll_...``; spend keeps its
 request id), so a re-run updates what it wrote before and adds only what is new.
@@ -40,6 +41,7 @@ from sqlalchemy.exc import IntegrityError
 
 from fleetgate.errors import ConfigError
 from fleetgate.store.database import Database
+from fleetgate.store.rollup import roll_up
 from fleetgate.store.shared import dialect_insert
 from fleetgate.store.tables import api_keys, spend, spend_tags, teams, tenancy_state
 from fleetgate.tenancy.money import usd_to_nusd
@@ -306,8 +308,10 @@ class _Importer:
             return
         self.report.spend_read += len(rows)
         async with self.dst.engine.begin() as conn:
-            self.report.spend_new += await self.dst.insert_ignore(spend, rows, conn)
+            new = [str(k[0]) for k in await self.dst.insert_new(spend, rows, conn)]
             await self.dst.insert_ignore(spend_tags, tag_rows, conn)
+            await roll_up(conn, new)  # the reports' rollup, in the same transaction
+            self.report.spend_new += len(new)
 
     async def bump(self) -> None:
         """Tell running gateways to reload keys (the change counter they poll)."""

@@ -10,6 +10,9 @@ wait for turns on the gateway's event loop (under load that wait is what starved
   as column arrays and ``unnest``-ed into ``INSERT ... ON CONFLICT DO NOTHING`` (data-modifying
   CTEs: a batch is one round trip and one transaction whatever its size).
 
+When ``fg_spend`` is one of the tables, the spend rollup (`fleetgate.store.rollup`) grows by
+the spend rows the batch really added, in the same transaction.
+
 Every value is first clamped to its column (`fleetgate.store.fields`). What the store still
 refuses for the data itself (a missing required value, a value of the wrong type) raises
 `fleetgate.errors.RecordRefused`; any other failure (connection lost, lock timeout) is raised
@@ -36,10 +39,13 @@ from sqlalchemy import Table
 
 from fleetgate.errors import RecordRefused
 from fleetgate.store.fields import RowShape
+from fleetgate.store.rollup import new_spend_source, rollup_statement
 
 __all__ = ["BulkInsert", "PostgresBulkInsert", "SqliteBulkInsert"]
 
 Rows = Sequence[Sequence[Mapping[str, Any]]]
+
+_SPEND, _TAGS = "fg_spend", "fg_spend_tags"
 
 
 class BulkInsert(Protocol):
@@ -96,8 +102,12 @@ class SqliteBulkInsert:
             )
             # WHERE true: SQLite's parser needs it before an upsert clause after a SELECT
             + " FROM json_each(?) WHERE true ON CONFLICT DO NOTHING"
+            + (" RETURNING request_id" if s.table.name == _SPEND else "")
             for s in self.shapes
         ]
+        names = [s.table.name for s in self.shapes]
+        self._spend = names.index(_SPEND) if _SPEND in names else None
+        self._rollup = rollup_statement("sqlite", new_spend_source("sqlite"))
         self._conn: sqlite3.Connection | None = None
 
     def _connect(self) -> sqlite3.Connection:
@@ -126,18 +136,25 @@ class SqliteBulkInsert:
             conn.execute("BEGIN IMMEDIATE")
             # ON CONFLICT DO NOTHING skips a known primary key only; OR IGNORE would also
             # drop a row that breaks NOT NULL, silently.
-            counts = [
-                conn.execute(sql, (array,)).rowcount if array is not None else 0
-                for sql, array in zip(self._sql, arrays, strict=True)
-            ]
+            counts, new_spend = [], []
+            for i, (sql, array) in enumerate(zip(self._sql, arrays, strict=True)):
+                if array is None:
+                    counts.append(0)
+                elif i == self._spend:
+                    new_spend = [r[0] for r in conn.execute(sql, (array,)).fetchall()]
+                    counts.append(len(new_spend))
+                else:
+                    counts.append(conn.execute(sql, (array,)).rowcount)
+            if new_spend:
+                conn.execute(self._rollup, {"ids": orjson.dumps(new_spend).decode()})
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             # Locked, busy, full disk, I/O: OperationalError, worth a retry. The rest is
-            # about the rows themselves (a constraint).
-            if isinstance(exc, sqlite3.OperationalError):
+            # about the rows themselves (a constraint; a batch's cost summing past 64 bits).
+            if isinstance(exc, sqlite3.OperationalError) and "integer overflow" not in str(exc):
                 raise
             raise RecordRefused(f"{type(exc).__name__}: {exc}") from exc
         return counts
@@ -213,9 +230,11 @@ class PostgresBulkInsert:
 def _unnest_statement(shapes: Sequence[RowShape]) -> str:
     """``WITH t0 AS (INSERT ... SELECT substr(c0, 1, 100), ... FROM unnest($1::text[], ...)
     AS u(c0, ...) ON CONFLICT DO NOTHING RETURNING 1), ... SELECT (SELECT count(*) FROM t0),
-    ...``: every table in one statement, values clamped by the server."""
+    ...``: every table in one statement, values clamped by the server; with ``fg_spend``, one
+    more CTE adds its new rows (and their new tags) to the rollup."""
     ctes: list[str] = []
     n = 0
+    tables = [s.table.name for s in shapes]
     for i, shape in enumerate(shapes):
         arrays, names = [], []
         for j, col in enumerate(shape.columns):
@@ -226,7 +245,11 @@ def _unnest_statement(shapes: Sequence[RowShape]) -> str:
         ctes.append(
             f"t{i} AS (INSERT INTO {shape.table.name} ({', '.join(shape.names)}) "
             f"SELECT {select} FROM unnest({', '.join(arrays)}) AS u({', '.join(names)}) "
-            "ON CONFLICT DO NOTHING RETURNING 1)"
+            "ON CONFLICT DO NOTHING RETURNING "
+            + ("*)" if shape.table.name in (_SPEND, _TAGS) else "1)")
         )
+    if _SPEND in tables:  # the new spend rows and their new tags into the rollup
+        tags = f"t{tables.index(_TAGS)}" if _TAGS in tables else _TAGS
+        ctes.append(f"r AS ({rollup_statement('postgresql', f't{tables.index(_SPEND)}', tags)})")
     counts = ", ".join(f"(SELECT count(*) FROM t{i})" for i in range(len(shapes)))
     return f"WITH {', '.join(ctes)} SELECT {counts}"

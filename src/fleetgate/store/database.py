@@ -83,16 +83,22 @@ class Database:
         self, table: Table, rows: Sequence[dict[str, Any]], conn: AsyncConnection | None = None
     ) -> int:
         """Insert rows, skipping any whose primary key exists; returns how many were new."""
+        return len(await self.insert_new(table, rows, conn))
+
+    async def insert_new(
+        self, table: Table, rows: Sequence[dict[str, Any]], conn: AsyncConnection | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Insert rows, skipping any whose primary key exists; returns the new rows' keys."""
         if not rows:
-            return 0
+            return []
         if conn is None:
             async with self.engine.begin() as own:
-                return await self._insert_ignore(own, table, rows)
-        return await self._insert_ignore(conn, table, rows)
+                return await self._insert_new(own, table, rows)
+        return await self._insert_new(conn, table, rows)
 
-    async def _insert_ignore(
+    async def _insert_new(
         self, conn: AsyncConnection, table: Table, rows: Sequence[dict[str, Any]]
-    ) -> int:
+    ) -> list[tuple[Any, ...]]:
         # One cached statement run as executemany (SQLAlchemy batches it into multi-row
         # VALUES itself): compiling a fresh multi-row statement per batch cost more CPU on the
         # event loop than the whole request path. RETURNING counts the rows really inserted.
@@ -103,7 +109,7 @@ class Database:
             stmt = insert(table).on_conflict_do_nothing().returning(*key)
             self._insert_stmts[table.name] = stmt
         result = await conn.execute(stmt, list(rows))
-        return len(result.all())
+        return [tuple(r) for r in result.all()]
 
     def bulk_insert(self, tables: Sequence[Table]) -> BulkInsert:
         """A `fleetgate.store.bulk.BulkInsert` into ``tables`` with a connection of its own,

@@ -51,12 +51,14 @@ __all__ = [
     "api_keys",
     "budget_alerts",
     "conversation_turns",
+    "console_sessions",
     "conversations",
     "metadata",
     "request_audit",
     "responses",
     "safety_audit",
     "spend",
+    "spend_rollup",
     "spend_tags",
     "teams",
     "tenancy_state",
@@ -131,6 +133,7 @@ spend = Table(
     Column("tags", JSON, nullable=False, default=dict),
     Index("ix_fg_spend_team_time", "team_id", "created_ms"),
     Index("ix_fg_spend_key_time", "key_id", "created_ms"),
+    Index("ix_fg_spend_time", "created_ms"),  # the partial hours at a report's edges
 )
 
 spend_tags = Table(
@@ -138,6 +141,27 @@ spend_tags = Table(
     metadata,
     Column("request_id", String(100), primary_key=True),
     Column("tag", String(300), primary_key=True),
+)
+
+# Spend summed per hour and per UTC day (``period_ms``), one row per dimension value: ``dim``
+# is team, key, alias, deployment, version or tag, ``group_value`` the key id, alias, ... ('' for
+# the team dimension and for a missing deployment, version, tag or team). Written with the spend
+# rows in their transaction (`fleetgate.store.rollup`); reports read it (`tenancy/spend_query.py`).
+spend_rollup = Table(
+    "fg_spend_rollup",
+    metadata,
+    Column("dim", String(16), primary_key=True),
+    Column("period_ms", BigInteger, primary_key=True),
+    Column("start_ms", BigInteger, primary_key=True),
+    Column("team_id", String(40), primary_key=True),
+    Column("group_value", String(300), primary_key=True),
+    Column("requests", BigInteger, nullable=False),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    Column("cached_tokens", BigInteger, nullable=False),
+    Column("cache_write_tokens", BigInteger, nullable=False),
+    Column("cost_nusd", BigInteger, nullable=False),
+    sqlite_with_rowid=False,  # every lookup is by the primary key: keep the rows in it
 )
 
 request_audit = Table(
@@ -242,6 +266,25 @@ responses = Table(
     Column("messages", JSON, nullable=False),  # the turn's chat messages: input, then output
     Column("input", JSON, nullable=False),  # the input items, as input_items lists them
     Index("ix_fg_responses_expires", "expires_ms"),
+)
+
+# Console sign-in sessions, shared by every replica: the SHA-256 of the cookie's session id (the
+# id itself is never stored) and the credential sealed with a key derived from that id.
+console_sessions = Table(
+    "fg_console_sessions",
+    metadata,
+    Column("id_hash", String(64), primary_key=True),
+    Column("via", String(8), nullable=False),  # "key" | "oidc"
+    Column("role", String(16), nullable=False),
+    Column("team_id", String(40)),
+    Column("principal", JSON, nullable=False),  # the rest of the Principal
+    Column("name", String(200), nullable=False),
+    Column("csrf", String(64), nullable=False),
+    Column("sealed_token", LargeBinary, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("expires_ms", BigInteger, nullable=False),
+    Index("ix_fg_console_sessions_expires", "expires_ms"),
+    Index("ix_fg_console_sessions_created", "created_ms"),
 )
 
 # -- state every replica must agree on ------------------------------------------------------------

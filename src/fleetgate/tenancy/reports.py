@@ -1,16 +1,20 @@
-"""Spend reports and audit listings, grouped and filtered in SQL (same on every dialect)."""
+"""Spend reports and audit listings, grouped and filtered in SQL (same on every dialect).
+
+Spend reports read the hourly and daily rollup, and the raw spend rows only for the partial
+hours at a range's edges (`fleetgate.tenancy.spend_query`): the sums are exact."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, select
+from sqlalchemy import select
 
 from fleetgate.errors import InvalidRequest, PermissionDenied
 from fleetgate.store.database import Database
-from fleetgate.store.tables import admin_audit, request_audit, spend, spend_tags, teams
+from fleetgate.store.tables import admin_audit, request_audit, teams
 from fleetgate.tenancy.money import nusd_to_usd
 from fleetgate.tenancy.principal import Principal
+from fleetgate.tenancy.spend_query import spend_query
 
 __all__ = ["GROUPS", "audit_log", "spend_report"]
 
@@ -48,37 +52,7 @@ async def spend_report(
     if len(set(group_by)) != len(group_by):
         raise InvalidRequest("group_by: a group is named twice", param="group_by")
     team_id = _scope_team(actor, team_id, spend=True)
-    columns: dict[str, Any] = {
-        "team": spend.c.team_id,
-        "alias": spend.c.alias,
-        "key": spend.c.key_id,
-        "deployment": spend.c.deployment,
-        "version": spend.c.version,
-        "tag": spend_tags.c.tag,
-    }
-    keys = [columns[g].label(g) for g in group_by]
-    query = select(
-        *keys,
-        func.coalesce(func.sum(spend.c.cost_nusd), 0).label("cost"),
-        func.count().label("requests"),
-        func.coalesce(func.sum(spend.c.input_tokens), 0).label("input_tokens"),
-        func.coalesce(func.sum(spend.c.output_tokens), 0).label("output_tokens"),
-        func.coalesce(func.sum(spend.c.cached_tokens), 0).label("cached_tokens"),
-        func.coalesce(func.sum(spend.c.cache_write_tokens), 0).label("cache_write_tokens"),
-    ).select_from(spend)
-    if "tag" in group_by:
-        query = query.outerjoin(spend_tags, spend_tags.c.request_id == spend.c.request_id)
-    where: list[ColumnElement[bool]] = []
-    if since_ms is not None:
-        where.append(spend.c.created_ms >= since_ms)
-    if until_ms is not None:
-        where.append(spend.c.created_ms < until_ms)
-    if team_id is not None:
-        where.append(spend.c.team_id == team_id)
-    if where:
-        query = query.where(and_(*where))
-    if keys:
-        query = query.group_by(*[columns[g] for g in group_by]).order_by(*keys)
+    query = spend_query(group_by, since_ms, until_ms, team_id)
     async with db.engine.connect() as conn:
         rows = (await conn.execute(query)).all()
         names = {}

@@ -1,0 +1,110 @@
+"""Console sessions in the database: shared by every replica (one sign-in, any replica; one
+sign-out, every replica), expiring, bounded, and of no use to someone who reads the table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+from sqlalchemy import select
+from yarl import URL
+
+from fleetgate.console.sessions import COOKIE, Sessions
+from fleetgate.store import Database
+from fleetgate.store.tables import console_sessions
+from fleetgate.tenancy.principal import Principal
+from tests.console.support import MASTER, csrf_of, running_console
+from tests.fakes import FakeUpstream
+
+
+async def test_two_replicas_share_a_session_and_a_sign_out_ends_it_on_both(
+    fake: FakeUpstream, db_url: str, tmp_path: Path
+) -> None:
+    url = db_url if db_url.startswith("postgresql") else f"sqlite:///{tmp_path / 'shared.db'}"
+    async with (
+        running_console(fake.url, tmp_path / "a", database_url=url) as a,
+        running_console(fake.url, tmp_path / "b", database_url=url) as b,
+    ):
+        browser = await a.signed_in(MASTER)  # signed in on replica A
+        try:
+            cookie = browser.cookie_jar.filter_cookies(URL(a.url))[COOKIE].value
+            jar = aiohttp.CookieJar(unsafe=True)
+            jar.update_cookies({COOKIE: cookie}, response_url=URL(b.url))
+            async with aiohttp.ClientSession(cookie_jar=jar) as other:  # ... moved to B
+                async with other.get(b.url + "/ui/teams", allow_redirects=False) as resp:
+                    assert resp.status == 200, resp.headers.get("Location")
+                    csrf = csrf_of(await resp.text())
+                # B accepts the session's CSRF token for a change, and refuses a wrong one
+                form = {"name": "ads", "csrf": csrf}
+                async with other.post(b.url + "/ui/teams", data=form) as resp:
+                    assert resp.status == 200 and "ads" in await resp.text()
+                bad = {"name": "x", "csrf": "forged"}
+                async with other.post(b.url + "/ui/teams", data=bad) as resp:
+                    assert resp.status == 403
+                # signing out on B ends the session on A too
+                async with other.post(
+                    b.url + "/ui/logout", data={"csrf": csrf}, allow_redirects=False
+                ) as resp:
+                    assert resp.status == 302
+            async with browser.get(a.url + "/ui/teams", allow_redirects=False) as resp:
+                assert resp.status == 302 and resp.headers["Location"].startswith("/ui/login")
+            assert await a.open_sessions() == 0 and await b.open_sessions() == 0
+        finally:
+            await browser.close()
+
+
+async def test_sessions_expire_and_the_oldest_go_first_past_the_limit(
+    db_url: str, tmp_path: Path
+) -> None:
+    db = Database.from_url(db_url, tmp_path)
+    now = [1000.0]
+    try:
+        await db.migrate()
+        sessions = Sessions(db, ttl_s=10, limit=2, clock=lambda: now[0])
+        a = await sessions.open(Principal("k"), "t", "key", "n")
+        now[0] += 1
+        b = await sessions.open(Principal("k"), "t", "key", "n")
+        assert a.id != b.id and a.csrf != b.csrf
+        now[0] += 1
+        c = await sessions.open(Principal("k"), "t", "key", "n")
+        assert await sessions.get(a.id) is None
+        assert (await sessions.get(b.id) or a).id == b.id and await sessions.get(c.id) is not None
+        now[0] = 1011.0  # b's ten seconds are over, not c's
+        assert await sessions.get(b.id) is None and await sessions.count() == 1
+        assert await sessions.get("nonsense") is None and await sessions.get(None) is None
+    finally:
+        await db.aclose()
+
+
+async def test_the_table_holds_neither_the_session_id_nor_the_credential(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A copy of the table opens nothing: the id is stored hashed and the key sealed with a
+    key derived from the id; an OIDC session's principal comes back whole."""
+    db = Database.from_url(db_url, tmp_path)
+    try:
+        await db.migrate()
+        sessions = Sessions(db, ttl_s=60, limit=10)
+        principal = Principal(
+            "oidc:alice", role="team_admin", team_id="team_1", user_id="alice",
+            allowed_aliases=frozenset({"tiny"}), tags=(("env", "prod"),),
+        )  # fmt: skip
+        secret = "sk-very-secret-access-token"
+        opened = await sessions.open(principal, secret, "oidc", "alice@example.com")
+        async with db.engine.connect() as conn:
+            row = (await conn.execute(select(console_sessions))).one()
+        dump = repr(tuple(row))
+        assert opened.id not in dump and secret not in dump
+        assert secret.encode() not in bytes(row.sealed_token)
+        again = await sessions.get(opened.id)
+        assert again is not None
+        assert (again.principal, again.token, again.via, again.csrf) == (
+            principal,
+            secret,
+            "oidc",
+            opened.csrf,
+        )
+        # the row under another id (a guessed or swapped cookie) cannot be unsealed
+        assert await sessions.get(opened.id[:-1] + ("A" if opened.id[-1] != "A" else "B")) is None
+    finally:
+        await db.aclose()
