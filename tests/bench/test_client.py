@@ -22,7 +22,7 @@ def test_streamed_timing_matches_known_upstream(endpoint: str) -> None:
     res, up = _run(Upstream(first_ms=30, gap_ms=10), endpoint)
     s = res.summary
     assert s["completed"] == 6 and s["failed"] == 0
-    assert 30 <= s["median_ttft_ms"] < 45
+    assert 30 <= s["median_ttft_ms"] < 60  # never below the upstream's delay; slack for a busy box
     assert 10 <= s["median_itl_ms"] < 20
     # 5 tokens: TPOT = (E2E - TTFT) / 4 = the 10 ms gap
     assert 10 <= s["median_tpot_ms"] < 20
@@ -38,8 +38,10 @@ def test_per_token_itl_differs_from_per_chunk_when_chunks_carry_several_tokens()
     res, _ = _run(Upstream(first_ms=5, gap_ms=20, tokens_per_chunk=2), continuous_usage=True)
     s = res.summary
     # chunks of 2 tokens every 20 ms: per chunk 20 ms, per token 10 ms
-    assert 20 <= s["median_itl_ms"] < 30
-    assert 10 <= s["median_itl_per_token_ms"] < 15
+    assert 20 <= s["median_itl_ms"] < 40
+    assert 10 <= s["median_itl_per_token_ms"] < 20
+    # the chunk's gap shared by its tokens, however late the box delivered the chunk
+    assert s["median_itl_per_token_ms"] < 0.75 * s["median_itl_ms"]
     rec = res.records[0]
     assert rec.chunk_tokens == [2, 1]
 
