@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -25,8 +25,13 @@ from fleetgate.errors import (
     UpstreamTimeout,
 )
 from fleetgate.http1 import ConnectionPool, PooledResponse
+from fleetgate.providers.base import UpstreamResponse
 
-__all__ = ["ErrorMapper", "HttpClient", "map_client_error", "status_error"]
+__all__ = ["ErrorMapper", "HttpClient", "map_client_error", "status_error", "streamed_response"]
+
+# A stream closed gracefully before its end is read out this long, so that its keep-alive
+# connection can serve the next request; past that the connection is dropped.
+_DRAIN_S = 0.5
 
 ErrorMapper = Callable[[int, bytes, Mapping[str, str]], FleetgateError]
 
@@ -48,6 +53,40 @@ def map_client_error(exc: BaseException, where: str) -> UpstreamError:
         f"The upstream sent a response that could not be read ({type(exc).__name__}).",
         detail=detail,
     )
+
+
+def streamed_response(
+    resp: PooledResponse,
+    first_batch: list[bytes],
+    batches: AsyncIterator[list[bytes]],
+    where: str,
+    *,
+    status: int = 200,
+) -> UpstreamResponse:
+    """A streamed `UpstreamResponse` over a pooled connection: ``batches`` (the events after
+    ``first_batch``) with read errors mapped into the error tree; its closer keeps the
+    connection for the next request when the stream was read to its end (or drains within
+    half a second), and drops it otherwise, so the upstream sees the abort."""
+    finished = False
+
+    async def more() -> AsyncIterator[list[bytes]]:
+        nonlocal finished
+        try:
+            async for batch in batches:
+                yield batch
+        except FleetgateError:
+            raise
+        except Exception as exc:
+            raise map_client_error(exc, where) from None
+        finished = True
+
+    async def closer(graceful: bool) -> None:
+        if finished or (graceful and await resp.drain(_DRAIN_S)):
+            resp.release()  # keep-alive: the connection serves the next request
+        else:
+            resp.close()  # drop the connection: the upstream sees the abort
+
+    return UpstreamResponse(status=status, first_batch=first_batch, batches=more(), closer=closer)
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

@@ -6,21 +6,19 @@ Bodies and stream events are passed through as bytes; nothing is re-encoded here
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import orjson
 
 from fleetgate.config.schema import DeploymentConfig
-from fleetgate.errors import UpstreamBadResponse, UpstreamError
+from fleetgate.errors import UpstreamBadResponse
 from fleetgate.http1 import PooledResponse
 from fleetgate.providers.azure_openai import azure_url
 from fleetgate.providers.base import RoutedEndpoint, UpstreamCall, UpstreamResponse
-from fleetgate.providers.http import HttpClient, map_client_error
+from fleetgate.providers.http import HttpClient, map_client_error, streamed_response
 from fleetgate.providers.responses import NativeResponses
 from fleetgate.sse import iter_sse_batches
 
 # After [DONE] only the chunked-encoding terminator is left: wait this long for it.
-_DRAIN_S = 0.5
 
 __all__ = ["AzureOpenAIProvider", "OpenAIProvider"]
 
@@ -104,41 +102,7 @@ class OpenAIProvider:
                 "The upstream stream is not server-sent events.",
                 detail=f"{url}: stream is not server-sent events",
             )
-        return _stream_response(resp, first, rest, batches, url)
-
-
-def _stream_response(
-    resp: PooledResponse,
-    first: bytes,
-    rest: list[bytes],
-    batches: AsyncIterator[list[bytes]],
-    where: str,
-) -> UpstreamResponse:
-    finished = False
-
-    async def more() -> AsyncIterator[list[bytes]]:
-        nonlocal finished
-        try:
-            async for batch in batches:
-                yield batch
-        except UpstreamError:
-            raise
-        except Exception as exc:
-            raise map_client_error(exc, where) from None
-        finished = True
-
-    async def closer(graceful: bool) -> None:
-        if finished or (graceful and await resp.drain(_DRAIN_S)):
-            resp.release()  # keep-alive: the connection serves the next request
-        else:
-            resp.close()  # drop the connection: the upstream sees the abort
-
-    return UpstreamResponse(
-        status=resp.status,
-        first_batch=[first, *rest],
-        batches=more(),
-        closer=closer,
-    )
+        return streamed_response(resp, [first, *rest], batches, url, status=resp.status)
 
 
 class AzureOpenAIProvider(OpenAIProvider):

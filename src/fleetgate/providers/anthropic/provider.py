@@ -24,12 +24,11 @@ from fleetgate.providers.anthropic.response import anthropic_to_openai_response
 from fleetgate.providers.anthropic.stream import AnthropicStreamTranslator
 from fleetgate.providers.anthropic.wire import anthropic_headers, anthropic_messages_url
 from fleetgate.providers.base import Endpoint, UpstreamCall, UpstreamResponse
-from fleetgate.providers.http import HttpClient, map_client_error
+from fleetgate.providers.http import HttpClient, map_client_error, streamed_response
 from fleetgate.sse import SSEParser, encode_sse
 from fleetgate.telemetry.tracing import TRACE_HEADERS
 
 # After [DONE] only the chunked-encoding terminator is left: wait this long for it.
-_DRAIN_S = 0.5
 
 __all__ = ["AnthropicProvider"]
 
@@ -126,26 +125,7 @@ class AnthropicProvider:
             if isinstance(exc, asyncio.CancelledError | FleetgateError):
                 raise
             raise map_client_error(exc, self._url) from None
-        finished = False
-
-        async def rest() -> AsyncIterator[list[bytes]]:
-            nonlocal finished
-            try:
-                async for batch in batches:
-                    yield batch
-            except FleetgateError:
-                raise
-            except Exception as exc:
-                raise map_client_error(exc, self._url) from None
-            finished = True
-
-        async def closer(graceful: bool) -> None:
-            if finished or (graceful and await resp.drain(_DRAIN_S)):
-                resp.release()
-            else:
-                resp.close()
-
-        return UpstreamResponse(first_batch=[first, *leftover], batches=rest(), closer=closer)
+        return streamed_response(resp, [first, *leftover], batches, self._url)
 
 
 async def _translate(

@@ -20,7 +20,7 @@ import orjson
 from fleetgate.errors import FleetgateError, UpstreamBadResponse
 from fleetgate.http1 import PooledResponse
 from fleetgate.providers.base import UpstreamCall, UpstreamResponse
-from fleetgate.providers.http import HttpClient, map_client_error
+from fleetgate.providers.http import HttpClient, map_client_error, streamed_response
 from fleetgate.providers.responses.request import chat_to_responses
 from fleetgate.providers.responses.response import responses_to_chat
 from fleetgate.providers.responses.stream import ResponsesStreamTranslator
@@ -29,7 +29,6 @@ from fleetgate.sse import SSEParser, encode_sse
 __all__ = ["NativeResponses"]
 
 # After the stream's last event only the chunked-encoding terminator is left.
-_DRAIN_S = 0.5
 
 
 class NativeResponses:
@@ -82,27 +81,7 @@ class NativeResponses:
             if isinstance(exc, asyncio.CancelledError | FleetgateError):
                 raise
             raise map_client_error(exc, self.url) from None
-        finished = False
-        url = self.url
-
-        async def rest() -> AsyncIterator[list[bytes]]:
-            nonlocal finished
-            try:
-                async for batch in batches:
-                    yield batch
-            except FleetgateError:
-                raise
-            except Exception as exc:
-                raise map_client_error(exc, url) from None
-            finished = True
-
-        async def closer(graceful: bool) -> None:
-            if finished or (graceful and await resp.drain(_DRAIN_S)):
-                resp.release()
-            else:
-                resp.close()  # drop the connection: the upstream sees the abort
-
-        return UpstreamResponse(first_batch=[first, *leftover], batches=rest(), closer=closer)
+        return streamed_response(resp, [first, *leftover], batches, self.url)
 
 
 async def _translate(
