@@ -142,7 +142,8 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
         gw.auth = MasterKeyAuthenticator(settings.master_key, next=tenancy.runtime.cache)
     gw.tenancy = tenancy.runtime
     multimodal = MultimodalFeature.build(
-        settings, cfg, registry, table, [*audio_routes(), *document_routes()], resources
+        settings, cfg, registry, table, [*audio_routes(), *document_routes()], resources,
+        gw.engine_routing,
     )
     gw.multimodal = multimodal.runtime if multimodal is not None else None
     safety = SafetyFeature.build(settings, cfg, registry, access, tenancy.runtime, resources)
