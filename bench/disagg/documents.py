@@ -8,10 +8,10 @@ kv-aware alias whose prompts lead with the team's whole document set
 ``--doc-tokens`` tokens through ``PUT /admin/teams/{team}/documents/{doc}``; with prewarm on the
 bench waits until ``GET /admin/documents/kv`` says the prewarm finished (its time after the
 upload is reported); then, after one request of the team's key to an alias without documents
-(its first use of the key costs a database read either way), the team's first retrieval request (streamed, TTFT) and a second one
-with another question (warm). Reported: first / warm TTFT, median of ``--runs`` runs; the
-issue's target is within 1.2x with prewarm on. Also the KV hit rate of the first request from
-the admin JSON.
+(its first use of the key costs a database read either way), the team's first retrieval
+request (streamed, TTFT) and a second one with another question (warm). Reported: first /
+warm TTFT, median of ``--runs`` runs (the issue's target: within 1.2x with prewarm on), and
+the first request's KV hit rate from the admin JSON.
 
     python bench/disagg/documents.py [--runs 5] [--write-docs]
 """
@@ -77,7 +77,7 @@ async def _run(base: str, name: str, doc: str, prewarm: bool) -> dict[str, float
         if prewarm:
             deadline = time.monotonic() + 120  # bounded
             while True:
-                entry = (await _json(http, "GET", f"{base}/admin/documents/kv?team={team}"))
+                entry = await _json(http, "GET", f"{base}/admin/documents/kv?team={team}")
                 state = entry["data"][0]["prewarm"]["docs"]["state"]
                 if state not in ("queued", "running"):
                     break

@@ -7,16 +7,18 @@ import asyncio
 from contextlib import AsyncExitStack
 from typing import Any
 
+from tests.conftest import AUTH, GatewayFactory
+
 from fleetgate.multimodal.document_kv import MAX_PENDING, DocumentKv
 from fleetgate.multimodal.prompt.config import PromptConfig
 from fleetgate.multimodal.prompt.retrieval import DocumentSet
 from fleetgate.sim import SimConfig, running_sim
 from fleetgate.telemetry.registry import Registry
-from tests.conftest import AUTH, GatewayFactory
 
 SIM = SimConfig(model="m", prefill_ms_per_token=0.001, decode_ms_per_step=0.1, output_len=2)
 HANDBOOK = "\n\n".join(
-    f"Rule {i}: every employee of ACME follows guideline number {i} without fail." for i in range(60)
+    f"Rule {i}: every employee of ACME follows guideline number {i} without fail."
+    for i in range(60)
 )
 
 
@@ -74,8 +76,8 @@ async def test_an_upload_prewarms_one_engine_and_the_first_request_is_routed_the
         warmed = [e["deployment"] for e in warm["engines"] if e["warmed"]]
         assert len(warmed) == 1
 
-        body = {"model": "docs", "max_tokens": 2,
-                "messages": [{"role": "user", "content": "May I bring a dog to work?"}]}  # fmt: skip
+        question = {"role": "user", "content": "May I bring a dog to work?"}
+        body = {"model": "docs", "max_tokens": 2, "messages": [question]}
         user = {"Authorization": f"Bearer {key}"}
         resp = await client.post("/v1/chat/completions", json=body, headers=user)
         assert resp.status == 200, await resp.text()
@@ -90,8 +92,9 @@ async def test_an_upload_prewarms_one_engine_and_the_first_request_is_routed_the
         assert entry["requests"] == 1 and entry["first_request"]["hit_rate"] > 0.9
         assert entry["hit_rate"] == entry["first_request"]["hit_rate"]
         metrics = await (await client.get("/metrics")).text()
-        assert f'fleetgate_document_kv_requests_total{{tenant="{team}",document_set="{team}"}} 1' in (
-            metrics
+        assert (
+            f'fleetgate_document_kv_requests_total{{tenant="{team}",document_set="{team}"}} 1'
+            in (metrics)
         )
         assert 'fleetgate_document_prewarms_total{result="warmed"} 1' in metrics
 
@@ -114,8 +117,8 @@ async def test_without_prewarm_the_first_request_is_cold(gateway: GatewayFactory
             f"/admin/teams/{team}/documents/handbook", json={"text": HANDBOOK}, headers=AUTH
         )
         assert resp.status == 200
-        body = {"model": "docs", "max_tokens": 2,
-                "messages": [{"role": "user", "content": "May I bring a dog to work?"}]}  # fmt: skip
+        question = {"role": "user", "content": "May I bring a dog to work?"}
+        body = {"model": "docs", "max_tokens": 2, "messages": [question]}
         user = {"Authorization": f"Bearer {key}"}
         for question in ("May I bring a dog to work?", "And a cat?"):
             body["messages"] = [{"role": "user", "content": question}]

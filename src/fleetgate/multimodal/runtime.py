@@ -21,8 +21,8 @@ from fleetgate.multimodal.audio.openai_asr import OpenAITranscriber
 from fleetgate.multimodal.audio.prepare import AudioPreparer, IsolatedAudioDecoder
 from fleetgate.multimodal.audio.transcribe import Transcriber
 from fleetgate.multimodal.config import MultimodalConfig
-from fleetgate.multimodal.document_kv import DocumentKv
 from fleetgate.multimodal.conversations.sql import SqlConversationStore
+from fleetgate.multimodal.document_kv import DocumentKv
 from fleetgate.multimodal.images.affinity import ImageAffinity
 from fleetgate.multimodal.images.budget import ImageBudget, ImageComputeBudget
 from fleetgate.multimodal.images.cache import ProcessedImageCache

@@ -117,6 +117,8 @@ class DisaggStrategy:
         dep = pick.deployment
         cfg = dep.config
         body = prefill_body(ctx.request.body, cfg.model, dict(pick.extra_body or {}))
+        if ctx.ec_transfer:  # the images were encoded on an encoder pool (E -> P -> D)
+            body["ec_transfer_params"] = ctx.ec_transfer
         path = "/chat/completions" if "messages" in body else "/completions"
         headers = dict(cfg.extra_headers)
         if cfg.api_key:

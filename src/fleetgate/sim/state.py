@@ -13,6 +13,7 @@ from aiohttp import web
 
 from fleetgate.sim.config import SimConfig
 from fleetgate.sim.disagg import engine_id
+from fleetgate.sim.encoder import EncoderCache
 from fleetgate.sim.engine import Engine
 from fleetgate.sim.metrics import SimMetrics
 from fleetgate.sim.tokenizer import Tokenizer
@@ -50,6 +51,8 @@ class SimState:
         # headers of the last model requests (``GET /sim/requests``)
         self.received_headers: deque[dict[str, str]] = deque(maxlen=1024)
         self.engine_id = engine_id()  # remote_engine_id in disaggregated prefill answers
+        self.encoder = EncoderCache(config.encoder_cache_items)
+        self.encoder_busy = asyncio.Lock()  # an encoder instance encodes one image at a time
 
     def stats_dict(self) -> dict[str, Any]:
         """Counters and live engine state, for tests and operators."""
@@ -68,6 +71,9 @@ class SimState:
             "steps": engine.steps,
             "faults": dataclasses.asdict(self.faults),
             "sleeping": self.sleeping,
+            "images_encoded": self.encoder.encoded,
+            "images_received": self.encoder.received,
+            "encoder_cache_hits": self.encoder.hits,
         }
 
 
