@@ -91,6 +91,12 @@ class Engine:
             self._wake.set()
         return seqs
 
+    def cached_prompt_tokens(self, spec: SeqSpec) -> int:
+        """Prompt tokens of ``spec`` this engine's prefix cache holds now (no side effects)."""
+        kv = self.kv
+        hashes = kv.block_hashes(spec.prompt, spec.salt)
+        return len(kv.find_cached(hashes, len(spec.prompt))) * kv.block_size
+
     def abort(self, seq: Sequence) -> bool:
         """Stop a sequence and free its KV blocks; False if it had already ended."""
         if seq.done:

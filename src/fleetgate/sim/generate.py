@@ -185,7 +185,12 @@ async def _generate(request: web.Request, parse: Parser) -> web.StreamResponse:
     role = transfer_role(body)
     if role == "decode":  # pull the prompt's KV from the prefill engine, then only decode
         parsed.specs = [dataclasses.replace(s, remote_prefill=True) for s in parsed.specs]
-        await asyncio.sleep(state.config.kv_transfer_ms_per_token * parsed.prompt_tokens / 1000)
+        # Like vLLM's NIXL connector, only the blocks missing from this engine's own prefix
+        # cache are pulled (a shared document prefix it already holds is not sent again).
+        held = state.engine.cached_prompt_tokens(parsed.specs[0]) if parsed.specs else 0
+        pulled = max(0, parsed.prompt_tokens - held)
+        state.stats.kv_pulled_tokens += pulled
+        await asyncio.sleep(state.config.kv_transfer_ms_per_token * pulled / 1000)
     queue: asyncio.Queue[SeqEvent] = asyncio.Queue()
     seqs = state.engine.submit(parsed.specs, queue)
     intended_abort = False

@@ -31,6 +31,7 @@ class SimStats:
     cancelled: int = 0
     faulted: int = 0
     rejected: int = 0
+    kv_pulled_tokens: int = 0  # disaggregated decode: prompt tokens pulled from prefill engines
 
 
 class SimState:
@@ -63,6 +64,7 @@ class SimState:
             "requests_cancelled": self.stats.cancelled,
             "requests_faulted": self.stats.faulted,
             "requests_rejected": self.stats.rejected,
+            "kv_pulled_tokens": self.stats.kv_pulled_tokens,
             "running": len(engine.running),
             "waiting": len(engine.waiting),
             "kv_cache_usage": engine.kv.usage,
