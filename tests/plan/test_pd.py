@@ -9,7 +9,13 @@ import pytest
 from fleetgate.cli.main import main
 from fleetgate.errors import InvalidRequest
 from fleetgate.plan.engine_probe import probe_engine
-from fleetgate.plan.pd import EngineSpeed, PdWorkload, decode_batch, size_pd
+from fleetgate.plan.pd import (
+    EngineSpeed,
+    PdWorkload,
+    decode_batch,
+    prefill_ttft_quantile_s,
+    size_pd,
+)
 from fleetgate.sim import SimConfig, running_sim
 
 SPEED = EngineSpeed(prefill_ms_per_token=0.05, decode_ms_per_step=10.0, decode_batch_factor=0.01)
@@ -39,6 +45,15 @@ def test_the_pools_are_the_fewest_engines_that_meet_both_targets() -> None:
     assert size_pd(PdWorkload(40, 4000, 500, ttft_ms=400, itl_ms=12), SPEED)["prefill_engines"] > p
     cached = size_pd(PdWorkload(20, 4000, 500, cached_fraction=0.75, ttft_ms=400, itl_ms=12), SPEED)
     assert cached["prefill_engines"] < p and cached["decode_engines"] == d
+
+
+def test_a_spread_of_prefill_times_moves_the_tail_not_the_mean() -> None:
+    kw = dict(rate=4.0, engines=2, service_s=0.1, fixed_s=0.0, q=0.9)
+    alone = prefill_ttft_quantile_s(service_cv=0.0, **kw)  # type: ignore[arg-type]
+    spread = prefill_ttft_quantile_s(service_cv=1.0, **kw)  # type: ignore[arg-type]
+    assert 0.1 <= alone < spread  # long prefills are slow and hold up the queue behind them
+    assert math.isinf(prefill_ttft_quantile_s(service_cv=0.0, rate=30, engines=2, service_s=0.1,
+                                              fixed_s=0, q=0.9))  # fmt: skip
 
 
 def test_unreachable_targets_are_said_not_sized() -> None:

@@ -17,11 +17,14 @@ and whose ``b`` fits ``max_num_seqs`` (and the KV cache, when its size is given)
 
 **Prefill pool** (``P`` engines). A request's prefill holds an engine for ``S = prompt_tokens *
 (1 - cached_fraction) * prefill_ms_per_token``. Its TTFT is the wait for a prefill engine, then
-``S``, the KV pull (``prompt_tokens * kv_transfer_ms_per_token``) and the decode engine's next
-step and its own (``1.5 * t(b)``). The wait's quantile comes from the planner's
-discrete-event simulation (`fleetgate.plan.des`, ``P`` servers, Poisson arrivals, service
-time spread ``service_cv``); ``P`` is the fewest engines whose TTFT quantile meets the target
-and whose utilisation ``rate * S / P`` stays under ``max_utilization``.
+``S``, the KV pull (of the uncached tokens, ``* kv_transfer_ms_per_token``: a decode engine
+already holds the shared prefix, as a prefill engine does) and the decode engine's next
+step and its own (``1.5 * t(b)``). Its quantile comes from a discrete-event simulation of the
+prefill pool (`prefill_ttft_quantile_s`: ``P`` engines first come first served, Poisson
+arrivals, each prefill's own time gamma-distributed around ``S`` with spread ``service_cv``,
+so a long prefill is slow itself and delays those queued behind it); ``P`` is the fewest
+engines whose TTFT quantile meets the target and whose utilisation ``rate * S / P`` stays under
+``max_utilization``.
 
 Example::
 
@@ -33,14 +36,16 @@ Example::
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from fleetgate.errors import InvalidRequest
-from fleetgate.plan.des import ttft_quantile_des
+import numpy as np
 
-__all__ = ["EngineSpeed", "PdWorkload", "decode_batch", "size_pd"]
+from fleetgate.errors import InvalidRequest
+
+__all__ = ["EngineSpeed", "PdWorkload", "decode_batch", "prefill_ttft_quantile_s", "size_pd"]
 
 MAX_ENGINES = 4096
 
@@ -118,15 +123,49 @@ def _size_decode(speed: EngineSpeed, w: PdWorkload) -> tuple[int, float] | None:
     return None
 
 
+def prefill_ttft_quantile_s(
+    *,
+    rate: float,
+    engines: int,
+    service_s: float,
+    service_cv: float,
+    fixed_s: float,
+    q: float,
+    n: int = 20_000,
+    seed: int = 0,
+) -> float:
+    """The ``q`` quantile of ``wait + own prefill + fixed_s`` on ``engines`` prefill engines
+    (FCFS, Poisson arrivals at ``rate``); ``inf`` when they cannot keep up."""
+    if rate * service_s >= engines:
+        return math.inf
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
+    if service_cv > 1e-6:
+        shape = 1.0 / service_cv**2
+        service = rng.gamma(shape, service_s / shape, n)
+    else:
+        service = np.full(n, service_s)
+    free = [0.0] * engines  # when each engine is next free (a heap)
+    ttft = np.empty(n)
+    for i in range(n):
+        start = max(arrivals[i], heapq.heappop(free))
+        end = start + service[i]
+        heapq.heappush(free, end)
+        ttft[i] = end - arrivals[i]
+    warm = n // 10  # the first tenth sees an empty pool: left out
+    return float(np.quantile(ttft[warm:], q)) + fixed_s
+
+
 def _ttft_ms(speed: EngineSpeed, w: PdWorkload, engines: int, step_ms: float) -> float:
     service_s = w.prompt_tokens * (1 - w.cached_fraction) * speed.prefill_ms_per_token / 1000.0
-    fixed_s = (w.prompt_tokens * speed.kv_transfer_ms_per_token + 1.5 * step_ms) / 1000.0
-    return 1000.0 * ttft_quantile_des(
+    pulled = w.prompt_tokens * (1 - w.cached_fraction)
+    fixed_s = (pulled * speed.kv_transfer_ms_per_token + 1.5 * step_ms) / 1000.0
+    return 1000.0 * prefill_ttft_quantile_s(
         rate=w.rate,
-        servers=engines,
-        service_mean_s=max(service_s, 1e-9),
+        engines=engines,
+        service_s=max(service_s, 1e-9),
         service_cv=w.service_cv,
-        base_ttft_mean_s=service_s + fixed_s,
+        fixed_s=fixed_s,
         q=w.quantile,
     )
 
