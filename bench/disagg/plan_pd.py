@@ -6,8 +6,8 @@
    ``--length``-token prompts of which 3/4 are shared documents, ``--max-tokens`` outputs) and
    the targets ``--ttft-ms`` (p90) and ``--itl-ms``. ``pd.py`` empties the prefix caches
    before each run of ``--requests`` requests, so each of the ``--docs`` documents is cold once
-   per run on the prefill pool: the planner is given the mean cached share and the spread of
-   prefill times that implies (``--docs / --requests`` of the prefills are the whole prompt).
+   per run on the prefill pool: the planner is told that ``--docs / --requests`` of the
+   prefills find nothing cached (``cold_fraction``), the others 3/4 of their prompt.
 3. That split, and the split with one prefill engine fewer, are run through the gateway with
    ``pd.py``'s workload (``strategy: pd-disagg``); measured TTFT p90 and ITL p90 (median of
    ``--runs`` runs) are printed beside the prediction.
@@ -54,13 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         with sim_fleet(1, Path(tmp), kv_blocks=args.kv_blocks, events=False, extra=timing) as one:
             speed = asyncio.run(probe_engine(f"{one[0].url}/v1", "tiny", long_tokens=4000))
-        cold = args.docs / args.requests
-        warm_u, cold_u = args.length / 4, float(args.length)
-        mean_u = (1 - cold) * warm_u + cold * cold_u
-        std_u = ((1 - cold) * (warm_u - mean_u) ** 2 + cold * (cold_u - mean_u) ** 2) ** 0.5
         work = PdWorkload(rate=args.rate, prompt_tokens=args.length,
-                          output_tokens=args.max_tokens, cached_fraction=1 - mean_u / args.length,
-                          service_cv=std_u / mean_u, ttft_ms=args.ttft_ms,
+                          output_tokens=args.max_tokens, cached_fraction=0.75,
+                          cold_fraction=args.docs / args.requests, ttft_ms=args.ttft_ms,
                           itl_ms=args.itl_ms)  # fmt: skip
         plan = size_pd(work, speed)
         print(plan, flush=True)
@@ -74,10 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"Engine measured by the probe: prefill {speed.prefill_ms_per_token:.4f} ms/token "
         f"(simulated: {args.prefill_ms}), decode step {speed.decode_ms_per_step:.2f} ms "
-        f"({args.decode_ms}), +{speed.decode_batch_factor:.4f} per running sequence (0.01). "
+        f"({args.decode_ms}), +{speed.decode_batch_factor:.4f} per running sequence (0.01), "
+        f"{speed.request_overhead_ms:.1f} ms a request beyond compute (0). "
         f"Workload: {args.rate:g} requests/s, {args.length}-token prompts (3/4 shared documents, "
-        f"cold once per run: cached share {work.cached_fraction:.2f}, prefill time spread "
-        f"{work.service_cv:.2f}), {args.max_tokens} output tokens; targets TTFT p90 "
+        f"each cold once per run: {work.cold_fraction:.0%} of prefills find nothing cached), "
+        f"{args.max_tokens} output tokens; targets TTFT p90 "
         f"{args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms. Planned: {prefill} prefill + {decode} "
         f"decode (predicted TTFT p90 {plan['predicted_ttft_ms']} ms, ITL "
         f"{plan['predicted_itl_ms']} ms). Measured through the gateway (`pd-disagg`), "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -48,12 +49,30 @@ def test_the_pools_are_the_fewest_engines_that_meet_both_targets() -> None:
 
 
 def test_a_spread_of_prefill_times_moves_the_tail_not_the_mean() -> None:
-    kw = dict(rate=4.0, engines=2, service_s=0.1, fixed_s=0.0, q=0.9)
-    alone = prefill_ttft_quantile_s(service_cv=0.0, **kw)  # type: ignore[arg-type]
-    spread = prefill_ttft_quantile_s(service_cv=1.0, **kw)  # type: ignore[arg-type]
+    kw: dict[str, Any] = dict(rate=4.0, engines=2, service_s=0.1, fixed_s=0.0, q=0.9)
+    alone = prefill_ttft_quantile_s(service_cv=0.0, **kw)
+    spread = prefill_ttft_quantile_s(service_cv=1.0, **kw)
     assert 0.1 <= alone < spread  # long prefills are slow and hold up the queue behind them
     assert math.isinf(prefill_ttft_quantile_s(service_cv=0.0, rate=30, engines=2, service_s=0.1,
                                               fixed_s=0, q=0.9))  # fmt: skip
+
+
+def test_cold_prefills_and_request_overheads_lengthen_the_predicted_ttft() -> None:
+    base = PdWorkload(rate=8, prompt_tokens=8192, output_tokens=24, cached_fraction=0.75)
+    warm = size_pd(base, SPEED)
+    cold = size_pd(PdWorkload(**{**base.__dict__, "cold_fraction": 0.1}), SPEED)
+    # a tenth of the prefills are the whole prompt: the mean grows by 30%...
+    assert cold["prefill_service_ms"] == pytest.approx(warm["prefill_service_ms"] * 1.3)
+    # ...and on the same two engines the p90 by much more (it lands on the cold ones)
+    kw: dict[str, Any] = dict(
+        rate=8.0, engines=2, service_s=0.1024, service_cv=0.0, fixed_s=0.0, q=0.9
+    )
+    mixed = prefill_ttft_quantile_s(cold_fraction=0.1, cold_service_s=0.4096, **kw)
+    assert mixed > 1.5 * prefill_ttft_quantile_s(**kw)
+    slow = EngineSpeed(**{**SPEED.__dict__, "request_overhead_ms": 25.0})
+    assert size_pd(base, slow)["predicted_ttft_ms"] == pytest.approx(
+        warm["predicted_ttft_ms"] + 50, abs=1
+    )  # paid by the prefill request and by the decode request
 
 
 def test_unreachable_targets_are_said_not_sized() -> None:
@@ -75,6 +94,7 @@ async def test_the_probe_measures_the_simulated_engine() -> None:
     assert 0.1 * 0.8 <= speed.prefill_ms_per_token <= 0.1 * 2
     assert 20 * 0.95 <= speed.decode_ms_per_step <= 20 * 1.6
     assert 0.005 <= speed.decode_batch_factor <= 0.05
+    assert 0 < speed.request_overhead_ms < 500
 
 
 def test_the_cli_prints_the_sizing(capsys: pytest.CaptureFixture[str]) -> None:

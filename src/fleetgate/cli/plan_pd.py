@@ -40,6 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     w.add_argument("--output-tokens", type=float, required=True)
     w.add_argument("--cached-fraction", type=float, default=0.0,
                    help="share of the prompt served from the prefix cache")  # fmt: skip
+    w.add_argument("--cold-fraction", type=float, default=0.0,
+                   help="share of requests that find nothing cached")  # fmt: skip
     w.add_argument("--ttft-ms", type=float, help="TTFT target at --quantile")
     w.add_argument("--itl-ms", type=float, help="inter-token latency target")
     w.add_argument("--quantile", type=float, default=0.9)
@@ -55,6 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     e.add_argument("--max-num-seqs", type=int, default=256)
     e.add_argument("--kv-transfer-ms-per-token", type=float, default=0.0025)
     e.add_argument("--kv-cache-tokens", type=int)
+    e.add_argument("--request-overhead-ms", type=float, default=0.0,
+                   help="an engine's time per request beyond its compute")  # fmt: skip
     p.add_argument("--json", type=Path, help="write the result JSON here ('-' = stdout)")
     p.set_defaults(func=run)
 
@@ -66,6 +70,7 @@ def _speed(args: argparse.Namespace) -> EngineSpeed:
             prefill_ms_per_token=measured.prefill_ms_per_token,
             decode_ms_per_step=measured.decode_ms_per_step,
             decode_batch_factor=measured.decode_batch_factor,
+            request_overhead_ms=measured.request_overhead_ms,
             max_num_seqs=args.max_num_seqs,
             kv_transfer_ms_per_token=args.kv_transfer_ms_per_token,
             kv_cache_tokens=args.kv_cache_tokens,
@@ -81,6 +86,7 @@ def _speed(args: argparse.Namespace) -> EngineSpeed:
         max_num_seqs=args.max_num_seqs,
         kv_transfer_ms_per_token=args.kv_transfer_ms_per_token,
         kv_cache_tokens=args.kv_cache_tokens,
+        request_overhead_ms=args.request_overhead_ms,
     )
 
 
@@ -89,6 +95,7 @@ def _table(plan: dict[str, object]) -> str:
     assert isinstance(e, dict)
     rows = [
         ("engine prefill", f"{e['prefill_ms_per_token']:.4f} ms/token"),
+        ("engine request overhead", f"{e['request_overhead_ms']:.1f} ms"),
         ("engine decode step", f"{e['decode_ms_per_step']:.2f} ms "
                                f"(+{e['decode_batch_factor']:.4f} per sequence)"),
         ("prefill engines", str(plan.get("prefill_engines"))),
@@ -113,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
             prompt_tokens=args.prompt_tokens,
             output_tokens=args.output_tokens,
             cached_fraction=args.cached_fraction,
+            cold_fraction=args.cold_fraction,
             ttft_ms=args.ttft_ms,
             itl_ms=args.itl_ms,
             quantile=args.quantile,

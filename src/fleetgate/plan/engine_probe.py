@@ -8,7 +8,9 @@ prefix cache never helps:
   ``repeats`` pairs;
 - **decode step**: one streamed completion of ``steps`` tokens (``ignore_eos``): the time from
   its first to its last token over ``steps - 1``;
-- **batch factor**: ``batch`` such streams at once: ``(t_batch / t_1 - 1) / (batch - 1)``.
+- **batch factor**: ``batch`` such streams at once: ``(t_batch / t_1 - 1) / (batch - 1)``;
+- **request overhead**: the latency of the short ``max_tokens: 1`` completion (HTTP, parsing,
+  scheduling: what a request costs beyond its prefill).
 
 Example::
 
@@ -80,11 +82,12 @@ async def probe_engine(
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     timeout = aiohttp.ClientTimeout(total=300)
     async with aiohttp.ClientSession(headers=headers, timeout=timeout) as http:
-        per_token = []
+        per_token, short_s = [], []
         for _ in range(repeats):
             short = {"model": model, "prompt": _words(8, rng), "max_tokens": 1}
             long = {"model": model, "prompt": _words(long_tokens // 2, rng), "max_tokens": 1}
             s_time, s_tokens = await _complete(http, url, short)
+            short_s.append(s_time)
             l_time, l_tokens = await _complete(http, url, long)
             if l_tokens > s_tokens:
                 per_token.append(max(0.0, l_time - s_time) / (l_tokens - s_tokens))
@@ -102,4 +105,5 @@ async def probe_engine(
         prefill_ms_per_token=statistics.median(per_token) * 1000.0,
         decode_ms_per_step=one * 1000.0,
         decode_batch_factor=factor,
+        request_overhead_ms=statistics.median(short_s) * 1000.0,
     )

@@ -16,10 +16,13 @@ law each engine runs ``b = (rate / D) * output_tokens * t(b)`` sequences, i.e. w
 and whose ``b`` fits ``max_num_seqs`` (and the KV cache, when its size is given).
 
 **Prefill pool** (``P`` engines). A request's prefill holds an engine for ``S = prompt_tokens *
-(1 - cached_fraction) * prefill_ms_per_token``. Its TTFT is the wait for a prefill engine, then
+(1 - cached_fraction) * prefill_ms_per_token``, or the whole prompt's time for the
+``cold_fraction`` of requests that find nothing cached (a document's first request on an
+engine). Its TTFT is the wait for a prefill engine, then
 ``S``, the KV pull (of the uncached tokens, ``* kv_transfer_ms_per_token``: a decode engine
 already holds the shared prefix, as a prefill engine does) and the decode engine's next
-step and its own (``1.5 * t(b)``). Its quantile comes from a discrete-event simulation of the
+step and its own (``1.5 * t(b)``), plus each engine's ``request_overhead_ms`` twice (the
+prefill request and the decode request). Its quantile comes from a discrete-event simulation of the
 prefill pool (`prefill_ttft_quantile_s`: ``P`` engines first come first served, Poisson
 arrivals, each prefill's own time gamma-distributed around ``S`` with spread ``service_cv``,
 so a long prefill is slow itself and delays those queued behind it); ``P`` is the fewest
@@ -60,6 +63,8 @@ class EngineSpeed:
     max_num_seqs: int = 256
     kv_transfer_ms_per_token: float = 0.0025
     kv_cache_tokens: int | None = None  # the engine's KV cache size, when known
+    # an engine's time for a request beyond its modelled compute (HTTP, parsing, tokenizing)
+    request_overhead_ms: float = 0.0
 
     def step_ms(self, running: float) -> float:
         """One decode step with ``running`` sequences."""
@@ -75,17 +80,25 @@ class PdWorkload:
     prompt_tokens: float
     output_tokens: float
     cached_fraction: float = 0.0
+    cold_fraction: float = 0.0  # requests that find nothing cached (a document's first use)
     ttft_ms: float | None = None
     itl_ms: float | None = None
     quantile: float = 0.9
     service_cv: float = 0.0
     max_utilization: float = 0.85
 
+    def uncached_tokens(self) -> float:
+        """Mean prompt tokens a prefill computes."""
+        warm = self.prompt_tokens * (1 - self.cached_fraction)
+        return (1 - self.cold_fraction) * warm + self.cold_fraction * self.prompt_tokens
+
     def validate(self) -> None:
         if self.rate <= 0 or self.prompt_tokens <= 0 or self.output_tokens < 1:
             raise InvalidRequest("rate and prompt_tokens must be > 0, output_tokens >= 1")
         if not 0 <= self.cached_fraction < 1:
             raise InvalidRequest("cached_fraction must be within [0, 1)", param="cached_fraction")
+        if not 0 <= self.cold_fraction <= 1:
+            raise InvalidRequest("cold_fraction must be within [0, 1]", param="cold_fraction")
         if not 0.5 <= self.quantile < 1 or not 0 < self.max_utilization < 1:
             raise InvalidRequest("quantile must be within [0.5, 1), max_utilization in (0, 1)")
 
@@ -131,20 +144,25 @@ def prefill_ttft_quantile_s(
     service_cv: float,
     fixed_s: float,
     q: float,
+    cold_fraction: float = 0.0,
+    cold_service_s: float = 0.0,
     n: int = 20_000,
     seed: int = 0,
 ) -> float:
     """The ``q`` quantile of ``wait + own prefill + fixed_s`` on ``engines`` prefill engines
-    (FCFS, Poisson arrivals at ``rate``); ``inf`` when they cannot keep up."""
-    if rate * service_s >= engines:
-        return math.inf
+    (FCFS, Poisson arrivals at ``rate``); ``inf`` when they cannot keep up. A prefill takes
+    ``service_s``, or ``cold_service_s`` for a ``cold_fraction`` of them, spread
+    ``service_cv``."""
     rng = np.random.default_rng(seed)
+    means = np.where(rng.random(n) < cold_fraction, cold_service_s, service_s)
+    if rate * float(means.mean()) >= engines:
+        return math.inf
     arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
     if service_cv > 1e-6:
         shape = 1.0 / service_cv**2
-        service = rng.gamma(shape, service_s / shape, n)
+        service = rng.gamma(shape, means / shape)
     else:
-        service = np.full(n, service_s)
+        service = means
     free = [0.0] * engines  # when each engine is next free (a heap)
     ttft = np.empty(n)
     for i in range(n):
@@ -157,21 +175,24 @@ def prefill_ttft_quantile_s(
 
 
 def _ttft_ms(speed: EngineSpeed, w: PdWorkload, engines: int, step_ms: float) -> float:
-    service_s = w.prompt_tokens * (1 - w.cached_fraction) * speed.prefill_ms_per_token / 1000.0
-    pulled = w.prompt_tokens * (1 - w.cached_fraction)
-    fixed_s = (pulled * speed.kv_transfer_ms_per_token + 1.5 * step_ms) / 1000.0
+    per_token_s = speed.prefill_ms_per_token / 1000.0
+    warm_s = w.prompt_tokens * (1 - w.cached_fraction) * per_token_s
+    fixed_ms = w.uncached_tokens() * speed.kv_transfer_ms_per_token + 1.5 * step_ms
+    fixed_s = (fixed_ms + 2 * speed.request_overhead_ms) / 1000.0  # the prefill and the decode
     return 1000.0 * prefill_ttft_quantile_s(
         rate=w.rate,
         engines=engines,
-        service_s=max(service_s, 1e-9),
+        service_s=max(warm_s, 1e-9),
         service_cv=w.service_cv,
         fixed_s=fixed_s,
         q=w.quantile,
+        cold_fraction=w.cold_fraction,
+        cold_service_s=w.prompt_tokens * per_token_s,
     )
 
 
 def _size_prefill(speed: EngineSpeed, w: PdWorkload, step_ms: float) -> tuple[int, float] | None:
-    service_s = w.prompt_tokens * (1 - w.cached_fraction) * speed.prefill_ms_per_token / 1000.0
+    service_s = w.uncached_tokens() * speed.prefill_ms_per_token / 1000.0
     p = max(1, math.ceil(w.rate * service_s / w.max_utilization))
     ttft = _ttft_ms(speed, w, p, step_ms)
     if w.ttft_ms is None:
@@ -200,9 +221,7 @@ def size_pd(workload: PdWorkload, speed: EngineSpeed) -> dict[str, Any]:
     d, batch = decode
     step = speed.step_ms(batch)
     prefill = _size_prefill(speed, workload, step)
-    service_ms = (
-        workload.prompt_tokens * (1 - workload.cached_fraction) * speed.prefill_ms_per_token
-    )
+    service_ms = workload.uncached_tokens() * speed.prefill_ms_per_token
     out.update(
         decode_engines=d,
         decode_batch=round(batch, 2),
