@@ -164,3 +164,31 @@ async def test_the_image_budget_and_affinity_are_held_on_the_encoder_not_the_mod
         assert held == [] and list(left) == [model_hook]  # the image hook's work is done
         assert ctx.ec_transfer and all(v["do_remote_encode"] for v in ctx.ec_transfer.values())
         assert budget.in_flight("enc1") == 0  # released once the encoder answered
+
+
+async def test_encoder_then_prefill_then_decode(gateway: GatewayFactory) -> None:
+    async with AsyncExitStack() as stack:
+        enc, pre, dec = [await stack.enter_async_context(running_sim(cfg))
+                         for cfg in (PRODUCER, CONSUMER, CONSUMER)]  # fmt: skip
+        client = await gateway({
+            "models": [{"alias": "vl", "strategy": "pd-disagg", "deployments": [
+                {"model": "m", "api_base": f"{enc}/v1", "name": "enc0", "tags": ["encoder"]},
+                {"model": "m", "api_base": f"{pre}/v1", "name": "p0", "tags": ["prefill"]},
+                {"model": "m", "api_base": f"{dec}/v1", "name": "d0", "tags": ["decode"]}]}],
+            "routing": {"scrape_interval_s": 0.05, "kv_aware": {"pd_min_prompt_tokens": 1}},
+            "tenancy": {"enabled": False},
+        })  # fmt: skip
+        body = _chat(_png((7, 7, 7)))
+        resp = await client.post("/v1/chat/completions", json=body, headers=AUTH)
+        assert resp.status == 200, await resp.text()
+        assert resp.headers["x-fleetgate-deployment"] == "d0"
+        metrics = await (await client.get("/metrics")).text()
+        assert metric_value(metrics, "fleetgate_pd_requests_total", mode="disaggregated") == 1, [
+            line for line in metrics.splitlines() if "pd_requests" in line
+        ]
+        assert (await _stats(enc))["images_encoded"] == 1
+        prefill = await _stats(pre)  # it pulled the encoder's output and encoded nothing
+        assert (prefill["images_received"], prefill["images_encoded"]) == (1, 0)
+        decode = await _stats(dec)  # it got the image's KV with the prompt's
+        assert (decode["images_received"], decode["images_encoded"]) == (0, 0)
+        assert decode["kv_pulled_tokens"] > 64

@@ -211,7 +211,7 @@ class Dispatcher:
             pick = self.salt.apply(pick, ctx)
         if hooks:
             pick = _with_hook_fields(hooks, pick)
-        if ctx.ec_transfer:
+        if ctx.ec_transfer and ctx.kv_transfer is None:  # a PD decode gets the KV, not these
             extra = {**(pick.extra_body or {}), "ec_transfer_params": ctx.ec_transfer}
             pick = Pick(pick.deployment, extra, pick.uncached_tokens)
         return pick

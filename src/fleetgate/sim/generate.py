@@ -181,8 +181,9 @@ async def _generate(request: web.Request, parse: Parser) -> web.StreamResponse:
         return early
     if state.config.ec_role == "ec_producer":
         return await _encode_only(request, state, body, parsed)
-    await _images(state, body, parsed)
     role = transfer_role(body)
+    if role != "decode":  # a disaggregated decode gets the images' KV with the prompt's
+        await _images(state, body, parsed)
     if role == "decode":  # pull the prompt's KV from the prefill engine, then only decode
         parsed.specs = [dataclasses.replace(s, remote_prefill=True) for s in parsed.specs]
         # Like vLLM's NIXL connector, only the blocks missing from this engine's own prefix
