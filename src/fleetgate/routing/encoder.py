@@ -19,7 +19,8 @@ healthy encoder engine, `EncoderStep.run` does what vLLM's example proxy
    encodes.
 2. the original request to the language-model pool. Network EC connectors answer
    ``ec_transfer_params`` keyed by the image's mm hash; they are merged and sent along
-   (``ec_transfer_params`` on the request, and on a pd-disagg prefill request); with the
+   (``ec_transfer_params`` on the request; of a pd-disagg alias on its prefill request only,
+   the decode engine gets the images' KV with the prompt's); with the
    shared-storage connector there are none and the engine finds the outputs by hash. The hooks
    that did encoder work (``encoder_work = True``: the image budget and affinity) are not
    applied again there.
