@@ -38,6 +38,7 @@ from fleetgate.providers.registry import ProviderRegistry
 from fleetgate.releases.feature import ReleasesFeature
 from fleetgate.resources import Resources
 from fleetgate.routing.dispatch import Dispatcher
+from fleetgate.routing.encoder import EncoderStep
 from fleetgate.routing.features import (
     CanaryFeature,
     EngineRoutingFeature,
@@ -93,6 +94,7 @@ def build_state(
     health = HealthTracker(cfg.health, metrics, lambda: tables.table.deployments())
     dispatcher = Dispatcher(cfg.router, health, metrics, observer=engine_aware)
     dispatcher.salt = engine_aware.tenant_salt
+    dispatcher.encoder = EncoderStep(resources.http, metrics.registry)  # encoder pools
 
     def deployment_gauges() -> Iterable[tuple[tuple[str, str, str], int, bool]]:
         for d in tables.table.deployments():
@@ -142,7 +144,13 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
         gw.auth = MasterKeyAuthenticator(settings.master_key, next=tenancy.runtime.cache)
     gw.tenancy = tenancy.runtime
     multimodal = MultimodalFeature.build(
-        settings, cfg, registry, table, [*audio_routes(), *document_routes()], resources
+        settings,
+        cfg,
+        registry,
+        table,
+        [*audio_routes(), *document_routes()],
+        resources,
+        gw.engine_routing,
     )
     gw.multimodal = multimodal.runtime if multimodal is not None else None
     safety = SafetyFeature.build(settings, cfg, registry, access, tenancy.runtime, resources)

@@ -61,7 +61,9 @@ async def test_long_prompts_prefill_on_one_pool_and_stream_from_the_other(
             model="chat", max_tokens=5, messages=[{"role": "user", "content": "hello"}]
         )
         assert short.choices[0].message.content
-        assert await _received(http, p_url) + await _received(http, d_url) == 3
+        # served aggregated on the decode pool: a prefill engine would decode it between its
+        # long prefill chunks
+        assert await _received(http, p_url) == 1 and await _received(http, d_url) == 2
 
         async with http.post(f"{p_url}/sim/faults", json={"error_rate": 1.0}) as resp:
             assert resp.status == 200
@@ -108,5 +110,32 @@ def test_decode_goes_where_the_request_fits_then_to_the_smallest_batch() -> None
     assert pick.deployment is idle  # "full" cannot hold 500 tokens; "idle" runs fewer
     assert pick.extra_body == {"kv_transfer_params": ctx.kv_transfer}
     assert pick.uncached_tokens == 0
-    ctx.kv_transfer = None  # no prefill happened: aggregated, kv-aware over all of them
+    ctx.kv_transfer = None  # no prefill happened: aggregated, kv-aware over the decode pool
     assert strategy.pick([full, busy, idle], ctx).extra_body is None
+
+
+def test_a_request_served_aggregated_goes_to_the_decode_pool_not_a_prefill_engine() -> None:
+    import random
+
+    from fleetgate.config.schema import DeploymentConfig, RoutingConfig
+    from fleetgate.routing.deployment import Deployment
+    from fleetgate.routing.disagg import DisaggStrategy
+    from fleetgate.routing.engine_stats import EngineStats
+    from fleetgate.routing.kv_aware import EngineAwareRouting
+    from tests.routing.support import route_ctx
+
+    config = RoutingConfig()
+    shared = EngineAwareRouting(
+        config, EngineStats(config, lambda: ()), secret=b"k", rng=random.Random(1)
+    )
+    provider: Any = None
+    prefill, decode = (
+        Deployment(name, "chat", DeploymentConfig(model="m", api_base=f"http://{name}/v1",
+                                                  tags=(name,)), provider)
+        for name in ("prefill", "decode")
+    )  # fmt: skip
+    decode.state.in_flight = 5  # busier than the idle prefill engine, which kv-aware would pick
+    strategy = DisaggStrategy(shared, "chat")
+    ctx = route_ctx("chat", prompt_tokens=20, max_tokens=100)
+    assert strategy.pick([prefill, decode], ctx).deployment is decode
+    assert strategy.pick([prefill], ctx).deployment is prefill  # no decode engine: any engine

@@ -221,3 +221,20 @@ def test_a_full_kv_cache_counts_against_an_engine() -> None:
     decision = shared.decisions.query(limit=1)[0]
     costs = {c.deployment: c.queue_s for c in decision.candidates}
     assert costs[full.id] > costs[free.id] + 1.0
+
+
+async def test_tokenization_is_asked_of_the_least_loaded_engine_not_always_the_first() -> None:
+    shared = routing(kv_aware=KvAwareConfig(exact_tokenize=True))
+    asked: list[str] = []
+
+    async def tokenize(dep: Deployment, body: Any) -> list[int]:
+        asked.append(dep.id)
+        return [1, 2, 3]
+
+    shared.tokenize = tokenize  # type: ignore[method-assign]
+    engines = deps(3)
+    engines[0].state.in_flight = 4  # the first engine is busy
+    strategy = KvAwareStrategy(shared, "chat")
+    for i in range(12):
+        await strategy.prepare(engines, ctx(f"question {i}"))
+    assert "e0" not in asked and {"e1", "e2"} == set(asked)  # spread over the idle ones

@@ -47,6 +47,15 @@ async def test_prefill_answers_transfer_params_and_decode_skips_the_prefill() ->
         assert status == 200 and answer["usage"]["completion_tokens"] == 3
         assert await _steps(http, d_url) == 3  # one step per token: no prefill chunks
         assert "kv_transfer_params" not in answer
+        async with http.get(f"{d_url}/sim/stats") as resp:
+            pulled = (await resp.json())["kv_pulled_tokens"]
+        assert pulled == answer["usage"]["prompt_tokens"]  # nothing was cached there yet
+        # the same prompt again: the decode engine holds its blocks now and pulls only the
+        # last, partial block (as vLLM's NIXL connector pulls only what the engine lacks)
+        status, answer = await _post(http, d_url, decode)
+        async with http.get(f"{d_url}/sim/stats") as resp:
+            again = (await resp.json())["kv_pulled_tokens"] - pulled
+        assert status == 200 and 0 < again <= 16
 
 
 async def test_malformed_transfer_params_are_refused() -> None:

@@ -1,4 +1,25 @@
+import re
+
+from hypothesis import given
+from hypothesis import strategies as st
+
 from fleetgate.sim.tokenizer import Tokenizer, split_pieces
+
+
+def _rules(text: str) -> list[str]:
+    """The documented rules, word by word (the slow reference the one-regex split must match)."""
+    out: list[str] = []
+    for piece in re.findall(r"\s*(?:\w+|[^\w\s])|\s+", text):
+        word = piece.lstrip()
+        lead = piece[: len(piece) - len(word)]
+        out.append(lead + word[:4])
+        out.extend(word[i : i + 4] for i in range(4, len(word), 4))
+    return [p for p in out if p]
+
+
+@given(st.text(alphabet=st.sampled_from("ab1_ \n\t,.!é中　"), max_size=60))
+def test_the_one_regex_split_follows_the_documented_rules(text: str) -> None:
+    assert split_pieces(text) == _rules(text)
 
 
 def test_pieces_round_trip_and_split_long_words() -> None:

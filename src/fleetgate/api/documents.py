@@ -7,6 +7,10 @@ stored in the database, so every replica retrieves them and a restart keeps them
 ``store_unavailable`` while the database is away). ``multimodal.inputs`` bounds
 one document (``document_chars``) and a team's whole collection (``team_document_bytes``,
 ``team_documents``: 413 past them).
+
+``GET /admin/documents/kv[?team=]``: KV hit rate by tenant and document set, the first request
+after the newest change and each alias's last prewarm (`fleetgate.multimodal.document_kv`); the
+master key sees every team, a team admin key its own.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ def document_routes() -> list[web.RouteDef]:
     return [
         web.put("/admin/teams/{team}/documents/{doc_id}", put_document),
         web.delete("/admin/teams/{team}/documents/{doc_id}", delete_document),
+        web.get("/admin/documents/kv", document_kv),
     ]
 
 
@@ -72,4 +77,21 @@ async def delete_document(request: web.Request) -> web.Response:
     doc_id = request.match_info["doc_id"]
     await runtime.index.remove(team, doc_id)
     out = {"team": team, "id": doc_id, "deleted": True}
+    return web.Response(body=orjson.dumps(out), content_type="application/json")
+
+
+async def document_kv(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY]
+    principal = gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    team = request.query.get("team") or None
+    if not principal.is_master:
+        if principal.role != "team_admin" or principal.team_id is None:
+            raise PermissionDenied("Only the master key or a team admin key reads KV hit rates.")
+        if team is not None and team != principal.team_id:
+            raise PermissionDenied("A team admin key reads its own team's KV hit rates only.")
+        team = principal.team_id
+    runtime = gw.multimodal
+    if runtime is None or runtime.document_kv is None:
+        raise NotFound("Retrieval is off: the multimodal pipeline is disabled in the config.")
+    out = {"data": runtime.document_kv.snapshot(team)}
     return web.Response(body=orjson.dumps(out), content_type="application/json")

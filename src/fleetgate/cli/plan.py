@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 
 from fleetgate.bench.slo import parse_slo
-from fleetgate.cli import forecast
+from fleetgate.cli import forecast, plan_pd
 from fleetgate.errors import FleetgateError, InvalidRequest
 from fleetgate.extras import require
 from fleetgate.plan import PlanInputs, calibrate, make_plan, plan_table, plot_plan
@@ -65,7 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--json", type=Path, help="write the plan JSON here ('-' = stdout)")
     p.add_argument("--plot", type=Path, help="write a PNG plot here")
     p.set_defaults(func=run)
-    forecast.register(p.add_subparsers(dest="plan_command", metavar="SUBCOMMAND"))
+    subs = p.add_subparsers(dest="plan_command", metavar="SUBCOMMAND")
+    forecast.register(subs)
+    plan_pd.register(subs)
 
 
 def build_inputs(args: argparse.Namespace) -> PlanInputs:

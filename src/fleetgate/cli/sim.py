@@ -11,6 +11,7 @@ import asyncio
 import json
 import signal
 import sys
+from typing import Any
 
 from fleetgate.errors import ConfigError
 from fleetgate.sim.config import FaultConfig, SimConfig
@@ -75,6 +76,31 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help='vLLM\'s flag: JSON {"enable_kv_cache_events": true, "publisher": "zmq", '
         '"endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": ""}',
     )
+    p.add_argument(
+        "--kv-transfer-ms-per-token",
+        type=float,
+        default=d.kv_transfer_ms_per_token,
+        help="disaggregated decode: time to pull a prompt token's KV from the prefill engine",
+    )
+    p.add_argument(
+        "--encode-ms-per-image-token",
+        type=float,
+        default=d.encode_ms_per_image_token,
+        help="vision encoder time per image token (0: encoding is free)",
+    )
+    p.add_argument("--encoder-cache-items", type=int, default=d.encoder_cache_items)
+    p.add_argument(
+        "--ec-transfer-config",
+        default=None,
+        help='vLLM\'s encoder disaggregation flag: JSON {"ec_role": "ec_producer"} (an encoder '
+        'instance) or {"ec_role": "ec_consumer"} (a language-model instance)',
+    )
+    p.add_argument(
+        "--ec-transfer-ms-per-token",
+        type=float,
+        default=d.ec_transfer_ms_per_token,
+        help="a consumer's time to pull a remotely encoded image, per encoder token",
+    )
     p.add_argument("--error-rate", type=float, default=f.error_rate)
     p.add_argument("--error-status", type=int, default=f.error_status)
     p.add_argument("--retry-after", type=float, default=f.retry_after)
@@ -124,8 +150,27 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         image_tokens=args.image_tokens,
         embedding_dim=args.embedding_dim,
         wake_up_s=args.wake_up_s,
+        kv_transfer_ms_per_token=args.kv_transfer_ms_per_token,
+        encode_ms_per_image_token=args.encode_ms_per_image_token,
+        encoder_cache_items=args.encoder_cache_items,
+        ec_role=_ec_role(args.ec_transfer_config),
+        ec_transfer_ms_per_token=args.ec_transfer_ms_per_token,
         faults=faults,
     )
+
+
+def _ec_role(text: str | None) -> Any:
+    """The ``ec_role`` of vLLM's ``--ec-transfer-config`` JSON (None when absent)."""
+    if not text:
+        return None
+    try:
+        cfg = json.loads(text)
+    except ValueError as exc:
+        raise SystemExit(f"--ec-transfer-config is not JSON: {exc}") from exc
+    role = cfg.get("ec_role") if isinstance(cfg, dict) else None
+    if role not in ("ec_producer", "ec_consumer"):
+        raise SystemExit("--ec-transfer-config needs ec_role ec_producer or ec_consumer")
+    return role
 
 
 def _kv_events(text: str | None) -> dict[str, str]:

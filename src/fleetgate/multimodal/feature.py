@@ -17,8 +17,10 @@ from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.feature import BaseFeature
 from fleetgate.hooks import Stage
+from fleetgate.multimodal.document_kv import DocumentKv
 from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.resources import Resources
+from fleetgate.routing.kv_aware import EngineAwareRouting
 from fleetgate.routing.table import RouteTable
 from fleetgate.telemetry.registry import Registry
 
@@ -44,7 +46,10 @@ class MultimodalFeature(BaseFeature):
         table: Callable[[], RouteTable],
         routes: Sequence[web.AbstractRouteDef],
         resources: Resources,
+        engine_routing: EngineAwareRouting | None = None,
     ) -> MultimodalFeature | None:
+        """``engine_routing``: the kv-aware routing, for the prewarm of changed document sets
+        (without it their hit rates are still reported)."""
         if not config.multimodal.enabled:
             return None
         from fleetgate.multimodal.stage import MultimodalStage
@@ -56,6 +61,14 @@ class MultimodalFeature(BaseFeature):
             resources=resources,
             redis_prefix=config.tenancy.redis_prefix,
         )
+        runtime.document_kv = DocumentKv(
+            config.multimodal.prompts,
+            runtime.assembler,
+            registry,
+            routing=engine_routing,
+            table=table,
+        )
+        runtime.index.listeners.append(runtime.document_kv.changed)
         return cls(runtime, MultimodalStage(runtime, table), routes)
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
@@ -65,4 +78,6 @@ class MultimodalFeature(BaseFeature):
         await self.runtime.start()
 
     async def aclose(self) -> None:
+        if self.runtime.document_kv is not None:
+            await self.runtime.document_kv.aclose()
         await self.runtime.aclose()

@@ -32,6 +32,9 @@ class ImageDispatchHook:
         )
     """
 
+    # On an alias with an encoder pool the budget and affinity apply to the encoder engine.
+    encoder_work = True
+
     def __init__(
         self,
         image_keys: Sequence[str],

@@ -22,6 +22,7 @@ from fleetgate.multimodal.audio.prepare import AudioPreparer, IsolatedAudioDecod
 from fleetgate.multimodal.audio.transcribe import Transcriber
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.multimodal.conversations.sql import SqlConversationStore
+from fleetgate.multimodal.document_kv import DocumentKv
 from fleetgate.multimodal.images.affinity import ImageAffinity
 from fleetgate.multimodal.images.budget import ImageBudget, ImageComputeBudget
 from fleetgate.multimodal.images.cache import ProcessedImageCache
@@ -125,6 +126,8 @@ class MultimodalRuntime:
         self.conversations: SqlConversationStore | None = None
         self._assemblers: dict[str, PromptAssembler] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Prewarm and hit rates of document sets (set by the feature).
+        self.document_kv: DocumentKv | None = None
 
     def _budget(self, registry: Registry, redis_prefix: str) -> ImageBudget:
         """The image compute budget: shared through Redis when the gateway has Redis."""

@@ -47,6 +47,7 @@ from fleetgate.multimodal.conversations.store import StoredTurn
 from fleetgate.multimodal.image_dispatch import ImageDispatchHook
 from fleetgate.multimodal.images.pipeline import LoadedImage
 from fleetgate.multimodal.parts import PartKey, audio_parts, image_parts, replace_parts
+from fleetgate.multimodal.prompt.retrieval import DocumentSet
 from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.multimodal.speech.streamer import SpeechStreamer
 from fleetgate.providers.base import Endpoint
@@ -58,6 +59,7 @@ __all__ = ["MultimodalStage"]
 
 _TURN = "multimodal.turn"
 _SPOKEN = "multimodal.spoken"
+_DOCUMENT_SET = "multimodal.document_set"
 _HEADER_LIMIT = 6 * 1024
 
 
@@ -149,6 +151,8 @@ class MultimodalStage:
             body["messages"] = prompt.messages
             req.prompt_tokens = prompt.prompt_tokens
             prompt_debug = prompt.debug()
+            if prompt.document_set is not None:
+                req.state[_DOCUMENT_SET] = prompt.document_set
             if turn_key is not None:
                 self._capture(req, ConversationTurn(turn_key, req.principal.tenant, question))
         self._speech_out(req, body)
@@ -275,6 +279,15 @@ class MultimodalStage:
         spoken = req.state.get(_SPOKEN)
         if isinstance(spoken, SpokenStreamFilter):
             self.runtime.spawn(spoken.aclose())
+        doc_set = req.state.get(_DOCUMENT_SET)
+        kv = self.runtime.document_kv
+        if isinstance(doc_set, DocumentSet) and kv is not None and outcome.status == 200:
+            kv.observe(
+                req.principal.tenant,
+                doc_set,
+                prompt_tokens=outcome.prompt_tokens,
+                cached_tokens=outcome.cached_tokens,
+            )
         turn = req.state.get(_TURN)
         store = self.runtime.conversations
         if isinstance(turn, ConversationTurn) and store is not None and outcome.status == 200:

@@ -67,6 +67,8 @@ class RouteContext:
     prompt_ids: list[int] | None = None  # the prompt's token ids, when an engine told us
     # pd-disagg: what the prefill engine answered, for the decode engine (kv_transfer_params)
     kv_transfer: dict[str, Any] | None = None
+    # encoder pools: what the encoder engines answered (ec_transfer_params by mm hash)
+    ec_transfer: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)

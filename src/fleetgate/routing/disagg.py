@@ -14,9 +14,10 @@ proxy (the NIXL connector's):
    blocks) and then the smallest running batch, gets the client's request (streamed if asked)
    with those ``kv_transfer_params``; it pulls the KV instead of computing it.
 
-Anything else is served aggregated by the kv-aware strategy over every healthy engine: short
-prompts (the transfer costs more than it saves), a pool with no healthy engine, a prefill
-request that failed. ``fleetgate_pd_requests_total{alias, mode}`` counts each outcome.
+Anything else is served aggregated by the kv-aware strategy, on the decode pool while it has a
+healthy engine (else on the prefill pool): short prompts (the transfer costs more than it
+saves), a pool with no healthy engine, a prefill request that failed.
+``fleetgate_pd_requests_total{alias, mode}`` counts each outcome.
 """
 
 from __future__ import annotations
@@ -90,12 +91,14 @@ class DisaggStrategy:
         self.shared.pd_outcome(self.alias, "disaggregated")
 
     def pick(self, candidates: Sequence[Deployment], ctx: RouteContext) -> Pick:
-        if ctx.kv_transfer is not None:
-            decode = [d for d in candidates if "decode" in d.config.tags]
-            if decode:
-                dep = self._decode_engine(decode, ctx)
-                return Pick(dep, {"kv_transfer_params": ctx.kv_transfer}, 0)
-        return self.kv.pick(candidates, ctx)
+        decode = [d for d in candidates if "decode" in d.config.tags]
+        if ctx.kv_transfer is not None and decode:
+            dep = self._decode_engine(decode, ctx)
+            return Pick(dep, {"kv_transfer_params": ctx.kv_transfer}, 0)
+        # Served aggregated: on the decode pool while it has an engine. A prefill engine would
+        # run this request's decode steps between its long prefill chunks (each step as long
+        # as a chunk), and its prefill would queue behind them.
+        return self.kv.pick(decode or candidates, ctx)
 
     def _decode_engine(self, decode: Sequence[Deployment], ctx: RouteContext) -> Deployment:
         """The engine whose free KV holds the request, then with the smallest running batch."""
@@ -117,6 +120,8 @@ class DisaggStrategy:
         dep = pick.deployment
         cfg = dep.config
         body = prefill_body(ctx.request.body, cfg.model, dict(pick.extra_body or {}))
+        if ctx.ec_transfer:  # the images were encoded on an encoder pool (E -> P -> D)
+            body["ec_transfer_params"] = ctx.ec_transfer
         path = "/chat/completions" if "messages" in body else "/completions"
         headers = dict(cfg.extra_headers)
         if cfg.api_key:

@@ -33,6 +33,7 @@ from fleetgate.providers.base import UpstreamCall, UpstreamResponse
 from fleetgate.routing.context import Pick, RouteContext, RoutedRequest
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch_hooks import DispatchHook, admitted, extra_fields, preferred
+from fleetgate.routing.encoder import ENCODER_TAG, EncoderStep
 from fleetgate.routing.health import HealthTracker
 from fleetgate.routing.regions import RegionPreference
 from fleetgate.routing.salt import TenantSalt
@@ -177,6 +178,7 @@ class Dispatcher:
         self.salt: TenantSalt | None = None  # cache_salt per tenant (routing/salt.py)
         self._regions = RegionPreference(None)
         self.waker: Waker | None = None  # scale-to-zero holds and sleep mode (routing/wake.py)
+        self.encoder: EncoderStep | None = None  # encoder pools (routing/encoder.py)
 
     def _region_preference(self) -> RegionPreference:
         """The config's region preference (rebuilt when a reload swapped the config)."""
@@ -209,6 +211,9 @@ class Dispatcher:
             pick = self.salt.apply(pick, ctx)
         if hooks:
             pick = _with_hook_fields(hooks, pick)
+        if ctx.ec_transfer and ctx.kv_transfer is None:  # a PD decode gets the KV, not these
+            extra = {**(pick.extra_body or {}), "ec_transfer_params": ctx.ec_transfer}
+            pick = Pick(pick.deployment, extra, pick.uncached_tokens)
         return pick
 
     async def _backoff(self, attempt: int) -> None:
@@ -272,6 +277,23 @@ class Dispatcher:
             )
         raise NoHealthyDeployment(f"No deployment of '{req.alias}' can serve this request.")
 
+    async def _prepare(
+        self, route: AliasRoute, fitting: list[Deployment], ctx: RouteContext
+    ) -> tuple[list[Deployment], Sequence[DispatchHook]]:
+        """Before the picks: an alias with an encoder pool has the images encoded there first
+        (only its language-model pool answers), then the strategy's ``prepare``. Returns the
+        deployments that may answer and the request hooks that still apply to them."""
+        hooks: Sequence[DispatchHook] = ctx.request.dispatch_hooks
+        encoders = [d for d in fitting if ENCODER_TAG in d.config.tags]
+        if encoders:
+            fitting = [d for d in fitting if ENCODER_TAG not in d.config.tags]
+            if fitting and self.encoder is not None:
+                hooks = await self.encoder.run(route.name, encoders, ctx, hooks, self._health)
+        prepare: Prepare | None = getattr(route.strategy, "prepare", None)
+        if prepare is not None and fitting:
+            await prepare(fitting, ctx)
+        return fitting, hooks
+
     async def _try_route(
         self,
         route: AliasRoute,
@@ -283,11 +305,10 @@ class Dispatcher:
         budget = (self.config.num_retries if retries is None else retries) + 1
         tried: set[int] = set()
         last_error: FleetgateError | None = None
-        prepare: Prepare | None = getattr(route.strategy, "prepare", None)
-        if prepare is not None:
-            await prepare(fitting, ctx)
+        fitting, hooks = await self._prepare(route, fitting, ctx)
+        if not fitting:
+            return None, NoHealthyDeployment(f"'{route.name}' has only encoder deployments.")
         observer: DispatchObserver = self.observer or _NoObserver()
-        hooks = ctx.request.dispatch_hooks
         regions = self._region_preference()
         attempt = -1
         free = 0  # connection refused in a failing region: retried elsewhere at no cost

@@ -5,7 +5,10 @@ carries, say) appends a `DispatchHook` to ``GatewayRequest.dispatch_hooks``; the
 then, for every attempt, narrows the candidates with ``prefer`` before the strategy picks, adds
 ``extra_body(dep)`` to the upstream body for the deployment picked (vLLM's ``priority``), and
 holds ``admit(dep)`` around the upstream call to it (for a stream: until its first event).
-Requests without hooks pay nothing.
+Requests without hooks pay nothing. A hook whose work belongs to the vision encoder (the image
+compute budget, image affinity) says so with ``encoder_work = True``: on an alias with an
+encoder pool it applies to the encoder engine, not again to the language model
+(`fleetgate.routing.encoder`).
 
 Example::
 

@@ -258,7 +258,11 @@ class KvAwareStrategy:
             d.config.kv_events is not None for d in candidates
         )
         if exact and candidates and ctx.prompt_ids is None:
-            ids = await self.shared.tokenize(candidates[0], ctx.request.body)
+            # The least loaded candidate tokenizes (ties at random): always asking the first
+            # one put every request's tokenization on one engine's API server.
+            least = min(d.state.in_flight for d in candidates)
+            dep = self.shared.rng.choice([d for d in candidates if d.state.in_flight == least])
+            ids = await self.shared.tokenize(dep, ctx.request.body)
             if ids is not None:
                 ctx.prompt_ids = ids
 

@@ -6,7 +6,8 @@ cost (so replicas that already hold the prefix, or the least loaded, come first)
 that are busy (requests queued, or KV use above ``kv_aware.kv_high_water``), and sends each one
 ``max_tokens: 1`` request of the prefix, one at a time, under the tenant's ``cache_salt`` and
 index namespace, so that the tenant's next request with that prefix is routed there and finds
-it cached. A deployment with ``priority: true`` gets it at the lowest priority.
+it cached. A deployment with ``priority: true`` gets it at the lowest priority. For a
+``pd-disagg`` alias only its prefill pool is warmed (the decode engines receive the KV).
 
 Example::
 
@@ -56,7 +57,10 @@ async def prewarm(
     principal = Principal(f"prewarm:{tenant}", team_id=tenant)
     now = time.monotonic()
     free, results = [], []
-    for dep in route.deployments:
+    pool = route.deployments
+    if route.config.strategy == "pd-disagg":
+        pool = [d for d in pool if "prefill" in d.config.tags] or pool
+    for dep in pool:
         reason = "cooling down" if not dep.state.healthy(now) else _busy(routing, dep)
         if reason is None:
             free.append(dep)

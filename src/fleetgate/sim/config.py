@@ -13,10 +13,11 @@ from typing import Literal
 
 from fleetgate.errors import ConfigError
 
-__all__ = ["FaultConfig", "SchedulingPolicy", "SimConfig", "SimMode"]
+__all__ = ["EcRole", "FaultConfig", "SchedulingPolicy", "SimConfig", "SimMode"]
 
 SimMode = Literal["echo", "random"]
 SchedulingPolicy = Literal["fcfs", "priority"]
+EcRole = Literal["ec_producer", "ec_consumer"]
 
 
 @dataclass
@@ -99,6 +100,14 @@ class SimConfig:
     # Disaggregated decode (kv_transfer_params with do_remote_prefill): the time to pull the
     # prompt's KV from the prefill engine, per prompt token (0.0025 ms: ~1 GB/8k tokens, 50 GB/s).
     kv_transfer_ms_per_token: float = 0.0025
+    # The vision encoder (sim/encoder.py): time per image token to encode an image not in the
+    # encoder cache (0: free, the old behaviour), that cache's size in images, vLLM's
+    # ``ec_role`` (--ec-transfer-config) for encoder disaggregation, and the time a consumer
+    # takes to pull a remotely encoded image, per encoder token.
+    encode_ms_per_image_token: float = 0.0
+    encoder_cache_items: int = 256
+    ec_role: EcRole | None = None
+    ec_transfer_ms_per_token: float = 0.001
     faults: FaultConfig = field(default_factory=FaultConfig)
     # sleep mode: seconds ``POST /wake_up`` takes to bring a sleeping engine back
     wake_up_s: float = 0.0
@@ -119,11 +128,21 @@ class SimConfig:
             "decode_ms_per_step",
             "decode_batch_factor",
             "wake_up_s",
+            "encode_ms_per_image_token",
+            "ec_transfer_ms_per_token",
+            "kv_transfer_ms_per_token",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0", param=name)
         if self.image_tokens < 0:
             raise ConfigError("image_tokens must be >= 0", param="image_tokens")
+        if self.encoder_cache_items < 0:
+            raise ConfigError("encoder_cache_items must be >= 0", param="encoder_cache_items")
+        if self.ec_role not in (None, "ec_producer", "ec_consumer"):
+            raise ConfigError(
+                f"ec_role must be ec_producer or ec_consumer, got {self.ec_role!r}",
+                param="ec_role",
+            )
         if not 0.0 <= self.corrupt_fraction <= 1.0:
             raise ConfigError("corrupt_fraction must be within 0..1", param="corrupt_fraction")
         if self.mode not in ("echo", "random"):

@@ -6,7 +6,8 @@ engine computes the prompt's KV and answers with ``kv_transfer_params`` saying w
 are (``do_remote_prefill: true``, ``remote_engine_id``, ``remote_block_ids``, ``remote_host``,
 ``remote_port``, ``tp_size``). The proxy then sends the original request to a *decode* engine
 with those parameters; it pulls the KV (modelled: ``kv_transfer_ms_per_token`` per prompt
-token) instead of computing it, and generates the output.
+token missing from its own prefix cache, as vLLM's NIXL connector pulls only the blocks the
+decode engine does not hold) instead of computing it, and generates the output.
 
 Example::
 

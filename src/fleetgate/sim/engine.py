@@ -7,7 +7,9 @@ blocks and token budget. When a decoding request needs a new block and none is f
 recently admitted request is preempted (its blocks freed, recomputed later), as vLLM does.
 
 Step time: ``prefill_ms_per_token * prefill_tokens
-+ decode_ms_per_step * (1 + decode_batch_factor * (decoding - 1))``. In instant mode (both ms
++ decode_ms_per_step * (1 + decode_batch_factor * (decoding - 1))
++ encode_ms_per_image_token * image tokens encoded`` (the images of the requests admitted in
+the step that this engine encodes itself, see sim/encoder.py). In instant mode (both ms
 values 0) requests skip the loop: prefix-cache accounting happens and all tokens are emitted at
 once.
 """
@@ -42,6 +44,7 @@ class Engine:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.steps = 0
+        self._encode_tokens = 0  # image tokens encoded in the step being scheduled
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._loop = asyncio.get_running_loop()
@@ -87,6 +90,12 @@ class Engine:
                 self._enqueue(seq, front=False)
             self._wake.set()
         return seqs
+
+    def cached_prompt_tokens(self, spec: SeqSpec) -> int:
+        """Prompt tokens of ``spec`` this engine's prefix cache holds now (no side effects)."""
+        kv = self.kv
+        hashes = kv.block_hashes(spec.prompt, spec.salt)
+        return len(kv.find_cached(hashes, len(spec.prompt))) * kv.block_size
 
     def abort(self, seq: Sequence) -> bool:
         """Stop a sequence and free its KV blocks; False if it had already ended."""
@@ -136,6 +145,8 @@ class Engine:
                 await asyncio.sleep(0)
                 continue
             seconds = cfg.prefill_ms_per_token * sum(n for _, n in prefill)
+            seconds += cfg.encode_ms_per_image_token * self._encode_tokens
+            self._encode_tokens = 0
             if decode:
                 seconds += cfg.decode_ms_per_step * (
                     1.0 + cfg.decode_batch_factor * (len(decode) - 1)
@@ -236,6 +247,9 @@ class Engine:
             if seq.spec.remote_prefill:  # its KV was transferred: only the last token is run
                 seq.num_computed = max(seq.num_computed, seq.prefill_target - 1)
             seq.state = SeqState.RUNNING
+            if not seq.encoded:
+                seq.encoded = True
+                self._encode_tokens += seq.spec.encode_tokens
             if seq.scheduled_at is None:
                 seq.scheduled_at = now
                 self.metrics.queue_time.labels(*self._m).observe(now - seq.arrival)

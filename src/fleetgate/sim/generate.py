@@ -14,6 +14,7 @@ from aiohttp import web
 from fleetgate.errors import InvalidRequest, UpstreamError
 from fleetgate.sim.config import SimConfig
 from fleetgate.sim.disagg import transfer_params, transfer_role, with_transfer_params
+from fleetgate.sim.encoder import ec_params, remote_params
 from fleetgate.sim.faults import FaultPlan, choose_fault
 from fleetgate.sim.protocol import ParsedRequest, parse_chat, parse_completion
 from fleetgate.sim.responses import DONE, ResponseBuilder, sse, usage_object
@@ -186,10 +187,19 @@ async def _generate(request: web.Request, parse: Parser) -> web.StreamResponse:
     early = await before_first_token(request, state, plan)
     if early is not None:
         return early
+    if state.config.ec_role == "ec_producer":
+        return await _encode_only(request, state, body, parsed)
     role = transfer_role(body)
+    if role != "decode":  # a disaggregated decode gets the images' KV with the prompt's
+        await _images(state, body, parsed)
     if role == "decode":  # pull the prompt's KV from the prefill engine, then only decode
         parsed.specs = [dataclasses.replace(s, remote_prefill=True) for s in parsed.specs]
-        await asyncio.sleep(state.config.kv_transfer_ms_per_token * parsed.prompt_tokens / 1000)
+        # Like vLLM's NIXL connector, only the blocks missing from this engine's own prefix
+        # cache are pulled (a shared document prefix it already holds is not sent again).
+        held = state.engine.cached_prompt_tokens(parsed.specs[0]) if parsed.specs else 0
+        pulled = max(0, parsed.prompt_tokens - held)
+        state.stats.kv_pulled_tokens += pulled
+        await asyncio.sleep(state.config.kv_transfer_ms_per_token * pulled / 1000)
     queue: asyncio.Queue[SeqEvent] = asyncio.Queue()
     seqs = state.engine.submit(parsed.specs, queue)
     intended_abort = False
@@ -199,10 +209,8 @@ async def _generate(request: web.Request, parse: Parser) -> web.StreamResponse:
         else:
             resp = await _collect(parsed, seqs, queue)
             if role == "prefill" and isinstance(resp.body, bytes):
-                host, port = (
-                    request.host.rsplit(":", 1) if ":" in request.host else (request.host, "80")
-                )
-                params = transfer_params(seqs, state.engine_id, host, int(port))
+                host, port = _host_port(request)
+                params = transfer_params(seqs, state.engine_id, host, port)
                 resp.body = with_transfer_params(resp.body, params)
         state.stats.completed += 1
         return resp
@@ -214,6 +222,47 @@ async def _generate(request: web.Request, parse: Parser) -> web.StreamResponse:
         if any(aborted) and not intended_abort:
             state.stats.cancelled += 1
             state.metrics.cancelled.labels(state.config.model).inc()
+
+
+def _host_port(request: web.Request) -> tuple[str, int]:
+    host, port = request.host.rsplit(":", 1) if ":" in request.host else (request.host, "80")
+    return host, int(port)
+
+
+async def _images(state: SimState, body: Any, parsed: ParsedRequest) -> None:
+    """Encoder work of a language-model engine: pull the remotely encoded images (outside the
+    step loop, like a KV pull), and charge the rest to the step that admits the request."""
+    cfg = state.config
+    remote = remote_params(body) if cfg.ec_role == "ec_consumer" else None
+    plan = state.encoder.plan(body, cfg.image_tokens, remote)
+    if plan.remote_tokens:
+        await asyncio.sleep(cfg.ec_transfer_ms_per_token * plan.remote_tokens / 1000)
+    if plan.local_tokens and parsed.specs:
+        first = dataclasses.replace(parsed.specs[0], encode_tokens=plan.local_tokens)
+        parsed.specs = [first, *parsed.specs[1:]]
+
+
+async def _encode_only(
+    request: web.Request, state: SimState, body: Any, parsed: ParsedRequest
+) -> web.Response:
+    """An encoder instance (``ec_producer``): encode the images one at a time on the one
+    encoder, answer one token with ``ec_transfer_params`` naming each image's output."""
+    if parsed.stream:
+        raise InvalidRequest("an encoder instance answers non-streamed requests", param="stream")
+    cfg = state.config
+    plan = state.encoder.plan(body, cfg.image_tokens)
+    async with state.encoder_busy:
+        await asyncio.sleep(cfg.encode_ms_per_image_token * plan.local_tokens / 1000)
+    host, port = _host_port(request)
+    spec = parsed.specs[0]
+    answer = ResponseBuilder(parsed).body(
+        [spec.output[0] if spec.output else ""], ["length"],
+        usage_object(parsed.prompt_tokens, 1, 0),
+    )  # fmt: skip
+    out = orjson.loads(answer)
+    out["ec_transfer_params"] = ec_params(plan.hashes, cfg.image_tokens, host, port)
+    state.stats.completed += 1
+    return web.Response(body=orjson.dumps(out), content_type="application/json")
 
 
 async def guard(run: Awaitable[web.StreamResponse]) -> web.StreamResponse:

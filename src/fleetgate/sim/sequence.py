@@ -36,6 +36,7 @@ class SeqSpec:
     index: int = 0
     priority: int = 0  # lower runs first (scheduling_policy "priority")
     remote_prefill: bool = False  # disaggregated decode: the prompt's KV came from a prefill engine
+    encode_tokens: int = 0  # image tokens this engine encodes when it admits the sequence
 
 
 @dataclass(eq=False)
@@ -55,6 +56,7 @@ class Sequence:
     scheduled_at: float | None = None
     first_token_at: float | None = None
     last_token_at: float | None = None
+    encoded: bool = False  # its images were encoded (charged once, in its first step)
 
     @property
     def prompt_len(self) -> int:

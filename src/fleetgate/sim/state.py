@@ -13,6 +13,7 @@ from aiohttp import web
 
 from fleetgate.sim.config import SimConfig
 from fleetgate.sim.disagg import engine_id
+from fleetgate.sim.encoder import EncoderCache
 from fleetgate.sim.engine import Engine
 from fleetgate.sim.metrics import SimMetrics
 from fleetgate.sim.tokenizer import Tokenizer
@@ -30,6 +31,7 @@ class SimStats:
     cancelled: int = 0
     faulted: int = 0
     rejected: int = 0
+    kv_pulled_tokens: int = 0  # disaggregated decode: prompt tokens pulled from prefill engines
 
 
 class SimState:
@@ -50,6 +52,8 @@ class SimState:
         # headers of the last model requests (``GET /sim/requests``)
         self.received_headers: deque[dict[str, str]] = deque(maxlen=1024)
         self.engine_id = engine_id()  # remote_engine_id in disaggregated prefill answers
+        self.encoder = EncoderCache(config.encoder_cache_items)
+        self.encoder_busy = asyncio.Lock()  # an encoder instance encodes one image at a time
 
     def stats_dict(self) -> dict[str, Any]:
         """Counters and live engine state, for tests and operators."""
@@ -60,6 +64,7 @@ class SimState:
             "requests_cancelled": self.stats.cancelled,
             "requests_faulted": self.stats.faulted,
             "requests_rejected": self.stats.rejected,
+            "kv_pulled_tokens": self.stats.kv_pulled_tokens,
             "running": len(engine.running),
             "waiting": len(engine.waiting),
             "kv_cache_usage": engine.kv.usage,
@@ -68,6 +73,9 @@ class SimState:
             "steps": engine.steps,
             "faults": dataclasses.asdict(self.faults),
             "sleeping": self.sleeping,
+            "images_encoded": self.encoder.encoded,
+            "images_received": self.encoder.received,
+            "encoder_cache_hits": self.encoder.hits,
         }
 
 

@@ -37,23 +37,20 @@ from fleetgate.errors import InvalidRequest
 __all__ = ["VOCAB_SIZE", "PromptTokens", "Tokenizer", "render_chat", "split_pieces"]
 
 VOCAB_SIZE = 100_000
-_PIECE_RE = re.compile(r"\s*(?:\w+|[^\w\s])|\s+")
-_MAX_WORD = 4
+# Rules 1 and 2: a word's first (up to) 4 characters with the whitespace before it, then its
+# next 4-character chunks; a punctuation character with its whitespace; trailing whitespace.
+_CHUNK_RE = re.compile(r"\s*(?:\w{1,4}|[^\w\s])|\s+")
 _CACHE_LIMIT = 200_000
 
 
 def split_pieces(text: str) -> list[str]:
-    """Cut ``text`` into token pieces; ``"".join(split_pieces(t)) == t``."""
-    pieces: list[str] = []
-    for piece in _PIECE_RE.findall(text):
-        word = piece.lstrip()
-        if len(word) <= _MAX_WORD:
-            pieces.append(piece)
-            continue
-        lead = piece[: len(piece) - len(word)]
-        pieces.append(lead + word[:_MAX_WORD])
-        pieces.extend(word[i : i + _MAX_WORD] for i in range(_MAX_WORD, len(word), _MAX_WORD))
-    return pieces
+    """Cut ``text`` into token pieces; ``"".join(split_pieces(t)) == t``.
+
+    One regex does rules 1 and 2 at once (a word's first chunk takes the whitespace before it,
+    the following chunks none), several times faster than splitting words in Python: the
+    simulator tokenizes in its engine's event loop, so a slow tokenizer stalls the engine's
+    steps (vLLM tokenizes in its API server process, off the engine core)."""
+    return _CHUNK_RE.findall(text)
 
 
 def _stable_id(data: bytes) -> int:
@@ -86,8 +83,11 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``."""
-        piece_id = self.piece_id
-        return [piece_id(p) for p in split_pieces(text)]
+        known = self._cache.get
+        ids = [known(p, -1) for p in split_pieces(text)]
+        if -1 in ids:
+            ids = [self.piece_id(p) for p in split_pieces(text)]
+        return ids
 
     def image_ids(self, url: str) -> list[int]:
         """The ``image_tokens`` placeholder ids of one image."""

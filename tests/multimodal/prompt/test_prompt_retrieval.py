@@ -66,3 +66,39 @@ async def test_the_semantic_routers_retrieval_decision_drives_retrieval(
     assert not (await on.assemble(question=question, team="team-a", retrieve=False)).retrieved
     assert not (await off.assemble(question=question, team="team-a")).retrieved
     assert (await off.assemble(question=question, team="team-a", retrieve=True)).retrieved
+
+
+async def test_document_set_mode_leads_every_prompt_with_the_whole_set(
+    embedder: MiniLMEmbedder,
+) -> None:
+    index = DocumentIndex(embedder)
+    changes: list[str] = []
+    index.listeners.append(changes.append)
+    for doc_id, body in DOCS.items():
+        await index.add("team-a", doc_id, body)
+    config = PromptConfig(
+        system_prompt="Be helpful.", retrieval=RetrievalConfig(mode="document_set")
+    )
+    assembler = PromptAssembler(config, index=index)
+    found = await assembler.shared_prefix("team-a")
+    assert found is not None
+    doc_set, prefix = found
+    assert [d for d, _ in doc_set.documents] == sorted(DOCS)  # a stable order
+    lead = prefix[0]["content"]
+    for question, profile in (("How many holidays?", None), ("Laptop rules?", "Lives in Oslo")):
+        prompt = await assembler.assemble(question=question, team="team-a", profile=profile)
+        system = prompt.messages[0]["content"]
+        assert system.startswith(lead) and all(body in system for body in DOCS.values())
+        assert prompt.document_set == doc_set and prompt.retrieved == []
+    assert await assembler.shared_prefix("team-b") is None
+    # a set too large for the window falls back to the closest chunks
+    small = config.model_copy(update={"context_window": 64, "reserve_output_tokens": 4})
+    prompt = await PromptAssembler(small, index=index).assemble(
+        question="How many holidays do I get?", team="team-a"
+    )
+    assert prompt.document_set is None and prompt.retrieved[0].doc_id == "vacation"
+    await index.remove("team-a", "security")
+    assert changes == ["team-a"] * 4
+    changed = await assembler.shared_prefix("team-a")
+    assert changed is not None and changed[0].version > doc_set.version
+    assert "full disk encryption" not in changed[1][0]["content"]

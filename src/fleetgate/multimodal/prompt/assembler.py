@@ -4,6 +4,11 @@ Order: system message (system prompt, user profile, retrieved context), the conv
 history, then the current question with its image placeholders. When the window is tight the
 history loses its oldest turns first; the system prompt and the question are always kept, and
 retrieved context is shed (lowest score first) before the request is refused.
+
+With ``retrieval.mode: document_set`` the system message is the system prompt, then the team's
+whole document set, then the profile: every request of the team starts with the same text (its
+`shared_prefix`), which an engine's prefix cache serves; a set that does not fit the window
+falls back to the top-k chunks.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 from fleetgate.errors import ContextWindowExceeded
 from fleetgate.multimodal.conversations.store import StoredTurn
 from fleetgate.multimodal.prompt.config import PromptConfig
-from fleetgate.multimodal.prompt.retrieval import DocumentIndex, RetrievedChunk
+from fleetgate.multimodal.prompt.retrieval import DocumentIndex, DocumentSet, RetrievedChunk
 from fleetgate.multimodal.prompt.tokens import ApproxTokenCounter, TokenCounter
 
 __all__ = ["AssembledPrompt", "PromptAssembler"]
@@ -32,6 +37,7 @@ class AssembledPrompt:
     dropped_turns: int
     retrieved: list[RetrievedChunk] = field(default_factory=list)
     context_window: int = 0
+    document_set: DocumentSet | None = None  # the team's whole set leads the prompt
 
     def debug(self) -> dict[str, Any]:
         """What a client sees with the debug flag: every part and its token cost."""
@@ -45,6 +51,13 @@ class AssembledPrompt:
                 {"doc_id": c.doc_id, "score": round(c.score, 4), "text": c.text}
                 for c in self.retrieved
             ],
+            "document_set": None
+            if self.document_set is None
+            else {
+                "team": self.document_set.team,
+                "version": self.document_set.version,
+                "documents": [d for d, _ in self.document_set.documents],
+            },
         }
 
 
@@ -83,12 +96,37 @@ class PromptAssembler:
             return []
         return await self.index.search(team, question, k=cfg.top_k, min_score=cfg.min_score)
 
+    async def _document_set(self, team: str | None, wanted: bool | None) -> DocumentSet | None:
+        cfg = self.config.retrieval
+        enabled = cfg.enabled if wanted is None else wanted
+        if cfg.mode != "document_set" or not enabled or self.index is None or team is None:
+            return None
+        return await self.index.document_set(team)
+
+    def _prefix_text(self, doc_set: DocumentSet) -> str:
+        """The system message's leading text in document-set mode (the cacheable prefix)."""
+        parts = [self.config.system_prompt] if self.config.system_prompt else []
+        return "\n\n".join([*parts, _set_block(self.config.retrieval.header, doc_set)])
+
+    async def shared_prefix(self, team: str) -> tuple[DocumentSet, list[dict[str, Any]]] | None:
+        """The team's document set and the messages every request of the team starts with
+        (document-set mode; None otherwise or without documents), for a KV prewarm."""
+        doc_set = await self._document_set(team, None)
+        if doc_set is None:
+            return None
+        return doc_set, [{"role": "system", "content": self._prefix_text(doc_set)}]
+
     def _system_message(
-        self, profile: str | None, chunks: Sequence[RetrievedChunk]
+        self,
+        profile: str | None,
+        chunks: Sequence[RetrievedChunk],
+        doc_set: DocumentSet | None = None,
     ) -> dict[str, Any] | None:
         cfg = self.config
         parts: list[str] = []
-        if cfg.system_prompt:
+        if doc_set is not None:
+            parts.append(self._prefix_text(doc_set))
+        elif cfg.system_prompt:
             parts.append(cfg.system_prompt)
         if cfg.include_profile and profile:
             parts.append(f"{cfg.profile_header}\n{profile}")
@@ -121,6 +159,14 @@ class PromptAssembler:
         semantic router's decision (None: the alias's ``retrieval.enabled``)."""
         window = context_window or self.config.context_window
         budget = window - self.config.reserve_output_tokens - sum(image_tokens)
+        doc_set = await self._document_set(team, retrieve)
+        if doc_set is not None:
+            system = self._system_message(profile, (), doc_set)
+            current = self._question_message(question, len(image_tokens), ())
+            fixed = self._tokens(current) + (self._tokens(system) if system else 0)
+            if fixed <= budget:
+                return self._finish(system, current, history, budget - fixed, image_tokens,
+                                    window, (), doc_set)  # fmt: skip
         chunks = await self._retrieve(team, question, retrieve)
         while True:
             system = self._system_message(profile, chunks)
@@ -135,7 +181,20 @@ class PromptAssembler:
                 f"{self.config.reserve_output_tokens} for the answer; the window is {window}",
                 param="messages",
             )
-        kept = self._fit_history(history, budget - fixed)
+        return self._finish(system, current, history, budget - fixed, image_tokens, window, chunks)
+
+    def _finish(
+        self,
+        system: dict[str, Any] | None,
+        current: dict[str, Any],
+        history: Sequence[StoredTurn],
+        room: int,
+        image_tokens: Sequence[int],
+        window: int,
+        chunks: Sequence[RetrievedChunk],
+        doc_set: DocumentSet | None = None,
+    ) -> AssembledPrompt:
+        kept = self._fit_history(history, room)
         messages = ([system] if system else []) + kept + [current]
         return AssembledPrompt(
             messages=messages,
@@ -145,6 +204,7 @@ class PromptAssembler:
             dropped_turns=len(history) - len(kept),
             retrieved=list(chunks),
             context_window=window,
+            document_set=doc_set,
         )
 
     def _fit_history(self, history: Sequence[StoredTurn], budget: int) -> list[dict[str, Any]]:
@@ -164,6 +224,11 @@ class PromptAssembler:
             kept.append(message)
         kept.reverse()
         return kept
+
+
+def _set_block(header: str, doc_set: DocumentSet) -> str:
+    body = "\n\n".join(f"[{doc_id}] " + "\n".join(chunks) for doc_id, chunks in doc_set.documents)
+    return f"{header}\n{body}"
 
 
 def _context_block(header: str, chunks: Sequence[RetrievedChunk]) -> str:

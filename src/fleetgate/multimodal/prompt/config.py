@@ -10,7 +10,15 @@ __all__ = ["PromptConfig", "RetrievalConfig"]
 
 
 class RetrievalConfig(BaseModel):
-    """Retrieved context from the team's uploaded documents."""
+    """Retrieved context from the team's uploaded documents.
+
+    ``mode``: ``top_k`` puts the chunks closest to the question in the prompt; ``document_set``
+    puts the team's whole document set there, right after the system prompt and in a stable
+    order, so every request of the team starts with the same prefix (an engine's prefix cache
+    serves it; it falls back to ``top_k`` when the set does not fit the window).
+    ``prewarm_replicas``: in ``document_set`` mode, how many engines of a kv-aware (or
+    pd-disagg) alias are sent the set's prefix when it changes (0: none).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -18,6 +26,9 @@ class RetrievalConfig(BaseModel):
     top_k: int = Field(default=3, ge=1, le=50)
     min_score: float = Field(default=0.25, ge=-1.0, le=1.0)
     header: str = "Use this context if it helps answer:"
+    mode: Literal["top_k", "document_set"] = "top_k"
+    prewarm_replicas: int = Field(default=1, ge=0, le=8)
+    prewarm_max_tokens: int = Field(default=32768, ge=1)
 
 
 class PromptConfig(BaseModel):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -22,7 +22,7 @@ import numpy.typing as npt
 from fleetgate.errors import PayloadTooLarge
 from fleetgate.multimodal.prompt.documents import DocumentStore
 
-__all__ = ["DocumentIndex", "Embedder", "RetrievedChunk", "split_text"]
+__all__ = ["DocumentIndex", "DocumentSet", "Embedder", "RetrievedChunk", "split_text"]
 
 Vectors = npt.NDArray[np.float32]
 
@@ -63,6 +63,20 @@ class RetrievedChunk:
     score: float
 
 
+@dataclass(frozen=True, slots=True)
+class DocumentSet:
+    """A team's whole document collection at one version: ``documents`` is ``(doc_id,
+    chunks)`` by doc_id, each document's chunks in order (a stable prompt prefix)."""
+
+    team: str
+    version: int
+    documents: tuple[tuple[str, tuple[str, ...]], ...]
+
+    @property
+    def chars(self) -> int:
+        return sum(len(c) for _, chunks in self.documents for c in chunks)
+
+
 @dataclass(slots=True)
 class _TeamIndex:
     doc_ids: list[str] = field(default_factory=list)
@@ -70,6 +84,7 @@ class _TeamIndex:
     vectors: Vectors | None = None
     doc_bytes: dict[str, int] = field(default_factory=dict)  # counted before embedding
     version: int = 0  # the stored team's version this copy reflects
+    doc_set: DocumentSet | None = None  # built on first use, for `version`
 
 
 class DocumentIndex:
@@ -106,6 +121,12 @@ class DocumentIndex:
         self.store = store
         self._teams: dict[str, _TeamIndex] = {}
         self._loading: dict[str, asyncio.Lock] = {}
+        # Called with the team after each upload or delete made through this process.
+        self.listeners: list[Callable[[str], None]] = []
+
+    def _changed(self, team: str) -> None:
+        for listener in self.listeners:
+            listener(team)
 
     def usage(self, team: str) -> tuple[int, int]:
         """``(documents, UTF-8 bytes)`` this process holds for the team (uploads in progress
@@ -157,6 +178,7 @@ class DocumentIndex:
                 )  # fmt: skip
             finally:
                 self._teams.pop(team, None)  # reloaded from the store on the next search
+            self._changed(team)
             return len(chunks)
         self._drop(team, doc_id)
         idx = self._reserve(team, doc_id, size)
@@ -169,6 +191,8 @@ class DocumentIndex:
         idx.doc_ids += [doc_id] * len(chunks)
         idx.texts += chunks
         idx.vectors = vectors if idx.vectors is None else np.vstack([idx.vectors, vectors])
+        idx.version += 1
+        self._changed(team)
         return len(chunks)
 
     async def remove(self, team: str, doc_id: str) -> None:
@@ -176,13 +200,15 @@ class DocumentIndex:
         if self.store is not None:
             await self.store.remove(team, doc_id)
             self._teams.pop(team, None)
-            return
-        self._drop(team, doc_id)
+        else:
+            self._drop(team, doc_id)
+        self._changed(team)
 
     def _drop(self, team: str, doc_id: str) -> None:
         idx = self._teams.get(team)
         if idx is None:
             return
+        idx.version += 1
         idx.doc_bytes.pop(doc_id, None)
         if idx.vectors is None or doc_id not in idx.doc_ids:
             return
@@ -216,6 +242,24 @@ class DocumentIndex:
             version = marker.get("version", 0) if isinstance(marker, dict) else 0
             if version != idx.version:
                 self._teams.pop(team, None)
+
+    async def document_set(self, team: str) -> DocumentSet | None:
+        """The team's whole collection (None: no documents, or the store is away)."""
+        try:
+            idx = await self._team(team)
+        except Exception as exc:  # the store is away: answer without documents, not fail
+            log.warning("team %s documents not loaded (%s); no document set", team, exc)
+            return None
+        if idx is None or not idx.texts:
+            return None
+        if idx.doc_set is not None and idx.doc_set.version == idx.version:
+            return idx.doc_set
+        by_doc: dict[str, list[str]] = {}
+        for doc_id, text in zip(idx.doc_ids, idx.texts, strict=True):
+            by_doc.setdefault(doc_id, []).append(text)
+        docs = tuple((d, tuple(by_doc[d])) for d in sorted(by_doc))
+        idx.doc_set = DocumentSet(team, idx.version, docs)
+        return idx.doc_set
 
     async def search(
         self, team: str, query: str, *, k: int = 3, min_score: float = -1.0
