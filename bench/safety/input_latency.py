@@ -53,6 +53,9 @@ async def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--prompts", type=int, default=200)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--baseline-cache", type=Path,
+                    default=Path(tempfile.gettempdir()) / "fleetgate-bench-fp32-classifier.npz",
+                    help="where the baseline's model is trained once and reused")  # fmt: skip
     args = ap.parse_args()
     import torch
 
@@ -67,13 +70,12 @@ async def main() -> int:
     }
     policies: dict[str, Policy] = {}
     checks = []
-    tmp = Path(tempfile.mkdtemp())
     for name, embedder in variants.items():
         if embedder.quantize:
             check = ClassifierCheck(embedder=embedder)
         else:
             check = ClassifierCheck(
-                embedder=embedder, examples=legacy_examples(), cache_path=tmp / "fp32.npz"
+                embedder=embedder, examples=legacy_examples(), cache_path=args.baseline_cache
             )
         await check.warm_up()
         checks.append(check)
