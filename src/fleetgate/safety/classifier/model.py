@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -13,20 +14,31 @@ __all__ = ["SoftmaxModel"]
 Floats = npt.NDArray[np.float32]
 
 
-def _softmax(z: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+def _softmax(z: Floats) -> Floats:
     z = z - z.max(axis=1, keepdims=True)
     e = np.exp(z)
-    out: npt.NDArray[np.float64] = e / e.sum(axis=1, keepdims=True)
+    out: Floats = e / e.sum(axis=1, keepdims=True)
     return out
 
 
 class SoftmaxModel:
-    """``p(class | x) = softmax(x W + b)``, trained with class-balanced, L2-regularised Adam."""
+    """``p(class | x) = softmax(x W + b)``, trained with class-weighted, L2-regularised Adam.
 
-    def __init__(self, classes: Sequence[str], weights: Floats, bias: Floats) -> None:
+    ``info``: string facts saved with the weights (the training data's hash, the embedder, the
+    threshold chosen on validation data, ...).
+    """
+
+    def __init__(
+        self,
+        classes: Sequence[str],
+        weights: Floats,
+        bias: Floats,
+        info: Mapping[str, str] | None = None,
+    ) -> None:
         self.classes = tuple(classes)
         self.weights = weights
         self.bias = bias
+        self.info: dict[str, str] = dict(info or {})
 
     @classmethod
     def fit(
@@ -40,7 +52,7 @@ class SoftmaxModel:
         lr: float = 0.05,
         seed: int = 0,
     ) -> SoftmaxModel:
-        """Full-batch training; deterministic for a given ``seed``.
+        """Full-batch training in float32; deterministic for a given ``seed``.
 
         ``class_weight`` scales each class's examples (default: balanced across classes).
         """
@@ -49,23 +61,23 @@ class SoftmaxModel:
         y = np.array([index[c] for c in labels])
         n, d = x.shape
         k = len(classes)
-        onehot = np.zeros((n, k))
+        onehot = np.zeros((n, k), dtype=np.float32)
         onehot[np.arange(n), y] = 1.0
         counts = onehot.sum(axis=0)
         if class_weight is None:
             per_class = n / (k * counts)
         else:
             per_class = np.array([class_weight.get(c, 1.0) for c in classes])
-        sample_w = per_class[y][:, None]
+        sample_w = (per_class[y][:, None] / n).astype(np.float32)
         rng = np.random.default_rng(seed)
-        w = rng.normal(0.0, 0.01, (d, k))
-        b = np.zeros(k)
-        xd = x.astype(np.float64)
+        w = rng.normal(0.0, 0.01, (d, k)).astype(np.float32)
+        b = np.zeros(k, dtype=np.float32)
+        xf = np.ascontiguousarray(x, dtype=np.float32)
         m_w, v_w, m_b, v_b = np.zeros_like(w), np.zeros_like(w), np.zeros_like(b), np.zeros_like(b)
         beta1, beta2, eps = 0.9, 0.999, 1e-8
         for t in range(1, epochs + 1):
-            grad_z = (_softmax(xd @ w + b) - onehot) * sample_w / n
-            g_w = xd.T @ grad_z + l2 * w
+            grad_z = (_softmax(xf @ w + b) - onehot) * sample_w
+            g_w = xf.T @ grad_z + l2 * w
             g_b = grad_z.sum(axis=0)
             m_w = beta1 * m_w + (1 - beta1) * g_w
             v_w = beta2 * v_w + (1 - beta2) * g_w**2
@@ -74,23 +86,24 @@ class SoftmaxModel:
             corr1, corr2 = 1 - beta1**t, 1 - beta2**t
             w -= lr * (m_w / corr1) / (np.sqrt(v_w / corr2) + eps)
             b -= lr * (m_b / corr1) / (np.sqrt(v_b / corr2) + eps)
-        return cls(classes, w.astype(np.float32), b.astype(np.float32))
+        return cls(classes, w, b)
 
-    def predict_proba(self, x: Floats) -> npt.NDArray[np.float64]:
+    def predict_proba(self, x: Floats) -> Floats:
         """Class probabilities, one row per input row, columns in ``classes`` order."""
-        return _softmax(x.astype(np.float64) @ self.weights + self.bias)
+        return _softmax(np.asarray(x, dtype=np.float32) @ self.weights + self.bias)
 
     def save(self, path: Path, fingerprint: str) -> None:
         """Write atomically (temp file + rename) so a crashed write never leaves a bad cache."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         with tmp.open("wb") as fh:
-            np.savez(
+            np.savez_compressed(
                 fh,
                 classes=np.array(self.classes),
                 weights=self.weights,
                 bias=self.bias,
                 fingerprint=np.array(fingerprint),
+                info=np.array(json.dumps(self.info, sort_keys=True)),
             )
         tmp.replace(path)
 
@@ -99,5 +112,8 @@ class SoftmaxModel:
         """The model and the fingerprint of the data and features it was trained on."""
         with np.load(path, allow_pickle=False) as data:
             classes = [str(c) for c in data["classes"]]
-            model = cls(classes, data["weights"], data["bias"])
+            info = json.loads(str(data["info"])) if "info" in data.files else {}
+            weights = np.asarray(data["weights"], dtype=np.float32)
+            bias = np.asarray(data["bias"], dtype=np.float32)
+            model = cls(classes, weights, bias, {str(k): str(v) for k, v in info.items()})
             return model, str(data["fingerprint"])

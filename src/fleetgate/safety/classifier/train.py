@@ -1,8 +1,12 @@
-"""Training data, training, and the on-disk weight cache.
+"""Training data, training, the shipped model and the on-disk weight cache.
 
-The shipped examples live in ``safety/data/classifier_train.jsonl`` (one
-``{"text", "label"}`` per line; label ``benign`` or a harm category). A user retrains with
-their own examples::
+The shipped model (``safety/data/classifier_head.npz``: a softmax layer over MiniLM int8
+embeddings and character n-grams, a few hundred KB) is trained offline by
+``bench/safety/train_classifier.py`` on :func:`shipped_examples` and only loaded at run time.
+The file records the hash of its training data (:func:`data_sha256`); a test checks that it
+matches the data in the package.
+
+A user retrains with their own examples::
 
     from fleetgate.safety.classifier import load_examples, shipped_examples, train
     path = train(shipped_examples() + load_examples("mine.jsonl"), Path("my-classifier.npz"))
@@ -17,70 +21,51 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from fleetgate.errors import ConfigError
+from fleetgate.safety.classifier.corpus import corpus_examples
 from fleetgate.safety.classifier.embed import HASH_DIM, Embedder, Floats, text_features
+from fleetgate.safety.classifier.examples import BENIGN, Example, parse_lines
 from fleetgate.safety.classifier.model import SoftmaxModel
 from fleetgate.safety.normalize import Normalizer
 
 __all__ = [
-    "BENIGN",
-    "Example",
+    "FEATURE_VERSION",
+    "data_sha256",
     "default_cache_path",
     "featurize",
     "fingerprint",
-    "load_examples",
+    "legacy_examples",
     "load_or_train",
     "shipped_examples",
+    "shipped_head_path",
     "train",
 ]
 
-BENIGN = "benign"
 FEATURE_VERSION = "emb+1.5ngram-v2"
 NGRAM_WEIGHT = 1.5
 
 
-@dataclass(frozen=True, slots=True)
-class Example:
-    """One labelled training text."""
-
-    text: str
-    label: str
-
-
-def _parse_lines(lines: Iterable[str], source: str) -> list[Example]:
-    out: list[Example] = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            text = row.get("text", row.get("prompt"))
-            label = row.get("label", row.get("category"))
-        except (json.JSONDecodeError, AttributeError) as exc:
-            raise ConfigError(f"{source}:{n}: not a JSON object: {exc}") from exc
-        if not isinstance(text, str) or not isinstance(label, str):
-            raise ConfigError(f"{source}:{n}: needs string 'text' and 'label'")
-        out.append(Example(text, label))
-    return out
-
-
-def load_examples(path: str | Path) -> list[Example]:
-    """Examples from a JSONL file of ``{"text", "label"}`` (or ``{"prompt", "category"}``)."""
-    p = Path(path)
-    return _parse_lines(p.read_text("utf-8").splitlines(), str(p))
+def legacy_examples() -> list[Example]:
+    """The first hand-written examples (``safety/data/classifier_train.jsonl``)."""
+    data = resources.files("fleetgate.safety").joinpath("data/classifier_train.jsonl")
+    return parse_lines(data.read_text("utf-8").splitlines(), "classifier_train.jsonl")
 
 
 def shipped_examples() -> list[Example]:
-    """The labelled English and Chinese examples that ship with fleetgate."""
-    data = resources.files("fleetgate.safety").joinpath("data/classifier_train.jsonl")
-    return _parse_lines(data.read_text("utf-8").splitlines(), "classifier_train.jsonl")
+    """Everything the shipped model is trained on: the hand-written examples and the corpus
+    (`fleetgate.safety.classifier.corpus`), English and Chinese."""
+    return legacy_examples() + corpus_examples("all")
+
+
+def shipped_head_path() -> Path:
+    """The shipped model inside the installed package."""
+    return Path(str(resources.files("fleetgate.safety").joinpath("data/classifier_head.npz")))
 
 
 def default_cache_path() -> Path:
@@ -89,12 +74,18 @@ def default_cache_path() -> Path:
     return Path(base) / "fleetgate" / "safety-classifier.npz"
 
 
-def fingerprint(examples: Sequence[Example], embedder: Embedder) -> str:
-    """Identifies training data + features; a cached model with another one is stale."""
-    h = hashlib.sha256(f"{embedder.name}|{embedder.dim}|{FEATURE_VERSION}|{HASH_DIM}".encode())
+def data_sha256(examples: Sequence[Example]) -> str:
+    """Identifies a list of training examples (order included)."""
+    h = hashlib.sha256()
     for ex in examples:
         h.update(json.dumps([ex.text, ex.label], ensure_ascii=False).encode())
     return h.hexdigest()
+
+
+def fingerprint(examples: Sequence[Example], embedder: Embedder) -> str:
+    """Identifies training data + features; a cached model with another one is stale."""
+    head = f"{embedder.name}|{embedder.dim}|{FEATURE_VERSION}|{HASH_DIM}|{data_sha256(examples)}"
+    return hashlib.sha256(head.encode()).hexdigest()
 
 
 def featurize(texts: Sequence[str], embedder: Embedder, normalizer: Normalizer) -> Floats:
@@ -104,14 +95,15 @@ def featurize(texts: Sequence[str], embedder: Embedder, normalizer: Normalizer) 
     return np.hstack([emb, grams * NGRAM_WEIGHT]).astype(np.float32)
 
 
-def _benign_vs_harm_weights(labels: Sequence[str]) -> dict[str, float]:
-    # Benign and harmful examples weigh half each, whatever the number of harm categories:
-    # per-class balancing would give harm 8/9 of the prior and flag plain questions.
+def benign_vs_harm_weights(labels: Sequence[str], benign_share: float = 0.5) -> dict[str, float]:
+    """Class weights giving benign examples ``benign_share`` of the total weight and the harm
+    categories the rest, whatever the number of harm categories (per-class balancing would give
+    harm 8/9 of the prior and flag plain questions)."""
     n = len(labels)
     n_benign = sum(1 for label in labels if label == BENIGN)
     n_harm = n - n_benign
     return {
-        label: (n / (2 * n_benign) if label == BENIGN else n / (2 * n_harm))
+        label: (n * benign_share / n_benign if label == BENIGN else n * (1 - benign_share) / n_harm)
         for label in set(labels)
     }
 
@@ -122,17 +114,30 @@ def train(
     *,
     embedder: Embedder | None = None,
     normalizer: Normalizer | None = None,
+    info: Mapping[str, str] | None = None,
+    l2: float = 1e-4,
+    epochs: int = 400,
 ) -> Path:
-    """Train on ``examples`` and save the weights to ``path`` (blocking; seconds on a CPU)."""
+    """Train on ``examples`` and save the weights to ``path`` (blocking; seconds to minutes on a
+    CPU). ``info`` is saved with the weights (e.g. a ``threshold``)."""
     if len({ex.label for ex in examples}) < 2 or BENIGN not in {ex.label for ex in examples}:
         raise ConfigError("classifier training needs 'benign' examples and at least one harm label")
     if embedder is None:
         from fleetgate.resources.minilm import MiniLMEmbedder
 
-        embedder = MiniLMEmbedder()
+        embedder = MiniLMEmbedder(quantize=True, with_max=True)
     x = featurize([ex.text for ex in examples], embedder, normalizer or Normalizer())
     labels = [ex.label for ex in examples]
-    model = SoftmaxModel.fit(x, labels, class_weight=_benign_vs_harm_weights(labels))
+    model = SoftmaxModel.fit(
+        x, labels, class_weight=benign_vs_harm_weights(labels), l2=l2, epochs=epochs
+    )
+    model.info = {
+        "embedder": embedder.name,
+        "features": f"{FEATURE_VERSION}/{HASH_DIM}",
+        "data_sha256": data_sha256(examples),
+        "examples": str(len(examples)),
+        **(info or {}),
+    }
     model.save(path, fingerprint(examples, embedder))
     return path
 

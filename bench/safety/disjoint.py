@@ -1,0 +1,62 @@
+"""How far the classifier's training data is from the held-out set (counts only).
+
+    PYTHONPATH=src python bench/safety/disjoint.py
+
+For every held-out prompt: is it a training text (exactly, after normalisation)? Does it share
+a run of 6 words (English) or 10 characters (Chinese) with any training text? The frames of the
+corpus (`fleetgate.safety.classifier.corpus`) are also checked one by one: the fixed words of a
+frame (the text around ``{x}``) should not occur in any held-out prompt. Only counts are printed
+so that running this does not show the held-out prompts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from fleetgate.safety.classifier import shipped_examples
+from fleetgate.safety.classifier.corpus import LANGS, _load
+from fleetgate.safety.normalize import Normalizer, is_cjk
+
+HELDOUT = Path(__file__).resolve().parent / "data" / "heldout_test.jsonl"
+_WORD = re.compile(r"[a-z0-9']+")
+_CJK_RUN = re.compile(r"[\u3400-\u9fff]+")
+
+
+def grams(text: str) -> set[str]:
+    if is_cjk(text):
+        runs = "".join(_CJK_RUN.findall(text))
+        return {runs[i : i + 10] for i in range(len(runs) - 9)}
+    words = _WORD.findall(text)
+    return {" ".join(words[i : i + 6]) for i in range(len(words) - 5)}
+
+
+def main() -> int:
+    norm = Normalizer(leet=False)
+    heldout = [norm.normalize(json.loads(line)["prompt"])
+               for line in HELDOUT.read_text("utf-8").splitlines() if line.strip()]  # fmt: skip
+    train = [norm.normalize(ex.text) for ex in shipped_examples()]
+    train_set = set(train)
+    train_grams: set[str] = set().union(*(grams(t) for t in train))
+    exact = sum(1 for h in heldout if h in train_set)
+    shared = sum(1 for h in heldout if grams(h) & train_grams)
+    print(f"held-out prompts: {len(heldout)}; training texts: {len(train)}")
+    print(f"held-out prompts that are training texts: {exact}")
+    print(f"held-out prompts sharing a 6-word / 10-character run with a training text: {shared}")
+    frames_in = 0
+    n_frames = 0
+    for lang in LANGS:
+        for frame in _load(lang)["frames"]:
+            n_frames += 1
+            parts = [norm.normalize(p) for p in frame.split("{x}") if len(p.strip()) >= 8]
+            if parts and any(all(p in h for p in parts) for h in heldout):
+                frames_in += 1
+    print(f"corpus frames whose fixed words (8+ characters) occur in a held-out prompt: "
+          f"{frames_in}/{n_frames}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

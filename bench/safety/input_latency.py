@@ -1,0 +1,110 @@
+"""Input-check latency of the default policy (words, pii, classifier), one prompt at a time.
+
+    PYTHONPATH=src python bench/safety/input_latency.py [--rounds 5] [--prompts 200]
+
+Two classifiers, measured in the same run, interleaved per round:
+
+- ``fp32 (baseline)``: the previous default: sentence-transformers' fp32 MiniLM pipeline and a
+  model trained (here, at start, as before) on the hand-written examples;
+- ``int8 (default)``: the shipped model over the shared int8 copy of MiniLM
+  (`MiniLM.transformer(quantize=True)`, mean and max pooled), what the gateway runs now.
+
+Each round sends ``--prompts`` prompts of the shipped red-team and benign sets (not the
+held-out set) one by one through ``policy.run(INPUT, ...)`` and records each call's wall time;
+the report is the median over rounds of each round's p50 / p90 / p99, and the ratio of p50s.
+``--threads`` sets torch's intra-op threads (process-wide; the semantic router sets 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from fleetgate.resources import MiniLM, MiniLMEmbedder
+from fleetgate.safety import Guardrails, SafetyConfig, shipped_set
+from fleetgate.safety.base import CheckContext, CheckPoint
+from fleetgate.safety.checks.classifier import ClassifierCheck
+from fleetgate.safety.classifier import legacy_examples
+from fleetgate.safety.policy import Policy
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def one_round(policy: Policy, prompts: Sequence[str]) -> list[float]:
+    out = []
+    for prompt in prompts:
+        t0 = time.perf_counter()
+        await policy.run(CheckPoint.INPUT, prompt, CheckContext(stage=CheckPoint.INPUT))
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+async def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--prompts", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--baseline-cache", type=Path,
+                    default=Path(tempfile.gettempdir()) / "fleetgate-bench-fp32-classifier.npz",
+                    help="where the baseline's model is trained once and reused")  # fmt: skip
+    args = ap.parse_args()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sets = shipped_set("redteam") + shipped_set("benign")
+    prompts = [p.prompt for p in sets][: args.prompts]
+    minilm = MiniLM()  # one loader: both variants share its weights, as in the gateway
+    variants = {
+        "fp32 (baseline)": MiniLMEmbedder(minilm),
+        "int8 (default)": MiniLMEmbedder(minilm, quantize=True, with_max=True),
+    }
+    policies: dict[str, Policy] = {}
+    checks = []
+    for name, embedder in variants.items():
+        if embedder.quantize:
+            check = ClassifierCheck(embedder=embedder)
+        else:
+            check = ClassifierCheck(
+                embedder=embedder, examples=legacy_examples(), cache_path=args.baseline_cache
+            )
+        await check.warm_up()
+        checks.append(check)
+        policies[name] = Guardrails(SafetyConfig(), checks={"classifier": check}).policy("default")
+        await one_round(policies[name], prompts[:20])  # warm caches and allocators
+    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in policies}
+    for r in range(args.rounds):
+        order = list(policies) if r % 2 == 0 else list(reversed(policies))
+        for name in order:
+            times = await one_round(policies[name], prompts)
+            results[name].append(
+                (percentile(times, 0.5), percentile(times, 0.9), percentile(times, 0.99))
+            )
+    print(f"{len(prompts)} prompts x {args.rounds} rounds, torch threads {torch.get_num_threads()}")
+    print("| classifier embedder | input check p50 | p90 | p99 | p50 per round |")
+    print("| --- | ---: | ---: | ---: | --- |")
+    p50s = {}
+    for name, rows in results.items():
+        p50s[name] = statistics.median(r[0] for r in rows)
+        p90 = statistics.median(r[1] for r in rows)
+        p99 = statistics.median(r[2] for r in rows)
+        per_round = ", ".join(f"{r[0]:.1f}" for r in rows)
+        print(f"| {name} | {p50s[name]:.1f} ms | {p90:.1f} ms | {p99:.1f} ms | {per_round} |")
+    base, new = p50s["fp32 (baseline)"], p50s["int8 (default)"]
+    print(f"p50 ratio int8/fp32: {new / base:.2f}")
+    for check in checks:
+        check.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

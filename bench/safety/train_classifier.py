@@ -1,0 +1,148 @@
+"""Train the shipped safety classifier offline and write ``safety/data/classifier_head.npz``.
+
+    PYTHONPATH=src python bench/safety/train_classifier.py            # validate, then train
+    PYTHONPATH=src python bench/safety/train_classifier.py --check    # only print the hash
+
+1. Validation: train on the hand-written examples plus the corpus's training part, score the
+   corpus's validation part (frames AND cores never seen in training, see
+   `fleetgate.safety.classifier.corpus`), and pick a threshold per language: the one (0.30 to
+   0.95 in steps of 0.05) with the highest block rate minus false-positive rate (Youden's J)
+   on that language's validation prompts.
+2. Final: train on everything (`shipped_examples`) and save the model with those thresholds,
+   the training data's hash and the validation figures.
+
+bench/safety/data/heldout_test.jsonl is never read here: it is the test set, see docs/safety.md.
+Embeddings are cached in ``--cache`` (keyed by text) so reruns take seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from fleetgate.resources import MiniLMEmbedder
+from fleetgate.safety.classifier import (
+    BENIGN,
+    Example,
+    SoftmaxModel,
+    corpus_examples,
+    data_sha256,
+    legacy_examples,
+    shipped_examples,
+    train,
+)
+from fleetgate.safety.classifier.train import featurize
+from fleetgate.safety.normalize import Normalizer, is_cjk
+
+HEAD = Path(__file__).resolve().parents[2] / "src/fleetgate/safety/data/classifier_head.npz"
+
+
+class CachedEmbedder:
+    """The int8 MiniLM embedder with a per-text cache on disk (same vectors, computed once)."""
+
+    def __init__(self, inner: MiniLMEmbedder, path: Path) -> None:
+        self.inner, self.path = inner, path
+        self.name, self.dim = inner.name, inner.dim
+        self.vectors: dict[str, np.ndarray] = {}
+        if path.exists():
+            with np.load(path, allow_pickle=False) as data:
+                self.vectors = dict(zip(data["keys"].tolist(), data["vectors"], strict=True))
+
+    @staticmethod
+    def key(text: str) -> str:
+        return hashlib.sha1(text.encode()).hexdigest()
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        missing = sorted({t for t in texts if self.key(t) not in self.vectors})
+        if missing:
+            for i in range(0, len(missing), 512):
+                chunk = missing[i : i + 512]
+                for text, vec in zip(chunk, self.inner.encode(chunk), strict=True):
+                    self.vectors[self.key(text)] = vec
+                print(f"  embedded {min(i + 512, len(missing))}/{len(missing)}", file=sys.stderr)
+            self.save()
+        return np.stack([self.vectors[self.key(t)] for t in texts]).astype(np.float32)
+
+    def save(self) -> None:
+        keys = list(self.vectors)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("wb") as fh:
+            np.savez(fh, keys=np.array(keys), vectors=np.stack([self.vectors[k] for k in keys]))
+
+
+def harm_scores(model: SoftmaxModel, x: np.ndarray) -> np.ndarray:
+    return 1.0 - model.predict_proba(x)[:, model.classes.index(BENIGN)]
+
+
+def split(examples: Sequence[Example], lang: str) -> tuple[list[int], list[int]]:
+    sel = [i for i, ex in enumerate(examples) if is_cjk(ex.text) == (lang == "zh")]
+    return ([i for i in sel if examples[i].label != BENIGN],
+            [i for i in sel if examples[i].label == BENIGN])  # fmt: skip
+
+
+def rates(scores: np.ndarray, examples: Sequence[Example], lang: str, threshold: float) -> str:
+    harm, safe = split(examples, lang)
+    blocked = int((scores[harm] >= threshold).sum())
+    fps = int((scores[safe] >= threshold).sum())
+    return (f"blocked {blocked}/{len(harm)} = {blocked / len(harm):.1%}, "
+            f"false positives {fps}/{len(safe)} = {fps / len(safe):.1%}")  # fmt: skip
+
+
+def pick_threshold(scores: np.ndarray, examples: Sequence[Example], lang: str) -> float:
+    """The threshold with the highest block rate minus false-positive rate (ties: higher)."""
+    harm, safe = split(examples, lang)
+    best, best_j = 0.5, -1.0
+    for threshold in np.arange(0.30, 0.951, 0.05):
+        j = (scores[harm] >= threshold).mean() - (scores[safe] >= threshold).mean()
+        if j >= best_j:
+            best, best_j = round(float(threshold), 2), float(j)
+    return best
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=HEAD)
+    ap.add_argument("--cache", type=Path, default=Path("/tmp/fg-emb-max.npz"))
+    ap.add_argument("--l2", type=float, default=1e-4)
+    ap.add_argument("--epochs", type=int, default=400)
+    ap.add_argument("--check", action="store_true", help="print the training data hash only")
+    args = ap.parse_args()
+    examples = shipped_examples()
+    print(f"training data: {len(examples)} examples, sha256 {data_sha256(examples)}")
+    if args.check:
+        return 0
+    embedder = CachedEmbedder(MiniLMEmbedder(quantize=True, with_max=True), args.cache)
+    normalizer = Normalizer()
+    train_part = legacy_examples() + corpus_examples("train")
+    val_part = corpus_examples("validation")
+    print(f"validation: train on {len(train_part)}, score {len(val_part)} "
+          "(frames and cores not in the training part)")  # fmt: skip
+    t0 = time.perf_counter()
+    tmp = args.out.with_name("validation-model.npz.tmp")
+    train(train_part, tmp, embedder=embedder, l2=args.l2, epochs=args.epochs)
+    model = SoftmaxModel.load(tmp)[0]
+    tmp.unlink()
+    scores = harm_scores(model, featurize([e.text for e in val_part], embedder, normalizer))
+    info = {}
+    for lang in ("en", "zh"):
+        threshold = pick_threshold(scores, val_part, lang)
+        info[f"threshold_{lang}"] = str(threshold)
+        info[f"validation_{lang}"] = f"at {threshold}: {rates(scores, val_part, lang, threshold)}"
+        for t in sorted({0.5, threshold}):
+            print(f"  {lang} at {t}: {rates(scores, val_part, lang, t)}")
+    train(examples, args.out, embedder=embedder, info=info, l2=args.l2, epochs=args.epochs)
+    size = args.out.stat().st_size
+    print(f"wrote {args.out} ({size / 1024:.0f} KiB) in {time.perf_counter() - t0:.0f} s")
+    print(json.dumps(SoftmaxModel.load(args.out)[0].info, indent=1, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

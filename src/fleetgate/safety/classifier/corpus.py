@@ -1,0 +1,79 @@
+"""The shipped training corpus: request frames crossed with harmful and benign request cores.
+
+``safety/data/corpus/{en,zh}.json`` hold, per language, *frames* (ways of asking: direct,
+role-play, hypothetical, "for a novel", "my cousin wants to", ...; ``{x}`` marks the request),
+*cores* (what is asked for: harmful ones per category, and benign look-alikes that share the
+alarming words, such as killing a process or frying food, ``炸``), and whole texts that do not fit
+a frame (prompt injections, jailbreaks, plain questions). Every frame is crossed with both
+harmful and benign cores, so a frame carries no signal and the model has to learn the request.
+
+Each frame, core and text has a fold (crc32 of its text, mod 5); fold 0 is the validation part.
+``split="train"`` pairs only training frames with training cores, ``"validation"`` only
+validation frames with validation cores (so no frame and no core is in both), ``"all"`` uses
+everything (what the shipped model is trained on once its settings were chosen).
+
+Example::
+
+    examples = corpus_examples("all")          # deterministic: same list on every machine
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import zlib
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any, Literal
+
+from fleetgate.safety.classifier.examples import BENIGN, Example
+
+__all__ = ["LANGS", "Split", "corpus_examples", "fold"]
+
+LANGS = ("en", "zh")
+FOLDS = 5
+PER_CORE = 14  # frames drawn for each core
+
+Split = Literal["all", "train", "validation"]
+
+
+def fold(text: str) -> int:
+    """The fold of a frame, core or text (stable across runs and machines)."""
+    return zlib.crc32(text.encode("utf-8")) % FOLDS
+
+
+def _keep(text: str, split: Split) -> bool:
+    if split == "all":
+        return True
+    return (fold(text) == 0) == (split == "validation")
+
+
+def _load(lang: str) -> dict[str, Any]:
+    data = resources.files("fleetgate.safety").joinpath(f"data/corpus/{lang}.json")
+    parsed: dict[str, Any] = json.loads(data.read_text("utf-8"))
+    return parsed
+
+
+def _framed(frames: Sequence[str], core: str, label: str, per_core: int) -> list[Example]:
+    rng = random.Random(zlib.crc32(core.encode("utf-8")))
+    chosen = rng.sample(list(frames), min(per_core, len(frames)))
+    return [Example(frame.replace("{x}", core), label) for frame in chosen]
+
+
+def corpus_examples(split: Split = "all", per_core: int = PER_CORE) -> list[Example]:
+    """The corpus expanded into labelled examples, English then Chinese."""
+    out: list[Example] = []
+    for lang in LANGS:
+        data = _load(lang)
+        frames = [f for f in data["frames"] if _keep(f, split)]
+        for category, cores in data["harm"].items():
+            for core in cores:
+                if _keep(core, split):
+                    out += _framed(frames, core, category, per_core)
+        for core in data["benign"]:
+            if _keep(core, split):
+                out += _framed(frames, core, BENIGN, per_core)
+        for category, texts in data["harm_texts"].items():
+            out += [Example(t, category) for t in texts if _keep(t, split)]
+        out += [Example(t, BENIGN) for t in data["benign_texts"] if _keep(t, split)]
+    return out
