@@ -16,10 +16,12 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
+from fleetgate.api.state import GATEWAY
 from fleetgate.routing.engine_metrics import parse_engine_metrics
 from tests.conftest import AUTH, GatewayFactory
 from tests.procs import free_port
@@ -127,3 +129,47 @@ async def test_kv_aware_beats_round_robin_on_real_engines(
     data = seen["data"]
     assert [e["engine"] for e in data] == ["vllm", "vllm"]
     assert all(e["scraped"] for e in data)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_responses_served_natively_by_a_real_vllm(
+    engines: list[str], gateway: GatewayFactory, stream: bool
+) -> None:
+    """vLLM's own ``/v1/responses`` behind ``responses_api: native``: the official SDK over two
+    turns (the gateway resolves ``previous_response_id``), the usage billed as vLLM counts it."""
+    from tests.api.responses.support import alias_config, sdk_for
+
+    async def create(sdk: Any, stream: bool, **kwargs: Any) -> Any:
+        if not stream:
+            return await sdk.responses.create(**kwargs)
+        # max_output_tokens ends the reply 'incomplete', which the SDK's stream() helper
+        # raises on: read the raw events, the last one carries the whole response
+        events = [e async for e in await sdk.responses.create(stream=True, **kwargs)]
+        assert events[0].type == "response.created", [e.type for e in events]
+        assert events[-1].type in ("response.completed", "response.incomplete")
+        return events[-1].response
+
+    dep = {"provider": "openai", "model": "tiny", "api_base": f"{engines[0]}/v1",
+           "responses_api": "native"}  # fmt: skip
+    client = await gateway(alias_config("tiny", dep))
+    sdk = sdk_for(client)
+    try:
+        first = await create(sdk, stream, model="tiny", input="hello there", max_output_tokens=4,
+                             instructions="Answer briefly.")  # fmt: skip
+        assert first.status in ("completed", "incomplete"), first
+        assert first.usage.input_tokens > 0 and 0 < first.usage.output_tokens <= 4
+        second = await create(sdk, stream, model="tiny", input="and again",
+                              previous_response_id=first.id, max_output_tokens=4)  # fmt: skip
+        assert second.previous_response_id == first.id
+        # the gateway sent the whole conversation (vLLM was asked not to store anything)
+        assert second.usage.input_tokens > first.usage.input_tokens
+        again = await sdk.responses.retrieve(second.id)
+        assert again.output_text == second.output_text
+    finally:
+        await sdk.close()
+    tenancy = client.server.app[GATEWAY].tenancy
+    await tenancy.writer.flush()
+    resp = await client.get("/admin/spend?group_by=alias", headers=AUTH)
+    (row,) = (await resp.json())["data"]
+    assert row["requests"] == 2
+    assert row["input_tokens"] == first.usage.input_tokens + second.usage.input_tokens
