@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
+from yarl import URL
 
 from tests.console.idp import LocalIdP, running_idp
 from tests.console.support import Console, running_console
@@ -108,6 +109,33 @@ async def test_a_forged_or_replayed_callback_is_refused(console: Console, idp: L
             assert r.status == 401
 
 
+async def test_a_sign_in_started_on_one_replica_finishes_on_another(
+    fake: FakeUpstream, idp: LocalIdP, tmp_path: Path
+) -> None:
+    """No sign-in state lives in a process: the callback may reach any replica behind the load
+    balancer, and the session it opens is valid on every replica."""
+    idp.user = {"sub": "u-9", "email": "cy@example.com", "groups": ["platform"]}
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    async with (
+        running_console(fake.url, tmp_path / "a", database_url=url, **sso(idp)) as a,
+        running_console(fake.url, tmp_path / "b", database_url=url, **sso(idp)) as b,
+        aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as browser,
+    ):
+        async with browser.get(a.url + "/ui/oidc/start", allow_redirects=False) as resp:
+            authorize = resp.headers["Location"]  # started on replica A
+        async with browser.get(authorize, allow_redirects=False) as resp:
+            callback = resp.headers["Location"]
+        callback = callback.replace(a.url, b.url)  # the load balancer sends it to replica B
+        async with browser.get(callback, allow_redirects=False) as resp:
+            assert resp.status == 302 and resp.headers["Location"] == "/ui/overview"
+            cookies = {c.key: c.value for c in resp.cookies.values()}
+        jar = aiohttp.CookieJar(unsafe=True)
+        jar.update_cookies(cookies, response_url=URL(a.url))
+        async with aiohttp.ClientSession(cookie_jar=jar) as on_a:  # and it is valid on A
+            async with on_a.get(a.url + "/ui/teams", allow_redirects=False) as page:
+                assert page.status == 200 and "cy@example.com" in await page.text()
+
+
 async def _chat(c: Console, token: str) -> int:
     return await c.chat(token)
 
@@ -186,3 +214,18 @@ async def test_single_sign_on_in_the_browser(
         assert await page.locator("#reply").inner_text() == (
             "Signed in through the identity provider"
         )
+
+
+def test_the_sealed_sign_in_opens_only_with_its_state_and_before_it_expires() -> None:
+    from fleetgate.console.oidc import _Pending, open_pending, seal_pending
+
+    live = _Pending("verifier", "nonce", "/ui/spend", "http://gw/ui/oidc/callback", 4e9)
+    cookie = seal_pending("state-1", live)
+    assert open_pending("state-1", cookie) == live
+    assert "verifier" not in cookie and "nonce" not in cookie  # sealed, not just encoded
+    assert open_pending("state-2", cookie) is None  # another sign-in's state
+    assert open_pending("state-1", cookie[:-4] + "AAAA") is None  # tampered
+    assert open_pending("state-1", "not base64 at all!") is None
+    assert open_pending("state-1", None) is None
+    stale = _Pending("verifier", "nonce", None, "http://gw/ui/oidc/callback", 1.0)
+    assert open_pending("state-1", seal_pending("state-1", stale)) is None  # expired

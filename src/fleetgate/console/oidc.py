@@ -1,27 +1,34 @@
 """OpenID Connect sign-in: authorization code flow with PKCE (S256), state and nonce.
 
-``/ui/oidc/start`` sends the browser to the identity provider with a fresh ``state`` (also in
-an HTTP-only cookie, so the callback must come back to the same browser), ``nonce`` and PKCE
-challenge; ``/ui/oidc/callback`` trades the code (with the verifier) for tokens, validates the
-ID token against the provider's JWKS (signature, issuer, audience, expiry, nonce) and maps the
-user's groups to a console role: ``roles`` (master, finance_viewer) first, else ``teams``
-(the team admin of that team). No mapped group: no session.
+``/ui/oidc/start`` sends the browser to the identity provider with a fresh ``state``, ``nonce``
+and PKCE challenge; what the callback needs (verifier, nonce, where to go next, expiry) travels
+in an HTTP-only cookie sealed (AES-GCM) under a key derived from ``state``, so the callback may
+reach any replica (no sign-in state is kept in a process) and opens only in the browser that
+started it, with the ``state`` the provider sends back. ``/ui/oidc/callback`` trades the code
+(with the verifier) for tokens, validates the ID token against the provider's JWKS (signature,
+issuer, audience, expiry, nonce) and maps the user's groups to a console role: ``roles``
+(master, finance_viewer) first, else ``teams`` (the team admin of that team). No mapped group:
+no session.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
+import os
 import secrets
 import time
-from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
 import jwt
+import orjson
 from aiohttp import web
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from fleetgate.console.config import OidcConfig
 from fleetgate.console.core import Console, home
@@ -40,7 +47,6 @@ __all__ = ["OidcPages", "map_groups"]
 
 STATE_COOKIE = "fg_oidc_state"
 PENDING_TTL_S = 600.0
-MAX_PENDING = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +55,32 @@ class _Pending:
     nonce: str
     next: str | None
     redirect_uri: str
-    expires_at: float
+    expires_at: float  # wall clock (replicas share it; a monotonic clock is per process)
+
+
+def _pending_key(state: str) -> bytes:
+    return hashlib.sha256(b"fleetgate-oidc-pending:" + state.encode()).digest()
+
+
+def seal_pending(state: str, pending: _Pending) -> str:
+    """The cookie value for a sign-in in progress (URL-safe base64 of nonce + ciphertext)."""
+    nonce = os.urandom(12)
+    sealed = AESGCM(_pending_key(state)).encrypt(nonce, orjson.dumps(asdict(pending)), None)
+    return base64.urlsafe_b64encode(nonce + sealed).decode()
+
+
+def open_pending(state: str, cookie: str | None) -> _Pending | None:
+    """The sign-in sealed in ``cookie`` for ``state``; None when absent, forged, for another
+    state, or expired."""
+    if not cookie or not state:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cookie.encode())
+        plain = AESGCM(_pending_key(state)).decrypt(raw[:12], raw[12:], None)
+        pending = _Pending(**orjson.loads(plain))
+    except (InvalidTag, ValueError, TypeError, binascii.Error, orjson.JSONDecodeError):
+        return None
+    return pending if pending.expires_at >= time.time() else None
 
 
 def _challenge(verifier: str) -> str:
@@ -71,7 +102,6 @@ def map_groups(config: OidcConfig, groups: list[str]) -> tuple[str, str | None] 
 class OidcPages:
     def __init__(self, console: Console) -> None:
         self.console = console
-        self._pending: OrderedDict[str, _Pending] = OrderedDict()
         self._discovery: dict[str, Any] | None = None
         self._keys: JwksKeys | None = None
         self.http: aiohttp.ClientSession | None = None
@@ -116,12 +146,10 @@ class OidcPages:
         provider = await self._provider(config)
         state, verifier, nonce = (secrets.token_urlsafe(32) for _ in range(3))
         redirect_uri = self._redirect_uri(request)
-        self._pending[state] = _Pending(
+        pending = _Pending(
             verifier, nonce, safe_next(request.query.get("next")), redirect_uri,
-            time.monotonic() + PENDING_TTL_S,
+            time.time() + PENDING_TTL_S,
         )  # fmt: skip
-        while len(self._pending) > MAX_PENDING:
-            self._pending.popitem(last=False)
         query = urlencode({
             "response_type": "code", "client_id": config.client_id,
             "redirect_uri": redirect_uri, "scope": " ".join(config.scopes), "state": state,
@@ -130,7 +158,8 @@ class OidcPages:
         })  # fmt: skip
         response = web.HTTPFound(f"{provider['authorization_endpoint']}?{query}")
         response.set_cookie(
-            STATE_COOKIE, state, max_age=int(PENDING_TTL_S), path="/ui/oidc", httponly=True,
+            STATE_COOKIE, seal_pending(state, pending), max_age=int(PENDING_TTL_S),
+            path="/ui/oidc", httponly=True,
             samesite="Lax", secure=cookie_is_secure(request, self.console.config.secure_cookie),
         )  # fmt: skip
         raise response
@@ -140,13 +169,8 @@ class OidcPages:
         q = request.query
         if "error" in q:
             raise AuthenticationFailed(f"The identity provider refused: {q['error']}.")
-        state = q.get("state", "")
-        pending = self._pending.pop(state, None)
-        if (
-            pending is None
-            or pending.expires_at < time.monotonic()
-            or request.cookies.get(STATE_COOKIE) != state
-        ):
+        pending = open_pending(q.get("state", ""), request.cookies.get(STATE_COOKIE))
+        if pending is None:
             raise AuthenticationFailed("Unknown or expired sign-in; start again.")
         provider = await self._provider(config)
         tokens = await self._exchange(config, provider, q.get("code", ""), pending)
