@@ -172,7 +172,9 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
     gw.scheduler = scheduling.scheduler
     releases = ReleasesFeature.build(settings, cfg, gw.tables, access, resources)
     gw.dispatcher.versions = releases.picker(canary.splits)  # rollouts, then canary splits
-    console = ConsoleFeature.build(gw, cfg, rollouts=releases.rollouts, guardrails=safety.audit_log)
+    console = ConsoleFeature.build(
+        gw, cfg, rollouts=releases.rollouts, guardrails=safety.audit_log, releases=releases
+    )
     if console is not None and console.bearer is not None and tenancy.runtime is not None:
         keys = JwtOrKey(console.bearer, tenancy.runtime.cache)  # JWT bearers, then keys
         gw.auth = MasterKeyAuthenticator(settings.master_key, next=keys)

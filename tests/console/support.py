@@ -90,11 +90,15 @@ def csrf_of(html: str) -> str:
 
 @asynccontextmanager
 async def running_console(
-    upstream: str, data_dir: Path, database_url: str | None = None, **console: Any
+    upstream: str,
+    data_dir: Path,
+    database_url: str | None = None,
+    config: GatewayConfig | None = None,
+    **console: Any,
 ) -> AsyncIterator[Console]:
     settings = Settings(
         master_key=MASTER, data_dir=data_dir, database_url=database_url, watch_config=False
     )
-    app = create_app(settings, console_config(upstream, **console))
+    app = create_app(settings, config or console_config(upstream, **console))
     async with served(app) as url, aiohttp.ClientSession() as http:
         yield Console(url, app, http)

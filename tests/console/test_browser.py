@@ -156,6 +156,19 @@ async def test_the_console_end_to_end(console: Console, fake: FakeUpstream) -> N
         await page.get_by_role("button", name="Set split of tiny").click()
         await page.wait_for_selector("text=v1 90.0%")
         await checked(page, "models")
+
+        # The registry: a version promoted to staging from the model's page; the queues.
+        await _registered(console, fake.url)
+        await page.goto(url + "/ui/registry")
+        await page.get_by_role("link", name="chat", exact=True).click()
+        await page.wait_for_url("**/ui/registry/chat")
+        await page.get_by_label("Stage for v2").select_option("staging")
+        await page.get_by_role("button", name="Promote v2").click()
+        await page.wait_for_selector("text=staging: v2")
+        await checked(page, "registry")
+        await page.goto(url + "/ui/queues")
+        assert "tiny" in await page.locator("#queues").inner_text()
+        await checked(page, "queues")
         await page.goto(url + "/ui/routing")
         await checked(page, "routing")
         await page.goto(url + "/ui/guardrails")
@@ -182,6 +195,25 @@ async def test_the_console_end_to_end(console: Console, fake: FakeUpstream) -> N
                      f"/admin/spend?team={ads_id}"):  # fmt: skip
             status, _ = await console.admin("GET", path, admin_key)
             assert status in (403, 404), path
+
+
+async def _registered(console: Console, upstream: str) -> None:
+    """The model ``chat`` with two versions, v1 in production, each with an eval run."""
+    assert (await console.admin("POST", "/admin/registry/models", json={"name": "chat"}))[0] == 201
+    for n, score in ((1, 0.91), (2, 0.93)):
+        body = {
+            "artifact_uri": f"s3://models/chat/{n}",
+            "deployments": [{"model": "tiny", "api_base": upstream, "name": f"chat-v{n}"}],
+        }
+        status, _ = await console.admin("POST", "/admin/registry/models/chat/versions", json=body)
+        assert status == 201
+        run = {"suite": "golden.jsonl", "suite_digest": "ab" * 16, "metrics": {"golden": score}}
+        path = f"/admin/registry/models/chat/versions/v{n}/evals"
+        assert (await console.admin("POST", path, json=run))[0] == 201
+    status, _ = await console.admin(
+        "POST", "/admin/registry/models/chat/promote", json={"stage": "production", "version": "v1"}
+    )
+    assert status == 200
 
 
 async def _partial(reply: Any) -> bool:

@@ -305,7 +305,7 @@ async def test_each_queued_request_is_in_the_decision_log_fast_path_ones_are_not
 
 
 def test_the_queue_view_shows_quota_usage_a_team_admin_only_its_own() -> None:
-    from fleetgate.scheduling.admin_routes import _pool_view
+    from fleetgate.scheduling.admin_routes import pool_view
 
     scheduler, pool, _, _ = _scheduler(
         4,
@@ -313,11 +313,11 @@ def test_the_queue_view_shows_quota_usage_a_team_admin_only_its_own() -> None:
         orgs={"x": {"quota": {"tokens_per_s": {"nominal": 1000}}}},
     )
     assert scheduler.try_admit(pool, policy("a"), 500)
-    view = _pool_view(pool, None, 0.0)
+    view = pool_view(pool, None, 0.0)
     assert view["quotas"]["team:a"]["in_flight"] == 1
     assert view["quotas"]["org:x"]["in_flight"] == 1
     assert view["quotas"]["org:x"]["tokens_per_s"] == 50.0  # 500 tokens over a 10 s window
-    assert set(_pool_view(pool, "b", 0.0)["quotas"]) == {"team:b", "org:x"}
+    assert set(pool_view(pool, "b", 0.0)["quotas"]) == {"team:b", "org:x"}
 
 
 def test_a_request_within_its_nominal_gets_the_owners_engine_priority() -> None:

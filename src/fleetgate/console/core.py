@@ -41,6 +41,8 @@ NAV: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("/ui/teams", "Teams & keys", ADMINS),
     ("/ui/spend", "Spend", ("master", "team_admin", "finance_viewer")),
     ("/ui/models", "Models", ADMINS),
+    ("/ui/registry", "Registry", ("master",)),
+    ("/ui/queues", "Queues", ADMINS),
     ("/ui/routing", "Routing", ("master",)),
     ("/ui/audit", "Audit log", ADMINS),
     ("/ui/guardrails", "Guardrails", ("master",)),

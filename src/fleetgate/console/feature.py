@@ -28,6 +28,8 @@ from fleetgate.console.models import ModelPages, Rollouts
 from fleetgate.console.oidc import OidcPages
 from fleetgate.console.overview import MetricWindow, OverviewPage
 from fleetgate.console.playground import Playground
+from fleetgate.console.queues import QueuePage
+from fleetgate.console.registry import RegistryPages, Releases
 from fleetgate.console.routing import RoutingPage
 from fleetgate.console.spend import SpendPages
 from fleetgate.errors import FleetgateError, NotFound
@@ -57,6 +59,7 @@ class ConsoleFeature(BaseFeature):
         *,
         rollouts: Rollouts | None = None,
         guardrails: GuardrailEvents | None = None,
+        releases: Releases | None = None,
     ) -> None:
         self.console = Console(gw, config)
         self.window = MetricWindow(gw.metrics)
@@ -75,6 +78,8 @@ class ConsoleFeature(BaseFeature):
             KeyPages(self.console),
             SpendPages(self.console),
             ModelPages(self.console, rollouts),
+            RegistryPages(self.console, releases),
+            QueuePage(self.console),
             RoutingPage(self.console),
             AuditPages(self.console, guardrails),
             self.playground,
@@ -89,12 +94,13 @@ class ConsoleFeature(BaseFeature):
         *,
         rollouts: Rollouts | None = None,
         guardrails: GuardrailEvents | None = None,
+        releases: Releases | None = None,
     ) -> ConsoleFeature | None:
         """The console, or None when it is off or tenancy (its data) is."""
         cfg = console_config(config.extensions)
         if not cfg.enabled or gw.tenancy is None:
             return None
-        return cls(gw, cfg, rollouts=rollouts, guardrails=guardrails)
+        return cls(gw, cfg, rollouts=rollouts, guardrails=guardrails, releases=releases)
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         routes: list[web.AbstractRouteDef] = [

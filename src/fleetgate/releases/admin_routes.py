@@ -32,6 +32,7 @@ from fleetgate.releases.gates import GateResult, evaluate
 from fleetgate.releases.records import ModelSpec, VersionSpec
 from fleetgate.releases.registry import UNSET, Registry
 from fleetgate.store.errors import store_unavailable_is_503
+from fleetgate.tenancy.principal import Principal
 
 __all__ = ["RegistryAdmin"]
 
@@ -183,6 +184,13 @@ class RegistryAdmin:
         unknown = sorted(set(body) - {"stage", "version", "expected", "force"})
         if unknown:
             raise InvalidRequest(f"Unknown field(s): {', '.join(unknown)}.", param=unknown[0])
+        return json_reply(await self.move(actor, model, stage, version, expected, force))
+
+    async def move(
+        self, actor: Principal, model: str, stage: str, version: str, expected: Any, force: bool
+    ) -> dict[str, Any]:
+        """Move ``stage`` of ``model`` to ``version`` (gated for production), audited and
+        followed at once: what ``POST .../promote`` and the console's form do."""
         detail: dict[str, Any] = {}
         if stage == "production":
             gate = await self.gate(model, version)
@@ -202,7 +210,7 @@ class RegistryAdmin:
                  "moves": [m.__dict__ for m in moves], **detail}  # fmt: skip
         await self.access.record(actor, action, f"{model}:{stage}", reply)
         await self.changed()
-        return json_reply(reply)
+        return reply
 
     async def rollback(self, request: web.Request) -> web.Response:
         actor = self.access.master(request)
@@ -211,11 +219,15 @@ class RegistryAdmin:
         unknown = sorted(set(body) - {"expected"})
         if unknown:
             raise InvalidRequest(f"Unknown field(s): {', '.join(unknown)}.", param=unknown[0])
-        moves = await self.registry.rollback(model, actor=actor.key_id, expected=_expected(body))
+        return json_reply(await self.roll_back(actor, model, _expected(body)))
+
+    async def roll_back(self, actor: Principal, model: str, expected: Any) -> dict[str, Any]:
+        """Production of ``model`` back to ``previous``, audited and followed at once."""
+        moves = await self.registry.rollback(model, actor=actor.key_id, expected=expected)
         reply = {"model": model, "moves": [m.__dict__ for m in moves]}
         await self.access.record(actor, "registry.rollback", f"{model}:production", reply)
         await self.changed()
-        return json_reply(reply)
+        return reply
 
     async def history(self, request: web.Request) -> web.Response:
         self.access.master(request)

@@ -21,10 +21,10 @@ from fleetgate.scheduling.config import BANDS
 from fleetgate.scheduling.pool import Pool
 from fleetgate.scheduling.scheduler import Scheduler
 
-__all__ = ["SchedulingAdmin"]
+__all__ = ["SchedulingAdmin", "pool_view"]
 
 
-def _pool_view(pool: Pool, team: str | None, now: float) -> dict[str, Any]:
+def pool_view(pool: Pool, team: str | None, now: float) -> dict[str, Any]:
     queue = pool.queue
     queued = queue.teams()
     teams = sorted(set(queued) | set(pool.vtc.counters) | set(pool.teams))
@@ -77,7 +77,7 @@ class SchedulingAdmin:
         only = request.query.get("pool")
         now = time.monotonic()
         pools = [
-            _pool_view(pool, team, now)
+            pool_view(pool, team, now)
             for name, pool in sorted(scheduler.pools.items())
             if only is None or name == only
         ]
