@@ -115,10 +115,11 @@ async def test_the_registry_page_promotes_through_the_gate_and_rolls_back(
         status, html = await _get(s, url + "/chat")
         assert "Roll production of chat back to v1" in html and "(forced)" in html
         # the form is drawn with production's version: sent twice (a double click), the
-        # second does not roll the first back
-        for _ in range(2):
-            status, _ = await _post(s, url + "/chat/rollback", {"csrf": token, "expected": "v2"})
-            assert status == 302
+        # second does not roll the first back: production no longer holds v2, a 409 says so
+        status, _ = await _post(s, url + "/chat/rollback", {"csrf": token, "expected": "v2"})
+        assert status == 302
+        status, html = await _post(s, url + "/chat/rollback", {"csrf": token, "expected": "v2"})
+        assert status == 409 and "holds &#39;v1&#39;, not &#39;v2&#39;" in html, html
         stages = (await gw.admin("GET", "/admin/registry/models/chat"))[1]["stages"]
         assert stages["production"] == "v1" and stages["previous"] == "v2"
         # drawn when production was empty: 409 on the page, nothing moves

@@ -101,6 +101,11 @@ async def test_strict_compare_and_set_refuses_a_moved_stage(registry: Registry) 
     assert err.value.status == 409
     await registry.promote("chat", "production", "v2", actor="k", expected="v1")
     assert (await registry.stages("chat"))["production"] == "v2"
+    # expecting the target itself is a no-op only when the stage really holds it
+    await registry.promote("chat", "production", "v2", actor="k", expected="v2")
+    with pytest.raises(Conflict):
+        await registry.promote("chat", "production", "v3", actor="k", expected="v3")
+    assert (await registry.stages("chat"))["production"] == "v2"
 
 
 async def test_two_concurrent_strict_promotions_one_wins(registry: Registry) -> None:

@@ -301,6 +301,10 @@ class Registry:
         for _ in range(_ATTEMPTS):
             current = expected if strict else (await self.stages(model)).get(stage)
             if current == version:
+                # already there: nothing to do, unless the caller's expectation is stale (the
+                # stage holds something else): then it is the conflict below, not a success
+                if strict and (await self.stages(model)).get(stage) != version:
+                    break
                 return []
             async with self.db.engine.begin() as conn:
                 moves = await self._move_once(
