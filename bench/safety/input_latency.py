@@ -60,6 +60,7 @@ async def main() -> int:
                     help="where the baseline's model is trained once and reused")  # fmt: skip
     args = ap.parse_args()
     import torch
+
     sets = shipped_set("redteam") + shipped_set("benign")
     prompts = [p.prompt for p in sets][: args.prompts]
     # one loader: both variants share its weights (and its thread setting), as in the gateway
