@@ -55,6 +55,7 @@ class Sequence:
     scheduled_at: float | None = None
     first_token_at: float | None = None
     last_token_at: float | None = None
+    preemptions: int = 0  # times it was preempted (its KV freed, recomputed later)
 
     @property
     def prompt_len(self) -> int:
