@@ -40,7 +40,9 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from breakdown import breakdown, engine_timings  # noqa: E402
 from load import MAX_TOKENS, Sample, closed_loop, pct, poisson  # noqa: E402
+from report import markdown  # noqa: E402
 
 from procs import REPO, Engine, Gateway, gateway_process, sim_process  # noqa: E402
 
@@ -53,6 +55,7 @@ class Args:
     rate: float
     guaranteed: int
     critical_reserve: float
+    pool_seqs: int | None  # the pool's max_num_seqs in ``fair`` (None: the engine's)
     engine: Engine
     tmp: Path
     results: dict[str, Any] = field(default_factory=dict)
@@ -103,22 +106,27 @@ def _flood(url: str, team: str, key: str, concurrency: int) -> Any:
 async def flood(a: Args, mode: str) -> dict[str, Any]:
     seqs = a.engine.max_num_seqs
     with sim_process(a.engine, a.tmp) as sim:
-        pool = seqs if mode == "fair" else None
+        pool = (a.pool_seqs or seqs) if mode == "fair" else None
         with gateway_process(sim, pool, mode == "fair", a.tmp, f"flood-{mode}") as gw:
             team_a, key_a = gw.team_key("flooder")
             team_b, key_b = gw.team_key("steady")
-            gw.apply({"enabled": mode == "fair", "teams": {team_b: {"guaranteed": a.guaranteed}}})
+            gw.apply({"enabled": mode == "fair", "critical_reserve": a.critical_reserve,
+                      "teams": {team_b: {"guaranteed": a.guaranteed}}})  # fmt: skip
             alone, _ = await _phase(gw, [_poisson(gw.url, "B", key_b, a.rate, 1)], a.duration)
+            split_alone = breakdown(alone, engine_timings(sim), "B", seqs)
             share = seqs // 2
             loads = [
                 _flood(gw.url, "A", key_a, 5 * share),
                 _poisson(gw.url, "B", key_b, a.rate, 2),
             ]
             flooded, start = await _phase(gw, loads, a.duration)
+            split_flood = breakdown(flooded, engine_timings(sim), "B", seqs)
     b_alone, b_flood = _summary(alone, "B"), _summary(flooded, "B")
     return {
         "b_alone": b_alone,
         "b_flood": b_flood,
+        "b_alone_split": split_alone,
+        "b_flood_split": split_flood,
         "a_flood": _summary(flooded, "A"),
         "b_p95_ratio": round(b_flood["ttft_p95_ms"] / b_alone["ttft_p95_ms"], 2),
         "output_tokens_per_s": round(_output_rate(flooded, start, start + a.duration), 1),
@@ -127,22 +135,27 @@ async def flood(a: Args, mode: str) -> dict[str, Any]:
 
 async def critical(a: Args, mode: str) -> dict[str, Any]:
     with sim_process(a.engine, a.tmp) as sim:
-        pool = a.engine.max_num_seqs if mode == "fair" else None
+        pool = (a.pool_seqs or a.engine.max_num_seqs) if mode == "fair" else None
         with gateway_process(sim, pool, mode == "fair", a.tmp, f"critical-{mode}") as gw:
             team_c, key_c = gw.team_key("oncall", {"priority": "critical"})
             _, key_d = gw.team_key("etl", {"priority": "batch"})
             gw.apply({"enabled": mode == "fair", "critical_reserve": a.critical_reserve,
                       "teams": {team_c: {"guaranteed": a.guaranteed}}})  # fmt: skip
+            seqs = a.engine.max_num_seqs
             solo, _ = await _phase(gw, [_poisson(gw.url, "C", key_c, a.rate, 3)], a.duration)
+            split_solo = breakdown(solo, engine_timings(sim), "C", seqs)
             loads = [
-                _flood(gw.url, "D", key_d, 3 * a.engine.max_num_seqs),
+                _flood(gw.url, "D", key_d, 3 * seqs),
                 _poisson(gw.url, "C", key_c, a.rate, 4),
             ]
             flooded, start = await _phase(gw, loads, a.duration)
+            split_flood = breakdown(flooded, engine_timings(sim), "C", seqs)
     c_solo, c_flood = _summary(solo, "C"), _summary(flooded, "C")
     return {
         "critical_solo": c_solo,
         "critical_flood": c_flood,
+        "critical_solo_split": split_solo,
+        "critical_flood_split": split_flood,
         "batch_flood": _summary(flooded, "D"),
         "critical_p95_ratio": round(c_flood["ttft_p95_ms"] / c_solo["ttft_p95_ms"], 2),
         "output_tokens_per_s": round(_output_rate(flooded, start, start + a.duration), 1),
@@ -207,60 +220,6 @@ async def backlog(a: Args, mode: str) -> dict[str, Any]:
 SCENARIOS = {"flood": flood, "critical": critical, "backlog": backlog}
 
 
-def _markdown(results: dict[str, Any], a: Args) -> str:
-    e = a.engine
-    lines = [
-        f"Engine: one `fleetgate sim`, max_num_seqs {e.max_num_seqs}, decode "
-        f"{e.decode_ms_per_step} ms/step (+{e.decode_batch_factor} per running sequence), "
-        f"{MAX_TOKENS} output tokens per request, {a.duration:g} s per phase; B and the critical "
-        f"team send {a.rate:g} req/s (Poisson) and have `guaranteed: {a.guaranteed}` in `fair`. "
-        "`fifo`: the gateway without the scheduler.",
-        "",
-    ]
-    if "flood" in results:
-        f, q = results["flood"]["fifo"], results["flood"]["fair"]
-        lines += [
-            "| flood (A: 5x its share outstanding) | fifo | fair |",
-            "| --- | --- | --- |",
-            f"| B TTFT p95 alone (ms) | {f['b_alone']['ttft_p95_ms']} | "
-            f"{q['b_alone']['ttft_p95_ms']} |",
-            f"| B TTFT p95 with the flood (ms) | {f['b_flood']['ttft_p95_ms']} | "
-            f"{q['b_flood']['ttft_p95_ms']} |",
-            f"| B p95 ratio (target <= 1.5) | {f['b_p95_ratio']} | {q['b_p95_ratio']} |",
-            f"| output tokens/s | {f['output_tokens_per_s']} | {q['output_tokens_per_s']} "
-            f"({q['output_tokens_per_s'] / f['output_tokens_per_s']:.1%} of fifo; target >= 95%) |",
-            f"| A refused (429/503) | {f['a_flood']['refused']} | {q['a_flood']['refused']} |",
-            "",
-        ]
-    if "critical" in results:
-        f, q = results["critical"]["fifo"], results["critical"]["fair"]
-        lines += [
-            "| critical under a batch flood | fifo | fair |",
-            "| --- | --- | --- |",
-            f"| critical TTFT p95 solo (ms) | {f['critical_solo']['ttft_p95_ms']} | "
-            f"{q['critical_solo']['ttft_p95_ms']} |",
-            f"| critical TTFT p95 with the flood (ms) | {f['critical_flood']['ttft_p95_ms']} | "
-            f"{q['critical_flood']['ttft_p95_ms']} |",
-            f"| ratio (target <= 1.2) | {f['critical_p95_ratio']} | {q['critical_p95_ratio']} |",
-            f"| output tokens/s | {f['output_tokens_per_s']} | {q['output_tokens_per_s']} |",
-            "",
-        ]
-    if "backlog" in results:
-        f, q = results["backlog"]["fifo"], results["backlog"]["fair"]
-        lines += [
-            "| two backlogged teams, A with 3x B's requests outstanding | fifo | fair |",
-            "| --- | --- | --- |",
-            f"| tokens served A / B | {f['served_tokens']['A']} / {f['served_tokens']['B']} | "
-            f"{q['served_tokens']['A']} / {q['served_tokens']['B']} |",
-            f"| largest gap in tokens served (bound {q['served_bound']}) | "
-            f"{f['max_served_gap']} | {q['max_served_gap']} |",
-            f"| largest gap of the scheduler's counters (bound {q['counter_bound']}, "
-            f"{q['counter_points']} samples) | — | {q['max_counter_gap']} |",
-            "",
-        ]
-    return "\n".join(lines)
-
-
 BEGIN, END = "<!-- scheduling: begin -->", "<!-- scheduling: end -->"
 
 
@@ -287,30 +246,37 @@ async def main() -> int:
     p.add_argument("--duration", type=float, default=30.0, help="seconds per phase (<= 120)")
     p.add_argument("--rate", type=float, default=2.0, help="B's and critical's requests/s")
     p.add_argument("--guaranteed", type=int, default=8)
-    p.add_argument("--critical-reserve", type=float, default=0.0)
+    p.add_argument("--critical-reserve", type=float, default=0.1, help="fair: headroom share")
     p.add_argument("--max-num-seqs", type=int, default=24)
+    p.add_argument("--pool-seqs", type=int, default=None, help="the pool's max_num_seqs (fair)")
+    p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--decode-ms", type=float, default=40.0, help="engine decode ms per step")
+    p.add_argument("--engine-preempts", action="store_true", help="vLLM V0's priority policy")
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
+    p.add_argument("--runs", type=int, default=1, help="repeat each scenario (medians)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--write-docs", action="store_true")
     p.add_argument("--report", type=Path, default=None, help="render a saved --json, run nothing")
     ns = p.parse_args()
     duration = min(max(ns.duration, 2.0), 120.0)
     with tempfile.TemporaryDirectory(prefix="fg-bench-sched-") as tmp:
-        a = Args(duration, ns.rate, ns.guaranteed, ns.critical_reserve,
-                 Engine(max_num_seqs=ns.max_num_seqs, decode_ms_per_step=ns.decode_ms),
+        a = Args(duration, ns.rate, ns.guaranteed, ns.critical_reserve, ns.pool_seqs,
+                 Engine(max_num_seqs=ns.max_num_seqs, decode_ms_per_step=ns.decode_ms,
+                        preempt_for_priority=ns.engine_preempts),
                  Path(tmp))  # fmt: skip
         if ns.report is not None:
             a.results = json.loads(ns.report.read_text())
-        for name in ns.scenarios.split(",") if ns.report is None else ():
-            a.results[name] = {}
-            for mode in MODES:
-                a.results[name][mode] = await SCENARIOS[name](a, mode)
-                print(name, mode, json.dumps(a.results[name][mode]), flush=True)
-    text = _markdown(a.results, a)
+        for run in range(min(max(ns.runs, 1), 9)) if ns.report is None else ():
+            for name in ns.scenarios.split(","):
+                one: dict[str, Any] = {}
+                for mode in ns.modes.split(","):  # the fifo baseline in the same run
+                    one[mode] = await SCENARIOS[name](a, mode)
+                    print(run, name, mode, json.dumps(one[mode]), flush=True)
+                a.results.setdefault(name, []).append(one)
+                if ns.json is not None:
+                    ns.json.write_text(json.dumps(a.results, indent=2))
+    text = markdown(a.results, a.engine, a.duration, a.rate, a.guaranteed, a.critical_reserve)
     print(text)
-    if ns.json is not None and ns.report is None:
-        ns.json.write_text(json.dumps(a.results, indent=2))
     if ns.write_docs:
         _write_docs(text)
     return 0
