@@ -103,6 +103,7 @@ def markdown(
     rate: float,
     guaranteed: int,
     reserve: float,
+    pacing: float | None,
 ) -> str:
     runs = max((len(v) for v in results.values()), default=0)
     lines = [
@@ -118,8 +119,9 @@ def markdown(
         f"request, {duration:g} s per phase, {runs} run(s) of each scenario (fifo and fair in "
         f"the same run). B and the critical team send {rate:g} req/s (Poisson) and have "
         f"`guaranteed: {guaranteed}` in `fair`; `fair` has `critical_reserve: {reserve:g}` "
-        f"({int(e.max_num_seqs * reserve)} slots kept for the critical band and guarantees). "
-        "`fifo`: the gateway without the scheduler.",
+        f"({int(e.max_num_seqs * reserve)} slots kept for the critical band and guarantees)"
+        + (f" and `queue_pacing: {pacing:g}`. " if pacing else ", no `queue_pacing`. ")
+        + "`fifo`: the gateway without the scheduler.",
         "",
     ]
     complete = {k: [r for r in v if "fifo" in r and "fair" in r] for k, v in results.items()}

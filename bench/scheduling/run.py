@@ -55,10 +55,12 @@ class Args:
     rate: float
     guaranteed: int
     critical_reserve: float
+    queue_pacing: float | None
     pool_seqs: int | None  # the pool's max_num_seqs in ``fair`` (None: the engine's)
     engine: Engine
     tmp: Path
     results: dict[str, Any] = field(default_factory=dict)
+    run: int = 0  # the repeat in progress (names its data dirs)
 
 
 def _ttfts(samples: list[Sample], team: str) -> list[float]:
@@ -107,10 +109,11 @@ async def flood(a: Args, mode: str) -> dict[str, Any]:
     seqs = a.engine.max_num_seqs
     with sim_process(a.engine, a.tmp) as sim:
         pool = (a.pool_seqs or seqs) if mode == "fair" else None
-        with gateway_process(sim, pool, mode == "fair", a.tmp, f"flood-{mode}") as gw:
+        with gateway_process(sim, pool, mode == "fair", a.tmp, f"flood-{mode}-{a.run}") as gw:
             team_a, key_a = gw.team_key("flooder")
             team_b, key_b = gw.team_key("steady")
             gw.apply({"enabled": mode == "fair", "critical_reserve": a.critical_reserve,
+                      "queue_pacing": a.queue_pacing,
                       "teams": {team_b: {"guaranteed": a.guaranteed}}})  # fmt: skip
             alone, _ = await _phase(gw, [_poisson(gw.url, "B", key_b, a.rate, 1)], a.duration)
             split_alone = breakdown(alone, engine_timings(sim), "B", seqs)
@@ -136,10 +139,11 @@ async def flood(a: Args, mode: str) -> dict[str, Any]:
 async def critical(a: Args, mode: str) -> dict[str, Any]:
     with sim_process(a.engine, a.tmp) as sim:
         pool = (a.pool_seqs or a.engine.max_num_seqs) if mode == "fair" else None
-        with gateway_process(sim, pool, mode == "fair", a.tmp, f"critical-{mode}") as gw:
+        with gateway_process(sim, pool, mode == "fair", a.tmp, f"critical-{mode}-{a.run}") as gw:
             team_c, key_c = gw.team_key("oncall", {"priority": "critical"})
             _, key_d = gw.team_key("etl", {"priority": "batch"})
             gw.apply({"enabled": mode == "fair", "critical_reserve": a.critical_reserve,
+                      "queue_pacing": a.queue_pacing,
                       "teams": {team_c: {"guaranteed": a.guaranteed}}})  # fmt: skip
             seqs = a.engine.max_num_seqs
             solo, _ = await _phase(gw, [_poisson(gw.url, "C", key_c, a.rate, 3)], a.duration)
@@ -178,7 +182,7 @@ async def backlog(a: Args, mode: str) -> dict[str, Any]:
     seqs = a.engine.max_num_seqs
     with sim_process(a.engine, a.tmp) as sim:
         pool = seqs if mode == "fair" else None
-        with gateway_process(sim, pool, mode == "fair", a.tmp, f"backlog-{mode}") as gw:
+        with gateway_process(sim, pool, mode == "fair", a.tmp, f"backlog-{mode}-{a.run}") as gw:
             team_a, key_a = gw.team_key("wide")
             team_b, key_b = gw.team_key("narrow")
             gw.apply({"enabled": mode == "fair"})
@@ -253,6 +257,7 @@ async def main() -> int:
     p.add_argument("--decode-ms", type=float, default=40.0, help="engine decode ms per step")
     p.add_argument("--engine-preempts", action="store_true", help="vLLM V0's priority policy")
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
+    p.add_argument("--queue-pacing", type=float, default=None, help="fair: queue_pacing")
     p.add_argument("--runs", type=int, default=1, help="repeat each scenario (medians)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--write-docs", action="store_true")
@@ -260,13 +265,15 @@ async def main() -> int:
     ns = p.parse_args()
     duration = min(max(ns.duration, 2.0), 120.0)
     with tempfile.TemporaryDirectory(prefix="fg-bench-sched-") as tmp:
-        a = Args(duration, ns.rate, ns.guaranteed, ns.critical_reserve, ns.pool_seqs,
+        a = Args(duration, ns.rate, ns.guaranteed, ns.critical_reserve, ns.queue_pacing,
+                 ns.pool_seqs,
                  Engine(max_num_seqs=ns.max_num_seqs, decode_ms_per_step=ns.decode_ms,
                         preempt_for_priority=ns.engine_preempts),
                  Path(tmp))  # fmt: skip
         if ns.report is not None:
             a.results = json.loads(ns.report.read_text())
         for run in range(min(max(ns.runs, 1), 9)) if ns.report is None else ():
+            a.run = run
             for name in ns.scenarios.split(","):
                 one: dict[str, Any] = {}
                 for mode in ns.modes.split(","):  # the fifo baseline in the same run
@@ -275,7 +282,8 @@ async def main() -> int:
                 a.results.setdefault(name, []).append(one)
                 if ns.json is not None:
                     ns.json.write_text(json.dumps(a.results, indent=2))
-    text = markdown(a.results, a.engine, a.duration, a.rate, a.guaranteed, a.critical_reserve)
+    text = markdown(a.results, a.engine, a.duration, a.rate, a.guaranteed, a.critical_reserve,
+                    a.queue_pacing)  # fmt: skip
     print(text)
     if ns.write_docs:
         _write_docs(text)
