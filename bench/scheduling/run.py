@@ -80,7 +80,26 @@ def _summary(samples: list[Sample], team: str) -> dict[str, Any]:
 
 
 def _output_rate(samples: list[Sample], start: float, end: float) -> float:
+    """Output tokens/s of the requests that ended within the phase (whole requests: when many
+    end together, as fixed-length requests started together do, it moves in steps of them)."""
     tokens = sum(s.completion_tokens for s in samples if s.status == 200 and s.ended <= end)
+    return tokens / (end - start)
+
+
+def _generated_rate(samples: list[Sample], start: float, end: float) -> float:
+    """Output tokens/s generated within [start, end]: each request's tokens after the first
+    spread evenly from its first token to its end, counted for the part inside the window."""
+    tokens = 0.0
+    for s in samples:
+        if s.status != 200 or s.ttft is None or s.completion_tokens < 1:
+            continue
+        first = s.sent + s.ttft
+        tokens += 1.0 if start <= first <= end else 0.0
+        rest = s.completion_tokens - 1
+        span = s.ended - first
+        if rest and span > 0:
+            inside = max(0.0, min(end, s.ended) - max(start, first))
+            tokens += rest * inside / span
     return tokens / (end - start)
 
 
@@ -133,6 +152,7 @@ async def flood(a: Args, mode: str) -> dict[str, Any]:
         "a_flood": _summary(flooded, "A"),
         "b_p95_ratio": round(b_flood["ttft_p95_ms"] / b_alone["ttft_p95_ms"], 2),
         "output_tokens_per_s": round(_output_rate(flooded, start, start + a.duration), 1),
+        "generated_tokens_per_s": round(_generated_rate(flooded, start, start + a.duration), 1),
     }
 
 
@@ -163,6 +183,7 @@ async def critical(a: Args, mode: str) -> dict[str, Any]:
         "batch_flood": _summary(flooded, "D"),
         "critical_p95_ratio": round(c_flood["ttft_p95_ms"] / c_solo["ttft_p95_ms"], 2),
         "output_tokens_per_s": round(_output_rate(flooded, start, start + a.duration), 1),
+        "generated_tokens_per_s": round(_generated_rate(flooded, start, start + a.duration), 1),
     }
 
 
