@@ -12,9 +12,13 @@ chat completions with ``MAX_TOKENS`` output tokens each (``ignore_eos``).
 - ``critical``: a ``critical`` team's Poisson traffic under a ``batch`` team's closed-loop
   flood; its TTFT p95 against its solo run. ``fair`` gives it ``--guaranteed`` too.
 
-The engine runs vLLM's priority policy in both modes (the FIFO gateway sends no priority, so
-it is first come first served); in ``fair`` the pool's ``max_num_seqs`` is the engine's and
-``priority: true``, so a request within its team's guarantee preempts a borrower.
+The engine runs vLLM v1's priority policy in both modes (the FIFO gateway sends no priority,
+so it is first come first served): it takes waiting requests by priority but never preempts a
+running one for a slot (``--engine-preempts``: vLLM V0's policy, which does). In ``fair`` the
+pool's ``max_num_seqs`` is the engine's (``--pool-seqs``), ``priority: true``,
+``queue_pacing`` (``--queue-pacing``, default 1.25) and ``critical_reserve``
+(``--critical-reserve``, default 0). Each TTFT is split into the gateway's and the engine's
+parts (``breakdown.py``, from the simulator's ``GET /sim/timings``).
 - ``backlog``: two teams of equal weight both backlogged, A with 3x B's outstanding requests.
   The tokens served to each (prompt + output, from the stream's usage, counted as requests
   end) after both started; the largest difference at any completion against the VTC bound
@@ -271,14 +275,14 @@ async def main() -> int:
     p.add_argument("--duration", type=float, default=30.0, help="seconds per phase (<= 120)")
     p.add_argument("--rate", type=float, default=2.0, help="B's and critical's requests/s")
     p.add_argument("--guaranteed", type=int, default=8)
-    p.add_argument("--critical-reserve", type=float, default=0.1, help="fair: headroom share")
+    p.add_argument("--critical-reserve", type=float, default=0.0, help="fair: headroom share")
     p.add_argument("--max-num-seqs", type=int, default=24)
     p.add_argument("--pool-seqs", type=int, default=None, help="the pool's max_num_seqs (fair)")
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--decode-ms", type=float, default=40.0, help="engine decode ms per step")
     p.add_argument("--engine-preempts", action="store_true", help="vLLM V0's priority policy")
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
-    p.add_argument("--queue-pacing", type=float, default=None, help="fair: queue_pacing")
+    p.add_argument("--queue-pacing", type=float, default=1.25, help="fair: queue_pacing (0: off)")
     p.add_argument("--runs", type=int, default=1, help="repeat each scenario (medians)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--write-docs", action="store_true")
@@ -286,7 +290,7 @@ async def main() -> int:
     ns = p.parse_args()
     duration = min(max(ns.duration, 2.0), 120.0)
     with tempfile.TemporaryDirectory(prefix="fg-bench-sched-") as tmp:
-        a = Args(duration, ns.rate, ns.guaranteed, ns.critical_reserve, ns.queue_pacing,
+        a = Args(duration, ns.rate, ns.guaranteed, ns.critical_reserve, ns.queue_pacing or None,
                  ns.pool_seqs,
                  Engine(max_num_seqs=ns.max_num_seqs, decode_ms_per_step=ns.decode_ms,
                         preempt_for_priority=ns.engine_preempts),
