@@ -31,6 +31,7 @@ import openai
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from breakdown import breakdown, engine_timings  # noqa: E402
 from load import MAX_TOKENS, Sample, pct, stream_one  # noqa: E402
 
 from procs import Engine, Gateway, gateway_process, sim_process  # noqa: E402
@@ -98,6 +99,7 @@ async def run(ns: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             _, key_t = gw.team_key("offline")
             never = asyncio.Event()
             alone = await _interactive(gw, key_i, ns.rate, time.monotonic() + ns.duration, 1, never)
+            split_alone = breakdown(alone, engine_timings(sim), "I", engine.max_num_seqs)
             client, batch_id = await asyncio.to_thread(_start_batch, gw, key_t, ns.lines)
             started = time.monotonic()
             cap = started + ns.max_batch_s
@@ -115,6 +117,7 @@ async def run(ns: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             if status not in ("completed", "failed", "cancelled", "expired"):
                 await asyncio.to_thread(client.batches.cancel, batch_id)
             beside = await traffic
+            timings = engine_timings(sim)
             counts = batch.request_counts
             seen: dict[str, int] = {}
             if batch.output_file_id:
@@ -125,6 +128,7 @@ async def run(ns: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     # Only the interactive requests sent while the batch ran are "beside" it.
     with_batch = [s for s in beside if s.sent <= started + took]
     a, b = _ttft(alone), _ttft(with_batch)
+    split_beside = breakdown(with_batch, timings, "I", engine.max_num_seqs)
     return {
         "lines": ns.lines,
         "batch_status": status,
@@ -134,6 +138,8 @@ async def run(ns: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "output_lines_once": len(seen) == ns.lines and all(v == 1 for v in seen.values()),
         "interactive_alone": a,
         "interactive_with_batch": b,
+        "interactive_alone_split": split_alone,
+        "interactive_with_batch_split": split_beside,
         "p95_ratio": round(b["ttft_p95_ms"] / a["ttft_p95_ms"], 3),
         "p50_ratio": round(b["ttft_p50_ms"] / a["ttft_p50_ms"], 3),
     }

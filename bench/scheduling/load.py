@@ -30,6 +30,7 @@ class Sample:
     ttft: float | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    request_id: str | None = None  # the gateway's x-request-id (joins the engine's timings)
 
 
 def _body() -> dict[str, object]:
@@ -57,6 +58,7 @@ async def stream_one(
             f"{url}/v1/chat/completions", json=_body(), headers=headers, timeout=timeout
         ) as resp:
             sample.status = resp.status
+            sample.request_id = resp.headers.get("x-request-id")
             if resp.status != 200:
                 await resp.read()
                 retry = resp.headers.get("Retry-After", "1")

@@ -42,9 +42,11 @@ class Engine:
     prefill_ms_per_token: float = 0.05
     output_len: int = 24
     scheduling_policy: str = "priority"  # vLLM's; the FIFO mode never sends a priority
+    preempt_for_priority: bool = False  # vLLM V0's: a full batch makes room for a higher one
 
     def args(self) -> list[str]:
-        return [
+        extra = ["--preempt-for-priority"] if self.preempt_for_priority else []
+        return [*extra,
             "--scheduling-policy", self.scheduling_policy,
             "--max-num-seqs", str(self.max_num_seqs),
             "--decode-ms-per-step", str(self.decode_ms_per_step),

@@ -12,9 +12,13 @@ chat completions with ``MAX_TOKENS`` output tokens each (``ignore_eos``).
 - ``critical``: a ``critical`` team's Poisson traffic under a ``batch`` team's closed-loop
   flood; its TTFT p95 against its solo run. ``fair`` gives it ``--guaranteed`` too.
 
-The engine runs vLLM's priority policy in both modes (the FIFO gateway sends no priority, so
-it is first come first served); in ``fair`` the pool's ``max_num_seqs`` is the engine's and
-``priority: true``, so a request within its team's guarantee preempts a borrower.
+The engine runs vLLM v1's priority policy in both modes (the FIFO gateway sends no priority,
+so it is first come first served): it takes waiting requests by priority but never preempts a
+running one for a slot (``--engine-preempts``: vLLM V0's policy, which does). In ``fair`` the
+pool's ``max_num_seqs`` is the engine's (``--pool-seqs``), ``priority: true``,
+``queue_pacing`` (``--queue-pacing``, default 1.25) and ``critical_reserve``
+(``--critical-reserve``, default 0). Each TTFT is split into the gateway's and the engine's
+parts (``breakdown.py``, from the simulator's ``GET /sim/timings``).
 - ``backlog``: two teams of equal weight both backlogged, A with 3x B's outstanding requests.
   The tokens served to each (prompt + output, from the stream's usage, counted as requests
   end) after both started; the largest difference at any completion against the VTC bound
@@ -40,7 +44,9 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from breakdown import breakdown, engine_timings  # noqa: E402
 from load import MAX_TOKENS, Sample, closed_loop, pct, poisson  # noqa: E402
+from report import markdown  # noqa: E402
 
 from procs import REPO, Engine, Gateway, gateway_process, sim_process  # noqa: E402
 
@@ -53,9 +59,12 @@ class Args:
     rate: float
     guaranteed: int
     critical_reserve: float
+    queue_pacing: float | None
+    pool_seqs: int | None  # the pool's max_num_seqs in ``fair`` (None: the engine's)
     engine: Engine
     tmp: Path
     results: dict[str, Any] = field(default_factory=dict)
+    run: int = 0  # the repeat in progress (names its data dirs)
 
 
 def _ttfts(samples: list[Sample], team: str) -> list[float]:
@@ -75,7 +84,26 @@ def _summary(samples: list[Sample], team: str) -> dict[str, Any]:
 
 
 def _output_rate(samples: list[Sample], start: float, end: float) -> float:
+    """Output tokens/s of the requests that ended within the phase (whole requests: when many
+    end together, as fixed-length requests started together do, it moves in steps of them)."""
     tokens = sum(s.completion_tokens for s in samples if s.status == 200 and s.ended <= end)
+    return tokens / (end - start)
+
+
+def _generated_rate(samples: list[Sample], start: float, end: float) -> float:
+    """Output tokens/s generated within [start, end]: each request's tokens after the first
+    spread evenly from its first token to its end, counted for the part inside the window."""
+    tokens = 0.0
+    for s in samples:
+        if s.status != 200 or s.ttft is None or s.completion_tokens < 1:
+            continue
+        first = s.sent + s.ttft
+        tokens += 1.0 if start <= first <= end else 0.0
+        rest = s.completion_tokens - 1
+        span = s.ended - first
+        if rest and span > 0:
+            inside = max(0.0, min(end, s.ended) - max(start, first))
+            tokens += rest * inside / span
     return tokens / (end - start)
 
 
@@ -103,49 +131,63 @@ def _flood(url: str, team: str, key: str, concurrency: int) -> Any:
 async def flood(a: Args, mode: str) -> dict[str, Any]:
     seqs = a.engine.max_num_seqs
     with sim_process(a.engine, a.tmp) as sim:
-        pool = seqs if mode == "fair" else None
-        with gateway_process(sim, pool, mode == "fair", a.tmp, f"flood-{mode}") as gw:
+        pool = (a.pool_seqs or seqs) if mode == "fair" else None
+        with gateway_process(sim, pool, mode == "fair", a.tmp, f"flood-{mode}-{a.run}") as gw:
             team_a, key_a = gw.team_key("flooder")
             team_b, key_b = gw.team_key("steady")
-            gw.apply({"enabled": mode == "fair", "teams": {team_b: {"guaranteed": a.guaranteed}}})
+            gw.apply({"enabled": mode == "fair", "critical_reserve": a.critical_reserve,
+                      "queue_pacing": a.queue_pacing,
+                      "teams": {team_b: {"guaranteed": a.guaranteed}}})  # fmt: skip
             alone, _ = await _phase(gw, [_poisson(gw.url, "B", key_b, a.rate, 1)], a.duration)
+            split_alone = breakdown(alone, engine_timings(sim), "B", seqs)
             share = seqs // 2
             loads = [
                 _flood(gw.url, "A", key_a, 5 * share),
                 _poisson(gw.url, "B", key_b, a.rate, 2),
             ]
             flooded, start = await _phase(gw, loads, a.duration)
+            split_flood = breakdown(flooded, engine_timings(sim), "B", seqs)
     b_alone, b_flood = _summary(alone, "B"), _summary(flooded, "B")
     return {
         "b_alone": b_alone,
         "b_flood": b_flood,
+        "b_alone_split": split_alone,
+        "b_flood_split": split_flood,
         "a_flood": _summary(flooded, "A"),
         "b_p95_ratio": round(b_flood["ttft_p95_ms"] / b_alone["ttft_p95_ms"], 2),
         "output_tokens_per_s": round(_output_rate(flooded, start, start + a.duration), 1),
+        "generated_tokens_per_s": round(_generated_rate(flooded, start, start + a.duration), 1),
     }
 
 
 async def critical(a: Args, mode: str) -> dict[str, Any]:
     with sim_process(a.engine, a.tmp) as sim:
-        pool = a.engine.max_num_seqs if mode == "fair" else None
-        with gateway_process(sim, pool, mode == "fair", a.tmp, f"critical-{mode}") as gw:
+        pool = (a.pool_seqs or a.engine.max_num_seqs) if mode == "fair" else None
+        with gateway_process(sim, pool, mode == "fair", a.tmp, f"critical-{mode}-{a.run}") as gw:
             team_c, key_c = gw.team_key("oncall", {"priority": "critical"})
             _, key_d = gw.team_key("etl", {"priority": "batch"})
             gw.apply({"enabled": mode == "fair", "critical_reserve": a.critical_reserve,
+                      "queue_pacing": a.queue_pacing,
                       "teams": {team_c: {"guaranteed": a.guaranteed}}})  # fmt: skip
+            seqs = a.engine.max_num_seqs
             solo, _ = await _phase(gw, [_poisson(gw.url, "C", key_c, a.rate, 3)], a.duration)
+            split_solo = breakdown(solo, engine_timings(sim), "C", seqs)
             loads = [
-                _flood(gw.url, "D", key_d, 3 * a.engine.max_num_seqs),
+                _flood(gw.url, "D", key_d, 3 * seqs),
                 _poisson(gw.url, "C", key_c, a.rate, 4),
             ]
             flooded, start = await _phase(gw, loads, a.duration)
+            split_flood = breakdown(flooded, engine_timings(sim), "C", seqs)
     c_solo, c_flood = _summary(solo, "C"), _summary(flooded, "C")
     return {
         "critical_solo": c_solo,
         "critical_flood": c_flood,
+        "critical_solo_split": split_solo,
+        "critical_flood_split": split_flood,
         "batch_flood": _summary(flooded, "D"),
         "critical_p95_ratio": round(c_flood["ttft_p95_ms"] / c_solo["ttft_p95_ms"], 2),
         "output_tokens_per_s": round(_output_rate(flooded, start, start + a.duration), 1),
+        "generated_tokens_per_s": round(_generated_rate(flooded, start, start + a.duration), 1),
     }
 
 
@@ -165,7 +207,7 @@ async def backlog(a: Args, mode: str) -> dict[str, Any]:
     seqs = a.engine.max_num_seqs
     with sim_process(a.engine, a.tmp) as sim:
         pool = seqs if mode == "fair" else None
-        with gateway_process(sim, pool, mode == "fair", a.tmp, f"backlog-{mode}") as gw:
+        with gateway_process(sim, pool, mode == "fair", a.tmp, f"backlog-{mode}-{a.run}") as gw:
             team_a, key_a = gw.team_key("wide")
             team_b, key_b = gw.team_key("narrow")
             gw.apply({"enabled": mode == "fair"})
@@ -207,60 +249,6 @@ async def backlog(a: Args, mode: str) -> dict[str, Any]:
 SCENARIOS = {"flood": flood, "critical": critical, "backlog": backlog}
 
 
-def _markdown(results: dict[str, Any], a: Args) -> str:
-    e = a.engine
-    lines = [
-        f"Engine: one `fleetgate sim`, max_num_seqs {e.max_num_seqs}, decode "
-        f"{e.decode_ms_per_step} ms/step (+{e.decode_batch_factor} per running sequence), "
-        f"{MAX_TOKENS} output tokens per request, {a.duration:g} s per phase; B and the critical "
-        f"team send {a.rate:g} req/s (Poisson) and have `guaranteed: {a.guaranteed}` in `fair`. "
-        "`fifo`: the gateway without the scheduler.",
-        "",
-    ]
-    if "flood" in results:
-        f, q = results["flood"]["fifo"], results["flood"]["fair"]
-        lines += [
-            "| flood (A: 5x its share outstanding) | fifo | fair |",
-            "| --- | --- | --- |",
-            f"| B TTFT p95 alone (ms) | {f['b_alone']['ttft_p95_ms']} | "
-            f"{q['b_alone']['ttft_p95_ms']} |",
-            f"| B TTFT p95 with the flood (ms) | {f['b_flood']['ttft_p95_ms']} | "
-            f"{q['b_flood']['ttft_p95_ms']} |",
-            f"| B p95 ratio (target <= 1.5) | {f['b_p95_ratio']} | {q['b_p95_ratio']} |",
-            f"| output tokens/s | {f['output_tokens_per_s']} | {q['output_tokens_per_s']} "
-            f"({q['output_tokens_per_s'] / f['output_tokens_per_s']:.1%} of fifo; target >= 95%) |",
-            f"| A refused (429/503) | {f['a_flood']['refused']} | {q['a_flood']['refused']} |",
-            "",
-        ]
-    if "critical" in results:
-        f, q = results["critical"]["fifo"], results["critical"]["fair"]
-        lines += [
-            "| critical under a batch flood | fifo | fair |",
-            "| --- | --- | --- |",
-            f"| critical TTFT p95 solo (ms) | {f['critical_solo']['ttft_p95_ms']} | "
-            f"{q['critical_solo']['ttft_p95_ms']} |",
-            f"| critical TTFT p95 with the flood (ms) | {f['critical_flood']['ttft_p95_ms']} | "
-            f"{q['critical_flood']['ttft_p95_ms']} |",
-            f"| ratio (target <= 1.2) | {f['critical_p95_ratio']} | {q['critical_p95_ratio']} |",
-            f"| output tokens/s | {f['output_tokens_per_s']} | {q['output_tokens_per_s']} |",
-            "",
-        ]
-    if "backlog" in results:
-        f, q = results["backlog"]["fifo"], results["backlog"]["fair"]
-        lines += [
-            "| two backlogged teams, A with 3x B's requests outstanding | fifo | fair |",
-            "| --- | --- | --- |",
-            f"| tokens served A / B | {f['served_tokens']['A']} / {f['served_tokens']['B']} | "
-            f"{q['served_tokens']['A']} / {q['served_tokens']['B']} |",
-            f"| largest gap in tokens served (bound {q['served_bound']}) | "
-            f"{f['max_served_gap']} | {q['max_served_gap']} |",
-            f"| largest gap of the scheduler's counters (bound {q['counter_bound']}, "
-            f"{q['counter_points']} samples) | — | {q['max_counter_gap']} |",
-            "",
-        ]
-    return "\n".join(lines)
-
-
 BEGIN, END = "<!-- scheduling: begin -->", "<!-- scheduling: end -->"
 
 
@@ -287,30 +275,41 @@ async def main() -> int:
     p.add_argument("--duration", type=float, default=30.0, help="seconds per phase (<= 120)")
     p.add_argument("--rate", type=float, default=2.0, help="B's and critical's requests/s")
     p.add_argument("--guaranteed", type=int, default=8)
-    p.add_argument("--critical-reserve", type=float, default=0.0)
+    p.add_argument("--critical-reserve", type=float, default=0.0, help="fair: headroom share")
     p.add_argument("--max-num-seqs", type=int, default=24)
+    p.add_argument("--pool-seqs", type=int, default=None, help="the pool's max_num_seqs (fair)")
+    p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--decode-ms", type=float, default=40.0, help="engine decode ms per step")
+    p.add_argument("--engine-preempts", action="store_true", help="vLLM V0's priority policy")
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
+    p.add_argument("--queue-pacing", type=float, default=1.25, help="fair: queue_pacing (0: off)")
+    p.add_argument("--runs", type=int, default=1, help="repeat each scenario (medians)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--write-docs", action="store_true")
     p.add_argument("--report", type=Path, default=None, help="render a saved --json, run nothing")
     ns = p.parse_args()
     duration = min(max(ns.duration, 2.0), 120.0)
     with tempfile.TemporaryDirectory(prefix="fg-bench-sched-") as tmp:
-        a = Args(duration, ns.rate, ns.guaranteed, ns.critical_reserve,
-                 Engine(max_num_seqs=ns.max_num_seqs, decode_ms_per_step=ns.decode_ms),
+        a = Args(duration, ns.rate, ns.guaranteed, ns.critical_reserve, ns.queue_pacing or None,
+                 ns.pool_seqs,
+                 Engine(max_num_seqs=ns.max_num_seqs, decode_ms_per_step=ns.decode_ms,
+                        preempt_for_priority=ns.engine_preempts),
                  Path(tmp))  # fmt: skip
         if ns.report is not None:
             a.results = json.loads(ns.report.read_text())
-        for name in ns.scenarios.split(",") if ns.report is None else ():
-            a.results[name] = {}
-            for mode in MODES:
-                a.results[name][mode] = await SCENARIOS[name](a, mode)
-                print(name, mode, json.dumps(a.results[name][mode]), flush=True)
-    text = _markdown(a.results, a)
+        for run in range(min(max(ns.runs, 1), 9)) if ns.report is None else ():
+            a.run = run
+            for name in ns.scenarios.split(","):
+                one: dict[str, Any] = {}
+                for mode in ns.modes.split(","):  # the fifo baseline in the same run
+                    one[mode] = await SCENARIOS[name](a, mode)
+                    print(run, name, mode, json.dumps(one[mode]), flush=True)
+                a.results.setdefault(name, []).append(one)
+                if ns.json is not None:
+                    ns.json.write_text(json.dumps(a.results, indent=2))
+    text = markdown(a.results, a.engine, a.duration, a.rate, a.guaranteed, a.critical_reserve,
+                    a.queue_pacing)  # fmt: skip
     print(text)
-    if ns.json is not None and ns.report is None:
-        ns.json.write_text(json.dumps(a.results, indent=2))
     if ns.write_docs:
         _write_docs(text)
     return 0

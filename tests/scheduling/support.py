@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from fleetgate.errors import ModelNotFound
@@ -21,12 +23,16 @@ class NoRoutes:
 
 
 def scheduler_with_pool(
-    capacity: int | None, reserve: float = 0.0, **config: Any
+    capacity: int | None,
+    reserve: float = 0.0,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    **config: Any,
 ) -> tuple[Scheduler, Pool, Registry]:
     registry = Registry()
     section = SchedulingConfig.model_validate({"critical_reserve": reserve, **config})
     table: Any = NoRoutes()
-    scheduler = Scheduler(section, lambda: table, SchedulingMetrics(registry))
+    scheduler = Scheduler(section, lambda: table, SchedulingMetrics(registry), clock=clock)
     pool = scheduler.pools["p"] = Pool("p", capacity, reserve)
     return scheduler, pool, registry
 

@@ -238,3 +238,46 @@ async def test_idle_means_nobody_queued_and_room_for_the_batch_band() -> None:
     pool.signal = True  # the engines say saturated
     assert not scheduler.idle("p")
     assert scheduler.idle("unknown")  # no pool: nothing to protect
+
+
+async def test_queue_pacing_spreads_slots_that_free_together() -> None:
+    # Four requests of 1 s each end together; with pacing 2 the pool (4 slots) turns over
+    # 4/s x 2 = 8 starts/s: the next four start one by one, 125 ms apart, not at once.
+    now = [100.0]
+    scheduler, pool, _ = scheduler_with_pool(4, clock=lambda: now[0], queue_pacing=2.0)
+    running = [policy(f"r{i}") for i in range(4)]
+    for p in running:
+        await _admit(scheduler, pool, p)
+    waiting = [asyncio.create_task(_admit(scheduler, pool, policy("w"))) for _ in range(4)]
+    await asyncio.sleep(0)
+    assert pool.queue.size == 4
+    for p in running:
+        scheduler.release(pool, p, 10, 1.0)  # the mean service time is now 1 s
+    assert pool.admitted == 1 and pool.queue.size == 3  # one start at once
+    now[0] += 0.1
+    scheduler.upkeep(pool)
+    assert pool.admitted == 1  # 100 ms < 125 ms
+    now[0] += 0.03
+    scheduler.upkeep(pool)
+    assert pool.admitted == 2
+    critical = asyncio.create_task(_admit(scheduler, pool, policy("c", "critical")))
+    await asyncio.sleep(0)
+    assert critical.done() and pool.admitted == 3  # the critical band is never paced
+    now[0] += 1.0  # the last slot
+    scheduler.upkeep(pool)
+    assert pool.admitted == 4 and pool.queue.size == 1
+    for task in waiting:
+        task.cancel()
+
+
+async def test_without_pacing_slots_that_free_together_refill_at_once() -> None:
+    scheduler, pool, _ = scheduler_with_pool(4)
+    running = [policy(f"r{i}") for i in range(4)]
+    for p in running:
+        await _admit(scheduler, pool, p)
+    waiting = [asyncio.create_task(_admit(scheduler, pool, policy("w"))) for _ in range(4)]
+    await asyncio.sleep(0)
+    for p in running:
+        scheduler.release(pool, p, 10, 1.0)
+    assert pool.admitted == 4 and pool.queue.size == 0
+    await asyncio.gather(*waiting)

@@ -56,7 +56,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--scheduling-policy",
         choices=["fcfs", "priority"],
         default=d.scheduling_policy,
-        help="priority: run requests by their `priority` field (lower first), preempting",
+        help="priority: admit waiting requests by their `priority` field (lower first) and "
+        "preempt the least important when KV runs out (vLLM v1)",
+    )
+    p.add_argument(
+        "--preempt-for-priority",
+        action="store_true",
+        help="with --scheduling-policy priority: also preempt the least important running "
+        "request for a more important waiting one when max-num-seqs are running (vLLM V0)",
     )
     p.add_argument("--kv-blocks", type=int, default=d.kv_blocks)
     p.add_argument("--block-size", type=int, default=d.block_size)
@@ -143,6 +150,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         decode_ms_per_step=args.decode_ms_per_step,
         decode_batch_factor=args.decode_batch_factor,
         scheduling_policy=args.scheduling_policy,
+        preempt_for_priority=args.preempt_for_priority,
         kv_blocks=args.kv_blocks,
         block_size=args.block_size,
         seed=args.seed,

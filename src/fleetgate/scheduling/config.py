@@ -8,7 +8,7 @@ Example (YAML)::
           - {model: m, api_base: http://10.0.0.5:8000/v1, max_num_seqs: 64, priority: true}
     scheduling:
       default_band: interactive
-      critical_reserve: 0.1            # a tenth of each pool's slots only `critical` may take
+      critical_reserve: 0.1            # a tenth of each pool's slots: `critical` and guarantees only
       max_wait_s: {critical: 30, interactive: 10, batch: 300, sheddable: 5}
       teams:
         team-7f3a: {band: critical, weight: 2}
@@ -141,6 +141,9 @@ class SchedulingConfig(_Model):
     max_wait_s: BandWaits = BandWaits()
     high_water: HighWater = HighWater()
     poll_interval_s: float = Field(0.05, gt=0, le=10)
+    # starts from a pool's queue spaced at this x its turnover (limit / mean service time);
+    # the critical band and guarantees are not paced; None: as fast as slots free
+    queue_pacing: float | None = Field(None, gt=0, le=100)
     output_token_weight: float = Field(1.0, ge=0)  # cost of an output token vs an input token
     teams: dict[str, TeamPolicy] = Field(default_factory=dict)
     keys: dict[str, KeyPolicy] = Field(default_factory=dict)

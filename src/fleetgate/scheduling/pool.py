@@ -51,6 +51,8 @@ class Pool:
         "capacity",
         "limit",
         "name",
+        "pace_at",
+        "pace_tokens",
         "queue",
         "quotas",
         "running",
@@ -78,6 +80,8 @@ class Pool:
         self.quotas: QuotaTree | None = None  # None: no team or org of the config has a quota
         self.running: dict[Running, None] = {}  # admitted through the stage, oldest first
         self.seq = 0
+        self.pace_tokens = 1.0  # `paced`: starts from the queue allowed now (at most 1)
+        self.pace_at = 0.0
 
     def room(self, rank: int, held: int = 0) -> bool:
         """Whether a request of band ``rank`` may start now (rank 0, critical, may use the
@@ -88,6 +92,24 @@ class Pool:
         if rank == 0:
             return self.admitted + held < limit
         return self.admitted + held < limit - int(limit * self.reserve)
+
+    def paced(self, now: float, factor: float, interval: float) -> bool:
+        """Whether a request may start from the queue now under ``queue_pacing``: starts are
+        spaced at ``factor`` x the pool's turnover (limit / mean service time), at most one
+        poll ``interval``'s worth (and at least one) at once, so slots that free together are
+        refilled over about a service time and the requests started then do not all end (and
+        free their slots) together again. True while the turnover is not known. Takes the
+        start when it returns True."""
+        limit, service = self.limit, self.service_s
+        if limit is None or not service:
+            return True
+        rate = factor * limit / service
+        cap = max(1.0, rate * interval)
+        tokens = min(cap, self.pace_tokens + (now - self.pace_at) * rate)
+        self.pace_at = now
+        allowed = tokens >= 1.0
+        self.pace_tokens = tokens - 1.0 if allowed else tokens
+        return allowed
 
     def take(self, team: str) -> None:
         """One more request of ``team`` in flight."""

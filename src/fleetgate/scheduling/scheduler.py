@@ -260,6 +260,16 @@ class Scheduler:
         if pool.queue.size:
             self._drain(pool)
 
+    def _paced(self, pool: Pool, waiter: Waiter) -> bool:
+        """``queue_pacing``: whether ``waiter`` may start now. The critical band and requests
+        within their team's guarantee are never held back."""
+        factor = self.config.queue_pacing
+        if factor is None or waiter.rank == 0:
+            return True
+        if pool.within_guarantee(waiter.team, waiter.policy.guaranteed):
+            return True
+        return pool.paced(self._clock(), factor, self.config.poll_interval_s)
+
     def _drain(self, pool: Pool) -> None:
         if pool.quotas is not None:
             self._drain_quotas(pool, pool.quotas)
@@ -267,12 +277,13 @@ class Scheduler:
         queue = pool.queue
         while queue.size:
             head = queue.peek()
-            if head is None or not pool.room(head.rank):
+            if head is None or not pool.room(head.rank) or not self._paced(pool, head):
                 return
             waiter = queue.pop()
             if waiter is None:
                 return
             if waiter.future.done():  # cancelled in the meantime: it holds nothing
+                pool.pace_tokens += 1.0  # it did not start
                 continue
             self._grant(pool, waiter)
 
@@ -305,9 +316,10 @@ class Scheduler:
         queue = pool.queue
         classify = self._classifier(pool, quotas, room=True)
         while queue.size:
-            waiter = queue.choose(classify)
-            if waiter is None:
+            waiter = queue.choose(classify, remember=False)
+            if waiter is None or not self._paced(pool, waiter):
                 return
+            pool.vtc.fairest((waiter.team,))  # remembered as served last
             queue.remove(waiter)
             if not waiter.future.done():
                 self._grant(pool, waiter)

@@ -59,8 +59,11 @@ class PreemptibleStream:
 
 def engine_priority(rank: int, guaranteed: bool) -> int:
     """vLLM's ``priority`` (lower runs first) for a band's rank (0 critical ... 3 sheddable):
-    ``2 * rank + 1``, and ``2 * rank`` for a request within its team's guarantee, so an engine
-    that preempts by priority makes room for it at once (the team reclaims what was lent)."""
+    ``2 * rank + 1``, and ``2 * rank`` for a request within its team's guarantee. vLLM v1 takes
+    its waiting requests in this order and, when its KV cache runs out, preempts the least
+    important; it never preempts a running request for a sequence slot, so a request that
+    finds the engine's batch full still waits for one to end (the pool's headroom,
+    ``critical_reserve``, keeps slots free for the critical band and guarantees)."""
     return 2 * rank + (0 if guaranteed else 1)
 
 

@@ -19,6 +19,7 @@ from fleetgate.sim.protocol import check_model
 from fleetgate.sim.responses_api import responses
 from fleetgate.sim.sleep import record_and_gate, sleep_routes
 from fleetgate.sim.state import SIM_STATE, SimState
+from fleetgate.sim.timings import timing_routes
 from fleetgate.telemetry.registry import Registry
 
 __all__ = ["SIM_KV_EVENTS", "create_sim_app"]
@@ -175,4 +176,5 @@ def create_sim_app(config: SimConfig) -> web.Application:
     app.router.add_get("/sim/stats", _stats)
     app.router.add_post("/reset_prefix_cache", _reset_prefix_cache)
     app.router.add_routes(sleep_routes())
+    app.router.add_routes(timing_routes())
     return app

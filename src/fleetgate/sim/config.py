@@ -89,9 +89,14 @@ class SimConfig:
     image_tokens: int = 1200
     embedding_dim: int = 384
     # vLLM's --scheduling-policy: ``priority`` orders the waiting queue by the request's
-    # ``priority`` (lower first, then arrival) and preempts the least important running
-    # request for a more important waiting one; ``fcfs`` refuses a non-zero ``priority``.
+    # ``priority`` (lower first, then arrival) and, when KV blocks run out, preempts the least
+    # important running request (not the newest); a full batch (max_num_seqs) is never
+    # preempted for a waiting request, as in vLLM v1. ``fcfs`` refuses a non-zero ``priority``.
     scheduling_policy: SchedulingPolicy = "fcfs"
+    # ``priority`` only: also preempt the least important running request for a more important
+    # waiting one while the batch is full by count (vLLM V0's priority policy; not vLLM v1's,
+    # where vllm-project/vllm#54530 proposes it).
+    preempt_for_priority: bool = False
     # vLLM's --kv-events-config: publish KV-cache events on this ZMQ PUB endpoint (e.g.
     # ``tcp://127.0.0.1:5557``), replay missed batches on ``kv_events_replay_endpoint``.
     kv_events_endpoint: str | None = None

@@ -2,9 +2,13 @@
 
 One asyncio task runs scheduler steps. Each step: running requests that finished prefill get
 one token each (decode); running requests still in prefill get a chunk of their uncached prompt;
-waiting requests are admitted first-come-first-served while there are free sequence slots, KV
-blocks and token budget. When a decoding request needs a new block and none is free the most
-recently admitted request is preempted (its blocks freed, recomputed later), as vLLM does.
+waiting requests are admitted first-come-first-served (under the ``priority`` policy: by
+priority, then arrival) while there are free sequence slots, KV blocks and token budget. When a
+decoding request needs a new block and none is free a running one is preempted (its blocks
+freed, recomputed later): the most recently admitted, or under ``priority`` the least important.
+As in vLLM v1, a waiting request never preempts a running one for a sequence slot: with
+``max_num_seqs`` running, even a more important request waits for one to end
+(vllm-project/vllm#40004), unless ``preempt_for_priority`` (vLLM V0's behaviour) is set.
 
 Step time: ``prefill_ms_per_token * prefill_tokens
 + decode_ms_per_step * (1 + decode_batch_factor * (decoding - 1))
@@ -175,17 +179,17 @@ class Engine:
         self.waiting.insert(at, seq)
 
     def _preempt_for_priority(self) -> None:
-        """``priority`` policy: while the batch is full and the first waiting request is more
-        important than the least important running one (newest first), preempt that one."""
+        """``preempt_for_priority``: while the batch is full and the first waiting request is
+        more important than the least important running one (newest first), preempt that one."""
         while self.waiting and len(self.running) >= self.config.max_num_seqs:
-            head = self.waiting[0].spec.priority
-            victim = max(self.running, key=lambda s: (s.spec.priority, s.arrival))
-            if victim.spec.priority <= head:
+            victim = self._victim()
+            if victim.spec.priority <= self.waiting[0].spec.priority:
                 return
             self._preempt(victim)
 
     def _schedule(self, now: float) -> tuple[list[tuple[Sequence, int]], list[Sequence]]:
-        if self.config.scheduling_policy == "priority":
+        cfg = self.config
+        if cfg.preempt_for_priority and cfg.scheduling_policy == "priority":
             self._preempt_for_priority()
         budget = self.config.max_num_batched_tokens
         prefill: list[tuple[Sequence, int]] = []
@@ -210,15 +214,24 @@ class Engine:
         return prefill, decode
 
     def _reserve_decode_slot(self, seq: Sequence) -> bool:
-        """Make room for one more token of ``seq``, preempting from the back; False if preempted."""
+        """Make room for one more token of ``seq``, preempting (`_victim`); False if ``seq``
+        itself was preempted."""
         while len(seq.blocks) * self.kv.block_size < seq.num_computed + 1:
             if self.kv.grow(seq.blocks):
                 return True
-            victim = self.running[-1]
+            victim = self._victim()
             self._preempt(victim)
             if victim is seq:
                 return False
         return True
+
+    def _victim(self) -> Sequence:
+        """Who gives up its KV blocks when a running request needs one and none is free: the
+        most recently admitted under ``fcfs``; under ``priority`` the least important, newest
+        first (vLLM v1: ``max(running, key=(priority, arrival_time))``)."""
+        if self.config.scheduling_policy == "priority":
+            return max(self.running, key=lambda s: (s.spec.priority, s.arrival))
+        return self.running[-1]
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
@@ -227,6 +240,7 @@ class Engine:
         seq.num_computed = 0
         seq.committed_blocks = 0
         seq.state = SeqState.WAITING
+        seq.preemptions += 1
         self._enqueue(seq, front=True)
         self.metrics.preemptions.labels(*self._m).inc()
 

@@ -20,6 +20,7 @@ from fleetgate.sim.protocol import ParsedRequest, parse_chat, parse_completion
 from fleetgate.sim.responses import DONE, ResponseBuilder, sse, usage_object
 from fleetgate.sim.sequence import SeqEvent, Sequence
 from fleetgate.sim.state import SIM_STATE, SimState
+from fleetgate.sim.timings import record_timing
 from fleetgate.sim.tokenizer import Tokenizer
 
 __all__ = [
@@ -201,7 +202,9 @@ async def _generate(request: web.Request, parse: Parser) -> web.StreamResponse:
         state.stats.kv_pulled_tokens += pulled
         await asyncio.sleep(state.config.kv_transfer_ms_per_token * pulled / 1000)
     queue: asyncio.Queue[SeqEvent] = asyncio.Queue()
-    seqs = state.engine.submit(parsed.specs, queue)
+    engine = state.engine
+    at_arrival = (len(engine.running), len(engine.waiting))
+    seqs = engine.submit(parsed.specs, queue)
     intended_abort = False
     try:
         if parsed.stream:
@@ -218,10 +221,12 @@ async def _generate(request: web.Request, parse: Parser) -> web.StreamResponse:
         intended_abort = True
         raise
     finally:
-        aborted = [state.engine.abort(seq) for seq in seqs]
+        aborted = [engine.abort(seq) for seq in seqs]
         if any(aborted) and not intended_abort:
             state.stats.cancelled += 1
             state.metrics.cancelled.labels(state.config.model).inc()
+        now = asyncio.get_running_loop().time()
+        record_timing(state.timings, request.headers.get("x-request-id"), seqs, at_arrival, now)
 
 
 def _host_port(request: web.Request) -> tuple[str, int]:

@@ -57,6 +57,7 @@ class Sequence:
     first_token_at: float | None = None
     last_token_at: float | None = None
     encoded: bool = False  # its images were encoded (charged once, in its first step)
+    preemptions: int = 0  # times it was preempted (its KV freed, recomputed later)
 
     @property
     def prompt_len(self) -> int:

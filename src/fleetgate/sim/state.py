@@ -51,6 +51,8 @@ class SimState:
         self.sleep_level = 0
         # headers of the last model requests (``GET /sim/requests``)
         self.received_headers: deque[dict[str, str]] = deque(maxlen=1024)
+        # where the last model requests spent their time (``GET /sim/timings``)
+        self.timings: deque[dict[str, Any]] = deque(maxlen=20_000)
         self.engine_id = engine_id()  # remote_engine_id in disaggregated prefill answers
         self.encoder = EncoderCache(config.encoder_cache_items)
         self.encoder_busy = asyncio.Lock()  # an encoder instance encodes one image at a time
