@@ -29,18 +29,16 @@ import random
 import statistics
 import sys
 import tempfile
-import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import MASTER, gateway_process, sim_fleet, write_section  # noqa: E402
-from pd import _one, _pct  # noqa: E402
+from pd import _pct, poisson_replay  # noqa: E402
 
 
 def _png(rng: random.Random) -> str:
@@ -68,23 +66,9 @@ def _bodies(args: argparse.Namespace, seed: int) -> list[dict[str, Any]]:
 async def _replay(
     base: str, bodies: list[dict[str, Any]], rate: float, seed: int
 ) -> dict[str, float]:
-    rng = random.Random(seed)
-    url = f"{base}/v1/chat/completions"
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as http:
-        tasks = []
-        at = 0.0
-        t0 = time.perf_counter()
-        for body in bodies:
-            at += rng.expovariate(rate)
-            delay = t0 + at - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(_one(http, url, body)))
-        results = await asyncio.gather(*tasks)
-    ttfts = [t for t, _ in results if t is not None]
-    gaps = [g for _, gs in results for g in gs]
+    ttfts, gaps, errors = await poisson_replay(base, bodies, rate, seed)
     return {"ttft_p50": _pct(ttfts, 0.5), "ttft_p90": _pct(ttfts, 0.9),
-            "itl_p99": _pct(gaps, 0.99), "errors": sum(t is None for t, _ in results)}  # fmt: skip
+            "itl_p99": _pct(gaps, 0.99), "errors": errors}  # fmt: skip
 
 
 def _config(mode: str, urls: list[str], args: argparse.Namespace) -> dict[str, Any]:

@@ -86,9 +86,11 @@ async def _one(
     return ttft, gaps
 
 
-async def _replay(
+async def poisson_replay(
     base: str, bodies: list[dict[str, Any]], rate: float, seed: int
-) -> dict[str, Any]:
+) -> tuple[list[float], list[float], int]:
+    """Send ``bodies`` to the gateway at ``base`` as a Poisson process of ``rate`` per second
+    (open loop); returns every answered request's TTFT, every inter-token gap, and the errors."""
     rng = random.Random(seed)
     url = f"{base}/v1/chat/completions"
     timeout = aiohttp.ClientTimeout(total=300)
@@ -105,8 +107,14 @@ async def _replay(
         results = await asyncio.gather(*tasks)
     ttfts = [t for t, _ in results if t is not None]
     gaps = [g for _, gs in results for g in gs]
-    return {"ttft_p90": _pct(ttfts, 0.9), "itl_p90": _pct(gaps, 0.9),
-            "errors": sum(t is None for t, _ in results)}  # fmt: skip
+    return ttfts, gaps, sum(t is None for t, _ in results)
+
+
+async def _replay(
+    base: str, bodies: list[dict[str, Any]], rate: float, seed: int
+) -> dict[str, Any]:
+    ttfts, gaps, errors = await poisson_replay(base, bodies, rate, seed)
+    return {"ttft_p90": _pct(ttfts, 0.9), "itl_p90": _pct(gaps, 0.9), "errors": errors}
 
 
 def _bodies(length: int, args: argparse.Namespace, seed: int) -> list[dict[str, Any]]:
