@@ -25,8 +25,12 @@ run: $(STAMP) $(NODE_STAMP)
 
 # Two workers, each taking whole test files (module fixtures and per-file resources stay on one
 # worker): most tests wait on servers, subprocesses and timers, so two run in about half the time.
+# The real-vLLM tests (marker `vllm`, skipped without /opt/fleetgate-vllm) run afterwards on
+# their own: starting vLLM engines takes every core for a minute or two.
+PYTEST_PARALLEL := -n 2 --dist loadfile -m "not vllm"
 test: $(STAMP) $(NODE_STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
+	$(BIN)/python -m pytest -m vllm
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
@@ -41,7 +45,8 @@ check: $(STAMP) $(NODE_STAMP)
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
+	$(BIN)/python -m pytest -m vllm
 
 bench: $(STAMP)
 	$(BIN)/python bench/overhead/run.py --write-docs

@@ -24,13 +24,16 @@ def test_open_loop_keeps_schedule_against_instant_upstream() -> None:
 
 
 def test_open_loop_does_not_wait_for_slow_responses() -> None:
-    # Every response takes 300 ms; at 50 req/s for 0.4 s a closed loop of 1 would send 2,
-    # the open loop sends all 20 on time (no coordinated omission).
+    # Every response takes 300 ms; at 50 req/s the 20 requests are due within 0.38 s. A loop
+    # that waited for responses (coordinated omission) could not send the 20th before 5.7 s;
+    # the open loop sends them on schedule (a busy box may delay the sender itself a little).
     with serve(Upstream(first_ms=300)) as url:
         res = run_point(_opts(url, 20), LoadPoint("rate", 50.0, 20, arrival="constant"))
     s = res.summary
     assert s["completed"] == 20
-    assert max(r.sent for r in res.records) < 0.45
+    sent = sorted(r.sent for r in res.records)
+    assert sent[-1] < 3.0, sent
+    assert sum(t < 0.45 for t in sent) >= 10, sent  # on time, not one response apart
     assert s["p50_ttft_ms"] >= 300
 
 
