@@ -10,6 +10,7 @@ and roll production back, through the same `RegistryAdmin` service as
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -24,6 +25,7 @@ from fleetgate.releases.feedback_routes import FeedbackRoutes
 from fleetgate.releases.records import DEFAULT_STAGES
 from fleetgate.releases.registry import UNSET, Registry
 from fleetgate.releases.rollouts import RolloutStore
+from fleetgate.tenancy.principal import Principal
 
 __all__ = ["RegistryPages", "Releases"]
 
@@ -150,23 +152,27 @@ class RegistryPages:
         )  # fmt: skip
 
     async def promote(self, request: web.Request) -> web.Response:
-        session = await self.console.require(request, MASTER)
-        releases = await self._ready()
-        name = request.match_info["model"]
-        if releases is None:
-            raise web.HTTPFound("/ui/registry")
-        form = await self.console.form(request)
-        try:
+        async def move(releases: Any, principal: Principal, name: str, form: Any) -> None:
             stage, version = _name(form, "stage"), _name(form, "version")
             await releases.admin.move(
-                session.principal, name, stage, version, _expected(form),
-                force=form.get("force") == "on",
-            )  # fmt: skip
-        except ClientError as exc:
-            return await self._model_page(request, session, exc.message, exc.status)
-        raise web.HTTPFound(f"/ui/registry/{quote(name)}")
+                principal, name, stage, version, _expected(form), force=form.get("force") == "on"
+            )
+
+        return await self._act(request, move)
 
     async def rollback(self, request: web.Request) -> web.Response:
+        async def roll_back(releases: Any, principal: Principal, name: str, form: Any) -> None:
+            await releases.admin.roll_back(principal, name, _expected(form))
+
+        return await self._act(request, roll_back)
+
+    async def _act(
+        self,
+        request: web.Request,
+        action: Callable[[Any, Principal, str, Any], Awaitable[None]],
+    ) -> web.Response:
+        """A control on a model's page (master only, CSRF-checked form): back to the page, or
+        the page again with the refusal (a failing gate, a stale form) and its status."""
         session = await self.console.require(request, MASTER)
         releases = await self._ready()
         name = request.match_info["model"]
@@ -174,7 +180,7 @@ class RegistryPages:
             raise web.HTTPFound("/ui/registry")
         form = await self.console.form(request)
         try:
-            await releases.admin.roll_back(session.principal, name, _expected(form))
+            await action(releases, session.principal, name, form)
         except ClientError as exc:
             return await self._model_page(request, session, exc.message, exc.status)
         raise web.HTTPFound(f"/ui/registry/{quote(name)}")

@@ -284,7 +284,9 @@ class Dispatcher:
         (only its language-model pool answers), then the strategy's ``prepare``. Returns the
         deployments that may answer and the request hooks that still apply to them."""
         hooks: Sequence[DispatchHook] = ctx.request.dispatch_hooks
-        encoders = [d for d in fitting if ENCODER_TAG in d.config.tags]
+        encoders = []
+        if route.has_encoders:  # most aliases have none: no scan per request
+            encoders = [d for d in fitting if ENCODER_TAG in d.config.tags]
         if encoders:
             fitting = [d for d in fitting if ENCODER_TAG not in d.config.tags]
             if fitting and self.encoder is not None:

@@ -13,6 +13,7 @@ from fleetgate.errors import ModelNotFound
 from fleetgate.providers.base import Provider
 from fleetgate.routing.context import Strategy
 from fleetgate.routing.deployment import Deployment, DeploymentState, deployment_key
+from fleetgate.routing.encoder import ENCODER_TAG
 from fleetgate.routing.strategies import StrategyRegistry
 
 __all__ = ["AliasRoute", "ProviderFactory", "RouteTable"]
@@ -23,7 +24,7 @@ ProviderFactory = Callable[[DeploymentConfig], Provider]
 class AliasRoute:
     """One alias: its config, deployments and strategy."""
 
-    __slots__ = ("config", "deployments", "strategy", "local_only")
+    __slots__ = ("config", "deployments", "strategy", "local_only", "has_encoders")
 
     def __init__(
         self, config: AliasConfig, deployments: list[Deployment], strategy: Strategy
@@ -32,6 +33,8 @@ class AliasRoute:
         self.deployments = deployments
         self.strategy = strategy
         self.local_only = config.local_only  # computed once, read per request
+        # an encoder pool (deployments tagged `routing.encoder.ENCODER_TAG`): computed once
+        self.has_encoders = any(ENCODER_TAG in d.config.tags for d in deployments)
 
     @property
     def name(self) -> str:
