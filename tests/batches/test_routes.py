@@ -31,7 +31,8 @@ async def finished(client: openai.AsyncOpenAI, batch_id: str, timeout_s: float =
 async def test_a_fifty_line_batch_completes_with_every_line_once(
     upstream: str, tmp_path: Path
 ) -> None:
-    async with running_gateway(config(upstream), tmp_path) as gw:
+    # tick_s 60: the batch starts because creating it nudges this replica's worker
+    async with running_gateway(config(upstream, batches={"tick_s": 60}), tmp_path) as gw:
         client = gw.client(await gw.team_key("a"))
         data = jsonl([chat_line(f"req-{i}", text=f"question {i}") for i in range(50)])
         upload = await client.files.create(file=("in.jsonl", data), purpose="batch")

@@ -118,3 +118,22 @@ async def test_only_one_replica_drives_a_batch(store: BatchStore) -> None:
 
 async def _nothing() -> None:
     return None
+
+
+async def test_a_nudge_starts_a_new_batch_at_once_however_long_the_tick(
+    store: BatchStore,
+) -> None:
+    sender = Sender()
+    cfg = BatchesConfig(tick_s=60.0, idle_wait_s=0.01)
+    worker = BatchWorker(store, lambda: cfg, sender, owner="r1", prepare=_nothing)
+    await worker.start()
+    try:
+        await asyncio.sleep(0.1)  # the first tick ran with nothing to drive; the next is 60 s away
+        batch_id = await _batch(store, ["a"])
+        await asyncio.sleep(0.2)
+        assert sender.sent == []  # without a nudge it waits for the tick
+        worker.nudge()  # what the API does after creating (or cancelling) a batch
+        row = await _finished(store, batch_id)
+    finally:
+        await worker.aclose()
+    assert row["status"] == "completed" and sender.sent == [f"{batch_id}-1"]

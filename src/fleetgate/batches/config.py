@@ -29,6 +29,8 @@ class BatchesConfig(BaseModel):
     max_lines: int = Field(50_000, gt=0)
     max_in_progress_per_team: int = Field(4, gt=0)
     concurrency: int = Field(8, gt=0, le=256)
-    tick_s: float = Field(0.5, gt=0, le=60)  # how often a replica looks for batches to drive
+    # How often a replica looks for batches to drive that it did not create (another's, a dead
+    # replica's after its lease): a batch created or cancelled here is looked at at once.
+    tick_s: float = Field(2.0, gt=0, le=60)
     lease_s: float = Field(10.0, gt=0)  # a dead replica's batch is taken over after this
     idle_wait_s: float = Field(0.05, gt=0, le=10)  # recheck of a saturated pool

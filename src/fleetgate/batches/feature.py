@@ -41,10 +41,6 @@ class BatchesFeature(BaseFeature):
         self._shared = gw.settings.database_url is not None
         self.config: BatchesConfig = config.batches
         self.store = BatchStore(self.db)
-        self.api = BatchRoutes(
-            self.store, access, lambda: self.config, self._migrate,
-            config.server.max_request_bytes,
-        )  # fmt: skip
         self.worker = BatchWorker(
             self.store,
             lambda: self.config,
@@ -52,6 +48,10 @@ class BatchesFeature(BaseFeature):
             owner=f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"[:64],
             prepare=self._migrate,
         )
+        self.api = BatchRoutes(
+            self.store, access, lambda: self.config, self._migrate,
+            config.server.max_request_bytes, self.worker.nudge,
+        )  # fmt: skip
 
     async def _migrate(self) -> None:
         await self._databases.migrate(self.db)

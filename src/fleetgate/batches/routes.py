@@ -94,12 +94,14 @@ class BatchRoutes:
         config: Callable[[], BatchesConfig],
         prepare: Callable[[], Awaitable[None]],
         max_request_bytes: int,
+        changed: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
         self.access = access
         self.config = config
         self.prepare = prepare  # the store migrated
         self.max_request_bytes = max_request_bytes
+        self.changed = changed  # a batch was created or cancelled: this replica's worker looks now
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         return [
@@ -196,6 +198,7 @@ class BatchRoutes:
             owner=owner, key_id=principal.key_id, endpoint=str(endpoint), input_file_id=file_id,
             total=len(lines), meta=meta, max_active=cfg.max_in_progress_per_team,
         )  # fmt: skip
+        self.changed()
         return json_reply(batch_object(row, 0, 0))
 
     async def _batch(self, batch_id: str, owner: str) -> web.Response:
@@ -211,6 +214,7 @@ class BatchRoutes:
         _, owner = await self._caller(request)
         batch_id = request.match_info["id"]
         await self.store.cancel(batch_id, owner)
+        self.changed()
         return await self._batch(batch_id, owner)
 
     async def list_batches(self, request: web.Request) -> web.Response:

@@ -16,6 +16,7 @@ times with a growing pause before it is recorded as the line's result.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -60,6 +61,7 @@ class BatchWorker:
         self.owner = owner  # this replica, in the lease
         self._prepare = prepare  # the store migrated
         self._task: asyncio.Task[None] | None = None
+        self._nudged = asyncio.Event()
         self.driving: dict[str, asyncio.Task[None]] = {}
 
     async def start(self) -> None:
@@ -87,7 +89,15 @@ class BatchWorker:
                 await self.tick()
             except Exception as exc:  # the store may be away: try again next tick
                 log.warning("batch tick failed: %s", exc)
-            await asyncio.sleep(self.config().tick_s)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config().tick_s):
+                    await self._nudged.wait()
+            self._nudged.clear()
+
+    def nudge(self) -> None:
+        """Look for batches now rather than at the next tick (this replica created or
+        cancelled one): a new batch starts at once however long ``tick_s`` is."""
+        self._nudged.set()
 
     async def tick(self) -> None:
         """Take the lease of every batch that needs a driver and start driving it."""

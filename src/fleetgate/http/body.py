@@ -26,8 +26,11 @@ async def read_json(
     if length is not None and length > max_bytes:
         raise PayloadTooLarge(f"Request body of {length} bytes exceeds the {max_bytes} limit.")
     try:
-        async with asyncio.timeout(timeout_s):
+        if request.content.is_eof():  # all of it came with the headers: nothing to wait for
             raw = await request.read()
+        else:
+            async with asyncio.timeout(timeout_s):
+                raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLarge(f"Request body exceeds the {max_bytes} byte limit.") from None
     except TimeoutError:
