@@ -5,7 +5,8 @@ state that must agree (issue #12, item 11), each checked on every replica:
   started afterwards (documents and embeddings live in the database, not in one process);
 - a safety policy override made through one replica is in force on all three;
 - safety violations of one key, one on each replica, add up to its suspension everywhere;
-- a key's request limit is one budget across the replicas (Redis);
+- a key's request limit is one budget across the replicas (Redis), and a one-slot key's
+  sequential requests, rotated over the replicas, are never refused for parallelism;
 - a canary split set through one replica is the split of all three.
 """
 
@@ -158,6 +159,18 @@ def test_three_replicas_agree_on_documents_policies_strikes_limits_and_splits(
         codes = [_chat(base, limited["key"], "hello")[0] for base in replicas]
         assert codes == [200, 200, 200, 200]
         assert _chat(first, limited["key"], "hello")[0] == 429
+
+        # -- a parallel slot is free again for the client's next request, on any replica ------
+        # (the settle is written before the response: it reaches Redis before the next reserve)
+        status, _, single = _call(
+            f"{second}/admin/keys", "POST", {"team": team["id"], "max_parallel": 1}
+        )
+        assert status in (200, 201), single
+        for base in replicas:
+            _eventually(lambda b=base: _call(f"{b}/v1/models", key=single["key"])[0] == 200,
+                        2.0, f"{base} knows the single-slot key")  # fmt: skip
+        codes = [_chat(replicas[i % 3], single["key"], f"q{i}")[0] for i in range(30)]
+        assert codes == [200] * 30
 
         # -- safety strikes, one per replica, add up to one suspension everywhere ------------
         status, _, offender = _call(f"{third}/admin/keys", "POST", {"team": team["id"]})
