@@ -2,8 +2,12 @@ from __future__ import annotations
 
 import pytest
 
-from fleetgate.safety.base import Action, CheckContext
-from fleetgate.safety.checks.words import WordListCheck, default_word_lists
+from fleetgate.safety.base import Action, CheckContext, CheckPoint
+from fleetgate.safety.checks.words import (
+    WordListCheck,
+    default_reply_word_lists,
+    default_word_lists,
+)
 
 LISTS = {
     "weapons": ["pipe bomb*", "制作炸弹"],
@@ -90,3 +94,13 @@ async def test_default_lists_leave_questions_about_a_harm_alone(text: str) -> No
 async def test_default_lists_block_the_act(text: str, category: str) -> None:
     verdict = await WordListCheck(default_word_lists()).check(text, CheckContext())
     assert verdict.flagged and category in verdict.categories
+
+
+async def test_topic_nouns_count_in_replies_only() -> None:
+    """A user asking how to clean off ransomware passes; a streamed reply that names it is cut."""
+    check = WordListCheck(default_word_lists(), reply_lists=default_reply_word_lists())
+    text = "怎么清除电脑里的勒索病毒？"
+    assert not (await check.check(text, CheckContext())).flagged
+    for stage in (CheckPoint.STREAM, CheckPoint.OUTPUT):
+        verdict = await check.check(text, CheckContext(stage=stage, role="assistant"))
+        assert verdict.flagged and verdict.categories == ("crime",)
