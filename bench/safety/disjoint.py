@@ -3,10 +3,10 @@
     PYTHONPATH=src python bench/safety/disjoint.py
 
 For every held-out prompt: is it a training text (exactly, after normalisation)? Does it share
-a run of 6 words (English) or 10 characters (Chinese) with any training text? The frames of the
-corpus (`fleetgate.safety.classifier.corpus`) are also checked one by one: the fixed words of a
-frame (the text around ``{x}``) should not occur in any held-out prompt. Only counts are printed
-so that running this does not show the held-out prompts.
+a run of 6 words (English) or 10 characters (Chinese) with any training text? The frames and
+indirect frames of the corpus (`fleetgate.safety.classifier.corpus`) are also checked one by
+one: the fixed words of a frame (the text around ``{x}``) should not occur in any held-out
+prompt. Only counts are printed so that running this does not show the held-out prompts.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def main() -> int:
     frames_in = 0
     n_frames = 0
     for lang in LANGS:
-        for frame in _load(lang)["frames"]:
+        data = _load(lang)
+        for frame in data["frames"] + data.get("indirect_frames", []):
             n_frames += 1
             parts = [norm.normalize(p) for p in frame.split("{x}") if len(p.strip()) >= 8]
             if parts and any(all(p in h for p in parts) for h in heldout):

@@ -1,19 +1,25 @@
 """The default input policy against the previous default on a labelled set (McNemar).
 
-    PYTHONPATH=src python bench/safety/heldout_compare.py [--set FILE]   # default: the held-out set
+    PYTHONPATH=src python bench/safety/heldout_compare.py [--set FILE] [--previous REV]
 
 ``fleetgate safety eval --set FILE --policy A --compare B`` compares two policies of one config;
-the previous default cannot be written as config any more (its classifier trained at start on
-the hand-written examples over fp32 sentence-transformers embeddings), so this script builds it
-in code and runs the CLI's own pieces: `load_labeled`, `evaluate`, `compare`. Same output as
-the CLI: each policy's report (Wilson intervals, per category and language), then the paired
-comparison with its exact McNemar p-value.
+the previous default's classifier head and word lists are files of an earlier commit, which a
+config cannot name, so this script takes them from git (``git show REV:...``, default ``REV``:
+the commit before the current head and lists were shipped) and runs the CLI's own pieces:
+`load_labeled`, `evaluate`, `compare`. Both policies are `words` + `pii` (mask) + `classifier`
+on the same int8 MiniLM. Same output as the CLI: each policy's report (Wilson intervals, per
+category and language), then the paired comparison with its exact McNemar p-value.
+
+The default set is the held-out set (bench/safety/data/heldout_test.jsonl): run it to report
+figures, never to choose anything (docs/safety.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -21,28 +27,43 @@ from pathlib import Path
 from fleetgate.resources import MiniLM, MiniLMEmbedder
 from fleetgate.safety import Guardrails, SafetyConfig
 from fleetgate.safety.checks.classifier import ClassifierCheck
-from fleetgate.safety.classifier import legacy_examples
+from fleetgate.safety.checks.words import WordListCheck, default_word_lists
 from fleetgate.safety.evaluate import blocked_by, compare, evaluate, load_labeled
 
-HELDOUT = Path(__file__).resolve().parent / "data" / "heldout_test.jsonl"
+ROOT = Path(__file__).resolve().parents[2]
+HELDOUT = ROOT / "bench" / "safety" / "data" / "heldout_test.jsonl"
+DATA = "src/fleetgate/safety/data"
+# The last commit with the softmax head over the 15,304-text corpus and the word lists that
+# still listed bare topic nouns (勒索病毒, 盗刷, child sexual abuse material, ...).
+PREVIOUS = "cc8b01c"
+
+
+def from_git(rev: str, path: str, out: Path) -> Path:
+    out.write_bytes(subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"],
+                                   check=True, capture_output=True).stdout)  # fmt: skip
+    return out
 
 
 async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--set", type=Path, default=HELDOUT)
+    ap.add_argument("--previous", default=PREVIOUS, help="git revision of the previous default")
     args = ap.parse_args()
     attacks, benign = load_labeled(args.set)
-    minilm = MiniLM()
     tmp = Path(tempfile.mkdtemp())
+    head = from_git(args.previous, f"{DATA}/classifier_head.npz", tmp / "head.npz")
+    listed = from_git(args.previous, f"{DATA}/wordlists.json", tmp / "words.json")
+    old_lists = {k: v for k, v in json.loads(listed.read_text()).items() if k[0] != "_"}
+    embedder = MiniLMEmbedder(MiniLM(), quantize=True, with_max=True)
     checks = {
-        "default": ClassifierCheck(embedder=MiniLMEmbedder(minilm, quantize=True, with_max=True)),
-        "previous": ClassifierCheck(
-            embedder=MiniLMEmbedder(minilm), examples=legacy_examples(), cache_path=tmp / "p.npz"
-        ),
-    }
+        "default": {"words": WordListCheck(default_word_lists()),
+                    "classifier": ClassifierCheck(embedder=embedder)},
+        "previous": {"words": WordListCheck(old_lists),
+                     "classifier": ClassifierCheck(embedder=embedder, model_path=head)},
+    }  # fmt: skip
     reports = {}
-    for name, check in checks.items():
-        guardrails = Guardrails(SafetyConfig(), checks={"classifier": check})
+    for name, named in checks.items():
+        guardrails = Guardrails(SafetyConfig(), checks=named)
         await guardrails.warm_up()
         reports[name] = await evaluate(attacks, benign, blocked_by(guardrails.policy("default")))
         await guardrails.aclose()

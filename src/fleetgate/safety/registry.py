@@ -64,10 +64,15 @@ _HAS_ON_ERROR = {"llama_guard", "moderation", "cascade"}
 
 
 def _words(name: str, options: Mapping[str, Any]) -> Check:
-    from fleetgate.safety.checks.words import WordListCheck, default_word_lists
+    from fleetgate.safety.checks.words import (
+        WordListCheck,
+        default_reply_word_lists,
+        default_word_lists,
+    )
 
     opts = dict(options)
-    lists: dict[str, list[str]] = default_word_lists() if opts.pop("include_defaults", True) else {}
+    defaults = bool(opts.pop("include_defaults", True))
+    lists: dict[str, list[str]] = default_word_lists() if defaults else {}
     for category, entries in dict(opts.pop("lists", {})).items():
         lists.setdefault(str(category), []).extend(str(e) for e in entries)
     for path in opts.pop("files", []):
@@ -80,7 +85,8 @@ def _words(name: str, options: Mapping[str, Any]) -> Check:
                 lists.setdefault(str(category), []).extend(str(e) for e in entries)
     if opts:
         raise ConfigError(f"safety.checks.{name}: unknown options {sorted(opts)}")
-    return WordListCheck(lists, name=name)
+    reply = default_reply_word_lists() if defaults else None
+    return WordListCheck(lists, name=name, reply_lists=reply)
 
 
 def _pii(name: str, options: Mapping[str, Any]) -> Check:

@@ -129,7 +129,8 @@ class ClassifierCheck:
         return self._model
 
     def _scores_sync(self, model: SoftmaxModel, texts: Sequence[str]) -> list[tuple[float, str]]:
-        proba = model.predict_proba(featurize(texts, self._embedder, self._normalizer))
+        hash_dim = model.hash_dim(self._embedder.dim)
+        proba = model.predict_proba(featurize(texts, self._embedder, self._normalizer, hash_dim))
         benign = model.classes.index(BENIGN)
         harm = proba.copy()
         harm[:, benign] = -1.0

@@ -20,19 +20,35 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 
 from fleetgate.errors import ConfigError
-from fleetgate.safety.base import CheckContext, Verdict
+from fleetgate.safety.base import CheckContext, CheckPoint, Verdict
 from fleetgate.safety.normalize import Normalizer, is_cjk
 
-__all__ = ["WordListCheck", "default_word_lists"]
+__all__ = ["WordListCheck", "default_reply_word_lists", "default_word_lists"]
 
 _WORD = "a-z0-9"
 
 
+def _shipped() -> dict[str, object]:
+    text = resources.files("fleetgate.safety").joinpath("data/wordlists.json").read_text("utf-8")
+    data: dict[str, object] = json.loads(text)
+    return data
+
+
 def default_word_lists() -> dict[str, list[str]]:
     """The lists that ship with fleetgate (``safety/data/wordlists.json``), by category."""
-    text = resources.files("fleetgate.safety").joinpath("data/wordlists.json").read_text("utf-8")
-    data = json.loads(text)
-    return {str(k): [str(x) for x in v] for k, v in data.items() if not k.startswith("_")}
+    data = _shipped()
+    return {k: [str(x) for x in v] for k, v in data.items() if not k.startswith("_")
+            and isinstance(v, list)}  # fmt: skip
+
+
+def default_reply_word_lists() -> dict[str, list[str]]:
+    """The shipped phrases that count only in replies: topic nouns (盗刷, "child sexual abuse
+    material") that a user's question about prevention or reporting contains, but a reply
+    naming them is a strong signal."""
+    reply = _shipped().get("_reply_only")
+    if not isinstance(reply, dict):
+        return {}
+    return {str(k): [str(x) for x in v] for k, v in reply.items()}
 
 
 def _latin_piece(phrase: str, wildcard: bool) -> str:
@@ -44,6 +60,9 @@ def _latin_piece(phrase: str, wildcard: bool) -> str:
 class WordListCheck:
     """Blocks text containing any listed word or pattern; categories name the lists hit.
 
+    ``reply_lists``: more lists that count only outside the input stage (stream and output
+    checks of a reply, audit), e.g. `default_reply_word_lists`.
+
     Plain CJK phrases are found by substring search, Latin phrases by one regex anchored at word
     starts, ``re:`` entries by their own regexes, so a 1 KB window costs well under a millisecond.
     """
@@ -54,9 +73,15 @@ class WordListCheck:
         *,
         name: str = "words",
         normalizer: Normalizer | None = None,
+        reply_lists: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.name = name
         self._normalizer = normalizer or Normalizer()
+        self._reply = (
+            WordListCheck(reply_lists, name=name, normalizer=self._normalizer)
+            if reply_lists
+            else None
+        )
         self._cjk: list[tuple[str, str]] = []
         self._patterns: list[tuple[re.Pattern[str], str]] = []
         groups: list[str] = []
@@ -106,6 +131,10 @@ class WordListCheck:
 
     async def check(self, text: str, ctx: CheckContext) -> Verdict:
         categories, terms = self.scan(text)
+        if self._reply is not None and ctx.stage is not CheckPoint.INPUT:
+            more, more_terms = self._reply.scan(text)
+            categories += [c for c in more if c not in categories]
+            terms += more_terms
         if not categories:
             return Verdict.allow(self.name)
         return Verdict.block(self.name, categories, detail="matched: " + ", ".join(terms[:5]))

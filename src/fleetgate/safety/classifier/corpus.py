@@ -2,10 +2,14 @@
 
 ``safety/data/corpus/{en,zh}.json`` hold, per language, *frames* (ways of asking: direct,
 role-play, hypothetical, "for a novel", "my cousin wants to", ...; ``{x}`` marks the request),
+*indirect frames* (a second list of indirect ways: "asking for a friend", "continue this
+text", "reply in JSON", a game quest, an interview, ...),
 *cores* (what is asked for: harmful ones per category, and benign look-alikes that share the
 alarming words, such as killing a process or frying food, ``炸``), and whole texts that do not fit
 a frame (prompt injections, jailbreaks, plain questions). Every frame is crossed with both
 harmful and benign cores, so a frame carries no signal and the model has to learn the request.
+Each core is put into ``PER_CORE`` frames and ``PER_CORE_INDIRECT`` indirect frames, drawn by a
+seed of its own (adding a core or an indirect frame leaves the other cores' texts as they were).
 
 Each frame, core and text has a fold (crc32 of its text, mod 5); fold 0 is the validation part.
 ``split="train"`` pairs only training frames with training cores, ``"validation"`` only
@@ -33,6 +37,7 @@ __all__ = ["LANGS", "Split", "corpus_examples", "fold"]
 LANGS = ("en", "zh")
 FOLDS = 5
 PER_CORE = 14  # frames drawn for each core
+PER_CORE_INDIRECT = 4  # indirect frames drawn for each core
 
 Split = Literal["all", "train", "validation"]
 
@@ -54,8 +59,10 @@ def _load(lang: str) -> dict[str, Any]:
     return parsed
 
 
-def _framed(frames: Sequence[str], core: str, label: str, per_core: int) -> list[Example]:
-    rng = random.Random(zlib.crc32(core.encode("utf-8")))
+def _framed(
+    frames: Sequence[str], core: str, label: str, per_core: int, salt: str = ""
+) -> list[Example]:
+    rng = random.Random(zlib.crc32((salt + core).encode("utf-8")))
     chosen = rng.sample(list(frames), min(per_core, len(frames)))
     return [Example(frame.replace("{x}", core), label) for frame in chosen]
 
@@ -66,13 +73,13 @@ def corpus_examples(split: Split = "all", per_core: int = PER_CORE) -> list[Exam
     for lang in LANGS:
         data = _load(lang)
         frames = [f for f in data["frames"] if _keep(f, split)]
-        for category, cores in data["harm"].items():
-            for core in cores:
-                if _keep(core, split):
-                    out += _framed(frames, core, category, per_core)
-        for core in data["benign"]:
+        indirect = [f for f in data.get("indirect_frames", []) if _keep(f, split)]
+        cores = [(core, category) for category, cs in data["harm"].items() for core in cs]
+        cores += [(core, BENIGN) for core in data["benign"]]
+        for core, label in cores:
             if _keep(core, split):
-                out += _framed(frames, core, BENIGN, per_core)
+                out += _framed(frames, core, label, per_core)
+                out += _framed(indirect, core, label, PER_CORE_INDIRECT, salt="indirect:")
         for category, texts in data["harm_texts"].items():
             out += [Example(t, category) for t in texts if _keep(t, split)]
         out += [Example(t, BENIGN) for t in data["benign_texts"] if _keep(t, split)]

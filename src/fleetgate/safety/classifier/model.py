@@ -88,19 +88,26 @@ class SoftmaxModel:
             b -= lr * (m_b / corr1) / (np.sqrt(v_b / corr2) + eps)
         return cls(classes, w, b)
 
+    def hash_dim(self, embedding_dim: int) -> int:
+        """How many hashed n-gram columns follow an ``embedding_dim`` embedding in the input."""
+        return int(self.weights.shape[0]) - embedding_dim
+
     def predict_proba(self, x: Floats) -> Floats:
         """Class probabilities, one row per input row, columns in ``classes`` order."""
         return _softmax(np.asarray(x, dtype=np.float32) @ self.weights + self.bias)
 
     def save(self, path: Path, fingerprint: str) -> None:
-        """Write atomically (temp file + rename) so a crashed write never leaves a bad cache."""
+        """Write atomically (temp file + rename) so a crashed write never leaves a bad cache.
+
+        The weights are stored as float16 (half the file; rounding moves each weight by at most
+        1 part in 2,000) and read back as float32."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         with tmp.open("wb") as fh:
             np.savez_compressed(
                 fh,
                 classes=np.array(self.classes),
-                weights=self.weights,
+                weights=self.weights.astype(np.float16),
                 bias=self.bias,
                 fingerprint=np.array(fingerprint),
                 info=np.array(json.dumps(self.info, sort_keys=True)),

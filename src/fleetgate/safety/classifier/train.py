@@ -47,7 +47,7 @@ __all__ = [
     "train",
 ]
 
-FEATURE_VERSION = "emb+1.5ngram-v2"
+FEATURE_VERSION = "emb+1.5ngram-v3"
 NGRAM_WEIGHT = 1.5
 
 
@@ -88,10 +88,17 @@ def fingerprint(examples: Sequence[Example], embedder: Embedder) -> str:
     return hashlib.sha256(head.encode()).hexdigest()
 
 
-def featurize(texts: Sequence[str], embedder: Embedder, normalizer: Normalizer) -> Floats:
-    """The classifier's input rows: sentence embedding next to hashed character n-grams."""
+def featurize(
+    texts: Sequence[str],
+    embedder: Embedder,
+    normalizer: Normalizer,
+    hash_dim: int = HASH_DIM,
+) -> Floats:
+    """The classifier's input rows: sentence embedding next to hashed character n-grams
+    (``hash_dim`` buckets: a model saved with fewer, before 16,384 was the default, says so in
+    its weights' shape, see `SoftmaxModel.hash_dim`)."""
     emb = embedder.encode(texts)
-    grams = text_features(texts, normalizer)
+    grams = text_features(texts, normalizer, dim=hash_dim)
     return np.hstack([emb, grams * NGRAM_WEIGHT]).astype(np.float32)
 
 
