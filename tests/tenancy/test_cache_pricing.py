@@ -80,6 +80,19 @@ def test_cost_prices_reads_and_writes_apart() -> None:
     assert cost_nusd(price, 100, 0, 80, cache_write=80) == 80 * 300 + 20 * 3750
 
 
+def test_a_fraction_of_a_nano_dollar_per_token_is_rounded_once_per_request() -> None:
+    # 0.0004 USD/Mtok is 0.4 nano-USD a token (the exact path); 0.15 is 150 (whole numbers)
+    tiny = Price(input_per_mtok=0.0004, output_per_mtok=0.15)
+    assert cost_nusd(tiny, 3, 2, 0) == 301  # 3 x 0.4 + 2 x 150 = 301.2, rounded once
+    assert cost_nusd(tiny, 5, 0, 0) == 2  # 2.0 exactly
+    whole = Price(input_per_mtok=0.15, output_per_mtok=0.6)
+    cost = cost_nusd(whole, 1000, 10, 0)
+    assert cost == 1000 * 150 + 10 * 600 and type(cost) is int
+    assert cost_nusd(whole, 1000, 10, 0, batch=True) == cost  # no discount set
+    half = Price(input_per_mtok=0.15, output_per_mtok=0.6, batch_discount=0.5)
+    assert cost_nusd(half, 1001, 1, 0, batch=True) == 75_375  # (150,150 + 600) / 2
+
+
 @pytest.mark.parametrize("stream", [True, False])
 @pytest.mark.parametrize("route", ["chat", "completions"])
 async def test_openai_usage_shape_is_priced_exactly(

@@ -58,7 +58,9 @@ def cost_nusd(
         + completion * rate_out
     )
     if batch and price.batch_discount:
-        total *= 1 - _dec(price.batch_discount)
+        total = total * (1 - _dec(price.batch_discount))
+    if isinstance(total, int):  # every rate a whole number of nano-USD: exact already
+        return total
     return int(total.to_integral_value(rounding=ROUND_HALF_EVEN))
 
 
@@ -68,16 +70,23 @@ def _rates(
     cached_per_mtok: float | None,
     write_per_mtok: float | None,
     output_per_mtok: float,
-) -> tuple[Decimal, Decimal, Decimal, Decimal]:
-    """Nano-USD per token of a price (a request path call: the few prices are kept)."""
+) -> tuple[int | Decimal, int | Decimal, int | Decimal, int | Decimal]:
+    """Nano-USD per token of a price (a request path call: the few prices are kept); a
+    whole number of nano-USD as an ``int`` (most prices: 0.15 USD/Mtok is 150), so a cost
+    is integer arithmetic unless a rate has a fraction of a nano-dollar."""
     cached = input_per_mtok if cached_per_mtok is None else cached_per_mtok
     write = input_per_mtok if write_per_mtok is None else write_per_mtok
     return (
-        _dec(input_per_mtok) * _PER_TOKEN,
-        _dec(cached) * _PER_TOKEN,
-        _dec(write) * _PER_TOKEN,
-        _dec(output_per_mtok) * _PER_TOKEN,
+        _per_token(input_per_mtok),
+        _per_token(cached),
+        _per_token(write),
+        _per_token(output_per_mtok),
     )
+
+
+def _per_token(per_mtok: float) -> int | Decimal:
+    rate = _dec(per_mtok) * _PER_TOKEN
+    return int(rate) if rate == rate.to_integral_value() else rate
 
 
 def unit_cost_nusd(usd_per_block: float | None, units: float, block: float) -> int:
