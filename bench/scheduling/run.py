@@ -61,6 +61,7 @@ class Args:
     critical_reserve: float
     queue_pacing: float | None
     pool_seqs: int | None  # the pool's max_num_seqs in ``fair`` (None: the engine's)
+    extra: dict[str, Any]  # more of the ``scheduling:`` section in ``fair`` (--fair-config)
     engine: Engine
     tmp: Path
     results: dict[str, Any] = field(default_factory=dict)
@@ -77,6 +78,7 @@ def _summary(samples: list[Sample], team: str) -> dict[str, Any]:
         "requests": sum(1 for s in samples if s.team == team),
         "ok": len(ttft),
         "refused": sum(1 for s in samples if s.team == team and s.status in (429, 503)),
+        "cut": sum(1 for s in samples if s.team == team and s.cut),
         "ttft_p50_ms": round(pct(ttft, 0.5) * 1000, 1),
         "ttft_p95_ms": round(pct(ttft, 0.95) * 1000, 1),
         "ttft_max_ms": round(max(ttft, default=float("nan")) * 1000, 1),
@@ -136,7 +138,7 @@ async def flood(a: Args, mode: str) -> dict[str, Any]:
             team_a, key_a = gw.team_key("flooder")
             team_b, key_b = gw.team_key("steady")
             gw.apply({"enabled": mode == "fair", "critical_reserve": a.critical_reserve,
-                      "queue_pacing": a.queue_pacing,
+                      "queue_pacing": a.queue_pacing, **a.extra,
                       "teams": {team_b: {"guaranteed": a.guaranteed}}})  # fmt: skip
             alone, _ = await _phase(gw, [_poisson(gw.url, "B", key_b, a.rate, 1)], a.duration)
             split_alone = breakdown(alone, engine_timings(sim), "B", seqs)
@@ -167,7 +169,7 @@ async def critical(a: Args, mode: str) -> dict[str, Any]:
             team_c, key_c = gw.team_key("oncall", {"priority": "critical"})
             _, key_d = gw.team_key("etl", {"priority": "batch"})
             gw.apply({"enabled": mode == "fair", "critical_reserve": a.critical_reserve,
-                      "queue_pacing": a.queue_pacing,
+                      "queue_pacing": a.queue_pacing, **a.extra,
                       "teams": {team_c: {"guaranteed": a.guaranteed}}})  # fmt: skip
             seqs = a.engine.max_num_seqs
             solo, _ = await _phase(gw, [_poisson(gw.url, "C", key_c, a.rate, 3)], a.duration)
@@ -283,6 +285,12 @@ async def main() -> int:
     p.add_argument("--engine-preempts", action="store_true", help="vLLM V0's priority policy")
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
     p.add_argument("--queue-pacing", type=float, default=1.25, help="fair: queue_pacing (0: off)")
+    p.add_argument(
+        "--fair-config",
+        type=json.loads,
+        default={},
+        help='fair: more scheduling fields, JSON (e.g. {"critical_reserve_hold_s": 5})',
+    )
     p.add_argument("--runs", type=int, default=1, help="repeat each scenario (medians)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--write-docs", action="store_true")
@@ -291,7 +299,7 @@ async def main() -> int:
     duration = min(max(ns.duration, 2.0), 120.0)
     with tempfile.TemporaryDirectory(prefix="fg-bench-sched-") as tmp:
         a = Args(duration, ns.rate, ns.guaranteed, ns.critical_reserve, ns.queue_pacing or None,
-                 ns.pool_seqs,
+                 ns.pool_seqs, ns.fair_config,
                  Engine(max_num_seqs=ns.max_num_seqs, decode_ms_per_step=ns.decode_ms,
                         preempt_for_priority=ns.engine_preempts),
                  Path(tmp))  # fmt: skip
@@ -308,7 +316,7 @@ async def main() -> int:
                 if ns.json is not None:
                     ns.json.write_text(json.dumps(a.results, indent=2))
     text = markdown(a.results, a.engine, a.duration, a.rate, a.guaranteed, a.critical_reserve,
-                    a.queue_pacing)  # fmt: skip
+                    a.queue_pacing, a.extra)  # fmt: skip
     print(text)
     if ns.write_docs:
         _write_docs(text)

@@ -247,6 +247,10 @@ class GatewayRequest:
     # cache hit): the route replays it, streamed or not, through the filters and the wire.
     answer: dict[str, Any] | None = None
     outcome: Outcome = field(default_factory=Outcome)
+    # Set by a stage just before it cancels the request's task on purpose (the scheduler
+    # preempting it): the relay ends the stream with this error, or, before the first byte,
+    # the route answers it, instead of treating the cancellation as a client disconnect.
+    interrupt: FleetgateError | None = None
 
 
 class Stage(Protocol):

@@ -183,3 +183,120 @@ async def test_an_owner_reclaims_its_quota_from_a_borrower_over_http(tmp_path: P
     assert done[2] == "a" and done[:5].count("a") == 2, done
     admitted = {d["tenant"]: d["admission"]["quota"] for d in found["data"]}
     assert set(admitted) == {team_a, team_b}
+
+
+async def test_a_critical_claim_cancels_a_batch_stream_and_the_engine_frees_its_slot(
+    tmp_path: Path,
+) -> None:
+    """``preempt_streams_for_claims``: the engine has one slot, held by a batch stream. A
+    critical request queues in the gateway and at once (no starvation wait) cancels the
+    stream: its client gets the retryable error, its outcome is billed for what it received,
+    and the gateway's closing of the upstream stream aborts the request in the engine, whose
+    slot the critical request then runs in."""
+    sim = SimConfig(decode_ms_per_step=5.0, output_len=400, max_num_seqs=1)
+    outcomes = Outcomes()
+    async with running_sim(sim) as url:
+        dep = {"model": "tiny", "api_base": f"{url}/v1", "max_num_seqs": 1}
+        config = GatewayConfig.model_validate(
+            {
+                "models": [{"alias": "tiny", "deployments": [dep]}],
+                "health": {"probe_interval_s": 30},
+                "scheduling": {"preempt_streams_for_claims": "lower_band"},
+            }
+        )
+        settings = Settings(master_key=MASTER, data_dir=tmp_path, watch_config=False)
+        runner = web.AppRunner(
+            create_app(settings, config, extra=[StageFeature(outcomes)]), handler_cancellation=True
+        )
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            async with aiohttp.ClientSession() as session:
+                gw = Gateway(f"http://127.0.0.1:{runner.addresses[0][1]}", runner.app, session)
+                batch_team, _, batch = await gw.team_and_key("etl", tags={"priority": "batch"})
+                crit_team, _, crit = await gw.team_and_key("oncall", tags={"priority": "critical"})
+                stream = asyncio.create_task(_stream(gw, batch))
+                await asyncio.sleep(0.3)  # the stream holds the engine's one slot
+                status, _, answer = await gw.chat(crit, max_tokens=4)
+                events = await asyncio.wait_for(stream, 10)
+                async with session.get(f"{url}/sim/stats") as r:
+                    stats = await r.json()
+                _, found = await gw.admin("GET", "/admin/routing/decisions?alias=tiny&limit=50")
+        finally:
+            await runner.cleanup()
+    assert status == 200, answer
+    assert events[-1] == "[DONE]"
+    assert events[-2]["error"]["code"] == "preempted_in_flight"
+    content = [e for e in events[:-2] if e.get("choices")]
+    assert 0 < len(content) < 400
+    assert stats["requests_cancelled"] == 1  # the engine aborted the cut stream
+    billed = {team: o for team, o in outcomes.seen}
+    assert billed[batch_team].status == 503
+    assert billed[batch_team].completion_tokens == len(content)
+    assert billed[crit_team].status == 200 and billed[crit_team].completion_tokens == 4
+    reasons = {d["reason"]: d for d in found["data"] if d["strategy"] == "scheduling"}
+    assert reasons["preempted_in_flight"]["tenant"] == batch_team
+    assert reasons["admitted"]["tenant"] == crit_team
+
+
+async def test_a_stream_preempted_before_its_first_byte_gets_a_retryable_503(
+    tmp_path: Path,
+) -> None:
+    """The engine has one slot and the pool two: the first batch stream runs, the second waits
+    in the engine with nothing sent. A critical request queues and cancels the second (the
+    one that sent the least): its client gets a 503 ``preempted_in_flight`` with
+    ``Retry-After`` instead of a stream, nothing is billed as output, the engine drops the
+    waiting request, and the running stream is left alone."""
+    sim = SimConfig(decode_ms_per_step=5.0, output_len=200, max_num_seqs=1)
+    outcomes = Outcomes()
+    async with running_sim(sim) as url:
+        dep = {"model": "tiny", "api_base": f"{url}/v1", "max_num_seqs": 2}
+        config = GatewayConfig.model_validate(
+            {
+                "models": [{"alias": "tiny", "deployments": [dep]}],
+                "health": {"probe_interval_s": 30},
+                "scheduling": {"preempt_streams_for_claims": "lower_band"},
+            }
+        )
+        settings = Settings(master_key=MASTER, data_dir=tmp_path, watch_config=False)
+        runner = web.AppRunner(
+            create_app(settings, config, extra=[StageFeature(outcomes)]), handler_cancellation=True
+        )
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            async with aiohttp.ClientSession() as session:
+                gw = Gateway(f"http://127.0.0.1:{runner.addresses[0][1]}", runner.app, session)
+                _, _, batch = await gw.team_and_key("etl", tags={"priority": "batch"})
+                _, _, crit = await gw.team_and_key("oncall", tags={"priority": "critical"})
+                running = asyncio.create_task(_stream(gw, batch))
+                await asyncio.sleep(0.2)  # it holds the engine's slot
+                body = {
+                    "model": "tiny",
+                    "messages": [{"role": "user", "content": "wait"}],
+                    "max_tokens": 50,
+                    "stream": True,
+                }
+                headers = {"Authorization": f"Bearer {batch}"}
+                waiting = asyncio.create_task(
+                    session.post(f"{gw.url}/v1/chat/completions", json=body, headers=headers)
+                )
+                await asyncio.sleep(0.2)  # admitted by the pool, waiting in the engine
+                status, _, answer = await gw.chat(crit, max_tokens=4)
+                cut = await asyncio.wait_for(waiting, 10)
+                cut_body = await cut.json()
+                events = await asyncio.wait_for(running, 10)
+                async with session.get(f"{url}/sim/stats") as r:
+                    stats = await r.json()
+        finally:
+            await runner.cleanup()
+    assert status == 200, answer
+    assert cut.status == 503 and cut.headers.get("Retry-After")
+    assert cut_body["error"]["code"] == "preempted_in_flight"
+    assert events[-1] == "[DONE]" and "error" not in events[-2]  # the running one went on
+    assert len([e for e in events if isinstance(e, dict) and e.get("choices")]) >= 400
+    assert stats["requests_cancelled"] == 1
+    refused = [o for _, o in outcomes.seen if o.status == 503]
+    assert len(refused) == 1 and refused[0].completion_tokens == 0

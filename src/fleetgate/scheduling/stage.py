@@ -13,13 +13,15 @@ admitted with: the fallback is the dispatcher's business, within one admission.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
+from fleetgate.errors import FleetgateError
 from fleetgate.hooks import FilterResult, GatewayRequest, Outcome
 from fleetgate.routing.deployment import Deployment
 from fleetgate.scheduling.pool import Pool, Running
@@ -85,6 +87,20 @@ class PriorityHook:
         return contextlib.nullcontext()
 
 
+def _aborter(req: GatewayRequest, task: asyncio.Task[Any]) -> Callable[[FleetgateError], None]:
+    """Ends ``req`` at once with an error: its task is cancelled, and the relay (or, before the
+    first byte, the route) turns the cancellation into ``error`` (`GatewayRequest.interrupt`);
+    leaving the dispatch block closes the upstream response, which aborts the engine's
+    request and frees its slot."""
+
+    def abort(error: FleetgateError) -> None:
+        if req.interrupt is None and not task.done():
+            req.interrupt = error
+            task.cancel()
+
+    return abort
+
+
 class SchedulingStage:
     name = "scheduling"
 
@@ -106,6 +122,9 @@ class SchedulingStage:
         if running.cancellable:
             if req.stream:
                 req.stream_filters.append(PreemptibleStream(running))
+                task = asyncio.current_task()
+                if task is not None:
+                    running.abort = _aborter(req, task)
             else:
                 running.cancellable = False  # a whole response: nothing to end it cleanly with
         req.state[_STATE] = _Admission(pool, running, time.perf_counter())
