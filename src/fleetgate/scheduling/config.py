@@ -8,7 +8,7 @@ Example (YAML)::
           - {model: m, api_base: http://10.0.0.5:8000/v1, max_num_seqs: 64, priority: true}
     scheduling:
       default_band: interactive
-      critical_reserve: 0.1            # a tenth of each pool's slots: `critical` and guarantees only
+      critical_reserve: 0.1        # a tenth of each pool's slots: `critical` and guarantees only
       max_wait_s: {critical: 30, interactive: 10, batch: 300, sheddable: 5}
       teams:
         team-7f3a: {band: critical, weight: 2}

@@ -35,14 +35,14 @@ class Running:
 
     policy: RequestPolicy
     outcome: Any  # its `fleetgate.hooks.Outcome` (``relayed``: chunks sent so far)
-    cancellable: bool  # a stream whose relay checks ``cancel`` at each chunk
+    cancellable: bool  # a stream a starved request or a claim may end (`abort`)
     seq: int
     within: bool  # admitted within its team's nominal quota or guarantee
     charged: int = 0  # output tokens charged to the fair share (and rates) so far
     cancel: FleetgateError | None = field(default=None, repr=False)  # set: end it with this
     cancel_at: float = 0.0
     # Ends the request now with the error (the stage cancels its task; see
-    # `GatewayRequest.interrupt`); None: it ends at its next chunk (`PreemptibleStream`).
+    # `GatewayRequest.interrupt`); None outside a request (unit tests call `finish`).
     abort: Callable[[FleetgateError], None] | None = field(default=None, repr=False)
 
 

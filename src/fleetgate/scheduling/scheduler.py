@@ -436,8 +436,8 @@ class Scheduler:
             self._cancel(pool, victim, claimant, now)
 
     def _cancel(self, pool: Pool, victim: Running, by: RequestPolicy, now: float) -> None:
-        """End ``victim``'s stream at its next chunk with a retryable error (`PreemptibleStream`),
-        for ``by``; counted and logged."""
+        """End ``victim``'s request now with a retryable error (`Running.abort`), for ``by``;
+        counted and logged."""
         why = "a higher band" if victim.policy.rank > by.rank else "the owner of its share"
         victim.cancel = Overloaded(
             f"This stream was cancelled to make room in '{pool.name}' for {why}; it is billed "

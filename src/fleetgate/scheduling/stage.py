@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetgate.errors import FleetgateError
-from fleetgate.hooks import FilterResult, GatewayRequest, Outcome
+from fleetgate.hooks import GatewayRequest, Outcome
 from fleetgate.routing.deployment import Deployment
 from fleetgate.scheduling.pool import Pool, Running
 from fleetgate.scheduling.scheduler import Scheduler
@@ -37,26 +37,6 @@ class _Admission:
     pool: Pool
     running: Running
     at: float  # time.perf_counter() when admitted
-
-
-class PreemptibleStream:
-    """A stream filter that ends the stream with the scheduler's error once it cancelled the
-    request (`Running.cancel`): the relay writes it into the stream (a clean, retryable end)
-    and the request is billed for the chunks it relayed. Checked at each chunk."""
-
-    __slots__ = ("running",)
-
-    def __init__(self, running: Running) -> None:
-        self.running = running
-
-    async def feed(self, chunk: dict[str, Any]) -> FilterResult:
-        cancel = self.running.cancel
-        if cancel is not None:
-            raise cancel
-        return FilterResult([chunk])
-
-    async def finish(self) -> FilterResult:
-        return FilterResult([])
 
 
 def engine_priority(rank: int, guaranteed: bool) -> int:
@@ -120,11 +100,9 @@ class SchedulingStage:
             req.response_headers["x-fleetgate-queue-ms"] = f"{waited * 1000:.1f}"
         running = scheduler.started(pool, policy, req.outcome, reclaim)
         if running.cancellable:
-            if req.stream:
-                req.stream_filters.append(PreemptibleStream(running))
-                task = asyncio.current_task()
-                if task is not None:
-                    running.abort = _aborter(req, task)
+            task = asyncio.current_task()
+            if req.stream and task is not None:  # the relay keeps its byte-for-byte fast path
+                running.abort = _aborter(req, task)
             else:
                 running.cancellable = False  # a whole response: nothing to end it cleanly with
         req.state[_STATE] = _Admission(pool, running, time.perf_counter())
