@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol
@@ -251,6 +251,11 @@ class GatewayRequest:
     # preempting it): the relay ends the stream with this error, or, before the first byte,
     # the route answers it, instead of treating the cancellation as a client disconnect.
     interrupt: FleetgateError | None = None
+    # Set by a stage whose interrupt may be undone before the first byte (the scheduler's
+    # admission): awaited by the route, it puts the request back through that stage (it may
+    # raise, e.g. shed from the queue); the route then dispatches it again. None: the client
+    # gets the interrupt's error.
+    requeue: Callable[[], Awaitable[None]] | None = None
 
 
 class Stage(Protocol):

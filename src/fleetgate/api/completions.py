@@ -274,13 +274,17 @@ async def _dispatch(
 
     if trace is not None:
         trace.routing_started(req.alias)
-    try:
-        return await _dispatch_upstream(request, gw, req, build, timeouts)
-    except asyncio.CancelledError:
-        interrupt = interrupted(req)  # preempted before its first byte: a retryable error
-        if interrupt is None:
-            raise
-        raise interrupt from None
+    while True:
+        try:
+            return await _dispatch_upstream(request, gw, req, build, timeouts)
+        except asyncio.CancelledError:
+            interrupt = interrupted(req)  # preempted before its first byte
+            if interrupt is None:
+                raise
+            requeue, req.interrupt = req.requeue, None
+            if requeue is None:
+                raise interrupt from None
+        await requeue()  # back in the admission queue; then dispatched again
 
 
 async def _dispatch_upstream(

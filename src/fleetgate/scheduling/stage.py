@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -24,6 +25,7 @@ from typing import Any
 from fleetgate.errors import FleetgateError
 from fleetgate.hooks import GatewayRequest, Outcome
 from fleetgate.routing.deployment import Deployment
+from fleetgate.scheduling.policy import RequestPolicy
 from fleetgate.scheduling.pool import Pool, Running
 from fleetgate.scheduling.scheduler import Scheduler
 
@@ -93,21 +95,41 @@ class SchedulingStage:
         if pool is None:
             return
         policy = scheduler.policies.of(req.principal, req.headers)
+        reclaim = await self._admit(req, pool, policy, req.prompt_tokens)
+        if pool.takes_priority:
+            req.dispatch_hooks.append(PriorityHook(engine_priority(policy.rank, reclaim)))
+
+    async def _admit(
+        self, req: GatewayRequest, pool: Pool, policy: RequestPolicy, tokens: int
+    ) -> bool:
+        """Admit ``req`` (at once or after the queue) and track it; True when it is a claim
+        within its team's guarantee or nominal quota."""
+        scheduler = self.scheduler
         reclaim = scheduler.within(pool, policy)
-        if not scheduler.try_admit(pool, policy, req.prompt_tokens):
+        if not scheduler.try_admit(pool, policy, tokens):
             elapsed = time.perf_counter() - req.started
-            waited = await scheduler.wait(pool, policy, req.prompt_tokens, elapsed)
+            waited = await scheduler.wait(pool, policy, tokens, elapsed)
             req.response_headers["x-fleetgate-queue-ms"] = f"{waited * 1000:.1f}"
         running = scheduler.started(pool, policy, req.outcome, reclaim)
         if running.cancellable:
             task = asyncio.current_task()
             if req.stream and task is not None:  # the relay keeps its byte-for-byte fast path
                 running.abort = _aborter(req, task)
+                req.requeue = functools.partial(self._requeue, req, policy)
             else:
                 running.cancellable = False  # a whole response: nothing to end it cleanly with
         req.state[_STATE] = _Admission(pool, running, time.perf_counter())
-        if pool.takes_priority:
-            req.dispatch_hooks.append(PriorityHook(engine_priority(policy.rank, reclaim)))
+        return reclaim
+
+    async def _requeue(self, req: GatewayRequest, policy: RequestPolicy) -> None:
+        """``req`` was cancelled before its first byte (`GatewayRequest.requeue`): it gives its
+        slot up and goes back through admission (its prompt is not charged twice)."""
+        admission: _Admission | None = req.state.pop(_STATE, None)
+        if admission is None:
+            return
+        self.scheduler.finish(admission.pool, admission.running, 0, None)
+        req.requeue = None
+        await self._admit(req, admission.pool, policy, 0)
 
     def after(self, req: GatewayRequest, outcome: Outcome) -> None:
         admission: _Admission | None = req.state.pop(_STATE, None)
