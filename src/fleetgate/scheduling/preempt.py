@@ -3,15 +3,16 @@
 A *claim* is a request of the `critical` band, or one within its team's ``guaranteed``
 requests in flight or its nominal quota. vLLM v1 never preempts a running sequence to give a
 slot to a more important one, so a claim that takes the pool over its limit would wait in the
-engine for a stream to end; the scheduler instead cancels one stream that has no claim (the
-client gets a retryable in-stream error and is billed for what it received, and the upstream
-request is aborted, which frees the engine's slot).
+engine for a stream to end; the scheduler instead cancels one stream that has no claim: the
+upstream request is aborted, which frees the engine's slot, and the client gets a retryable
+in-stream error and is billed for what it received (or, before its first byte, the request
+is requeued).
 
 Example::
 
     victim = claim_victim(pool, critical_policy, borrowers=False)
     if victim is not None:
-        ...  # the scheduler sets victim.cancel; the stream ends at its next chunk
+        ...  # the scheduler cancels it: victim.abort(error) ends the request now
 """
 
 from __future__ import annotations
