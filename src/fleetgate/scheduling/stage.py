@@ -95,22 +95,25 @@ class SchedulingStage:
         if pool is None:
             return
         policy = scheduler.policies.of(req.principal, req.headers)
-        reclaim = await self._admit(req, pool, policy, req.prompt_tokens)
+        reclaim = scheduler.within(pool, policy)
+        if not scheduler.try_admit(pool, policy, req.prompt_tokens):
+            await self._queue(req, pool, policy, req.prompt_tokens)
+        self._start(req, pool, policy, reclaim)
         if pool.takes_priority:
             req.dispatch_hooks.append(PriorityHook(engine_priority(policy.rank, reclaim)))
 
-    async def _admit(
+    async def _queue(
         self, req: GatewayRequest, pool: Pool, policy: RequestPolicy, tokens: int
-    ) -> bool:
-        """Admit ``req`` (at once or after the queue) and track it; True when it is a claim
-        within its team's guarantee or nominal quota."""
-        scheduler = self.scheduler
-        reclaim = scheduler.within(pool, policy)
-        if not scheduler.try_admit(pool, policy, tokens):
-            elapsed = time.perf_counter() - req.started
-            waited = await scheduler.wait(pool, policy, tokens, elapsed)
-            req.response_headers["x-fleetgate-queue-ms"] = f"{waited * 1000:.1f}"
-        running = scheduler.started(pool, policy, req.outcome, reclaim)
+    ) -> None:
+        elapsed = time.perf_counter() - req.started
+        waited = await self.scheduler.wait(pool, policy, tokens, elapsed)
+        req.response_headers["x-fleetgate-queue-ms"] = f"{waited * 1000:.1f}"
+
+    def _start(self, req: GatewayRequest, pool: Pool, policy: RequestPolicy, reclaim: bool) -> None:
+        """Track the admitted request until `after` (``reclaim``: it is a claim within its
+        team's guarantee or nominal quota); a stream may be cancelled at once (`_aborter`)
+        and, before its first byte, requeued (`_requeue`)."""
+        running = self.scheduler.started(pool, policy, req.outcome, reclaim)
         if running.cancellable:
             task = asyncio.current_task()
             if req.stream and task is not None:  # the relay keeps its byte-for-byte fast path
@@ -119,7 +122,6 @@ class SchedulingStage:
             else:
                 running.cancellable = False  # a whole response: nothing to end it cleanly with
         req.state[_STATE] = _Admission(pool, running, time.perf_counter())
-        return reclaim
 
     async def _requeue(self, req: GatewayRequest, policy: RequestPolicy) -> None:
         """``req`` was cancelled before its first byte (`GatewayRequest.requeue`): it gives its
@@ -127,9 +129,13 @@ class SchedulingStage:
         admission: _Admission | None = req.state.pop(_STATE, None)
         if admission is None:
             return
-        self.scheduler.finish(admission.pool, admission.running, 0, None)
+        scheduler, pool = self.scheduler, admission.pool
+        scheduler.finish(pool, admission.running, 0, None)
         req.requeue = None
-        await self._admit(req, admission.pool, policy, 0)
+        reclaim = scheduler.within(pool, policy)
+        if not scheduler.try_admit(pool, policy, 0):
+            await self._queue(req, pool, policy, 0)
+        self._start(req, pool, policy, reclaim)
 
     def after(self, req: GatewayRequest, outcome: Outcome) -> None:
         admission: _Admission | None = req.state.pop(_STATE, None)
