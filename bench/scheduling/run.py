@@ -17,7 +17,10 @@ so it is first come first served): it takes waiting requests by priority but nev
 running one for a slot (``--engine-preempts``: vLLM V0's policy, which does). In ``fair`` the
 pool's ``max_num_seqs`` is the engine's (``--pool-seqs``), ``priority: true``,
 ``queue_pacing`` (``--queue-pacing``, default 1.25) and ``critical_reserve``
-(``--critical-reserve``, default 0). Each TTFT is split into the gateway's and the engine's
+(``--critical-reserve``, default 0); ``--fair-config`` adds any other ``scheduling:`` field
+(JSON, e.g. ``{"critical_reserve_hold_s": 5, "preempt_streams_for_claims": "borrowers"}``).
+A stream ended with an error event (cancelled by the scheduler) is counted as ``cut``.
+Each TTFT is split into the gateway's and the engine's
 parts (``breakdown.py``, from the simulator's ``GET /sim/timings``).
 - ``backlog``: two teams of equal weight both backlogged, A with 3x B's outstanding requests.
   The tokens served to each (prompt + output, from the stream's usage, counted as requests
