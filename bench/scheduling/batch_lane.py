@@ -150,7 +150,7 @@ async def main() -> int:
     p.add_argument("--lines", type=int, default=1000)
     p.add_argument("--duration", type=float, default=20.0, help="interactive alone, seconds")
     p.add_argument("--rate", type=float, default=2.0)
-    p.add_argument("--concurrency", type=int, default=8, help="batches.concurrency")
+    p.add_argument("--concurrency", type=int, default=4, help="batches.concurrency")
     p.add_argument("--max-num-seqs", type=int, default=24)
     p.add_argument("--decode-ms", type=float, default=20.0)
     p.add_argument("--max-batch-s", type=float, default=240.0)

@@ -31,6 +31,7 @@ class Sample:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     request_id: str | None = None  # the gateway's x-request-id (joins the engine's timings)
+    cut: bool = False  # the stream ended with an error event (e.g. preempted_in_flight)
 
 
 def _body() -> dict[str, object]:
@@ -67,6 +68,8 @@ async def stream_one(
                 async for line in resp.content:
                     if not line.startswith(b"data: {"):
                         continue
+                    if line.startswith(b'data: {"error"'):
+                        sample.cut = True
                     if sample.ttft is None and b'"content":"' in line:
                         sample.ttft = time.monotonic() - sent
                     if b'"usage":{' in line:

@@ -71,6 +71,8 @@ def _flood(runs: list[dict[str, Any]]) -> list[str]:
         *_generated(runs, "; target >= 95%"),
         f"| A refused (429/503) | {_med(runs, 'fifo.a_flood.refused')} | "
         f"{_med(runs, 'fair.a_flood.refused')} |",
+        f"| A streams cut (preempted) | {_med(runs, 'fifo.a_flood.cut')} | "
+        f"{_med(runs, 'fair.a_flood.cut')} |",
         "",
     ]
 
@@ -92,6 +94,8 @@ def _critical(runs: list[dict[str, Any]]) -> list[str]:
         f"{_med(runs, 'fifo.output_tokens_per_s')} | "
         f"{_med(runs, 'fair.output_tokens_per_s')} ({tput:.1%} of fifo; {tputs}) |",
         *_generated(runs, ""),
+        f"| batch streams cut (preempted) | {_med(runs, 'fifo.batch_flood.cut')} | "
+        f"{_med(runs, 'fair.batch_flood.cut')} |",
         "",
     ]
 
@@ -119,6 +123,7 @@ def markdown(
     guaranteed: int,
     reserve: float,
     pacing: float | None,
+    extra: dict[str, Any] | None = None,
 ) -> str:
     runs = max((len(v) for v in results.values()), default=0)
     lines = [
@@ -135,7 +140,9 @@ def markdown(
         f"the same run). B and the critical team send {rate:g} req/s (Poisson) and have "
         f"`guaranteed: {guaranteed}` in `fair`; `fair` has `critical_reserve: {reserve:g}` "
         f"({int(e.max_num_seqs * reserve)} slots kept for the critical band and guarantees)"
-        + (f" and `queue_pacing: {pacing:g}`. " if pacing else ", no `queue_pacing`. ")
+        + (f" and `queue_pacing: {pacing:g}`" if pacing else ", no `queue_pacing`")
+        + "".join(f", `{k}: {v}`" for k, v in (extra or {}).items())
+        + ". "
         + "`fifo`: the gateway without the scheduler.",
         "",
     ]

@@ -17,7 +17,10 @@ so it is first come first served): it takes waiting requests by priority but nev
 running one for a slot (``--engine-preempts``: vLLM V0's policy, which does). In ``fair`` the
 pool's ``max_num_seqs`` is the engine's (``--pool-seqs``), ``priority: true``,
 ``queue_pacing`` (``--queue-pacing``, default 1.25) and ``critical_reserve``
-(``--critical-reserve``, default 0). Each TTFT is split into the gateway's and the engine's
+(``--critical-reserve``, default 0); ``--fair-config`` adds any other ``scheduling:`` field
+(JSON, e.g. ``{"critical_reserve_hold_s": 5, "preempt_streams_for_claims": "borrowers"}``).
+A stream ended with an error event (cancelled by the scheduler) is counted as ``cut``.
+Each TTFT is split into the gateway's and the engine's
 parts (``breakdown.py``, from the simulator's ``GET /sim/timings``).
 - ``backlog``: two teams of equal weight both backlogged, A with 3x B's outstanding requests.
   The tokens served to each (prompt + output, from the stream's usage, counted as requests
@@ -61,6 +64,7 @@ class Args:
     critical_reserve: float
     queue_pacing: float | None
     pool_seqs: int | None  # the pool's max_num_seqs in ``fair`` (None: the engine's)
+    extra: dict[str, Any]  # more of the ``scheduling:`` section in ``fair`` (--fair-config)
     engine: Engine
     tmp: Path
     results: dict[str, Any] = field(default_factory=dict)
@@ -77,6 +81,7 @@ def _summary(samples: list[Sample], team: str) -> dict[str, Any]:
         "requests": sum(1 for s in samples if s.team == team),
         "ok": len(ttft),
         "refused": sum(1 for s in samples if s.team == team and s.status in (429, 503)),
+        "cut": sum(1 for s in samples if s.team == team and s.cut),
         "ttft_p50_ms": round(pct(ttft, 0.5) * 1000, 1),
         "ttft_p95_ms": round(pct(ttft, 0.95) * 1000, 1),
         "ttft_max_ms": round(max(ttft, default=float("nan")) * 1000, 1),
@@ -136,7 +141,7 @@ async def flood(a: Args, mode: str) -> dict[str, Any]:
             team_a, key_a = gw.team_key("flooder")
             team_b, key_b = gw.team_key("steady")
             gw.apply({"enabled": mode == "fair", "critical_reserve": a.critical_reserve,
-                      "queue_pacing": a.queue_pacing,
+                      "queue_pacing": a.queue_pacing, **a.extra,
                       "teams": {team_b: {"guaranteed": a.guaranteed}}})  # fmt: skip
             alone, _ = await _phase(gw, [_poisson(gw.url, "B", key_b, a.rate, 1)], a.duration)
             split_alone = breakdown(alone, engine_timings(sim), "B", seqs)
@@ -167,7 +172,7 @@ async def critical(a: Args, mode: str) -> dict[str, Any]:
             team_c, key_c = gw.team_key("oncall", {"priority": "critical"})
             _, key_d = gw.team_key("etl", {"priority": "batch"})
             gw.apply({"enabled": mode == "fair", "critical_reserve": a.critical_reserve,
-                      "queue_pacing": a.queue_pacing,
+                      "queue_pacing": a.queue_pacing, **a.extra,
                       "teams": {team_c: {"guaranteed": a.guaranteed}}})  # fmt: skip
             seqs = a.engine.max_num_seqs
             solo, _ = await _phase(gw, [_poisson(gw.url, "C", key_c, a.rate, 3)], a.duration)
@@ -283,6 +288,12 @@ async def main() -> int:
     p.add_argument("--engine-preempts", action="store_true", help="vLLM V0's priority policy")
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
     p.add_argument("--queue-pacing", type=float, default=1.25, help="fair: queue_pacing (0: off)")
+    p.add_argument(
+        "--fair-config",
+        type=json.loads,
+        default={},
+        help='fair: more scheduling fields, JSON (e.g. {"critical_reserve_hold_s": 5})',
+    )
     p.add_argument("--runs", type=int, default=1, help="repeat each scenario (medians)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--write-docs", action="store_true")
@@ -291,7 +302,7 @@ async def main() -> int:
     duration = min(max(ns.duration, 2.0), 120.0)
     with tempfile.TemporaryDirectory(prefix="fg-bench-sched-") as tmp:
         a = Args(duration, ns.rate, ns.guaranteed, ns.critical_reserve, ns.queue_pacing or None,
-                 ns.pool_seqs,
+                 ns.pool_seqs, ns.fair_config,
                  Engine(max_num_seqs=ns.max_num_seqs, decode_ms_per_step=ns.decode_ms,
                         preempt_for_priority=ns.engine_preempts),
                  Path(tmp))  # fmt: skip
@@ -308,7 +319,7 @@ async def main() -> int:
                 if ns.json is not None:
                     ns.json.write_text(json.dumps(a.results, indent=2))
     text = markdown(a.results, a.engine, a.duration, a.rate, a.guaranteed, a.critical_reserve,
-                    a.queue_pacing)  # fmt: skip
+                    a.queue_pacing, a.extra)  # fmt: skip
     print(text)
     if ns.write_docs:
         _write_docs(text)

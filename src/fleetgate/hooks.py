@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol
@@ -247,6 +247,15 @@ class GatewayRequest:
     # cache hit): the route replays it, streamed or not, through the filters and the wire.
     answer: dict[str, Any] | None = None
     outcome: Outcome = field(default_factory=Outcome)
+    # Set by a stage just before it cancels the request's task on purpose (the scheduler
+    # preempting it): the relay ends the stream with this error, or, before the first byte,
+    # the route answers it, instead of treating the cancellation as a client disconnect.
+    interrupt: FleetgateError | None = None
+    # Set by a stage whose interrupt may be undone before the first byte (the scheduler's
+    # admission): awaited by the route, it puts the request back through that stage (it may
+    # raise, e.g. shed from the queue); the route then dispatches it again. None: the client
+    # gets the interrupt's error.
+    requeue: Callable[[], Awaitable[None]] | None = None
 
 
 class Stage(Protocol):

@@ -34,6 +34,7 @@ def scheduler_with_pool(
     table: Any = NoRoutes()
     scheduler = Scheduler(section, lambda: table, SchedulingMetrics(registry), clock=clock)
     pool = scheduler.pools["p"] = Pool("p", capacity, reserve)
+    pool.hold_reserve(clock(), section.critical_reserve_hold_s)  # as `Scheduler.pool` does
     return scheduler, pool, registry
 
 

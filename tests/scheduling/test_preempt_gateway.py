@@ -183,3 +183,113 @@ async def test_an_owner_reclaims_its_quota_from_a_borrower_over_http(tmp_path: P
     assert done[2] == "a" and done[:5].count("a") == 2, done
     admitted = {d["tenant"]: d["admission"]["quota"] for d in found["data"]}
     assert set(admitted) == {team_a, team_b}
+
+
+async def test_a_critical_claim_cancels_a_batch_stream_and_the_engine_frees_its_slot(
+    tmp_path: Path,
+) -> None:
+    """``preempt_streams_for_claims``: the engine has one slot, held by a batch stream. A
+    critical request queues in the gateway and at once (no starvation wait) cancels the
+    stream: its client gets the retryable error, its outcome is billed for what it received,
+    and the gateway's closing of the upstream stream aborts the request in the engine, whose
+    slot the critical request then runs in."""
+    sim = SimConfig(decode_ms_per_step=5.0, output_len=400, max_num_seqs=1)
+    outcomes = Outcomes()
+    async with running_sim(sim) as url:
+        dep = {"model": "tiny", "api_base": f"{url}/v1", "max_num_seqs": 1}
+        config = GatewayConfig.model_validate(
+            {
+                "models": [{"alias": "tiny", "deployments": [dep]}],
+                "health": {"probe_interval_s": 30},
+                "scheduling": {"preempt_streams_for_claims": "lower_band"},
+            }
+        )
+        settings = Settings(master_key=MASTER, data_dir=tmp_path, watch_config=False)
+        runner = web.AppRunner(
+            create_app(settings, config, extra=[StageFeature(outcomes)]), handler_cancellation=True
+        )
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            async with aiohttp.ClientSession() as session:
+                gw = Gateway(f"http://127.0.0.1:{runner.addresses[0][1]}", runner.app, session)
+                batch_team, _, batch = await gw.team_and_key("etl", tags={"priority": "batch"})
+                crit_team, _, crit = await gw.team_and_key("oncall", tags={"priority": "critical"})
+                stream = asyncio.create_task(_stream(gw, batch))
+                await asyncio.sleep(0.3)  # the stream holds the engine's one slot
+                status, _, answer = await gw.chat(crit, max_tokens=4)
+                events = await asyncio.wait_for(stream, 10)
+                async with session.get(f"{url}/sim/stats") as r:
+                    stats = await r.json()
+                _, found = await gw.admin("GET", "/admin/routing/decisions?alias=tiny&limit=50")
+        finally:
+            await runner.cleanup()
+    assert status == 200, answer
+    assert events[-1] == "[DONE]"
+    assert events[-2]["error"]["code"] == "preempted_in_flight"
+    content = [e for e in events[:-2] if e.get("choices")]
+    assert 0 < len(content) < 400
+    assert stats["requests_cancelled"] == 1  # the engine aborted the cut stream
+    billed = {team: o for team, o in outcomes.seen}
+    assert billed[batch_team].status == 503
+    assert billed[batch_team].completion_tokens == len(content)
+    assert billed[crit_team].status == 200 and billed[crit_team].completion_tokens == 4
+    reasons = {d["reason"]: d for d in found["data"] if d["strategy"] == "scheduling"}
+    assert reasons["preempted_in_flight"]["tenant"] == batch_team
+    assert reasons["admitted"]["tenant"] == crit_team
+
+
+async def test_a_stream_preempted_before_its_first_byte_is_requeued_transparently(
+    tmp_path: Path,
+) -> None:
+    """The engine has one slot and the pool two: the first batch stream runs, the second waits
+    in the engine with nothing sent. A critical request queues and cancels the second (the
+    one that sent the least): the engine drops it, and since its client has had no byte it
+    goes back to the gateway's queue instead of failing, and is answered in full once a slot
+    frees (after the critical request). The running stream is left alone."""
+    sim = SimConfig(decode_ms_per_step=5.0, output_len=200, max_num_seqs=1)
+    outcomes = Outcomes()
+    async with running_sim(sim) as url:
+        dep = {"model": "tiny", "api_base": f"{url}/v1", "max_num_seqs": 2}
+        config = GatewayConfig.model_validate(
+            {
+                "models": [{"alias": "tiny", "deployments": [dep]}],
+                "health": {"probe_interval_s": 30},
+                "scheduling": {"preempt_streams_for_claims": "lower_band"},
+            }
+        )
+        settings = Settings(master_key=MASTER, data_dir=tmp_path, watch_config=False)
+        runner = web.AppRunner(
+            create_app(settings, config, extra=[StageFeature(outcomes)]), handler_cancellation=True
+        )
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            async with aiohttp.ClientSession() as session:
+                gw = Gateway(f"http://127.0.0.1:{runner.addresses[0][1]}", runner.app, session)
+                batch_team, _, batch = await gw.team_and_key("etl", tags={"priority": "batch"})
+                crit_team, _, crit = await gw.team_and_key("oncall", tags={"priority": "critical"})
+                running = asyncio.create_task(_stream(gw, batch))
+                await asyncio.sleep(0.2)  # it holds the engine's slot
+                waiting = asyncio.create_task(_stream(gw, batch))
+                await asyncio.sleep(0.2)  # admitted by the pool, waiting in the engine
+                status, _, answer = await gw.chat(crit, max_tokens=4)
+                requeued = await asyncio.wait_for(waiting, 20)
+                events = await asyncio.wait_for(running, 10)
+                async with session.get(f"{url}/sim/stats") as r:
+                    stats = await r.json()
+                _, found = await gw.admin("GET", "/admin/routing/decisions?alias=tiny&limit=50")
+        finally:
+            await runner.cleanup()
+    assert status == 200, answer
+    for stream in (events, requeued):  # both complete, neither saw an error
+        assert stream[-1] == "[DONE]" and all("error" not in e for e in stream[:-1])
+        assert len([e for e in stream[:-1] if e.get("choices")]) >= 400
+    assert stats["requests_cancelled"] == 1  # the engine dropped the waiting one once
+    assert [o.status for _, o in outcomes.seen] == [200, 200, 200]  # billed once each
+    assert {t for t, _ in outcomes.seen} == {batch_team, crit_team}
+    reasons = [(d["reason"], d["tenant"]) for d in found["data"] if d["strategy"] == "scheduling"]
+    assert ("preempted_in_flight", batch_team) in reasons  # cancelled, then queued again
+    assert ("admitted", batch_team) in reasons

@@ -7,6 +7,7 @@ outcome through all of it.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,7 @@ from pydantic import BaseModel
 
 from fleetgate.api.capture import ResponseCapture, response_text
 from fleetgate.api.exchange import record_exchange
-from fleetgate.api.relay import relay_stream
+from fleetgate.api.relay import interrupted, relay_stream
 from fleetgate.api.replay import replay_answer
 from fleetgate.api.schemas import (
     ChatCompletionRequest,
@@ -26,6 +27,7 @@ from fleetgate.api.schemas import (
     validate_request,
 )
 from fleetgate.api.state import GATEWAY, GatewayState
+from fleetgate.config.schema import TimeoutConfig
 from fleetgate.errors import FleetgateError, InvalidRequest, UpstreamBadResponse
 from fleetgate.hooks import GatewayRequest, ResponseWire, StageRun
 from fleetgate.http.body import read_json
@@ -272,6 +274,28 @@ async def _dispatch(
 
     if trace is not None:
         trace.routing_started(req.alias)
+    while True:
+        try:
+            return await _dispatch_upstream(request, gw, req, build, timeouts)
+        except asyncio.CancelledError:
+            interrupt = interrupted(req)  # preempted before its first byte
+            if interrupt is None:
+                raise
+            requeue, req.interrupt = req.requeue, None
+            if requeue is None:
+                raise interrupt from None
+        await requeue()  # back in the admission queue; then dispatched again
+
+
+async def _dispatch_upstream(
+    request: web.Request | None,
+    gw: GatewayState,
+    req: GatewayRequest,
+    build: Callable[[Pick], UpstreamCall],
+    timeouts: TimeoutConfig,
+) -> web.StreamResponse:
+    out = req.outcome
+    stream = req.stream
     async with gw.dispatcher.dispatch(gw.tables.table, req, build) as dispatch:
         out.served_by(dispatch.deployment)
         out.attempts = dispatch.attempts

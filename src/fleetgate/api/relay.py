@@ -23,11 +23,22 @@ from fleetgate.hooks import GatewayRequest, Outcome, StreamEncoder, StreamFilter
 from fleetgate.routing.dispatch import Dispatch
 from fleetgate.telemetry.metrics import GatewayMetrics
 
-__all__ = ["OpenAIStreamEncoder", "relay_stream", "sse_headers"]
+__all__ = ["OpenAIStreamEncoder", "interrupted", "relay_stream", "sse_headers"]
 
 _DONE = b"data: [DONE]"
 _USAGE_MARKERS = (b'"usage":{', b'"usage": {')
 _EMPTY_CHOICES = (b'"choices":[]', b'"choices": []')
+
+
+def interrupted(req: GatewayRequest) -> FleetgateError | None:
+    """In an ``except asyncio.CancelledError``: the error a stage cancelled ``req``'s task with
+    on purpose (`GatewayRequest.interrupt`), with the cancellation taken back; None when
+    something else cancelled it too (the client went away, shutdown): then it must propagate."""
+    interrupt = req.interrupt
+    task = asyncio.current_task()
+    if interrupt is None or task is None or task.uncancel() > 0:
+        return None
+    return interrupt
 
 
 def sse_headers(dispatch: Dispatch, req: GatewayRequest) -> dict[str, str]:
@@ -128,9 +139,13 @@ async def relay_stream(
                 await _relay_bytes(resp, dispatch, out, metrics, req.want_usage, idle)
         await resp.write_eof()
     except asyncio.CancelledError:
-        out.status, out.error_type = 499, "client_disconnected"
-        metrics.client_disconnects.labels(out.alias).inc()
-        raise
+        interrupt = interrupted(req)
+        if interrupt is None:
+            out.status, out.error_type = 499, "client_disconnected"
+            metrics.client_disconnects.labels(out.alias).inc()
+            raise
+        out.status, out.error_type = interrupt.status, interrupt.type
+        await _write_error(resp, interrupt, encoder or _encoder(req))
     except (ConnectionResetError, ConnectionError):
         out.status, out.error_type = 499, "client_disconnected"
         metrics.client_disconnects.labels(out.alias).inc()

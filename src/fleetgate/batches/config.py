@@ -6,7 +6,7 @@ Example (YAML)::
       max_file_bytes: 16777216      # one uploaded JSONL file
       max_lines: 50000              # requests in one batch
       max_in_progress_per_team: 4   # batches validating, in progress or cancelling
-      concurrency: 8                # lines of one batch in flight on a replica
+      concurrency: 4                # lines of one batch in flight on a replica
 
 A batch's lines run through the normal request path in the ``batch`` band, only while the
 alias's pool has idle capacity (`fleetgate.scheduling.scheduler.Scheduler.idle`).
@@ -28,7 +28,7 @@ class BatchesConfig(BaseModel):
     max_file_bytes: int = Field(16 * 1024 * 1024, gt=0)
     max_lines: int = Field(50_000, gt=0)
     max_in_progress_per_team: int = Field(4, gt=0)
-    concurrency: int = Field(8, gt=0, le=256)
+    concurrency: int = Field(4, gt=0, le=256)
     # How often a replica looks for batches to drive that it did not create (another's, a dead
     # replica's after its lease): a batch created or cancelled here is looked at at once.
     tick_s: float = Field(2.0, gt=0, le=60)

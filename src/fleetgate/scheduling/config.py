@@ -8,7 +8,7 @@ Example (YAML)::
           - {model: m, api_base: http://10.0.0.5:8000/v1, max_num_seqs: 64, priority: true}
     scheduling:
       default_band: interactive
-      critical_reserve: 0.1            # a tenth of each pool's slots: `critical` and guarantees only
+      critical_reserve: 0.1        # a tenth of each pool's slots: `critical` and guarantees only
       max_wait_s: {critical: 30, interactive: 10, batch: 300, sheddable: 5}
       teams:
         team-7f3a: {band: critical, weight: 2}
@@ -137,6 +137,9 @@ class SchedulingConfig(_Model):
     enabled: bool = True
     default_band: Band = "interactive"
     critical_reserve: float = Field(0.0, ge=0, lt=1)
+    # Hold the reserve only while a critical request arrived in the pool within this many
+    # seconds (others may use it otherwise); None: always held.
+    critical_reserve_hold_s: float | None = Field(None, gt=0, le=3600)
     max_queue: int = Field(1000, ge=0)  # per pool; a full queue evicts the newest lower band
     max_wait_s: BandWaits = BandWaits()
     high_water: HighWater = HighWater()
@@ -152,6 +155,11 @@ class SchedulingConfig(_Model):
     # Cancel lower-band streams in flight (or borrowers' streams, for an owner under its
     # nominal) when a queued request has been starved this long; None: never.
     preempt_in_flight_after_s: float | None = Field(None, ge=0)
+    # A request with a claim (the critical band, or within its team's guarantee or nominal
+    # quota) that starts over the pool's limit, or a critical one that has to queue, cancels
+    # one stream in flight without a claim: of a lower band (``lower_band``), or also, for a
+    # guarantee, a borrowing team's stream of its own band (``borrowers``); None: never.
+    preempt_streams_for_claims: Literal["lower_band", "borrowers"] | None = None
 
     @model_validator(mode="after")
     def _orgs_exist(self) -> SchedulingConfig:

@@ -35,12 +35,15 @@ class Running:
 
     policy: RequestPolicy
     outcome: Any  # its `fleetgate.hooks.Outcome` (``relayed``: chunks sent so far)
-    cancellable: bool  # a stream whose relay checks ``cancel`` at each chunk
+    cancellable: bool  # a stream a starved request or a claim may end (`abort`)
     seq: int
     within: bool  # admitted within its team's nominal quota or guarantee
     charged: int = 0  # output tokens charged to the fair share (and rates) so far
     cancel: FleetgateError | None = field(default=None, repr=False)  # set: end it with this
     cancel_at: float = 0.0
+    # Ends the request now with the error (the stage cancels its task; see
+    # `GatewayRequest.interrupt`); None outside a request (unit tests call `finish`).
+    abort: Callable[[FleetgateError], None] | None = field(default=None, repr=False)
 
 
 class Pool:
@@ -49,6 +52,7 @@ class Pool:
     __slots__ = (
         "admitted",
         "capacity",
+        "critical_seen",
         "limit",
         "name",
         "pace_at",
@@ -59,6 +63,7 @@ class Pool:
         "seq",
         "teams",
         "reserve",
+        "reserve_share",
         "service_s",
         "signal",
         "takes_priority",
@@ -69,7 +74,9 @@ class Pool:
         self.name = name
         self.capacity = capacity
         self.limit = capacity  # None: unbounded
-        self.reserve = reserve  # share of the limit only the critical band may take
+        self.reserve_share = reserve  # `critical_reserve`: the share to hold when asked
+        self.reserve = reserve  # share of the limit only the critical band may take now
+        self.critical_seen: float | None = None  # when a critical request last arrived
         self.admitted = 0  # requests admitted and not yet finished
         self.teams: dict[str, int] = {}  # of those, per team
         self.signal = False  # the engines say saturated
@@ -92,6 +99,17 @@ class Pool:
         if rank == 0:
             return self.admitted + held < limit
         return self.admitted + held < limit - int(limit * self.reserve)
+
+    def hold_reserve(self, now: float, hold_s: float | None) -> None:
+        """``critical_reserve_hold_s``: hold the reserve while a critical request arrived
+        within the last ``hold_s`` seconds, free it for everyone otherwise (None: always
+        held). Called when a critical request arrives and at each poll."""
+        if hold_s is None:
+            self.reserve = self.reserve_share
+            return
+        seen = self.critical_seen
+        active = seen is not None and now - seen < hold_s
+        self.reserve = self.reserve_share if active else 0.0
 
     def paced(self, now: float, factor: float, interval: float) -> bool:
         """Whether a request may start from the queue now under ``queue_pacing``: starts are

@@ -39,6 +39,7 @@ from fleetgate.scheduling.config import BANDS, Band, SchedulingConfig
 from fleetgate.scheduling.metrics import SchedulingMetrics
 from fleetgate.scheduling.policy import Policies, RequestPolicy
 from fleetgate.scheduling.pool import Pool, Running, Snapshots, capacity_of, engines_saturated
+from fleetgate.scheduling.preempt import claim_victim
 from fleetgate.scheduling.queue import Waiter
 from fleetgate.scheduling.quota import BORROWING, CAPPED, UNDER, QuotaTree
 from fleetgate.tasks import cancel_and_wait
@@ -89,6 +90,7 @@ class Scheduler:
             return None
         capacity = capacity_of(route.deployments, self._clock())
         pool = self.pools[alias] = Pool(alias, capacity, self.config.critical_reserve)
+        pool.hold_reserve(self._clock(), self.config.critical_reserve_hold_s)
         if self.config.has_quotas:
             pool.quotas = QuotaTree(self.config, self._clock)
         pool.takes_priority = any(d.config.priority for d in route.deployments)
@@ -112,6 +114,9 @@ class Scheduler:
         """Admit at once when nobody waits and the pool has room (the fast path), or when the
         team is under its guaranteed requests in flight (even over the limit: it reclaims
         what the others borrowed)."""
+        if policy.rank == 0 and self.config.critical_reserve_hold_s is not None:
+            pool.critical_seen = now = self._clock()
+            pool.hold_reserve(now, self.config.critical_reserve_hold_s)
         quotas = pool.quotas
         if quotas is None:
             if (pool.queue.size or not pool.room(policy.rank)) and not pool.within_guarantee(
@@ -170,6 +175,8 @@ class Scheduler:
         pool.queue.push(waiter)
         self.metrics.queued.labels(pool.name, policy.band, policy.team).inc()
         self._drain(pool)  # the poll may have raised the limit since the fast path looked
+        if policy.rank == 0 and not waiter.future.done():
+            self._reclaim(pool, policy, guarantee=False)
         try:
             if not waiter.future.done():
                 await asyncio.wait((waiter.future,), timeout=budget)
@@ -232,12 +239,27 @@ class Scheduler:
 
     def started(self, pool: Pool, policy: RequestPolicy, outcome: Any, within: bool) -> Running:
         """An admitted request starts (the stage): tracked until `finish`, so its output is
-        charged as it streams and, when ``preempt_in_flight_after_s`` is set and it is a
-        stream below `critical`, a starved request may cancel it."""
+        charged as it streams and, when ``preempt_in_flight_after_s`` or
+        ``preempt_streams_for_claims`` is set and it is a stream below `critical`, a starved
+        request or a claim may cancel it. ``within``: it was admitted within its team's
+        guarantee or nominal quota (a claim). A claim that took the pool over its limit
+        cancels one stream without a claim (``preempt_streams_for_claims``)."""
         pool.seq += 1
-        cancellable = self.config.preempt_in_flight_after_s is not None and policy.rank > 0
-        running = Running(policy, outcome, cancellable, pool.seq, within)
+        config = self.config
+        preempts = (
+            config.preempt_in_flight_after_s is not None
+            or config.preempt_streams_for_claims is not None
+        )
+        running = Running(policy, outcome, preempts and policy.rank > 0, pool.seq, within)
         pool.running[running] = None
+        limit = pool.limit
+        if (
+            config.preempt_streams_for_claims is not None
+            and (within or policy.rank == 0)
+            and limit is not None
+            and pool.admitted > limit
+        ):
+            self._reclaim(pool, policy, guarantee=within)
         return running
 
     def finish(
@@ -394,6 +416,41 @@ class Scheduler:
                 if quotas is not None:
                     quotas.charge(policy.team, delta)
 
+    def _reclaim(self, pool: Pool, claimant: RequestPolicy, guarantee: bool) -> None:
+        """``preempt_streams_for_claims``: a claim is over the pool's limit (or a critical
+        request queued): cancel one stream without a claim, unless the cancellations already
+        on their way cover every claim over the limit (one victim per claim)."""
+        mode = self.config.preempt_streams_for_claims
+        limit = pool.limit
+        if mode is None or limit is None:
+            return
+        need = max(0, pool.admitted - limit) + pool.queue.depth()[0]
+        now = self._clock()
+        pending = sum(
+            1 for r in pool.running if r.cancel is not None and now - r.cancel_at < _CANCEL_GRACE_S
+        )
+        if pending >= need:
+            return
+        victim = claim_victim(pool, claimant, borrowers=guarantee and mode == "borrowers")
+        if victim is not None:
+            self._cancel(pool, victim, claimant, now)
+
+    def _cancel(self, pool: Pool, victim: Running, by: RequestPolicy, now: float) -> None:
+        """End ``victim``'s request now with a retryable error (`Running.abort`), for ``by``;
+        counted and logged."""
+        why = "a higher band" if victim.policy.rank > by.rank else "the owner of its share"
+        victim.cancel = Overloaded(
+            f"This stream was cancelled to make room in '{pool.name}' for {why}; it is billed "
+            f"for the output it received. Retry later.",
+            code="preempted_in_flight",
+            retry_after=pool.estimated_wait(victim.policy.rank) or 1.0,
+        )
+        victim.cancel_at = now
+        if victim.abort is not None:  # at once: the upstream request is aborted, its slot freed
+            victim.abort(victim.cancel)
+        self.metrics.preemptions.labels(pool.name, victim.policy.band, by.band).inc()
+        self._shed(pool, victim.policy, "preempted_in_flight", tokens=victim.outcome.relayed)
+
     def _preempt_in_flight(self, pool: Pool, after_s: float) -> None:
         """A queued request starved ``after_s`` (no room for it) cancels one stream in flight
         of a lower band, or, when its team is under its nominal quota, of a borrowing team of
@@ -432,18 +489,8 @@ class Scheduler:
                 victim is None or (rank, running.seq) > (victim.policy.rank, victim.seq)
             ):
                 victim = running
-        if victim is None:
-            return
-        why = "a higher band" if victim.policy.rank > head.rank else "the owner of its share"
-        victim.cancel = Overloaded(
-            f"This stream was cancelled to make room in '{pool.name}' for {why}; it is billed "
-            f"for the output it received. Retry later.",
-            code="preempted_in_flight",
-            retry_after=pool.estimated_wait(victim.policy.rank) or 1.0,
-        )
-        victim.cancel_at = now
-        self.metrics.preemptions.labels(pool.name, victim.policy.band, head.policy.band).inc()
-        self._shed(pool, victim.policy, "preempted_in_flight", tokens=victim.outcome.relayed)
+        if victim is not None:
+            self._cancel(pool, victim, head.policy, now)
 
     # ------------------------------------------------------------------ upkeep
 
@@ -471,6 +518,9 @@ class Scheduler:
         """The poll's work on one pool after its limit moved: charge the output streamed
         since the last poll (while anyone waits, or quotas count tokens/s), admit what fits,
         and cancel a stream in flight for a starved request when configured."""
+        hold = self.config.critical_reserve_hold_s
+        if hold is not None:
+            pool.hold_reserve(self._clock(), hold)
         if pool.running and (pool.queue.size or pool.quotas is not None):
             self._charge_progress(pool)
         if pool.queue.size:
@@ -483,7 +533,8 @@ class Scheduler:
         self.config = config
         self.policies = Policies(config)
         for pool in self.pools.values():
-            pool.reserve = config.critical_reserve
+            pool.reserve_share = config.critical_reserve
+            pool.hold_reserve(self._clock(), config.critical_reserve_hold_s)
             pool.quotas = QuotaTree(config, self._clock) if config.has_quotas else None
             if pool.quotas is not None:  # usage restarts from what is in flight (rates: 0)
                 for team, count in pool.teams.items():

@@ -13,15 +13,19 @@ admitted with: the fallback is the dispatcher's business, within one admission.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from fleetgate.hooks import FilterResult, GatewayRequest, Outcome
+from fleetgate.errors import FleetgateError
+from fleetgate.hooks import GatewayRequest, Outcome
 from fleetgate.routing.deployment import Deployment
+from fleetgate.scheduling.policy import RequestPolicy
 from fleetgate.scheduling.pool import Pool, Running
 from fleetgate.scheduling.scheduler import Scheduler
 
@@ -35,26 +39,6 @@ class _Admission:
     pool: Pool
     running: Running
     at: float  # time.perf_counter() when admitted
-
-
-class PreemptibleStream:
-    """A stream filter that ends the stream with the scheduler's error once it cancelled the
-    request (`Running.cancel`): the relay writes it into the stream (a clean, retryable end)
-    and the request is billed for the chunks it relayed. Checked at each chunk."""
-
-    __slots__ = ("running",)
-
-    def __init__(self, running: Running) -> None:
-        self.running = running
-
-    async def feed(self, chunk: dict[str, Any]) -> FilterResult:
-        cancel = self.running.cancel
-        if cancel is not None:
-            raise cancel
-        return FilterResult([chunk])
-
-    async def finish(self) -> FilterResult:
-        return FilterResult([])
 
 
 def engine_priority(rank: int, guaranteed: bool) -> int:
@@ -85,6 +69,20 @@ class PriorityHook:
         return contextlib.nullcontext()
 
 
+def _aborter(req: GatewayRequest, task: asyncio.Task[Any]) -> Callable[[FleetgateError], None]:
+    """Ends ``req`` at once with an error: its task is cancelled, and the relay (or, before the
+    first byte, the route) turns the cancellation into ``error`` (`GatewayRequest.interrupt`);
+    leaving the dispatch block closes the upstream response, which aborts the engine's
+    request and frees its slot."""
+
+    def abort(error: FleetgateError) -> None:
+        if req.interrupt is None and not task.done():
+            req.interrupt = error
+            task.cancel()
+
+    return abort
+
+
 class SchedulingStage:
     name = "scheduling"
 
@@ -99,18 +97,45 @@ class SchedulingStage:
         policy = scheduler.policies.of(req.principal, req.headers)
         reclaim = scheduler.within(pool, policy)
         if not scheduler.try_admit(pool, policy, req.prompt_tokens):
-            elapsed = time.perf_counter() - req.started
-            waited = await scheduler.wait(pool, policy, req.prompt_tokens, elapsed)
-            req.response_headers["x-fleetgate-queue-ms"] = f"{waited * 1000:.1f}"
-        running = scheduler.started(pool, policy, req.outcome, reclaim)
+            await self._queue(req, pool, policy, req.prompt_tokens)
+        self._start(req, pool, policy, reclaim)
+        if pool.takes_priority:
+            req.dispatch_hooks.append(PriorityHook(engine_priority(policy.rank, reclaim)))
+
+    async def _queue(
+        self, req: GatewayRequest, pool: Pool, policy: RequestPolicy, tokens: int
+    ) -> None:
+        elapsed = time.perf_counter() - req.started
+        waited = await self.scheduler.wait(pool, policy, tokens, elapsed)
+        req.response_headers["x-fleetgate-queue-ms"] = f"{waited * 1000:.1f}"
+
+    def _start(self, req: GatewayRequest, pool: Pool, policy: RequestPolicy, reclaim: bool) -> None:
+        """Track the admitted request until `after` (``reclaim``: it is a claim within its
+        team's guarantee or nominal quota); a stream may be cancelled at once (`_aborter`)
+        and, before its first byte, requeued (`_requeue`)."""
+        running = self.scheduler.started(pool, policy, req.outcome, reclaim)
         if running.cancellable:
-            if req.stream:
-                req.stream_filters.append(PreemptibleStream(running))
+            task = asyncio.current_task()
+            if req.stream and task is not None:  # the relay keeps its byte-for-byte fast path
+                running.abort = _aborter(req, task)
+                req.requeue = functools.partial(self._requeue, req, policy)
             else:
                 running.cancellable = False  # a whole response: nothing to end it cleanly with
         req.state[_STATE] = _Admission(pool, running, time.perf_counter())
-        if pool.takes_priority:
-            req.dispatch_hooks.append(PriorityHook(engine_priority(policy.rank, reclaim)))
+
+    async def _requeue(self, req: GatewayRequest, policy: RequestPolicy) -> None:
+        """``req`` was cancelled before its first byte (`GatewayRequest.requeue`): it gives its
+        slot up and goes back through admission (its prompt is not charged twice)."""
+        admission: _Admission | None = req.state.pop(_STATE, None)
+        if admission is None:
+            return
+        scheduler, pool = self.scheduler, admission.pool
+        scheduler.finish(pool, admission.running, 0, None)
+        req.requeue = None
+        reclaim = scheduler.within(pool, policy)
+        if not scheduler.try_admit(pool, policy, 0):
+            await self._queue(req, pool, policy, 0)
+        self._start(req, pool, policy, reclaim)
 
     def after(self, req: GatewayRequest, outcome: Outcome) -> None:
         admission: _Admission | None = req.state.pop(_STATE, None)

@@ -1,0 +1,155 @@
+"""Claims over the limit cancel a stream without a claim (``preempt_streams_for_claims``),
+and the critical reserve held only while the critical band is active."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fleetgate.scheduling.policy import RequestPolicy
+from fleetgate.scheduling.pool import Pool, Running
+from fleetgate.scheduling.preempt import claim_victim
+from fleetgate.scheduling.scheduler import Scheduler
+from tests.scheduling.support import policy, scheduler_with_pool
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeOutcome:
+    """What the scheduler reads of a request's outcome: the chunks relayed so far."""
+
+    def __init__(self, relayed: int = 0) -> None:
+        self.relayed = relayed
+
+
+def _guaranteed(team: str, band: str = "interactive", n: int = 1) -> RequestPolicy:
+    return RequestPolicy(team, band, 1.0, False, 10.0, None, guaranteed=n)  # type: ignore[arg-type]
+
+
+def _start(
+    scheduler: Scheduler, pool: Pool, p: RequestPolicy, relayed: int = 0, within: bool = False
+) -> Running:
+    """Admit ``p`` at once (it must fit, or be a claim) and start it, as the stage does."""
+    within = within or scheduler.within(pool, p)
+    assert scheduler.try_admit(pool, p, 10)
+    return scheduler.started(pool, p, FakeOutcome(relayed), within)
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def _full_of_batch(relayed: list[int], **config: Any) -> tuple[Scheduler, Pool, list[Running]]:
+    scheduler, pool, _ = scheduler_with_pool(len(relayed), **config)
+    runs = [_start(scheduler, pool, policy("etl", "batch"), r) for r in relayed]
+    return scheduler, pool, runs
+
+
+def test_the_victim_is_the_lowest_band_stream_without_a_claim_that_sent_least() -> None:
+    scheduler, pool, _ = scheduler_with_pool(10, preempt_streams_for_claims="lower_band")
+    chat = _start(scheduler, pool, policy("app"), relayed=0)
+    claimed = _start(scheduler, pool, policy("etl", "batch"), relayed=0, within=True)
+    old = _start(scheduler, pool, policy("etl", "batch"), relayed=3)
+    busy = _start(scheduler, pool, policy("etl", "batch"), relayed=9)
+    new = _start(scheduler, pool, policy("etl", "batch"), relayed=3)
+    crit = policy("oncall", "critical")
+    assert claim_victim(pool, crit, borrowers=False) is new  # least output, then the newest
+    new.cancel_at, new.cancel = 1.0, RuntimeError()  # type: ignore[assignment]
+    assert claim_victim(pool, crit, borrowers=False) is old
+    old.cancel = busy.cancel = RuntimeError()  # type: ignore[assignment]
+    assert claim_victim(pool, crit, borrowers=False) is chat  # then the next band up
+    assert claimed.cancel is None and claim_victim(pool, policy("x"), borrowers=False) is None
+    # an interactive claim never takes a stream of its own band without `borrowers`
+    assert claim_victim(pool, _guaranteed("b"), borrowers=False) is None
+
+
+def test_critical_streams_and_non_streams_are_never_victims() -> None:
+    scheduler, pool, _ = scheduler_with_pool(4, preempt_streams_for_claims="borrowers")
+    crit = _start(scheduler, pool, policy("oncall", "critical"))
+    whole = _start(scheduler, pool, policy("etl", "batch"))
+    whole.cancellable = False  # the stage does this for a non-streaming request
+    assert not crit.cancellable
+    assert claim_victim(pool, policy("c2", "critical"), borrowers=True) is None
+
+
+def test_with_borrowers_a_guarantee_takes_a_same_band_stream_of_a_team_without_a_claim() -> None:
+    scheduler, pool, _ = scheduler_with_pool(2, preempt_streams_for_claims="borrowers")
+    a = [_start(scheduler, pool, policy("a")) for _ in range(2)]
+    b = _start(scheduler, pool, _guaranteed("b"))  # over the limit: b reclaims at once
+    assert pool.admitted == 3
+    assert a[1].cancel is not None and a[0].cancel is None  # the newest of a
+    assert b.within and b.cancel is None
+
+
+def test_a_claim_over_the_limit_cancels_one_stream_one_per_claim() -> None:
+    scheduler, pool, runs = _full_of_batch([5, 5, 5], preempt_streams_for_claims="lower_band")
+    oncall = _guaranteed("oncall", "critical", n=4)
+    _start(scheduler, pool, oncall)  # over the limit by one
+    cut = [r for r in runs if r.cancel is not None]
+    assert cut == [runs[2]]
+    assert cut[0].cancel is not None and cut[0].cancel.code == "preempted_in_flight"
+    assert cut[0].cancel.status == 503 and cut[0].cancel.retry_after
+    _start(scheduler, pool, oncall)  # over by two: a second victim
+    assert [r for r in runs if r.cancel is not None] == [runs[1], runs[2]]
+    scheduler.finish(pool, runs[2], 5, 0.1)  # the relay ended it
+    scheduler.finish(pool, runs[1], 5, 0.1)
+    assert pool.admitted == 3 and runs[0].cancel is None  # back at the limit: nothing more
+
+
+def test_within_the_limit_a_claim_cancels_nothing_and_without_the_setting_never() -> None:
+    scheduler, pool, runs = _full_of_batch([1, 1], preempt_streams_for_claims="lower_band")
+    scheduler.finish(pool, runs[0], 1, 0.1)
+    _start(scheduler, pool, policy("oncall", "critical"))  # fits: nobody is cut
+    assert runs[1].cancel is None
+    scheduler, pool, runs = _full_of_batch([1, 1], preempt_in_flight_after_s=5.0)
+    _start(scheduler, pool, _guaranteed("oncall", "critical"))
+    assert all(r.cancel is None for r in runs)
+
+
+async def test_a_queued_critical_request_cancels_a_stream_and_takes_its_slot() -> None:
+    scheduler, pool, runs = _full_of_batch([2, 7], preempt_streams_for_claims="lower_band")
+    crit = policy("oncall", "critical")
+    assert not scheduler.try_admit(pool, crit, 10)
+    waiting = asyncio.create_task(scheduler.wait(pool, crit, 10, 0.0))
+    await _settle()
+    assert runs[0].cancel is not None and runs[1].cancel is None  # at once, no starvation wait
+    scheduler.finish(pool, runs[0], 2, 0.1)  # billed for its 2 chunks; the slot goes to critical
+    await _settle()
+    assert waiting.done() and waiting.exception() is None
+    assert pool.teams == {"etl": 1, "oncall": 1}
+
+
+def test_the_reserve_is_held_only_while_the_critical_band_is_active() -> None:
+    clock = Clock()
+    scheduler, pool, _ = scheduler_with_pool(
+        4, reserve=0.5, clock=clock, critical_reserve_hold_s=10.0
+    )
+    batch = policy("etl", "batch")
+    for _ in range(4):  # no critical traffic yet: the reserve is free for everyone
+        assert scheduler.try_admit(pool, batch, 1)
+    scheduler.release(pool, batch, 0, 1.0)
+    assert scheduler.try_admit(pool, policy("oncall", "critical"), 1)  # now held
+    for _ in range(3):
+        scheduler.release(pool, batch, 0, 1.0)
+    assert scheduler.try_admit(pool, batch, 1)  # 2 in flight of 4, 2 reserved
+    assert not scheduler.try_admit(pool, batch, 1)
+    clock.now += 9.0
+    scheduler.upkeep(pool)
+    assert not scheduler.try_admit(pool, batch, 1)  # still within the hold
+    clock.now += 2.0
+    scheduler.upkeep(pool)  # the poll: no critical request for 11 s, the reserve is lent
+    assert scheduler.try_admit(pool, batch, 1)
+
+
+def test_without_a_hold_the_reserve_is_always_held() -> None:
+    scheduler, pool, _ = scheduler_with_pool(4, reserve=0.5)
+    batch = policy("etl", "batch")
+    assert scheduler.try_admit(pool, batch, 1) and scheduler.try_admit(pool, batch, 1)
+    assert not scheduler.try_admit(pool, batch, 1)
