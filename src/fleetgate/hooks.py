@@ -135,6 +135,9 @@ class Outcome:
     tags: dict[str, str] = field(default_factory=dict)
     cost_nusd: int | None = None  # set when not priced per token (audio by minute or character)
     relayed: int = 0  # stream chunks sent to the client: the output's count without usage
+    # The client's response is complete, or ends on its own (an error written): nothing may
+    # interrupt it any more (`GatewayRequest.interrupt`; the scheduler no longer preempts it).
+    settled: bool = False
     # Timings on the gateway's clock (time.perf_counter), for metrics and the access log.
     first_token_at: float | None = None
     last_token_at: float | None = None

@@ -22,10 +22,13 @@ class Clock:
 
 
 class FakeOutcome:
-    """What the scheduler reads of a request's outcome: the chunks relayed so far."""
+    """What the scheduler reads of a request's outcome: the chunks relayed so far, whether
+    its response is complete."""
 
     def __init__(self, relayed: int = 0) -> None:
         self.relayed = relayed
+        self.settled = False  # the response is complete: not preemptible
+        self.first_token_at: float | None = None
 
 
 def _guaranteed(team: str, band: str = "interactive", n: int = 1) -> RequestPolicy:
@@ -68,6 +71,18 @@ def test_the_victim_is_the_lowest_band_stream_without_a_claim_that_sent_least() 
     assert claimed.cancel is None and claim_victim(pool, policy("x"), borrowers=False) is None
     # an interactive claim never takes a stream of its own band without `borrowers`
     assert claim_victim(pool, _guaranteed("b"), borrowers=False) is None
+
+
+def test_a_stream_whose_response_is_complete_is_never_a_victim() -> None:
+    """Done relaying (it waits only for the upstream connection's end): cancelling it would
+    free nothing sooner and answer its client twice."""
+    scheduler, pool, _ = scheduler_with_pool(4, preempt_streams_for_claims="lower_band")
+    done = _start(scheduler, pool, policy("etl", "batch"), relayed=0)
+    done.outcome.settled = True
+    crit = policy("oncall", "critical")
+    assert claim_victim(pool, crit, borrowers=False) is None
+    live = _start(scheduler, pool, policy("etl", "batch"), relayed=5)
+    assert claim_victim(pool, crit, borrowers=False) is live
 
 
 def test_critical_streams_and_non_streams_are_never_victims() -> None:

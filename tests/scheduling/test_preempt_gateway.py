@@ -291,5 +291,6 @@ async def test_a_stream_preempted_before_its_first_byte_is_requeued_transparentl
     assert [o.status for _, o in outcomes.seen] == [200, 200, 200]  # billed once each
     assert {t for t, _ in outcomes.seen} == {batch_team, crit_team}
     reasons = [(d["reason"], d["tenant"]) for d in found["data"] if d["strategy"] == "scheduling"]
-    assert ("preempted_in_flight", batch_team) in reasons  # cancelled, then queued again
+    assert ("requeued", batch_team) in reasons  # cancelled, then queued again: not a shed
+    assert ("preempted_in_flight", batch_team) not in reasons
     assert ("admitted", batch_team) in reasons

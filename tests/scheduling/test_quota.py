@@ -29,10 +29,13 @@ class Clock:
 
 
 class FakeOutcome:
-    """What the scheduler reads of a request's outcome: the chunks relayed so far."""
+    """What the scheduler reads of a request's outcome: the chunks relayed so far, whether
+    its response is complete."""
 
     def __init__(self) -> None:
         self.relayed = 0
+        self.settled = False  # the response is complete: not preemptible
+        self.first_token_at: float | None = None
 
 
 def _scheduler(

@@ -281,7 +281,9 @@ async def _dispatch(
             interrupt = interrupted(req)  # preempted before its first byte
             if interrupt is None:
                 raise
-            requeue, req.interrupt = req.requeue, None
+            if out.first_token_at is not None:  # the relay began: never answered twice
+                raise
+            requeue = req.requeue
             if requeue is None:
                 raise interrupt from None
         await requeue()  # back in the admission queue; then dispatched again
@@ -305,10 +307,12 @@ async def _dispatch_upstream(
             capture = ResponseCapture() if req.capture_response else None
             if capture is not None:
                 req.stream_filters.append(capture)
+            req.requeue = None  # from here on the client gets bytes: never sent again
             try:
                 deployment_timeouts = dispatch.deployment.config.timeouts or timeouts
                 return await relay_stream(request, dispatch, req, gw.metrics, deployment_timeouts)
             finally:
+                out.settled = True  # the dispatch block's end (a drain) is not preemptible
                 if capture is not None:
                     out.response_text = capture.text
         return await _json_response(dispatch, req)

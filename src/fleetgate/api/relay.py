@@ -33,10 +33,14 @@ _EMPTY_CHOICES = (b'"choices":[]', b'"choices": []')
 def interrupted(req: GatewayRequest) -> FleetgateError | None:
     """In an ``except asyncio.CancelledError``: the error a stage cancelled ``req``'s task with
     on purpose (`GatewayRequest.interrupt`), with the cancellation taken back; None when
-    something else cancelled it too (the client went away, shutdown): then it must propagate."""
+    something else cancelled it too (the client went away, shutdown), or when the interrupt
+    was taken already: then it must propagate. The interrupt is taken either way."""
     interrupt = req.interrupt
     task = asyncio.current_task()
-    if interrupt is None or task is None or task.uncancel() > 0:
+    if interrupt is None or task is None:
+        return None
+    req.interrupt = None  # taken: a later cancellation (the client going away) propagates
+    if task.uncancel() > 0:
         return None
     return interrupt
 
@@ -128,8 +132,15 @@ async def relay_stream(
     encoder: StreamEncoder | None = None  # the fast path writes the upstream's own bytes
     out.first_token_at = dispatch.upstream_answered
     dep.state.observe_ttft(dispatch.upstream_answered - dispatch.upstream_started)
+    preparing: asyncio.Future[Any] | None = None
     try:
-        await resp.prepare(request)
+        if any(app.on_response_prepare for app in request.match_info.apps):
+            # A handler may suspend the prepare: a preemption landing there must not leave
+            # the headers half sent, so the prepare runs to its end regardless.
+            preparing = asyncio.ensure_future(resp.prepare(request))
+            await asyncio.shield(preparing)
+        else:
+            await resp.prepare(request)  # no handler: it never suspends
         async with asyncio.timeout(min(timeouts.total, timeouts.idle)) as deadline:
             idle = _IdleTimer(deadline, timeouts.total, timeouts.idle)
             if req.stream_filters or req.wire is not None:
@@ -137,19 +148,27 @@ async def relay_stream(
                 await _FilteredRelay(resp, dispatch, req, metrics, encoder, idle).run()
             else:
                 await _relay_bytes(resp, dispatch, out, metrics, req.want_usage, idle)
+        out.settled = True
         await resp.write_eof()
     except asyncio.CancelledError:
+        out.settled = True
         interrupt = interrupted(req)
         if interrupt is None:
             out.status, out.error_type = 499, "client_disconnected"
             metrics.client_disconnects.labels(out.alias).inc()
             raise
         out.status, out.error_type = interrupt.status, interrupt.type
+        if preparing is not None:
+            await asyncio.wait([preparing])  # the headers first, then the error event
+            if not preparing.cancelled() and preparing.exception() is not None:
+                raise interrupt from None  # no headers went out: a whole error answer
         await _write_error(resp, interrupt, encoder or _encoder(req))
     except (ConnectionResetError, ConnectionError):
+        out.settled = True
         out.status, out.error_type = 499, "client_disconnected"
         metrics.client_disconnects.labels(out.alias).inc()
     except (FleetgateError, TimeoutError) as exc:
+        out.settled = True
         err = (
             exc
             if isinstance(exc, FleetgateError)
@@ -186,6 +205,7 @@ async def _relay_bytes(
             if event.startswith(_DONE):
                 send.append(event)
                 done = True
+                out.settled = True  # complete: no preemption from here on
                 break
             if _inspect(event, out, want_usage):
                 if first:
@@ -309,6 +329,7 @@ class _FilteredRelay:
                 await self.emit(out)
                 if result.stop or stop:
                     break
+        self.out.settled = True  # complete: no preemption from here on
         await self.resp.write(self.encoder.end(self.usage))
         self.out.last_token_at = self.last
 

@@ -81,7 +81,12 @@ def streamed_response(
         finished = True
 
     async def closer(graceful: bool) -> None:
-        if finished or (graceful and await resp.drain(_DRAIN_S)):
+        try:
+            kept = finished or (graceful and await resp.drain(_DRAIN_S))
+        except BaseException:  # cancelled while draining (the client went away): drop it
+            resp.close()
+            raise
+        if kept:
             resp.release()  # keep-alive: the connection serves the next request
         else:
             resp.close()  # drop the connection: the upstream sees the abort

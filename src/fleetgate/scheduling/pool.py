@@ -41,6 +41,7 @@ class Running:
     charged: int = 0  # output tokens charged to the fair share (and rates) so far
     cancel: FleetgateError | None = field(default=None, repr=False)  # set: end it with this
     cancel_at: float = 0.0
+    requeue: bool = False  # cancelled before its first byte, it goes back to the queue
     # Ends the request now with the error (the stage cancels its task; see
     # `GatewayRequest.interrupt`); None outside a request (unit tests call `finish`).
     abort: Callable[[FleetgateError], None] | None = field(default=None, repr=False)

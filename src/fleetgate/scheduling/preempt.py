@@ -34,7 +34,12 @@ def claim_victim(pool: Pool, claimant: RequestPolicy, borrowers: bool) -> Runnin
     best: Running | None = None
     best_key: tuple[int, int, int] = (0, 0, 0)
     for running in pool.running:
-        if not running.cancellable or running.cancel is not None or running.within:
+        if (
+            not running.cancellable
+            or running.cancel is not None
+            or running.within
+            or running.outcome.settled  # its response is complete: it ends on its own
+        ):
             continue
         victim = running.policy
         if victim.rank <= claimant.rank and not (

@@ -446,10 +446,16 @@ class Scheduler:
             retry_after=pool.estimated_wait(victim.policy.rank) or 1.0,
         )
         victim.cancel_at = now
+        # Before its first byte (the relay not begun) a request with requeues left goes back
+        # to the queue: not a shed.
+        requeued = victim.requeue and victim.outcome.first_token_at is None
         if victim.abort is not None:  # at once: the upstream request is aborted, its slot freed
             victim.abort(victim.cancel)
         self.metrics.preemptions.labels(pool.name, victim.policy.band, by.band).inc()
-        self._shed(pool, victim.policy, "preempted_in_flight", tokens=victim.outcome.relayed)
+        if requeued:
+            self._decide(pool, victim.policy, 0, "requeued", 0.0, None, None)
+        else:
+            self._shed(pool, victim.policy, "preempted_in_flight", tokens=victim.outcome.relayed)
 
     def _preempt_in_flight(self, pool: Pool, after_s: float) -> None:
         """A queued request starved ``after_s`` (no room for it) cancels one stream in flight
@@ -474,7 +480,7 @@ class Scheduler:
             return
         victim: Running | None = None
         for running in pool.running:
-            if not running.cancellable or running.cancel is not None:
+            if not running.cancellable or running.cancel is not None or running.outcome.settled:
                 continue
             rank = running.policy.rank
             lower = rank > head.rank

@@ -34,11 +34,18 @@ __all__ = ["PriorityHook", "SchedulingStage", "engine_priority"]
 _STATE = "scheduling"
 
 
+# How many times a request preempted before its first byte goes back to the queue; the next
+# preemption answers it with the retryable 503 (``preempted_in_flight``, Retry-After).
+MAX_REQUEUES = 3
+
+
 @dataclass(slots=True)
 class _Admission:
     pool: Pool
     running: Running
     at: float  # time.perf_counter() when admitted
+    hooks: tuple[Any, ...] = ()  # the dispatch hooks this admission added
+    requeues: int = 0  # times this request was requeued so far
 
 
 def engine_priority(rank: int, guaranteed: bool) -> int:
@@ -73,14 +80,40 @@ def _aborter(req: GatewayRequest, task: asyncio.Task[Any]) -> Callable[[Fleetgat
     """Ends ``req`` at once with an error: its task is cancelled, and the relay (or, before the
     first byte, the route) turns the cancellation into ``error`` (`GatewayRequest.interrupt`);
     leaving the dispatch block closes the upstream response, which aborts the engine's
-    request and frees its slot."""
+    request and frees its slot. A response already complete (`Outcome.settled`) is left
+    alone."""
 
     def abort(error: FleetgateError) -> None:
-        if req.interrupt is None and not task.done():
+        if req.interrupt is None and not req.outcome.settled and not task.done():
             req.interrupt = error
             task.cancel()
 
     return abort
+
+
+class _ArmOnSend:
+    """Arms the preemption of a stream (`Running.abort`) when it is sent upstream, so that a
+    cancellation lands in the dispatch or the relay, never in a later stage's ``before``."""
+
+    __slots__ = ("_abort", "_running")
+
+    def __init__(self, running: Running, abort: Callable[[FleetgateError], None]) -> None:
+        self._running = running
+        self._abort = abort
+
+    def prefer(self, candidates: Sequence[Deployment]) -> Sequence[Deployment]:
+        return ()
+
+    def extra_body(self, dep: Deployment) -> Mapping[str, Any] | None:
+        return None
+
+    def admit(self, dep: Deployment) -> AbstractAsyncContextManager[None]:
+        running = self._running
+        if running.abort is None:
+            running.abort = self._abort
+            if running.cancel is not None:  # chosen before it was sent: it ends at the send
+                self._abort(running.cancel)
+        return contextlib.nullcontext()
 
 
 class SchedulingStage:
@@ -98,9 +131,7 @@ class SchedulingStage:
         reclaim = scheduler.within(pool, policy)
         if not scheduler.try_admit(pool, policy, req.prompt_tokens):
             await self._queue(req, pool, policy, req.prompt_tokens)
-        self._start(req, pool, policy, reclaim)
-        if pool.takes_priority:
-            req.dispatch_hooks.append(PriorityHook(engine_priority(policy.rank, reclaim)))
+        self._start(req, pool, policy, reclaim, 0)
 
     async def _queue(
         self, req: GatewayRequest, pool: Pool, policy: RequestPolicy, tokens: int
@@ -109,33 +140,47 @@ class SchedulingStage:
         waited = await self.scheduler.wait(pool, policy, tokens, elapsed)
         req.response_headers["x-fleetgate-queue-ms"] = f"{waited * 1000:.1f}"
 
-    def _start(self, req: GatewayRequest, pool: Pool, policy: RequestPolicy, reclaim: bool) -> None:
+    def _start(
+        self, req: GatewayRequest, pool: Pool, policy: RequestPolicy, reclaim: bool, requeues: int
+    ) -> None:
         """Track the admitted request until `after` (``reclaim``: it is a claim within its
-        team's guarantee or nominal quota); a stream may be cancelled at once (`_aborter`)
-        and, before its first byte, requeued (`_requeue`)."""
+        team's guarantee or nominal quota); a stream may be cancelled at once (`_aborter`,
+        armed when it is sent upstream) and, before its first byte, requeued (`_requeue`, at
+        most `MAX_REQUEUES` times)."""
         running = self.scheduler.started(pool, policy, req.outcome, reclaim)
+        hooks: list[Any] = []
         if running.cancellable:
             task = asyncio.current_task()
             if req.stream and task is not None:  # the relay keeps its byte-for-byte fast path
-                running.abort = _aborter(req, task)
-                req.requeue = functools.partial(self._requeue, req, policy)
+                hooks.append(_ArmOnSend(running, _aborter(req, task)))
+                if requeues < MAX_REQUEUES:
+                    running.requeue = True
+                    req.requeue = functools.partial(self._requeue, req, policy)
+                else:
+                    req.requeue = None
             else:
                 running.cancellable = False  # a whole response: nothing to end it cleanly with
-        req.state[_STATE] = _Admission(pool, running, time.perf_counter())
+        if pool.takes_priority:
+            hooks.append(PriorityHook(engine_priority(policy.rank, reclaim)))
+        req.dispatch_hooks.extend(hooks)
+        req.state[_STATE] = _Admission(pool, running, time.perf_counter(), tuple(hooks), requeues)
 
     async def _requeue(self, req: GatewayRequest, policy: RequestPolicy) -> None:
         """``req`` was cancelled before its first byte (`GatewayRequest.requeue`): it gives its
-        slot up and goes back through admission (its prompt is not charged twice)."""
+        slot up and goes back through admission (its prompt is not charged twice); its
+        engine priority is that of its new admission."""
         admission: _Admission | None = req.state.pop(_STATE, None)
         if admission is None:
             return
         scheduler, pool = self.scheduler, admission.pool
         scheduler.finish(pool, admission.running, 0, None)
         req.requeue = None
+        stale = {id(h) for h in admission.hooks}
+        req.dispatch_hooks[:] = [h for h in req.dispatch_hooks if id(h) not in stale]
         reclaim = scheduler.within(pool, policy)
         if not scheduler.try_admit(pool, policy, 0):
             await self._queue(req, pool, policy, 0)
-        self._start(req, pool, policy, reclaim)
+        self._start(req, pool, policy, reclaim, admission.requeues + 1)
 
     def after(self, req: GatewayRequest, outcome: Outcome) -> None:
         admission: _Admission | None = req.state.pop(_STATE, None)
