@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,34 @@ async def _stream(gw: Gateway, key: str) -> list[Any]:
                 data = text[6:]
                 events.append(data if data == "[DONE]" else json.loads(data))
     return events
+
+
+@asynccontextmanager
+async def _claims_gateway(
+    tmp_path: Path, url: str, pool_slots: int, outcomes: Outcomes
+) -> AsyncIterator[Gateway]:
+    """A gateway in front of the simulator at ``url``: one pool of ``pool_slots``, claims
+    preempting lower bands' streams (``preempt_streams_for_claims: lower_band``), ``outcomes``
+    seeing what is billed."""
+    dep = {"model": "tiny", "api_base": f"{url}/v1", "max_num_seqs": pool_slots}
+    config = GatewayConfig.model_validate(
+        {
+            "models": [{"alias": "tiny", "deployments": [dep]}],
+            "health": {"probe_interval_s": 30},
+            "scheduling": {"preempt_streams_for_claims": "lower_band"},
+        }
+    )
+    settings = Settings(master_key=MASTER, data_dir=tmp_path, watch_config=False)
+    app = create_app(settings, config, extra=[StageFeature(outcomes)])
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        async with aiohttp.ClientSession() as session:
+            yield Gateway(f"http://127.0.0.1:{runner.addresses[0][1]}", runner.app, session)
+    finally:
+        await runner.cleanup()
 
 
 async def test_a_starved_critical_request_cancels_a_batch_stream_cleanly(tmp_path: Path) -> None:
@@ -196,35 +226,16 @@ async def test_a_critical_claim_cancels_a_batch_stream_and_the_engine_frees_its_
     sim = SimConfig(decode_ms_per_step=5.0, output_len=400, max_num_seqs=1)
     outcomes = Outcomes()
     async with running_sim(sim) as url:
-        dep = {"model": "tiny", "api_base": f"{url}/v1", "max_num_seqs": 1}
-        config = GatewayConfig.model_validate(
-            {
-                "models": [{"alias": "tiny", "deployments": [dep]}],
-                "health": {"probe_interval_s": 30},
-                "scheduling": {"preempt_streams_for_claims": "lower_band"},
-            }
-        )
-        settings = Settings(master_key=MASTER, data_dir=tmp_path, watch_config=False)
-        runner = web.AppRunner(
-            create_app(settings, config, extra=[StageFeature(outcomes)]), handler_cancellation=True
-        )
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            async with aiohttp.ClientSession() as session:
-                gw = Gateway(f"http://127.0.0.1:{runner.addresses[0][1]}", runner.app, session)
-                batch_team, _, batch = await gw.team_and_key("etl", tags={"priority": "batch"})
-                crit_team, _, crit = await gw.team_and_key("oncall", tags={"priority": "critical"})
-                stream = asyncio.create_task(_stream(gw, batch))
-                await asyncio.sleep(0.3)  # the stream holds the engine's one slot
-                status, _, answer = await gw.chat(crit, max_tokens=4)
-                events = await asyncio.wait_for(stream, 10)
-                async with session.get(f"{url}/sim/stats") as r:
-                    stats = await r.json()
-                _, found = await gw.admin("GET", "/admin/routing/decisions?alias=tiny&limit=50")
-        finally:
-            await runner.cleanup()
+        async with _claims_gateway(tmp_path, url, 1, outcomes) as gw:
+            batch_team, _, batch = await gw.team_and_key("etl", tags={"priority": "batch"})
+            crit_team, _, crit = await gw.team_and_key("oncall", tags={"priority": "critical"})
+            stream = asyncio.create_task(_stream(gw, batch))
+            await asyncio.sleep(0.3)  # the stream holds the engine's one slot
+            status, _, answer = await gw.chat(crit, max_tokens=4)
+            events = await asyncio.wait_for(stream, 10)
+            async with gw.session.get(f"{url}/sim/stats") as r:
+                stats = await r.json()
+            _, found = await gw.admin("GET", "/admin/routing/decisions?alias=tiny&limit=50")
     assert status == 200, answer
     assert events[-1] == "[DONE]"
     assert events[-2]["error"]["code"] == "preempted_in_flight"
@@ -251,38 +262,19 @@ async def test_a_stream_preempted_before_its_first_byte_is_requeued_transparentl
     sim = SimConfig(decode_ms_per_step=5.0, output_len=200, max_num_seqs=1)
     outcomes = Outcomes()
     async with running_sim(sim) as url:
-        dep = {"model": "tiny", "api_base": f"{url}/v1", "max_num_seqs": 2}
-        config = GatewayConfig.model_validate(
-            {
-                "models": [{"alias": "tiny", "deployments": [dep]}],
-                "health": {"probe_interval_s": 30},
-                "scheduling": {"preempt_streams_for_claims": "lower_band"},
-            }
-        )
-        settings = Settings(master_key=MASTER, data_dir=tmp_path, watch_config=False)
-        runner = web.AppRunner(
-            create_app(settings, config, extra=[StageFeature(outcomes)]), handler_cancellation=True
-        )
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            async with aiohttp.ClientSession() as session:
-                gw = Gateway(f"http://127.0.0.1:{runner.addresses[0][1]}", runner.app, session)
-                batch_team, _, batch = await gw.team_and_key("etl", tags={"priority": "batch"})
-                crit_team, _, crit = await gw.team_and_key("oncall", tags={"priority": "critical"})
-                running = asyncio.create_task(_stream(gw, batch))
-                await asyncio.sleep(0.2)  # it holds the engine's slot
-                waiting = asyncio.create_task(_stream(gw, batch))
-                await asyncio.sleep(0.2)  # admitted by the pool, waiting in the engine
-                status, _, answer = await gw.chat(crit, max_tokens=4)
-                requeued = await asyncio.wait_for(waiting, 20)
-                events = await asyncio.wait_for(running, 10)
-                async with session.get(f"{url}/sim/stats") as r:
-                    stats = await r.json()
-                _, found = await gw.admin("GET", "/admin/routing/decisions?alias=tiny&limit=50")
-        finally:
-            await runner.cleanup()
+        async with _claims_gateway(tmp_path, url, 2, outcomes) as gw:
+            batch_team, _, batch = await gw.team_and_key("etl", tags={"priority": "batch"})
+            crit_team, _, crit = await gw.team_and_key("oncall", tags={"priority": "critical"})
+            running = asyncio.create_task(_stream(gw, batch))
+            await asyncio.sleep(0.2)  # it holds the engine's slot
+            waiting = asyncio.create_task(_stream(gw, batch))
+            await asyncio.sleep(0.2)  # admitted by the pool, waiting in the engine
+            status, _, answer = await gw.chat(crit, max_tokens=4)
+            requeued = await asyncio.wait_for(waiting, 20)
+            events = await asyncio.wait_for(running, 10)
+            async with gw.session.get(f"{url}/sim/stats") as r:
+                stats = await r.json()
+            _, found = await gw.admin("GET", "/admin/routing/decisions?alias=tiny&limit=50")
     assert status == 200, answer
     for stream in (events, requeued):  # both complete, neither saw an error
         assert stream[-1] == "[DONE]" and all("error" not in e for e in stream[:-1])
