@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
+
 from fleetgate.errors import ModelNotFound
+from fleetgate.hooks import GatewayRequest, Outcome
 from fleetgate.scheduling.config import Band, SchedulingConfig
 from fleetgate.scheduling.metrics import SchedulingMetrics
 from fleetgate.scheduling.policy import RequestPolicy
@@ -48,3 +52,49 @@ def policy(
     deadline_s: float | None = None,
 ) -> RequestPolicy:
     return RequestPolicy(team, band, weight, reject, max_wait_s, deadline_s)
+
+
+class Outcomes:
+    """A stage after every other (its ``after`` runs first): the outcomes as billed."""
+
+    name = "outcomes"
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, Outcome]] = []
+
+    async def before(self, req: GatewayRequest) -> None:
+        return None
+
+    def after(self, req: GatewayRequest, outcome: Outcome) -> None:
+        self.seen.append((req.principal.tenant, outcome))
+
+
+async def sse_events(response: aiohttp.ClientResponse) -> list[Any]:
+    """A streamed answer's events, parsed, with ``"[DONE]"`` as itself."""
+    events: list[Any] = []
+    async for line in response.content:
+        text = line.decode().strip()
+        if text.startswith("data: "):
+            data = text[6:]
+            events.append(data if data == "[DONE]" else json.loads(data))
+    return events
+
+
+class Clock:
+    """A clock the test moves (``now``)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeOutcome:
+    """What the scheduler reads of a request's outcome: the chunks relayed so far, whether
+    its response is complete."""
+
+    def __init__(self, relayed: int = 0) -> None:
+        self.relayed = relayed
+        self.settled = False  # the response is complete: not preemptible
+        self.first_token_at: float | None = None

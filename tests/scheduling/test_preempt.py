@@ -10,25 +10,7 @@ from fleetgate.scheduling.policy import RequestPolicy
 from fleetgate.scheduling.pool import Pool, Running
 from fleetgate.scheduling.preempt import claim_victim
 from fleetgate.scheduling.scheduler import Scheduler
-from tests.scheduling.support import policy, scheduler_with_pool
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class FakeOutcome:
-    """What the scheduler reads of a request's outcome: the chunks relayed so far, whether
-    its response is complete."""
-
-    def __init__(self, relayed: int = 0) -> None:
-        self.relayed = relayed
-        self.settled = False  # the response is complete: not preemptible
-        self.first_token_at: float | None = None
+from tests.scheduling.support import Clock, FakeOutcome, policy, scheduler_with_pool
 
 
 def _guaranteed(team: str, band: str = "interactive", n: int = 1) -> RequestPolicy:

@@ -22,25 +22,10 @@ from fleetgate.app import create_app
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.feature import StageFeature
-from fleetgate.hooks import GatewayRequest, Outcome
 from fleetgate.sim.config import SimConfig
 from fleetgate.sim.runner import running_sim
+from tests.scheduling.support import Outcomes, sse_events
 from tests.tenancy.support import MASTER, Gateway
-
-
-class Outcomes:
-    """A stage after every other (its ``after`` runs first): the outcomes as billed."""
-
-    name = "outcomes"
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, Outcome]] = []
-
-    async def before(self, req: GatewayRequest) -> None:
-        return None
-
-    def after(self, req: GatewayRequest, outcome: Outcome) -> None:
-        self.seen.append((req.principal.tenant, outcome))
 
 
 async def _stream(gw: Gateway, key: str) -> list[Any]:
@@ -51,31 +36,29 @@ async def _stream(gw: Gateway, key: str) -> list[Any]:
         "ignore_eos": True,
         "stream": True,
     }
-    events: list[Any] = []
     headers = {"Authorization": f"Bearer {key}"}
     async with gw.session.post(f"{gw.url}/v1/chat/completions", json=body, headers=headers) as r:
         assert r.status == 200
-        async for line in r.content:
-            text = line.decode().strip()
-            if text.startswith("data: "):
-                data = text[6:]
-                events.append(data if data == "[DONE]" else json.loads(data))
-    return events
+        return await sse_events(r)
 
 
 @asynccontextmanager
 async def _claims_gateway(
-    tmp_path: Path, url: str, pool_slots: int, outcomes: Outcomes
+    tmp_path: Path,
+    url: str,
+    pool_slots: int,
+    outcomes: Outcomes,
+    scheduling: dict[str, Any] | None = None,
 ) -> AsyncIterator[Gateway]:
-    """A gateway in front of the simulator at ``url``: one pool of ``pool_slots``, claims
-    preempting lower bands' streams (``preempt_streams_for_claims: lower_band``), ``outcomes``
-    seeing what is billed."""
+    """A gateway in front of the simulator at ``url``: one pool of ``pool_slots``, the
+    ``scheduling`` section (default: claims preempting lower bands' streams,
+    ``preempt_streams_for_claims: lower_band``), ``outcomes`` seeing what is billed."""
     dep = {"model": "tiny", "api_base": f"{url}/v1", "max_num_seqs": pool_slots}
     config = GatewayConfig.model_validate(
         {
             "models": [{"alias": "tiny", "deployments": [dep]}],
             "health": {"probe_interval_s": 30},
-            "scheduling": {"preempt_streams_for_claims": "lower_band"},
+            "scheduling": scheduling or {"preempt_streams_for_claims": "lower_band"},
         }
     )
     settings = Settings(master_key=MASTER, data_dir=tmp_path, watch_config=False)
@@ -95,42 +78,18 @@ async def test_a_starved_critical_request_cancels_a_batch_stream_cleanly(tmp_pat
     sim = SimConfig(decode_ms_per_step=5.0, output_len=400, max_num_seqs=4)
     outcomes = Outcomes()
     async with running_sim(sim) as url:
-        config = GatewayConfig.model_validate(
-            {
-                "models": [
-                    {
-                        "alias": "tiny",
-                        "deployments": [
-                            {"model": "tiny", "api_base": f"{url}/v1", "max_num_seqs": 1}
-                        ],
-                    }
-                ],
-                "health": {"probe_interval_s": 30},
-                "scheduling": {"preempt_in_flight_after_s": 0.1},
-            }
-        )
-        settings = Settings(master_key=MASTER, data_dir=tmp_path, watch_config=False)
-        app = create_app(settings, config, extra=[StageFeature(outcomes)])
-        runner = web.AppRunner(app, handler_cancellation=True)
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = runner.addresses[0][1]
-            async with aiohttp.ClientSession() as session:
-                gw = Gateway(f"http://127.0.0.1:{port}", runner.app, session)
-                batch_team, _, batch = await gw.team_and_key("etl", tags={"priority": "batch"})
-                crit_team, _, crit = await gw.team_and_key("oncall", tags={"priority": "critical"})
-                stream = asyncio.create_task(_stream(gw, batch))
-                await asyncio.sleep(0.3)  # the stream holds the pool's one slot
-                status, _, answer = await gw.chat(crit, max_tokens=4)
-                assert status == 200, answer
-                events = await asyncio.wait_for(stream, 10)
-                status, found = await gw.admin(
-                    "GET", "/admin/routing/decisions?alias=tiny&limit=50", MASTER
-                )
-        finally:
-            await runner.cleanup()
+        starved = {"preempt_in_flight_after_s": 0.1}
+        async with _claims_gateway(tmp_path, url, 1, outcomes, starved) as gw:
+            batch_team, _, batch = await gw.team_and_key("etl", tags={"priority": "batch"})
+            crit_team, _, crit = await gw.team_and_key("oncall", tags={"priority": "critical"})
+            stream = asyncio.create_task(_stream(gw, batch))
+            await asyncio.sleep(0.3)  # the stream holds the pool's one slot
+            status, _, answer = await gw.chat(crit, max_tokens=4)
+            assert status == 200, answer
+            events = await asyncio.wait_for(stream, 10)
+            status, found = await gw.admin(
+                "GET", "/admin/routing/decisions?alias=tiny&limit=50", MASTER
+            )
     assert events[-1] == "[DONE]"
     error = events[-2]["error"]
     assert error["code"] == "preempted_in_flight" and error["type"] == "service_unavailable"

@@ -28,7 +28,7 @@ from fleetgate.feature import StageFeature
 from fleetgate.hooks import GatewayRequest
 from fleetgate.providers.base import Endpoint
 from fleetgate.tenancy.principal import Principal
-from tests.scheduling.test_preempt_gateway import Outcomes
+from tests.scheduling.support import Outcomes, sse_events
 from tests.tenancy.support import MASTER, Gateway
 
 
@@ -141,16 +141,10 @@ def _body(who: str) -> dict[str, Any]:
 
 
 async def _stream(session: aiohttp.ClientSession, url: str, key: str, who: str) -> list[Any]:
-    events: list[Any] = []
     headers = {"Authorization": f"Bearer {key}"}
     async with session.post(f"{url}/v1/chat/completions", json=_body(who), headers=headers) as r:
         assert r.status == 200, await r.text()
-        async for line in r.content:
-            text = line.decode().strip()
-            if text.startswith("data: "):
-                data = text[6:]
-                events.append(data if data == "[DONE]" else json.loads(data))
-    return events
+        return await sse_events(r)
 
 
 async def test_a_stream_complete_but_still_draining_upstream_is_not_preempted(

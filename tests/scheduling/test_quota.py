@@ -17,25 +17,7 @@ from fleetgate.scheduling.pool import Pool, Running
 from fleetgate.scheduling.quota import BORROWING, CAPPED, UNDER, QuotaTree
 from fleetgate.scheduling.scheduler import Scheduler
 from fleetgate.telemetry.registry import Registry
-from tests.scheduling.support import NoRoutes, policy
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class FakeOutcome:
-    """What the scheduler reads of a request's outcome: the chunks relayed so far, whether
-    its response is complete."""
-
-    def __init__(self) -> None:
-        self.relayed = 0
-        self.settled = False  # the response is complete: not preemptible
-        self.first_token_at: float | None = None
+from tests.scheduling.support import Clock, FakeOutcome, NoRoutes, policy
 
 
 def _scheduler(
