@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from fleetgate.errors import FleetgateError, RateLimited
-from fleetgate.hooks import GatewayRequest, Outcome, StageRun
+from fleetgate.hooks import GatewayRequest, Outcome, Stage, StageRun
 from fleetgate.providers.base import Endpoint
 from fleetgate.tenancy.principal import Principal
 
@@ -79,3 +79,109 @@ async def test_how_the_block_ended_is_the_outcome_and_the_error_propagates(
             raise error
     assert (outcome.status, outcome.error_type) == (status, kind)
     assert log[-1] == f"after:a:{status}:{kind}"
+
+
+class Gating:
+    """A stage that leaves its check in flight, as tenancy does with an overlapped reservation."""
+
+    name = "gating"
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+        self.gate: asyncio.Future[None] | None = None
+
+    async def before(self, req: GatewayRequest) -> None:
+        self.gate = req.gate = asyncio.get_running_loop().create_future()
+
+    def after(self, req: GatewayRequest, outcome: Outcome) -> None:
+        self.log.append(f"after:gating:{outcome.status}")
+
+
+class Answering:
+    name = "cache"
+
+    async def before(self, req: GatewayRequest) -> None:
+        req.answer = {"choices": []}
+
+    def after(self, req: GatewayRequest, outcome: Outcome) -> None:
+        pass
+
+
+async def test_a_gate_is_waited_for_before_a_block_that_does_not_overlap_it() -> None:
+    log: list[str] = []
+    gating = Gating(log)
+    req = request()
+    run = StageRun([gating], req)
+    entered = asyncio.ensure_future(run.__aenter__())
+    await asyncio.sleep(0.01)
+    assert not entered.done()  # no block before the verdict
+    assert gating.gate is not None
+    gating.gate.set_exception(RateLimited("over", retry_after=1))
+    with pytest.raises(RateLimited):
+        await entered
+    assert log == ["after:gating:429"] and req.outcome.error_type == "rate_limit_error"
+
+
+@pytest.mark.parametrize("refuse", [True, False])
+async def test_a_stage_answering_itself_waits_for_the_gate_even_when_overlapping(
+    refuse: bool,
+) -> None:
+    log: list[str] = []
+    gating = Gating(log)
+    req = request()
+    run = StageRun([gating, Answering()], req, overlap=True)
+    entered = asyncio.ensure_future(run.__aenter__())
+    await asyncio.sleep(0.01)
+    assert not entered.done()  # a cache hit is an answer too: not before the verdict
+    assert gating.gate is not None
+    if refuse:
+        gating.gate.set_exception(RateLimited("over", retry_after=1))
+        with pytest.raises(RateLimited):
+            await entered
+    else:
+        gating.gate.set_result(None)
+        await entered
+        assert req.gate is None
+        await run.__aexit__(None, None, None)
+        assert log == ["after:gating:200"]
+
+
+@pytest.mark.parametrize("later_fails", [True, False])
+async def test_a_refusal_outranks_how_a_later_stage_or_the_block_ended(later_fails: bool) -> None:
+    log: list[str] = []
+    gating = Gating(log)
+    req = request()
+    stages: list[Stage] = [gating]
+    if later_fails:
+        stages.append(Seen("safety", log, FleetgateError("blocked")))
+
+    def refuse() -> None:
+        assert gating.gate is not None
+        gating.gate.set_exception(RateLimited("over", retry_after=1))
+
+    asyncio.get_running_loop().call_later(0.01, refuse)  # the reply comes after the failure
+    with pytest.raises(RateLimited):
+        async with StageRun(stages, req, overlap=True):
+            raise FleetgateError("the upstream failed")
+    assert req.outcome.status == 429
+    assert log[-1] == "after:gating:429"
+
+
+async def test_a_cancelled_wait_leaves_the_gate_for_the_next_one() -> None:
+    """A preempted request is cancelled while it waits (then requeued): its gate stays, and
+    the refusal still reaches whoever waits next."""
+    from fleetgate.routing.context import pass_gate
+
+    req = request()
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    req.gate = gate
+    waiter = asyncio.ensure_future(pass_gate(req))
+    await asyncio.sleep(0)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert req.gate is gate and not gate.cancelled()
+    gate.set_exception(RateLimited("over", retry_after=1))
+    with pytest.raises(RateLimited):
+        await pass_gate(req)
+    assert req.gate is None

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from fleetgate.config.schema import Price
 from fleetgate.errors import FleetgateError
 from fleetgate.providers.base import Endpoint
+from fleetgate.routing.context import pass_gate
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch_hooks import DispatchHook
 from fleetgate.tenancy.principal import Principal
@@ -259,6 +260,11 @@ class GatewayRequest:
     # raise, e.g. shed from the queue); the route then dispatches it again. None: the client
     # gets the interrupt's error.
     requeue: Callable[[], Awaitable[None]] | None = None
+    # A check a stage started but did not wait for (tenancy's reservation, in flight to Redis
+    # while the request goes on): it must pass before any answer leaves. Its result is None; a
+    # refusal is its exception. The dispatcher waits for it once the upstream call is sent (the
+    # round trips overlap), `StageRun` before any other answer; whoever waits sets this None.
+    gate: asyncio.Future[None] | None = None
 
 
 class Stage(Protocol):
@@ -289,17 +295,23 @@ class StageRun:
             ...  # the upstream call; fill in ``outcome``
     """
 
-    __slots__ = ("_ran", "record", "req", "stages")
+    __slots__ = ("_ran", "overlap", "record", "req", "stages")
 
     def __init__(
         self,
         stages: Sequence[Stage],
         req: GatewayRequest,
         record: Callable[[GatewayRequest], None] | None = None,
+        *,
+        overlap: bool = False,
     ) -> None:
         self.stages = stages
         self.req = req
         self.record = record  # metrics, access log, trace: before the stages' ``after``
+        # True: the block sends the request upstream through the dispatcher, which waits for
+        # the request's `GatewayRequest.gate` after the send; False: it is waited for here,
+        # before the block runs.
+        self.overlap = overlap
         self._ran: list[Stage] = []
 
     async def __aenter__(self) -> Outcome:
@@ -322,9 +334,14 @@ class StageRun:
                     _inner_first(req.stream_filters, streams)
                 if responses and len(req.response_filters) != len(responses):
                     _inner_first(req.response_filters, responses)
+            if req.gate is not None and (not self.overlap or req.answer is not None):
+                await pass_gate(req)  # nothing to overlap it with: wait for it now
         except BaseException as exc:
-            self._end(exc)
-            raise
+            verdict = await self._verdict(exc)
+            self._end(verdict)
+            if verdict is exc or verdict is None:
+                raise
+            raise verdict from None
         req.outcome.alias = req.alias
         return req.outcome
 
@@ -334,7 +351,24 @@ class StageRun:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._end(exc)
+        verdict = await self._verdict(exc) if self.req.gate is not None else exc
+        self._end(verdict)
+        if verdict is not exc and verdict is not None:
+            raise verdict from None
+
+    async def _verdict(self, exc: BaseException | None) -> BaseException | None:
+        """How the request ended, given a gate nobody waited for: its refusal outranks what
+        the request met later (it was never admitted), so it is waited for here. Not when
+        the request was cancelled: the gate's stage handles a late answer in ``after``."""
+        if self.req.gate is None or isinstance(exc, asyncio.CancelledError):
+            return exc
+        try:
+            await pass_gate(self.req)
+        except asyncio.CancelledError as cancelled:
+            return cancelled  # cancelled while waiting: the request ends as cancelled
+        except Exception as refusal:
+            return refusal
+        return exc
 
     def _end(self, exc: BaseException | None) -> None:
         req = self.req

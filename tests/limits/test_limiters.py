@@ -285,3 +285,60 @@ async def test_a_redis_settle_lost_in_flight_says_it_may_have_applied(
     finally:
         await killer.aclose()
         await lim.redis.aclose()
+
+
+async def test_a_redis_reservation_sent_ahead_answers_like_reserve(redis_prefix: str) -> None:
+    """`reserve_sent` writes the reservation before returning (the reply is already on its
+    way when the caller goes on) and resolves to what `reserve` would: grant, then refusal."""
+    lim = RedisLimiter(RespClient(REDIS_URL), prefix=redis_prefix)
+    try:
+        scope = Scope("key:ahead", rpm=2)
+        assert lim.reserve_sent("m0", (scope,), 1) is None  # not connected yet: `reserve`
+        assert isinstance(await lim.reserve("m1", (scope,), 1), Reservation)
+        sent = lim.reserve_sent("m2", (scope,), 1)
+        assert sent is not None
+        granted = await sent
+        assert isinstance(granted, Reservation) and granted.usage[0].remaining_requests == 0
+        refused = lim.reserve_sent("m3", (scope,), 1)
+        assert refused is not None
+        denial = await refused
+        assert isinstance(denial, Denial) and denial.reason == "requests"
+        assert MemoryLimiter().reserve_sent("m", (scope,), 1) is None  # nothing to overlap
+    finally:
+        await lim.redis.aclose()
+
+
+async def test_a_reservation_sent_ahead_after_redis_forgot_the_script_still_applies(
+    private_redis: str,
+) -> None:
+    lim = RedisLimiter(RespClient(private_redis), prefix="t:")
+    try:
+        scope = Scope("key:a", max_parallel=1)
+        first = await lim.reserve("m1", (scope,), 1)
+        assert isinstance(first, Reservation)
+        await lim.settle(first, 1, 0)
+        await lim.redis.call("SCRIPT", "FLUSH")
+        sent = lim.reserve_sent("m2", (scope,), 1)
+        assert sent is not None
+        assert isinstance(await sent, Reservation)  # loaded and sent again
+        again = await lim.reserve("m3", (scope,), 1)
+        assert isinstance(again, Denial) and again.reason == "parallel"  # m2 holds the slot
+    finally:
+        await lim.redis.aclose()
+
+
+async def test_a_reservation_sent_ahead_and_lost_follows_the_policy(redis_prefix: str) -> None:
+    for policy in ("fail_closed", "fail_open"):
+        lim = RedisLimiter(RespClient(REDIS_URL), prefix=redis_prefix, policy=policy)
+        scope = Scope("key:lost", rpm=10)
+        assert isinstance(await lim.reserve("m1", (scope,), 1), Reservation)
+        sent = lim.reserve_sent("m2", (scope,), 1)
+        assert sent is not None
+        await lim.redis.aclose()  # the connection closes before the reply is read
+        if policy == "fail_closed":
+            with pytest.raises(LimiterUnavailable):
+                await sent
+        else:
+            degraded = await sent
+            assert isinstance(degraded, Reservation) and not degraded.enforced
+        assert lim.reserve_sent("m3", (scope,), 1) is None  # marked down: the serial way

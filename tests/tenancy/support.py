@@ -173,7 +173,9 @@ async def wait_for(predicate: Any, timeout: float = 5.0, interval: float = 0.05)
 class TcpProxy:
     """A loopback TCP proxy that can be cut (every connection dropped, new ones refused),
     stalled (connections accepted and kept, nothing forwarded: a black hole) and restored: a
-    database or Redis outage without stopping the shared server."""
+    database or Redis outage without stopping the shared server. ``replies`` (an event, set
+    by default): clear it to hold the server's replies (requests still pass), set it to let
+    them through in order: a slow round trip, controlled by the test."""
 
     def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
@@ -182,15 +184,21 @@ class TcpProxy:
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.stalled = False
+        self.replies = asyncio.Event()
+        self.replies.set()
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reply: bool = False
+    ) -> None:
         try:
             while data := await reader.read(65536):
                 if self.stalled:
                     continue  # swallowed: the other side hears nothing
+                if reply:
+                    await self.replies.wait()
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError):
@@ -207,7 +215,7 @@ class TcpProxy:
         self._writers.update((writer, up_writer))
         tasks = [
             asyncio.ensure_future(self._pipe(reader, up_writer)),
-            asyncio.ensure_future(self._pipe(up_reader, writer)),
+            asyncio.ensure_future(self._pipe(up_reader, writer, reply=True)),
         ]
         for t in tasks:
             self._tasks.add(t)

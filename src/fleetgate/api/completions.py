@@ -131,7 +131,8 @@ async def serve(
         bind(req)
     trace = _trace(gw, req, endpoint)
     try:
-        async with StageRun(gw.stages, req, _recorder(gw)):
+        # overlap: a reservation still in flight is waited for once the upstream call is sent
+        async with StageRun(gw.stages, req, _recorder(gw), overlap=True):
             return await _dispatch(request, gw, req, endpoint)
     finally:
         if trace is not None:
@@ -165,7 +166,7 @@ async def answer(
         req.outcome.batch = batch
         trace = _trace(gw, req, endpoint)
         try:
-            async with StageRun(gw.stages, req, _recorder(gw)):
+            async with StageRun(gw.stages, req, _recorder(gw), overlap=True):
                 response = await _dispatch(None, gw, req, endpoint)
         finally:
             if trace is not None:

@@ -302,6 +302,9 @@ class TenancyConfig(_Model):
     threshold crossed (``alert_thresholds``, percent). ``budget_refresh_s``: how often budget
     counters are re-read (and raised to the store's totals after a Redis outage or restart).
     ``spool_fsync``: sync the spend/audit spool to disk every ``spend_flush_interval_s``.
+    ``overlap_reserve``: with Redis, send the upstream call while the reservation's round trip
+    is in flight when this process saw room enough for it (`fleetgate.tenancy.headroom`); the
+    answer is used only once the reservation is granted, and a refusal aborts the call.
     """
 
     enabled: bool = True
@@ -316,6 +319,7 @@ class TenancyConfig(_Model):
     budget_refresh_s: float = Field(5.0, gt=0)
     spool_fsync: bool = True
     audit_requests: bool = True
+    overlap_reserve: bool = True
 
 
 class GatewayConfig(_Model):

@@ -7,6 +7,7 @@ are sliding 60-second logs, so "120 RPM" means at most 120 admissions in any 60 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -73,6 +74,17 @@ class Limiter(Protocol):
         self, member: str, scopes: tuple[Scope, ...], tokens: int
     ) -> Reservation | Denial:
         """Admit the request in every scope at once, or refuse without counting it."""
+        ...
+
+    def reserve_sent(
+        self, member: str, scopes: tuple[Scope, ...], tokens: int
+    ) -> asyncio.Future[Reservation | Denial] | None:
+        """`reserve`, sent to the shared store now and answered by the returned future, so the
+        caller can do other work during the round trip (`fleetgate.tenancy.stage` sends the
+        upstream call meanwhile). The future may fail like `reserve` (`LimiterUnavailable`).
+        None when there is no round trip to overlap (an in-process limiter) or the command
+        cannot leave at once (not connected, too many waiting, the store marked down): call
+        `reserve`."""
         ...
 
     def settle(

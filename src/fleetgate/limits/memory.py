@@ -10,6 +10,7 @@ logs of the limits it has, and a scope idle for a whole window is forgotten.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -139,6 +140,12 @@ class MemoryLimiter:
         for s, w in zip(scopes, windows, strict=True):
             w.admit(member, now, tokens, s)
         return Reservation(member, scopes, tokens, True, usage)
+
+    def reserve_sent(
+        self, member: str, scopes: tuple[Scope, ...], tokens: int
+    ) -> asyncio.Future[Reservation | Denial] | None:
+        """None: an in-process reservation has no round trip to overlap."""
+        return None
 
     async def settle(self, reservation: Reservation, tokens: int, cost_nusd: int) -> dict[str, int]:
         totals: dict[str, int] = {}

@@ -98,6 +98,24 @@ def _copy_outcome(target: asyncio.Future[Any], source: asyncio.Future[Any]) -> N
         target.set_result(source.result())
 
 
+def _reservation(
+    member: str, scopes: tuple[Scope, ...], tokens: int, values: list[int]
+) -> Reservation | Denial:
+    """The reserve script's reply: a refusal, or the remaining requests and tokens per scope."""
+    if values[0] == 1:
+        return Denial(scopes[values[1]].name, _REASONS[values[2]], values[3])
+    usage = [
+        ScopeUsage(
+            None if values[i] < 0 else values[i],
+            None if values[i + 1] < 0 else values[i + 1],
+            values[i + 2],
+            values[i + 3],
+        )
+        for i in range(1, len(values), 4)
+    ]
+    return Reservation(member, scopes, tokens, True, usage)
+
+
 class RedisLimiter:
     """See `fleetgate.limits.base.Limiter`. ``on_unavailable(policy)`` counts outages.
 
@@ -155,28 +173,67 @@ class RedisLimiter:
             if self._on_unavailable is not None:
                 self._on_unavailable(self.policy)
             return self._degraded(member, scopes, tokens)
+        command = self._reserve_command(member, scopes, tokens)
+        # Written now when nothing else is in flight (not at the end of the loop turn): the
+        # round trip starts a loop iteration earlier.
+        return await self._reserved(member, scopes, tokens, command, self.redis.send_now(command))
+
+    def reserve_sent(
+        self, member: str, scopes: tuple[Scope, ...], tokens: int
+    ) -> asyncio.Future[Reservation | Denial] | None:
+        """`reserve`, written to Redis now; the future resolves from the reply's own callback
+        (no task per request; a NOSCRIPT reload or a failure goes through `_reserved`)."""
+        if time.monotonic() < self._down_until:
+            return None
+        command = self._reserve_command(member, scopes, tokens)
+        sent = self.redis.send_now(command)
+        if sent is None:
+            return None
+        done: asyncio.Future[Reservation | Denial] = sent.get_loop().create_future()
+        sent.add_done_callback(
+            partial(self._reserve_replied, member, scopes, tokens, command, done)
+        )
+        return done
+
+    def _reserve_command(self, member: str, scopes: tuple[Scope, ...], tokens: int) -> bytes:
         enc = self._commands(scopes)
-        command = enc.reserve_head + bulk(member) + bulk(tokens) + enc.reserve_tail
+        return enc.reserve_head + bulk(member) + bulk(tokens) + enc.reserve_tail
+
+    def _reserve_replied(
+        self,
+        member: str,
+        scopes: tuple[Scope, ...],
+        tokens: int,
+        command: bytes,
+        done: asyncio.Future[Reservation | Denial],
+        sent: asyncio.Future[Any],
+    ) -> None:
+        if done.cancelled():
+            return
+        if not sent.cancelled() and sent.exception() is None:
+            done.set_result(_reservation(member, scopes, tokens, sent.result()))
+            return
+        # NOSCRIPT (load the script, send again), a failure or a cancelled reply (the
+        # connection closed): the coroutine maps it as `reserve` does.
+        task = asyncio.ensure_future(self._reserved(member, scopes, tokens, command, sent))
+        task.add_done_callback(partial(_copy_outcome, done))
+
+    async def _reserved(
+        self,
+        member: str,
+        scopes: tuple[Scope, ...],
+        tokens: int,
+        command: bytes,
+        sent: asyncio.Future[Any] | None,
+    ) -> Reservation | Denial:
         try:
-            # Written now when nothing else is in flight (not at the end of the loop turn):
-            # the round trip starts a loop iteration earlier.
-            sent = self.redis.send_now(command)
+            if sent is not None and sent.cancelled():
+                raise ConnectionError("the connection to Redis closed")
             values = await self.redis.eval_encoded(_RESERVE, command, sent)
         except _DOWN as exc:
             self._unavailable(exc, decided=True)
             return self._degraded(member, scopes, tokens)
-        if values[0] == 1:
-            return Denial(scopes[values[1]].name, _REASONS[values[2]], values[3])
-        usage = [
-            ScopeUsage(
-                None if values[i] < 0 else values[i],
-                None if values[i + 1] < 0 else values[i + 1],
-                values[i + 2],
-                values[i + 3],
-            )
-            for i in range(1, len(values), 4)
-        ]
-        return Reservation(member, scopes, tokens, True, usage)
+        return _reservation(member, scopes, tokens, values)
 
     def settle(
         self, reservation: Reservation, tokens: int, cost_nusd: int

@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -56,6 +57,24 @@ class RoutedRequest(Protocol):
     def dispatch_hooks(self) -> Sequence[DispatchHook]:
         """Added by request stages: narrow the candidates and gate the send."""
         ...
+
+    # A check still in flight that must pass before the upstream's answer is used (a
+    # reservation overlapping the upstream call; see `fleetgate.hooks.GatewayRequest.gate`):
+    # the dispatcher waits for it after the send and sets it to None.
+    gate: asyncio.Future[None] | None
+
+
+async def pass_gate(req: RoutedRequest) -> None:
+    """Wait for ``req.gate`` and clear it; raises the gate's refusal. A cancellation of the
+    wait (a preemption that requeues the request, the client leaving) leaves the gate on the
+    request for whoever waits next, unharmed."""
+    gate = req.gate
+    if gate is None:
+        return
+    if not gate.done():
+        await asyncio.shield(gate)
+    req.gate = None
+    gate.result()
 
 
 @dataclass(slots=True)

@@ -30,7 +30,7 @@ from fleetgate.errors import (
     UpstreamError,
 )
 from fleetgate.providers.base import UpstreamCall, UpstreamResponse
-from fleetgate.routing.context import Pick, RouteContext, RoutedRequest
+from fleetgate.routing.context import Pick, RouteContext, RoutedRequest, pass_gate
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch_hooks import DispatchHook, admitted, extra_fields, preferred
 from fleetgate.routing.encoder import ENCODER_TAG, EncoderStep
@@ -117,8 +117,16 @@ class _Sending:
         self._sent: Dispatch | None = None
 
     async def __aenter__(self) -> Dispatch:
-        self._sent = await self._dispatcher._send(self._table, self._ctx, self._build)
-        return self._sent
+        sent = self._sent = await self._dispatcher._send(self._table, self._ctx, self._build)
+        req = self._ctx.request
+        if req.gate is not None:  # a reservation overlapped the upstream call: it decides now
+            try:
+                await pass_gate(req)
+            except BaseException:
+                self._sent = None
+                await sent._close()  # refused: the upstream call is aborted, nothing relayed
+                raise
+        return sent
 
     async def __aexit__(
         self,
@@ -129,6 +137,39 @@ class _Sending:
         sent, self._sent = self._sent, None
         if sent is not None:
             await sent._close()
+
+
+async def _send_gated(
+    dep: Deployment, call: UpstreamCall, gate: asyncio.Future[None] | None
+) -> UpstreamResponse:
+    """``dep.provider.send(call)``, stopped at once if ``gate`` (a reservation still in
+    flight) closes with a refusal meanwhile: the upstream call is aborted (for a request that
+    is not streamed, before the engine has generated the whole answer) and the refusal raised.
+    """
+    if gate is None or gate.done():
+        return await dep.provider.send(call)
+    task = asyncio.current_task()
+    sending, refused = True, False
+
+    def stop(done: asyncio.Future[None]) -> None:
+        nonlocal refused
+        # Only while the send is awaited: a callback run after it returned cancels nothing.
+        if sending and task is not None and not done.cancelled() and done.exception():
+            refused = True
+            task.cancel()
+
+    gate.add_done_callback(stop)
+    try:
+        return await dep.provider.send(call)
+    except asyncio.CancelledError:
+        if refused and task is not None and task.uncancel() == 0:
+            error = gate.exception()
+            assert error is not None
+            raise error from None
+        raise
+    finally:
+        sending = False
+        gate.remove_done_callback(stop)
 
 
 def _with_hook_fields(hooks: Sequence[DispatchHook], pick: Pick) -> Pick:
@@ -332,7 +373,7 @@ class Dispatcher:
                 if dep.state.asleep and self.waker is not None:
                     await self.waker.ensure_awake(dep)
                 async with admitted(hooks, dep):
-                    response = await dep.provider.send(build(pick))
+                    response = await _send_gated(dep, build(pick), ctx.request.gate)
             except UpstreamError as exc:
                 dep.state.in_flight -= 1
                 observer.finished(ticket)

@@ -120,6 +120,11 @@ class Budgets:
             self._spent = {k: v for k, v in self._spent.items() if k in current}
             self._seeded &= current
 
+    def known_spend(self, scope: Scope) -> int | None:
+        """``scope``'s spend this period as this process last saw it (seeded from the store,
+        then from each settle's answer): None before it was seen."""
+        return self._spent.get(scope.budget_key)
+
     def settled(self, scopes: Sequence[Scope], totals: dict[str, int], cost: int) -> None:
         """After a settle: remember the counters and alert on thresholds crossed."""
         for s in scopes:

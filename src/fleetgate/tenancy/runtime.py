@@ -142,6 +142,13 @@ class Tenancy:
             audit_requests=config.audit_requests,
             settles=self.settles,
             usage=SpendMetrics(registry, self.cache),
+            overlap=config.overlap_reserve,
+            overlapped=registry.counter(
+                "fleetgate_reservations_overlapped_total",
+                "Reservations answered while the upstream call was in flight, by answer "
+                "(refused or unavailable: an upstream call aborted).",
+                ("answer",),
+            ),
         )
         self.service = TenancyService(self.db, self.sync.changed)
 
@@ -164,6 +171,7 @@ class Tenancy:
         self.writer.flush_interval_s = config.spend_flush_interval_s
         self.writer.fsync = config.spool_fsync
         self.stage.audit_requests = config.audit_requests
+        self.stage.overlap = config.overlap_reserve
 
     @property
     def store_ready(self) -> bool:

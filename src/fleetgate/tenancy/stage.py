@@ -2,23 +2,31 @@
 
 ``before`` reserves the request in its key, team and alias scopes (RPM, TPM with the
 estimated prompt tokens + ``max_tokens``, parallel, budget) and refuses with 429 and
-``Retry-After`` / ``x-ratelimit-*`` headers. ``after`` hands the settle (actual usage) to
-`Settles` and spools the spend record and the audit row in one append: for a JSON response
-before it is written, for a stream once it has ended. No other I/O on the event loop.
+``Retry-After`` / ``x-ratelimit-*`` headers. Where `Headroom` says a refusal is unlikely, the
+reservation is only sent: its answer opens or closes the request's `GatewayRequest.gate`,
+which the dispatcher waits for after sending the upstream call (one round trip fewer on the
+request's path); a refusal then aborts the upstream call and the client gets the same 429.
+``after`` hands the settle (actual usage) to `Settles` and spools the spend record and the
+audit row in one append: for a JSON response before it is written, for a stream once it has
+ended. No other I/O on the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from functools import partial
 from typing import Any
 
-from fleetgate.errors import BudgetExceeded, RateLimited
+from fleetgate.errors import BudgetExceeded, FleetgateError, LimiterUnavailable, RateLimited
 from fleetgate.hooks import GatewayRequest, Outcome
-from fleetgate.limits.base import Denial, Limiter, Reservation
+from fleetgate.limits.base import Denial, Limiter, Reservation, Scope
+from fleetgate.telemetry.registry import Counter
 from fleetgate.tenancy.budgets import Budgets
 from fleetgate.tenancy.cache import KeyCache
 from fleetgate.tenancy.headers import duration, ratelimit_headers
+from fleetgate.tenancy.headroom import Headroom
 from fleetgate.tenancy.money import cost_nusd
 from fleetgate.tenancy.scopes import ScopeBook
 from fleetgate.tenancy.settles import Settles
@@ -30,6 +38,8 @@ __all__ = ["TenancyStage"]
 log = logging.getLogger("fleetgate.tenancy")
 
 _RESERVATION = "tenancy.reservation"
+_ENDED = "tenancy.ended"  # (tokens, cost) for an overlapped reservation answered after the end
+_REFUSED = "tenancy.refused"  # an overlapped reservation was refused (its audit row written)
 _NEVER_MS = 400 * 86_400_000  # longer than any calendar period: the budget never resets
 
 
@@ -49,6 +59,8 @@ class TenancyStage:
         audit_requests: bool = True,
         settles: Settles | None = None,
         usage: SpendMetrics | None = None,
+        overlap: bool = True,
+        overlapped: Counter | None = None,
     ) -> None:
         self.cache = cache
         self.limiter = limiter
@@ -58,6 +70,11 @@ class TenancyStage:
         self.audit_requests = audit_requests
         self.settles = settles or Settles(limiter, budgets.settled)
         self.usage = usage
+        # Overlap the reservation's round trip with the upstream call where `Headroom` says a
+        # refusal is unlikely (`tenancy.overlap_reserve`); False: always reserve, then send.
+        self.overlap = overlap
+        self.room = Headroom(budgets.known_spend)
+        self._overlapped = overlapped  # label ``answer``: granted, refused, unavailable
 
     async def before(self, req: GatewayRequest) -> None:
         entry = self.cache.entry(req.principal.key_id)
@@ -73,15 +90,80 @@ class TenancyStage:
         tokens = req.prompt_tokens + req.prompt_tokens // 4 + 16 + req.max_tokens
         # The request id is the gateway's own (a random per-process prefix and a counter), so
         # it names the reservation uniquely across replicas without a random suffix.
+        if self.overlap and self.room.allows(scopes, tokens):
+            sent = self.limiter.reserve_sent(req.request_id, scopes, tokens)
+            if sent is not None:  # answered while the upstream call is sent: `_answered`
+                gate: asyncio.Future[None] = sent.get_loop().create_future()
+                req.gate = gate
+                self.room.sent(scopes, tokens)
+                sent.add_done_callback(partial(self._answered, req, scopes, tokens, gate))
+                return
         result = await self.limiter.reserve(req.request_id, scopes, tokens)
         if isinstance(result, Denial):
-            self._refused(req, result)
-        assert isinstance(result, Reservation)
-        req.state[_RESERVATION] = result
-        if result.usage:
-            req.response_headers.update(ratelimit_headers(scopes, result.usage))
+            self.room.refused(scopes)
+            raise self._refusal(req, result)
+        self._admitted(req, scopes, result)
 
-    def _refused(self, req: GatewayRequest, denial: Denial) -> None:
+    def _admitted(
+        self, req: GatewayRequest, scopes: tuple[Scope, ...], reservation: Reservation
+    ) -> None:
+        self.room.granted(scopes, reservation)
+        req.state[_RESERVATION] = reservation
+        if reservation.usage:
+            req.response_headers.update(ratelimit_headers(scopes, reservation.usage))
+
+    def _answered(
+        self,
+        req: GatewayRequest,
+        scopes: tuple[Scope, ...],
+        tokens: int,
+        gate: asyncio.Future[None],
+        sent: asyncio.Future[Reservation | Denial],
+    ) -> None:
+        """The overlapped reservation's answer (a reply callback, on the loop): open the
+        request's gate, or close it with the refusal. When the request already ended
+        (``after`` ran: cancelled, or failed before anyone waited), a grant is settled at
+        once with what ``after`` computed, and a refusal changes nothing."""
+        self.room.answered(scopes, tokens)
+        ended = req.state.get(_ENDED)
+        result: Reservation | Denial | BaseException
+        if sent.cancelled():
+            result = LimiterUnavailable("Rate limiting is unavailable; try again shortly.")
+        else:
+            result = sent.exception() or sent.result()
+        if self._overlapped is not None:
+            answer = (
+                "granted"
+                if isinstance(result, Reservation)
+                else "refused"
+                if isinstance(result, Denial)
+                else "unavailable"
+            )
+            self._overlapped.labels(answer).inc()
+        if isinstance(result, Reservation):
+            if ended is not None:
+                self.room.granted(scopes, result)
+                self._settle(result, *ended)
+                return
+            self._admitted(req, scopes, result)
+            if not gate.done():
+                gate.set_result(None)
+            return
+        if isinstance(result, Denial):
+            self.room.refused(scopes)
+            if ended is not None:
+                return
+            error: BaseException = self._refusal(req, result)
+            req.state[_REFUSED] = True
+        else:
+            error = result  # the limiter is unavailable and fails closed
+            if ended is not None:
+                return
+        if not gate.done():
+            gate.set_exception(error)
+
+    def _refusal(self, req: GatewayRequest, denial: Denial) -> FleetgateError:
+        """The error refusing ``req`` for ``denial``, its audit row written."""
         retry_s = denial.retry_after_ms / 1000
         headers = {f"x-ratelimit-reset-{denial.reason}": duration(denial.retry_after_ms)}
         if denial.reason in ("requests", "tokens"):
@@ -95,13 +177,13 @@ class TenancyStage:
                     f"Budget exhausted for {denial.scope.split(':')[0]}; it does not reset.",
                 )
                 exc.headers.pop("Retry-After", None)
-                raise exc
-            raise BudgetExceeded(
+                return exc
+            return BudgetExceeded(
                 f"Budget exhausted for {denial.scope.split(':')[0]}; it resets with the period.",
                 retry_after=retry_s,
                 headers=headers,
             )
-        raise RateLimited(
+        return RateLimited(
             f"Rate limit reached for {denial.scope.split(':')[0]} ({denial.reason}); "
             f"retry in {duration(denial.retry_after_ms)}.",
             retry_after=retry_s,
@@ -120,13 +202,19 @@ class TenancyStage:
                 batch=outcome.batch,
             )
         reservation = req.state.pop(_RESERVATION, None)
+        used = outcome.prompt_tokens + outcome.completion_tokens
         if isinstance(reservation, Reservation):
-            used = outcome.prompt_tokens + outcome.completion_tokens
             if outcome.status < 400 and used == 0:
                 used = reservation.tokens  # usage unknown: keep what was reserved
-            # Also when the reservation was not enforced (Redis away, fail_open): the cost
-            # still belongs in the budget counters once Redis is back.
-            self.settles.submit(reservation, used, cost)
+            self._settle(reservation, used, cost)
+        gate = req.gate
+        if gate is not None:  # an overlapped reservation nobody waited for (cancelled)
+            if not gate.done():
+                req.state[_ENDED] = (used, cost)  # settled when its answer comes
+            elif not gate.cancelled():
+                gate.exception()  # retrieved: its refusal has nobody to reach
+        if req.state.get(_REFUSED):
+            return  # refused: its audit row says so, and no upstream answer was used
         records: list[tuple[str, dict[str, Any]]] = []
         if outcome.deployment is not None:
             row = self._spend_row(req, outcome, cost)
@@ -140,6 +228,12 @@ class TenancyStage:
         if audit is not None:
             records.append(("audit", audit))
         self.writer.submit_all(records)  # one append: both durable before the response
+
+    def _settle(self, reservation: Reservation, used: int, cost: int) -> None:
+        self.room.released(reservation.scopes)
+        # Also when the reservation was not enforced (Redis away, fail_open): the cost still
+        # belongs in the budget counters once Redis is back.
+        self.settles.submit(reservation, used, cost)
 
     async def drain(self) -> None:
         """Wait for settles still running, and try the queued ones (shutdown)."""
