@@ -3,18 +3,23 @@
     PYTHONPATH=src python bench/safety/train_classifier.py            # validate, then train
     PYTHONPATH=src python bench/safety/train_classifier.py --check    # only print the hash
 
-1. Validation: train on the hand-written examples plus the corpus's training part, score the
-   corpus's validation part (frames AND cores never seen in training, see
-   `fleetgate.safety.classifier.corpus`), and pick a threshold per language for the default
-   input policy (the shipped word lists, then the classifier): the lowest (0.05 to 0.95 in
-   steps of 0.01) at which the policy blocks at most 8% of that language's benign validation
-   prompts, issue #19's false-positive aim. (Until 2026-12-02 the rule was Youden's J, the
-   best block rate minus false-positive rate; it is printed for comparison.)
-2. Final: train on everything (`shipped_examples`) and save the model with those thresholds,
-   the training data's hash and the validation figures.
+1. Out-of-fold scores: for each of the corpus's five folds k, train on the hand-written examples
+   plus the corpus texts whose frame and core are both outside fold k, and score those whose
+   frame and core are both in fold k (`corpus_examples(..., validation_fold=k)`: frames and
+   cores never seen in training). Saved with ``--oof FILE`` (and reused from it while the
+   training data is unchanged); `oof_rules.py` compares decision rules on that file.
+2. A threshold per language on the harm probability 1 - p(benign) for the default input
+   policy (the shipped word lists, then the classifier): the lowest (0.02 to 0.99 in steps of
+   0.01) at which the policy blocks at most 8% of that language's benign out-of-fold prompts
+   (issue #19's false-positive aim), all five folds pooled. (Until 2026-12-02's third version
+   it was chosen on fold 0 alone, which picked 0.50 for Chinese: 22.7% false positives on the
+   other four folds. Per-category thresholds were tried and not kept: `oof_rules.py`.)
+3. Final: train on everything (`shipped_examples`) and save the model with those thresholds,
+   the training data's hash and the out-of-fold figures.
 
 bench/safety/data/heldout_test.jsonl is never read here: it is the test set, see docs/safety.md.
-Embeddings are cached in ``--cache`` (keyed by text) so reruns take seconds, not minutes.
+Embeddings are cached in ``--cache`` (keyed by text) so reruns skip the embedding (minutes);
+the six fits take 20-25 minutes on the 2-core VM.
 """
 
 from __future__ import annotations
@@ -33,7 +38,6 @@ from fleetgate.resources import MiniLMEmbedder
 from fleetgate.safety.checks.words import WordListCheck, default_word_lists
 from fleetgate.safety.classifier import (
     BENIGN,
-    Example,
     SoftmaxModel,
     corpus_examples,
     data_sha256,
@@ -41,11 +45,14 @@ from fleetgate.safety.classifier import (
     shipped_examples,
     train,
 )
+from fleetgate.safety.classifier.corpus import FOLDS
 from fleetgate.safety.classifier.train import featurize
 from fleetgate.safety.normalize import Normalizer, is_cjk
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from thresholds import GRID, Bools, fmt, lowest_feasible  # noqa: E402
+
 HEAD = Path(__file__).resolve().parents[2] / "src/fleetgate/safety/data/classifier_head.npz"
-FP_AIM = 0.08  # issue #19: at most 8% of safe prompts blocked
 
 
 class CachedEmbedder:
@@ -81,50 +88,101 @@ class CachedEmbedder:
             np.savez(fh, keys=np.array(keys), vectors=np.stack([self.vectors[k] for k in keys]))
 
 
-def harm_scores(model: SoftmaxModel, x: np.ndarray) -> np.ndarray:
-    return 1.0 - model.predict_proba(x)[:, model.classes.index(BENIGN)]
+OOF_FIELDS = ("fold", "label", "lang", "words", "proba")
 
 
-def split(examples: Sequence[Example], lang: str) -> tuple[list[int], list[int]]:
-    sel = [i for i, ex in enumerate(examples) if is_cjk(ex.text) == (lang == "zh")]
-    return ([i for i in sel if examples[i].label != BENIGN],
-            [i for i in sel if examples[i].label == BENIGN])  # fmt: skip
+def oof_scores(
+    embedder: CachedEmbedder, *, work: Path, l2: float, epochs: int
+) -> dict[str, np.ndarray]:
+    """Train once per fold and score its held-out texts: the arrays `OOF_FIELDS`, ``classes``
+    and ``data_sha256`` (``work``: a folder for the temporary model files)."""
+    normalizer = Normalizer()
+    lists = WordListCheck(default_word_lists())
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in OOF_FIELDS}
+    classes: tuple[str, ...] = ()
+    for k in range(FOLDS):
+        t0 = time.perf_counter()
+        train_part = legacy_examples() + corpus_examples("train", validation_fold=k)
+        val_part = corpus_examples("validation", validation_fold=k)
+        tmp = work / f"oof-fold{k}-model.npz.tmp"
+        train(train_part, tmp, embedder=embedder, l2=l2, epochs=epochs)
+        model = SoftmaxModel.load(tmp)[0]
+        tmp.unlink()
+        if classes and model.classes != classes:
+            raise SystemExit(f"fold {k} has classes {model.classes}, not {classes}")
+        classes = model.classes
+        texts = [e.text for e in val_part]
+        parts["proba"].append(model.predict_proba(featurize(texts, embedder, normalizer)))
+        parts["fold"].append(np.full(len(val_part), k))
+        parts["label"].append(np.array([e.label for e in val_part]))
+        parts["lang"].append(np.array(["zh" if is_cjk(t) else "en" for t in texts]))
+        parts["words"].append(np.array([bool(lists.scan(t)[0]) for t in texts]))
+        print(f"  fold {k}: trained on {len(train_part)}, scored {len(val_part)} "
+              f"in {time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
+    return {
+        "classes": np.array(classes),
+        "data_sha256": np.array(data_sha256(shipped_examples())),
+        **{k: np.concatenate(v) for k, v in parts.items()},
+    }
 
 
-def rates(blocked: np.ndarray, examples: Sequence[Example], lang: str) -> str:
-    harm, safe = split(examples, lang)
-    hits, fps = int(blocked[harm].sum()), int(blocked[safe].sum())
-    return (f"blocked {hits}/{len(harm)} = {hits / len(harm):.1%}, "
-            f"false positives {fps}/{len(safe)} = {fps / len(safe):.1%}")  # fmt: skip
+def load_or_score(path: Path | None, embedder: CachedEmbedder, args: argparse.Namespace
+                  ) -> dict[str, np.ndarray]:  # fmt: skip
+    """The out-of-fold scores saved at ``path`` if made from today's training data, else new."""
+    if path is not None and path.exists():
+        with np.load(path, allow_pickle=False) as data:
+            saved = {k: data[k] for k in data.files}
+        if str(saved.get("data_sha256", "")) == data_sha256(shipped_examples()):
+            print(f"out-of-fold scores from {path}")
+            return saved
+    work = (path or args.out).parent
+    scores = oof_scores(embedder, work=work, l2=args.l2, epochs=args.epochs)
+    if path is not None:
+        with path.open("wb") as fh:
+            np.savez(fh, **scores)
+    return scores
 
 
-GRID = [round(float(t), 2) for t in np.arange(0.05, 0.951, 0.01)]
+def rates(blocked: Bools, benign: Bools) -> str:
+    hits, fps = int(blocked[~benign].sum()), int(blocked[benign].sum())
+    return (
+        f"blocked {fmt(hits, int((~benign).sum()))}, false positives {fmt(fps, int(benign.sum()))}"
+    )
 
 
-def pick_threshold(
-    scores: np.ndarray, words: np.ndarray, examples: Sequence[Example], lang: str
-) -> float:
-    """The lowest threshold at which words-or-classifier blocks at most `FP_AIM` of the safe
-    validation prompts of ``lang`` (0.95 when none does)."""
-    _, safe = split(examples, lang)
-    return next((t for t in GRID if ((scores >= t) | words)[safe].mean() <= FP_AIM), GRID[-1])
-
-
-def youden_threshold(scores: np.ndarray, examples: Sequence[Example], lang: str) -> float:
-    """The previous rule: the highest block rate minus false-positive rate (ties: higher)."""
-    harm, safe = split(examples, lang)
-    best, best_j = 0.5, -1.0
-    for t in GRID:
-        j = (scores[harm] >= t).mean() - (scores[safe] >= t).mean()
-        if j >= best_j:
-            best, best_j = t, float(j)
-    return best
+def choose(oof: dict[str, np.ndarray], lang: str) -> dict[str, str]:
+    """``lang``'s threshold from all five folds' scores, and its out-of-fold figures, as model
+    info; printed with the threshold fold 0 alone would have given (the rule until
+    2026-12-02's third version) and how that one does on the other four folds."""
+    b = [str(c) for c in oof["classes"]].index(BENIGN)
+    sel = oof["lang"] == lang
+    score, words = 1.0 - oof["proba"][sel][:, b].astype(np.float64), oof["words"][sel]
+    benign, fold = oof["label"][sel] == BENIGN, oof["fold"][sel]
+    threshold = lowest_feasible(score, words, benign, GRID)
+    figures = rates(words | (score >= threshold), benign)
+    print(f"  {lang}: words alone: {rates(words, benign)}")
+    print(f"  {lang}: words + classifier at {threshold} (all folds): {figures}")
+    zero, rest = fold == 0, fold != 0
+    t0 = lowest_feasible(score[zero], words[zero], benign[zero], GRID)
+    print(f"  {lang}: fold 0 alone would pick {t0}; on folds 1-4 that gives "
+          f"{rates((words | (score >= t0))[rest], benign[rest])}")  # fmt: skip
+    return {
+        f"threshold_{lang}": str(threshold),
+        f"validation_{lang}": f"out-of-fold (5 folds), words + classifier at {threshold}: "
+        + figures,
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=HEAD)
     ap.add_argument("--cache", type=Path, default=Path("/tmp/fg-emb-max.npz"))
+    ap.add_argument(
+        "--oof",
+        type=Path,
+        default=Path("/tmp/fg-oof.npz"),
+        help="out-of-fold scores: reused if made from the same data, else written",
+    )
     ap.add_argument("--l2", type=float, default=1e-4)
     ap.add_argument("--epochs", type=int, default=400)
     ap.add_argument("--check", action="store_true", help="print the training data hash only")
@@ -134,29 +192,11 @@ def main() -> int:
     if args.check:
         return 0
     embedder = CachedEmbedder(MiniLMEmbedder(quantize=True, with_max=True), args.cache)
-    normalizer = Normalizer()
-    train_part = legacy_examples() + corpus_examples("train")
-    val_part = corpus_examples("validation")
-    print(f"validation: train on {len(train_part)}, score {len(val_part)} "
-          "(frames and cores not in the training part)")  # fmt: skip
     t0 = time.perf_counter()
-    tmp = args.out.with_name("validation-model.npz.tmp")
-    train(train_part, tmp, embedder=embedder, l2=args.l2, epochs=args.epochs)
-    model = SoftmaxModel.load(tmp)[0]
-    tmp.unlink()
-    scores = harm_scores(model, featurize([e.text for e in val_part], embedder, normalizer))
-    lists = WordListCheck(default_word_lists())
-    words = np.array([bool(lists.scan(e.text)[0]) for e in val_part])
-    info = {}
-    for lang in ("en", "zh"):
-        threshold = pick_threshold(scores, words, val_part, lang)
-        policy = rates((scores >= threshold) | words, val_part, lang)
-        info[f"threshold_{lang}"] = str(threshold)
-        info[f"validation_{lang}"] = f"words + classifier at {threshold}: {policy}"
-        print(f"  {lang}: words alone: {rates(words, val_part, lang)}")
-        for t in sorted({0.5, threshold, youden_threshold(scores, val_part, lang)}):
-            print(f"  {lang} classifier at {t}: {rates(scores >= t, val_part, lang)}; "
-                  f"with words: {rates((scores >= t) | words, val_part, lang)}")  # fmt: skip
+    oof = load_or_score(args.oof, embedder, args)
+    print(f"out-of-fold: {len(oof['label'])} prompts scored by models that never saw their "
+          "frame or core")  # fmt: skip
+    info = {**choose(oof, "en"), **choose(oof, "zh")}
     train(examples, args.out, embedder=embedder, info=info, l2=args.l2, epochs=args.epochs)
     size = args.out.stat().st_size
     print(f"wrote {args.out} ({size / 1024:.0f} KiB) in {time.perf_counter() - t0:.0f} s")

@@ -27,7 +27,7 @@ from fleetgate.safety.classifier import (
     shipped_head_path,
     train,
 )
-from fleetgate.safety.classifier.corpus import _load
+from fleetgate.safety.classifier.corpus import _load, fold
 from fleetgate.safety.classifier.train import featurize
 from fleetgate.safety.normalize import Normalizer
 
@@ -84,9 +84,9 @@ async def test_the_shipped_model_loads_without_training(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="#19: words + the classifier (thresholds at 8% false positives on validation) block "
-    "165/184 = 89.7% of the shipped attacks at 1/134 = 0.7% false positives (target >= 98% / "
-    "<= 5%; docs/safety.md). Strict: passes again -> remove this mark.",
+    reason="#19: words + the classifier (thresholds at 8% false positives on five folds' "
+    "out-of-fold scores) block 155/184 = 84.2% of the shipped attacks at 0/134 false positives "
+    "(target >= 98% / <= 5%; docs/safety.md). Strict: passes again -> remove this mark.",
 )
 async def test_built_in_checks_meet_the_targets_on_the_shipped_sets(
     classifier: ClassifierCheck,
@@ -247,3 +247,40 @@ def test_every_core_is_asked_in_indirect_frames_too() -> None:
         core = data["benign"][0]
         framed = [f.replace("{x}", core) for f in indirect if f.replace("{x}", core) in examples]
         assert len(framed) == 4, (lang, core)
+
+
+def _possible(k: int, held_out: bool) -> set[str]:
+    """Every text the corpus can make from the frames, cores and whole texts that are (or, with
+    ``held_out`` False, are not) in fold ``k``."""
+    out: set[str] = set()
+    for lang in ("en", "zh"):
+        data = _load(lang)
+
+        def take(texts: Sequence[str]) -> list[str]:
+            return [t for t in texts if (fold(t) == k) == held_out]
+
+        cores = take([c for cs in data["harm"].values() for c in cs] + data["benign"])
+        frames = take(data["frames"] + data["indirect_frames"])
+        out |= {f.replace("{x}", c) for f in frames for c in cores}
+        out |= set(take([t for ts in data["harm_texts"].values() for t in ts]))
+        out |= set(take(data["benign_texts"]))
+    return out
+
+
+@pytest.mark.parametrize("k", range(5))
+def test_each_fold_is_held_out_by_frame_and_core(k: int) -> None:
+    """Fold k's validation texts are made of fold k's frames and cores only, its training texts
+    of the other folds' only (what the out-of-fold scores of bench/safety/train_classifier.py
+    rely on); fold 0 is the default."""
+    val = {ex.text for ex in corpus_examples("validation", validation_fold=k)}
+    train_texts = {ex.text for ex in corpus_examples("train", validation_fold=k)}
+    assert val and train_texts and not val & train_texts
+    assert val <= _possible(k, held_out=True)
+    assert train_texts <= _possible(k, held_out=False)
+    if k == 0:
+        assert corpus_examples("validation") == corpus_examples("validation", validation_fold=0)
+
+
+def test_an_unknown_fold_is_an_error() -> None:
+    with pytest.raises(ValueError, match="validation_fold"):
+        corpus_examples("train", validation_fold=5)

@@ -11,7 +11,8 @@ harmful and benign cores, so a frame carries no signal and the model has to lear
 Each core is put into ``PER_CORE`` frames and ``PER_CORE_INDIRECT`` indirect frames, drawn by a
 seed of its own (adding a core or an indirect frame leaves the other cores' texts as they were).
 
-Each frame, core and text has a fold (crc32 of its text, mod 5); fold 0 is the validation part.
+Each frame, core and text has a fold (crc32 of its text, mod 5); fold 0 is the validation part
+(``validation_fold`` picks another, for out-of-fold scores over all five).
 ``split="train"`` pairs only training frames with training cores, ``"validation"`` only
 validation frames with validation cores (so no frame and no core is in both), ``"all"`` uses
 everything (what the shipped model is trained on once its settings were chosen).
@@ -32,7 +33,7 @@ from typing import Any, Literal
 
 from fleetgate.safety.classifier.examples import BENIGN, Example
 
-__all__ = ["LANGS", "Split", "corpus_examples", "fold"]
+__all__ = ["FOLDS", "LANGS", "Split", "corpus_examples", "fold"]
 
 LANGS = ("en", "zh")
 FOLDS = 5
@@ -47,10 +48,10 @@ def fold(text: str) -> int:
     return zlib.crc32(text.encode("utf-8")) % FOLDS
 
 
-def _keep(text: str, split: Split) -> bool:
+def _keep(text: str, split: Split, validation_fold: int = 0) -> bool:
     if split == "all":
         return True
-    return (fold(text) == 0) == (split == "validation")
+    return (fold(text) == validation_fold) == (split == "validation")
 
 
 def _load(lang: str) -> dict[str, Any]:
@@ -67,20 +68,29 @@ def _framed(
     return [Example(frame.replace("{x}", core), label) for frame in chosen]
 
 
-def corpus_examples(split: Split = "all", per_core: int = PER_CORE) -> list[Example]:
-    """The corpus expanded into labelled examples, English then Chinese."""
+def corpus_examples(
+    split: Split = "all", per_core: int = PER_CORE, validation_fold: int = 0
+) -> list[Example]:
+    """The corpus expanded into labelled examples, English then Chinese. ``validation_fold``
+    (0 to 4) is the fold held out by ``"train"`` and ``"validation"``."""
+    if not 0 <= validation_fold < FOLDS:
+        raise ValueError(f"validation_fold must be 0 to {FOLDS - 1}, not {validation_fold}")
     out: list[Example] = []
+
+    def keep(text: str) -> bool:
+        return _keep(text, split, validation_fold)
+
     for lang in LANGS:
         data = _load(lang)
-        frames = [f for f in data["frames"] if _keep(f, split)]
-        indirect = [f for f in data.get("indirect_frames", []) if _keep(f, split)]
+        frames = [f for f in data["frames"] if keep(f)]
+        indirect = [f for f in data.get("indirect_frames", []) if keep(f)]
         cores = [(core, category) for category, cs in data["harm"].items() for core in cs]
         cores += [(core, BENIGN) for core in data["benign"]]
         for core, label in cores:
-            if _keep(core, split):
+            if keep(core):
                 out += _framed(frames, core, label, per_core)
                 out += _framed(indirect, core, label, PER_CORE_INDIRECT, salt="indirect:")
         for category, texts in data["harm_texts"].items():
-            out += [Example(t, category) for t in texts if _keep(t, split)]
-        out += [Example(t, BENIGN) for t in data["benign_texts"] if _keep(t, split)]
+            out += [Example(t, category) for t in texts if keep(t)]
+        out += [Example(t, BENIGN) for t in data["benign_texts"] if keep(t)]
     return out
