@@ -234,6 +234,16 @@ class RespClient:
             return None
         return conn.send(command, eager=True)
 
+    def send_soon(self, command: bytes) -> asyncio.Future[Any] | None:
+        """Like `send_now`, but written at the end of this loop turn, with whatever else is
+        sent in it: after the work the caller does before it next awaits (a reservation that
+        overlaps the upstream call leaves after the upstream request, so the write that wakes
+        Redis does not delay it)."""
+        conn = self._conn
+        if conn is None or conn.closed or len(conn.waiting) >= self.max_pending:
+            return None
+        return conn.send(command)
+
     async def send(self, command: bytes) -> Any:
         """Send one encoded command (`encode_command`) and return its reply."""
         conn = self._conn

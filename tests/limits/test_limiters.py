@@ -288,8 +288,8 @@ async def test_a_redis_settle_lost_in_flight_says_it_may_have_applied(
 
 
 async def test_a_redis_reservation_sent_ahead_answers_like_reserve(redis_prefix: str) -> None:
-    """`reserve_sent` writes the reservation before returning (the reply is already on its
-    way when the caller goes on) and resolves to what `reserve` would: grant, then refusal."""
+    """`reserve_sent` sends the reservation with the loop turn's writes (no await needed) and
+    resolves to what `reserve` would: grant, then refusal."""
     lim = RedisLimiter(RespClient(REDIS_URL), prefix=redis_prefix)
     try:
         scope = Scope("key:ahead", rpm=2)

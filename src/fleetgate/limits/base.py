@@ -79,12 +79,12 @@ class Limiter(Protocol):
     def reserve_sent(
         self, member: str, scopes: tuple[Scope, ...], tokens: int
     ) -> asyncio.Future[Reservation | Denial] | None:
-        """`reserve`, sent to the shared store now and answered by the returned future, so the
-        caller can do other work during the round trip (`fleetgate.tenancy.stage` sends the
-        upstream call meanwhile). The future may fail like `reserve` (`LimiterUnavailable`).
-        None when there is no round trip to overlap (an in-process limiter) or the command
-        cannot leave at once (not connected, too many waiting, the store marked down): call
-        `reserve`."""
+        """`reserve`, sent to the shared store with this loop turn's writes and answered by
+        the returned future, so the caller can do other work during the round trip (the tenancy
+        stage sends the upstream call meanwhile). The future may fail like `reserve`
+        (`LimiterUnavailable`). None when there is no round trip to overlap (an in-process
+        limiter) or the command cannot leave this way (not connected, too many waiting, the
+        store marked down): call `reserve`."""
         ...
 
     def settle(
