@@ -82,3 +82,18 @@ def test_a_budget_must_be_known_and_under_90_percent() -> None:
     assert room.allows(scopes, 1)
     spent["team:t"] = 900
     assert not room.allows(scopes, 1)
+
+
+def test_a_grant_not_enforced_says_nothing_of_the_room() -> None:
+    """Redis away under ``fail_open``: the grant carries no counts, so the next request after
+    the outage goes the serial way (its slots are still held and released)."""
+    room = Headroom(lambda s: None)
+    scopes = (Scope("key:a", rpm=10, max_parallel=8),)
+    room.granted(scopes, _granted(scopes, (8, None)))
+    assert room.allows(scopes, 1)
+    room.granted(scopes, Reservation("m", scopes, 1, enforced=False))
+    assert not room.allows(scopes, 1)
+    room.released(scopes)
+    room.released(scopes)
+    room.granted(scopes, _granted(scopes, (7, None)))
+    assert room.allows(scopes, 1)

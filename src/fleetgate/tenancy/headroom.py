@@ -91,7 +91,14 @@ class Headroom:
             seen.pending_tokens = max(0, seen.pending_tokens - tokens)
 
     def granted(self, scopes: tuple[Scope, ...], reservation: Reservation) -> None:
-        """A reservation was granted (either way): remember the room it left, hold its slots."""
+        """A reservation was granted (either way): remember the room it left, hold its slots.
+        One not enforced (Redis away, ``fail_open``) says nothing of the room: forgotten."""
+        for s in scopes:
+            if s.max_parallel is not None:
+                self._active[s.name] = self._active.get(s.name, 0) + 1
+        if not reservation.enforced:
+            self._forget(scopes)
+            return
         requests: int | None = None
         tokens: int | None = None
         for usage in reservation.usage:
@@ -108,12 +115,12 @@ class Headroom:
             self._seen[scopes] = _Seen(self._clock(), requests, tokens)
         else:
             seen.at, seen.requests, seen.tokens = self._clock(), requests, tokens
-        for s in scopes:
-            if s.max_parallel is not None:
-                self._active[s.name] = self._active.get(s.name, 0) + 1
 
     def refused(self, scopes: tuple[Scope, ...]) -> None:
         """A reservation was refused: the next ones go the serial way until one is granted."""
+        self._forget(scopes)
+
+    def _forget(self, scopes: tuple[Scope, ...]) -> None:
         seen = self._seen.pop(scopes, None)
         if seen is not None and seen.pending:
             # Keep counting the overlapped ones still in flight, with no room to spend.
