@@ -9,6 +9,7 @@ gateway are processes of their own (``fleetgate sim`` / ``fleetgate serve``), as
     PYTHONPATH=src python bench/tenancy/run.py --requests 2000 [--redis redis://127.0.0.1:6379/0]
     PYTHONPATH=src python bench/tenancy/run.py --runs 5                   # median of five runs
     PYTHONPATH=src python bench/tenancy/run.py --baseline-src /tmp/old/src   # before vs after
+    PYTHONPATH=src python bench/tenancy/run.py --redis-delay-ms 0.25   # Redis 0.5 ms round trip
 
 Target: p50 added latency <= 0.3 ms (with ``--runs N``: the median over the runs).
 ``--baseline-src`` also starts both gateways from another source tree (same interpreter and
@@ -43,6 +44,7 @@ from fleetgate.app import create_app
 from fleetgate.cli.processes import free_port, stop, wait_http
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
+from fleetgate.resp import RespClient
 from fleetgate.sim import SimConfig, running_sim
 
 MASTER = "sk-bench-master"
@@ -241,6 +243,63 @@ async def _run(session: aiohttp.ClientSession, gateways: list[Gateway], requests
             await _round(session, gw, per)
 
 
+@contextlib.asynccontextmanager
+async def _delayed(redis_url: str, delay_ms: float) -> AsyncIterator[str]:
+    """``redis_url`` behind `delay_proxy` (a process of its own): Redis ``delay_ms`` away."""
+    port = free_port()
+    target = redis_url.split("://", 1)[1].split("/", 1)[0]
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("delay_proxy.py")),
+                             "--listen", str(port), "--target", target,
+                             "--delay-ms", str(delay_ms)])  # fmt: skip
+    try:
+        for _ in range(100):  # bounded: up to 10 s for the proxy to listen
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+        url = f"redis://127.0.0.1:{port}/" + redis_url.rsplit("/", 1)[1]
+        client = RespClient(url, timeout_s=5.0)
+        try:
+            trips = []
+            for _ in range(50):
+                t0 = time.perf_counter()
+                await client.call("PING")
+                trips.append((time.perf_counter() - t0) * 1000)
+        finally:
+            await client.aclose()
+        print(f"Redis behind a {delay_ms:g} ms (each way) proxy: PING round trip p50 "
+              f"{statistics.median(trips):.3f} ms")  # fmt: skip
+        yield url
+    finally:
+        stop(proc)
+
+
+async def _measure(
+    args: argparse.Namespace,
+    gateways: list[Gateway],
+    trees: dict[str, Path],
+    added: dict[str, list[tuple[float, float]]],
+    tmp: Path,
+) -> None:
+    async with aiohttp.ClientSession() as session:
+        for gw in gateways:
+            if gw.tenancy:
+                gw.key = await _virtual_key(session, gw.url)
+        await asyncio.sleep(1.0)  # the new keys reach the caches
+        for gw in gateways:
+            await _round(session, gw, 50, keep=False)  # warm up
+        for run in range(args.runs):
+            await _run(session, gateways, args.requests, args.rounds)
+            print(f"run {run + 1}/{args.runs}:")
+            _report(gateways)
+            for tree in trees:
+                added[tree].append(_added(gateways, tree))
+        if args.throughput:
+            await _throughput(gateways, args.throughput, tmp)
+
+
 async def main(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="fg-bench-tenancy-"))
     prefix = f"fgbench:{os.urandom(4).hex()}:"
@@ -249,23 +308,15 @@ async def main(args: argparse.Namespace) -> None:
         trees["baseline"] = args.baseline_src.resolve()
     starter = _in_process if args.in_process else _processes
     added: dict[str, list[tuple[float, float]]] = {tree: [] for tree in trees}
-    async with starter(tmp, args.redis or None, prefix, trees) as gateways:
-        async with aiohttp.ClientSession() as session:
-            for gw in gateways:
-                if gw.tenancy:
-                    gw.key = await _virtual_key(session, gw.url)
-            await asyncio.sleep(1.0)  # the new keys reach the caches
-            for gw in gateways:
-                await _round(session, gw, 50, keep=False)  # warm up
-            for run in range(args.runs):
-                await _run(session, gateways, args.requests, args.rounds)
-                print(f"run {run + 1}/{args.runs}:")
-                _report(gateways)
-                for tree in trees:
-                    added[tree].append(_added(gateways, tree))
-            if args.throughput:
-                await _throughput(gateways, args.throughput, tmp)
+    async with contextlib.AsyncExitStack() as stack:
+        redis_url = args.redis or None
+        if redis_url and args.redis_delay_ms:
+            redis_url = await stack.enter_async_context(_delayed(redis_url, args.redis_delay_ms))
+        gateways = await stack.enter_async_context(starter(tmp, redis_url, prefix, trees))
+        await _measure(args, gateways, trees, added, tmp)
     mode = f"Redis {args.redis}" if args.redis else "in-process limiter"
+    if args.redis and args.redis_delay_ms:
+        mode += f" + {args.redis_delay_ms:g} ms each way"
     where = "one process" if args.in_process else "upstream and gateways in their own processes"
     print(f"\ntenancy overhead ({mode}; {where}), {args.requests} requests per gateway and run, "
           f"{args.rounds} alternating rounds, {args.runs} run(s)")  # fmt: skip
@@ -298,6 +349,8 @@ if __name__ == "__main__":
     )
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0",
                         help="Redis URL; empty for the in-process limiter")  # fmt: skip
+    parser.add_argument("--redis-delay-ms", type=float, default=0.0, metavar="MS",
+                        help="Redis MS away each way (a proxy process)")  # fmt: skip
     parser.add_argument("--in-process", action="store_true",
                         help="upstream, gateways and client on one event loop")  # fmt: skip
     parser.add_argument(
