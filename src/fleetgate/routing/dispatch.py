@@ -145,7 +145,11 @@ async def _send_gated(
     """``dep.provider.send(call)``, stopped at once if ``gate`` (a reservation still in
     flight) closes with a refusal meanwhile: the upstream call is aborted (for a request that
     is not streamed, before the engine has generated the whole answer) and the refusal raised.
+    A gate refused already (while the request waited for a wake, a retry's backoff or a
+    fallback) sends nothing: the refusal is raised at once.
     """
+    if gate is not None and gate.done() and not gate.cancelled() and gate.exception():
+        gate.result()  # raises the refusal
     if gate is None or gate.done():
         return await dep.provider.send(call)
     task = asyncio.current_task()
