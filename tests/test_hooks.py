@@ -185,3 +185,33 @@ async def test_a_cancelled_wait_leaves_the_gate_for_the_next_one() -> None:
     with pytest.raises(RateLimited):
         await pass_gate(req)
     assert req.gate is None
+
+
+class Answered(Seen):
+    """A stage during which the gate's answer comes (the reservation's reply arrives while
+    the multimodal or safety stage works)."""
+
+    def __init__(self, name: str, log: list[str], gating: Gating) -> None:
+        super().__init__(name, log)
+        self.gating = gating
+
+    async def before(self, req: GatewayRequest) -> None:
+        await super().before(req)
+        assert self.gating.gate is not None
+        self.gating.gate.set_exception(RateLimited("over", retry_after=1))
+        await asyncio.sleep(0)
+
+
+async def test_a_refusal_known_between_stages_stops_the_stages_after_it() -> None:
+    """Serially the refused request would never reach the later stages: once the refusal is
+    in, it must not queue for a pool slot (the scheduling stage, where it could displace
+    another tenant's waiter) nor run further checks."""
+    log: list[str] = []
+    gating = Gating(log)
+    req = request()
+    stages: list[Stage] = [gating, Answered("safety", log, gating), Seen("scheduling", log)]
+    with pytest.raises(RateLimited):
+        async with StageRun(stages, req, overlap=True):
+            log.append("upstream")
+    assert "before:scheduling" not in log and "upstream" not in log
+    assert req.outcome.status == 429 and req.gate is None

@@ -322,6 +322,10 @@ class StageRun:
             for stage in self.stages:
                 if req.answer is not None:  # a stage answered (a cache hit): nothing goes
                     break  # upstream, so the stages after it (admission) have nothing to do
+                if req.gate is not None and req.gate.done():
+                    # answered meanwhile: a refusal ends the request here, as it would have
+                    # before these stages (no queueing for a pool slot, no further checks)
+                    await pass_gate(req)
                 streams = tuple(req.stream_filters) if req.stream_filters else ()
                 responses = tuple(req.response_filters) if req.response_filters else ()
                 if trace is None:
@@ -334,8 +338,9 @@ class StageRun:
                     _inner_first(req.stream_filters, streams)
                 if responses and len(req.response_filters) != len(responses):
                     _inner_first(req.response_filters, responses)
-            if req.gate is not None and (not self.overlap or req.answer is not None):
-                await pass_gate(req)  # nothing to overlap it with: wait for it now
+            gate = req.gate
+            if gate is not None and (gate.done() or not self.overlap or req.answer is not None):
+                await pass_gate(req)  # answered, or nothing to overlap it with: wait for it now
         except BaseException as exc:
             verdict = await self._verdict(exc)
             self._end(verdict)
