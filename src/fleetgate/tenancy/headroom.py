@@ -91,7 +91,15 @@ class Headroom:
             seen.pending_tokens = max(0, seen.pending_tokens - tokens)
 
     def granted(self, scopes: tuple[Scope, ...], reservation: Reservation) -> None:
-        """A reservation was granted (either way): remember the room it left, hold its slots."""
+        """A reservation was granted (either way): remember the room it left, hold its slots.
+        One nobody enforced (the store away, ``fail_open``) says nothing of the room: the next
+        ones go the serial way until an enforced grant is seen."""
+        for s in scopes:
+            if s.max_parallel is not None:
+                self._active[s.name] = self._active.get(s.name, 0) + 1
+        if not reservation.enforced:
+            self.refused(scopes)
+            return
         requests: int | None = None
         tokens: int | None = None
         for usage in reservation.usage:
@@ -108,9 +116,6 @@ class Headroom:
             self._seen[scopes] = _Seen(self._clock(), requests, tokens)
         else:
             seen.at, seen.requests, seen.tokens = self._clock(), requests, tokens
-        for s in scopes:
-            if s.max_parallel is not None:
-                self._active[s.name] = self._active.get(s.name, 0) + 1
 
     def refused(self, scopes: tuple[Scope, ...]) -> None:
         """A reservation was refused: the next ones go the serial way until one is granted."""
