@@ -185,3 +185,74 @@ async def test_a_cancelled_wait_leaves_the_gate_for_the_next_one() -> None:
     with pytest.raises(RateLimited):
         await pass_gate(req)
     assert req.gate is None
+
+
+class Answered(Seen):
+    """A stage during which the gate's answer comes (the reservation's reply arrives while
+    the multimodal or safety stage works)."""
+
+    def __init__(self, name: str, log: list[str], gating: Gating) -> None:
+        super().__init__(name, log)
+        self.gating = gating
+
+    async def before(self, req: GatewayRequest) -> None:
+        await super().before(req)
+        assert self.gating.gate is not None
+        self.gating.gate.set_exception(RateLimited("over", retry_after=1))
+        await asyncio.sleep(0)
+
+
+async def test_a_refusal_known_between_stages_stops_the_stages_after_it() -> None:
+    """Serially the refused request would never reach the later stages: once the refusal is
+    in, it must not queue for a pool slot (the scheduling stage, where it could displace
+    another tenant's waiter) nor run further checks."""
+    log: list[str] = []
+    gating = Gating(log)
+    req = request()
+    stages: list[Stage] = [gating, Answered("safety", log, gating), Seen("scheduling", log)]
+    with pytest.raises(RateLimited):
+        async with StageRun(stages, req, overlap=True):
+            log.append("upstream")
+    assert "before:scheduling" not in log and "upstream" not in log
+    assert req.outcome.status == 429 and req.gate is None
+
+
+class Queued(Seen):
+    """A stage that waits (the scheduling stage's admission queue) until it is let in."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        super().__init__(name, log)
+        self.let_in = asyncio.Event()
+
+    async def before(self, req: GatewayRequest) -> None:
+        await super().before(req)
+        try:
+            await self.let_in.wait()
+        except asyncio.CancelledError:
+            self.log.append(f"left:{self.name}")  # the queue position given back
+            raise
+
+
+async def test_a_refusal_during_a_stage_s_wait_ends_the_wait() -> None:
+    """A request refused while it waits in the admission queue leaves the queue at once with
+    the 429 (it no longer holds a position, nor takes a pool slot when let in)."""
+    log: list[str] = []
+    gating = Gating(log)
+    queued = Queued("scheduling", log)
+    req = request()
+
+    def refuse() -> None:
+        assert gating.gate is not None
+        gating.gate.set_exception(RateLimited("over", retry_after=1))
+
+    asyncio.get_running_loop().call_later(0.01, refuse)
+
+    async def run() -> None:
+        async with StageRun([gating, queued], req, overlap=True):
+            log.append("upstream")
+
+    with pytest.raises(RateLimited):
+        await asyncio.wait_for(run(), 2)
+    assert "left:scheduling" in log and "upstream" not in log
+    assert req.outcome.status == 429 and req.gate is None
+    assert log[-1] == "after:gating:429"

@@ -37,7 +37,7 @@ from typing import Any, Protocol
 from fleetgate.config.schema import Price
 from fleetgate.errors import FleetgateError
 from fleetgate.providers.base import Endpoint
-from fleetgate.routing.context import pass_gate
+from fleetgate.routing.context import pass_gate, until_refused
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch_hooks import DispatchHook
 from fleetgate.tenancy.principal import Principal
@@ -322,20 +322,26 @@ class StageRun:
             for stage in self.stages:
                 if req.answer is not None:  # a stage answered (a cache hit): nothing goes
                     break  # upstream, so the stages after it (admission) have nothing to do
+                if req.gate is not None and req.gate.done():
+                    # answered meanwhile: a refusal ends the request here, as it would have
+                    # before these stages (no queueing for a pool slot, no further checks)
+                    await pass_gate(req)
                 streams = tuple(req.stream_filters) if req.stream_filters else ()
                 responses = tuple(req.response_filters) if req.response_filters else ()
+                # a refusal that comes while a stage waits (the admission queue) ends the wait
                 if trace is None:
-                    await stage.before(req)
+                    await _before(stage, req)
                 else:
                     with trace.stage(stage.name):  # one span per stage, under the request's
-                        await stage.before(req)
+                        await _before(stage, req)
                 self._ran.append(stage)
                 if streams and len(req.stream_filters) != len(streams):
                     _inner_first(req.stream_filters, streams)
                 if responses and len(req.response_filters) != len(responses):
                     _inner_first(req.response_filters, responses)
-            if req.gate is not None and (not self.overlap or req.answer is not None):
-                await pass_gate(req)  # nothing to overlap it with: wait for it now
+            gate = req.gate
+            if gate is not None and (gate.done() or not self.overlap or req.answer is not None):
+                await pass_gate(req)  # answered, or nothing to overlap it with: wait for it now
         except BaseException as exc:
             verdict = await self._verdict(exc)
             self._end(verdict)
@@ -391,6 +397,15 @@ class StageRun:
         finally:
             for stage in reversed(ran):
                 stage.after(req, outcome)
+
+
+def _before(stage: Stage, req: GatewayRequest) -> Awaitable[None]:
+    """``stage.before(req)``; while ``req.gate`` is in flight, stopped by its refusal."""
+    work = stage.before(req)
+    gate = req.gate
+    if gate is None or gate.done():
+        return work
+    return until_refused(gate, work)
 
 
 def _inner_first(filters: list[Any], earlier: tuple[Any, ...]) -> None:

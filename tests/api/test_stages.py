@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
 
-from fleetgate.errors import RateLimited
+from fleetgate.errors import Overloaded, RateLimited
 from fleetgate.hooks import FilterResult, GatewayRequest, Outcome
 from tests.conftest import AUTH, GatewayFactory, one_alias
 from tests.fakes import FakeUpstream, Reply
@@ -179,3 +180,56 @@ async def test_a_bug_in_a_stage_is_a_500_that_earlier_stages_settle(
     assert (await resp.json())["error"]["code"] == "internal_error"
     assert (a.outcomes[0].status, a.outcomes[0].error_type) == (500, "internal_error")
     assert not upstream.seen
+
+
+class GateThenPreempt:
+    """Leaves a check in flight (`GatewayRequest.gate`, as tenancy's overlapped reservation
+    does) and makes the request requeueable, as the scheduling stage does: the test preempts
+    it while the dispatcher waits for the gate after the send, then refuses the gate while it
+    waits in the queue again."""
+
+    name = "gate-then-preempt"
+
+    def __init__(self) -> None:
+        self.req: GatewayRequest | None = None
+        self.task: asyncio.Task[Any] | None = None
+        self.queued = asyncio.Event()
+        self.log: list[str] = []
+
+    async def before(self, req: GatewayRequest) -> None:
+        self.req, self.task = req, asyncio.current_task()
+        req.gate = asyncio.get_running_loop().create_future()
+        req.requeue = self.requeue
+
+    async def requeue(self) -> None:
+        self.queued.set()
+        try:
+            await asyncio.Event().wait()  # a full pool: nothing frees a slot
+        except asyncio.CancelledError:
+            self.log.append("left the queue")
+            raise
+
+    def after(self, req: GatewayRequest, outcome: Outcome) -> None:
+        self.log.append(f"after:{outcome.status}")
+
+
+async def test_a_refusal_while_requeued_ends_the_request_with_it(
+    gateway: GatewayFactory, upstream: FakeUpstream
+) -> None:
+    stage = GateThenPreempt()
+    client = await gateway(one_alias(upstream), stages=[stage])
+    post = asyncio.ensure_future(client.post("/v1/chat/completions", json=CHAT, headers=AUTH))
+    async with asyncio.timeout(5):
+        while not upstream.seen:
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)  # the answer is in: the dispatcher waits for the gate
+    req, task = stage.req, stage.task
+    assert req is not None and task is not None and req.gate is not None
+    req.interrupt = Overloaded("preempted", code="preempted_in_flight", retry_after=1)
+    task.cancel()  # preempted before its first byte: back to the queue
+    await asyncio.wait_for(stage.queued.wait(), 5)
+    req.gate.set_exception(RateLimited("over", retry_after=1))
+    resp = await asyncio.wait_for(post, 2)  # not after a slot frees, nor a second send
+    assert resp.status == 429, await resp.text()
+    assert len(upstream.seen) == 1
+    assert stage.log == ["left the queue", "after:429"]

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from fleetgate.config.schema import GatewayConfig, HealthConfig, RouterConfig, TimeoutConfig
+from fleetgate.errors import RateLimited
 from fleetgate.providers.base import Endpoint, UpstreamCall, UpstreamResponse
 from fleetgate.routing.context import Pick, RouteContext
 from fleetgate.routing.deployment import Deployment
@@ -333,3 +334,21 @@ async def test_a_plain_upstream_400_is_still_the_callers_error(
     resp = await client.post("/v1/chat/completions", json=CHAT, headers=AUTH)
     assert resp.status == 400
     assert not upstream_b.seen
+
+
+async def test_a_gate_refused_before_the_send_sends_nothing_upstream() -> None:
+    """A reservation refused while the request waited (in the admission queue, in a retry's
+    backoff, before a fallback) must not reach the engine: the refusal is raised at once."""
+    provider, observer = _Answers(), _Observer()
+    table = _table(provider)
+    dispatcher = _dispatcher(table, observer)
+    [dep] = table.deployments()
+    req = route_ctx("a").request
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    gate.set_exception(RateLimited("over", retry_after=1))
+    req.gate = gate
+    with pytest.raises(RateLimited):
+        async with dispatcher.dispatch(table, req, _build):
+            pass
+    assert provider.calls == []  # the engine never saw it
+    assert dep.state.in_flight == 0

@@ -97,3 +97,12 @@ def test_a_grant_not_enforced_says_nothing_of_the_room() -> None:
     room.released(scopes)
     room.granted(scopes, _granted(scopes, (7, None)))
     assert room.allows(scopes, 1)
+
+
+def test_a_grant_nobody_enforced_tells_nothing_of_the_room() -> None:
+    """Redis away under ``fail_open`` admits without counting (no usage): that grant must not
+    open the overlap for a key that may be at its limit once Redis is back."""
+    room = Headroom(lambda s: None)
+    scopes = (Scope("key:a", rpm=2, tpm=1000),)
+    room.granted(scopes, Reservation("m", scopes, 10, enforced=False))
+    assert not room.allows(scopes, 1)

@@ -32,7 +32,7 @@ from fleetgate.errors import FleetgateError, InvalidRequest, UpstreamBadResponse
 from fleetgate.hooks import GatewayRequest, ResponseWire, StageRun
 from fleetgate.http.body import read_json
 from fleetgate.providers.base import Endpoint, RoutedEndpoint, UpstreamCall
-from fleetgate.routing.context import Pick
+from fleetgate.routing.context import Pick, pass_gate, refused, until_refused
 from fleetgate.routing.dispatch import Dispatch
 from fleetgate.telemetry.tracing import TRACE_HEADERS, RequestTrace
 from fleetgate.tenancy.auth import bearer_token
@@ -287,7 +287,11 @@ async def _dispatch(
             requeue = req.requeue
             if requeue is None:
                 raise interrupt from None
-        await requeue()  # back in the admission queue; then dispatched again
+        if refused(req.gate):
+            await pass_gate(req)  # refused meanwhile: it ends here, not back in the queue
+        # back in the admission queue (left at once if its reservation is refused meanwhile);
+        # then dispatched again
+        await until_refused(req.gate, requeue())
 
 
 async def _dispatch_upstream(

@@ -17,15 +17,25 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch_hooks import DispatchHook
 from fleetgate.tenancy.principal import Principal
 
-__all__ = ["Pick", "RouteContext", "RoutedRequest", "Strategy"]
+__all__ = [
+    "Pick",
+    "RouteContext",
+    "RoutedRequest",
+    "Strategy",
+    "pass_gate",
+    "refused",
+    "until_refused",
+]
+
+_T = TypeVar("_T")
 
 
 class RoutedRequest(Protocol):
@@ -75,6 +85,42 @@ async def pass_gate(req: RoutedRequest) -> None:
         await asyncio.shield(gate)
     req.gate = None
     gate.result()
+
+
+def refused(gate: asyncio.Future[None] | None) -> bool:
+    """Whether ``gate`` has closed with a refusal."""
+    return gate is not None and gate.done() and not gate.cancelled() and bool(gate.exception())
+
+
+async def until_refused(gate: asyncio.Future[None] | None, work: Awaitable[_T]) -> _T:
+    """``await work``, stopped at once if ``gate`` (a check still in flight) closes with a
+    refusal meanwhile: the task is cancelled where it waits (a send upstream, a stage's wait
+    in the admission queue) and the refusal raised instead. The gate is left on the request
+    (`pass_gate` clears it)."""
+    if gate is None or gate.done():
+        return await work
+    task = asyncio.current_task()
+    waiting, stopped = True, False
+
+    def stop(done: asyncio.Future[None]) -> None:
+        nonlocal stopped
+        # Only while ``work`` is awaited: a callback run after it returned cancels nothing.
+        if waiting and task is not None and not done.cancelled() and done.exception():
+            stopped = True
+            task.cancel()
+
+    gate.add_done_callback(stop)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if stopped and task is not None and task.uncancel() == 0:
+            error = gate.exception()
+            assert error is not None
+            raise error from None
+        raise
+    finally:
+        waiting = False
+        gate.remove_done_callback(stop)
 
 
 @dataclass(slots=True)

@@ -30,7 +30,14 @@ from fleetgate.errors import (
     UpstreamError,
 )
 from fleetgate.providers.base import UpstreamCall, UpstreamResponse
-from fleetgate.routing.context import Pick, RouteContext, RoutedRequest, pass_gate
+from fleetgate.routing.context import (
+    Pick,
+    RouteContext,
+    RoutedRequest,
+    pass_gate,
+    refused,
+    until_refused,
+)
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch_hooks import DispatchHook, admitted, extra_fields, preferred
 from fleetgate.routing.encoder import ENCODER_TAG, EncoderStep
@@ -145,31 +152,14 @@ async def _send_gated(
     """``dep.provider.send(call)``, stopped at once if ``gate`` (a reservation still in
     flight) closes with a refusal meanwhile: the upstream call is aborted (for a request that
     is not streamed, before the engine has generated the whole answer) and the refusal raised.
+    A gate refused already (while the request waited for a wake, a retry's backoff or a
+    fallback) sends nothing: the refusal is raised at once.
     """
-    if gate is None or gate.done():
+    if gate is None:
         return await dep.provider.send(call)
-    task = asyncio.current_task()
-    sending, refused = True, False
-
-    def stop(done: asyncio.Future[None]) -> None:
-        nonlocal refused
-        # Only while the send is awaited: a callback run after it returned cancels nothing.
-        if sending and task is not None and not done.cancelled() and done.exception():
-            refused = True
-            task.cancel()
-
-    gate.add_done_callback(stop)
-    try:
-        return await dep.provider.send(call)
-    except asyncio.CancelledError:
-        if refused and task is not None and task.uncancel() == 0:
-            error = gate.exception()
-            assert error is not None
-            raise error from None
-        raise
-    finally:
-        sending = False
-        gate.remove_done_callback(stop)
+    if refused(gate):
+        gate.result()  # raises the refusal
+    return await until_refused(gate, dep.provider.send(call))
 
 
 def _with_hook_fields(hooks: Sequence[DispatchHook], pick: Pick) -> Pick:
