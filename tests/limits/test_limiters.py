@@ -342,3 +342,49 @@ async def test_a_reservation_sent_ahead_and_lost_follows_the_policy(redis_prefix
             degraded = await sent
             assert isinstance(degraded, Reservation) and not degraded.enforced
         assert lim.reserve_sent("m3", (scope,), 1) is None  # marked down: the serial way
+
+
+async def test_a_reservation_is_crowded_once_a_parallel_scope_is_more_than_half_full(
+    redis_prefix: str,
+) -> None:
+    """Only then must its settle go out before the response: with the scope at most half full,
+    a slot freed microseconds late cannot be what refuses the client's next request."""
+    lim = RedisLimiter(RespClient(REDIS_URL), prefix=redis_prefix)
+    try:
+        four = Scope("key:four", max_parallel=4)
+        crowded = []
+        for i in range(4):
+            got = await lim.reserve(f"m{i}", (four,), 1)
+            assert isinstance(got, Reservation)
+            crowded.append(got.crowded)
+        assert crowded == [False, False, True, True]  # 1/4, 2/4, 3/4, 4/4 held
+        one = Scope("key:one", max_parallel=1)
+        solo = await lim.reserve("s", (one, Scope("team:t", rpm=100)), 1)
+        assert isinstance(solo, Reservation) and solo.crowded  # a one-slot key: always
+        plain = await lim.reserve("p", (Scope("key:rpm", rpm=100),), 1)
+        assert isinstance(plain, Reservation) and not plain.crowded  # no slot to free
+        assert MemoryLimiter().reserve_sent("x", (four,), 1) is None
+    finally:
+        await lim.redis.aclose()
+
+
+async def test_a_settle_that_is_not_crowded_leaves_with_the_loop_turn(redis_prefix: str) -> None:
+    """A crowded settle is written before `settle` returns (before the response); another one
+    is queued for the end of the loop turn (after the response the caller writes next)."""
+    lim = RedisLimiter(RespClient(REDIS_URL), prefix=redis_prefix)
+    try:
+        roomy = Scope("key:roomy", max_parallel=100)
+        first = await lim.reserve("r1", (roomy,), 1)
+        assert isinstance(first, Reservation) and not first.crowded
+        conn = lim.redis._conn
+        assert conn is not None
+        settling = lim.settle(first, 1, 0)
+        assert conn._out  # queued, not written yet
+        assert await settling == {}
+        tight = await lim.reserve("t1", (Scope("key:tight", max_parallel=1),), 1)
+        assert isinstance(tight, Reservation) and tight.crowded
+        settling = lim.settle(tight, 1, 0)
+        assert not conn._out  # written at once
+        assert await settling == {}
+    finally:
+        await lim.redis.aclose()

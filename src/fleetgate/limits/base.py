@@ -65,6 +65,10 @@ class Reservation:
     tokens: int
     enforced: bool = True
     usage: list[ScopeUsage] = field(default_factory=list)
+    # A parallel-limited scope was more than half full with this request (or nobody said):
+    # its settle must reach the store before the client has the answer, as the client's next
+    # request (on any replica) may need the slot. False: the settle may leave just after.
+    crowded: bool = True
 
 
 class Limiter(Protocol):

@@ -101,7 +101,8 @@ def _copy_outcome(target: asyncio.Future[Any], source: asyncio.Future[Any]) -> N
 def _reservation(
     member: str, scopes: tuple[Scope, ...], tokens: int, values: list[int]
 ) -> Reservation | Denial:
-    """The reserve script's reply: a refusal, or the remaining requests and tokens per scope."""
+    """The reserve script's reply: a refusal (1), or a grant (0, or 2 when a parallel-limited
+    scope is more than half full) with the remaining requests and tokens per scope."""
     if values[0] == 1:
         return Denial(scopes[values[1]].name, _REASONS[values[2]], values[3])
     usage = [
@@ -113,7 +114,7 @@ def _reservation(
         )
         for i in range(1, len(values), 4)
     ]
-    return Reservation(member, scopes, tokens, True, usage)
+    return Reservation(member, scopes, tokens, True, usage, crowded=values[0] == 2)
 
 
 class RedisLimiter:
@@ -242,10 +243,12 @@ class RedisLimiter:
         self, reservation: Reservation, tokens: int, cost_nusd: int
     ) -> asyncio.Future[dict[str, int]]:
         """Free the parallel slot, true up the tokens, add the cost. The command is sent when
-        this is called, not when it is awaited (`RespClient.send_now`): with nothing else in
-        flight it is written at once, so a settle issued before a response is written reaches
-        Redis before the client has the response; otherwise it leaves with the other commands
-        of this loop turn. Settles of concurrent requests share the connection and so reach
+        this is called, not when it is awaited. A `Reservation.crowded` one (a parallel scope
+        more than half full) goes out at once when nothing else is in flight
+        (`RespClient.send_now`), so a settle issued before a response is written reaches Redis
+        before the client has the response; any other leaves with this loop turn's writes,
+        just after the response (`RespClient.send_soon`: the write that wakes Redis no longer
+        delays the answer). Settles of concurrent requests share the connection and so reach
         Redis pipelined.
 
         Returns a future, resolved from the reply's own callback: no task and no coroutine
@@ -261,7 +264,13 @@ class RedisLimiter:
             + bulk(cost_nusd)
             + enc.settle_tail
         )
-        sent = self.redis.send_now(command)
+        # A crowded reservation's settle is written at once (before the response); any other
+        # leaves with the loop turn's writes, just after the response: its slot cannot be
+        # what refuses the client's next request (the scope was at most half full with it).
+        if reservation.crowded:
+            sent = self.redis.send_now(command)
+        else:
+            sent = self.redis.send_soon(command)
         if sent is None:  # not connected yet, or too many waiting: the general path
             return asyncio.ensure_future(self._settled(scopes, command, None))
         done: asyncio.Future[dict[str, int]] = sent.get_loop().create_future()

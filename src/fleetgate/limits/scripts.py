@@ -29,6 +29,7 @@ local member, tokens, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local window, lease = tonumber(ARGV[4]), tonumber(ARGV[5])
 local edge = now - window
 local out = {0}
+local crowded = false
 for i = 0, n - 1 do
   local rq, tk, th, par, sp = KEYS[i*5+1], KEYS[i*5+2], KEYS[i*5+3], KEYS[i*5+4], KEYS[i*5+5]
   local a = 5 + i * 5
@@ -62,7 +63,9 @@ for i = 0, n - 1 do
   end
   if mp >= 0 then
     redis.call('ZREMRANGEBYSCORE', par, '-inf', now)
-    if redis.call('ZCARD', par) >= mp then return {1, i, 3, 1000} end
+    local inuse = redis.call('ZCARD', par)
+    if inuse >= mp then return {1, i, 3, 1000} end
+    if (inuse + 1) * 2 > mp then crowded = true end
   end
   if budget >= 0 and tonumber(redis.call('GET', sp) or '0') >= budget then
     return {1, i, 4, math.max(period_end - now, 1000)}
@@ -91,6 +94,7 @@ for i = 0, n - 1 do
     redis.call('PEXPIRE', par, lease + 1000)
   end
 end
+if crowded then out[1] = 2 end
 return out
 """
 
