@@ -261,3 +261,26 @@ async def crash_writer(writer: RecordWriter) -> None:
     if writer._thread is not None:
         await writer._in_thread(writer._sink.close)
         writer._thread.shutdown(wait=False)
+
+
+@asynccontextmanager
+async def gateway_via_redis_proxy(
+    upstream: str, data_dir: Path, redis_prefix: str, **tenancy: Any
+) -> AsyncIterator[tuple[Gateway, TcpProxy]]:
+    """A gateway (SQLite store) whose Redis is the shared one behind a `TcpProxy` the test
+    can cut, stall or hold the replies of; the proxy lets replies through again at the end."""
+    proxy = TcpProxy(6379)
+    await proxy.start()
+    try:
+        async with running_gateway(
+            upstream,
+            data_dir,
+            None,
+            f"redis://127.0.0.1:{proxy.port}/0",
+            redis_prefix=redis_prefix,
+            **tenancy,
+        ) as gw:
+            yield gw, proxy
+    finally:
+        proxy.replies.set()
+        await proxy.close()

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,7 @@ from sqlalchemy import select
 from fleetgate.sim import SimConfig, running_sim
 from fleetgate.store.tables import request_audit, spend
 from tests.procs import metric_value
-from tests.tenancy.support import Gateway, TcpProxy, running_gateway, wait_for
+from tests.tenancy.support import Gateway, gateway_via_redis_proxy, wait_for
 
 pytestmark = pytest.mark.redis
 
@@ -29,27 +27,6 @@ async def _sim(upstream: str) -> dict[str, Any]:
     async with aiohttp.ClientSession() as s, s.get(upstream + "/sim/stats") as resp:
         stats: dict[str, Any] = await resp.json()
         return stats
-
-
-@asynccontextmanager
-async def _held_redis(
-    upstream: str, tmp_path: Path, redis_prefix: str, **tenancy: Any
-) -> AsyncIterator[tuple[Gateway, TcpProxy]]:
-    proxy = TcpProxy(6379)
-    await proxy.start()
-    try:
-        async with running_gateway(
-            upstream,
-            tmp_path,
-            None,
-            f"redis://127.0.0.1:{proxy.port}/0",
-            redis_prefix=redis_prefix,
-            **tenancy,
-        ) as gw:
-            yield gw, proxy
-    finally:
-        proxy.replies.set()
-        await proxy.close()
 
 
 def _patient(gw: Gateway) -> None:
@@ -84,7 +61,7 @@ async def _rows(gw: Gateway, key_id: str) -> tuple[list[Any], list[Any]]:
 async def test_the_upstream_call_leaves_while_the_reservation_is_in_flight(
     upstream: str, tmp_path: Path, redis_prefix: str
 ) -> None:
-    async with _held_redis(upstream, tmp_path, redis_prefix) as (gw, proxy):
+    async with gateway_via_redis_proxy(upstream, tmp_path, redis_prefix) as (gw, proxy):
         _, key_id, key = await gw.team_and_key("overlap", rpm=100, tpm=100_000, max_parallel=8)
         assert (await gw.chat(key))[0] == 200  # the first request learns the key's room
         _patient(gw)
@@ -108,7 +85,7 @@ async def test_without_room_or_with_overlap_off_the_reservation_comes_first(
 ) -> None:
     for overlap, rpm in ((False, 100), (True, 2)):
         prefix = f"{redis_prefix}{overlap}:"
-        async with _held_redis(
+        async with gateway_via_redis_proxy(
             upstream, tmp_path / str(overlap), prefix, overlap_reserve=overlap
         ) as (gw, proxy):
             _, _, key = await gw.team_and_key(f"serial-{overlap}", rpm=rpm)
@@ -133,7 +110,7 @@ async def test_a_refusal_after_the_send_aborts_the_call_and_answers_429_once(
     slow = SimConfig(mode="random", output_len=400, decode_ms_per_step=20)  # 8 s per answer
     async with (
         running_sim(slow) as upstream,
-        _held_redis(upstream, tmp_path, redis_prefix) as (gw, proxy),
+        gateway_via_redis_proxy(upstream, tmp_path, redis_prefix) as (gw, proxy),
     ):
         _, key_id, key = await gw.team_and_key("race", rpm=6)
         assert (await gw.chat(key, max_tokens=1))[0] == 200  # 5 left, as this replica knows
@@ -187,7 +164,7 @@ async def test_a_refusal_after_the_send_aborts_the_call_and_answers_429_once(
 async def test_a_request_cancelled_before_its_grant_still_frees_its_slot(
     upstream: str, tmp_path: Path, redis_prefix: str
 ) -> None:
-    async with _held_redis(upstream, tmp_path, redis_prefix) as (gw, proxy):
+    async with gateway_via_redis_proxy(upstream, tmp_path, redis_prefix) as (gw, proxy):
         _, key_id, key = await gw.team_and_key("leaver", rpm=100, max_parallel=4)
         assert (await gw.chat(key))[0] == 200
         _patient(gw)
@@ -218,10 +195,9 @@ async def test_a_request_cancelled_before_its_grant_still_frees_its_slot(
 async def test_redis_lost_during_an_overlapped_reservation_follows_the_policy(
     policy: str, upstream: str, tmp_path: Path, redis_prefix: str
 ) -> None:
-    async with _held_redis(upstream, tmp_path, redis_prefix, limiter_failure=policy) as (
-        gw,
-        proxy,
-    ):
+    async with gateway_via_redis_proxy(
+        upstream, tmp_path, redis_prefix, limiter_failure=policy
+    ) as (gw, proxy):
         _, _, key = await gw.team_and_key("outage", rpm=100)
         assert (await gw.chat(key))[0] == 200
         before = int((await _sim(upstream))["requests_received"])

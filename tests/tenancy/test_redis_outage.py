@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from tests.procs import metric_value
-from tests.tenancy.support import Gateway, TcpProxy, running_gateway, wait_for
+from tests.tenancy.support import (
+    Gateway,
+    TcpProxy,
+    gateway_via_redis_proxy,
+    running_gateway,
+    wait_for,
+)
 
 
 async def _metrics(gw: Gateway) -> str:
@@ -26,43 +32,33 @@ async def _metrics(gw: Gateway) -> str:
 async def test_the_policy_decides_at_once_while_redis_is_away(
     policy: str, outage: str, upstream: str, tmp_path: Path, redis_prefix: str
 ) -> None:
-    proxy = TcpProxy(6379)
-    await proxy.start()
-    try:
-        async with running_gateway(
-            upstream,
-            tmp_path,
-            None,
-            f"redis://127.0.0.1:{proxy.port}/0",
-            redis_prefix=redis_prefix,
-            limiter_failure=policy,
-        ) as gw:
-            _, _, key = await gw.team_and_key("outage", rpm=3)
-            assert [(await gw.chat(key))[0] for _ in range(4)] == [200, 200, 200, 429]
+    async with gateway_via_redis_proxy(
+        upstream, tmp_path, redis_prefix, limiter_failure=policy
+    ) as (gw, proxy):
+        _, _, key = await gw.team_and_key("outage", rpm=3)
+        assert [(await gw.chat(key))[0] for _ in range(4)] == [200, 200, 200, 429]
 
-            await (proxy.cut() if outage == "cut" else proxy.stall())
-            started = time.monotonic()
-            during = [await gw.chat(key) for _ in range(10)]
-            elapsed = time.monotonic() - started
-            # the first request waits at most the client's timeout (0.25 s); the breaker then
-            # answers the rest without touching Redis
-            assert elapsed < 2.0, f"10 requests took {elapsed:.2f} s during the outage"
-            if policy == "fail_open":
-                assert [s for s, _, _ in during] == [200] * 10  # admitted, unlimited
-            else:
-                assert [s for s, _, _ in during] == [503] * 10
-                assert {b["error"]["code"] for _, _, b in during} == {"limiter_unavailable"}
-            text = await _metrics(gw)
-            assert metric_value(text, "fleetgate_limiter_unavailable_total", policy=policy) >= 10
+        await (proxy.cut() if outage == "cut" else proxy.stall())
+        started = time.monotonic()
+        during = [await gw.chat(key) for _ in range(10)]
+        elapsed = time.monotonic() - started
+        # the first request waits at most the client's timeout (0.25 s); the breaker then
+        # answers the rest without touching Redis
+        assert elapsed < 2.0, f"10 requests took {elapsed:.2f} s during the outage"
+        if policy == "fail_open":
+            assert [s for s, _, _ in during] == [200] * 10  # admitted, unlimited
+        else:
+            assert [s for s, _, _ in during] == [503] * 10
+            assert {b["error"]["code"] for _, _, b in during} == {"limiter_unavailable"}
+        text = await _metrics(gw)
+        assert metric_value(text, "fleetgate_limiter_unavailable_total", policy=policy) >= 10
 
-            await proxy.restore()
+        await proxy.restore()
 
-            async def limited_again() -> bool:  # the window still holds the three admissions
-                return (await gw.chat(key))[0] == 429
+        async def limited_again() -> bool:  # the window still holds the three admissions
+            return (await gw.chat(key))[0] == 429
 
-            await wait_for(limited_again, timeout=5.0, interval=0.2)
-    finally:
-        await proxy.close()
+        await wait_for(limited_again, timeout=5.0, interval=0.2)
 
 
 @pytest.mark.redis
