@@ -198,7 +198,7 @@ async def test_redis_lost_during_an_overlapped_reservation_follows_the_policy(
     async with gateway_via_redis_proxy(
         upstream, tmp_path, redis_prefix, limiter_failure=policy
     ) as (gw, proxy):
-        _, _, key = await gw.team_and_key("outage", rpm=100)
+        _, key_id, key = await gw.team_and_key("outage", rpm=100)
         assert (await gw.chat(key))[0] == 200
         before = int((await _sim(upstream))["requests_received"])
         proxy.replies.clear()
@@ -206,7 +206,18 @@ async def test_redis_lost_during_an_overlapped_reservation_follows_the_policy(
         await _received_more_than(upstream, before)
         await proxy.cut()  # the reply never comes: the connection drops
         status, _, body = await asyncio.wait_for(task, 10)
+        # then, with Redis marked down, a request goes the serial way
+        serial_status, _, _ = await gw.chat(key)
+        _, audit = await _rows(gw, key_id)
         if policy == "fail_closed":
             assert status == 503 and body["error"]["code"] == "limiter_unavailable"
+            assert serial_status == 503
+            # both 503s are audited, overlapped or not
+            assert sorted((a.decision, a.status) for a in audit) == [
+                ("allowed", 200),
+                ("error", 503),
+                ("error", 503),
+            ]
         else:
-            assert status == 200, body
+            assert status == 200 and serial_status == 200, body
+            assert [a.decision for a in audit] == ["allowed"] * 3

@@ -98,7 +98,13 @@ class TenancyStage:
                 self.room.sent(scopes, tokens)
                 sent.add_done_callback(partial(self._answered, req, scopes, tokens, gate))
                 return
-        result = await self.limiter.reserve(req.request_id, scopes, tokens)
+        try:
+            result = await self.limiter.reserve(req.request_id, scopes, tokens)
+        except LimiterUnavailable as exc:  # fail_closed: audited, as when overlapped
+            audit = self._audit_row(req, "error", exc.status, exc.type, None)
+            if audit is not None:
+                self.writer.submit("audit", audit)
+            raise
         if isinstance(result, Denial):
             self.room.refused(scopes)
             raise self._refusal(req, result)
