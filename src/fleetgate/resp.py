@@ -229,20 +229,20 @@ class RespClient:
         `send`. It is written at once when nothing else is in flight: a command issued just
         before a response is written (a limiter settle) then reaches Redis first, and its reply
         tends to arrive while this process is still busy, sparing it a wake-up."""
-        conn = self._conn
-        if conn is None or conn.closed or len(conn.waiting) >= self.max_pending:
-            return None
-        return conn.send(command, eager=True)
+        return self._send_nowait(command, eager=True)
 
     def send_soon(self, command: bytes) -> asyncio.Future[Any] | None:
         """Like `send_now`, but written at the end of this loop turn, with whatever else is
         sent in it: after the work the caller does before it next awaits (a reservation that
         overlaps the upstream call leaves after the upstream request, so the write that wakes
         Redis does not delay it)."""
+        return self._send_nowait(command, eager=False)
+
+    def _send_nowait(self, command: bytes, *, eager: bool) -> asyncio.Future[Any] | None:
         conn = self._conn
         if conn is None or conn.closed or len(conn.waiting) >= self.max_pending:
             return None
-        return conn.send(command)
+        return conn.send(command, eager=eager)
 
     async def send(self, command: bytes) -> Any:
         """Send one encoded command (`encode_command`) and return its reply."""
