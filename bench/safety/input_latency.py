@@ -7,16 +7,18 @@ Two classifiers, measured in the same run, interleaved per round:
 - ``fp32 (baseline)``: the previous default: sentence-transformers' fp32 MiniLM pipeline and a
   model trained (here, at start, as before) on the hand-written examples;
 - ``int8 (default)``: the shipped model over the shared int8 copy of MiniLM
-  (`MiniLM.transformer(quantize=True)`, mean and max pooled), what the gateway runs now.
+  (`MiniLM.encoder(quantize=True)`, mean and max pooled), what the gateway runs now.
 
 Each round sends ``--prompts`` prompts of the shipped red-team and benign sets (not the
 held-out set) one by one through ``policy.run(INPUT, ...)`` and records each call's wall time;
 the report is the median over rounds of each round's p50 / p90 / p99, and the ratio of p50s.
 ``--previous-head FILE`` adds a third variant: the int8 embedder with an earlier shipped head
 (``git show cc8b01c:src/fleetgate/safety/data/classifier_head.npz > /tmp/prev.npz``: 4,096
-n-gram buckets instead of 16,384). ``--threads`` sets torch's intra-op threads (process-wide);
-the gateway's `MiniLM` loader sets 1 by default (the semantic router's ``threads`` overrides
-it), so 1 is what the gateway runs.
+n-gram buckets instead of 16,384). ``--eager`` adds the int8 embedder as it ran before
+``MiniLM.encoder`` (the eager module, not the TorchScript trace; same vectors, same head).
+``--threads`` sets torch's intra-op threads (process-wide); the gateway's `MiniLM` loader
+sets 1 by default (the semantic router's ``threads`` overrides it), so 1 is what the gateway
+runs.
 """
 
 from __future__ import annotations
@@ -31,11 +33,26 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fleetgate.resources import MiniLM, MiniLMEmbedder
+from fleetgate.resources.minilm import Vectors, _tokenizer, mean_pooled
 from fleetgate.safety import Guardrails, SafetyConfig, shipped_set
 from fleetgate.safety.base import CheckContext, CheckPoint
 from fleetgate.safety.checks.classifier import ClassifierCheck
 from fleetgate.safety.classifier import legacy_examples
 from fleetgate.safety.policy import Policy
+
+
+class EagerInt8(MiniLMEmbedder):
+    """The shared int8 copy run as the eager module (the default before `MiniLM.encoder`)."""
+
+    def encode(self, texts: Sequence[str]) -> Vectors:
+        if self._tokenizer is None:
+            self._tokenizer = _tokenizer(self._max_tokens)
+        module = self.minilm.transformer(quantize=True)
+
+        def eager(ids: object, mask: object) -> object:
+            return module(input_ids=ids, attention_mask=mask).last_hidden_state
+
+        return mean_pooled(eager, self._tokenizer, texts, with_max=self.with_max)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -62,6 +79,7 @@ async def main() -> int:
                     default=Path(tempfile.gettempdir()) / "fleetgate-bench-fp32-classifier.npz",
                     help="where the baseline's model is trained once and reused")  # fmt: skip
     ap.add_argument("--previous-head", type=Path, help="an earlier classifier_head.npz")
+    ap.add_argument("--eager", action="store_true", help="add the eager int8 module as a variant")
     args = ap.parse_args()
     import torch
 
@@ -73,6 +91,8 @@ async def main() -> int:
     variants = {"fp32 (baseline)": MiniLMEmbedder(minilm), "int8 (default)": int8}
     if args.previous_head is not None:
         variants["int8 (previous head)"] = int8
+    if args.eager:
+        variants["int8 eager (before the trace)"] = EagerInt8(minilm, quantize=True, with_max=True)
     policies: dict[str, Policy] = {}
     checks = []
     for name, embedder in variants.items():
@@ -108,6 +128,8 @@ async def main() -> int:
         print(f"| {name} | {p50s[name]:.1f} ms | {p90:.1f} ms | {p99:.1f} ms | {per_round} |")
     base, new = p50s["fp32 (baseline)"], p50s["int8 (default)"]
     print(f"p50 ratio int8/fp32: {new / base:.2f}")
+    if "int8 eager (before the trace)" in p50s:
+        print(f"p50 ratio traced/eager: {new / p50s['int8 eager (before the trace)']:.2f}")
     if "int8 (previous head)" in p50s:
         print(f"p50 ratio default/previous head: {new / p50s['int8 (previous head)']:.2f}")
     for check in checks:

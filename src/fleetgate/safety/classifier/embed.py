@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from fleetgate.safety.normalize import Normalizer, is_cjk
 
-__all__ = ["HASH_DIM", "Embedder", "text_features"]
+__all__ = ["HASH_DIM", "Embedder", "text_features", "text_features_sparse"]
 
 HASH_DIM = 16384  # 4,096 until 2026-12-02: fewer collisions lifted validation AUC (en .84 -> .87)
 Floats = npt.NDArray[np.float32]
@@ -46,13 +46,32 @@ def _ngrams(text: str) -> list[str]:
     return grams
 
 
+def _row(text: str, normalizer: Normalizer, dim: int) -> tuple[npt.NDArray[np.int64], Floats]:
+    """One text's non-zero buckets (sorted) and their L2-normalised counts."""
+    buckets = [zlib.crc32(gram.encode()) % dim for gram in _ngrams(normalizer.normalize(text))]
+    cols, counts = np.unique(np.array(buckets, dtype=np.int64), return_counts=True)
+    values = counts.astype(np.float32)
+    norm = float(np.linalg.norm(values))
+    return cols, values / norm if norm else values
+
+
 def text_features(texts: Sequence[str], normalizer: Normalizer, dim: int = HASH_DIM) -> Floats:
     """Hashed (crc32, stable across runs) character n-gram counts, L2-normalised per row."""
     out = np.zeros((len(texts), dim), dtype=np.float32)
-    for row, text in enumerate(texts):
-        for gram in _ngrams(normalizer.normalize(text)):
-            out[row, zlib.crc32(gram.encode()) % dim] += 1.0
-    norms = np.linalg.norm(out, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    scaled: Floats = (out / norms).astype(np.float32)
-    return scaled
+    for i, text in enumerate(texts):
+        cols, values = _row(text, normalizer, dim)
+        out[i, cols] = values
+    return out
+
+
+def text_features_sparse(texts: Sequence[str], normalizer: Normalizer, dim: int = HASH_DIM) -> Any:
+    """`text_features` as a ``scipy.sparse`` CSR matrix (a text fills about 100 of the 16,384
+    buckets: training over tens of thousands of texts multiplies 1% of the dense matrix)."""
+    from scipy.sparse import csr_matrix
+
+    rows = [_row(text, normalizer, dim) for text in texts]
+    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum([len(cols) for cols, _ in rows])
+    indices = np.concatenate([cols for cols, _ in rows]) if rows else np.zeros(0, np.int64)
+    data = np.concatenate([v for _, v in rows]) if rows else np.zeros(0, np.float32)
+    return csr_matrix((data, indices, indptr), shape=(len(texts), dim), dtype=np.float32)

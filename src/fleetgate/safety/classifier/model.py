@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -12,6 +13,13 @@ import numpy.typing as npt
 __all__ = ["SoftmaxModel"]
 
 Floats = npt.NDArray[np.float32]
+
+
+Blocks = Sequence[Any]  # column blocks of one design matrix: numpy arrays or scipy.sparse
+
+
+def _blocks(x: Floats | Blocks) -> list[Any]:
+    return [x] if isinstance(x, np.ndarray) else list(x)
 
 
 def _softmax(z: Floats) -> Floats:
@@ -43,7 +51,7 @@ class SoftmaxModel:
     @classmethod
     def fit(
         cls,
-        x: Floats,
+        x: Floats | Blocks,
         labels: Sequence[str],
         *,
         class_weight: Mapping[str, float] | None = None,
@@ -54,12 +62,19 @@ class SoftmaxModel:
     ) -> SoftmaxModel:
         """Full-batch training in float32; deterministic for a given ``seed``.
 
-        ``class_weight`` scales each class's examples (default: balanced across classes).
+        ``x``: the design matrix, or its column blocks side by side (dense arrays or
+        ``scipy.sparse`` matrices: the same model, far fewer multiplications when a block is
+        mostly zeros). ``class_weight`` scales each class's examples (default: balanced across
+        classes).
         """
+        blocks = [b if hasattr(b, "tocsr") else np.ascontiguousarray(b, dtype=np.float32)
+                  for b in _blocks(x)]  # fmt: skip
+        widths = [int(b.shape[1]) for b in blocks]
+        transposed = [b.T.tocsr() if hasattr(b, "tocsr") else b.T for b in blocks]
         classes = sorted(set(labels))
         index = {c: i for i, c in enumerate(classes)}
         y = np.array([index[c] for c in labels])
-        n, d = x.shape
+        n, d = int(blocks[0].shape[0]), sum(widths)
         k = len(classes)
         onehot = np.zeros((n, k), dtype=np.float32)
         onehot[np.arange(n), y] = 1.0
@@ -72,12 +87,14 @@ class SoftmaxModel:
         rng = np.random.default_rng(seed)
         w = rng.normal(0.0, 0.01, (d, k)).astype(np.float32)
         b = np.zeros(k, dtype=np.float32)
-        xf = np.ascontiguousarray(x, dtype=np.float32)
+        starts = np.cumsum([0, *widths])
+        parts = [slice(int(a), int(b)) for a, b in zip(starts[:-1], starts[1:], strict=True)]
         m_w, v_w, m_b, v_b = np.zeros_like(w), np.zeros_like(w), np.zeros_like(b), np.zeros_like(b)
         beta1, beta2, eps = 0.9, 0.999, 1e-8
         for t in range(1, epochs + 1):
-            grad_z = (_softmax(xf @ w + b) - onehot) * sample_w
-            g_w = xf.T @ grad_z + l2 * w
+            z = sum((blk @ w[part] for blk, part in zip(blocks, parts, strict=True)), b)
+            grad_z = (_softmax(np.asarray(z, dtype=np.float32)) - onehot) * sample_w
+            g_w = np.vstack([np.asarray(t @ grad_z) for t in transposed]) + l2 * w
             g_b = grad_z.sum(axis=0)
             m_w = beta1 * m_w + (1 - beta1) * g_w
             v_w = beta2 * v_w + (1 - beta2) * g_w**2
@@ -92,9 +109,15 @@ class SoftmaxModel:
         """How many hashed n-gram columns follow an ``embedding_dim`` embedding in the input."""
         return int(self.weights.shape[0]) - embedding_dim
 
-    def predict_proba(self, x: Floats) -> Floats:
-        """Class probabilities, one row per input row, columns in ``classes`` order."""
-        return _softmax(np.asarray(x, dtype=np.float32) @ self.weights + self.bias)
+    def predict_proba(self, x: Floats | Blocks) -> Floats:
+        """Class probabilities, one row per input row, columns in ``classes`` order (``x`` as
+        in `fit`: one matrix or its column blocks)."""
+        z, start = self.bias, 0
+        for blk in _blocks(x):
+            width = int(blk.shape[1])
+            z = z + blk @ self.weights[start : start + width]
+            start += width
+        return _softmax(np.asarray(z, dtype=np.float32))
 
     def save(self, path: Path, fingerprint: str) -> None:
         """Write atomically (temp file + rename) so a crashed write never leaves a bad cache.

@@ -24,12 +24,19 @@ import os
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from fleetgate.errors import ConfigError
 from fleetgate.safety.classifier.corpus import corpus_examples
-from fleetgate.safety.classifier.embed import HASH_DIM, Embedder, Floats, text_features
+from fleetgate.safety.classifier.embed import (
+    HASH_DIM,
+    Embedder,
+    Floats,
+    text_features,
+    text_features_sparse,
+)
 from fleetgate.safety.classifier.examples import BENIGN, Example, parse_lines
 from fleetgate.safety.classifier.model import SoftmaxModel
 from fleetgate.safety.normalize import Normalizer
@@ -39,6 +46,7 @@ __all__ = [
     "data_sha256",
     "default_cache_path",
     "featurize",
+    "featurize_blocks",
     "fingerprint",
     "legacy_examples",
     "load_or_train",
@@ -102,6 +110,15 @@ def featurize(
     return np.hstack([emb, grams * NGRAM_WEIGHT]).astype(np.float32)
 
 
+def featurize_blocks(
+    texts: Sequence[str], embedder: Embedder, normalizer: Normalizer, hash_dim: int = HASH_DIM
+) -> tuple[Floats, Any]:
+    """`featurize`'s columns as two blocks for `SoftmaxModel` (training, batch scoring): the
+    embeddings (dense) and the weighted n-grams (``scipy.sparse``, which ``ml`` installs)."""
+    grams = text_features_sparse(texts, normalizer, dim=hash_dim) * np.float32(NGRAM_WEIGHT)
+    return np.asarray(embedder.encode(texts), dtype=np.float32), grams.tocsr()
+
+
 def benign_vs_harm_weights(labels: Sequence[str], benign_share: float = 0.5) -> dict[str, float]:
     """Class weights giving benign examples ``benign_share`` of the total weight and the harm
     categories the rest, whatever the number of harm categories (per-class balancing would give
@@ -133,7 +150,7 @@ def train(
         from fleetgate.resources.minilm import MiniLMEmbedder
 
         embedder = MiniLMEmbedder(quantize=True, with_max=True)
-    x = featurize([ex.text for ex in examples], embedder, normalizer or Normalizer())
+    x = featurize_blocks([ex.text for ex in examples], embedder, normalizer or Normalizer())
     labels = [ex.label for ex in examples]
     model = SoftmaxModel.fit(
         x, labels, class_weight=benign_vs_harm_weights(labels), l2=l2, epochs=epochs
