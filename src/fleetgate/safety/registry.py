@@ -7,7 +7,7 @@ Example (a third-party check)::
     guardrails = Guardrails(config, registry=registry)
 
 The gateway passes the process's shared parts to `builtin_registry`: the side-service HTTP
-session (guard model, moderation) and the MiniLM embedder (classifier), so every check built
+session (guard models, moderation) and the MiniLM embedder (classifier), so every check built
 from config uses them instead of opening its own.
 """
 
@@ -60,7 +60,7 @@ class CheckRegistry:
             raise ConfigError(f"safety.checks.{name}: {exc}") from exc
 
 
-_HAS_ON_ERROR = {"llama_guard", "moderation", "cascade"}
+_HAS_ON_ERROR = {"llama_guard", "qwen3guard", "policy_guard", "moderation", "cascade"}
 
 
 def _words(name: str, options: Mapping[str, Any]) -> Check:
@@ -119,6 +119,28 @@ def _llama_guard(http: OutboundHttp | None) -> CheckFactory:
     return build
 
 
+def _qwen3guard(http: OutboundHttp | None) -> CheckFactory:
+    def build(name: str, options: Mapping[str, Any]) -> Check:
+        from fleetgate.safety.checks.qwen3guard import Qwen3GuardCheck
+
+        opts = dict(options)
+        opts["on_error"] = Action(opts.get("on_error", "allow"))
+        return Qwen3GuardCheck(name=name, http=http, **opts)
+
+    return build
+
+
+def _policy_guard(http: OutboundHttp | None) -> CheckFactory:
+    def build(name: str, options: Mapping[str, Any]) -> Check:
+        from fleetgate.safety.checks.policy_guard import PolicyGuardCheck
+
+        opts = dict(options)
+        opts["on_error"] = Action(opts.get("on_error", "allow"))
+        return PolicyGuardCheck(name=name, http=http, **opts)
+
+    return build
+
+
 def _moderation(http: OutboundHttp | None) -> CheckFactory:
     def build(name: str, options: Mapping[str, Any]) -> Check:
         from fleetgate.safety.checks.moderation import ModerationCheck
@@ -172,7 +194,7 @@ def builtin_registry(
     *, http: OutboundHttp | None = None, embedder: Embedder | None = None
 ) -> CheckRegistry:
     """A new registry holding the built-in check types: ``words``, ``pii``, ``classifier``,
-    ``llama_guard``, ``moderation``, ``cascade``.
+    ``llama_guard``, ``qwen3guard``, ``policy_guard``, ``moderation``, ``cascade``.
 
     ``http``: the shared side-service session the HTTP checks use; ``embedder``: the shared
     MiniLM embedder of classifier checks. Without them each check opens its own.
@@ -182,6 +204,8 @@ def builtin_registry(
     registry.register("pii", _pii)
     registry.register("classifier", _classifier(embedder))
     registry.register("llama_guard", _llama_guard(http))
+    registry.register("qwen3guard", _qwen3guard(http))
+    registry.register("policy_guard", _policy_guard(http))
     registry.register("moderation", _moderation(http))
     registry.register("cascade", _cascade(registry))
     return registry
