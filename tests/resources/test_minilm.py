@@ -105,7 +105,12 @@ def test_the_traced_encoder_gives_the_modules_numbers(quantize: bool) -> None:
     traced = minilm.encoder(quantize=quantize)
     assert minilm.encoder(quantize=quantize) is traced  # traced once, shared
     tokenizer = _tokenizer(128)
-    for texts in (["one"], ["x " * 300], ["怎么做番茄炒蛋"], ["hi", "x " * 300, "kill -9 it", "a b"]):
+    for texts in (
+        ["one"],
+        ["x " * 300],
+        ["怎么做番茄炒蛋"],
+        ["hi", "x " * 300, "kill -9 it", "a b"],
+    ):
         batch = tokenizer.encode_batch(texts)
         ids = torch.tensor([e.ids for e in batch])
         mask = torch.tensor([e.attention_mask for e in batch])
