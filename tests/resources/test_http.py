@@ -11,6 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from fleetgate.resources import JsonService, OutboundHttp
+from fleetgate.resources.http import ServiceStatusError
 
 
 @pytest.fixture
@@ -69,9 +70,39 @@ async def test_services_share_the_owners_session_and_never_close_it(echo: str) -
 
 async def test_a_service_without_an_owner_opens_and_closes_its_own(echo: str) -> None:
     service = JsonService(echo)
-    with pytest.raises(aiohttp.ClientResponseError) as caught:
+    with pytest.raises(ServiceStatusError) as caught:
         await service.post_json("/fail", {})
     assert caught.value.status == 503
     own = service._http.session()
     await service.aclose()
     assert own.closed
+
+
+async def test_a_bad_status_names_status_and_url_but_never_the_key(echo: str) -> None:
+    """aiohttp's own error repr carries the request headers; this one must not (check failures
+    go to verdicts, audit records and alert webhooks)."""
+    service = JsonService(echo + "/v1", api_key="sk-SECRET-123")
+    try:
+        with pytest.raises(ServiceStatusError) as caught:
+            await service.post_json("/../fail?token=t0p", {})
+        quiet = JsonService(echo.replace("http://", "http://user:pw@"))
+        with pytest.raises(ServiceStatusError) as userinfo:
+            await quiet.post_json("/fail", {})
+        await quiet.aclose()
+    finally:
+        await service.aclose()
+    text = f"{caught.value!r} {caught.value} {userinfo.value!r}"
+    assert isinstance(caught.value, aiohttp.ClientError) and "503" in text
+    assert "sk-SECRET-123" not in text and "pw" not in text and "t0p" not in text
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"base_url": None}, {"base_url": 8000}, {"base_url": "guard:8000"},
+     {"base_url": "http://g", "timeout_s": "10"}, {"base_url": "http://g", "timeout_s": 0},
+     {"base_url": "http://g", "api_key": 123}],
+)  # fmt: skip
+def test_bad_options_are_value_errors(kwargs: dict[str, Any]) -> None:
+    """The check registry turns ValueError into a ConfigError naming the check."""
+    with pytest.raises(ValueError):
+        JsonService(**kwargs)

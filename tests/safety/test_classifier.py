@@ -256,6 +256,24 @@ def test_training_on_sparse_blocks_gives_the_dense_model(embedder: MiniLMEmbedde
     assert np.abs(a.predict_proba(dense) - b.predict_proba((emb, grams))).max() < 1e-4
 
 
+def test_features_of_the_wrong_width_fail_instead_of_scoring() -> None:
+    """A matrix built with another n-gram size than the model's, or blocks of unequal rows,
+    is an error, never a score from part of the weights."""
+    from scipy.sparse import csr_matrix
+
+    rng = np.random.default_rng(0)
+    model = SoftmaxModel(["benign", "harm"], rng.normal(size=(8 + 16, 2)).astype(np.float32),
+                         np.zeros(2, np.float32))  # fmt: skip
+    assert model.predict_proba(np.ones((3, 24), np.float32)).shape == (3, 2)
+    assert model.predict_proba(csr_matrix(np.ones((3, 24), np.float32))).shape == (3, 2)
+    for bad in (
+        np.ones((1, 8 + 4), np.float32),
+        (np.ones((1, 8), np.float32), csr_matrix(np.ones((3, 16), np.float32))),
+    ):
+        with pytest.raises(ValueError):
+            model.predict_proba(bad)
+
+
 def test_every_core_is_asked_in_indirect_frames_too() -> None:
     examples = {ex.text for ex in corpus_examples("all")}
     for lang in ("en", "zh"):

@@ -58,6 +58,62 @@ def test_parse_output_reads_the_guides_formats(
 
 
 @pytest.mark.parametrize(
+    ("answer", "violation", "category"),
+    [
+        ("1\n\nThe content violates H2.f", True, None),
+        ('```json\n{"violation": 1, "policy_category": "SP2"}\n```\nWhy: spam', True, "SP2"),
+        ('Verdict: {"violation": 0, "policy_category": "SP1"} as asked', False, "SP1"),
+        ('{"violation": "true"}', True, None),
+        ('{"violation": 1.0}', True, None),
+        ('{"violation": "false"}', False, None),
+        # free text is not a category (categories become metric labels)
+        ('{"violation": 1, "policy_category": "spam, and also some scam"}', True, None),
+    ],
+)  # fmt: skip
+def test_parse_output_reads_what_models_wrap_around_the_answer(
+    answer: str, violation: bool, category: str | None
+) -> None:
+    parsed = parse_output(answer)
+    assert (parsed.violation, parsed.category) == (violation, category)
+
+
+async def test_an_edited_policy_file_is_read_on_the_next_check(
+    guard: tuple[FakeChatGuard, str], tmp_path: Path
+) -> None:
+    """A config reload keeps a check whose options did not change, so the file is watched."""
+    import os
+
+    fake, url = guard
+    path = tmp_path / "policy.md"
+    path.write_text(BINARY_POLICY, "utf-8")
+    check = PolicyGuardCheck(base_url=url, model="m", policy_file=str(path))
+    try:
+        await check.check("hello", CheckContext())
+        path.write_text(JSON_POLICY, "utf-8")
+        os.utime(path, ns=(1, 10**18))  # a new mtime even on a coarse clock
+        await check.check("hello", CheckContext())
+        path.write_text("   ", "utf-8")  # emptied by mistake: the last good text stays
+        os.utime(path, ns=(1, 2 * 10**18))
+        await check.check("hello", CheckContext())
+    finally:
+        await check.aclose()
+    systems = [r["messages"][0]["content"] for r in fake.requests]
+    assert systems == [BINARY_POLICY, JSON_POLICY, JSON_POLICY]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"model": 5, "policy": "p"}, {"model": "m", "policy": 123}, {"model": "m", "policy": "p",
+     "max_tokens": 0}, {"model": "m", "policy": "p", "timeout_s": "10"}],
+)  # fmt: skip
+def test_bad_option_types_are_config_errors(options: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError):
+        builtin_registry().create(
+            "g", CheckConfig(type="policy_guard", options={"base_url": "http://g/v1", **options})
+        )
+
+
+@pytest.mark.parametrize(
     "answer", ["", "yes", "2", '{"policy_category": "X"}', '{"violation": 3}', "[1]"]
 )
 def test_parse_output_rejects_other_answers(answer: str) -> None:

@@ -44,7 +44,45 @@ def test_parse_output_reads_the_cards_lines(answer: str, want: Qwen3GuardAnswer)
     assert parse_output(answer) == want
 
 
-@pytest.mark.parametrize("answer", ["", "safe", "unsafe\nS1", "Safety: Maybe\nCategories: None"])
+@pytest.mark.parametrize(
+    ("answer", "want"),
+    [
+        # a reasoning draft is dropped; the answer after it decides
+        ("<think>\nSafety: Safe\n</think>\nSafety: Unsafe\nCategories: Violent",
+         Qwen3GuardAnswer("Unsafe", ("Violent",))),
+        ("<think>it says Safety: Unsafe?</think>\nSafety: Safe\nCategories: None",
+         Qwen3GuardAnswer("Safe")),
+        # two labels: the most severe wins, never the first
+        ("Safety: Safe\nCategories: None\n\nSafety: Unsafe", Qwen3GuardAnswer("Unsafe")),
+        ("Safety: Controversial\nSafety: Safe", Qwen3GuardAnswer("Controversial")),
+        # an empty field never takes the next line
+        ("Safety: Unsafe\nCategories:\nRefusal: No", Qwen3GuardAnswer("Unsafe", (), False)),
+        # what servers and UIs do to the lines
+        ("  Safety: Unsafe.", Qwen3GuardAnswer("Unsafe")),
+        ("**Safety:** Unsafe\n**Categories:** Violent, PII",
+         Qwen3GuardAnswer("Unsafe", ("Violent", "PII"))),
+    ],
+)  # fmt: skip
+def test_parse_output_never_reads_an_unsafe_answer_as_safer(
+    answer: str, want: Qwen3GuardAnswer
+) -> None:
+    assert parse_output(answer) == want
+
+
+async def test_categories_off_the_card_become_other(guard: tuple[FakeChatGuard, str]) -> None:
+    """Verdict categories are metric labels: the model's free text must not mint series."""
+    fake, url = guard
+    fake.reply = "Safety: Unsafe\nCategories: Violent, Something I Made Up 123"
+    check = Qwen3GuardCheck(base_url=url, model="q")
+    try:
+        verdict = await check.check("x", CheckContext())
+    finally:
+        await check.aclose()
+    assert verdict.action is Action.BLOCK and verdict.categories == ("violent", "other")
+
+
+@pytest.mark.parametrize("answer", ["", "safe", "unsafe\nS1", "Safety: Maybe\nCategories: None",
+                                    "<think>Safety: Unsafe"])  # fmt: skip
 def test_parse_output_rejects_other_answers(answer: str) -> None:
     with pytest.raises(ValueError):
         parse_output(answer)

@@ -25,10 +25,11 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
+import yarl
 
 from fleetgate.telemetry.tracing import trace_config
 
-__all__ = ["JsonService", "OutboundHttp"]
+__all__ = ["JsonService", "OutboundHttp", "ServiceStatusError"]
 
 MAX_CONNECTIONS = 512
 """Connections open at once over all side services (each client caps its own concurrency)."""
@@ -62,6 +63,17 @@ class OutboundHttp:
             await session.close()
 
 
+class ServiceStatusError(aiohttp.ClientError):
+    """A side service answered 4xx/5xx. Its text names the status and the URL (user info
+    removed) and nothing else: aiohttp's `ClientResponseError` repr carries the request headers,
+    the bearer key among them, and check failures are written to verdicts, audit and alerts."""
+
+    def __init__(self, status: int, reason: str | None, url: str) -> None:
+        self.status = status
+        safe = yarl.URL(url).with_user(None).with_query(None)
+        super().__init__(f"HTTP {status} {reason or ''} from {safe}".replace("  ", " "))
+
+
 class JsonService:
     """POSTs JSON to ``base_url + path`` with a bearer key and a total timeout.
 
@@ -77,6 +89,12 @@ class JsonService:
         timeout_s: float = 10.0,
         http: OutboundHttp | None = None,
     ) -> None:
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
+            raise ValueError(f"timeout_s must be a positive number of seconds, not {timeout_s!r}")
+        if api_key is not None and not isinstance(api_key, str):
+            raise ValueError("api_key must be a string")
         self.base_url = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -84,11 +102,13 @@ class JsonService:
         self._http = http or OutboundHttp()
 
     async def post_json(self, path: str, payload: dict[str, Any]) -> Any:
-        """The decoded JSON body; raises aiohttp.ClientError (incl. bad status) or TimeoutError."""
+        """The decoded JSON body; raises aiohttp.ClientError (a bad status as
+        `ServiceStatusError`), TimeoutError, or ValueError for a body that is not JSON."""
         async with self._http.session().post(
             self.base_url + path, json=payload, headers=self._headers, timeout=self._timeout
         ) as resp:
-            resp.raise_for_status()
+            if resp.status >= 400:
+                raise ServiceStatusError(resp.status, resp.reason, str(resp.url))
             return await resp.json(content_type=None)
 
     async def aclose(self) -> None:

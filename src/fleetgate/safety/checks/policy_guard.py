@@ -39,7 +39,9 @@ from fleetgate.safety.base import Action, CheckContext, Verdict
 __all__ = ["PolicyAnswer", "PolicyGuardCheck", "load_policy", "parse_output"]
 
 _BAD_ANSWER = (ValueError, KeyError, IndexError, TypeError)
-_FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.S)
+_FENCE = re.compile(r"```[a-zA-Z]*[ \t]*\n?(.*?)\n?```", re.S)
+_LEADING_LABEL = re.compile(r"^([01])(?:\s|$)")
+_CATEGORY = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _EFFORTS = ("low", "medium", "high")
 
 
@@ -58,32 +60,42 @@ class PolicyAnswer:
 def _label(value: Any) -> bool:
     if isinstance(value, bool):
         return value
-    if isinstance(value, int | str) and str(value).strip() in ("0", "1"):
-        return str(value).strip() == "1"
+    if isinstance(value, int | float) and value in (0, 1):
+        return value == 1
+    if isinstance(value, str) and value.strip().lower() in ("0", "1", "true", "false"):
+        return value.strip().lower() in ("1", "true")
     raise ValueError(f"violation must be 0 or 1, not {value!r}")
 
 
 def parse_output(text: str) -> PolicyAnswer:
-    """The decision in a bare ``0``/``1`` or a ``{"violation": ...}`` JSON answer; ValueError
-    for anything else (including an empty answer)."""
+    """The decision in a bare ``0``/``1`` (an explanation may follow it) or a ``{"violation":
+    ...}`` JSON object (bare, fenced, or the first object in the text; text may follow it);
+    ValueError for anything else (including an empty answer). ``policy_category`` is kept
+    only when it looks like a policy code (letters, digits, ``._-``, at most 64): categories
+    become metric labels, and a model's free text must not mint new series."""
     body = text.strip()
-    fenced = _FENCE.match(body)
+    fenced = _FENCE.search(body)
     if fenced:
         body = fenced.group(1).strip()
-    if body in ("0", "1"):
-        return PolicyAnswer(body == "1")
+    leading = _LEADING_LABEL.match(body)
+    if leading:
+        return PolicyAnswer(leading.group(1) == "1")
+    start = body.find("{")
     try:
-        data = json.loads(body)
+        if start < 0:
+            raise json.JSONDecodeError("no JSON object", body, 0)
+        data, _ = json.JSONDecoder().raw_decode(body, start)
     except json.JSONDecodeError:
         raise ValueError(f"unexpected policy guard answer: {text[:80]!r}") from None
     if not isinstance(data, dict) or "violation" not in data:
         raise ValueError(f"policy guard JSON has no 'violation': {text[:80]!r}")
     category = data.get("policy_category")
     rationale = data.get("rationale")
+    code = str(category).strip() if category not in (None, "") else None
     return PolicyAnswer(
         _label(data["violation"]),
-        str(category) if category not in (None, "") else None,
-        str(rationale) if rationale else "",
+        code if code and _CATEGORY.match(code) else None,
+        str(rationale)[:200] if rationale else "",
     )
 
 
@@ -126,20 +138,52 @@ class PolicyGuardCheck:
             raise ValueError(
                 f"reasoning_effort must be one of {_EFFORTS}, not {reasoning_effort!r}"
             )
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"model must be a model name, not {model!r}")
+        if policy is not None and not isinstance(policy, str):
+            raise ValueError("policy must be text (or use policy_file)")
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+        ):
+            raise ValueError(f"max_tokens must be a positive integer, not {max_tokens!r}")
         self.name = name
         self.model = model
         self.policy = load_policy(policy, policy_file)
+        # A policy file edited in place is read again on the next check (a reload with the same
+        # options keeps this check object, so the file is watched here).
+        self._policy_file = Path(policy_file) if policy_file is not None else None
+        self._policy_mtime = self._mtime()
         self.reasoning_effort = reasoning_effort
         self.max_tokens = max_tokens
         self.on_error = on_error
         self.failures = 0
         self._http = JsonService(base_url, api_key=api_key, timeout_s=timeout_s, http=http)
 
+    def _mtime(self) -> int | None:
+        if self._policy_file is None:
+            return None
+        try:
+            return self._policy_file.stat().st_mtime_ns
+        except OSError:
+            return None
+
+    def _current_policy(self) -> str:
+        """The policy text, read again when the policy file's mtime changed (a file that
+        cannot be read or is empty now keeps the last good text)."""
+        mtime = self._mtime()
+        if mtime is not None and mtime != self._policy_mtime:
+            self._policy_mtime = mtime
+            try:
+                self.policy = load_policy(None, self._policy_file)
+            except ValueError:
+                pass
+        return self.policy
+
     def _payload(self, text: str) -> dict[str, Any]:
         payload: dict[str, Any] = {
             "model": self.model,
             "messages": [
-                {"role": "system", "content": self.policy},
+                {"role": "system", "content": self._current_policy()},
                 {"role": "user", "content": text},
             ],
             "temperature": 0,

@@ -61,10 +61,15 @@ QWEN3GUARD_CATEGORIES: Mapping[str, str] = {
     "Jailbreak": "jailbreak",  # prompts only
 }
 
+_BY_LOWER = {k.lower(): v for k, v in QWEN3GUARD_CATEGORIES.items()}
 _SCORES = {"Safe": 0.0, "Controversial": 0.5, "Unsafe": 1.0}
-_SAFETY = re.compile(r"^Safety:\s*(Safe|Unsafe|Controversial)\s*$", re.I | re.M)
-_CATEGORIES = re.compile(r"^Categories:\s*(.*)$", re.I | re.M)
-_REFUSAL = re.compile(r"^Refusal:\s*(Yes|No)\s*$", re.I | re.M)
+# Tolerant of what servers and chat UIs do to the card's lines: leading blanks, markdown bold,
+# a trailing full stop. `[ \t]` and not `\s`, so an empty field never takes the next line.
+_FIELD = r"^[ \t>*_-]*{name}[ \t*_]*:[ \t*_]*"
+_SAFETY = re.compile(_FIELD.format(name="Safety") + r"(Safe|Unsafe|Controversial)\b", re.I | re.M)
+_CATEGORIES = re.compile(_FIELD.format(name="Categories") + r"([^\n]*)$", re.I | re.M)
+_REFUSAL = re.compile(_FIELD.format(name="Refusal") + r"(Yes|No)\b", re.I | re.M)
+_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.I | re.S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,26 +87,32 @@ class Qwen3GuardAnswer:
 
 
 def parse_output(text: str) -> Qwen3GuardAnswer:
-    """The answer's fields; ValueError when it has no ``Safety:`` line."""
-    safety = _SAFETY.search(text)
-    if safety is None:
+    """The answer's fields; ValueError when it has no ``Safety:`` line. A ``<think>`` block is
+    dropped first (a reasoning model's draft is not its answer); if the remaining text holds
+    more than one ``Safety:`` line, the most severe label wins (Unsafe, then Controversial), so
+    a repeated or self-correcting answer never reads as safer than any of its lines."""
+    text = _THINK.sub("", text)
+    labels = [m.capitalize() for m in _SAFETY.findall(text)]
+    if not labels:
         raise ValueError(f"unexpected Qwen3Guard answer: {text[:80]!r}")
-    label = safety.group(1).capitalize()
+    label = max(labels, key=_SCORES.__getitem__)  # the pattern admits only the three labels
     cats: tuple[str, ...] = ()
     found = _CATEGORIES.search(text)
     if found is not None:
-        names = [c.strip() for c in found.group(1).split(",")]
+        names = [c.strip().strip("*_. ") for c in found.group(1).split(",")]
         cats = tuple(n for n in names if n and n.lower() != "none")
     refusal = _REFUSAL.search(text)
     return Qwen3GuardAnswer(
-        label,  # type: ignore[arg-type]  # the pattern admits only the three labels
+        label,
         cats,
         None if refusal is None else refusal.group(1).lower() == "yes",
     )
 
 
 def _slug(name: str) -> str:
-    return QWEN3GUARD_CATEGORIES.get(name) or re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+    """The verdict category of a card category; ``other`` for a name not on the card (verdict
+    categories become metric labels: the model's free text must not mint new series)."""
+    return QWEN3GUARD_CATEGORIES.get(name) or _BY_LOWER.get(name.lower(), "other")
 
 
 def build_messages(text: str, ctx: CheckContext) -> list[dict[str, str]]:

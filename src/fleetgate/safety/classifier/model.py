@@ -18,8 +18,17 @@ Floats = npt.NDArray[np.float32]
 Blocks = Sequence[Any]  # column blocks of one design matrix: numpy arrays or scipy.sparse
 
 
-def _blocks(x: Floats | Blocks) -> list[Any]:
-    return [x] if isinstance(x, np.ndarray) else list(x)
+def _blocks(x: Floats | Blocks, width: int | None = None) -> list[Any]:
+    """``x`` as a list of column blocks (one matrix, dense or sparse, is one block), checked to
+    share their row count and, given ``width``, to add up to it: a matrix built with another
+    n-gram size than the model's must fail, not score with part of the weights."""
+    blocks = [x] if hasattr(x, "shape") else list(x)
+    if not blocks or len({int(b.shape[0]) for b in blocks}) != 1:
+        raise ValueError("the feature blocks must be non-empty and have the same number of rows")
+    total = sum(int(b.shape[1]) for b in blocks)
+    if width is not None and total != width:
+        raise ValueError(f"{total} feature columns, but the model has {width}")
+    return blocks
 
 
 def _softmax(z: Floats) -> Floats:
@@ -113,7 +122,7 @@ class SoftmaxModel:
         """Class probabilities, one row per input row, columns in ``classes`` order (``x`` as
         in `fit`: one matrix or its column blocks)."""
         z, start = self.bias, 0
-        for blk in _blocks(x):
+        for blk in _blocks(x, int(self.weights.shape[0])):
             width = int(blk.shape[1])
             z = z + blk @ self.weights[start : start + width]
             start += width
