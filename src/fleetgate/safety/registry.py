@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,13 @@ class CheckRegistry:
             raise ConfigError(f"safety.checks.{name}: {exc}") from exc
 
 
-_HAS_ON_ERROR = {"llama_guard", "qwen3guard", "policy_guard", "moderation", "cascade"}
+_HAS_ON_ERROR = {
+    "llama_guard",
+    "qwen3guard",
+    "policy_guard",
+    "moderation",
+    "cascade",
+}
 
 
 def _words(name: str, options: Mapping[str, Any]) -> Check:
@@ -108,46 +115,26 @@ def _classifier(embedder: Embedder | None) -> CheckFactory:
     return build
 
 
-def _llama_guard(http: OutboundHttp | None) -> CheckFactory:
-    def build(name: str, options: Mapping[str, Any]) -> Check:
-        from fleetgate.safety.checks.llama_guard import LlamaGuardCheck
+# The checks that call a service over HTTP: type -> (module under fleetgate.safety.checks, class).
+_HTTP_CHECKS: Mapping[str, tuple[str, str]] = {
+    "llama_guard": ("llama_guard", "LlamaGuardCheck"),
+    "qwen3guard": ("qwen3guard", "Qwen3GuardCheck"),
+    "policy_guard": ("policy_guard", "PolicyGuardCheck"),
+    "moderation": ("moderation", "ModerationCheck"),
+}
 
+
+def _http_check(kind: str, http: OutboundHttp | None) -> CheckFactory:
+    """A factory for one of `_HTTP_CHECKS`: ``on_error`` parsed, the process's shared session
+    passed in; the module is imported on first build."""
+    module, cls = _HTTP_CHECKS[kind]
+
+    def build(name: str, options: Mapping[str, Any]) -> Check:
+        check_cls = getattr(import_module(f"fleetgate.safety.checks.{module}"), cls)
         opts = dict(options)
         opts["on_error"] = Action(opts.get("on_error", "allow"))
-        return LlamaGuardCheck(name=name, http=http, **opts)
-
-    return build
-
-
-def _qwen3guard(http: OutboundHttp | None) -> CheckFactory:
-    def build(name: str, options: Mapping[str, Any]) -> Check:
-        from fleetgate.safety.checks.qwen3guard import Qwen3GuardCheck
-
-        opts = dict(options)
-        opts["on_error"] = Action(opts.get("on_error", "allow"))
-        return Qwen3GuardCheck(name=name, http=http, **opts)
-
-    return build
-
-
-def _policy_guard(http: OutboundHttp | None) -> CheckFactory:
-    def build(name: str, options: Mapping[str, Any]) -> Check:
-        from fleetgate.safety.checks.policy_guard import PolicyGuardCheck
-
-        opts = dict(options)
-        opts["on_error"] = Action(opts.get("on_error", "allow"))
-        return PolicyGuardCheck(name=name, http=http, **opts)
-
-    return build
-
-
-def _moderation(http: OutboundHttp | None) -> CheckFactory:
-    def build(name: str, options: Mapping[str, Any]) -> Check:
-        from fleetgate.safety.checks.moderation import ModerationCheck
-
-        opts = dict(options)
-        opts["on_error"] = Action(opts.get("on_error", "allow"))
-        return ModerationCheck(name=name, http=http, **opts)
+        check: Check = check_cls(name=name, http=http, **opts)
+        return check
 
     return build
 
@@ -203,9 +190,7 @@ def builtin_registry(
     registry.register("words", _words)
     registry.register("pii", _pii)
     registry.register("classifier", _classifier(embedder))
-    registry.register("llama_guard", _llama_guard(http))
-    registry.register("qwen3guard", _qwen3guard(http))
-    registry.register("policy_guard", _policy_guard(http))
-    registry.register("moderation", _moderation(http))
+    for kind in _HTTP_CHECKS:
+        registry.register(kind, _http_check(kind, http))
     registry.register("cascade", _cascade(registry))
     return registry
