@@ -3,44 +3,19 @@ of, and a guard model (the Llama Guard simulator over HTTP) that decides those."
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from fleetgate.errors import ConfigError
 from fleetgate.safety import CheckConfig, Guardrails, PolicyConfig, SafetyConfig
-from fleetgate.safety.base import Action, Check, CheckContext, CheckPoint, Verdict
+from fleetgate.safety.base import Action, CheckContext, CheckPoint, Verdict
 from fleetgate.safety.checks.cascade import CascadeCheck
 from fleetgate.safety.metrics import SafetyMetrics
-from fleetgate.safety.registry import CheckRegistry, builtin_registry
 from fleetgate.telemetry.registry import Registry
 from tests.safety.fake_llama_guard import FakeLlamaGuard
-
-RISKY = {"ransomware", "attack", "exploit", "poison", "weapon", "steal"}
-
-
-class RiskScore:
-    """A scored check: the share of its risky words among the first two found (0, 0.5, 1)."""
-
-    def __init__(self, *, name: str) -> None:
-        self.name = name
-        self.seen: list[str] = []
-
-    async def check(self, text: str, ctx: CheckContext) -> Verdict:
-        self.seen.append(text)
-        hits = sum(1 for w in text.lower().split() if w.strip(".,?!") in RISKY)
-        return Verdict.allow(self.name, score=min(hits, 2) / 2, detail=f"hits={hits}")
-
-
-def _registry() -> CheckRegistry:
-    registry = builtin_registry()
-
-    def build(name: str, options: Mapping[str, Any]) -> Check:
-        return RiskScore(name=name, **options)
-
-    registry.register("risk_score", build)
-    return registry
+from tests.safety.risk_score import RiskScore, risk_registry
 
 
 def _config(guard_url: str, *, guard_on_error: str = "allow") -> SafetyConfig:
@@ -73,7 +48,7 @@ async def test_only_uncertain_inputs_reach_the_guard_and_its_verdict_decides(
 ) -> None:
     fake, url = guard
     metrics_registry = Registry()
-    guardrails = Guardrails(_config(url), registry=_registry(),
+    guardrails = Guardrails(_config(url), registry=risk_registry(),
                             metrics=SafetyMetrics(metrics_registry))  # fmt: skip
     policy = guardrails.policy("default")
     cases = {
@@ -114,7 +89,7 @@ async def test_a_guard_that_is_down_falls_back_to_the_cascades_on_error(
 ) -> None:
     fake = FakeLlamaGuard(fail=True)
     url = await fake.start()
-    guardrails = Guardrails(_config(url, guard_on_error=on_error), registry=_registry())
+    guardrails = Guardrails(_config(url, guard_on_error=on_error), registry=risk_registry())
     try:
         policy = guardrails.policy("default")
         unsure = await policy.run(CheckPoint.INPUT, "Explain ransomware please", CheckContext())
@@ -161,4 +136,4 @@ async def test_a_stage_that_cannot_decide_escalates_to_the_next() -> None:
 )  # fmt: skip
 def test_a_bad_cascade_is_a_config_error(stages: list[dict[str, Any]], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        _registry().create("c", CheckConfig(type="cascade", options={"stages": stages}))
+        risk_registry().create("c", CheckConfig(type="cascade", options={"stages": stages}))

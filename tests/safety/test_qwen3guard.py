@@ -3,19 +3,19 @@ error verdicts, and the check as the guard stage of a cascade."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from fleetgate.errors import ConfigError
 from fleetgate.safety import CheckConfig, Guardrails, PolicyConfig, SafetyConfig
-from fleetgate.safety.base import Action, Check, CheckContext, CheckPoint, TextTurn
+from fleetgate.safety.base import Action, CheckContext, CheckPoint, TextTurn
 from fleetgate.safety.checks.cascade import CascadeCheck
 from fleetgate.safety.checks.qwen3guard import Qwen3GuardAnswer, Qwen3GuardCheck, parse_output
-from fleetgate.safety.registry import CheckRegistry, builtin_registry
+from fleetgate.safety.registry import builtin_registry
 from tests.safety.fake_chat_guard import FakeChatGuard, qwen3guard_answer
-from tests.safety.test_cascade import RiskScore
+from tests.safety.risk_score import risk_registry
 
 
 @pytest.fixture
@@ -179,16 +179,6 @@ def test_a_bad_controversial_option_is_a_config_error() -> None:
                                         "controversial": "maybe"}))  # fmt: skip
 
 
-def _registry() -> CheckRegistry:
-    registry = builtin_registry()
-
-    def build(name: str, options: Mapping[str, Any]) -> Check:
-        return RiskScore(name=name, **options)
-
-    registry.register("risk_score", build)
-    return registry
-
-
 async def test_in_a_cascade_only_uncertain_inputs_reach_qwen3guard(
     guard: tuple[FakeChatGuard, str],
 ) -> None:
@@ -203,7 +193,7 @@ async def test_in_a_cascade_only_uncertain_inputs_reach_qwen3guard(
         checks={"cascade": CheckConfig(type="cascade", options={"stages": stages})},
         policies={"default": PolicyConfig(input=["cascade"])},
     )
-    guardrails = Guardrails(config, registry=_registry())
+    guardrails = Guardrails(config, registry=risk_registry())
     policy = guardrails.policy("default")
     cases = {
         "What a lovely morning for a walk": False,  # scored 0: allowed at stage 2
