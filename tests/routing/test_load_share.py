@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -27,8 +28,15 @@ async def test_replicas_route_on_each_others_load(redis_url: str) -> None:
     d = _dep()
     config = RoutingConfig()
     redis_a, redis_b = RedisConnections(), RedisConnections()  # one owner per replica
-    a = EngineStats(config, lambda: [], share=RedisLoadShare(redis_a.client(redis_url), "a"))
-    b = EngineStats(config, lambda: [], share=RedisLoadShare(redis_b.client(redis_url), "b"))
+    # A TTL far above a stall of the loaded CI box: with the 2 s default, b once read no row
+    # of a's (most likely expired during a stall between the two syncs); a prefix of its own.
+    prefix = f"test:load:{uuid.uuid4().hex}"
+
+    def share(redis: RedisConnections, replica: str) -> RedisLoadShare:
+        return RedisLoadShare(redis.client(redis_url), replica, prefix=prefix, ttl_s=60.0)
+
+    a = EngineStats(config, lambda: [], share=share(redis_a, "a"))
+    b = EngineStats(config, lambda: [], share=share(redis_b, "b"))
     try:
         ctx = route_ctx(prompt_tokens=400)
         tickets = [a.dispatched(Pick(d), ctx) for _ in range(3)]
@@ -45,5 +53,6 @@ async def test_replicas_route_on_each_others_load(redis_url: str) -> None:
     finally:
         await a.aclose()
         await b.aclose()
+        await redis_a.client(redis_url).delete(f"{prefix}:replicas")
         await redis_a.aclose()
         await redis_b.aclose()
