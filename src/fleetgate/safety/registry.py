@@ -61,13 +61,16 @@ class CheckRegistry:
             raise ConfigError(f"safety.checks.{name}: {exc}") from exc
 
 
-_HAS_ON_ERROR = {
-    "llama_guard",
-    "qwen3guard",
-    "policy_guard",
-    "moderation",
-    "cascade",
+# The checks that call a service over HTTP: type -> (module under fleetgate.safety.checks, class).
+_HTTP_CHECKS: Mapping[str, tuple[str, str]] = {
+    "llama_guard": ("llama_guard", "LlamaGuardCheck"),
+    "qwen3guard": ("qwen3guard", "Qwen3GuardCheck"),
+    "policy_guard": ("policy_guard", "PolicyGuardCheck"),
+    "moderation": ("moderation", "ModerationCheck"),
 }
+
+# The types whose check takes the config's ``on_error``: the HTTP checks and the cascade.
+_HAS_ON_ERROR = {*_HTTP_CHECKS, "cascade"}
 
 
 def _words(name: str, options: Mapping[str, Any]) -> Check:
@@ -113,15 +116,6 @@ def _classifier(embedder: Embedder | None) -> CheckFactory:
         return ClassifierCheck(name=name, embedder=embedder, **opts)
 
     return build
-
-
-# The checks that call a service over HTTP: type -> (module under fleetgate.safety.checks, class).
-_HTTP_CHECKS: Mapping[str, tuple[str, str]] = {
-    "llama_guard": ("llama_guard", "LlamaGuardCheck"),
-    "qwen3guard": ("qwen3guard", "Qwen3GuardCheck"),
-    "policy_guard": ("policy_guard", "PolicyGuardCheck"),
-    "moderation": ("moderation", "ModerationCheck"),
-}
 
 
 def _http_check(kind: str, http: OutboundHttp | None) -> CheckFactory:

@@ -103,7 +103,7 @@ class SoftmaxModel:
         for t in range(1, epochs + 1):
             z = sum((blk @ w[part] for blk, part in zip(blocks, parts, strict=True)), b)
             grad_z = (_softmax(np.asarray(z, dtype=np.float32)) - onehot) * sample_w
-            g_w = np.vstack([np.asarray(t @ grad_z) for t in transposed]) + l2 * w
+            g_w = np.vstack([np.asarray(blk_t @ grad_z) for blk_t in transposed]) + l2 * w
             g_b = grad_z.sum(axis=0)
             m_w = beta1 * m_w + (1 - beta1) * g_w
             v_w = beta2 * v_w + (1 - beta2) * g_w**2
