@@ -16,9 +16,11 @@ the report is the median over rounds of each round's p50 / p90 / p99, and the ra
 (``git show cc8b01c:src/fleetgate/safety/data/classifier_head.npz > /tmp/prev.npz``: 4,096
 n-gram buckets instead of 16,384). ``--eager`` adds the int8 embedder as it ran before
 ``MiniLM.encoder`` (the eager module, not the TorchScript trace; same vectors, same head).
-``--threads`` sets torch's intra-op threads (process-wide); the gateway's `MiniLM` loader
-sets 1 by default (the semantic router's ``threads`` overrides it), so 1 is what the gateway
-runs.
+``--lang zh`` (or ``en``) keeps only Chinese (English) prompts: with ``--previous-head`` set to
+the fifth head of 2026-12-02 (70bde59, raw-text embeddings) it measures what the glosses of the
+sixth cost. ``--threads`` sets torch's intra-op threads (process-wide); the gateway's
+`MiniLM` loader sets 1 by default (the semantic router's ``threads`` overrides it), so 1 is
+what the gateway runs.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from fleetgate.safety import Guardrails, SafetyConfig, shipped_set
 from fleetgate.safety.base import CheckContext, CheckPoint
 from fleetgate.safety.checks.classifier import ClassifierCheck
 from fleetgate.safety.classifier import legacy_examples
+from fleetgate.safety.normalize import is_cjk
 from fleetgate.safety.policy import Policy
 
 
@@ -80,11 +83,15 @@ async def main() -> int:
                     help="where the baseline's model is trained once and reused")  # fmt: skip
     ap.add_argument("--previous-head", type=Path, help="an earlier classifier_head.npz")
     ap.add_argument("--eager", action="store_true", help="add the eager int8 module as a variant")
+    ap.add_argument("--lang", choices=("all", "en", "zh"), default="all",
+                    help="English or Chinese prompts only (zh: the glosses' cost)")  # fmt: skip
     args = ap.parse_args()
     import torch
 
     sets = shipped_set("redteam") + shipped_set("benign")
-    prompts = [p.prompt for p in sets][: args.prompts]
+    prompts = [
+        p.prompt for p in sets if args.lang == "all" or (args.lang == "zh") == is_cjk(p.prompt)
+    ][: args.prompts]
     # one loader: both variants share its weights (and its thread setting), as in the gateway
     minilm = MiniLM(threads=args.threads or None)
     int8 = MiniLMEmbedder(minilm, quantize=True, with_max=True)

@@ -46,7 +46,8 @@ from fleetgate.safety.classifier import (
     train,
 )
 from fleetgate.safety.classifier.corpus import FOLDS
-from fleetgate.safety.classifier.train import featurize_blocks
+from fleetgate.safety.classifier.gloss import Glosser
+from fleetgate.safety.classifier.train import FEATURE_VERSION, featurize_blocks
 from fleetgate.safety.normalize import Normalizer, is_cjk
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -96,7 +97,7 @@ def oof_scores(
 ) -> dict[str, np.ndarray]:
     """Train once per fold and score its held-out texts: the arrays `OOF_FIELDS`, ``classes``
     and ``data_sha256`` (``work``: a folder for the temporary model files)."""
-    normalizer = Normalizer()
+    normalizer, glosser = Normalizer(), Glosser()
     lists = WordListCheck(default_word_lists())
     parts: dict[str, list[np.ndarray]] = {k: [] for k in OOF_FIELDS}
     classes: tuple[str, ...] = ()
@@ -105,14 +106,15 @@ def oof_scores(
         train_part = legacy_examples() + corpus_examples("train", validation_fold=k)
         val_part = corpus_examples("validation", validation_fold=k)
         tmp = work / f"oof-fold{k}-model.npz.tmp"
-        train(train_part, tmp, embedder=embedder, l2=l2, epochs=epochs)
+        train(train_part, tmp, embedder=embedder, glosser=glosser, l2=l2, epochs=epochs)
         model = SoftmaxModel.load(tmp)[0]
         tmp.unlink()
         if classes and model.classes != classes:
             raise SystemExit(f"fold {k} has classes {model.classes}, not {classes}")
         classes = model.classes
         texts = [e.text for e in val_part]
-        parts["proba"].append(model.predict_proba(featurize_blocks(texts, embedder, normalizer)))
+        blocks = featurize_blocks(texts, embedder, normalizer, glosser=glosser)
+        parts["proba"].append(model.predict_proba(blocks))
         parts["fold"].append(np.full(len(val_part), k))
         parts["label"].append(np.array([e.label for e in val_part]))
         parts["lang"].append(np.array(["zh" if is_cjk(t) else "en" for t in texts]))
@@ -122,17 +124,20 @@ def oof_scores(
     return {
         "classes": np.array(classes),
         "data_sha256": np.array(data_sha256(shipped_examples())),
+        "features": np.array(FEATURE_VERSION),
         **{k: np.concatenate(v) for k, v in parts.items()},
     }
 
 
 def load_or_score(path: Path | None, embedder: CachedEmbedder, args: argparse.Namespace
                   ) -> dict[str, np.ndarray]:  # fmt: skip
-    """The out-of-fold scores saved at ``path`` if made from today's training data, else new."""
+    """The out-of-fold scores saved at ``path`` if made from today's training data and features,
+    else new."""
     if path is not None and path.exists():
         with np.load(path, allow_pickle=False) as data:
             saved = {k: data[k] for k in data.files}
-        if str(saved.get("data_sha256", "")) == data_sha256(shipped_examples()):
+        same_data = str(saved.get("data_sha256", "")) == data_sha256(shipped_examples())
+        if same_data and str(saved.get("features", "")) == FEATURE_VERSION:
             print(f"out-of-fold scores from {path}")
             return saved
     work = (path or args.out).parent

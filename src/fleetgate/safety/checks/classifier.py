@@ -28,12 +28,14 @@ from fleetgate.resources.minilm import MiniLMEmbedder
 from fleetgate.safety.base import CheckContext, Verdict
 from fleetgate.safety.classifier.embed import Embedder
 from fleetgate.safety.classifier.examples import BENIGN, Example
+from fleetgate.safety.classifier.gloss import Glosser
 from fleetgate.safety.classifier.model import SoftmaxModel
 from fleetgate.safety.classifier.train import (
     default_cache_path,
     featurize,
     load_or_train,
     shipped_head_path,
+    uses_gloss,
 )
 from fleetgate.safety.normalize import Normalizer, is_cjk
 
@@ -88,6 +90,8 @@ class ClassifierCheck:
         self._examples = examples
         self._embedder: Embedder = embedder or MiniLMEmbedder(quantize=True, with_max=True)
         self._normalizer = Normalizer()
+        self._glosser = Glosser()
+        self._gloss = False  # whether the loaded model reads Chinese through glosses
         self._model: SoftmaxModel | None = None
         self._thresholds: dict[str, float] = {}
         self._load_lock = asyncio.Lock()
@@ -96,7 +100,9 @@ class ClassifierCheck:
     def _load_sync(self) -> SoftmaxModel:
         if self._examples is not None and self._model_path is None:
             path = self._cache_path or default_cache_path()
-            model = load_or_train(path, self._examples, self._embedder, self._normalizer)
+            model = load_or_train(
+                path, self._examples, self._embedder, self._normalizer, self._glosser
+            )
         else:
             model = SoftmaxModel.load(self._model_path or shipped_head_path())[0]
         trained_on = model.info.get("embedder")
@@ -112,6 +118,9 @@ class ClassifierCheck:
             }
         else:
             self._thresholds = {"en": self.threshold, "zh": self.threshold}
+        self._gloss = uses_gloss(model)
+        if self._gloss:
+            self._glosser.warm_up()  # the dictionary: a second, not on the first Chinese text
         self._embedder.encode(["warm up"])  # the embedder's weights (shared: often loaded already)
         return model
 
@@ -130,7 +139,10 @@ class ClassifierCheck:
 
     def _scores_sync(self, model: SoftmaxModel, texts: Sequence[str]) -> list[tuple[float, str]]:
         hash_dim = model.hash_dim(self._embedder.dim)
-        proba = model.predict_proba(featurize(texts, self._embedder, self._normalizer, hash_dim))
+        glosser = self._glosser if self._gloss else None
+        proba = model.predict_proba(
+            featurize(texts, self._embedder, self._normalizer, hash_dim, glosser)
+        )
         benign = model.classes.index(BENIGN)
         harm = proba.copy()
         harm[:, benign] = -1.0

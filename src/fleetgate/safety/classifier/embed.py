@@ -5,8 +5,9 @@ the semantic router and retrieval); `Embedder` is what the classifier needs of i
 
 all-MiniLM-L6-v2 has an English vocabulary (most Chinese characters become ``[UNK]``), so the
 embedding is concatenated with hashed character 1-3-grams of the normalised text, which carry
-the Chinese (and lexical) signal. Everything here is synchronous and CPU-bound: callers run it in
-a worker thread.
+the Chinese (and lexical) signal, and models trained since the sixth shipped version embed
+Chinese through its English word glosses (`fleetgate.safety.classifier.gloss`). Everything
+here is synchronous and CPU-bound: callers run it in a worker thread.
 """
 
 from __future__ import annotations

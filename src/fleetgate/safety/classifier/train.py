@@ -38,6 +38,7 @@ from fleetgate.safety.classifier.embed import (
     text_features_sparse,
 )
 from fleetgate.safety.classifier.examples import BENIGN, Example, parse_lines
+from fleetgate.safety.classifier.gloss import Glosser
 from fleetgate.safety.classifier.model import SoftmaxModel
 from fleetgate.safety.normalize import Normalizer
 
@@ -53,10 +54,18 @@ __all__ = [
     "shipped_examples",
     "shipped_head_path",
     "train",
+    "uses_gloss",
 ]
 
-FEATURE_VERSION = "emb+1.5ngram-v3"
+# "gloss+": the embedding reads Chinese through English glosses (`gloss.Glosser`), since the
+# sixth shipped version; "emb+1.5ngram-v3" models (before) embed the raw text.
+FEATURE_VERSION = "gloss+emb+1.5ngram-v4"
 NGRAM_WEIGHT = 1.5
+
+
+def uses_gloss(model: SoftmaxModel) -> bool:
+    """Whether ``model`` was trained on glossed embeddings (so must be scored on them)."""
+    return model.info.get("features", "").startswith("gloss+")
 
 
 def legacy_examples() -> list[Example]:
@@ -96,27 +105,39 @@ def fingerprint(examples: Sequence[Example], embedder: Embedder) -> str:
     return hashlib.sha256(head.encode()).hexdigest()
 
 
+def _embed(texts: Sequence[str], embedder: Embedder, glosser: Glosser | None) -> Floats:
+    if glosser is not None:
+        texts = [glosser.gloss(text) for text in texts]
+    return np.asarray(embedder.encode(texts), dtype=np.float32)
+
+
 def featurize(
     texts: Sequence[str],
     embedder: Embedder,
     normalizer: Normalizer,
     hash_dim: int = HASH_DIM,
+    glosser: Glosser | None = None,
 ) -> Floats:
-    """The classifier's input rows: sentence embedding next to hashed character n-grams
-    (``hash_dim`` buckets: a model saved with fewer, before 16,384 was the default, says so in
-    its weights' shape, see `SoftmaxModel.hash_dim`)."""
-    emb = embedder.encode(texts)
+    """The classifier's input rows: the sentence embedding (of the text's English gloss, given a
+    ``glosser``) next to hashed character n-grams of the text itself (``hash_dim`` buckets: a
+    model saved with fewer, before 16,384 was the default, says so in its weights' shape, see
+    `SoftmaxModel.hash_dim`)."""
+    emb = _embed(texts, embedder, glosser)
     grams = text_features(texts, normalizer, dim=hash_dim)
     return np.hstack([emb, grams * NGRAM_WEIGHT]).astype(np.float32)
 
 
 def featurize_blocks(
-    texts: Sequence[str], embedder: Embedder, normalizer: Normalizer, hash_dim: int = HASH_DIM
+    texts: Sequence[str],
+    embedder: Embedder,
+    normalizer: Normalizer,
+    hash_dim: int = HASH_DIM,
+    glosser: Glosser | None = None,
 ) -> tuple[Floats, Any]:
     """`featurize`'s columns as two blocks for `SoftmaxModel` (training, batch scoring): the
     embeddings (dense) and the weighted n-grams (``scipy.sparse``, which ``ml`` installs)."""
     grams = text_features_sparse(texts, normalizer, dim=hash_dim) * np.float32(NGRAM_WEIGHT)
-    return np.asarray(embedder.encode(texts), dtype=np.float32), grams.tocsr()
+    return _embed(texts, embedder, glosser), grams.tocsr()
 
 
 def benign_vs_harm_weights(labels: Sequence[str], benign_share: float = 0.5) -> dict[str, float]:
@@ -138,19 +159,26 @@ def train(
     *,
     embedder: Embedder | None = None,
     normalizer: Normalizer | None = None,
+    glosser: Glosser | None = None,
     info: Mapping[str, str] | None = None,
     l2: float = 1e-4,
     epochs: int = 400,
 ) -> Path:
     """Train on ``examples`` and save the weights to ``path`` (blocking; seconds to minutes on a
-    CPU). ``info`` is saved with the weights (e.g. a ``threshold``)."""
+    CPU). ``info`` is saved with the weights (e.g. a ``threshold``). Chinese is embedded through
+    ``glosser`` (a new `Glosser` when None)."""
     if len({ex.label for ex in examples}) < 2 or BENIGN not in {ex.label for ex in examples}:
         raise ConfigError("classifier training needs 'benign' examples and at least one harm label")
     if embedder is None:
         from fleetgate.resources.minilm import MiniLMEmbedder
 
         embedder = MiniLMEmbedder(quantize=True, with_max=True)
-    x = featurize_blocks([ex.text for ex in examples], embedder, normalizer or Normalizer())
+    x = featurize_blocks(
+        [ex.text for ex in examples],
+        embedder,
+        normalizer or Normalizer(),
+        glosser=glosser or Glosser(),
+    )
     labels = [ex.label for ex in examples]
     model = SoftmaxModel.fit(
         x, labels, class_weight=benign_vs_harm_weights(labels), l2=l2, epochs=epochs
@@ -171,6 +199,7 @@ def load_or_train(
     examples: Sequence[Example],
     embedder: Embedder,
     normalizer: Normalizer | None = None,
+    glosser: Glosser | None = None,
 ) -> SoftmaxModel:
     """The cached model at ``path`` if it matches ``examples``; otherwise train and cache it."""
     want = fingerprint(examples, embedder)
@@ -181,5 +210,5 @@ def load_or_train(
             have = ""
         if have == want:
             return model
-    train(examples, path, embedder=embedder, normalizer=normalizer)
+    train(examples, path, embedder=embedder, normalizer=normalizer, glosser=glosser)
     return SoftmaxModel.load(path)[0]
