@@ -153,3 +153,18 @@ async def test_english_training_reaches_chinese_through_the_glosses(
     finally:
         old.close()
     assert abs(old_bomb - old_bread) < abs(bomb - bread) / 2
+
+
+def test_the_classifier_checks_of_a_registry_share_one_dictionary(embedder: Any) -> None:
+    """Two classifier checks (say one alone and one inside a cascade) parse CC-CEDICT once."""
+    from fleetgate.safety.config import CheckConfig
+    from fleetgate.safety.registry import builtin_registry
+
+    registry = builtin_registry(embedder=embedder)
+    a = registry.create("a", CheckConfig(type="classifier"))
+    b = registry.create("b", CheckConfig(type="classifier", options={"threshold": 0.9}))
+    try:
+        assert a._glosser is b._glosser  # type: ignore[attr-defined]
+    finally:
+        a.close()  # type: ignore[attr-defined]
+        b.close()  # type: ignore[attr-defined]

@@ -23,6 +23,7 @@ from fleetgate.errors import ConfigError
 from fleetgate.resources.http import OutboundHttp
 from fleetgate.safety.base import Action, Check
 from fleetgate.safety.classifier.embed import Embedder
+from fleetgate.safety.classifier.gloss import Glosser
 from fleetgate.safety.config import CheckConfig
 
 __all__ = ["CheckFactory", "CheckRegistry", "builtin_registry"]
@@ -106,6 +107,8 @@ def _pii(name: str, options: Mapping[str, Any]) -> Check:
 
 
 def _classifier(embedder: Embedder | None) -> CheckFactory:
+    glosser = Glosser()  # one dictionary for all classifier checks, parsed on first use
+
     def build(name: str, options: Mapping[str, Any]) -> Check:
         from fleetgate.safety.checks.classifier import ClassifierCheck
 
@@ -113,7 +116,7 @@ def _classifier(embedder: Embedder | None) -> CheckFactory:
         for key in ("model_path", "cache_path"):
             if opts.get(key) is not None:
                 opts[key] = Path(opts[key])
-        return ClassifierCheck(name=name, embedder=embedder, **opts)
+        return ClassifierCheck(name=name, embedder=embedder, glosser=glosser, **opts)
 
     return build
 

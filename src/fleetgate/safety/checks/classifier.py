@@ -70,7 +70,8 @@ class ClassifierCheck:
     ``examples``: train on these instead (once, cached at ``cache_path``). Without either, the
     shipped model. ``threshold``: None takes the model's own, per language (``threshold_en``,
     ``threshold_zh``: chosen on validation data when it was trained; Chinese for text with CJK
-    ideographs), else 0.5.
+    ideographs), else 0.5. ``glosser``: the Chinese-to-English glosses (one dictionary, ~31 MB,
+    shared by the checks of a registry), for models trained with them.
     """
 
     def __init__(
@@ -82,6 +83,7 @@ class ClassifierCheck:
         cache_path: Path | None = None,
         examples: Sequence[Example] | None = None,
         embedder: Embedder | None = None,
+        glosser: Glosser | None = None,
     ) -> None:
         self.name = name
         self.threshold = threshold
@@ -90,7 +92,7 @@ class ClassifierCheck:
         self._examples = examples
         self._embedder: Embedder = embedder or MiniLMEmbedder(quantize=True, with_max=True)
         self._normalizer = Normalizer()
-        self._glosser = Glosser()
+        self._glosser = glosser or Glosser()
         self._gloss = False  # whether the loaded model reads Chinese through glosses
         self._model: SoftmaxModel | None = None
         self._thresholds: dict[str, float] = {}
