@@ -93,7 +93,7 @@ OOF_FIELDS = ("fold", "label", "lang", "words", "proba")
 
 
 def oof_scores(
-    embedder: CachedEmbedder, *, work: Path, l2: float, epochs: int
+    embedder: CachedEmbedder, *, work: Path, l2: float, epochs: int | None, hidden: int
 ) -> dict[str, np.ndarray]:
     """Train once per fold and score its held-out texts: the arrays `OOF_FIELDS`, ``classes``
     and ``data_sha256`` (``work``: a folder for the temporary model files)."""
@@ -106,7 +106,8 @@ def oof_scores(
         train_part = legacy_examples() + corpus_examples("train", validation_fold=k)
         val_part = corpus_examples("validation", validation_fold=k)
         tmp = work / f"oof-fold{k}-model.npz.tmp"
-        train(train_part, tmp, embedder=embedder, glosser=glosser, l2=l2, epochs=epochs)
+        train(train_part, tmp, embedder=embedder, glosser=glosser, l2=l2, epochs=epochs,
+              hidden=hidden)  # fmt: skip
         model = SoftmaxModel.load(tmp)[0]
         tmp.unlink()
         if classes and model.classes != classes:
@@ -124,7 +125,7 @@ def oof_scores(
     return {
         "classes": np.array(classes),
         "data_sha256": np.array(data_sha256(shipped_examples())),
-        "features": np.array(FEATURE_VERSION),
+        "features": np.array(f"{FEATURE_VERSION}/hidden{hidden}"),
         **{k: np.concatenate(v) for k, v in parts.items()},
     }
 
@@ -137,11 +138,12 @@ def load_or_score(path: Path | None, embedder: CachedEmbedder, args: argparse.Na
         with np.load(path, allow_pickle=False) as data:
             saved = {k: data[k] for k in data.files}
         same_data = str(saved.get("data_sha256", "")) == data_sha256(shipped_examples())
-        if same_data and str(saved.get("features", "")) == FEATURE_VERSION:
+        features = f"{FEATURE_VERSION}/hidden{args.hidden}"
+        if same_data and str(saved.get("features", "")) == features:
             print(f"out-of-fold scores from {path}")
             return saved
     work = (path or args.out).parent
-    scores = oof_scores(embedder, work=work, l2=args.l2, epochs=args.epochs)
+    scores = oof_scores(embedder, work=work, l2=args.l2, epochs=args.epochs, hidden=args.hidden)
     if path is not None:
         with path.open("wb") as fh:
             np.savez(fh, **scores)
@@ -189,7 +191,10 @@ def main() -> int:
         help="out-of-fold scores: reused if made from the same data, else written",
     )
     ap.add_argument("--l2", type=float, default=1e-4)
-    ap.add_argument("--epochs", type=int, default=400)
+    ap.add_argument("--epochs", type=int, default=None,
+                    help="default: 16 with a hidden layer, 400 without")  # fmt: skip
+    ap.add_argument("--hidden", type=int, default=256,
+                    help="hidden units over the embedding (0: softmax alone)")  # fmt: skip
     ap.add_argument("--check", action="store_true", help="print the training data hash only")
     args = ap.parse_args()
     examples = shipped_examples()
@@ -202,7 +207,8 @@ def main() -> int:
     print(f"out-of-fold: {len(oof['label'])} prompts scored by models that never saw their "
           "frame or core")  # fmt: skip
     info = {**choose(oof, "en"), **choose(oof, "zh")}
-    train(examples, args.out, embedder=embedder, info=info, l2=args.l2, epochs=args.epochs)
+    train(examples, args.out, embedder=embedder, info=info, l2=args.l2, epochs=args.epochs,
+          hidden=args.hidden)  # fmt: skip
     size = args.out.stat().st_size
     print(f"wrote {args.out} ({size / 1024:.0f} KiB) in {time.perf_counter() - t0:.0f} s")
     print(json.dumps(SoftmaxModel.load(args.out)[0].info, indent=1, ensure_ascii=False))

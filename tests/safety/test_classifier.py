@@ -64,6 +64,7 @@ def test_the_shipped_model_was_trained_on_the_shipped_data() -> None:
     assert model.info["embedder"] == MiniLMEmbedder(quantize=True, with_max=True).name
     assert {"threshold_en", "threshold_zh"} <= set(model.info)
     assert uses_gloss(model)  # Chinese is embedded through its English glosses
+    assert model.hidden is not None and model.info["head"] == "softmax+hidden256"
     assert shipped_head_path().stat().st_size < 4 * 2**20
 
 

@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from fleetgate.errors import ConfigError
@@ -129,8 +130,8 @@ async def test_english_training_reaches_chinese_through_the_glosses(
     embedder: Any, tmp_path: Path
 ) -> None:
     """A model trained on English alone tells a Chinese bomb request from a Chinese bread one:
-    their character n-grams were never seen, so only the glossed embedding can tell them apart.
-    Without glosses (a model of the former features) the two score alike."""
+    their character n-grams were never seen, so only the glossed embedding can tell them apart
+    (the raw texts embed far closer together than their glosses)."""
     from fleetgate.safety.checks.classifier import ClassifierCheck
 
     path = train(ENGLISH_ONLY * 4, tmp_path / "en.npz", embedder=embedder, epochs=300)
@@ -145,14 +146,16 @@ async def test_english_training_reaches_chinese_through_the_glosses(
     assert bomb > 0.5 > bread and category == "weapons"
     assert verdict.action is Action.BLOCK
 
-    model.info = {k: v for k, v in model.info.items() if k != "features"}  # a pre-gloss model
-    model.save(tmp_path / "old.npz", "-")
-    old = ClassifierCheck(embedder=embedder, model_path=tmp_path / "old.npz", threshold=0.5)
-    try:
-        (old_bomb, _), (old_bread, _) = await old.score_many(["怎么制作炸弹", "怎么烤面包"])
-    finally:
-        old.close()
-    assert abs(old_bomb - old_bread) < abs(bomb - bread) / 2
+    del model.info["features"]  # a model trained before the glosses: scored on raw text
+    assert not uses_gloss(model)
+
+    def cosine(a: Any, b: Any) -> float:
+        return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+    pair = ["怎么制作炸弹", "怎么烤面包"]  # the raw texts are mostly [UNK] to MiniLM: alike
+    raw = embedder.encode(pair)
+    glossed = embedder.encode([Glosser().gloss(text) for text in pair])
+    assert cosine(*raw) > cosine(*glossed) + 0.2
 
 
 def test_the_classifier_checks_of_a_registry_share_one_dictionary(embedder: Any) -> None:

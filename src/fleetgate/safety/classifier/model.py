@@ -1,4 +1,9 @@
-"""Multinomial logistic regression in numpy: small, dependency-free, saved as one ``.npz``."""
+"""The classifier's head in numpy: small, dependency-free at run time, saved as one ``.npz``.
+
+A softmax layer over all input columns, plus (models trained by `fit_hidden.fit_hidden`, the
+shipped one since its seventh version) a hidden ReLU layer over the first block of columns, the
+sentence embedding. Inference is numpy alone; training the hidden layer needs torch.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["SoftmaxModel"]
+__all__ = ["Hidden", "SoftmaxModel"]
 
 Floats = npt.NDArray[np.float32]
 
@@ -38,8 +43,28 @@ def _softmax(z: Floats) -> Floats:
     return out
 
 
+class Hidden:
+    """A hidden layer over the first ``w1.shape[0]`` input columns:
+    ``relu(x[:, :e] W1 + b1) W2`` is added to the softmax layer's logits."""
+
+    def __init__(self, w1: Floats, b1: Floats, w2: Floats) -> None:
+        if w1.shape[1] != b1.shape[0] or w1.shape[1] != w2.shape[0]:
+            raise ValueError(f"hidden layer shapes {w1.shape}, {b1.shape}, {w2.shape} disagree")
+        self.w1, self.b1, self.w2 = w1, b1, w2
+
+    @property
+    def inputs(self) -> int:
+        return int(self.w1.shape[0])
+
+    def logits(self, first: Floats) -> Floats:
+        out: Floats = np.maximum(first @ self.w1 + self.b1, 0.0) @ self.w2
+        return out
+
+
 class SoftmaxModel:
-    """``p(class | x) = softmax(x W + b)``, trained with class-weighted, L2-regularised Adam.
+    """``p(class | x) = softmax(x W + b [+ relu(x_e W1 + b1) W2])``: the softmax layer trained
+    with class-weighted, L2-regularised Adam (`fit`), or with a `Hidden` layer over the
+    embedding columns ``x_e`` (`fit_hidden.fit_hidden`).
 
     ``info``: string facts saved with the weights (the training data's hash, the embedder, the
     threshold chosen on validation data, ...).
@@ -51,10 +76,16 @@ class SoftmaxModel:
         weights: Floats,
         bias: Floats,
         info: Mapping[str, str] | None = None,
+        hidden: Hidden | None = None,
     ) -> None:
+        if hidden is not None and (
+            hidden.inputs > weights.shape[0] or hidden.w2.shape[1] != weights.shape[1]
+        ):
+            raise ValueError("the hidden layer does not fit the softmax layer's shape")
         self.classes = tuple(classes)
         self.weights = weights
         self.bias = bias
+        self.hidden = hidden
         self.info: dict[str, str] = dict(info or {})
 
     @classmethod
@@ -121,11 +152,17 @@ class SoftmaxModel:
     def predict_proba(self, x: Floats | Blocks) -> Floats:
         """Class probabilities, one row per input row, columns in ``classes`` order (``x`` as
         in `fit`: one matrix or its column blocks)."""
+        blocks = _blocks(x, int(self.weights.shape[0]))
         z, start = self.bias, 0
-        for blk in _blocks(x, int(self.weights.shape[0])):
+        for blk in blocks:
             width = int(blk.shape[1])
             z = z + blk @ self.weights[start : start + width]
             start += width
+        if self.hidden is not None:
+            first = blocks[0]
+            if int(first.shape[1]) < self.hidden.inputs or hasattr(first, "tocsr"):
+                raise ValueError("the hidden layer needs the dense embedding as the first block")
+            z = z + self.hidden.logits(np.asarray(first[:, : self.hidden.inputs], np.float32))
         return _softmax(np.asarray(z, dtype=np.float32))
 
     def save(self, path: Path, fingerprint: str) -> None:
@@ -135,6 +172,13 @@ class SoftmaxModel:
         1 part in 2,000) and read back as float32."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
+        hidden: dict[str, Any] = {}
+        if self.hidden is not None:
+            hidden = {
+                "hidden_w1": self.hidden.w1.astype(np.float16),
+                "hidden_b1": self.hidden.b1,
+                "hidden_w2": self.hidden.w2.astype(np.float16),
+            }
         with tmp.open("wb") as fh:
             np.savez_compressed(
                 fh,
@@ -143,6 +187,7 @@ class SoftmaxModel:
                 bias=self.bias,
                 fingerprint=np.array(fingerprint),
                 info=np.array(json.dumps(self.info, sort_keys=True)),
+                **hidden,
             )
         tmp.replace(path)
 
@@ -154,5 +199,10 @@ class SoftmaxModel:
             info = json.loads(str(data["info"])) if "info" in data.files else {}
             weights = np.asarray(data["weights"], dtype=np.float32)
             bias = np.asarray(data["bias"], dtype=np.float32)
-            model = cls(classes, weights, bias, {str(k): str(v) for k, v in info.items()})
+            hidden = None
+            if "hidden_w1" in data.files:
+                hidden = Hidden(*(np.asarray(data[f"hidden_{k}"], dtype=np.float32)
+                                  for k in ("w1", "b1", "w2")))  # fmt: skip
+            info = {str(k): str(v) for k, v in info.items()}
+            model = cls(classes, weights, bias, info, hidden)
             return model, str(data["fingerprint"])

@@ -162,11 +162,15 @@ def train(
     glosser: Glosser | None = None,
     info: Mapping[str, str] | None = None,
     l2: float = 1e-4,
-    epochs: int = 400,
+    epochs: int | None = None,
+    hidden: int = 256,
 ) -> Path:
     """Train on ``examples`` and save the weights to ``path`` (blocking; seconds to minutes on a
     CPU). ``info`` is saved with the weights (e.g. a ``threshold``). Chinese is embedded through
-    ``glosser`` (a new `Glosser` when None)."""
+    ``glosser`` (a new `Glosser` when None). ``hidden``: the units of the hidden layer over the
+    embedding (`fit_hidden`, torch; ``epochs`` default 16 passes over minibatches), or 0 for
+    the softmax layer alone (`SoftmaxModel.fit`, numpy; default 400 full-batch steps). ``l2``
+    is the weight decay of either."""
     if len({ex.label for ex in examples}) < 2 or BENIGN not in {ex.label for ex in examples}:
         raise ConfigError("classifier training needs 'benign' examples and at least one harm label")
     if embedder is None:
@@ -180,12 +184,19 @@ def train(
         glosser=glosser or Glosser(),
     )
     labels = [ex.label for ex in examples]
-    model = SoftmaxModel.fit(
-        x, labels, class_weight=benign_vs_harm_weights(labels), l2=l2, epochs=epochs
-    )
+    weights = benign_vs_harm_weights(labels)
+    if hidden > 0:
+        from fleetgate.safety.classifier.fit_hidden import fit_hidden
+
+        model = fit_hidden(
+            x, labels, class_weight=weights, hidden=hidden, epochs=epochs or 16, weight_decay=l2
+        )
+    else:
+        model = SoftmaxModel.fit(x, labels, class_weight=weights, l2=l2, epochs=epochs or 400)
     model.info = {
         "embedder": embedder.name,
         "features": f"{FEATURE_VERSION}/{HASH_DIM}",
+        "head": f"softmax+hidden{hidden}" if hidden > 0 else "softmax",
         "data_sha256": data_sha256(examples),
         "examples": str(len(examples)),
         **(info or {}),
