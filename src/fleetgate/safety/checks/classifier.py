@@ -1,6 +1,7 @@
 """Offline prompt-injection / jailbreak / harmful-request classifier check.
 
-The model (MiniLM int8 embeddings + character n-grams + a softmax layer, trained offline and
+The model (MiniLM int8 embeddings + character n-grams, a softmax layer and a hidden layer over
+the embedding, trained offline and
 shipped in the package) loads on first use or on :meth:`warm_up`, never at import time, and runs
 in the check's own worker thread so the event loop never waits on it. Nothing is trained at
 start unless the check is given its own ``examples``. Long texts are scored in chunks; the

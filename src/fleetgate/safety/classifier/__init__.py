@@ -1,4 +1,5 @@
-"""The offline harmful-request classifier: sentence embeddings + a small softmax model."""
+"""The offline harmful-request classifier: sentence embeddings (Chinese through English glosses)
+and character n-grams under a small softmax model with a hidden layer."""
 
 from fleetgate.safety.classifier.corpus import corpus_examples
 from fleetgate.safety.classifier.embed import Embedder, text_features

@@ -66,21 +66,21 @@ def fit_hidden(
     cw = torch.tensor(weights, dtype=torch.float32)
 
     torch_state = torch.random.get_rng_state()  # layers and dropout draw from it; restored
-    torch.manual_seed(seed)
-    generator = torch.Generator().manual_seed(seed)
-    linear_first = torch.nn.Linear(e, k)
-    linear_rest = [torch.nn.Parameter(torch.zeros(int(p.shape[1]), k)) for p in rest]
-    into, out_of = torch.nn.Linear(e, hidden), torch.nn.Linear(hidden, k)
-    mlp = torch.nn.Sequential(into, torch.nn.ReLU(), torch.nn.Dropout(dropout), out_of)
-    with torch.no_grad():  # seeded initialisation, whatever torch's global seed
-        for layer in (linear_first, into, out_of):
-            bound = 1.0 / float(np.sqrt(layer.in_features))
-            layer.weight.uniform_(-bound, bound, generator=generator)
-            layer.bias.uniform_(-bound, bound, generator=generator)
-    params = [*linear_first.parameters(), *linear_rest, *mlp.parameters()]
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    order = np.random.default_rng(seed)
     try:
+        torch.manual_seed(seed)
+        generator = torch.Generator().manual_seed(seed)
+        linear_first = torch.nn.Linear(e, k)
+        linear_rest = [torch.nn.Parameter(torch.zeros(int(p.shape[1]), k)) for p in rest]
+        into, out_of = torch.nn.Linear(e, hidden), torch.nn.Linear(hidden, k)
+        mlp = torch.nn.Sequential(into, torch.nn.ReLU(), torch.nn.Dropout(dropout), out_of)
+        with torch.no_grad():  # seeded initialisation, whatever torch's global seed
+            for layer in (linear_first, into, out_of):
+                bound = 1.0 / float(np.sqrt(layer.in_features))
+                layer.weight.uniform_(-bound, bound, generator=generator)
+                layer.bias.uniform_(-bound, bound, generator=generator)
+        params = [*linear_first.parameters(), *linear_rest, *mlp.parameters()]
+        optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+        order = np.random.default_rng(seed)
         mlp.train()
         for _ in range(epochs):
             perm = order.permutation(n)

@@ -1,6 +1,7 @@
 """Training data, training, the shipped model and the on-disk weight cache.
 
-The shipped model (``safety/data/classifier_head.npz``: a softmax layer over MiniLM int8
+The shipped model (``safety/data/classifier_head.npz``: a softmax layer, and a hidden layer over
+the embedding (`fit_hidden`), over MiniLM int8
 embeddings and character n-grams, a few hundred KB) is trained offline by
 ``bench/safety/train_classifier.py`` on :func:`shipped_examples` and only loaded at run time.
 The file records the hash of its training data (:func:`data_sha256`); a test checks that it
