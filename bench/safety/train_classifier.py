@@ -92,6 +92,11 @@ class CachedEmbedder:
 OOF_FIELDS = ("fold", "label", "lang", "words", "proba")
 
 
+def features_key(hidden: int) -> str:
+    """What out-of-fold scores depend on besides the data: the features and the head."""
+    return f"{FEATURE_VERSION}/hidden{hidden}"
+
+
 def oof_scores(
     embedder: CachedEmbedder, *, work: Path, l2: float, epochs: int | None, hidden: int
 ) -> dict[str, np.ndarray]:
@@ -125,7 +130,7 @@ def oof_scores(
     return {
         "classes": np.array(classes),
         "data_sha256": np.array(data_sha256(shipped_examples())),
-        "features": np.array(f"{FEATURE_VERSION}/hidden{hidden}"),
+        "features": np.array(features_key(hidden)),
         **{k: np.concatenate(v) for k, v in parts.items()},
     }
 
@@ -138,8 +143,7 @@ def load_or_score(path: Path | None, embedder: CachedEmbedder, args: argparse.Na
         with np.load(path, allow_pickle=False) as data:
             saved = {k: data[k] for k in data.files}
         same_data = str(saved.get("data_sha256", "")) == data_sha256(shipped_examples())
-        features = f"{FEATURE_VERSION}/hidden{args.hidden}"
-        if same_data and str(saved.get("features", "")) == features:
+        if same_data and str(saved.get("features", "")) == features_key(args.hidden):
             print(f"out-of-fold scores from {path}")
             return saved
     work = (path or args.out).parent

@@ -100,10 +100,11 @@ def data_sha256(examples: Sequence[Example]) -> str:
     return h.hexdigest()
 
 
-def fingerprint(examples: Sequence[Example], embedder: Embedder) -> str:
-    """Identifies training data + features; a cached model with another one is stale."""
+def fingerprint(examples: Sequence[Example], embedder: Embedder, hidden: int = 256) -> str:
+    """Identifies training data, features and head (``hidden`` units, as `train`); a cached
+    model with another one is stale."""
     head = f"{embedder.name}|{embedder.dim}|{FEATURE_VERSION}|{HASH_DIM}|{data_sha256(examples)}"
-    return hashlib.sha256(head.encode()).hexdigest()
+    return hashlib.sha256(f"{head}|hidden{hidden}".encode()).hexdigest()
 
 
 def _embed(texts: Sequence[str], embedder: Embedder, glosser: Glosser | None) -> Floats:
@@ -202,7 +203,7 @@ def train(
         "examples": str(len(examples)),
         **(info or {}),
     }
-    model.save(path, fingerprint(examples, embedder))
+    model.save(path, fingerprint(examples, embedder, hidden))
     return path
 
 
