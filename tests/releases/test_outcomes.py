@@ -7,6 +7,9 @@ from pathlib import Path
 
 from fleetgate.hooks import GatewayRequest, Outcome
 from fleetgate.providers.base import Endpoint
+from fleetgate.releases.analysis import feedback_counts
+from fleetgate.releases.feedback import FeedbackStore
+from fleetgate.releases.flywheel import bad_cases
 from fleetgate.releases.outcomes import (
     BUCKET_MS,
     PICKED,
@@ -96,3 +99,24 @@ def test_histogram_percentile() -> None:
     hist = {"0": 1, "48": 98, "72": 1}  # ~1 ms, ~97 ms, ~950 ms
     assert 90 < (hist_percentile(hist, 95) or 0) < 110
     assert (hist_percentile(hist, 100) or 0) > 900
+
+
+async def test_regenerations_in_the_same_millisecond_count(db_url: str, tmp_path: Path) -> None:
+    """The same prompt sent three times within one millisecond is two regenerations (the
+    first two answers were asked again), in quality, the rollout's verdicts and the flywheel."""
+    db = Database.from_url(db_url, tmp_path)
+    await db.migrate()
+    chat = "chat".__eq__
+    book = OutcomeBook(db, replica="a", tracked=chat, recorded=chat, clock=Clock(1000.0))
+    try:
+        for i in range(3):  # every request was received at the same instant
+            book.observe(request(i, text="tell me a joke"), outcome("v1"))
+        book.observe(request(9, text="something else"), outcome("v1"))
+        await book.flush()
+        (row,) = await FeedbackStore(db).quality(since_ms=0, alias="chat")
+        assert (row["requests"], row["regenerations"]) == (4, 2)
+        assert await feedback_counts(db, "chat", "v1", 0, 600.0) == (2, 2)
+        items, skipped = await bad_cases(db, alias="chat", since_ms=0)
+        assert len(items) + sum(skipped.values()) == 2  # no payload was logged: both skipped
+    finally:
+        await db.aclose()

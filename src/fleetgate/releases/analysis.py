@@ -26,11 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from sqlalchemy import and_, case, exists, func, or_, select
-from sqlalchemy.orm import aliased
+from sqlalchemy import and_, case, func, or_, select
 
 from fleetgate.releases.config import RolloutConfig
-from fleetgate.releases.feedback import NEGATIVE_BELOW
+from fleetgate.releases.feedback import NEGATIVE_BELOW, asked_again
 from fleetgate.releases.outcomes import VersionWindow, read_window
 from fleetgate.releases.tables import release_requests
 from fleetgate.store.database import Database
@@ -68,19 +67,11 @@ async def feedback_counts(
         .select_from(feedback.join(r, and_(r.c.request_id == feedback.c.request_id, same_team)))
         .where(r.c.alias == alias, r.c.version == version, r.c.created_ms >= since_ms)
     )
-    later = aliased(r)
     regenerated = (
         select(func.count())
         .select_from(r)
         .where(r.c.alias == alias, r.c.version == version, r.c.created_ms >= since_ms)
-        .where(
-            exists().where(
-                later.c.key_id == r.c.key_id,
-                later.c.prompt_hash == r.c.prompt_hash,
-                later.c.created_ms > r.c.created_ms,
-                later.c.created_ms <= r.c.created_ms + int(regen_window_s * 1000),
-            )
-        )
+        .where(asked_again(r, regen_window_s))
     )
     async with db.engine.connect() as conn:
         n, neg = (await conn.execute(explicit)).one()

@@ -153,18 +153,9 @@ class FeedbackStore:
             .where(sv.created_ms >= since_ms)
             .group_by(sv.alias, sv.version)
         )
-        later = aliased(r)
         regens = (
             select(r.c.alias, r.c.version, func.count().label("regenerations"))
-            .where(r.c.created_ms >= since_ms)
-            .where(
-                exists().where(
-                    later.c.key_id == r.c.key_id,
-                    later.c.prompt_hash == r.c.prompt_hash,
-                    later.c.created_ms > r.c.created_ms,
-                    later.c.created_ms <= r.c.created_ms + int(regen_window_s * 1000),
-                )
-            )
+            .where(r.c.created_ms >= since_ms, asked_again(r, regen_window_s))
             .group_by(r.c.alias, r.c.version)
         )
         if alias is not None:
@@ -191,3 +182,19 @@ class FeedbackStore:
                 "implicit_negative_rate": (neg + again) / (n + again) if n + again else None,
             })  # fmt: skip
         return out
+
+
+def asked_again(r: Any, window_s: float) -> Any:
+    """A clause true for a row of ``r`` (`release_requests` or an alias of it) whose exact
+    prompt the same key sent again within ``window_s``: a regeneration. Two requests in the
+    same millisecond are ordered by request id, so one of the pair counts, never neither."""
+    later = aliased(release_requests)
+    return exists().where(
+        later.c.key_id == r.c.key_id,
+        later.c.prompt_hash == r.c.prompt_hash,
+        or_(
+            later.c.created_ms > r.c.created_ms,
+            and_(later.c.created_ms == r.c.created_ms, later.c.request_id > r.c.request_id),
+        ),
+        later.c.created_ms <= r.c.created_ms + int(window_s * 1000),
+    )

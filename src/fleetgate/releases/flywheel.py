@@ -21,10 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import and_, exists, or_, select
-from sqlalchemy.orm import aliased
+from sqlalchemy import and_, or_, select
 
-from fleetgate.releases.feedback import NEGATIVE_BELOW
+from fleetgate.releases.feedback import NEGATIVE_BELOW, asked_again
 from fleetgate.releases.tables import release_requests
 from fleetgate.store.database import Database
 from fleetgate.store.tables import feedback, request_audit, safety_audit
@@ -51,18 +50,9 @@ async def bad_cases(
         .order_by(r.c.created_ms.desc())
         .limit(limit)
     )
-    later = aliased(r)
     again = (
         select(r)
-        .where(r.c.created_ms >= since_ms)
-        .where(
-            exists().where(
-                later.c.key_id == r.c.key_id,
-                later.c.prompt_hash == r.c.prompt_hash,
-                later.c.created_ms > r.c.created_ms,
-                later.c.created_ms <= r.c.created_ms + int(regen_window_s * 1000),
-            )
-        )
+        .where(r.c.created_ms >= since_ms, asked_again(r, regen_window_s))
         .order_by(r.c.created_ms.desc())
         .limit(limit)
     )
