@@ -33,10 +33,9 @@ from fleetgate.safety.evaluate import blocked_by, compare, evaluate, load_labele
 ROOT = Path(__file__).resolve().parents[2]
 HELDOUT = ROOT / "bench" / "safety" / "data" / "heldout_test.jsonl"
 DATA = "src/fleetgate/safety/data"
-# The last commit with the Chinese threshold chosen on fold 0 alone (0.50; English 0.68), before
-# the thresholds were chosen on five folds' out-of-fold scores. (Before it: cc8b01c, the softmax
-# head over the 15,304-text corpus and the word lists that still listed bare topic nouns.)
-PREVIOUS = "813eec6"  # the sixth classifier of 2026-12-02 (docs/safety.md): no hidden layer
+# The previous shipped classifier (docs/safety.md lists every version's commit: 813eec6 the
+# sixth, 70bde59 the fifth, cc8b01c the first).
+PREVIOUS = "5078de1"  # the seventh classifier of 2026-12-02: the 81,002-text corpus
 
 
 def from_git(rev: str, path: str, out: Path) -> Path:

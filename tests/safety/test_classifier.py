@@ -18,6 +18,7 @@ from fleetgate.safety import Guardrails, SafetyConfig, blocked_by, evaluate, shi
 from fleetgate.safety.base import Action, CheckContext
 from fleetgate.safety.checks.classifier import ClassifierCheck, split_chunks
 from fleetgate.safety.classifier import (
+    BENIGN,
     Example,
     SoftmaxModel,
     corpus_examples,
@@ -27,7 +28,7 @@ from fleetgate.safety.classifier import (
     shipped_head_path,
     train,
 )
-from fleetgate.safety.classifier.corpus import _load, fold
+from fleetgate.safety.classifier.corpus import PER_CORE_MIXED, _load, fold
 from fleetgate.safety.classifier.train import (
     benign_vs_harm_weights,
     featurize,
@@ -291,22 +292,35 @@ def test_every_core_is_asked_in_indirect_frames_too() -> None:
         assert len(framed) == 4, (lang, core)
 
 
+def test_every_core_is_asked_in_the_other_language_too() -> None:
+    """Code-mixed prompts: each core in PER_CORE_MIXED frames of the other language, with the
+    core's label (an English frame around a Chinese request is still that request)."""
+    examples = {ex.text: ex.label for ex in corpus_examples("all")}
+    en, zh = _load("en"), _load("zh")
+    for data, other in ((en, zh), (zh, en)):
+        for category, core in (("cyber", data["harm"]["cyber"][0]), (BENIGN, data["benign"][0])):
+            mixed = [f.replace("{x}", core) for f in other["frames"]]
+            found = [examples[t] for t in mixed if t in examples]
+            assert found == [category] * PER_CORE_MIXED, core
+
+
 def _possible(k: int, held_out: bool) -> set[str]:
     """Every text the corpus can make from the frames, cores and whole texts that are (or, with
     ``held_out`` False, are not) in fold ``k``."""
+
+    def take(texts: Sequence[str]) -> list[str]:
+        return [t for t in texts if (fold(t) == k) == held_out]
+
     out: set[str] = set()
-    for lang in ("en", "zh"):
+    cores: list[str] = []
+    frames: list[str] = []
+    for lang in ("en", "zh"):  # a core may be asked in a frame of the other language
         data = _load(lang)
-
-        def take(texts: Sequence[str]) -> list[str]:
-            return [t for t in texts if (fold(t) == k) == held_out]
-
-        cores = take([c for cs in data["harm"].values() for c in cs] + data["benign"])
-        frames = take(data["frames"] + data["indirect_frames"])
-        out |= {f.replace("{x}", c) for f in frames for c in cores}
+        cores += take([c for cs in data["harm"].values() for c in cs] + data["benign"])
+        frames += take(data["frames"] + data["indirect_frames"])
         out |= set(take([t for ts in data["harm_texts"].values() for t in ts]))
         out |= set(take(data["benign_texts"]))
-    return out
+    return out | {f.replace("{x}", c) for f in frames for c in cores}
 
 
 @pytest.mark.parametrize("k", range(5))
