@@ -71,7 +71,7 @@ async def feedback_counts(
         select(func.count())
         .select_from(r)
         .where(r.c.alias == alias, r.c.version == version, r.c.created_ms >= since_ms)
-        .where(asked_again(r, regen_window_s))
+        .where(asked_again(regen_window_s))
     )
     async with db.engine.connect() as conn:
         n, neg = (await conn.execute(explicit)).one()

@@ -33,6 +33,7 @@ from sqlalchemy import and_, case, exists, func, literal, or_, select, union_all
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import aliased
+from sqlalchemy.sql.expression import Exists
 
 from fleetgate.errors import NotFound
 from fleetgate.releases.tables import release_requests
@@ -155,7 +156,7 @@ class FeedbackStore:
         )
         regens = (
             select(r.c.alias, r.c.version, func.count().label("regenerations"))
-            .where(r.c.created_ms >= since_ms, asked_again(r, regen_window_s))
+            .where(r.c.created_ms >= since_ms, asked_again(regen_window_s))
             .group_by(r.c.alias, r.c.version)
         )
         if alias is not None:
@@ -184,11 +185,11 @@ class FeedbackStore:
         return out
 
 
-def asked_again(r: Any, window_s: float) -> Any:
-    """A clause true for a row of ``r`` (`release_requests` or an alias of it) whose exact
-    prompt the same key sent again within ``window_s``: a regeneration. Two requests in the
-    same millisecond are ordered by request id, so one of the pair counts, never neither."""
-    later = aliased(release_requests)
+def asked_again(window_s: float) -> Exists:
+    """A clause true for a row of `release_requests` whose exact prompt the same key sent again
+    within ``window_s``: a regeneration. Two requests in the same millisecond are ordered by
+    request id, so one of the pair counts, never neither."""
+    r, later = release_requests, aliased(release_requests)
     return exists().where(
         later.c.key_id == r.c.key_id,
         later.c.prompt_hash == r.c.prompt_hash,

@@ -52,7 +52,7 @@ async def bad_cases(
     )
     again = (
         select(r)
-        .where(r.c.created_ms >= since_ms, asked_again(r, regen_window_s))
+        .where(r.c.created_ms >= since_ms, asked_again(regen_window_s))
         .order_by(r.c.created_ms.desc())
         .limit(limit)
     )
