@@ -1,6 +1,6 @@
-"""How far the classifier's training data is from the held-out set (counts only).
+"""How far the classifier's training data is from a held-out set (counts only).
 
-    PYTHONPATH=src python bench/safety/disjoint.py
+    PYTHONPATH=src python bench/safety/disjoint.py [--set FILE]   # default: the blind test set
 
 For every held-out prompt: is it a training text (exactly, after normalisation)? Does it share
 a run of 6 words (English) or 10 characters (Chinese) with any training text? The frames and
@@ -11,6 +11,7 @@ prompt. Only counts are printed so that running this does not show the held-out 
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -20,7 +21,7 @@ from fleetgate.safety.classifier import shipped_examples
 from fleetgate.safety.classifier.corpus import LANGS, _load
 from fleetgate.safety.normalize import Normalizer, is_cjk
 
-HELDOUT = Path(__file__).resolve().parent / "data" / "heldout_test.jsonl"
+HELDOUT = Path(__file__).resolve().parent / "data" / "heldout_blind.jsonl"
 _WORD = re.compile(r"[a-z0-9']+")
 _CJK_RUN = re.compile(r"[\u3400-\u9fff]+")
 
@@ -34,9 +35,12 @@ def grams(text: str) -> set[str]:
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--set", type=Path, default=HELDOUT)
+    args = ap.parse_args()
     norm = Normalizer(leet=False)
     heldout = [norm.normalize(json.loads(line)["prompt"])
-               for line in HELDOUT.read_text("utf-8").splitlines() if line.strip()]  # fmt: skip
+               for line in args.set.read_text("utf-8").splitlines() if line.strip()]  # fmt: skip
     train = [norm.normalize(ex.text) for ex in shipped_examples()]
     train_set = set(train)
     train_grams: set[str] = set().union(*(grams(t) for t in train))

@@ -17,7 +17,7 @@ fitting figures. Rules:
 - ``wsum``: sum over harm classes of w_c p(c) >= 1 (all w_c = 1 / t is ``benign``; the
   weights by coordinate ascent, `fit_weighted_sum`).
 
-bench/safety/data/heldout_test.jsonl is never read here.
+bench/safety/data/heldout_*.jsonl are never read here.
 """
 
 from __future__ import annotations

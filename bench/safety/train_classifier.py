@@ -4,9 +4,10 @@
     PYTHONPATH=src python bench/safety/train_classifier.py --check    # only print the hash
 
 1. Out-of-fold scores: for each of the corpus's five folds k, train on the hand-written examples
-   plus the corpus texts whose frame and core are both outside fold k, and score those whose
-   frame and core are both in fold k (`corpus_examples(..., validation_fold=k)`: frames and
-   cores never seen in training). Saved with ``--oof FILE`` (and reused from it while the
+   plus the corpus texts whose frame and core are both outside fold k, and score the prompts
+   whose frame and core are both in fold k (`corpus_examples(..., validation_fold=k,
+   pieces=False)`: frames and cores never seen in training), each as its worst sentence piece,
+   as `ClassifierCheck` scores it. Saved with ``--oof FILE`` (and reused from it while the
    training data is unchanged); `oof_rules.py` compares decision rules on that file.
 2. A threshold per language on the harm probability 1 - p(benign) for the default input
    policy (the shipped word lists, then the classifier): the lowest (0.02 to 0.99 in steps of
@@ -14,10 +15,16 @@
    (issue #19's false-positive aim), all five folds pooled. (Until 2026-12-02's third version
    it was chosen on fold 0 alone, which picked 0.50 for Chinese: 22.7% false positives on the
    other four folds. Per-category thresholds were tried and not kept: `oof_rules.py`.)
-3. Final: train on everything (`shipped_examples`) and save the model with those thresholds,
-   the training data's hash and the out-of-fold figures.
+3. Final: train on everything (`shipped_examples`). Since the ninth version the final model also
+   scores the dev set (bench/safety/data/heldout_dev.jsonl, the held-out set of the first to
+   eighth versions, ``--no-dev`` to skip), and a language's threshold is raised to the lowest
+   at which the dev set's benign prompts are blocked at most 8% as well, when the out-of-fold
+   one blocks more: out-of-fold scores come from the corpus's own frames and look-alikes, and
+   understated the false positives on prompts written apart from it by about 5 points in the
+   sixth to eighth versions. Saved with those thresholds, the training data's hash and the
+   out-of-fold and dev figures.
 
-bench/safety/data/heldout_test.jsonl is never read here: it is the test set, see docs/safety.md.
+bench/safety/data/heldout_blind.jsonl (the test set) is never read here, see docs/safety.md.
 Embeddings are cached in ``--cache`` (keyed by text) so reruns skip the embedding (minutes);
 the six fits take 20-25 minutes on the 2-core VM.
 """
@@ -34,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetgate.resources import MiniLMEmbedder
+from fleetgate.resources import MiniLM, MiniLMEmbedder
 from fleetgate.safety.checks.words import WordListCheck, default_word_lists
 from fleetgate.safety.classifier import (
     BENIGN,
@@ -45,6 +52,7 @@ from fleetgate.safety.classifier import (
     shipped_examples,
     train,
 )
+from fleetgate.safety.classifier.chunks import split_chunks
 from fleetgate.safety.classifier.corpus import FOLDS
 from fleetgate.safety.classifier.gloss import Glosser
 from fleetgate.safety.classifier.train import FEATURE_VERSION, featurize_blocks
@@ -54,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from thresholds import GRID, Bools, fmt, lowest_feasible  # noqa: E402
 
 HEAD = Path(__file__).resolve().parents[2] / "src/fleetgate/safety/data/classifier_head.npz"
+DEV = Path(__file__).resolve().parent / "data" / "heldout_dev.jsonl"
 
 
 class CachedEmbedder:
@@ -94,7 +103,31 @@ OOF_FIELDS = ("fold", "label", "lang", "words", "proba")
 
 def features_key(hidden: int) -> str:
     """What out-of-fold scores depend on besides the data: the features and the head."""
-    return f"{FEATURE_VERSION}/hidden{hidden}"
+    return f"{FEATURE_VERSION}/hidden{hidden}/worst-chunk"
+
+
+def worst_chunk_proba(
+    model: SoftmaxModel,
+    texts: Sequence[str],
+    embedder: CachedEmbedder,
+    normalizer: Normalizer,
+    glosser: Glosser,
+) -> np.ndarray:
+    """Each text's class probabilities at its most harmful piece (`split_chunks`): the score
+    `ClassifierCheck` gives it. (Until the ninth version texts were scored whole here, while the
+    check scored their sentences too: a threshold chosen on whole texts let through more false
+    positives at run time than the out-of-fold figure said.)"""
+    chunked = [split_chunks(t) for t in texts]
+    flat = [c for chunks in chunked for c in chunks]
+    proba = model.predict_proba(featurize_blocks(flat, embedder, normalizer, glosser=glosser))
+    benign = model.classes.index(BENIGN)
+    out = np.empty((len(texts), proba.shape[1]), dtype=proba.dtype)
+    at = 0
+    for i, chunks in enumerate(chunked):
+        part = proba[at : at + len(chunks)]
+        out[i] = part[int(np.argmin(part[:, benign]))]
+        at += len(chunks)
+    return out
 
 
 def oof_scores(
@@ -109,7 +142,7 @@ def oof_scores(
     for k in range(FOLDS):
         t0 = time.perf_counter()
         train_part = legacy_examples() + corpus_examples("train", validation_fold=k)
-        val_part = corpus_examples("validation", validation_fold=k)
+        val_part = corpus_examples("validation", validation_fold=k, pieces=False)
         tmp = work / f"oof-fold{k}-model.npz.tmp"
         train(train_part, tmp, embedder=embedder, glosser=glosser, l2=l2, epochs=epochs,
               hidden=hidden)  # fmt: skip
@@ -119,8 +152,7 @@ def oof_scores(
             raise SystemExit(f"fold {k} has classes {model.classes}, not {classes}")
         classes = model.classes
         texts = [e.text for e in val_part]
-        blocks = featurize_blocks(texts, embedder, normalizer, glosser=glosser)
-        parts["proba"].append(model.predict_proba(blocks))
+        parts["proba"].append(worst_chunk_proba(model, texts, embedder, normalizer, glosser))
         parts["fold"].append(np.full(len(val_part), k))
         parts["label"].append(np.array([e.label for e in val_part]))
         parts["lang"].append(np.array(["zh" if is_cjk(t) else "en" for t in texts]))
@@ -184,6 +216,39 @@ def choose(oof: dict[str, np.ndarray], lang: str) -> dict[str, str]:
     }
 
 
+def dev_scores(model: SoftmaxModel, path: Path, embedder: CachedEmbedder) -> dict[str, np.ndarray]:
+    """The dev set's prompts as the default input policy sees them: label, language, word-list
+    hit and harm probability at the worst piece."""
+    rows = [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+    texts = [str(r["prompt"]) for r in rows]
+    lists = WordListCheck(default_word_lists())
+    proba = worst_chunk_proba(model, texts, embedder, Normalizer(), Glosser())
+    return {
+        "harm": 1.0 - proba[:, model.classes.index(BENIGN)].astype(np.float64),
+        "benign": np.array([r["label"] == "safe" for r in rows]),
+        "lang": np.array(["zh" if is_cjk(t) else "en" for t in texts]),
+        "words": np.array([bool(lists.scan(t)[0]) for t in texts]),
+    }
+
+
+def with_dev(info: dict[str, str], dev: dict[str, np.ndarray], lang: str) -> dict[str, str]:
+    """``lang``'s threshold raised, if need be, to the lowest at which the dev set's benign
+    prompts are blocked at most 8% too, and the dev figures at the threshold kept."""
+    sel = dev["lang"] == lang
+    score, words, benign = dev["harm"][sel], dev["words"][sel], dev["benign"][sel]
+    oof_t = float(info[f"threshold_{lang}"])
+    dev_t = lowest_feasible(score, words, benign, GRID)
+    threshold = max(oof_t, dev_t)
+    figures = rates(words | (score >= threshold), benign)
+    print(f"  {lang}: dev set at the out-of-fold threshold {oof_t}: "
+          f"{rates(words | (score >= oof_t), benign)}")  # fmt: skip
+    print(f"  {lang}: dev set alone would pick {dev_t}; threshold {threshold}: {figures}")
+    return {
+        f"threshold_{lang}": str(threshold),
+        f"dev_{lang}": f"dev set, words + classifier at {threshold}: " + figures,
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=HEAD)
@@ -199,13 +264,18 @@ def main() -> int:
                     help="default: 16 with a hidden layer, 400 without")  # fmt: skip
     ap.add_argument("--hidden", type=int, default=256,
                     help="hidden units over the embedding (0: softmax alone)")  # fmt: skip
+    ap.add_argument("--dev", type=Path, default=DEV,
+                    help="dev set: its false positives may raise a threshold (3.)")  # fmt: skip
+    ap.add_argument("--no-dev", dest="dev", action="store_const", const=None)
     ap.add_argument("--check", action="store_true", help="print the training data hash only")
     args = ap.parse_args()
     examples = shipped_examples()
     print(f"training data: {len(examples)} examples, sha256 {data_sha256(examples)}")
     if args.check:
         return 0
-    embedder = CachedEmbedder(MiniLMEmbedder(quantize=True, with_max=True), args.cache)
+    # all cores for the embedding and the fits (the gateway's MiniLM keeps to one thread)
+    minilm = MiniLM(threads=None)
+    embedder = CachedEmbedder(MiniLMEmbedder(minilm, quantize=True, with_max=True), args.cache)
     t0 = time.perf_counter()
     oof = load_or_score(args.oof, embedder, args)
     print(f"out-of-fold: {len(oof['label'])} prompts scored by models that never saw their "
@@ -213,6 +283,12 @@ def main() -> int:
     info = {**choose(oof, "en"), **choose(oof, "zh")}
     train(examples, args.out, embedder=embedder, info=info, l2=args.l2, epochs=args.epochs,
           hidden=args.hidden)  # fmt: skip
+    if args.dev is not None:  # weights are stored as float16: loading and saving loses nothing
+        model, fingerprint = SoftmaxModel.load(args.out)
+        dev = dev_scores(model, args.dev, embedder)
+        for lang in ("en", "zh"):
+            model.info.update(with_dev(info, dev, lang))
+        model.save(args.out, fingerprint)
     size = args.out.stat().st_size
     print(f"wrote {args.out} ({size / 1024:.0f} KiB) in {time.perf_counter() - t0:.0f} s")
     print(json.dumps(SoftmaxModel.load(args.out)[0].info, indent=1, ensure_ascii=False))

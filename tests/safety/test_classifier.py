@@ -325,14 +325,17 @@ def _possible(k: int, held_out: bool) -> set[str]:
 
 @pytest.mark.parametrize("k", range(5))
 def test_each_fold_is_held_out_by_frame_and_core(k: int) -> None:
-    """Fold k's validation texts are made of fold k's frames and cores only, its training texts
-    of the other folds' only (what the out-of-fold scores of bench/safety/train_classifier.py
-    rely on); fold 0 is the default."""
-    val = {ex.text for ex in corpus_examples("validation", validation_fold=k)}
+    """Fold k's validation prompts are made of fold k's frames and cores only, its training texts
+    (prompts and their sentence pieces) of the other folds' only (what the out-of-fold scores of
+    bench/safety/train_classifier.py rely on); fold 0 is the default."""
+    val = {ex.text for ex in corpus_examples("validation", validation_fold=k, pieces=False)}
+    prompts = {ex.text for ex in corpus_examples("train", validation_fold=k, pieces=False)}
     train_texts = {ex.text for ex in corpus_examples("train", validation_fold=k)}
     assert val and train_texts and not val & train_texts
     assert val <= _possible(k, held_out=True)
-    assert train_texts <= _possible(k, held_out=False)
+    assert prompts <= _possible(k, held_out=False)
+    # the rest are sentence pieces of the training prompts themselves
+    assert train_texts - prompts <= {p for t in prompts for p in split_chunks(t)}
     if k == 0:
         assert corpus_examples("validation") == corpus_examples("validation", validation_fold=0)
 

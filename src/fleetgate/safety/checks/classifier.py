@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +26,7 @@ import numpy as np
 
 from fleetgate.resources.minilm import MiniLMEmbedder
 from fleetgate.safety.base import CheckContext, Verdict
+from fleetgate.safety.classifier.chunks import split_chunks
 from fleetgate.safety.classifier.embed import Embedder
 from fleetgate.safety.classifier.examples import BENIGN, Example
 from fleetgate.safety.classifier.gloss import Glosser
@@ -45,23 +45,6 @@ __all__ = ["DEFAULT_THRESHOLD", "ClassifierCheck", "split_chunks"]
 log = logging.getLogger("fleetgate.safety")
 
 DEFAULT_THRESHOLD = 0.5  # for a model file that names no threshold of its own
-
-_SENTENCE_END = re.compile(r"(?<=[.!?;。！？；\n])\s*")
-
-
-def split_chunks(text: str, size: int = 240, whole: int = 600, limit: int = 48) -> list[str]:
-    """The pieces a text is scored on: the whole text (up to ``whole`` characters) and each of its
-    sentences (sliced at ``size``), so one harmful sentence in a long benign text is not diluted.
-    Past ``limit`` pieces the first and last halves are kept."""
-    sentences = [s for s in _SENTENCE_END.split(text) if s.strip()]
-    if len(text) <= size and len(sentences) <= 1:
-        return [text]
-    chunks: list[str] = [text] if len(text) <= whole else []
-    for sentence in sentences:
-        chunks.extend(sentence[i : i + size] for i in range(0, len(sentence), size))
-    if len(chunks) > limit:  # keep the head and tail of a very long text
-        chunks = chunks[: limit // 2] + chunks[-(limit - limit // 2) :]
-    return chunks
 
 
 class ClassifierCheck:
