@@ -25,8 +25,10 @@
    out-of-fold and dev figures.
 
 bench/safety/data/heldout_blind.jsonl (the test set) is never read here, see docs/safety.md.
-Embeddings are cached in ``--cache`` (keyed by text) so reruns skip the embedding (minutes);
-the six fits take 20-25 minutes on the 2-core VM.
+Embeddings are cached in ``--cache`` (keyed by text) so reruns skip the embedding. Each fold
+draws its own frames for every core, so a cold cache embeds about 130,000 new texts per fold
+(10 minutes each on one core of the 2-core VM; two processes on two folds with two cache files,
+merged, halve that). With a warm cache the six fits take about 13 minutes (torch on all cores).
 """
 
 from __future__ import annotations
