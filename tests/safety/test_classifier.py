@@ -16,7 +16,7 @@ import pytest
 from fleetgate.resources import MiniLMEmbedder
 from fleetgate.safety import Guardrails, SafetyConfig, blocked_by, evaluate, shipped_set
 from fleetgate.safety.base import Action, CheckContext
-from fleetgate.safety.checks.classifier import ClassifierCheck, split_chunks
+from fleetgate.safety.checks.classifier import ClassifierCheck
 from fleetgate.safety.classifier import (
     BENIGN,
     Example,
@@ -28,6 +28,7 @@ from fleetgate.safety.classifier import (
     shipped_head_path,
     train,
 )
+from fleetgate.safety.classifier.chunks import split_chunks
 from fleetgate.safety.classifier.corpus import PER_CORE_MIXED, _load, fold
 from fleetgate.safety.classifier.train import (
     benign_vs_harm_weights,

@@ -40,7 +40,7 @@ from fleetgate.safety.classifier.train import (
 )
 from fleetgate.safety.normalize import Normalizer, is_cjk
 
-__all__ = ["DEFAULT_THRESHOLD", "ClassifierCheck", "split_chunks"]
+__all__ = ["DEFAULT_THRESHOLD", "ClassifierCheck"]
 
 log = logging.getLogger("fleetgate.safety")
 

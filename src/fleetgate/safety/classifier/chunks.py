@@ -18,10 +18,10 @@ import re
 
 from fleetgate.safety.normalize import is_cjk
 
-__all__ = ["framed_chunks", "split_chunks"]
+__all__ = ["SLOT", "framed_chunks", "split_chunks"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?;。！？；\n])\s*")
-SLOT = "{x}"
+SLOT = "{x}"  # where a frame takes its request (the corpus's frames)
 
 
 def split_chunks(
