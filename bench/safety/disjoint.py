@@ -53,7 +53,8 @@ def main() -> int:
     n_frames = 0
     for lang in LANGS:
         data = _load(lang)
-        for frame in data["frames"] + data.get("indirect_frames", []):
+        lists = ("frames", "indirect_frames", "embedded_frames")
+        for frame in (f for name in lists for f in data.get(name, [])):
             n_frames += 1
             parts = [norm.normalize(p) for p in frame.split("{x}") if len(p.strip()) >= 8]
             if parts and any(all(p in h for p in parts) for h in heldout):

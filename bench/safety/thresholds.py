@@ -42,10 +42,12 @@ def fmt(k: int, n: int) -> str:
     return f"{k}/{n} = {k / n:.1%} [{lo:.1%}, {hi:.1%}]"
 
 
-def lowest_feasible(score: Floats, words: Bools, benign: Bools, grid: Floats) -> float:
-    """The lowest grid threshold at which words | score >= t blocks <= FP_AIM of benign."""
+def lowest_feasible(
+    score: Floats, words: Bools, benign: Bools, grid: Floats, aim: float = FP_AIM
+) -> float:
+    """The lowest grid threshold at which words | score >= t blocks <= ``aim`` of benign."""
     fp = ((score[benign][:, None] >= grid[None, :]) | words[benign][:, None]).mean(axis=0)
-    ok = np.nonzero(fp <= FP_AIM)[0]
+    ok = np.nonzero(fp <= aim)[0]
     return float(grid[ok[0]]) if len(ok) else float(grid[-1])
 
 

@@ -3,7 +3,8 @@
     PYTHONPATH=src python bench/safety/train_classifier.py            # validate, then train
     PYTHONPATH=src python bench/safety/train_classifier.py --check    # only print the hash
 
-1. Out-of-fold scores: for each of the corpus's five folds k, train on the hand-written examples
+1. Out-of-fold scores: for each of the corpus's folds k (``--folds``: all five by default, as
+   every shipped version), train on the hand-written examples
    plus the corpus texts whose frame and core are both outside fold k, and score the prompts
    whose frame and core are both in fold k (`corpus_examples(..., validation_fold=k,
    pieces=False)`: frames and cores never seen in training), each as its worst sentence piece,
@@ -12,23 +13,31 @@
 2. A threshold per language on the harm probability 1 - p(benign) for the default input
    policy (the shipped word lists, then the classifier): the lowest (0.02 to 0.99 in steps of
    0.01) at which the policy blocks at most 8% of that language's benign out-of-fold prompts
-   (issue #19's false-positive aim), all five folds pooled. (Until 2026-12-02's third version
+   (issue #19's false-positive aim), the folds pooled. (Until 2026-12-02's third version
    it was chosen on fold 0 alone, which picked 0.50 for Chinese: 22.7% false positives on the
    other four folds. Per-category thresholds were tried and not kept: `oof_rules.py`.)
-3. Final: train on everything (`shipped_examples`). Since the ninth version the final model also
-   scores the dev set (bench/safety/data/heldout_dev.jsonl, the held-out set of the first to
-   eighth versions, ``--no-dev`` to skip), and a language's threshold is raised to the lowest
-   at which the dev set's benign prompts are blocked at most 8% as well, when the out-of-fold
-   one blocks more: out-of-fold scores come from the corpus's own frames and look-alikes, and
-   understated the false positives on prompts written apart from it by about 5 points in the
-   sixth to eighth versions. Saved with those thresholds, the training data's hash and the
-   out-of-fold and dev figures.
+3. Final: train on everything (`shipped_examples`) and score the dev sets (``--dev``; prompts
+   written apart from the corpus): bench/safety/data/heldout_dev.jsonl (the held-out set of the
+   first to eighth versions) and bench/safety/data/heldout_blind.jsonl (the ninth's blind test
+   set, run once as such). Since the tenth version the dev sets set the thresholds: a
+   language's threshold is the lowest at which each dev set's benign prompts in that language
+   are blocked at most ``--dev-cap`` (6%: a margin of two points under the 8% aim, about the
+   half-width of a 95% interval on 260 prompts). Step 2's out-of-fold threshold is reported
+   beside it, and used with ``--no-dev``. (The ninth took the out-of-fold threshold and raised
+   it where a dev set was over 8%, because out-of-fold false positives had understated those on
+   prompts written apart from the corpus by about 5 points in the sixth to eighth versions; by
+   the tenth the corpus's look-alikes had become the harder ones: at the out-of-fold threshold
+   the tenth blocked 7.9% of the out-of-fold Chinese look-alikes and 4.2% of the first blind
+   set's, and 1.8% of the dev set's.) Saved with the thresholds, the training data's hash and
+   the out-of-fold and dev figures.
 
-bench/safety/data/heldout_blind.jsonl (the test set) is never read here, see docs/safety.md.
+bench/safety/data/heldout_blind2.jsonl (the test set) is never read here, see docs/safety.md.
 Embeddings are cached in ``--cache`` (keyed by text) so reruns skip the embedding. Each fold
-draws its own frames for every core, so a cold cache embeds about 130,000 new texts per fold
-(10 minutes each on one core of the 2-core VM; two processes on two folds with two cache files,
-merged, halve that). With a warm cache the six fits take about 13 minutes (torch on all cores).
+draws its own frames for every core, so a cold cache embeds about 150,000 new texts per fold
+and for the final model (about 12 minutes each in one of two processes on the 2-core VM; two
+processes on different folds with two cache files, merged, halve the wait). With a warm cache
+the six fits take about 13 minutes (torch on all cores).
+``--folds 0 1`` scores two folds only (a quicker look while trying data; not for shipping).
 """
 
 from __future__ import annotations
@@ -63,8 +72,13 @@ from fleetgate.safety.normalize import Normalizer, is_cjk
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from thresholds import GRID, Bools, fmt, lowest_feasible  # noqa: E402
 
+DEV_CAP = 0.06  # benign prompts blocked, at most, on each dev set (step 3)
+
 HEAD = Path(__file__).resolve().parents[2] / "src/fleetgate/safety/data/classifier_head.npz"
-DEV = Path(__file__).resolve().parent / "data" / "heldout_dev.jsonl"
+DEV = (
+    Path(__file__).resolve().parent / "data" / "heldout_dev.jsonl",
+    Path(__file__).resolve().parent / "data" / "heldout_blind.jsonl",
+)
 
 
 class CachedEmbedder:
@@ -103,9 +117,11 @@ class CachedEmbedder:
 OOF_FIELDS = ("fold", "label", "lang", "words", "proba")
 
 
-def features_key(hidden: int) -> str:
-    """What out-of-fold scores depend on besides the data: the features and the head."""
-    return f"{FEATURE_VERSION}/hidden{hidden}/worst-chunk"
+def features_key(hidden: int, folds: Sequence[int] = tuple(range(FOLDS))) -> str:
+    """What out-of-fold scores depend on besides the data: the features, the head and the
+    folds scored."""
+    every = tuple(folds) == tuple(range(FOLDS))  # the key before --folds existed
+    return f"{FEATURE_VERSION}/hidden{hidden}/worst-chunk" + ("" if every else f"/folds{folds}")
 
 
 def worst_chunk_proba(
@@ -133,15 +149,21 @@ def worst_chunk_proba(
 
 
 def oof_scores(
-    embedder: CachedEmbedder, *, work: Path, l2: float, epochs: int | None, hidden: int
+    embedder: CachedEmbedder,
+    *,
+    work: Path,
+    l2: float,
+    epochs: int | None,
+    hidden: int,
+    folds: Sequence[int] = tuple(range(FOLDS)),
 ) -> dict[str, np.ndarray]:
-    """Train once per fold and score its held-out texts: the arrays `OOF_FIELDS`, ``classes``
-    and ``data_sha256`` (``work``: a folder for the temporary model files)."""
+    """Train once per fold in ``folds`` and score its held-out texts: the arrays `OOF_FIELDS`,
+    ``classes`` and ``data_sha256`` (``work``: a folder for the temporary model files)."""
     normalizer, glosser = Normalizer(), Glosser()
     lists = WordListCheck(default_word_lists())
     parts: dict[str, list[np.ndarray]] = {k: [] for k in OOF_FIELDS}
     classes: tuple[str, ...] = ()
-    for k in range(FOLDS):
+    for k in folds:
         t0 = time.perf_counter()
         train_part = legacy_examples() + corpus_examples("train", validation_fold=k)
         val_part = corpus_examples("validation", validation_fold=k, pieces=False)
@@ -164,7 +186,7 @@ def oof_scores(
     return {
         "classes": np.array(classes),
         "data_sha256": np.array(data_sha256(shipped_examples())),
-        "features": np.array(features_key(hidden)),
+        "features": np.array(features_key(hidden, folds)),
         **{k: np.concatenate(v) for k, v in parts.items()},
     }
 
@@ -177,11 +199,12 @@ def load_or_score(path: Path | None, embedder: CachedEmbedder, args: argparse.Na
         with np.load(path, allow_pickle=False) as data:
             saved = {k: data[k] for k in data.files}
         same_data = str(saved.get("data_sha256", "")) == data_sha256(shipped_examples())
-        if same_data and str(saved.get("features", "")) == features_key(args.hidden):
+        if same_data and str(saved.get("features", "")) == features_key(args.hidden, args.folds):
             print(f"out-of-fold scores from {path}")
             return saved
     work = (path or args.out).parent
-    scores = oof_scores(embedder, work=work, l2=args.l2, epochs=args.epochs, hidden=args.hidden)
+    scores = oof_scores(embedder, work=work, l2=args.l2, epochs=args.epochs, hidden=args.hidden,
+                        folds=args.folds)  # fmt: skip
     if path is not None:
         with path.open("wb") as fh:
             np.savez(fh, **scores)
@@ -196,24 +219,26 @@ def rates(blocked: Bools, benign: Bools) -> str:
 
 
 def choose(oof: dict[str, np.ndarray], lang: str) -> dict[str, str]:
-    """``lang``'s threshold from all five folds' scores, and its out-of-fold figures, as model
+    """``lang``'s threshold from the scored folds pooled, and its out-of-fold figures, as model
     info; printed with the threshold fold 0 alone would have given (the rule until
-    2026-12-02's third version) and how that one does on the other four folds."""
+    2026-12-02's third version) and how that one does on the other folds scored."""
     b = [str(c) for c in oof["classes"]].index(BENIGN)
     sel = oof["lang"] == lang
     score, words = 1.0 - oof["proba"][sel][:, b].astype(np.float64), oof["words"][sel]
     benign, fold = oof["label"][sel] == BENIGN, oof["fold"][sel]
     threshold = lowest_feasible(score, words, benign, GRID)
     figures = rates(words | (score >= threshold), benign)
+    scored = ", ".join(str(k) for k in sorted({int(k) for k in fold}))
     print(f"  {lang}: words alone: {rates(words, benign)}")
-    print(f"  {lang}: words + classifier at {threshold} (all folds): {figures}")
+    print(f"  {lang}: words + classifier at {threshold} (folds {scored}): {figures}")
     zero, rest = fold == 0, fold != 0
-    t0 = lowest_feasible(score[zero], words[zero], benign[zero], GRID)
-    print(f"  {lang}: fold 0 alone would pick {t0}; on folds 1-4 that gives "
-          f"{rates((words | (score >= t0))[rest], benign[rest])}")  # fmt: skip
+    if zero.any() and rest.any():
+        t0 = lowest_feasible(score[zero], words[zero], benign[zero], GRID)
+        print(f"  {lang}: fold 0 alone would pick {t0}; on the other folds that gives "
+              f"{rates((words | (score >= t0))[rest], benign[rest])}")  # fmt: skip
     return {
         f"threshold_{lang}": str(threshold),
-        f"validation_{lang}": f"out-of-fold (5 folds), words + classifier at {threshold}: "
+        f"validation_{lang}": f"out-of-fold (folds {scored}), words + classifier at {threshold}: "
         + figures,
     }
 
@@ -233,21 +258,35 @@ def dev_scores(model: SoftmaxModel, path: Path, embedder: CachedEmbedder) -> dic
     }
 
 
-def with_dev(info: dict[str, str], dev: dict[str, np.ndarray], lang: str) -> dict[str, str]:
-    """``lang``'s threshold raised, if need be, to the lowest at which the dev set's benign
-    prompts are blocked at most 8% too, and the dev figures at the threshold kept."""
-    sel = dev["lang"] == lang
-    score, words, benign = dev["harm"][sel], dev["words"][sel], dev["benign"][sel]
+def with_dev(
+    info: dict[str, str],
+    devs: Sequence[tuple[str, dict[str, np.ndarray]]],
+    lang: str,
+    cap: float = DEV_CAP,
+) -> dict[str, str]:
+    """``lang``'s threshold from the dev sets (name, `dev_scores`): the lowest at which each
+    blocks at most ``cap`` of its benign prompts in ``lang``; with the dev figures there, and the
+    out-of-fold threshold's for comparison."""
     oof_t = float(info[f"threshold_{lang}"])
-    dev_t = lowest_feasible(score, words, benign, GRID)
-    threshold = max(oof_t, dev_t)
-    figures = rates(words | (score >= threshold), benign)
-    print(f"  {lang}: dev set at the out-of-fold threshold {oof_t}: "
-          f"{rates(words | (score >= oof_t), benign)}")  # fmt: skip
-    print(f"  {lang}: dev set alone would pick {dev_t}; threshold {threshold}: {figures}")
+    threshold = 0.0
+    for name, dev in devs:
+        sel = dev["lang"] == lang
+        score, words, benign = dev["harm"][sel], dev["words"][sel], dev["benign"][sel]
+        dev_t = lowest_feasible(score, words, benign, GRID, aim=cap)
+        threshold = max(threshold, dev_t)
+        at_oof = rates(words | (score >= oof_t), benign)
+        print(f"  {lang}: {name} at the out-of-fold threshold {oof_t}: {at_oof}; "
+              f"at most {cap:.0%} false positives from {dev_t}")  # fmt: skip
+    parts = []
+    for name, dev in devs:
+        sel = dev["lang"] == lang
+        score, words, benign = dev["harm"][sel], dev["words"][sel], dev["benign"][sel]
+        parts.append(f"{name}: " + rates(words | (score >= threshold), benign))
+        print(f"  {lang}: threshold {threshold}: {parts[-1]}")
     return {
         f"threshold_{lang}": str(threshold),
-        f"dev_{lang}": f"dev set, words + classifier at {threshold}: " + figures,
+        f"threshold_oof_{lang}": str(oof_t),
+        f"dev_{lang}": f"dev sets, words + classifier at {threshold}: " + "; ".join(parts),
     }
 
 
@@ -266,9 +305,13 @@ def main() -> int:
                     help="default: 16 with a hidden layer, 400 without")  # fmt: skip
     ap.add_argument("--hidden", type=int, default=256,
                     help="hidden units over the embedding (0: softmax alone)")  # fmt: skip
-    ap.add_argument("--dev", type=Path, default=DEV,
-                    help="dev set: its false positives may raise a threshold (3.)")  # fmt: skip
-    ap.add_argument("--no-dev", dest="dev", action="store_const", const=None)
+    ap.add_argument("--dev", type=Path, nargs="+", default=list(DEV),
+                    help="dev sets, which set the thresholds (3.)")  # fmt: skip
+    ap.add_argument("--dev-cap", type=float, default=DEV_CAP,
+                    help="benign prompts blocked, at most, on each dev set (3.)")  # fmt: skip
+    ap.add_argument("--no-dev", dest="dev", action="store_const", const=[])
+    ap.add_argument("--folds", type=int, nargs="+", default=list(range(FOLDS)),
+                    choices=range(FOLDS), help="folds scored out of fold (1.)")  # fmt: skip
     ap.add_argument("--check", action="store_true", help="print the training data hash only")
     args = ap.parse_args()
     examples = shipped_examples()
@@ -285,11 +328,11 @@ def main() -> int:
     info = {**choose(oof, "en"), **choose(oof, "zh")}
     train(examples, args.out, embedder=embedder, info=info, l2=args.l2, epochs=args.epochs,
           hidden=args.hidden)  # fmt: skip
-    if args.dev is not None:  # weights are stored as float16: loading and saving loses nothing
+    if args.dev:  # weights are stored as float16: loading and saving loses nothing
         model, fingerprint = SoftmaxModel.load(args.out)
-        dev = dev_scores(model, args.dev, embedder)
+        devs = [(path.stem, dev_scores(model, path, embedder)) for path in args.dev]
         for lang in ("en", "zh"):
-            model.info.update(with_dev(info, dev, lang))
+            model.info.update(with_dev(info, devs, lang, args.dev_cap))
         model.save(args.out, fingerprint)
     size = args.out.stat().st_size
     print(f"wrote {args.out} ({size / 1024:.0f} KiB) in {time.perf_counter() - t0:.0f} s")

@@ -29,7 +29,7 @@ from fleetgate.safety.classifier import (
     train,
 )
 from fleetgate.safety.classifier.chunks import split_chunks
-from fleetgate.safety.classifier.corpus import PER_CORE_MIXED, _load, fold
+from fleetgate.safety.classifier.corpus import PER_CORE_EMBEDDED, PER_CORE_MIXED, _load, fold
 from fleetgate.safety.classifier.train import (
     benign_vs_harm_weights,
     featurize,
@@ -293,6 +293,19 @@ def test_every_core_is_asked_in_indirect_frames_too() -> None:
         assert len(framed) == 4, (lang, core)
 
 
+def test_every_core_is_asked_in_embedded_frames_too() -> None:
+    """Each core also inside PER_CORE_EMBEDDED pasted texts (a message to answer, a code comment),
+    with the core's label: the framing of a pasted document carries no signal of its own."""
+    examples = {ex.text: ex.label for ex in corpus_examples("all")}
+    for lang in ("en", "zh"):
+        data = _load(lang)
+        assert len(data["embedded_frames"]) >= 30, lang
+        for category, core in (("cyber", data["harm"]["cyber"][0]), (BENIGN, data["benign"][0])):
+            framed = [f.replace("{x}", core) for f in data["embedded_frames"]]
+            found = [examples[t] for t in framed if t in examples]
+            assert found == [category] * PER_CORE_EMBEDDED, (lang, core)
+
+
 def test_every_core_is_asked_in_the_other_language_too() -> None:
     """Code-mixed prompts: each core in PER_CORE_MIXED frames of the other language, with the
     core's label (an English frame around a Chinese request is still that request)."""
@@ -318,7 +331,7 @@ def _possible(k: int, held_out: bool) -> set[str]:
     for lang in ("en", "zh"):  # a core may be asked in a frame of the other language
         data = _load(lang)
         cores += take([c for cs in data["harm"].values() for c in cs] + data["benign"])
-        frames += take(data["frames"] + data["indirect_frames"])
+        frames += take(data["frames"] + data["indirect_frames"] + data["embedded_frames"])
         out |= set(take([t for ts in data["harm_texts"].values() for t in ts]))
         out |= set(take(data["benign_texts"]))
     return out | {f.replace("{x}", c) for f in frames for c in cores}

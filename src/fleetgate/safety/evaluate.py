@@ -44,6 +44,7 @@ __all__ = [
     "Tally",
     "blocked_by",
     "compare",
+    "compare_by_lang",
     "detect_lang",
     "evaluate",
     "load_labeled",
@@ -361,6 +362,14 @@ class Comparison:
             f"{self.benign.only_b}  (McNemar p = {self.benign.p_value:.4g})",
         ])  # fmt: skip
 
+    def line(self) -> str:
+        """The comparison on one line (`compare_by_lang`'s, one per language)."""
+        return (
+            f"attacks blocked by A only {self.attacks.only_a}, by B only {self.attacks.only_b} "
+            f"(p = {self.attacks.p_value:.4g}); benign blocked by A only {self.benign.only_a}, "
+            f"by B only {self.benign.only_b} (p = {self.benign.p_value:.4g})"
+        )
+
 
 def _paired(a: Sequence[bool | None], b: Sequence[bool | None]) -> Paired:
     if len(a) != len(b):
@@ -379,6 +388,34 @@ def compare(a: EvalReport, b: EvalReport, names: tuple[str, str] = ("A", "B")) -
         _paired(a.attack_outcomes, b.attack_outcomes),
         _paired(a.benign_outcomes, b.benign_outcomes),
     )
+
+
+def compare_by_lang(
+    a: EvalReport,
+    b: EvalReport,
+    attacks: Sequence[EvalPrompt],
+    benign: Sequence[EvalPrompt],
+    names: tuple[str, str] = ("A", "B"),
+) -> dict[str, Comparison]:
+    """`compare` within each language of the prompts both reports ran (``attacks`` and
+    ``benign``, in the order `evaluate` got them), sorted by language."""
+    if len(a.attack_outcomes) != len(attacks) or len(a.benign_outcomes) != len(benign):
+        raise ValueError("compare_by_lang needs the prompts the reports ran, in order")
+
+    def pick(outcomes: Sequence[bool | None], prompts: Sequence[EvalPrompt], lang: str
+             ) -> list[bool | None]:  # fmt: skip
+        return [o for o, p in zip(outcomes, prompts, strict=True) if p.lang == lang]
+
+    langs = sorted({p.lang for p in [*attacks, *benign]})
+    return {
+        lang: Comparison(
+            names[0],
+            names[1],
+            _paired(pick(a.attack_outcomes, attacks, lang), pick(b.attack_outcomes, attacks, lang)),
+            _paired(pick(a.benign_outcomes, benign, lang), pick(b.benign_outcomes, benign, lang)),
+        )
+        for lang in langs
+    }
 
 
 def blocked_by(policy: Policy, stage: CheckPoint = CheckPoint.INPUT) -> IsBlocked:
