@@ -14,12 +14,14 @@ on the same int8 MiniLM, under today's code: how a text is split into pieces
 CLI: each policy's report (Wilson intervals, per category and language), then the paired
 comparison with its exact McNemar p-value, overall and per language.
 
-The default set is the blind test set (bench/safety/data/heldout_blind3.jsonl since the
-eleventh version): run it to report figures, once per version, never to choose anything
-(docs/safety.md). The dev sets (bench/safety/data/heldout_dev.jsonl, the held-out set of the
-first to eighth versions, heldout_blind.jsonl and heldout_blind2.jsonl, the ninth's and
-tenth's blind sets) are for looking at errors and choosing thresholds. ``--category-column kind`` breaks a blind set down by the
-framing of its attacks and the kind of its look-alikes instead of the harm category.
+The default set is the latest blind test set (bench/safety/data/heldout_blind3.jsonl, run once
+on 2026-12-03 for the tenth and the eleventh: the next version needs a new one): run a blind
+set to report figures, once per version, never to choose anything (docs/safety.md). The dev
+sets (bench/safety/data/heldout_dev.jsonl, the held-out set of the first to eighth versions,
+and heldout_blind.jsonl, the ninth's blind set) are for looking at errors and choosing
+thresholds. ``--previous 97f5be8`` is the eleventh, tried and not kept.
+``--category-column kind`` breaks a blind set down by the framing of its attacks and the kind
+of its look-alikes instead of the harm category.
 """
 
 from __future__ import annotations
@@ -48,9 +50,9 @@ ROOT = Path(__file__).resolve().parents[2]
 HELDOUT = ROOT / "bench" / "safety" / "data" / "heldout_blind3.jsonl"
 DATA = "src/fleetgate/safety/data"
 # The previous shipped classifier (docs/safety.md lists every version's commit: 5078de1 the
-# seventh, 813eec6 the sixth, 70bde59 the fifth, cc8b01c the first, 4f70545 the eighth,
-# d1221f6 the ninth).
-PREVIOUS = "5851b8d"  # the tenth classifier of 2026-12-03: thresholds from the dev sets
+# seventh, 813eec6 the sixth, 70bde59 the fifth, cc8b01c the first, 4f70545 the eighth; the
+# tenth, shipped, is 5851b8d; 97f5be8 the eleventh, tried and not kept).
+PREVIOUS = "d1221f6"  # the ninth classifier of 2026-12-03: short texts scored whole
 
 
 def from_git(rev: str, path: str, out: Path) -> Path:

@@ -18,20 +18,24 @@
    other four folds. Per-category thresholds were tried and not kept: `oof_rules.py`.)
 3. Final: train on everything (`shipped_examples`) and score the dev sets (``--dev``; prompts
    written apart from the corpus): bench/safety/data/heldout_dev.jsonl (the held-out set of the
-   first to eighth versions), bench/safety/data/heldout_blind.jsonl (the ninth's blind test
-   set, run once as such) and, since the eleventh, heldout_blind2.jsonl (the tenth's). Since the tenth version the dev sets set the thresholds: a
-   language's threshold is the lowest at which each dev set's benign prompts in that language
-   are blocked at most ``--dev-cap`` (6%: a margin of two points under the 8% aim, about the
-   half-width of a 95% interval on 260 prompts). Step 2's out-of-fold threshold is reported
-   beside it, and used with ``--no-dev``. (The ninth took the out-of-fold threshold and raised
-   it where a dev set was over 8%, because out-of-fold false positives had understated those on
-   prompts written apart from the corpus by about 5 points in the sixth to eighth versions; by
-   the tenth the corpus's look-alikes had become the harder ones: at the out-of-fold threshold
-   the tenth blocked 7.9% of the out-of-fold Chinese look-alikes and 4.2% of the first blind
-   set's, and 1.8% of the dev set's.) Saved with the thresholds, the training data's hash and
-   the out-of-fold and dev figures.
+   first to eighth versions) and bench/safety/data/heldout_blind.jsonl (the ninth's blind test
+   set, run once as such): the shipped tenth version's. (The eleventh, tried and not kept on
+   2026-12-03, git 97f5be8, added heldout_blind2.jsonl; a next version should add it and
+   heldout_blind3.jsonl, both run once already, and needs a new blind set to be measured on.)
+   Since the tenth version the dev sets set the thresholds: a language's threshold is the lowest
+   at which each dev set's benign prompts in that language are blocked at most ``--dev-cap``
+   (6%: a margin of two points under the 8% aim, about the half-width of a 95% interval on 260
+   prompts). Step 2's out-of-fold threshold is reported beside it, and used with ``--no-dev``.
+   (The ninth took the out-of-fold threshold and raised it where a dev set was over 8%, because
+   out-of-fold false positives had understated those on prompts written apart from the corpus by
+   about 5 points in the sixth to eighth versions; by the tenth the corpus's look-alikes had
+   become the harder ones: at the out-of-fold threshold the tenth blocked 7.9% of the
+   out-of-fold Chinese look-alikes and 4.2% of the first blind set's, and 1.8% of the dev
+   set's.) Saved with the thresholds, the training data's hash and the out-of-fold and dev
+   figures.
 
-bench/safety/data/heldout_blind3.jsonl (the test set) is never read here, see docs/safety.md.
+The blind sets run as tests (heldout_blind2.jsonl, heldout_blind3.jsonl) are not read here,
+see docs/safety.md.
 Embeddings are cached in ``--cache`` (keyed by text) so reruns skip the embedding. Each fold
 draws its own frames for every core, so a cold cache embeds about 150,000 new texts per fold
 and for the final model (about 12 minutes each in one of two processes on the 2-core VM; two
@@ -78,7 +82,6 @@ HEAD = Path(__file__).resolve().parents[2] / "src/fleetgate/safety/data/classifi
 DEV = (
     Path(__file__).resolve().parent / "data" / "heldout_dev.jsonl",
     Path(__file__).resolve().parent / "data" / "heldout_blind.jsonl",
-    Path(__file__).resolve().parent / "data" / "heldout_blind2.jsonl",
 )
 
 
