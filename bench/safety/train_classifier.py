@@ -262,6 +262,12 @@ def dev_scores(model: SoftmaxModel, path: Path, embedder: CachedEmbedder) -> dic
     }
 
 
+def _in_lang(dev: dict[str, np.ndarray], lang: str) -> tuple[np.ndarray, Bools, Bools]:
+    """A `dev_scores` set's harm scores, word-list hits and benign flags in ``lang``."""
+    sel = dev["lang"] == lang
+    return dev["harm"][sel], dev["words"][sel], dev["benign"][sel]
+
+
 def with_dev(
     info: dict[str, str],
     devs: Sequence[tuple[str, dict[str, np.ndarray]]],
@@ -274,8 +280,7 @@ def with_dev(
     oof_t = float(info[f"threshold_{lang}"])
     threshold = 0.0
     for name, dev in devs:
-        sel = dev["lang"] == lang
-        score, words, benign = dev["harm"][sel], dev["words"][sel], dev["benign"][sel]
+        score, words, benign = _in_lang(dev, lang)
         dev_t = lowest_feasible(score, words, benign, GRID, aim=cap)
         threshold = max(threshold, dev_t)
         at_oof = rates(words | (score >= oof_t), benign)
@@ -283,8 +288,7 @@ def with_dev(
               f"at most {cap:.0%} false positives from {dev_t}")  # fmt: skip
     parts = []
     for name, dev in devs:
-        sel = dev["lang"] == lang
-        score, words, benign = dev["harm"][sel], dev["words"][sel], dev["benign"][sel]
+        score, words, benign = _in_lang(dev, lang)
         parts.append(f"{name}: " + rates(words | (score >= threshold), benign))
         print(f"  {lang}: threshold {threshold}: {parts[-1]}")
     return {
