@@ -14,9 +14,11 @@ on the same int8 MiniLM, under today's code: how a text is split into pieces
 CLI: each policy's report (Wilson intervals, per category and language), then the paired
 comparison with its exact McNemar p-value, overall and per language.
 
-The default set is the latest blind test set (bench/safety/data/heldout_blind3.jsonl, run once
-on 2026-12-03 for the tenth and the eleventh: the next version needs a new one): run a blind
-set to report figures, once per version, never to choose anything (docs/safety.md). The dev
+The default set is the blind test set not run yet (bench/safety/data/heldout_blind4.jsonl,
+for the version after the tenth; heldout_blind3.jsonl was run once for the tenth and the
+eleventh): run a blind set to report figures, once per version, never to choose anything, and
+only after the paired comparisons on every dev set (``--set``) have been read
+(docs/safety.md). The dev
 sets (bench/safety/data/heldout_dev.jsonl, the held-out set of the first to eighth versions,
 and heldout_blind.jsonl, the ninth's blind set) are for looking at errors and choosing
 thresholds. ``--previous 97f5be8`` is the eleventh, tried and not kept.
@@ -47,7 +49,7 @@ from fleetgate.safety.evaluate import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-HELDOUT = ROOT / "bench" / "safety" / "data" / "heldout_blind3.jsonl"
+HELDOUT = ROOT / "bench" / "safety" / "data" / "heldout_blind4.jsonl"
 DATA = "src/fleetgate/safety/data"
 # The previous shipped classifier (docs/safety.md lists every version's commit: 5078de1 the
 # seventh, 813eec6 the sixth, 70bde59 the fifth, cc8b01c the first, 4f70545 the eighth; the

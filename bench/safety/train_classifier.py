@@ -21,7 +21,7 @@
    first to eighth versions) and bench/safety/data/heldout_blind.jsonl (the ninth's blind test
    set, run once as such): the shipped tenth version's. (The eleventh, tried and not kept on
    2026-12-03, git 97f5be8, added heldout_blind2.jsonl; a next version should add it and
-   heldout_blind3.jsonl, both run once already, and needs a new blind set to be measured on.)
+   heldout_blind3.jsonl, both run once already, and is to be measured on heldout_blind4.jsonl.)
    Since the tenth version the dev sets set the thresholds: a language's threshold is the lowest
    at which each dev set's benign prompts in that language are blocked at most ``--dev-cap``
    (6%: a margin of two points under the 8% aim, about the half-width of a 95% interval on 260
@@ -34,8 +34,8 @@
    set's.) Saved with the thresholds, the training data's hash and the out-of-fold and dev
    figures.
 
-The blind sets run as tests (heldout_blind2.jsonl, heldout_blind3.jsonl) are not read here,
-see docs/safety.md.
+The blind sets (heldout_blind2.jsonl and heldout_blind3.jsonl, run as tests, and
+heldout_blind4.jsonl, not run yet) are not read here, see docs/safety.md.
 Embeddings are cached in ``--cache`` (keyed by text) so reruns skip the embedding. Each fold
 draws its own frames for every core, so a cold cache embeds about 150,000 new texts per fold
 and for the final model (about 12 minutes each in one of two processes on the 2-core VM; two
