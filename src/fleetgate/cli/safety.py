@@ -186,8 +186,9 @@ async def _main(args: argparse.Namespace) -> int:
             print()
         if comparison is not None:
             print(comparison.format())
-        for lang, c in by_lang.items() if len(by_lang) > 1 else ():
-            print(f"{lang}: {c.line()}")
+        if len(by_lang) > 1:
+            for lang, c in by_lang.items():
+                print(f"{lang}: {c.line()}")
     errors = sum(r.attack.errors + r.benign.errors for _, r in reports)
     return 0 if errors == 0 else 1
 

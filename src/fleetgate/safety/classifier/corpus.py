@@ -136,16 +136,17 @@ def corpus_examples(
         mixed = [f for f in loaded[other]["frames"] if keep(f)]
         cores = [(core, category) for category, cs in data["harm"].items() for core in cs]
         cores += [(core, BENIGN) for core in data["benign"]]
+        # (frame list, draws per core, seed salt), in the order the examples are listed
+        lists = (
+            (frames, per_core, ""),
+            (indirect, PER_CORE_INDIRECT, "indirect:"),
+            (mixed, PER_CORE_MIXED, "mixed:"),
+            (embedded, PER_CORE_EMBEDDED, "embedded:"),
+        )
         for core, label in cores:
             if keep(core):
-                out += _framed(frames, core, label, per_core, frame_words=words)
-                out += _framed(
-                    indirect, core, label, PER_CORE_INDIRECT, salt="indirect:", frame_words=words
-                )
-                out += _framed(mixed, core, label, PER_CORE_MIXED, salt="mixed:", frame_words=words)
-                out += _framed(
-                    embedded, core, label, PER_CORE_EMBEDDED, salt="embedded:", frame_words=words
-                )
+                for listed, n, salt in lists:
+                    out += _framed(listed, core, label, n, salt, frame_words=words)
         for category, texts in data["harm_texts"].items():
             out += [Example(t, category) for t in texts if keep(t)]
         out += [Example(t, BENIGN) for t in data["benign_texts"] if keep(t)]
