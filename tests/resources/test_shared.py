@@ -91,3 +91,41 @@ async def test_one_failing_follower_does_not_stop_the_others(db_url: str, tmp_pa
     finally:
         await shared.aclose()
         await dbs.aclose()
+
+
+async def test_a_poll_that_read_across_this_process_s_write_does_not_undo_it(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A poll that read the bodies, then saw this process's own write land before handing them
+    on, would give followers the state from before the write for a poll interval (an admin
+    change answered 200, then undone until the next poll). Such a snapshot is dropped; the next
+    poll hands on the new state."""
+    dbs, shared = await _replica()
+    await shared.aclose()  # no background poller: this test polls by hand
+    try:
+        state = shared.state(dbs.get(db_url, tmp_path), "test_kind_stale")
+        got: list[dict[str, Any]] = []
+        await shared.follow(state, got.append)
+        await shared.aclose()
+        await state.put("old", {"n": 0})
+        await shared.refresh()
+        assert got[-1] == {"old": {"n": 0}}
+
+        real_load = state.load
+
+        async def load_then_write_lands() -> tuple[int, dict[str, Any]]:
+            snapshot = await real_load()
+            await state.put("new", {"n": 1})  # this process's write lands after the read
+            return snapshot
+
+        state.load = load_then_write_lands  # type: ignore[method-assign]
+        await state.put("old", {"n": 2})  # a version the followers have not seen
+        await shared.refresh()
+        assert got[-1] == {"old": {"n": 0}}  # the stale snapshot was not handed on
+        state.load = real_load  # type: ignore[method-assign]
+        await shared.refresh()
+        assert got[-1] == {"old": {"n": 2}, "new": {"n": 1}}
+        assert state.stale(state.written - 1) and not state.stale(state.written)
+    finally:
+        await shared.aclose()
+        await dbs.aclose()

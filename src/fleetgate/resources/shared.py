@@ -5,8 +5,11 @@ every kind's version (one indexed query) every ``poll_interval_s`` and, for each
 (on any replica, or in another worker of this one), hands the kind's bodies to the components
 that follow it. A change therefore reaches every replica within one poll interval (a quarter of
 a second by default), with or without Redis, and a replica that restarts or was cut off from the
-database catches up on its first successful poll. A database that is down costs nothing but
-staleness: the followers keep what they had and the poller retries.
+database catches up on its first successful poll. A snapshot read while this process was
+writing the same kind (or older than its last write) is not handed on, so a change made here is
+never undone for a quarter second by a poll that read across it (`SharedState.stale`). A
+database that is down costs nothing but staleness: the followers keep what they had and the
+poller retries.
 
 Example::
 
@@ -100,6 +103,8 @@ class SharedStates:
             for entry in entries:
                 if versions.get(entry.state.kind, 0) != entry.seen:
                     version, bodies = await entry.state.load()
+                    if entry.state.stale(version):  # read across our own write: next poll
+                        continue
                     for follower in entry.followers:
                         await _call(follower, bodies)
                     entry.seen = version

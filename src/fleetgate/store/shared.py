@@ -18,8 +18,9 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from sqlalchemy import delete, select
@@ -80,6 +81,28 @@ class SharedState:
             raise ValueError(f"a shared state kind has 1-32 characters: {kind!r}")
         self.db = db
         self.kind = kind
+        # This process's own writes: how many are in flight, and the newest version one made.
+        # A snapshot read before them is stale here (`SharedStates.refresh` does not hand it on).
+        self.writing = 0
+        self.written = 0
+
+    @contextlib.asynccontextmanager
+    async def _write(self) -> AsyncIterator[AsyncConnection]:
+        self.writing += 1
+        try:
+            async with self.db.engine.begin() as conn:
+                yield conn
+        finally:
+            self.writing -= 1
+
+    def _wrote(self, version: int) -> int:
+        self.written = max(self.written, version)
+        return version
+
+    def stale(self, version: int) -> bool:
+        """Whether a snapshot at ``version`` may predate this process's own writes (one in
+        flight, or a newer one made): handing it to followers would undo a change they have."""
+        return self.writing > 0 or version < self.written
 
     async def load(self) -> tuple[int, dict[str, Any]]:
         """``(version, {name: body})`` read in one transaction."""
@@ -96,30 +119,30 @@ class SharedState:
 
     async def put(self, name: str, body: Any) -> int:
         """Create or replace ``name``; returns the kind's new version."""
-        async with self.db.engine.begin() as conn:
+        async with self._write() as conn:
             await upsert(conn, self.kind, name, body)
-            return await bump_version(conn, self.kind)
+            return self._wrote(await bump_version(conn, self.kind))
 
     async def put_stamped(self, name: str, build: Callable[[int], Any]) -> int:
         """Like `put`, with the body built from the kind's new version (a revision stamp)."""
-        async with self.db.engine.begin() as conn:
+        async with self._write() as conn:
             version = await bump_version(conn, self.kind)
             await upsert(conn, self.kind, name, build(version))
-            return version
+            return self._wrote(version)
 
     async def put_many(self, bodies: Mapping[str, Any]) -> int:
         """Create or replace several bodies at once (one version step)."""
-        async with self.db.engine.begin() as conn:
+        async with self._write() as conn:
             for name, body in bodies.items():
                 await upsert(conn, self.kind, name, body)
-            return await bump_version(conn, self.kind)
+            return self._wrote(await bump_version(conn, self.kind))
 
     async def delete(self, name: str) -> int:
         """Remove ``name`` (absent: nothing changes but the version); returns the new version."""
-        async with self.db.engine.begin() as conn:
+        async with self._write() as conn:
             await conn.execute(
                 delete(shared_state).where(
                     shared_state.c.kind == self.kind, shared_state.c.name == name
                 )
             )
-            return await bump_version(conn, self.kind)
+            return self._wrote(await bump_version(conn, self.kind))
