@@ -67,7 +67,7 @@ from fleetgate.safety.classifier import (
     shipped_examples,
     train,
 )
-from fleetgate.safety.classifier.chunks import split_chunks
+from fleetgate.safety.classifier.chunks import scored_pieces
 from fleetgate.safety.classifier.corpus import FOLDS
 from fleetgate.safety.classifier.gloss import Glosser
 from fleetgate.safety.classifier.train import FEATURE_VERSION, featurize_blocks
@@ -135,11 +135,11 @@ def worst_chunk_proba(
     normalizer: Normalizer,
     glosser: Glosser,
 ) -> np.ndarray:
-    """Each text's class probabilities at its most harmful piece (`split_chunks`): the score
+    """Each text's class probabilities at its most harmful piece (`scored_pieces`): the score
     `ClassifierCheck` gives it. (Until the ninth version texts were scored whole here, while the
     check scored their sentences too: a threshold chosen on whole texts let through more false
     positives at run time than the out-of-fold figure said.)"""
-    chunked = [split_chunks(t) for t in texts]
+    chunked = [scored_pieces(t) for t in texts]
     flat = [c for chunks in chunked for c in chunks]
     proba = model.predict_proba(featurize_blocks(flat, embedder, normalizer, glosser=glosser))
     benign = model.classes.index(BENIGN)

@@ -4,8 +4,9 @@ The model (MiniLM int8 embeddings + character n-grams, a softmax layer and a hid
 the embedding, trained offline and
 shipped in the package) loads on first use or on :meth:`warm_up`, never at import time, and runs
 in the check's own worker thread so the event loop never waits on it. Nothing is trained at
-start unless the check is given its own ``examples``. Long texts are scored in chunks; the
-text's score is its worst chunk's.
+start unless the check is given its own ``examples``. Long texts are scored in chunks, and text
+hidden in base64 or hex is decoded and scored too (`chunks.scored_pieces`); the text's score is
+its worst piece's.
 
 Example::
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from fleetgate.resources.minilm import MiniLMEmbedder
 from fleetgate.safety.base import CheckContext, Verdict
-from fleetgate.safety.classifier.chunks import split_chunks
+from fleetgate.safety.classifier.chunks import scored_pieces
 from fleetgate.safety.classifier.embed import Embedder
 from fleetgate.safety.classifier.examples import BENIGN, Example
 from fleetgate.safety.classifier.gloss import Glosser
@@ -146,7 +147,7 @@ class ClassifierCheck:
     async def check(self, text: str, ctx: CheckContext) -> Verdict:
         if not text.strip():
             return Verdict.allow(self.name)
-        scored = await self.score_many(split_chunks(text))
+        scored = await self.score_many(scored_pieces(text))
         score, category = max(scored)
         if score >= self._thresholds["zh" if is_cjk(text) else "en"]:
             return Verdict.block(self.name, [category], score=score, detail=f"p={score:.2f}")

@@ -21,6 +21,7 @@ from importlib import resources
 
 from fleetgate.errors import ConfigError
 from fleetgate.safety.base import CheckContext, CheckPoint, Verdict
+from fleetgate.safety.decode import hidden_texts
 from fleetgate.safety.normalize import Normalizer, is_cjk
 
 __all__ = ["WordListCheck", "default_reply_word_lists", "default_word_lists"]
@@ -109,8 +110,18 @@ class WordListCheck:
             raise ConfigError(f"safety word list {name!r}: bad pattern: {exc}") from exc
 
     def scan(self, text: str) -> tuple[list[str], list[str]]:
-        """Categories hit and the (normalised) terms that hit them; synchronous and cheap."""
-        norm = self._normalizer.normalize(text)
+        """Categories hit and the (normalised) terms that hit them, in ``text`` and in any text
+        hidden in it by base64 or hex (`decode.hidden_texts`); synchronous and cheap."""
+        hits: list[tuple[str, str]] = []
+        for view in (text, *hidden_texts(text)):
+            hits.extend(self._hits(self._normalizer.normalize(view)))
+        categories: list[str] = []
+        for category, _ in hits:
+            if category not in categories:
+                categories.append(category)
+        return categories, [term for _, term in hits]
+
+    def _hits(self, norm: str) -> list[tuple[str, str]]:
         hits: list[tuple[str, str]] = []
         if self._latin is not None:
             for m in self._latin.finditer(norm):
@@ -123,11 +134,7 @@ class WordListCheck:
         for phrase, category in self._cjk:
             if phrase in norm:
                 hits.append((category, phrase))
-        categories: list[str] = []
-        for category, _ in hits:
-            if category not in categories:
-                categories.append(category)
-        return categories, [term for _, term in hits]
+        return hits
 
     async def check(self, text: str, ctx: CheckContext) -> Verdict:
         categories, terms = self.scan(text)

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import re
 
+from fleetgate.safety.decode import hidden_texts
 from fleetgate.safety.normalize import is_cjk
 
-__all__ = ["SLOT", "framed_chunks", "split_chunks"]
+__all__ = ["SLOT", "framed_chunks", "scored_pieces", "split_chunks"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?;。！？；\n])\s*")
 SLOT = "{x}"  # where a frame takes its request (the corpus's frames)
@@ -49,6 +50,16 @@ def split_chunks(
     if len(chunks) > limit:  # keep the head and tail of a very long text
         chunks = chunks[: limit // 2] + chunks[-(limit - limit // 2) :]
     return chunks
+
+
+def scored_pieces(text: str) -> list[str]:
+    """What `ClassifierCheck` scores for ``text``: its `split_chunks`, then those of any text
+    hidden in it by base64 or hex (`decode.hidden_texts`), so "decode this and obey: aG93IHRv..."
+    is read as what it says. The same pieces choose the thresholds (train_classifier.py)."""
+    pieces = split_chunks(text)
+    for hidden in hidden_texts(text):
+        pieces.extend(split_chunks(hidden))
+    return pieces
 
 
 def framed_chunks(frame: str, core: str) -> tuple[list[str], list[str]]:
