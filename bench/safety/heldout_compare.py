@@ -66,18 +66,29 @@ def from_git(rev: str, path: str, out: Path) -> Path:
 async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--set", type=Path, default=HELDOUT)
-    ap.add_argument("--previous", default=PREVIOUS, help="git revision of the previous default")
+    ap.add_argument("--previous", default=PREVIOUS,
+                    help="git revision of the previous default, or a head file (its word lists "
+                    "then today's)")  # fmt: skip
+    ap.add_argument(
+        "--head",
+        type=Path,
+        default=None,
+        help="a head file to run as the default's (a candidate not shipped yet)",
+    )
     ap.add_argument("--category-column", default="category")
     args = ap.parse_args()
     attacks, benign = load_labeled(args.set, category=args.category_column)
     tmp = Path(tempfile.mkdtemp())
-    head = from_git(args.previous, f"{DATA}/classifier_head.npz", tmp / "head.npz")
-    listed = from_git(args.previous, f"{DATA}/wordlists.json", tmp / "words.json")
-    old_lists = {k: v for k, v in json.loads(listed.read_text()).items() if k[0] != "_"}
+    if Path(args.previous).is_file():
+        head, old_lists = Path(args.previous), default_word_lists()
+    else:
+        head = from_git(args.previous, f"{DATA}/classifier_head.npz", tmp / "head.npz")
+        listed = from_git(args.previous, f"{DATA}/wordlists.json", tmp / "words.json")
+        old_lists = {k: v for k, v in json.loads(listed.read_text()).items() if k[0] != "_"}
     embedder = MiniLMEmbedder(MiniLM(), quantize=True, with_max=True)
     checks = {
         "default": {"words": WordListCheck(default_word_lists()),
-                    "classifier": ClassifierCheck(embedder=embedder)},
+                    "classifier": ClassifierCheck(embedder=embedder, model_path=args.head)},
         "previous": {"words": WordListCheck(old_lists),
                      "classifier": ClassifierCheck(embedder=embedder, model_path=head)},
     }  # fmt: skip

@@ -17,31 +17,32 @@
    it was chosen on fold 0 alone, which picked 0.50 for Chinese: 22.7% false positives on the
    other four folds. Per-category thresholds were tried and not kept: `oof_rules.py`.)
 3. Final: train on everything (`shipped_examples`) and score the dev sets (``--dev``; prompts
-   written apart from the corpus): bench/safety/data/heldout_dev.jsonl (the held-out set of the
-   first to eighth versions) and bench/safety/data/heldout_blind.jsonl (the ninth's blind test
-   set, run once as such): the shipped tenth version's. (The eleventh, tried and not kept on
-   2026-12-03, git 97f5be8, added heldout_blind2.jsonl; a next version should add it and
-   heldout_blind3.jsonl, both run once already, and is to be measured on heldout_blind4.jsonl.)
-   Since the tenth version the dev sets set the thresholds: a language's threshold is the lowest
-   at which each dev set's benign prompts in that language are blocked at most ``--dev-cap``
-   (6%: a margin of two points under the 8% aim, about the half-width of a 95% interval on 260
-   prompts). Step 2's out-of-fold threshold is reported beside it, and used with ``--no-dev``.
-   (The ninth took the out-of-fold threshold and raised it where a dev set was over 8%, because
-   out-of-fold false positives had understated those on prompts written apart from the corpus by
-   about 5 points in the sixth to eighth versions; by the tenth the corpus's look-alikes had
-   become the harder ones: at the out-of-fold threshold the tenth blocked 7.9% of the
-   out-of-fold Chinese look-alikes and 4.2% of the first blind set's, and 1.8% of the dev
-   set's.) Saved with the thresholds, the training data's hash and the out-of-fold and dev
-   figures.
+   written apart from the corpus, by other authors): bench/safety/data/heldout_dev.jsonl (the
+   held-out set of the first to eighth versions), heldout_blind.jsonl (the ninth's blind test
+   set), heldout_blind2.jsonl and heldout_blind3.jsonl (the tenth's, each run once as a test
+   before becoming a dev set). The dev sets set the thresholds (since the tenth version): a
+   language's threshold is the lowest at which the dev sets *pooled* block at most
+   ``--dev-cap`` of their benign prompts in that language (6%: two points under the 8% aim,
+   over about 1,000 benign prompts per language, whose 95% interval is about +-1.5 points)
+   and *each* set at most ``--set-cap`` (8%, the aim itself: a group of authors whose
+   look-alikes are harder than the rest is held to the aim). (The tenth, with two dev sets,
+   held each to 6%: with four sets that rule takes the worst of four noisy figures, a
+   threshold that rises with every set added: the eleventh, tried on 2026-12-03 with a third
+   dev set, blocked fewer dev attacks than the tenth.) Step 2's out-of-fold threshold is
+   reported beside it, and used with ``--no-dev``. (The ninth took the out-of-fold threshold
+   and raised it where a dev set was over 8%; by the tenth the corpus's look-alikes had become
+   the harder ones: at the out-of-fold threshold the tenth blocked 7.9% of the out-of-fold
+   Chinese look-alikes and 4.2% of the first blind set's.) Saved with the thresholds, the
+   training data's hash and the out-of-fold and dev figures.
 
-The blind sets (heldout_blind2.jsonl and heldout_blind3.jsonl, run as tests, and
-heldout_blind4.jsonl, not run yet) are not read here, see docs/safety.md.
+The blind set not run yet (heldout_blind4.jsonl) is not read here, see docs/safety.md.
 Embeddings are cached in ``--cache`` (keyed by text) so reruns skip the embedding. Each fold
 draws its own frames for every core, so a cold cache embeds about 150,000 new texts per fold
-and for the final model (about 12 minutes each in one of two processes on the 2-core VM; two
+and for the final model (about 25 minutes each in one of two processes on the 2-core VM; two
 processes on different folds with two cache files, merged, halve the wait). With a warm cache
 the six fits take about 13 minutes (torch on all cores).
-``--folds 0 1`` scores two folds only (a quicker look while trying data; not for shipping).
+``--folds 0 1`` scores two folds only, ``--folds`` with none the final fit alone, thresholds from
+the dev sets (quicker looks while trying data; not for shipping).
 """
 
 from __future__ import annotations
@@ -76,12 +77,13 @@ from fleetgate.safety.normalize import Normalizer, is_cjk
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from thresholds import GRID, Bools, fmt, lowest_feasible  # noqa: E402
 
-DEV_CAP = 0.06  # benign prompts blocked, at most, on each dev set (step 3)
+DEV_CAP = 0.06  # benign prompts blocked, at most, on the dev sets pooled (step 3)
+SET_CAP = 0.08  # and on each dev set (issue #19's aim)
 
 HEAD = Path(__file__).resolve().parents[2] / "src/fleetgate/safety/data/classifier_head.npz"
-DEV = (
-    Path(__file__).resolve().parent / "data" / "heldout_dev.jsonl",
-    Path(__file__).resolve().parent / "data" / "heldout_blind.jsonl",
+DEV = tuple(
+    Path(__file__).resolve().parent / "data" / f"heldout_{name}.jsonl"
+    for name in ("dev", "blind", "blind2", "blind3")
 )
 
 
@@ -273,29 +275,34 @@ def with_dev(
     devs: Sequence[tuple[str, dict[str, np.ndarray]]],
     lang: str,
     cap: float = DEV_CAP,
+    set_cap: float = SET_CAP,
 ) -> dict[str, str]:
-    """``lang``'s threshold from the dev sets (name, `dev_scores`): the lowest at which each
-    blocks at most ``cap`` of its benign prompts in ``lang``; with the dev figures there, and the
-    out-of-fold threshold's for comparison."""
-    oof_t = float(info[f"threshold_{lang}"])
-    threshold = 0.0
-    for name, dev in devs:
-        score, words, benign = _in_lang(dev, lang)
-        dev_t = lowest_feasible(score, words, benign, GRID, aim=cap)
-        threshold = max(threshold, dev_t)
-        at_oof = rates(words | (score >= oof_t), benign)
-        print(f"  {lang}: {name} at the out-of-fold threshold {oof_t}: {at_oof}; "
-              f"at most {cap:.0%} false positives from {dev_t}")  # fmt: skip
-    parts = []
-    for name, dev in devs:
-        score, words, benign = _in_lang(dev, lang)
-        parts.append(f"{name}: " + rates(words | (score >= threshold), benign))
-        print(f"  {lang}: threshold {threshold}: {parts[-1]}")
-    return {
+    """``lang``'s threshold from the dev sets (name, `dev_scores`): the lowest at which the dev
+    sets pooled block at most ``cap`` of their benign prompts in ``lang`` and each set at most
+    ``set_cap``; with the dev figures there, and the out-of-fold threshold's for comparison."""
+    oof_t = float(info.get(f"threshold_{lang}", "nan"))  # nan: no out-of-fold scores
+    parts = [(name, *_in_lang(dev, lang)) for name, dev in devs]
+    pooled = tuple(np.concatenate([p[i] for p in parts]) for i in (1, 2, 3))
+    threshold = lowest_feasible(*pooled, GRID, aim=cap)
+    print(f"  {lang}: dev sets pooled: at most {cap:.0%} false positives from {threshold}")
+    for name, score, words, benign in parts:
+        set_t = lowest_feasible(score, words, benign, GRID, aim=set_cap)
+        threshold = max(threshold, set_t)
+        at_oof = ""
+        if not np.isnan(oof_t):
+            at_oof = (
+                f" at the out-of-fold threshold {oof_t}: {rates(words | (score >= oof_t), benign)};"
+            )
+        print(f"  {lang}: {name}{at_oof} at most {set_cap:.0%} false positives from {set_t}")
+    lines = []
+    for name, score, words, benign in [*parts, ("pooled", *pooled)]:
+        lines.append(f"{name}: " + rates(words | (score >= threshold), benign))
+        print(f"  {lang}: threshold {threshold}: {lines[-1]}")
+    out = {
         f"threshold_{lang}": str(threshold),
-        f"threshold_oof_{lang}": str(oof_t),
-        f"dev_{lang}": f"dev sets, words + classifier at {threshold}: " + "; ".join(parts),
+        f"dev_{lang}": f"dev sets, words + classifier at {threshold}: " + "; ".join(lines),
     }
+    return out if np.isnan(oof_t) else {**out, f"threshold_oof_{lang}": str(oof_t)}
 
 
 def main() -> int:
@@ -316,10 +323,14 @@ def main() -> int:
     ap.add_argument("--dev", type=Path, nargs="+", default=list(DEV),
                     help="dev sets, which set the thresholds (3.)")  # fmt: skip
     ap.add_argument("--dev-cap", type=float, default=DEV_CAP,
+                    help="benign prompts blocked, at most, dev sets pooled (3.)")  # fmt: skip
+    ap.add_argument("--set-cap", type=float, default=SET_CAP,
                     help="benign prompts blocked, at most, on each dev set (3.)")  # fmt: skip
     ap.add_argument("--no-dev", dest="dev", action="store_const", const=[])
-    ap.add_argument("--folds", type=int, nargs="+", default=list(range(FOLDS)),
-                    choices=range(FOLDS), help="folds scored out of fold (1.)")  # fmt: skip
+    ap.add_argument("--folds", type=int, nargs="*", default=list(range(FOLDS)),
+                    choices=range(FOLDS),
+                    help="folds scored out of fold (1.); none: the final fit and the dev sets "
+                    "alone (a quick look at data; not for shipping)")  # fmt: skip
     ap.add_argument("--check", action="store_true", help="print the training data hash only")
     args = ap.parse_args()
     examples = shipped_examples()
@@ -330,17 +341,21 @@ def main() -> int:
     minilm = MiniLM(threads=None)
     embedder = CachedEmbedder(MiniLMEmbedder(minilm, quantize=True, with_max=True), args.cache)
     t0 = time.perf_counter()
-    oof = load_or_score(args.oof, embedder, args)
-    print(f"out-of-fold: {len(oof['label'])} prompts scored by models that never saw their "
-          "frame or core")  # fmt: skip
-    info = {**choose(oof, "en"), **choose(oof, "zh")}
+    info: dict[str, str] = {}
+    if args.folds:
+        oof = load_or_score(args.oof, embedder, args)
+        print(f"out-of-fold: {len(oof['label'])} prompts scored by models that never saw "
+              "their frame or core")  # fmt: skip
+        info = {**choose(oof, "en"), **choose(oof, "zh")}
+    elif not args.dev:
+        raise SystemExit("--folds with none needs the dev sets for its thresholds")
     train(examples, args.out, embedder=embedder, info=info, l2=args.l2, epochs=args.epochs,
           hidden=args.hidden)  # fmt: skip
     if args.dev:  # weights are stored as float16: loading and saving loses nothing
         model, fingerprint = SoftmaxModel.load(args.out)
         devs = [(path.stem, dev_scores(model, path, embedder)) for path in args.dev]
         for lang in ("en", "zh"):
-            model.info.update(with_dev(info, devs, lang, args.dev_cap))
+            model.info.update(with_dev(info, devs, lang, args.dev_cap, args.set_cap))
         model.save(args.out, fingerprint)
     size = args.out.stat().st_size
     print(f"wrote {args.out} ({size / 1024:.0f} KiB) in {time.perf_counter() - t0:.0f} s")
