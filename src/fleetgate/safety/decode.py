@@ -7,8 +7,8 @@ can read them as well (`WordListCheck.scan`, `ClassifierCheck` through
 `classifier.chunks.scored_pieces`). Hashes, keys and other binary-looking runs decode to bytes
 that are not readable text and are skipped, as are ordinary long words.
 
-Bounded work: at most ``limit`` texts of up to ``max_chars`` characters each, one level of
-nesting, on a regex pass over the prompt.
+Bounded work: at most `MAX_RUNS` runs of each encoding tried, ``limit`` texts of up to
+``max_chars`` characters each, one level of nesting, on a regex pass over the prompt.
 
 Example::
 
@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import re
 
-__all__ = ["hidden_texts"]
+__all__ = ["MAX_RUNS", "hidden_texts"]
+
+MAX_RUNS = 64  # runs of each encoding tried per text (a prompt of thousands costs no more)
 
 # 16+ characters of the base64 alphabet (either variant) with optional padding; at least one
 # digit, upper-case letter or symbol is required below, so an ordinary long word is not tried.
@@ -78,7 +81,7 @@ def _decode(text: str, max_chars: int, depth: int) -> list[str]:
     base64) is decoded again while ``depth`` allows, as is a readable text's own runs."""
     found: list[str] = []
     for pattern, decode in ((_B64, _b64), (_HEX, _hex)):
-        for match in pattern.finditer(text):
+        for match in itertools.islice(pattern.finditer(text), MAX_RUNS):
             raw = decode(match.group(0).strip())
             if not raw:
                 continue
