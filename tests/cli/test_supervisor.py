@@ -21,7 +21,10 @@ CONFIG = {
 def _children(pid: int) -> set[int]:
     out: set[int] = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
-        text = (task / "children").read_text().split()
+        try:  # a thread may end between the listing and the read
+            text = (task / "children").read_text().split()
+        except OSError:
+            continue
         out |= {int(c) for c in text}
     return out
 
