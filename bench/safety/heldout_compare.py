@@ -14,14 +14,15 @@ on the same int8 MiniLM, under today's code: how a text is split into pieces
 CLI: each policy's report (Wilson intervals, per category and language), then the paired
 comparison with its exact McNemar p-value, overall and per language.
 
-The default set is the blind test set not run yet (bench/safety/data/heldout_blind4.jsonl,
-for the version after the tenth; heldout_blind3.jsonl was run once for the tenth and the
-eleventh): run a blind set to report figures, once per version, never to choose anything, and
-only after the paired comparisons on every dev set (``--set``) have been read
-(docs/safety.md). The dev
+The default set is the latest blind test set (bench/safety/data/heldout_blind4.jsonl, run
+once for the twelfth version and the tenth; a next version needs a fifth, written before its
+run): run a blind set to report figures, once per version, never to choose anything, and only
+after the paired comparisons on the dev sets (``--set``; the four joined, with ``--head`` a
+candidate's head file and ``--previous`` another's) have been read (docs/safety.md). The dev
 sets (bench/safety/data/heldout_dev.jsonl, the held-out set of the first to eighth versions,
-and heldout_blind.jsonl, the ninth's blind set) are for looking at errors and choosing
-thresholds. ``--previous 97f5be8`` is the eleventh, tried and not kept.
+and heldout_blind.jsonl, heldout_blind2.jsonl and heldout_blind3.jsonl, the earlier blind sets)
+are for looking at errors and choosing thresholds. ``--previous 97f5be8`` is the eleventh,
+tried and not kept.
 ``--category-column kind`` breaks a blind set down by the framing of its attacks and the kind
 of its look-alikes instead of the harm category.
 """
@@ -53,8 +54,8 @@ HELDOUT = ROOT / "bench" / "safety" / "data" / "heldout_blind4.jsonl"
 DATA = "src/fleetgate/safety/data"
 # The previous shipped classifier (docs/safety.md lists every version's commit: 5078de1 the
 # seventh, 813eec6 the sixth, 70bde59 the fifth, cc8b01c the first, 4f70545 the eighth; the
-# tenth, shipped, is 5851b8d; 97f5be8 the eleventh, tried and not kept).
-PREVIOUS = "d1221f6"  # the ninth classifier of 2026-12-03: short texts scored whole
+# ninth is d1221f6; 97f5be8 the eleventh, tried and not kept; the twelfth, shipped, 97dcf15).
+PREVIOUS = "5851b8d"  # the tenth classifier of 2026-12-03
 
 
 def from_git(rev: str, path: str, out: Path) -> Path:

@@ -35,7 +35,8 @@
    Chinese look-alikes and 4.2% of the first blind set's.) Saved with the thresholds, the
    training data's hash and the out-of-fold and dev figures.
 
-The blind set not run yet (heldout_blind4.jsonl) is not read here, see docs/safety.md.
+The latest blind set (heldout_blind4.jsonl, run once for the twelfth) is not read here, see
+docs/safety.md.
 Embeddings are cached in ``--cache`` (keyed by text) so reruns skip the embedding. Each fold
 draws its own frames for every core, so a cold cache embeds about 150,000 new texts per fold
 and for the final model (about 25 minutes each in one of two processes on the 2-core VM; two
