@@ -23,6 +23,8 @@ import binascii
 import itertools
 import re
 
+from fleetgate.safety.normalize import is_cjk
+
 __all__ = ["MAX_RUNS", "hidden_texts"]
 
 MAX_RUNS = 64  # runs of each encoding tried per text (a prompt of thousands costs no more)
@@ -32,7 +34,6 @@ MAX_RUNS = 64  # runs of each encoding tried per text (a prompt of thousands cos
 _B64 = re.compile(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_-]{16,}={0,2}(?![A-Za-z0-9+/_=-])")
 _HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}[ :]?){12,}(?![0-9A-Fa-f])")
 _LETTER = re.compile(r"[^\W\d_]")
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 
 
 def _readable(raw: bytes, max_chars: int) -> str | None:
@@ -50,7 +51,7 @@ def _readable(raw: bytes, max_chars: int) -> str | None:
     letters = len(_LETTER.findall(text))
     if letters < 0.5 * len(text.replace(" ", "")):
         return None
-    if " " not in text and _CJK.search(text) is None:
+    if " " not in text and not is_cjk(text):
         return None
     return text[:max_chars]
 
