@@ -264,3 +264,86 @@ def test_prisma_schema_parameter_and_other_url_parts() -> None:
     dsn, schema = litellm_dsn("postgresql://u:p@db:5432/litellm?schema=proxy&sslmode=disable")
     assert (dsn, schema) == ("postgresql://u:p@db:5432/litellm?sslmode=disable", "proxy")
     assert litellm_dsn("postgres://u@db/litellm") == ("postgresql://u@db/litellm", None)
+
+
+NEW_KEY = "sk-litellm-added-later-0123456"
+
+
+def test_a_reimport_never_loosens_and_running_gateways_see_new_keys_at_once(
+    databases: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Between two imports an operator revokes a key, lowers a budget and narrows an
+    allowlist in fleetgate, and LiteLLM gets a new key. The re-import leaves fleetgate's
+    changes as they are and a gateway following Redis takes the new key without a restart."""
+    litellm, fleetgate = databases
+    _import(litellm, fleetgate, tmp_path, capsys)
+    asyncio.run(_reimport_under_a_running_gateway(litellm, fleetgate, tmp_path))
+    out = capsys.readouterr()
+    assert "a re-import never loosens" in out.err
+    row = asyncio.run(_key_row(fleetgate, _hash(RAW_KEY)))
+    assert row["revoked_ms"] is not None
+    assert row["max_budget_nusd"] == 10**9 and orjson.loads(row["aliases"]) == ["tiny"]
+
+
+async def _reimport_under_a_running_gateway(litellm: str, fleetgate: str, tmp: Path) -> None:
+    from tests.tenancy.support import REDIS_URL, wait_for
+
+    prefix = f"fgtest{random.randrange(10**9)}:"
+    kid = "key_ll_" + _hash(RAW_KEY)[:32]
+    conn = await asyncpg.connect(fleetgate)
+    try:  # lowered and narrowed in fleetgate (no admin route edits these)
+        await conn.execute(
+            "UPDATE fg_api_keys SET max_budget_nusd = $1, aliases = $2 WHERE id = $3",
+            10**9, '["tiny"]', kid,
+        )  # fmt: skip
+    finally:
+        await conn.close()
+    async with FakeUpstream("up") as up:
+        async with running_gateway(
+            f"http://127.0.0.1:{up.port}", tmp, fleetgate, REDIS_URL, redis_prefix=prefix
+        ) as gw:
+            await wait_for(_feed_up(gw))
+            assert (await gw.chat(RAW_KEY))[0] == 200
+            status, _ = await gw.admin("DELETE", f"/admin/keys/{kid}")
+            assert status == 200
+            assert (await gw.chat(RAW_KEY))[0] == 401
+            await _litellm_new_key(litellm)
+            code = await asyncio.to_thread(
+                main, ["import", "litellm-db", litellm, "--database-url", fleetgate,
+                       "--data-dir", str(tmp), "--no-spend", "--redis-url", REDIS_URL,
+                       "--redis-prefix", prefix],
+            )  # fmt: skip
+            assert code == 0
+
+            async def new_key_works() -> bool:
+                return (await gw.chat(NEW_KEY))[0] == 200
+
+            await wait_for(new_key_works, timeout=3.0)  # the poll is off while Redis is up
+            assert (await gw.chat(RAW_KEY))[0] == 401
+
+
+def _feed_up(gw: Any) -> Any:
+    async def up() -> bool:
+        return bool(gw.tenancy.sync.feed_up)
+
+    return up
+
+
+async def _litellm_new_key(url: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(
+            'INSERT INTO "LiteLLM_VerificationToken" (token, key_alias, team_id, models) '
+            "VALUES ($1, 'added', $2, ARRAY[]::text[])",
+            _hash(NEW_KEY), TEAM,
+        )  # fmt: skip
+    finally:
+        await conn.close()
+
+
+async def _key_row(url: str, key_hash: str) -> Any:
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetchrow("SELECT * FROM fg_api_keys WHERE key_hash = $1", key_hash)
+    finally:
+        await conn.close()

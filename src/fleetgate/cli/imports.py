@@ -3,7 +3,9 @@
 ``litellm-config`` writes a fleetgate config (stdout, or ``--out FILE``) and prints what has no
 equivalent on stderr. ``litellm-db`` copies teams, keys, budgets and spend history into the
 gateway's database (``--database-url`` or ``FLEETGATE_DATABASE_URL``, else SQLite under the
-data directory); running it again updates what it wrote and adds only new spend.
+data directory); running it again updates what it wrote and adds only new spend, never
+loosening what fleetgate holds (`fleetgate.importers.reimport`), and tells running gateways
+through Redis (``--redis-url`` or ``FLEETGATE_REDIS_URL``) so every replica sees new keys at once.
 Bad input (a missing file, not a LiteLLM config, an unreachable database) exits with 2.
 """
 
@@ -17,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from fleetgate.config.loader import load_config
 from fleetgate.config.settings import Settings
 from fleetgate.errors import ConfigError
 from fleetgate.importers.litellm_config import convert_litellm_config
@@ -40,6 +43,14 @@ def register(sub: Any) -> None:
     db.add_argument("--database-url", default=None, help="default: FLEETGATE_DATABASE_URL")
     db.add_argument("--data-dir", type=Path, default=None, help="where SQLite lives")
     db.add_argument("--no-spend", action="store_true", help="skip the spend history")
+    db.add_argument(
+        "--redis-url",
+        default=None,
+        help="tell running gateways at once (default: FLEETGATE_REDIS_URL)",
+    )
+    db.add_argument("--redis-prefix", default=None,
+                    help="the gateways' tenancy.redis_prefix (default: FLEETGATE_CONFIG's, "
+                         "else fg:)")  # fmt: skip
     db.set_defaults(func=run_db)
 
 
@@ -66,18 +77,34 @@ def run_config(args: argparse.Namespace) -> int:
 
 
 def run_db(args: argparse.Namespace) -> int:
-    settings = Settings.from_env(database_url=args.database_url, data_dir=args.data_dir)
+    settings = Settings.from_env(
+        database_url=args.database_url, data_dir=args.data_dir, redis_url=args.redis_url
+    )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    report = asyncio.run(_import(args.url, settings, not args.no_spend))
+    prefix = args.redis_prefix or _redis_prefix(settings)
+    report = asyncio.run(_import(args.url, settings, not args.no_spend, prefix))
     print(report.summary())
     for note in report.notes:
         print(f"note: {note}", file=sys.stderr)
     return 0
 
 
-async def _import(url: str, settings: Settings, spend: bool) -> Any:
+def _redis_prefix(settings: Settings) -> str:
+    """The gateways' ``tenancy.redis_prefix``, from their config file when one is named."""
+    if settings.config_path is None or settings.redis_url is None:
+        return "fg:"
+    try:
+        return load_config(settings.config_path).tenancy.redis_prefix
+    except ConfigError as exc:
+        print(f"note: {exc.message}; announcing on prefix fg:", file=sys.stderr)
+        return "fg:"
+
+
+async def _import(url: str, settings: Settings, spend: bool, prefix: str) -> Any:
     db = Database.from_url(settings.database_url, settings.data_dir)
     try:
-        return await import_litellm_db(url, db, spend_history=spend)
+        return await import_litellm_db(
+            url, db, spend_history=spend, redis_url=settings.redis_url, redis_prefix=prefix
+        )
     finally:
         await db.aclose()

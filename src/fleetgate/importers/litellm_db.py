@@ -18,7 +18,9 @@ What is read (tables of LiteLLM's ``schema.prisma``):
   where LiteLLM's left off.
 
 Every row gets an id derived from LiteLLM's (``team_ll_...``, ``key_ll_...``; spend keeps its
-request id), so a re-run updates what it wrote before and adds only what is new.
+request id), so a re-run updates what it wrote before and adds only what is new. A re-run
+tightens a team or key fleetgate already holds but never loosens it: a key revoked in fleetgate
+stays revoked, a lowered limit or budget and a narrowed allowlist stay (`reimport`).
 
 Example::
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -40,6 +43,8 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from fleetgate.errors import ConfigError
+from fleetgate.importers.announce import announce_tenancy_change
+from fleetgate.importers.reimport import merge_key, merge_team
 from fleetgate.store.database import Database
 from fleetgate.store.rollup import roll_up
 from fleetgate.store.shared import dialect_insert
@@ -53,6 +58,8 @@ NO_TEAM_NAME = "litellm-no-team"
 _ALL_MODELS = {"all-proxy-models", "*"}
 _HEX = frozenset("0123456789abcdef")
 _SPEND_BATCH = 1000
+
+Merge = Callable[[Mapping[str, Any], dict[str, Any], str], tuple[dict[str, Any], list[str]]]
 
 
 @dataclass
@@ -117,6 +124,13 @@ def _json(value: Any) -> Any:
     return value
 
 
+def _as_it_is(
+    old: Mapping[str, Any], new: dict[str, Any], where: str
+) -> tuple[dict[str, Any], list[str]]:
+    """The team that holds keys without one, once there, is fleetgate's to change."""
+    return dict(old), []
+
+
 def _limit(value: Any, top: int = 2_147_483_647) -> int | None:
     return None if value is None else max(0, min(int(value), top))
 
@@ -148,12 +162,25 @@ class _Importer:
         return {"max_budget_nusd": usd_to_nusd(float(max_budget)),
                 "budget_period": period or "monthly"}  # fmt: skip
 
-    async def upsert(self, table: Any, row: dict[str, Any]) -> None:
-        stmt = dialect_insert(self.dst.dialect)(table).values(**row)
-        keep = {c: stmt.excluded[c] for c in row if c not in ("id", "created_ms")}
-        stmt = stmt.on_conflict_do_update(index_elements=[table.c.id], set_=keep)
+    async def upsert(self, table: Any, row: dict[str, Any], merge: Merge | None = None) -> None:
+        """Insert ``row``, or merge it into the row of its id already there (`reimport`):
+        read and written in one transaction, the row locked, so an admin change made at the
+        same time is not lost."""
         async with self.dst.engine.begin() as conn:
-            await conn.execute(stmt)
+            old = None
+            if merge is not None:
+                query = select(table).where(table.c.id == row["id"]).with_for_update()
+                old = (await conn.execute(query)).mappings().first()
+            if old is None or merge is None:
+                stmt = dialect_insert(self.dst.dialect)(table).values(**row)
+                keep = {c: stmt.excluded[c] for c in row if c not in ("id", "created_ms")}
+                await conn.execute(
+                    stmt.on_conflict_do_update(index_elements=[table.c.id], set_=keep)
+                )
+                return
+            merged, notes = merge(dict(old), row, f"{table.name} {row['id']}")
+            self.report.notes.extend(notes)
+            await conn.execute(update(table).where(table.c.id == row["id"]).values(**merged))
 
     async def team_name(self, team_id: str, wanted: str) -> str:
         async with self.dst.engine.connect() as conn:
@@ -187,7 +214,7 @@ class _Importer:
                 self.note(f"{where}: soft_budget has no equivalent (alert_thresholds instead)")
             if r["tpd_limit"] is not None:
                 self.note(f"{where}: tpd_limit has no equivalent (left out)")
-            await self.upsert(teams, row)
+            await self.upsert(teams, row, merge_team)
             self.report.teams += 1
 
     async def budgets(self) -> dict[str, Any]:
@@ -210,7 +237,8 @@ class _Importer:
     async def no_team(self) -> str:
         if NO_TEAM_ID not in self.team_ids.values():
             await self.upsert(teams, {"id": NO_TEAM_ID, "name": NO_TEAM_NAME, "log_payloads": False,
-                                      "tags": {}, "created_ms": self.now_ms})  # fmt: skip
+                                      "tags": {}, "created_ms": self.now_ms},
+                              _as_it_is)  # fmt: skip
             self.team_ids[""] = NO_TEAM_ID
             self.report.teams += 1
             self.note(f"keys without a team were put in team {NO_TEAM_NAME!r}")
@@ -252,7 +280,7 @@ class _Importer:
                "revoked_ms": self.now_ms if blocked else None,
                "created_ms": _ms(r["created_at"]) or self.now_ms}  # fmt: skip
         try:
-            await self.upsert(api_keys, row)
+            await self.upsert(api_keys, row, merge_key)
         except IntegrityError:  # the same hash under another id: a key fleetgate issued
             self.note(f"key {hint}: its hash is already a fleetgate key (left as it is)")
             async with self.dst.engine.connect() as conn:
@@ -313,20 +341,31 @@ class _Importer:
             await roll_up(conn, new)  # the reports' rollup, in the same transaction
             self.report.spend_new += len(new)
 
-    async def bump(self) -> None:
-        """Tell running gateways to reload keys (the change counter they poll)."""
+    async def bump(self) -> int:
+        """Move the change counter running gateways poll; its new value."""
         async with self.dst.engine.begin() as conn:
             await conn.execute(
                 update(tenancy_state)
                 .where(tenancy_state.c.id == 1)
                 .values(version=tenancy_state.c.version + 1)
             )
+            version = await conn.scalar(
+                select(tenancy_state.c.version).where(tenancy_state.c.id == 1)
+            )
+        return int(version or 0)
 
 
 async def import_litellm_db(
-    url: str, dst: Database, *, spend_history: bool = True
+    url: str,
+    dst: Database,
+    *,
+    spend_history: bool = True,
+    redis_url: str | None = None,
+    redis_prefix: str = "fg:",
 ) -> DbImportReport:
-    """Copy LiteLLM's teams, keys, budgets and spend into ``dst`` (migrated first).
+    """Copy LiteLLM's teams, keys, budgets and spend into ``dst`` (migrated first), then tell
+    running gateways (the store's change counter, and with ``redis_url`` the Redis message
+    every replica reloads its keys on, as after an admin change: `announce`).
 
     Raises `ConfigError` when ``url`` cannot be reached or holds no LiteLLM tables."""
     dsn, schema = litellm_dsn(url)
@@ -345,7 +384,11 @@ async def import_litellm_db(
         await importer.keys()
         if spend_history and await importer.table_exists("LiteLLM_SpendLogs"):
             await importer.spend()
-        await importer.bump()
+        version = await importer.bump()
+        if redis_url is not None:
+            note = await announce_tenancy_change(redis_url, redis_prefix, version)
+            if note is not None:
+                importer.note(note)
         return importer.report
     finally:
         await src.close()
