@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import aiohttp
+import pytest
 from sqlalchemy import select
 from yarl import URL
 
-from fleetgate.console.sessions import COOKIE, Sessions
+from fleetgate.console.sessions import COOKIE, Sessions, SessionsFull
 from fleetgate.store import Database
 from fleetgate.store.tables import console_sessions
 from fleetgate.tenancy.principal import Principal
@@ -108,3 +109,78 @@ async def test_the_table_holds_neither_the_session_id_nor_the_credential(
         assert await sessions.get(opened.id[:-1] + ("A" if opened.id[-1] != "A" else "B")) is None
     finally:
         await db.aclose()
+
+
+async def test_one_key_signing_in_again_and_again_ends_only_its_own_sessions(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Finding 6 of #31: sessions used to be evicted globally, oldest first, so one key
+    signing in ``limit`` times signed the master out."""
+    db = Database.from_url(db_url, tmp_path)
+    now = [1000.0]
+    try:
+        await db.migrate()
+        sessions = Sessions(db, ttl_s=600, limit=5, per_principal=2, clock=lambda: now[0])
+        master = await sessions.open(Principal("master", role="master"), "m", "key", "master")
+        opened = []
+        for _ in range(12):
+            now[0] += 1
+            opened.append(await sessions.open(Principal("k1"), "t", "key", "k1"))
+        assert await sessions.get(master.id) is not None
+        # the key keeps its two newest sessions, the older ones are its own that ended
+        alive = [s for s in opened if await sessions.get(s.id) is not None]
+        assert [s.id for s in alive] == [s.id for s in opened[-2:]]
+    finally:
+        await db.aclose()
+
+
+async def test_a_full_console_ends_the_biggest_holders_session_or_refuses_the_sign_in(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Past ``limit`` the principal holding the most sessions gives one up; when everyone holds
+    one, the new sign-in is refused and no one's only session ends."""
+    db = Database.from_url(db_url, tmp_path)
+    now = [1000.0]
+    try:
+        await db.migrate()
+        sessions = Sessions(db, ttl_s=600, limit=3, per_principal=5, clock=lambda: now[0])
+        master = await sessions.open(Principal("master", role="master"), "m", "key", "master")
+        now[0] += 1
+        k1_old = await sessions.open(Principal("k1"), "t", "key", "k1")
+        now[0] += 1
+        k1_new = await sessions.open(Principal("k1"), "t", "key", "k1")
+        now[0] += 1
+        k2 = await sessions.open(Principal("k2"), "t", "key", "k2")  # full: k1 gives one up
+        assert await sessions.get(k1_old.id) is None
+        for kept in (master, k1_new, k2):
+            assert await sessions.get(kept.id) is not None
+        now[0] += 1
+        with pytest.raises(SessionsFull) as refused:  # everyone holds one: no one is ended
+            await sessions.open(Principal("k3"), "t", "key", "k3")
+        assert refused.value.status == 503 and refused.value.code == "console_sessions_full"
+        for kept in (master, k1_new, k2):
+            assert await sessions.get(kept.id) is not None
+        assert await sessions.count() == 3
+    finally:
+        await db.aclose()
+
+
+async def test_signing_in_with_a_key_many_times_leaves_the_masters_browser_signed_in(
+    fake: FakeUpstream, tmp_path: Path
+) -> None:
+    async with running_console(
+        fake.url, tmp_path, max_sessions=4, max_sessions_per_principal=2
+    ) as console:
+        status, team = await console.admin("POST", "/admin/teams", json={"name": "search"})
+        assert status == 201, team
+        status, key = await console.admin("POST", "/admin/keys", json={"team": team["id"]})
+        assert status == 201, key
+        master = await console.signed_in(MASTER)
+        try:
+            for _ in range(6):
+                await (await console.signed_in(key["key"])).close()
+            async with master.get(console.url + "/ui/teams", allow_redirects=False) as resp:
+                assert resp.status == 200, resp.headers.get("Location")
+            assert await console.open_sessions() == 3  # the master's and the key's two newest
+        finally:
+            await master.close()

@@ -61,7 +61,11 @@ class ConsoleConfig(BaseModel):
 
     enabled: bool = True
     session_ttl_s: int = Field(default=8 * 3600, ge=60, le=30 * 86400)
+    # Open sessions in all; past it the principal holding the most gives up its oldest, and
+    # when everyone holds one the sign-in is refused (no one's only session is ended).
     max_sessions: int = Field(default=10_000, ge=1)
+    # Open sessions of one key or IdP subject; past it that principal's own oldest ends.
+    max_sessions_per_principal: int = Field(default=10, ge=1)
     # Secure cookies: always, never (plain-HTTP test rigs), or "auto": unless served over plain
     # HTTP on a loopback address.
     secure_cookie: bool | Literal["auto"] = "auto"

@@ -61,7 +61,12 @@ class Console:
             raise ValueError("the console needs tenancy (its keys, teams and database)")
         self.gw = gw
         self.config = config
-        self.sessions = Sessions(gw.tenancy.db, config.session_ttl_s, config.max_sessions)
+        self.sessions = Sessions(
+            gw.tenancy.db,
+            config.session_ttl_s,
+            config.max_sessions,
+            per_principal=config.max_sessions_per_principal,
+        )
         self.renderer = Renderer()
 
     @property

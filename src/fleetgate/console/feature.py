@@ -142,6 +142,7 @@ class ConsoleFeature(BaseFeature):
         self.console.config = cfg
         self.console.sessions.ttl_s = cfg.session_ttl_s
         self.console.sessions.limit = cfg.max_sessions
+        self.console.sessions.per_principal = cfg.max_sessions_per_principal
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self.window.run(), name="console-metric-window")

@@ -11,7 +11,7 @@ import secrets
 from aiohttp import web
 
 from fleetgate.console.core import Console, home
-from fleetgate.console.sessions import COOKIE, LOGIN_COOKIE, cookie_is_secure
+from fleetgate.console.sessions import COOKIE, LOGIN_COOKIE, SessionsFull, cookie_is_secure
 from fleetgate.errors import AuthenticationFailed
 
 __all__ = ["LoginPages", "safe_next"]
@@ -90,7 +90,10 @@ class LoginPages:
         except AuthenticationFailed:
             return self.login_form(request, "That key is not valid.", 401)
         name = "master key" if principal.is_master else f"{principal.role} {principal.key_id}"
-        session = await self.console.sessions.open(principal, key, "key", name)
+        try:
+            session = await self.console.sessions.open(principal, key, "key", name)
+        except SessionsFull as exc:
+            return self.login_form(request, exc.message, exc.status)
         await self.console.record(principal, "console.login", principal.key_id, {"via": "key"})
         target = safe_next(form.get("next")) or home(principal.role)
         response = web.HTTPFound(target)

@@ -10,12 +10,21 @@ form field or the ``X-CSRF-Token`` header.
 What the database holds (``fg_console_sessions``) is no use without the cookie: the row's key
 is the SHA-256 of the session id, and the credential is sealed (AES-GCM) with a key derived
 from the id, so reading the table neither opens a session nor reveals a key or token. Sessions
-expire ``ttl_s`` after sign-in (wall clock, the same on every replica); past ``limit`` open
-sessions the oldest are dropped. Each console request costs one primary-key read.
+expire ``ttl_s`` after sign-in (wall clock, the same on every replica). Each console request
+costs one primary-key read.
+
+How many are kept (so that one key cannot sign everyone else out):
+
+- ``per_principal``: a principal (a key, an IdP subject) signing in once more than this ends
+  its *own* oldest session, never anyone else's;
+- ``limit`` (every principal together): when a sign-in would pass it, the principal holding
+  the most sessions (two or more) gives up its oldest; when every principal holds only one,
+  the new sign-in is refused (503 ``console_sessions_full``) rather than ending anyone's only
+  session.
 
 Example::
 
-    sessions = Sessions(db, ttl_s=8 * 3600, limit=10_000)
+    sessions = Sessions(db, ttl_s=8 * 3600, limit=10_000, per_principal=10)
     session = await sessions.open(principal, key, "key", "team admin key_1")
     same = await sessions.get(session.id)      # on any replica
     await sessions.close(session.id)           # ends it everywhere
@@ -36,12 +45,22 @@ from aiohttp import web
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fleetgate.errors import ServiceUnavailable
 from fleetgate.store.database import Database
 from fleetgate.store.tables import console_sessions
 from fleetgate.tenancy.principal import Principal
 
-__all__ = ["COOKIE", "LOGIN_COOKIE", "Session", "Sessions", "cookie_is_secure", "same_token"]
+__all__ = [
+    "COOKIE",
+    "LOGIN_COOKIE",
+    "Session",
+    "Sessions",
+    "SessionsFull",
+    "cookie_is_secure",
+    "same_token",
+]
 
 COOKIE = "fg_session"
 LOGIN_COOKIE = "fg_login"  # double-submit CSRF token of the sign-in forms (no session yet)
@@ -105,8 +124,18 @@ def _principal(role: str, team_id: str | None, fields: dict[str, Any]) -> Princi
     )
 
 
+# Whose session a row is: the principal's key id (``oidc:<subject>`` for single sign-on).
+_OWNER = console_sessions.c.principal["key_id"].as_string()
+
+
+class SessionsFull(ServiceUnavailable):
+    """Every open session belongs to a different principal and there are ``limit`` of them."""
+
+    code = "console_sessions_full"
+
+
 class Sessions:
-    """Open sessions in the database, oldest dropped first past ``limit``."""
+    """Open sessions in the database: at most ``per_principal`` each, ``limit`` in all."""
 
     def __init__(
         self,
@@ -114,11 +143,13 @@ class Sessions:
         ttl_s: float,
         limit: int,
         *,
+        per_principal: int = 10,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.db = db
         self.ttl_s = ttl_s
         self.limit = limit
+        self.per_principal = per_principal
         self._clock = clock
 
     def _now_ms(self) -> int:
@@ -144,17 +175,65 @@ class Sessions:
             "sealed_token": _seal(session.id, token), "created_ms": now,
             "expires_ms": session.expires_ms,
         }  # fmt: skip
-        t = console_sessions.c
         async with self.db.engine.begin() as conn:
             await conn.execute(console_sessions.insert().values(**row))
+            t = console_sessions.c
             await conn.execute(delete(console_sessions).where(t.expires_ms <= now))
-            count = int(await conn.scalar(select(func.count()).select_from(console_sessions)) or 0)
-            if count > self.limit:
-                oldest = (
-                    select(t.id_hash).order_by(t.created_ms, t.id_hash).limit(count - self.limit)
-                )
-                await conn.execute(delete(console_sessions).where(t.id_hash.in_(oldest)))
+            await self._trim_own(conn, principal.key_id)
+            if not await self._trim_all(conn):
+                await conn.execute(delete(console_sessions).where(t.id_hash == row["id_hash"]))
+                refused = True
+            else:
+                refused = False
+        if refused:
+            raise SessionsFull(
+                "The console has as many people signed in as it allows "
+                "(extensions.console.max_sessions); try again later.",
+                headers={"Retry-After": "60"},
+            )
         return session
+
+    async def _trim_own(self, conn: AsyncConnection, owner: str) -> None:
+        """End ``owner``'s oldest sessions past ``per_principal`` (its own, no one else's)."""
+        t = console_sessions.c
+        surplus = (
+            select(t.id_hash)
+            .where(_OWNER == owner)
+            .order_by(t.created_ms.desc(), t.id_hash.desc())
+            .offset(self.per_principal)
+        )
+        ids = list((await conn.scalars(surplus)).all())
+        if ids:
+            await conn.execute(delete(console_sessions).where(t.id_hash.in_(ids)))
+
+    async def _trim_all(self, conn: AsyncConnection) -> bool:
+        """Back within ``limit``: the oldest session of whoever holds the most (two or more)
+        goes first. False when that would end someone's only session (refuse the new one)."""
+        t = console_sessions.c
+        count = int(await conn.scalar(select(func.count()).select_from(console_sessions)) or 0)
+        for _ in range(max(0, count - self.limit)):
+            held = func.count().label("held")
+            top = (
+                await conn.execute(
+                    select(_OWNER.label("owner"), held)
+                    .group_by(_OWNER)
+                    .having(func.count() > 1)
+                    .order_by(held.desc(), func.min(t.created_ms), _OWNER)
+                    .limit(1)
+                )
+            ).first()
+            if top is None:
+                return False
+            oldest = (
+                select(t.id_hash)
+                .where(_OWNER == top.owner)
+                .order_by(t.created_ms, t.id_hash)
+                .limit(1)
+            )
+            await conn.execute(
+                delete(console_sessions).where(t.id_hash == (await conn.scalar(oldest)))
+            )
+        return True
 
     async def get(self, session_id: str | None) -> Session | None:
         """The open session with this id, or None (unknown, expired, ended elsewhere)."""
