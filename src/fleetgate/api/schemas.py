@@ -1,7 +1,9 @@
 """OpenAI request schemas: validation of what callers send, and the OpenAPI description.
 
 Validation only checks; the caller's original JSON object is what travels upstream, so unknown
-vendor fields (``cache_salt``, ``chat_template_kwargs``, ...) pass through untouched.
+vendor fields (``chat_template_kwargs``, ...) pass through untouched, except those only the
+gateway sets (``cache_salt``, ``priority``, ``kv_transfer_params``, ...:
+`fleetgate.providers.engine_fields`).
 """
 
 from __future__ import annotations
@@ -87,6 +89,8 @@ class _Sampling(_Open):
     stop: StrictStr | list[StrictStr] | None = None
     user: StrictStr | None = None
     logit_bias: dict[str, Number] | None = None
+    # never sent on (`fleetgate.providers.engine_fields`); below 0 would ask to jump the queue
+    priority: Annotated[StrictInt, Field(ge=0)] | None = None
 
 
 class ChatCompletionRequest(_Sampling):
@@ -124,6 +128,7 @@ class EmbeddingRequest(_Open):
     encoding_format: Literal["float", "base64"] | None = None
     dimensions: Annotated[StrictInt, Field(ge=1)] | None = None
     user: StrictStr | None = None
+    priority: Annotated[StrictInt, Field(ge=0)] | None = None
 
 
 _UNION_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})

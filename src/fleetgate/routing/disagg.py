@@ -28,6 +28,7 @@ from typing import Any
 
 import aiohttp
 
+from fleetgate.providers.engine_fields import client_fields
 from fleetgate.routing.context import Pick, RouteContext
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.kv_aware import EngineAwareRouting, KvAwareStrategy
@@ -45,8 +46,9 @@ _PREFILL_PARAMS = {
 
 
 def prefill_body(body: dict[str, Any], model: str, extra: dict[str, Any]) -> dict[str, Any]:
-    """The prefill half of ``body`` for ``model`` (vLLM's proxy: one token, not streamed)."""
-    out = {**body, **extra, "model": model, "stream": False, "max_tokens": 1}
+    """The prefill half of ``body`` for ``model`` (vLLM's proxy: one token, not streamed),
+    without the client's engine-only fields (`fleetgate.providers.engine_fields`)."""
+    out = {**client_fields(body), **extra, "model": model, "stream": False, "max_tokens": 1}
     out["kv_transfer_params"] = dict(_PREFILL_PARAMS)
     if "max_completion_tokens" in out:
         out["max_completion_tokens"] = 1

@@ -30,6 +30,7 @@ from fleetgate.errors import (
     UpstreamError,
 )
 from fleetgate.providers.base import UpstreamCall, UpstreamResponse
+from fleetgate.providers.engine_fields import sealed
 from fleetgate.routing.context import (
     Pick,
     RouteContext,
@@ -363,7 +364,9 @@ class Dispatcher:
                 if dep.state.asleep and self.waker is not None:
                     await self.waker.ensure_awake(dep)
                 async with admitted(hooks, dep):
-                    response = await _send_gated(dep, build(pick), ctx.request.gate)
+                    # the engine's own fields as the gateway set them, never as the client did
+                    call = sealed(build(pick), pick.extra_body)
+                    response = await _send_gated(dep, call, ctx.request.gate)
             except UpstreamError as exc:
                 dep.state.in_flight -= 1
                 observer.finished(ticket)
