@@ -27,17 +27,28 @@ SPEND_ROLES = ("master", "team_admin", "finance_viewer")
 DEFAULT_DAYS = 30
 
 
+FIRST_DAY, LAST_DAY = date(1970, 1, 1), date(9999, 12, 31)  # what a report may ask for
+_DAY_MS = 86_400_000
+
+
 def _day(raw: str | None, param: str, default: date) -> date:
+    """A date from the query (YYYY-MM-DD, from 1970-01-01 to 9999-12-31), else a 400."""
     if not raw:
         return default
     try:
-        return date.fromisoformat(raw)
+        day = date.fromisoformat(raw) if len(raw) <= 10 else None
     except ValueError:
-        raise InvalidRequest(f"'{param}' must be a date (YYYY-MM-DD)", param=param) from None
+        day = None
+    if day is None or not FIRST_DAY <= day <= LAST_DAY:
+        raise InvalidRequest(
+            f"'{param}' must be a date (YYYY-MM-DD) from {FIRST_DAY} to {LAST_DAY}", param=param
+        )
+    return day
 
 
 def _ms(day: date) -> int:
-    return int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp() * 1000)
+    """The start of ``day`` (UTC) in ms; day arithmetic in ms never leaves `date`'s range."""
+    return (day - FIRST_DAY).days * _DAY_MS
 
 
 class SpendPages:
@@ -56,7 +67,9 @@ class SpendPages:
             raise InvalidRequest(f"'group' must be one of {', '.join(GROUPS)}", param="group")
         today = datetime.now(UTC).date()
         until = _day(q.get("until"), "until", today)
-        since = _day(q.get("since"), "since", until - timedelta(days=DEFAULT_DAYS - 1))
+        since = _day(
+            q.get("since"), "since", max(FIRST_DAY, until - timedelta(days=DEFAULT_DAYS - 1))
+        )
         if since > until:
             raise InvalidRequest("'since' must not be after 'until'", param="since")
         actor = session.principal
@@ -74,7 +87,7 @@ class SpendPages:
             actor,
             [group],
             _ms(since),
-            _ms(until + timedelta(days=1)),
+            _ms(until) + _DAY_MS,  # through the end of ``until``
             team_id,
         )
         rows.sort(key=lambda r: r["spend_nusd"], reverse=True)

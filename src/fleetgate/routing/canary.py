@@ -58,8 +58,9 @@ class Split:
     def __post_init__(self) -> None:
         if not self.weights:
             raise InvalidRequest("'weights' must name at least one version", param="weights")
-        if any(not isinstance(w, int | float) or w < 0 for w in self.weights.values()):
-            raise InvalidRequest("each weight must be a number >= 0", param="weights")
+        # ``not 0 <= w <= 100`` also refuses NaN (every comparison with it is false) and inf
+        if any(not isinstance(w, int | float) or not 0 <= w <= 100 for w in self.weights.values()):
+            raise InvalidRequest("each weight must be a number from 0 to 100", param="weights")
         total = float(sum(self.weights.values()))
         if abs(total - 100.0) > 0.01:
             raise InvalidRequest(f"weights must add up to 100 (they add up to {total:g})",
