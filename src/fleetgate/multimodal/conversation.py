@@ -2,9 +2,11 @@
 prompt, capture the reply, store both turns after the response.
 
 The client sends only the new turn. Conversation ids are scoped to the caller's tenant and, by
-default (``conversations.scope: user``), to the key's user (or the key): the stored id is a
-hash of tenant, owner and id, so two teams, or two users of a team, using the same id never
-meet; ``scope: team`` lets every key of a team continue the team's conversations.
+default (``conversations.scope: user``), to its owner (`conversation_owner`: the user a key is
+bound to, an identity provider's subject, else the key): the stored id is a hash of tenant,
+owner and id, so two teams, or two users of a team, using the same id never meet, and the
+store checks the tenant and owner it recorded on every read and write besides. ``scope:
+team`` lets every key of a team continue the team's conversations.
 """
 
 from __future__ import annotations
@@ -19,33 +21,48 @@ from fleetgate.hooks import FilterResult
 from fleetgate.messages_text import content_text
 from fleetgate.multimodal.conversations.store import ConversationStore, StoredTurn
 from fleetgate.multimodal.prompt.assembler import AssembledPrompt, PromptAssembler
+from fleetgate.tenancy.principal import Principal
 
 __all__ = [
     "ConversationTurn",
     "ReplyCapture",
     "assemble_request",
     "conversation_key",
+    "conversation_owner",
     "load_history",
 ]
 
 
-def conversation_key(tenant: str, conversation_id: str, owner: str = "") -> str:
-    """The stored id of ``conversation_id`` within ``tenant`` and, unless shared by the team,
-    its ``owner`` (the key's user or the key): another key of the team cannot read it."""
+# Ids of conversations stored before owners were checked (and bound users validated) hashed
+# no version: those are not continued, since who made them cannot be told any more.
+_KEY_VERSION = "owned"
+
+
+def conversation_owner(principal: Principal, scope: str) -> str | None:
+    """Who owns the conversations ``principal`` starts: `Principal.owner`, or ``None`` (the
+    whole tenant) with ``scope: team``."""
+    return None if scope == "team" else principal.owner
+
+
+def conversation_key(tenant: str, conversation_id: str, owner: str | None = None) -> str:
+    """The stored id of ``conversation_id`` within ``tenant`` and, unless shared by the team
+    (``None``), its ``owner`` (`conversation_owner`): another key of the team cannot read it."""
     if not 0 < len(conversation_id) <= 128 or not conversation_id.isprintable():
         raise InvalidRequest(
             "x-conversation-id must be 1-128 printable characters", param="x-conversation-id"
         )
-    scope = f"{tenant}\0{owner}\0{conversation_id}" if owner else f"{tenant}\0{conversation_id}"
+    parts = [_KEY_VERSION, tenant, *([owner] if owner else []), conversation_id]
+    scope = "\0".join(parts)
     return hashlib.sha256(scope.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
 async def load_history(
     store: ConversationStore, key: str, *, tenant: str, user: str | None, limit: int
 ) -> list[StoredTurn]:
-    """The stored turns (newest ``limit``), creating the conversation on its first turn."""
+    """The stored turns (newest ``limit``) of ``user``'s conversation (``None``: the tenant's),
+    creating the conversation on its first turn."""
     try:
-        return await store.history(key, tenant=tenant, limit=limit)
+        return await store.history(key, tenant=tenant, user=user, limit=limit)
     except NotFound:
         try:
             await store.create(tenant=tenant, user=user, conversation_id=key)
@@ -62,6 +79,7 @@ class ConversationTurn:
     tenant: str
     question: StoredTurn
     reply: list[str] = field(default_factory=list)
+    owner: str | None = None  # the conversation's owner within ``tenant`` (None: the tenant)
 
 
 class ReplyCapture:

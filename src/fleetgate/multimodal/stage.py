@@ -41,6 +41,7 @@ from fleetgate.multimodal.conversation import (
     ReplyCapture,
     assemble_request,
     conversation_key,
+    conversation_owner,
     load_history,
 )
 from fleetgate.multimodal.conversations.store import StoredTurn
@@ -122,11 +123,8 @@ class MultimodalStage:
         )
         prompt_debug: dict[str, Any] | None = None
         if assembler is not None:
-            turn_key = (
-                conversation_key(req.principal.tenant, conv_id, self._owner(req.principal))
-                if conv_id
-                else None
-            )
+            owner = conversation_owner(req.principal, rt.config.conversations.scope)
+            turn_key = conversation_key(req.principal.tenant, conv_id, owner) if conv_id else None
             stored: list[StoredTurn] = []
             if turn_key is not None:
                 assert rt.conversations is not None
@@ -134,7 +132,7 @@ class MultimodalStage:
                     rt.conversations,
                     turn_key,
                     tenant=req.principal.tenant,
-                    user=req.principal.user_id,
+                    user=owner,
                     limit=rt.config.conversations.max_history_turns,
                 )
             question = StoredTurn("user", _question_text(body["messages"][-1]))
@@ -154,7 +152,8 @@ class MultimodalStage:
             if prompt.document_set is not None:
                 req.state[_DOCUMENT_SET] = prompt.document_set
             if turn_key is not None:
-                self._capture(req, ConversationTurn(turn_key, req.principal.tenant, question))
+                turn = ConversationTurn(turn_key, req.principal.tenant, question, owner=owner)
+                self._capture(req, turn)
         self._speech_out(req, body)
         req.body = body
         if debug:
@@ -260,11 +259,6 @@ class MultimodalStage:
         else:
             req.response_filters.append(SpokenResponseFilter(rt.synthesizer, voice=voice, fmt=fmt))
 
-    def _owner(self, principal: Principal) -> str:
-        if self.runtime.config.conversations.scope == "team":
-            return ""
-        return f"user:{principal.user_id}" if principal.user_id else f"key:{principal.key_id}"
-
     def _debug(self, req: GatewayRequest, info: dict[str, Any]) -> None:
         encoded = base64.b64encode(orjson.dumps(info)).decode()
         if len(encoded) <= _HEADER_LIMIT:
@@ -294,7 +288,11 @@ class MultimodalStage:
             reply = StoredTurn("assistant", "".join(turn.reply))
             self.runtime.spawn(
                 store.append(
-                    turn.key, [turn.question, reply], tenant=turn.tenant, request_id=req.request_id
+                    turn.key,
+                    [turn.question, reply],
+                    tenant=turn.tenant,
+                    user=turn.owner,
+                    request_id=req.request_id,
                 )
             )
 

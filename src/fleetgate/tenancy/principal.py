@@ -25,6 +25,9 @@ class Principal:
     user_id: str | None = None
     allowed_aliases: frozenset[str] | None = None
     tags: tuple[tuple[str, str], ...] = field(default=())
+    # When the credential stops being valid (a JWT's ``exp``, ms since the epoch); what acts
+    # for it later (a batch's lines) must stop then too. None: no expiry carried here.
+    expires_ms: int | None = None
 
     @property
     def is_master(self) -> bool:
@@ -32,6 +35,21 @@ class Principal:
 
     def may_use(self, alias: str) -> bool:
         return self.allowed_aliases is None or alias in self.allowed_aliases
+
+    @property
+    def owner(self) -> str:
+        """Who owns this caller's own stored state (conversations) within its tenant.
+
+        ``user:<id>`` for a virtual key bound to a user of its team (``fg_users``; the binding
+        is checked when the key is made), ``jwt:<sub>`` or ``oidc:<sub>`` for a subject an
+        identity provider vouched for, else ``key:<key id>``. The namespaces keep a key's
+        binding from ever naming an identity provider's subject, and the other way round.
+        """
+        if self.user_id:
+            source, sep, _ = self.key_id.partition(":")
+            kind = source if sep and source in ("jwt", "oidc") else "user"
+            return f"{kind}:{self.user_id}"
+        return f"key:{self.key_id}"
 
     @property
     def tenant(self) -> str:

@@ -237,6 +237,36 @@ class TenancyService:
         if actor.role != "team_admin" or actor.team_id != team_id:
             raise PermissionDenied("This key may only manage its own team.")
 
+    async def _may_bind(
+        self, conn: AsyncConnection, actor: Principal, team_id: str, user: str
+    ) -> None:
+        """Whether ``actor`` may make a key that acts as ``user`` (reads its conversations).
+
+        The user must be one of the key's team (``POST /admin/users``): another team's user,
+        or a name no user has, is refused alike (400, nothing told about other teams). A team
+        admin binds only a user that has never had a key (the key it hands over on
+        onboarding) or itself; more keys for a user who has one come from the master key.
+        """
+        found = None
+        if "\x00" not in user:
+            query = select(users.c.team_id).where(users.c.id == user)
+            found = (await conn.execute(query)).first()
+        if found is None or found.team_id != team_id:
+            raise InvalidRequest(
+                f"'user' must be the id of a user of the key's team (POST /admin/users): "
+                f"no user '{user}' there.",
+                param="user",
+            )
+        if actor.is_master or actor.owner == f"user:{user}":
+            return
+        query = select(api_keys.c.id).where(api_keys.c.user_id == user).limit(1)
+        if (await conn.execute(query)).first() is not None:
+            raise PermissionDenied(
+                f"User '{user}' already has a key: only the master key may bind another key "
+                "to it (a key bound to a user reads that user's conversations).",
+                param="user",
+            )
+
     async def create_key(self, actor: Principal, body: dict[str, Any]) -> dict[str, Any]:
         """Create a key; the response is the only time the key itself is shown."""
         team_ref = body.get("team") or actor.team_id
@@ -262,15 +292,16 @@ class TenancyService:
             self._may_manage(actor, team_id)
             if role != "user" and not actor.is_master:
                 raise PermissionDenied(f"Only the master key creates {role} keys.")
+            if user is not None:
+                await self._may_bind(conn, actor, team_id, user)
             row = {"id": "key_" + os.urandom(8).hex(), "key_hash": hash_key(key),
                    "key_hint": key_hint(key), "team_id": team_id, "user_id": user,
                    "role": role, "aliases": aliases, **_limits(body), "tags": _tags(body),
                    "expires_ms": parse_time_ms(body.get("expires_at"), "expires_at"),
                    "revoked_ms": None, "created_ms": _now_ms()}  # fmt: skip
             await conn.execute(api_keys.insert().values(**row))
-            await self._audit(
-                conn, actor, "key.create", row["id"], {"team_id": team_id, "role": role}, team_id
-            )
+            detail = {"team_id": team_id, "role": role, "user": user}
+            await self._audit(conn, actor, "key.create", row["id"], detail, team_id)
         await self._changed()
         return {"id": row["id"], "key": key, "team_id": team_id, "hint": row["key_hint"]}
 

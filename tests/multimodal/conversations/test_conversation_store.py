@@ -36,18 +36,40 @@ async def test_turns_come_back_in_order_and_tenant_scoped(store: SqlConversation
     assert isinstance(store, ConversationStore)
     cid = await store.create(tenant="a", user="u1")
     await store.append(
-        cid, [StoredTurn("user", "hi"), StoredTurn("assistant", "hello")], tenant="a"
+        cid, [StoredTurn("user", "hi"), StoredTurn("assistant", "hello")], tenant="a", user="u1"
     )
     parts = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "x"}}]
-    await store.append(cid, [StoredTurn("user", parts)], tenant="a")
-    history = await store.history(cid, tenant="a")
+    await store.append(cid, [StoredTurn("user", parts)], tenant="a", user="u1")
+    history = await store.history(cid, tenant="a", user="u1")
     assert [t.role for t in history] == ["user", "assistant", "user"]
     assert history[2].content == parts and history[2].text() == "look"
-    assert [t.content for t in await store.history(cid, tenant="a", limit=2)] == ["hello", parts]
+    two = await store.history(cid, tenant="a", user="u1", limit=2)
+    assert [t.content for t in two] == ["hello", parts]
     with pytest.raises(NotFound):
-        await store.history(cid, tenant="b")
+        await store.history(cid, tenant="b", user="u1")
     with pytest.raises(NotFound):
-        await store.append(cid, [StoredTurn("user", "sneaky")], tenant="b")
+        await store.append(cid, [StoredTurn("user", "sneaky")], tenant="b", user="u1")
+
+
+async def test_another_owner_of_the_tenant_is_told_not_found(
+    store: SqlConversationStore,
+) -> None:
+    """The id alone opens nothing: reads, appends and deletes check the owner as well."""
+    cid = await store.create(tenant="a", user="user:alice")
+    await store.append(cid, [StoredTurn("user", "alice's secret")], tenant="a", user="user:alice")
+    for other in ("user:mallory", None):  # another user, or the tenant's shared conversations
+        with pytest.raises(NotFound):
+            await store.history(cid, tenant="a", user=other)
+        with pytest.raises(NotFound):
+            await store.append(cid, [StoredTurn("user", "planted")], tenant="a", user=other)
+        with pytest.raises(NotFound):
+            await store.delete(cid, tenant="a", user=other)
+    history = await store.history(cid, tenant="a", user="user:alice")
+    assert [t.content for t in history] == ["alice's secret"]
+    shared = await store.create(tenant="a")  # no owner: the tenant's
+    assert await store.history(shared, tenant="a") == []
+    with pytest.raises(NotFound):
+        await store.history(shared, tenant="a", user="user:alice")
 
 
 async def test_replayed_request_id_is_not_appended_twice(store: SqlConversationStore) -> None:

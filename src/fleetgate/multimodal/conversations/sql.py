@@ -2,7 +2,8 @@
 
 Tables ``mm_conversations`` and ``mm_turns`` (`fleetgate.store.tables`), created by the store's
 Alembic migrations like every other table. Every append is one transaction; a replayed
-``request_id`` is a no-op.
+``request_id`` is a no-op. Every read, append and delete checks the conversation's tenant and
+owner (``user``; ``None``: shared by the whole tenant), not only its id.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ class SqlConversationStore:
         db = resources.databases.get(settings.database_url, settings.data_dir)
         await resources.databases.migrate(db)        # creates mm_conversations, mm_turns
         store = SqlConversationStore(db.engine)
-        cid = await store.create(tenant="team-a")
-        await store.append(cid, [StoredTurn("user", "hi")], tenant="team-a", request_id="req-1")
+        cid = await store.create(tenant="team-a", user="user:u1")
+        await store.append(
+            cid, [StoredTurn("user", "hi")], tenant="team-a", user="user:u1", request_id="req-1"
+        )
     """
 
     def __init__(self, engine: AsyncEngine) -> None:
@@ -58,13 +61,11 @@ class SqlConversationStore:
             raise ServiceUnavailable(f"conversation store failed: {exc}") from exc
         return cid
 
-    async def _owned(self, conn: AsyncConnection, cid: str, tenant: str) -> None:
-        found = await conn.scalar(
-            select(self.conversations.c.id).where(
-                self.conversations.c.id == cid, self.conversations.c.tenant == tenant
-            )
-        )
-        if found is None:
+    async def _owned(self, conn: AsyncConnection, cid: str, tenant: str, user: str | None) -> None:
+        c = self.conversations
+        owner = c.c.user_id.is_(None) if user is None else c.c.user_id == user
+        found = await conn.scalar(select(c.c.id).where(c.c.id == cid, c.c.tenant == tenant, owner))
+        if found is None:  # someone else's and unknown look the same
             raise NotFound(f"conversation {cid!r} not found", param="conversation_id")
 
     async def append(
@@ -73,12 +74,13 @@ class SqlConversationStore:
         turns: Sequence[StoredTurn],
         *,
         tenant: str,
+        user: str | None = None,
         request_id: str | None = None,
     ) -> None:
         for attempt in range(3):
             try:
                 async with self._engine.begin() as conn:
-                    await self._append(conn, conversation_id, turns, tenant, request_id)
+                    await self._append(conn, conversation_id, turns, tenant, user, request_id)
                 return
             except IntegrityError as exc:  # a concurrent append took our seq numbers
                 if attempt == 2:
@@ -92,9 +94,10 @@ class SqlConversationStore:
         cid: str,
         turns: Sequence[StoredTurn],
         tenant: str,
+        user: str | None,
         request_id: str | None,
     ) -> None:
-        await self._owned(conn, cid, tenant)
+        await self._owned(conn, cid, tenant, user)
         t = self.turns
         if request_id is not None:
             seen = await conn.scalar(
@@ -120,7 +123,12 @@ class SqlConversationStore:
             await conn.execute(insert(t), rows)
 
     async def history(
-        self, conversation_id: str, *, tenant: str, limit: int | None = None
+        self,
+        conversation_id: str,
+        *,
+        tenant: str,
+        user: str | None = None,
+        limit: int | None = None,
     ) -> list[StoredTurn]:
         t = self.turns
         query = select(t.c.role, t.c.content).where(t.c.conversation_id == conversation_id)
@@ -129,16 +137,16 @@ class SqlConversationStore:
             query = query.limit(limit)
         try:
             async with self._engine.connect() as conn:
-                await self._owned(conn, conversation_id, tenant)
+                await self._owned(conn, conversation_id, tenant, user)
                 rows = (await conn.execute(query)).all()
         except SQLAlchemyError as exc:
             raise ServiceUnavailable(f"conversation store failed: {exc}") from exc
         return [StoredTurn(str(role), content) for role, content in reversed(rows)]
 
-    async def delete(self, conversation_id: str, *, tenant: str) -> None:
+    async def delete(self, conversation_id: str, *, tenant: str, user: str | None = None) -> None:
         try:
             async with self._engine.begin() as conn:
-                await self._owned(conn, conversation_id, tenant)
+                await self._owned(conn, conversation_id, tenant, user)
                 await conn.execute(
                     delete(self.turns).where(self.turns.c.conversation_id == conversation_id)
                 )

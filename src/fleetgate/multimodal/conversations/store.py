@@ -25,7 +25,9 @@ class StoredTurn:
 
 @runtime_checkable
 class ConversationStore(Protocol):
-    """Durable conversations, scoped by tenant: another tenant's id is "not found"."""
+    """Durable conversations, owned by a tenant and a user within it (``user``: an owner such
+    as `fleetgate.tenancy.principal.Principal.owner`; ``None``: shared by the tenant). Every
+    call names both, and a conversation of another tenant or owner is "not found"."""
 
     async def create(
         self, *, tenant: str, user: str | None = None, conversation_id: str | None = None
@@ -39,17 +41,23 @@ class ConversationStore(Protocol):
         turns: Sequence[StoredTurn],
         *,
         tenant: str,
+        user: str | None = None,
         request_id: str | None = None,
     ) -> None:
         """Add turns at the end. Replaying the same ``request_id`` adds nothing."""
         ...
 
     async def history(
-        self, conversation_id: str, *, tenant: str, limit: int | None = None
+        self,
+        conversation_id: str,
+        *,
+        tenant: str,
+        user: str | None = None,
+        limit: int | None = None,
     ) -> list[StoredTurn]:
         """Turns oldest first (the newest ``limit`` when given)."""
         ...
 
-    async def delete(self, conversation_id: str, *, tenant: str) -> None:
+    async def delete(self, conversation_id: str, *, tenant: str, user: str | None = None) -> None:
         """Remove a conversation and its turns."""
         ...
