@@ -11,7 +11,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from aiohttp import web
 
@@ -213,6 +213,17 @@ def _with_extra(features: tuple[Feature, ...], extra: Sequence[Feature]) -> tupl
     return (*replaced, *(f for f in extra if f.name in by_name))
 
 
+def _known_extensions(names: Sequence[str]) -> Callable[[GatewayConfig], None]:
+    """A check that each ``extensions:`` section names one of the features ``names``."""
+
+    def check(config: GatewayConfig) -> None:
+        unknown = sorted(set(config.extensions) - set(names))
+        if unknown:
+            raise ConfigError(f"extensions: no feature named {', '.join(unknown)}")
+
+    return check
+
+
 def create_app(
     settings: Settings,
     config: GatewayConfig | None = None,
@@ -223,9 +234,8 @@ def create_app(
     """The gateway as an aiohttp application; run it with ``handler_cancellation=True``."""
     gw = state or build_state(settings, config)
     gw.features = features = Features(build_features(gw, extra))
-    unknown = sorted(set(gw.tables.table.config.extensions) - set(features.names()))
-    if unknown:
-        raise ConfigError(f"extensions: no feature named {', '.join(unknown)}")
+    _known_extensions(features.names())(gw.tables.table.config)
+    gw.tables.add_check(_known_extensions(features.names()))  # a reload naming none: refused
     gw.stages = features.stages()
     app = web.Application(middlewares=[error_middleware], client_max_size=gw.max_request_bytes + 1)
     app[GATEWAY] = gw

@@ -135,13 +135,17 @@ class Features:
         """What the features still lack (``"tenancy: database"``), for readiness."""
         return [f"{f.name}: {m}" for f in self.all for m in f.missing()]
 
-    def reconfigure(self, config: GatewayConfig) -> None:
-        """Tell every feature about a reloaded config (one failing does not stop the rest)."""
+    def reconfigure(self, config: GatewayConfig) -> list[str]:
+        """Tell every feature about a reloaded config (one failing does not stop the rest);
+        the names of those that failed (they keep what they had), for the reload's answer."""
+        failed: list[str] = []
         for feature in self.all:
             try:
                 feature.reconfigure(config)
             except Exception:
                 log.exception("feature %s could not apply the reloaded config", feature.name)
+                failed.append(feature.name)
+        return failed
 
     async def start(self) -> None:
         for feature in self.all:

@@ -6,6 +6,7 @@ from aiohttp import web
 
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.config.redact import redact_config
+from fleetgate.config.reload import restart_sections
 from fleetgate.errors import ConfigError, InvalidRequest
 from fleetgate.http import AdminAccess, json_reply
 from fleetgate.tenancy.principal import Principal
@@ -20,7 +21,11 @@ def _master(request: web.Request) -> tuple[GatewayState, AdminAccess, Principal]
 
 
 async def reload_config(request: web.Request) -> web.Response:
-    """Re-read the config file; an invalid file is refused (400) and the old config kept."""
+    """Re-read the config file; an invalid file is refused (400) and the old config kept.
+
+    The answer names what took effect (``applied``), what waits for a restart
+    (``restart_required``) and the features that failed to take it (``not_applied``);
+    ``status`` is ``applied`` only when nothing waits or failed (`fleetgate.config.reload`)."""
     gw, access, actor = _master(request)
     try:
         table = gw.tables.reload()
@@ -28,14 +33,19 @@ async def reload_config(request: web.Request) -> web.Response:
         gw.metrics.config_reloads.labels("refused").inc()
         await access.record(actor, "config.reload", "refused", {"error": exc.message})
         raise InvalidRequest(f"Config refused, the old one is kept: {exc.message}") from None
-    gw.metrics.config_reloads.labels("applied").inc()
-    await access.record(actor, "config.reload", "applied", {"generation": gw.tables.generation})
-    return json_reply({"status": "applied", "generation": gw.tables.generation,
+    change = gw.tables.change.as_json()
+    gw.metrics.config_reloads.labels(change["status"]).inc()
+    await access.record(actor, "config.reload", change["status"],
+                        {"generation": gw.tables.generation, **change})  # fmt: skip
+    return json_reply({**change, "generation": gw.tables.generation,
                        "aliases": table.aliases()})  # fmt: skip
 
 
 async def get_config(request: web.Request) -> web.Response:
-    """The live config, every secret redacted (`fleetgate.config.redact`)."""
+    """The config last loaded, every secret redacted (`fleetgate.config.redact`), and the
+    parts of it that wait for a restart to take effect (``restart_required``)."""
     gw, _, _ = _master(request)
     data = redact_config(gw.tables.table.config.model_dump(mode="json"))
-    return json_reply({"generation": gw.tables.generation, "config": data})
+    pending = restart_sections(gw.tables.started, gw.tables.source)
+    return json_reply({"generation": gw.tables.generation, "config": data,
+                       "restart_required": pending})  # fmt: skip

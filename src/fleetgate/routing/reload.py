@@ -3,6 +3,11 @@
 An invalid new config is refused and the old table kept; requests in flight finish on the
 table they started with.
 
+Each swap leaves a `fleetgate.config.reload.ReloadChange` in ``change``: the parts applied,
+the parts waiting for a restart (measured against the config the process started with) and
+the features that could not take the new config. A *check* (``add_check``) may refuse a
+config before anything is swapped.
+
 A *resolver* (``add_resolver``) rewrites each config before its table is built: the releases
 feature fills the deployments of aliases that follow a registry stage. ``refresh()`` rebuilds
 the table from the last config applied, when what a resolver answers has changed.
@@ -12,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from fleetgate.config.loader import load_config
+from fleetgate.config.reload import ReloadChange, compare
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.errors import ConfigError, FleetgateError
 from fleetgate.routing.deployment import DeploymentState
@@ -40,17 +46,25 @@ class TableManager:
         self._strategies = strategies
         self._states: dict[str, DeploymentState] = {}
         self.path = path
-        self._listeners: list[Callable[[RouteTable], None]] = []
+        self._listeners: list[Callable[[RouteTable], Iterable[str] | None]] = []
         self._resolvers: list[Callable[[GatewayConfig], GatewayConfig]] = []
+        self._checks: list[Callable[[GatewayConfig], None]] = []
         self.source = config  # the config as written, before resolvers
+        self.started = config  # what the parts built once (stages, listeners) were built from
+        self.change = ReloadChange()  # what the last swap did
         self.table = RouteTable.build(config, providers, strategies, self._states)
         self._mtime = self._stat()
         self._task: asyncio.Task[None] | None = None
         self.generation = 1
 
-    def subscribe(self, listener: Callable[[RouteTable], None]) -> None:
-        """Call ``listener`` with each new table after it is swapped in."""
+    def subscribe(self, listener: Callable[[RouteTable], Iterable[str] | None]) -> None:
+        """Call ``listener`` with each new table after it is swapped in; it may answer the
+        names of the parts that could not take it (``ReloadChange.not_applied``)."""
         self._listeners.append(listener)
+
+    def add_check(self, check: Callable[[GatewayConfig], None]) -> None:
+        """Run ``check`` on every config before it is swapped in; its `ConfigError` refuses it."""
+        self._checks.append(check)
 
     def add_resolver(self, resolver: Callable[[GatewayConfig], GatewayConfig]) -> None:
         """Rewrite every config applied from now on with ``resolver`` (then ``refresh()``)."""
@@ -70,21 +84,29 @@ class TableManager:
 
     def apply(self, config: GatewayConfig) -> RouteTable:
         """Swap in ``config``; raises `ConfigError` (and keeps the old table) if it can't."""
+        for check in self._checks:
+            check(config)
         resolved = config
         for resolve in self._resolvers:
             resolved = resolve(resolved)
         states = dict(self._states)
         table = RouteTable.build(resolved, self._providers, self._strategies, states)
+        change = compare(self.source, config, self.started)
         self.source = config
         self._states.clear()
         self._states.update(states)
         self.table = table
         self.generation += 1
-        for listener in self._listeners:
-            listener(table)
+        failed = [name for listener in self._listeners for name in listener(table) or ()]
+        self.change = ReloadChange(change.applied, change.restart_required, failed)
         log.info(
             "config applied (generation %d, %d aliases)", self.generation, len(table.aliases())
         )
+        if change.restart_required:
+            log.warning(
+                "config: %s changed but takes effect at the next restart",
+                ", ".join(change.restart_required),
+            )
         return table
 
     def reload(self) -> RouteTable:
