@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from fleetgate.multimodal.audio.decode import AudioLimits
+    from fleetgate.multimodal.audio.limits import AudioLimits
 
 __all__ = ["InputBudget"]
 
@@ -63,7 +63,7 @@ class InputBudget(BaseModel):
 
     def audio_limits(self) -> AudioLimits:
         """The bounds `fleetgate.multimodal.audio.decode.decode_audio` applies."""
-        from fleetgate.multimodal.audio.decode import AudioLimits
+        from fleetgate.multimodal.audio.limits import AudioLimits
 
         return AudioLimits(
             max_bytes=self.audio_bytes,

@@ -171,7 +171,7 @@ class MultimodalStage:
         tenant = req.principal.tenant
         loaded_list, transcripts = await asyncio.gather(
             asyncio.gather(*(rt.images.load(p.url, tenant=tenant, param=p.param) for p in images)),
-            asyncio.gather(*(rt.transcriber.transcribe(p.data) for p in audio)),
+            asyncio.gather(*(rt.transcriber.transcribe(p.data, param=p.param) for p in audio)),
         )
         loaded: dict[PartKey, LoadedImage] = {
             p.key: img for p, img in zip(images, loaded_list, strict=True)

@@ -83,13 +83,17 @@ def test_rate_channels_and_samples_are_bounded() -> None:
 def test_a_header_that_understates_the_length_is_stopped_while_decoding(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    long = tone("WAV", "PCM_16", rate=8_000, seconds=3.0)
+
     class LyingHeader:
-        """A decoder whose header says one frame (a stream of unknown length can)."""
+        """A decoder whose header says one frame (a stream of unknown length can) and that
+        then decodes three seconds: what the gateway's header check saw was one second."""
 
         frames = 1
+        format = "WAV"
 
         def __init__(self, file: io.BytesIO) -> None:
-            self._real = sf.SoundFile(file)
+            self._real = sf.SoundFile(io.BytesIO(long))
             self.samplerate, self.channels = self._real.samplerate, self._real.channels
 
         def __enter__(self) -> LyingHeader:
@@ -105,7 +109,7 @@ def test_a_header_that_understates_the_length_is_stopped_while_decoding(
     lying.SoundFile = LyingHeader  # type: ignore[attr-defined]
     lying.LibsndfileError = sf.LibsndfileError  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "soundfile", lying)
-    data = tone("WAV", "PCM_16", rate=8_000, seconds=3.0)
+    data = tone("WAV", "PCM_16", rate=8_000, seconds=1.0)
     with pytest.raises(InvalidRequest, match="longer than 2 seconds"):
         decode_audio(data, limits=AudioLimits(max_seconds=2.0))
     with pytest.raises(InvalidRequest, match="samples"):

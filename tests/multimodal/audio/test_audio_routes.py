@@ -187,6 +187,27 @@ async def test_a_small_flac_declaring_8_channels_at_192_khz_is_refused_not_decod
     assert resp.status == 400, await resp.text()
     err = (await resp.json())["error"]
     assert (err["param"], err["code"]) == ("file", "audio_too_large")
+    backend = _runtime(client).transcriber.backend
+    assert isinstance(backend, PocketsphinxTranscriber)
+    assert backend.workers.pids() == []  # judged by its header: no worker started, no decoding
+
+
+async def test_an_input_audio_part_past_the_limits_is_refused_from_its_header(
+    gateway: GatewayFactory, upstream: FakeUpstream
+) -> None:
+    client = await gateway(_config(upstream))
+    data = base64.b64encode(declared_flac(192_000, 8, 60)).decode()
+    part = {"type": "input_audio", "input_audio": {"data": data, "format": "flac"}}
+    text = {"type": "text", "text": "what is said here?"}
+    body = {"model": "tiny", "messages": [{"role": "user", "content": [text, part]}]}
+    resp = await client.post("/v1/chat/completions", json=body, headers=AUTH)
+    assert resp.status == 400, await resp.text()
+    err = (await resp.json())["error"]
+    assert err["param"] == "messages[0].content[1].input_audio"
+    assert err["code"] == "audio_too_large" and err["type"] == "invalid_request_error"
+    backend = _runtime(client).transcriber.backend
+    assert isinstance(backend, PocketsphinxTranscriber) and backend.workers.pids() == []
+    assert upstream.seen == []
 
 
 async def test_killed_recogniser_workers_are_replaced_and_the_next_upload_is_transcribed(

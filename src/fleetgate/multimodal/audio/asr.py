@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetgate.errors import InvalidRequest
-from fleetgate.multimodal.audio.decode import AudioLimits
+from fleetgate.multimodal.audio.limits import AudioLimits
 from fleetgate.multimodal.audio.prepare import AUDIO_WORKER, PreparedAudio, prepare_in
 from fleetgate.multimodal.audio.vad import VadConfig
 from fleetgate.multimodal.native.pool import FailureHook, NativeWorkerPool, WorkerSpec

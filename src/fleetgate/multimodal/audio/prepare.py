@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from fleetgate.multimodal.audio.decode import AudioLimits
+from fleetgate.multimodal.audio.limits import AudioLimits
 from fleetgate.multimodal.audio.vad import SpeechSegment, VadConfig
 from fleetgate.multimodal.native.pool import FailureHook, NativeWorkerPool, WorkerSpec
 

@@ -1,7 +1,8 @@
 """The speech-in pipeline: bytes -> 16 kHz -> speech segments -> batch transcription.
 
-Stateless apart from the backend it is given, so it scales by adding workers. Decoding and VAD
-run in worker processes (an `AudioPreparer`), never in the gateway's process.
+Stateless apart from the backend it is given, so it scales by adding workers. The header is
+judged in the gateway (`fleetgate.multimodal.audio.probe`, pure Python, no decoding); decoding
+and VAD run in worker processes (an `AudioPreparer`), never in the gateway's process.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import cast
 
+from fleetgate.errors import InvalidRequest
 from fleetgate.multimodal.audio.asr import SegmentTranscriber
 from fleetgate.multimodal.audio.decode import TARGET_RATE, AudioLimits
 from fleetgate.multimodal.audio.prepare import AudioPreparer, IsolatedAudioDecoder
+from fleetgate.multimodal.audio.probe import judge_audio
 from fleetgate.multimodal.audio.vad import VadConfig
 
 __all__ = ["Transcriber", "Transcript", "TranscriptSegment"]
@@ -70,10 +73,22 @@ class Transcriber:
         self._language = default_language
 
     async def transcribe(
-        self, data: bytes, *, language: str | None = None, prompt: str | None = None
+        self,
+        data: bytes,
+        *,
+        language: str | None = None,
+        prompt: str | None = None,
+        param: str = "file",
     ) -> Transcript:
-        """Transcribe one uploaded file (WAV, FLAC, OGG or MP3)."""
-        prepared = await self.preparer.prepare(data, self.limits, self.vad)
+        """Transcribe one uploaded file (WAV, FLAC, OGG or MP3). Its header is judged here,
+        before any worker sees it; errors about the file name ``param``."""
+        judge_audio(data, self.limits, param=param)
+        try:
+            prepared = await self.preparer.prepare(data, self.limits, self.vad)
+        except InvalidRequest as exc:
+            if exc.param != "file" or param == "file":
+                raise
+            raise InvalidRequest(exc.message, param=param, code=exc.code) from None
         segments = prepared.segments
         texts = await self.backend.transcribe_segments(
             [s.samples for s in segments], language=language, prompt=prompt
