@@ -272,3 +272,22 @@ async def test_signing_in_returns_to_the_page_asked_for(console: Console) -> Non
             allow_redirects=False,
         ) as resp:
             assert resp.headers["Location"] == "/ui/spend?group=alias"
+
+
+async def test_the_spend_csv_marks_tab_and_cr_led_cells_as_text(console: Console) -> None:
+    """A key's tags are the caller's text: a tag starting with TAB or CR (that a spreadsheet
+    strips before running the ``=`` behind it) comes out of the CSV with a leading ``'``."""
+    team_id, _, _ = await _team_key(console, "search")
+    tags = {"\t=HYPERLINK(1)": "x", "\r@SUM(1)": "y", "plain": "-2"}
+    status, key = await console.admin("POST", "/admin/keys", json={"team": team_id, "tags": tags})
+    assert status == 201, key
+    assert await console.chat(key["key"]) == 200
+    async with await console.signed_in(MASTER) as s:
+        for _ in range(40):  # the spend writer flushes every 50 ms
+            async with s.get(console.url + "/ui/spend.csv?group=tag") as resp:
+                assert resp.status == 200
+                rows = list(csv.DictReader(io.StringIO(await resp.text())))
+            if len(rows) == 3:
+                break
+            await asyncio.sleep(0.05)
+    assert sorted(r["tag"] for r in rows) == ["'\t=HYPERLINK(1)=x", "'\r@SUM(1)=y", "plain=-2"]

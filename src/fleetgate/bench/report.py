@@ -17,6 +17,7 @@ import orjson
 from fleetgate.bench.knee import knee_index
 from fleetgate.bench.point import PointResult
 from fleetgate.bench.profiles import ProfileResult
+from fleetgate.csv_export import inert_cell
 
 __all__ = [
     "POINT_COLUMNS",
@@ -81,4 +82,4 @@ def write_csv(path: Path, points: Sequence[PointResult]) -> None:
             cols = list(POINT_COLUMNS)
         writer = csv.DictWriter(fh, fieldnames=cols)
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({c: inert_cell(r.get(c)) for c in cols} for r in rows)

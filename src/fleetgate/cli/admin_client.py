@@ -4,8 +4,6 @@ table / CSV / JSON output."""
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import os
 import urllib.error
@@ -13,6 +11,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from fleetgate.csv_export import csv_text
 from fleetgate.errors import ConfigError
 
 __all__ = ["add_client_args", "call", "render"]
@@ -70,12 +69,8 @@ def render(rows: Sequence[dict[str, Any]], fmt: str, columns: Sequence[str] | No
         return json.dumps(list(rows), indent=2, sort_keys=True)
     cols = list(columns or (list(rows[0].keys()) if rows else []))
     if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(cols)
-        for r in rows:
-            writer.writerow([_cell(r.get(c)) for c in cols])
-        return out.getvalue().rstrip("\n")
+        text = csv_text(cols, ([_cell(r.get(c)) for c in cols] for r in rows), lineterminator="\n")
+        return text.rstrip("\n")
     cells = [[_cell(r.get(c)) for c in cols] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip()]

@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import time
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -18,6 +16,7 @@ from fleetgate.console.charts import bar_chart
 from fleetgate.console.core import Console
 from fleetgate.console.forms import page_number
 from fleetgate.console.sessions import Session
+from fleetgate.csv_export import csv_text
 from fleetgate.errors import InvalidRequest, PermissionDenied
 from fleetgate.tenancy.reports import GROUPS, spend_report
 
@@ -127,33 +126,15 @@ class SpendPages:
         session = await self.console.require(request, SPEND_ROLES)
         view, rows = await self._report(request, session)
         group = view["group"]
-        out = io.StringIO()
-        writer = csv.writer(out)
         columns = [group, *(["team_name"] if group == "team" else [])]
         columns += ["spend_usd", "requests", "input_tokens", "output_tokens"]
-        writer.writerow(columns)
-        for r in rows:
-            writer.writerow([_cell(r.get(c)) for c in columns])
+        text = csv_text(columns, ([r.get(c) for c in columns] for r in rows))
         name = f"spend-by-{group}-{view['since']}-{view['until']}.csv"
         return web.Response(
-            text=out.getvalue(),
+            text=text,
             content_type="text/csv",
             headers={"Content-Disposition": f'attachment; filename="{name}"'},
         )
-
-
-def _cell(value: Any) -> str:
-    text = "" if value is None else str(value)
-    # A spreadsheet runs a cell that starts with = + - @ as a formula: keep names inert.
-    return "'" + text if text[:1] in ("=", "+", "-", "@") and not _number(text) else text
-
-
-def _number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _query(view: dict[str, str]) -> str:

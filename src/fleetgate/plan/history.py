@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import and_, func, select
 
+from fleetgate.csv_export import csv_text, restore_cell
 from fleetgate.errors import InvalidRequest
 from fleetgate.store.database import Database
 from fleetgate.store.tables import spend
@@ -155,24 +156,20 @@ def read_history_csv(source: Path | str) -> HourlyHistory:
         if not rec["alias"]:
             raise InvalidRequest(f"history CSV line {line}: empty alias", param="history")
         hour = parse_hour(rec["hour"] or "", f"history CSV line {line}")
-        rows.append((hour, rec["alias"], *values))
+        rows.append((hour, restore_cell(rec["alias"]), *values))
     return HourlyHistory.from_rows(rows)  # type: ignore[arg-type]
 
 
 def write_history_csv(history: HourlyHistory) -> str:
     """The history as CSV text (hours without traffic left out), readable back as is."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["hour", "alias", *FIELDS])
+    rows = []
     for alias in history.aliases:
         s = history.series[alias]
         for i in range(history.hours):
             values = [s[f][i] for f in FIELDS]
             if any(values):
-                writer.writerow(
-                    [format_hour(history.start + i), alias, *(f"{v:g}" for v in values)]
-                )
-    return out.getvalue()
+                rows.append([format_hour(history.start + i), alias, *(f"{v:g}" for v in values)])
+    return csv_text(["hour", "alias", *FIELDS], rows, lineterminator="\n")
 
 
 async def read_history_store(
