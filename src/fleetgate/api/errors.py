@@ -1,4 +1,6 @@
-"""One place that turns every failure into an OpenAI error response."""
+"""One place that turns every failure into an OpenAI error response: a `FleetgateError` as
+itself, an aiohttp HTTP exception by its status, a store that cannot be reached (any route) as
+503 ``store_unavailable``, anything else as a 500 ``internal_error`` (logged)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import orjson
 from aiohttp import web
 
 from fleetgate.errors import FleetgateError
+from fleetgate.store.errors import is_unreachable, store_unavailable
 
 __all__ = ["error_middleware", "error_response"]
 
@@ -67,7 +70,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400:
             raise
         return _http_exception(exc)
-    except Exception:
+    except Exception as exc:
+        if is_unreachable(exc):  # the database (or the path to it) is down: 503, whatever route
+            log.warning("%s %s -> 503 store unavailable: %r", request.method, request.path, exc)
+            return error_response(store_unavailable(exc))
         log.exception("unhandled error on %s %s", request.method, request.path)
         body = {
             "error": {
