@@ -198,6 +198,21 @@ async def test_personal_data_in_a_tool_result_is_masked_per_policy(shared: Share
     assert (await _rows(gw, spend, key_id=key_id))[0]["cost_nusd"] == 1_000_000  # still billed
 
 
+async def test_personal_data_in_structured_output_is_withheld_and_named(
+    shared: SharedGateway,
+) -> None:
+    """The text is masked, but JSON cannot be: the result is withheld, and the message names
+    the check that flagged it (pii), not a bare "policy"."""
+    _, key = await shared.key("research")
+    async with mcp_client(shared.gw.url, key) as client:
+        result = await client.call_tool("files__echo", {"text": "mail alice.smith@example.com"})
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert result.is_error is True and result.structured_content is None
+    assert "alice.smith@example.com" not in result.model_dump_json()
+    assert "(pii" in text and "(policy)" not in text
+    assert "structured content" in text
+
+
 async def test_tool_prices_count_against_the_team_budget(shared: SharedGateway) -> None:
     gw = shared.gw
     _, _, key = await gw.team_and_key("budgeted", team_fields={"max_budget_usd": 0.02})
@@ -212,8 +227,13 @@ async def test_tool_prices_count_against_the_team_budget(shared: SharedGateway) 
                 refused = exc
                 break
             await asyncio.sleep(0.1)
-    assert refused is not None and refused.error.code == -32011
-    assert refused.error.data["reason"] == "budget"  # type: ignore[index]
+    # a spent budget is named as one (the HTTP API's code), not worded as a rate limit
+    assert refused is not None and refused.error.code == -32013
+    assert refused.error.message.startswith("Budget exhausted for team")
+    assert "rate limit" not in refused.error.message.lower()
+    data = refused.error.data
+    assert data["reason"] == "budget" and data["code"] == "budget_exceeded"  # type: ignore[index]
+    assert data["type"] == "insufficient_quota"  # type: ignore[index]
 
 
 @pytest.mark.parametrize("redis_url", [None, REDIS_URL], ids=["memory", "redis"])
@@ -229,7 +249,9 @@ async def test_tool_calls_are_rate_limited_per_key(
         with pytest.raises(MCPError) as limited:
             await client.call_tool("notes__echo", {"text": "one too many"})
     assert limited.value.error.code == -32011
+    assert limited.value.error.message.startswith("Rate limit reached for mcp-key")
     assert "retry in" in limited.value.error.message
+    assert limited.value.error.data["code"] == "rate_limit_exceeded"  # type: ignore[index]
     assert 0 < limited.value.error.data["retry_after_s"] <= 60  # type: ignore[index]
     rows = await _wait_rows(gw, request_audit, key_id=key_id, decision="refused_requests")
     assert rows[0]["status"] == 429

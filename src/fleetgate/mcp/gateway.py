@@ -12,7 +12,8 @@ request's path through the gateway's controls.
 2. the call is reserved in the tenancy limiter (one request, no tokens) in the key's and team's
    scopes, the alias scope ``mcp/<server>``, and the MCP scopes ``mcp-key:``, ``mcp-team:``
    (``mcp.key_rpm``, ``mcp.team_rpm``) and ``mcp-server:`` (the server's ``rpm`` and
-   ``max_parallel``); a denial is a JSON-RPC error with the retry delay;
+   ``max_parallel``); a denial is a JSON-RPC error with the retry delay, ``BUDGET_EXCEEDED``
+   for a spent budget and ``RATE_LIMITED`` for a rate or parallel limit;
 3. the upstream is called (its credentials stay in `fleetgate.mcp.upstream`);
 4. the answer's text goes through the caller's safety policy at the *input* check point
    (`fleetgate.mcp.screen`: text the model will read, indirect prompt injection);
@@ -50,6 +51,7 @@ from fleetgate.tenancy.scopes import scope_for
 from fleetgate.tenancy.settles import Settles
 
 __all__ = [
+    "BUDGET_EXCEEDED",
     "INVALID_PARAMS",
     "RATE_LIMITED",
     "RESOURCE_NOT_FOUND",
@@ -65,13 +67,38 @@ log = logging.getLogger("fleetgate.mcp")
 INVALID_PARAMS = -32602  # an unknown (or not allowed) tool, as the MCP spec says
 TIMED_OUT = -32001  # the upstream server did not answer within call_timeout_s (the SDK's code)
 UNAVAILABLE = -32010  # the upstream server is not connected, or the connection broke
-RATE_LIMITED = -32011  # a rate limit, parallel limit or budget refused the call
+RATE_LIMITED = -32011  # a rate limit or parallel limit refused the call (retry later)
+BUDGET_EXCEEDED = -32013  # a budget is spent: no call that costs succeeds before it resets
 RESOURCE_NOT_FOUND = -32002  # an unknown (or not allowed) resource, as the MCP spec says
+_NEVER_MS = 400 * 86_400_000  # longer than any calendar period: the budget never resets
 T = TypeVar("T")
 
 
 def _no_alerts(scopes: tuple[Scope, ...], totals: dict[str, int], cost: int) -> None:
     return None  # budgets and their alerts belong to tenancy
+
+
+def _refusal(denial: Denial) -> MCPError:
+    """The JSON-RPC error for a refused reservation, named as the HTTP API names it: a spent
+    budget (``budget_exceeded``) is not a rate limit (``rate_limit_exceeded``)."""
+    what = denial.scope.split(":")[0]
+    data: dict[str, Any] = {"retry_after_s": denial.retry_after_ms / 1000, "reason": denial.reason}
+    if denial.reason == "budget":
+        data |= {"type": "insufficient_quota", "code": "budget_exceeded"}
+        resets = (
+            "it does not reset"  # a `total` budget
+            if denial.retry_after_ms > _NEVER_MS
+            else f"it resets in {duration(denial.retry_after_ms)}"
+        )
+        return MCPError(BUDGET_EXCEEDED, f"Budget exhausted for {what}; {resets}.", data=data)
+    data |= {"type": "rate_limit_error", "code": "rate_limit_exceeded"}
+    limit = "Parallel call limit" if denial.reason == "parallel" else "Rate limit"
+    return MCPError(
+        RATE_LIMITED,
+        f"{limit} reached for {what} ({denial.reason}); "
+        f"retry in {duration(denial.retry_after_ms)}.",
+        data=data,
+    )
 
 
 def _nusd(usd: float) -> int:
@@ -264,14 +291,10 @@ class ToolGateway:
             return None
         result = await self.limiter.reserve(call.request_id, scopes, 0)
         if isinstance(result, Denial):
-            self._finish(call, "refused_" + result.reason, 429, "rate_limit_error")
-            what = result.scope.split(":")[0]
-            raise MCPError(
-                RATE_LIMITED,
-                f"Rate limit reached for {what} ({result.reason}); "
-                f"retry in {duration(result.retry_after_ms)}.",
-                data={"retry_after_s": result.retry_after_ms / 1000, "reason": result.reason},
-            )
+            budget = result.reason == "budget"
+            error_type = "insufficient_quota" if budget else "rate_limit_error"
+            self._finish(call, "refused_" + result.reason, 429, error_type)
+            raise _refusal(result)
         return result
 
     def _scopes(self, call: McpCall) -> tuple[Scope, ...]:

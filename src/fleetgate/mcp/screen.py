@@ -102,7 +102,7 @@ class ResultScreen:
             if decision.blocked or decision.action is Action.MASK:
                 # JSON cannot be masked in place without breaking its schema: withhold it all.
                 _flag(call, decision, "blocked")
-                return _withheld_result(call)
+                return _withheld_result(call, masked=not decision.blocked)
         if call.decision != "masked":
             return result
         content = [
@@ -152,17 +152,29 @@ def _flag(call: McpCall, decision: PolicyDecision, what: str) -> None:
 
 
 def _reason(call: McpCall) -> str:
-    reason = call.safety.reason if call.safety is not None else None
-    check = reason.check if reason is not None else "policy"
-    cats = ", ".join(reason.categories) if reason is not None else ""
-    return f"{check}{': ' + cats if cats else ''}"
+    """The checks that flagged and their categories (``pii: email``): the one that blocked,
+    else every one that flagged (a mask has no single blocking verdict)."""
+    decision = call.safety
+    if decision is None:
+        return "policy"
+    flagged = [decision.reason] if decision.reason is not None else []
+    flagged = flagged or [v for v in decision.verdicts if v.flagged]
+    named = [f"{v.check}: {', '.join(v.categories)}" if v.categories else v.check for v in flagged]
+    return "; ".join(named) or "policy"
 
 
-def _withheld_result(call: McpCall) -> types.CallToolResult:
+def _withheld_result(call: McpCall, *, masked: bool = False) -> types.CallToolResult:
     call.decision, call.status, call.error_type = "blocked", 400, "content_filter"
-    text = (
-        f"The gateway withheld this tool result: its content policy flagged it ({_reason(call)})."
-    )
+    if masked:
+        text = (
+            "The gateway withheld this tool result: its structured content holds data the "
+            f"content policy masks ({_reason(call)}), and JSON cannot be masked in place."
+        )
+    else:
+        text = (
+            "The gateway withheld this tool result: its content policy flagged it "
+            f"({_reason(call)})."
+        )
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
