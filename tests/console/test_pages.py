@@ -148,9 +148,13 @@ async def test_the_registry_page_shows_quality_by_version(gw: Console, fake: Fak
     async with gw.http.post(gw.url + "/v1/chat/completions", json=body, headers=headers) as resp:
         assert resp.status == 200
         request_id = resp.headers["x-request-id"]
-    status, _ = await gw.admin(
-        "POST", "/v1/feedback", json={"request_id": request_id, "rating": "down"}
-    )
+    for _ in range(100):  # feedback is taken once the answer's record is in the store
+        status, _ = await gw.admin(
+            "POST", "/v1/feedback", json={"request_id": request_id, "rating": "down"}
+        )
+        if status != 404:
+            break
+        await asyncio.sleep(0.05)
     assert status == 201
     s = await gw.signed_in(MASTER)
     async with s:

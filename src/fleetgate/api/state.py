@@ -7,8 +7,9 @@ typed attributes below, set when they are built, never through app keys.
 
 from __future__ import annotations
 
-import itertools
-import os
+import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -83,14 +84,16 @@ class GatewayState:
 
 
 class RequestIds:
-    """Unique request ids without a syscall each: a random process prefix and a counter."""
+    """Request ids no caller can guess from its own: the time in milliseconds (12 hex digits:
+    ids sort by when they were issued) and 80 bits from the OS's CSPRNG (unique across
+    replicas and restarts). They name answers to clients (``x-request-id``, feedback), so
+    they must not be a counter a neighbour could step."""
 
-    def __init__(self) -> None:
-        self._prefix = os.urandom(8).hex()
-        self._counter = itertools.count(1)
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
 
     def next(self) -> str:
-        return f"{self._prefix}{next(self._counter):08x}"
+        return f"{int(self._clock() * 1000):012x}{secrets.token_hex(10)}"
 
 
 GATEWAY = web.AppKey("fleetgate.gateway", GatewayState)

@@ -5,11 +5,11 @@ from 0 to 1, with an optional comment and tags; a later verdict by the same key 
 The request is named by its ``request_id`` (the ``x-request-id`` header of the answer) or by
 the ``response_id`` (the ``id`` of the answer's body) of a request on an alias that follows
 the registry, which the gateway recorded with its request id, alias, version and team
-(`fleetgate.releases.outcomes`). The request's alias, version and team are not copied into the
-feedback: they are joined from what the gateway recorded of that request (its row in
-``fg_release_requests``, else its spend record) when quality is read, so feedback sent before
-the request's record was written (records are batched) still counts once it is, and feedback
-on a request of another team never does.
+(`fleetgate.releases.outcomes`). Feedback is taken only on an answer the store holds (its row
+in ``fg_release_requests``, else its spend record, written by whichever replica served it
+within a second or two) that was served to the caller (`FeedbackStore.served`); on any other
+id, issued to another tenant, not issued, or not recorded yet, the answer is the same 404.
+The request's alias, version and team are joined from that record when quality is read.
 
 Quality by alias and version also counts **regenerations**: a request whose exact prompt the
 same key sent again within the regeneration window (the user asked for another answer), an
@@ -18,7 +18,7 @@ implicit negative verdict on the first answer.
 Example::
 
     store = FeedbackStore(db)
-    await store.record(principal, FeedbackSpec(request_id="req-1", rating="down"))
+    await store.record(principal, FeedbackSpec(request_id=rid, rating="down"))  # served to it
     rows = await store.quality(since_ms=0)   # by alias and version: negative-feedback rate
 """
 
@@ -38,12 +38,13 @@ from sqlalchemy.sql.expression import Exists
 from fleetgate.errors import NotFound
 from fleetgate.releases.tables import release_requests
 from fleetgate.store.database import Database
-from fleetgate.store.tables import feedback, spend
+from fleetgate.store.tables import api_keys, feedback, spend
 from fleetgate.tenancy.principal import Principal
 
 __all__ = ["FeedbackSpec", "FeedbackStore"]
 
 NEGATIVE_BELOW = 0.5  # a score under this (a thumbs down is 0) is negative feedback
+_MAX_NAMED = 20  # request rows read for one response id (upstream ids need not be unique)
 
 
 class FeedbackSpec(BaseModel):
@@ -80,32 +81,71 @@ class FeedbackStore:
         self.db = db
         self._clock = clock
 
-    async def resolve(self, spec: FeedbackSpec) -> dict[str, Any] | None:
-        """What the gateway recorded of the request ``spec`` names (request id, alias, version,
-        team), or None when it recorded nothing (yet); `NotFound` for an unknown
-        ``response_id``."""
-        r = release_requests
-        stmt = select(r.c.request_id, r.c.response_id, r.c.alias, r.c.version, r.c.team_id)
-        if spec.response_id is not None:
-            stmt = stmt.where(r.c.response_id == spec.response_id)
-        else:
-            stmt = stmt.where(r.c.request_id == spec.request_id)
+    async def served(self, who: Principal, spec: FeedbackSpec) -> dict[str, Any]:
+        """The answer ``spec`` names, as the store holds it (request id, response id, alias,
+        version, team), when it was served to ``who``: found through the store, so on any
+        replica. `NotFound`, the same for each, when no such answer was served, when it is not
+        recorded yet (records are written within a second or two), and when it was served to
+        someone else: an id of another tenant tells nothing about it.
+
+        Whose answers a caller may rate: the master key any; a team admin its team's; any
+        other key those served to itself or to another key bound to the same user.
+        """
+        param = "response_id" if spec.response_id is not None else "request_id"
+        value = spec.response_id if spec.response_id is not None else spec.request_id
+        assert value is not None
+        rows = [] if "\x00" in value else await self._recorded(param, value)
+        for row in rows:
+            if await self._may_rate(who, row):
+                return {k: row[k] for k in ("request_id", "response_id", "alias", "version",
+                                            "team_id")}  # fmt: skip
+        raise NotFound(
+            f"No answer with {param} '{value}' was served to this key, or it is not recorded "
+            "yet (the gateway records each answer within a second or two: retry then).",
+            param=param,
+        )
+
+    async def _recorded(self, param: str, value: str) -> list[dict[str, Any]]:
+        """The store's records of the answers named ``value`` (newest first): the request
+        rows of aliases that follow the registry, else (a request id) the spend row."""
+        r, s = release_requests, spend
+        key = r.c.response_id if param == "response_id" else r.c.request_id
+        by_release = (
+            select(r.c.request_id, r.c.response_id, r.c.alias, r.c.version, r.c.team_id,
+                   r.c.key_id)
+            .where(key == value).order_by(r.c.created_ms.desc()).limit(_MAX_NAMED)
+        )  # fmt: skip
+        by_spend = select(
+            s.c.request_id, literal(None).label("response_id"), s.c.alias, s.c.version,
+            s.c.team_id, s.c.key_id,
+        ).where(s.c.request_id == value)  # fmt: skip
         async with self.db.engine.connect() as conn:
-            row = (await conn.execute(stmt.order_by(r.c.created_ms.desc()).limit(1))).first()
-        if row is None and spec.response_id is not None:
-            raise NotFound(
-                f"No answer with response_id '{spec.response_id}' is known (the gateway "
-                "records them for aliases that follow the registry, within a second or two); "
-                "send its request_id (the x-request-id header) instead.",
-                param="response_id",
-            )
-        return dict(row._mapping) if row is not None else None
+            rows = (await conn.execute(by_release)).all()
+            if not rows and param == "request_id":
+                rows = (await conn.execute(by_spend)).all()
+        return [dict(row._mapping) for row in rows]
+
+    async def _may_rate(self, who: Principal, row: dict[str, Any]) -> bool:
+        if who.is_master:
+            return True
+        if row["team_id"] is None or row["team_id"] != who.team_id:
+            return False
+        if who.role == "team_admin" or row["key_id"] == who.key_id:
+            return True
+        if not who.user_id or who.owner != f"user:{who.user_id}" or not row["key_id"]:
+            return False  # only keys bound to a user of the team share that user's answers
+        query = select(api_keys.c.user_id).where(
+            api_keys.c.id == row["key_id"], api_keys.c.team_id == who.team_id
+        )
+        async with self.db.engine.connect() as conn:
+            return bool(await conn.scalar(query) == who.user_id)
 
     async def record(self, who: Principal, spec: FeedbackSpec) -> dict[str, Any]:
-        served = await self.resolve(spec)
-        request_id = served["request_id"] if served is not None else spec.request_id
+        """Store ``who``'s verdict on an answer served to it (see `served`; `NotFound` for
+        any other); returns what was stored and what the answer was."""
+        served = await self.served(who, spec)
         row = {
-            "request_id": request_id, "key_id": who.key_id, "team_id": who.team_id,
+            "request_id": served["request_id"], "key_id": who.key_id, "team_id": who.team_id,
             "score": spec.value, "rating": spec.rating, "comment": spec.comment,
             "tags": spec.tags, "created_ms": int(self._clock() * 1000),
         }  # fmt: skip
@@ -118,11 +158,10 @@ class FeedbackStore:
         )  # fmt: skip
         async with self.db.engine.begin() as conn:
             await conn.execute(stmt)
-        out: dict[str, Any] = {"object": "feedback", **row}
-        if served is not None:
-            out["response_id"] = served["response_id"]
-            out["request"] = {k: served[k] for k in ("alias", "version", "team_id")}
-        return out
+        return {
+            "object": "feedback", **row, "response_id": served["response_id"],
+            "request": {k: served[k] for k in ("alias", "version", "team_id")},
+        }  # fmt: skip
 
     async def quality(
         self, *, since_ms: int, alias: str | None = None, regen_window_s: float = 600.0

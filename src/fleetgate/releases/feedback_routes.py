@@ -3,7 +3,8 @@
 - ``POST /v1/feedback`` (any valid key) ``{"request_id" | "response_id", "rating": "up"|"down"
   | "score": 0..1, "comment"?, "tags"?}``: 201 with what was stored. ``request_id`` is the
   ``x-request-id`` header of the answer, ``response_id`` the ``id`` of its body (known for
-  aliases that follow the registry; 404 when unknown).
+  aliases that follow the registry). 404, telling nothing, unless the store holds that answer
+  as served to the caller (`fleetgate.releases.feedback.FeedbackStore.served`).
 - ``GET /admin/registry/quality?alias=&window_s=86400`` (master key): by alias and version,
   requests, feedback, negative feedback and its rate, mean score, regenerations.
 - ``GET /admin/registry/flywheel?alias=&window_s=604800&regenerations=true&limit=1000``

@@ -1,0 +1,46 @@
+"""Request ids name answers to clients (``x-request-id``, feedback): a caller's own ids must not
+tell it a neighbour's, and ids stay unique across replicas and sort by when they were issued."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleetgate.api.state import RequestIds
+from tests.conftest import AUTH, GatewayFactory, one_alias
+from tests.fakes import FakeUpstream
+
+
+def _random_part(rid: str) -> str:
+    return rid[12:]
+
+
+def test_ids_are_unguessable_unique_and_sort_by_issue_time() -> None:
+    now = [1_700_000_000.0]
+    replicas = [RequestIds(clock=lambda: now[0]) for _ in range(2)]
+    issued: list[str] = []
+    for i in range(200):
+        now[0] += 0.001 * (i % 2)  # two ids in each millisecond
+        issued += [r.next() for r in replicas]
+    assert len(set(issued)) == len(issued)  # unique across replicas
+    assert sorted(issued, key=lambda rid: rid[:12]) == issued  # time first
+    for a, b in zip(issued, issued[1:], strict=False):
+        ra, rb = _random_part(a), _random_part(b)
+        # neither a successor nor a shared stem: the next id is not a step from one's own
+        assert int(rb, 16) - int(ra, 16) not in range(-1024, 1025)
+        assert ra[:6] != rb[:6]
+    assert all(len(rid) == 32 and int(rid, 16) >= 0 for rid in issued)
+
+
+async def test_a_callers_next_answer_is_not_a_step_from_its_last(
+    gateway: GatewayFactory, upstream: FakeUpstream
+) -> None:
+    client = await gateway(one_alias(upstream))
+    body: dict[str, Any] = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+    ids = []
+    for _ in range(3):
+        resp = await client.post("/v1/chat/completions", json=body, headers=AUTH)
+        assert resp.status == 200
+        ids.append(resp.headers["x-request-id"])
+    for a, b in zip(ids, ids[1:], strict=False):
+        assert _random_part(a)[:6] != _random_part(b)[:6]
+        assert int(_random_part(b), 16) - int(_random_part(a), 16) not in range(-1024, 1025)
