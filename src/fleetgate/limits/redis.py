@@ -24,7 +24,7 @@ from typing import Any, Literal
 from fleetgate.errors import LimiterUnavailable
 from fleetgate.limits.base import LEASE_MS, WINDOW_MS, Denial, Reservation, Scope, ScopeUsage
 from fleetgate.limits.scripts import RAISE_SPEND, RESERVE, SETTLE
-from fleetgate.resp import CommandNotSent, RespClient, RespError, Script, bulk
+from fleetgate.resp import CommandNotSent, RespClient, RespError, Script, bulk, encode_command
 
 __all__ = ["FailPolicy", "RedisLimiter"]
 
@@ -40,6 +40,8 @@ _RESERVE = Script(RESERVE)
 _SETTLE = Script(SETTLE)
 _RAISE_SPEND = Script(RAISE_SPEND)
 _MAX_ENCODED = 50_000  # scope sets whose commands are kept encoded
+# Loaded on each new connection before its first script call (`RedisLimiter._preload`).
+_LOADS = tuple(encode_command("SCRIPT", "LOAD", s.source) for s in (_RESERVE, _SETTLE))
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,12 @@ def _copy_outcome(target: asyncio.Future[Any], source: asyncio.Future[Any]) -> N
         target.set_result(source.result())
 
 
+def _retrieved(sent: asyncio.Future[Any]) -> None:
+    """A script load's reply: a failure is the next command's to report."""
+    if not sent.cancelled():
+        sent.exception()
+
+
 def _reservation(
     member: str, scopes: tuple[Scope, ...], tokens: int, values: list[int]
 ) -> Reservation | Denial:
@@ -141,6 +149,29 @@ class RedisLimiter:
         self._down_until = 0.0
         self._outages = 0
         self._encoded: dict[tuple[Scope, ...], _Encoded] = {}
+        self._loaded_on = -1  # `RespClient.connects` when the scripts were last loaded
+
+    def _preload(self) -> None:
+        """Load the scripts on a connection they were not loaded on yet (the first one, or
+        one to a Redis that may have restarted empty), ahead of the command about to leave
+        on it: pipelined, so the command finds them and costs no extra round trip. Without
+        this each script's first call on a fresh Redis answers NOSCRIPT and is sent again a
+        round trip later, so a settle sent before a response could reach Redis after the
+        client's next reservation, which was then refused for the slot being freed."""
+        redis = self.redis
+        if redis.connects == self._loaded_on:
+            return
+        loads = [redis.send_now(command) for command in _LOADS]
+        for sent in loads:
+            if sent is not None:
+                sent.add_done_callback(_retrieved)
+        if all(sent is not None for sent in loads):
+            self._loaded_on = redis.connects
+
+    async def _load_scripts(self) -> None:
+        """Connect if needed and load the scripts (the slow path: no connection yet)."""
+        await asyncio.gather(*(self.redis.send(command) for command in _LOADS))
+        self._loaded_on = self.redis.connects
 
     def _commands(self, scopes: tuple[Scope, ...]) -> _Encoded:
         enc = self._encoded.get(scopes)
@@ -175,6 +206,7 @@ class RedisLimiter:
                 self._on_unavailable(self.policy)
             return self._degraded(member, scopes, tokens)
         command = self._reserve_command(member, scopes, tokens)
+        self._preload()
         # Written now when nothing else is in flight (not at the end of the loop turn): the
         # round trip starts a loop iteration earlier.
         return await self._reserved(member, scopes, tokens, command, self.redis.send_now(command))
@@ -188,6 +220,7 @@ class RedisLimiter:
         if time.monotonic() < self._down_until:
             return None
         command = self._reserve_command(member, scopes, tokens)
+        self._preload()
         # Written at the end of this loop turn: after the upstream request the caller sends
         # meanwhile (on a busy host the write that wakes Redis costs tens of microseconds).
         sent = self.redis.send_soon(command)
@@ -233,6 +266,8 @@ class RedisLimiter:
         try:
             if sent is not None and sent.cancelled():
                 raise ConnectionError("the connection to Redis closed")
+            if sent is None:
+                await self._load_scripts()
             values = await self.redis.eval_encoded(_RESERVE, command, sent)
         except _DOWN as exc:
             self._unavailable(exc, decided=True)
@@ -264,6 +299,7 @@ class RedisLimiter:
             + bulk(cost_nusd)
             + enc.settle_tail
         )
+        self._preload()
         # A crowded reservation's settle is written at once (before the response); any other
         # leaves with the loop turn's writes, just after the response: its slot cannot be
         # what refuses the client's next request (the scope was at most half full with it).
@@ -304,6 +340,11 @@ class RedisLimiter:
         self, scopes: tuple[Scope, ...], command: bytes, sent: asyncio.Future[Any] | None
     ) -> dict[str, int]:
         try:
+            if sent is None:
+                try:
+                    await self._load_scripts()
+                except _DOWN as exc:  # the settle itself has not left
+                    raise CommandNotSent(f"scripts not loaded: {exc}") from exc
             out = await self.redis.eval_encoded(_SETTLE, command, sent)
         except CommandNotSent as exc:
             self._unavailable(exc, decided=False)
