@@ -31,6 +31,7 @@ from fleetgate.cost.feature import CostFeature
 from fleetgate.errors import ConfigError
 from fleetgate.feature import Feature, Features
 from fleetgate.http import AdminAccess
+from fleetgate.http.text import refuse_unstorable_text
 from fleetgate.mcp.feature import McpFeature
 from fleetgate.multimodal.feature import MultimodalFeature
 from fleetgate.providers.http import HttpClient
@@ -237,7 +238,10 @@ def create_app(
     _known_extensions(features.names())(gw.tables.table.config)
     gw.tables.add_check(_known_extensions(features.names()))  # a reload naming none: refused
     gw.stages = features.stages()
-    app = web.Application(middlewares=[error_middleware], client_max_size=gw.max_request_bytes + 1)
+    app = web.Application(
+        middlewares=[error_middleware, refuse_unstorable_text],
+        client_max_size=gw.max_request_bytes + 1,
+    )
     app[GATEWAY] = gw
     app.router.add_routes(features.routes())
     gw.tables.subscribe(lambda table: features.reconfigure(table.config))

@@ -311,22 +311,23 @@ async def test_names_and_user_ids_that_do_not_fit_their_column_are_400_not_500(
 
 
 @pytest.mark.parametrize(
-    ("method", "path", "body"),
+    ("method", "path", "body", "param"),
     [
-        ("GET", "/admin/teams/a%00", None),
-        ("GET", "/admin/keys?team=a%00", None),
-        ("GET", "/admin/spend?team=a%00", None),
-        ("DELETE", "/admin/keys/key%00", None),
-        ("POST", "/admin/users", {"team": "a\x00", "name": "u"}),
-        ("POST", "/admin/keys", {"team": "a\x00"}),
+        ("GET", "/admin/teams/a%00", None, "team"),
+        ("GET", "/admin/keys?team=a%00", None, "team"),
+        ("GET", "/admin/spend?team=a%00", None, "team"),
+        ("DELETE", "/admin/keys/key%00", None, "key_id"),
+        ("POST", "/admin/users", {"team": "a\x00", "name": "u"}, "team"),
+        ("POST", "/admin/keys", {"team": "a\x00"}, "team"),
     ],
 )
-async def test_a_team_or_key_named_with_a_nul_is_404_not_500(
-    db_url: str, upstream: str, tmp_path: Path, method: str, path: str, body: object
+async def test_a_team_or_key_named_with_a_nul_is_400_naming_it(
+    db_url: str, upstream: str, tmp_path: Path, method: str, path: str, body: object, param: str
 ) -> None:
+    # No store can hold a NUL (PostgreSQL refuses it): refused where it arrives, for any route
     async with running_gateway(upstream, tmp_path, db_url) as gw:
         status, out = await gw.admin(method, path, json=body)
-        assert status == 404, out
+        assert (status, out["error"]["param"]) == (400, param), out
 
 
 async def test_an_admin_action_on_a_target_longer_than_the_audit_column_is_recorded(

@@ -9,6 +9,7 @@ import orjson
 from aiohttp import web
 
 from fleetgate.errors import InvalidRequest, PayloadTooLarge, RequestTimeout
+from fleetgate.http.text import check_json_text
 
 __all__ = ["BODY_TIMEOUT_S", "MAX_DEPTH", "read_json"]
 
@@ -20,8 +21,9 @@ MAX_DEPTH = 128  # JSON nesting a request body may have
 async def read_json(
     request: web.Request, max_bytes: int, timeout_s: float = BODY_TIMEOUT_S
 ) -> dict[str, Any]:
-    """The JSON object in the body; 413 past ``max_bytes``, 400 when it is not a JSON object,
-    408 when it has not arrived within ``timeout_s``."""
+    """The JSON object in the body; 413 past ``max_bytes``, 400 when it is not a JSON object
+    or holds text no store can hold (a NUL, a lone surrogate), 408 when it has not arrived
+    within ``timeout_s``."""
     length = request.content_length
     if length is not None and length > max_bytes:
         raise PayloadTooLarge(f"Request body of {length} bytes exceeds the {max_bytes} limit.")
@@ -49,6 +51,7 @@ async def read_json(
     # (254): refuse it here. Counting brackets is C-fast; only a body with many is walked.
     if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(value) > MAX_DEPTH:
         raise InvalidRequest(f"The request body nests deeper than {MAX_DEPTH} levels.")
+    check_json_text(raw, value)  # a NUL no store can hold: 400 naming where it is
     return value
 
 
