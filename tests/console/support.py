@@ -46,9 +46,18 @@ class Console:
     def gw(self) -> GatewayState:
         return self.app[GATEWAY]
 
+    @property
+    def feature(self) -> ConsoleFeature:
+        return next(f for f in self.gw.features.all if isinstance(f, ConsoleFeature))
+
     async def open_sessions(self) -> int:
-        feature = next(f for f in self.gw.features.all if isinstance(f, ConsoleFeature))
-        return await feature.console.sessions.count()
+        return await self.feature.console.sessions.count()
+
+    def at_own_url(self) -> None:
+        """Point ``public_url`` at the address this test server got (known only once it
+        listens), as an operator's config names the gateway's address."""
+        cfg = self.feature.console.config
+        self.feature.console.config = cfg.model_copy(update={"public_url": self.url})
 
     async def admin(
         self, method: str, path: str, key: str = MASTER, **kwargs: Any

@@ -26,6 +26,7 @@ async def idp() -> AsyncIterator[LocalIdP]:
 
 def sso(idp: LocalIdP) -> dict[str, Any]:
     return {
+        "public_url": "http://console.invalid",  # made the server's own once it listens
         "oidc": {
             "issuer": idp.url,
             "client_id": idp.client_id,
@@ -39,6 +40,7 @@ def sso(idp: LocalIdP) -> dict[str, Any]:
 @pytest.fixture
 async def console(fake: FakeUpstream, tmp_path: Path, idp: LocalIdP) -> AsyncIterator[Console]:
     async with running_console(fake.url, tmp_path, **sso(idp)) as c:
+        c.at_own_url()
         for name, rpm in (("search", 2), ("ads", None)):
             status, _ = await c.admin("POST", "/admin/teams", json={"name": name, "rpm": rpm})
             assert status == 201
@@ -121,6 +123,7 @@ async def test_a_sign_in_started_on_one_replica_finishes_on_another(
         running_console(fake.url, tmp_path / "b", database_url=url, **sso(idp)) as b,
         aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as browser,
     ):
+        a.at_own_url()
         async with browser.get(a.url + "/ui/oidc/start", allow_redirects=False) as resp:
             authorize = resp.headers["Location"]  # started on replica A
         async with browser.get(authorize, allow_redirects=False) as resp:

@@ -4,6 +4,7 @@ Example::
 
     extensions:
       console:
+        public_url: https://gateway.example.com   # as browsers reach it (needed with oidc)
         session_ttl_s: 28800
         oidc:                       # sign-in through an identity provider (optional)
           issuer: https://idp.example.com
@@ -18,8 +19,9 @@ Example::
 from __future__ import annotations
 
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fleetgate.errors import ConfigError
 
@@ -66,12 +68,54 @@ class ConsoleConfig(BaseModel):
     max_sessions: int = Field(default=10_000, ge=1)
     # Open sessions of one key or IdP subject; past it that principal's own oldest ends.
     max_sessions_per_principal: int = Field(default=10, ge=1)
-    # Secure cookies: always, never (plain-HTTP test rigs), or "auto": unless served over plain
-    # HTTP on a loopback address.
+    # The console's address as browsers reach it (behind a proxy or load balancer: its public
+    # name), e.g. https://gateway.example.com. The OIDC redirect URI is built from it (so it
+    # is required with ``oidc``) and, with ``secure_cookie: auto``, the cookies' Secure flag
+    # follows its scheme; neither ever comes from a request's Host header.
+    public_url: str | None = None
+    # Secure cookies: always, never (plain-HTTP test rigs), or "auto": the scheme of
+    # ``public_url``; without it, Secure unless the connection came in over plain HTTP on a
+    # loopback socket (a developer's machine).
     secure_cookie: bool | Literal["auto"] = "auto"
     page_size: int = Field(default=50, ge=5, le=500)
     oidc: OidcConfig | None = None
     jwt: JwtConfig | None = None
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            url = urlsplit(value)
+            port_ok = url.port is None or url.port > 0
+        except ValueError:
+            port_ok = False
+        if not (
+            port_ok
+            and url.scheme in ("http", "https")
+            and url.hostname
+            and url.username is None
+            and url.password is None
+            and not url.query
+            and not url.fragment
+            and value.isascii()
+            and value.isprintable()
+        ):
+            raise ValueError(
+                "public_url must be an http(s) URL such as https://gateway.example.com "
+                "(no user, query or fragment)"
+            )
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _oidc_needs_public_url(self) -> ConsoleConfig:
+        if self.oidc is not None and self.public_url is None:
+            raise ValueError(
+                "oidc needs public_url: the redirect URI the identity provider sends browsers "
+                "back to is built from it (never from a request's Host header)"
+            )
+        return self
 
 
 def console_config(extensions: dict[str, Any]) -> ConsoleConfig:

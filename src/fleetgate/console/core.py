@@ -182,8 +182,13 @@ class Console:
             path="/",
             httponly=True,
             samesite="Lax",
-            secure=cookie_is_secure(request, self.config.secure_cookie),
+            secure=self.secure_cookies(request),
         )
+
+    def secure_cookies(self, request: web.Request) -> bool:
+        """Whether the console's cookies get the ``Secure`` flag (from configuration, else the
+        connection: never from the request's Host header alone)."""
+        return cookie_is_secure(request, self.config.secure_cookie, self.config.public_url)
 
 
 def scoped_team(principal: Principal) -> str | None:

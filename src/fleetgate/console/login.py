@@ -11,7 +11,7 @@ import secrets
 from aiohttp import web
 
 from fleetgate.console.core import Console, home
-from fleetgate.console.sessions import COOKIE, LOGIN_COOKIE, SessionsFull, cookie_is_secure
+from fleetgate.console.sessions import COOKIE, LOGIN_COOKIE, SessionsFull
 from fleetgate.errors import AuthenticationFailed
 
 __all__ = ["LoginPages", "safe_next"]
@@ -71,7 +71,7 @@ class LoginPages:
             path="/ui",
             httponly=True,
             samesite="Strict",
-            secure=cookie_is_secure(request, self.console.config.secure_cookie),
+            secure=self.console.secure_cookies(request),
         )
         return response
 

@@ -34,7 +34,6 @@ from fleetgate.console.config import OidcConfig
 from fleetgate.console.core import Console, home
 from fleetgate.console.jwks import JwksKeys, validate
 from fleetgate.console.login import safe_next
-from fleetgate.console.sessions import cookie_is_secure
 from fleetgate.errors import (
     AuthenticationFailed,
     NotFound,
@@ -138,14 +137,19 @@ class OidcPages:
             self._discovery = doc
         return self._discovery
 
-    def _redirect_uri(self, request: web.Request) -> str:
-        return f"{request.scheme}://{request.host}/ui/oidc/callback"
+    def _redirect_uri(self) -> str:
+        """Where the provider sends the browser back: from ``public_url`` (configuration),
+        never from the request's Host header, which the client chooses."""
+        public_url = self.console.config.public_url
+        if public_url is None:  # the config refuses oidc without it; kept for a hand-made one
+            raise ServiceUnavailable("Single sign-on needs extensions.console.public_url.")
+        return public_url + "/ui/oidc/callback"
 
     async def start(self, request: web.Request) -> web.Response:
         config = self._config()
         provider = await self._provider(config)
         state, verifier, nonce = (secrets.token_urlsafe(32) for _ in range(3))
-        redirect_uri = self._redirect_uri(request)
+        redirect_uri = self._redirect_uri()
         pending = _Pending(
             verifier, nonce, safe_next(request.query.get("next")), redirect_uri,
             time.time() + PENDING_TTL_S,
@@ -160,7 +164,7 @@ class OidcPages:
         response.set_cookie(
             STATE_COOKIE, seal_pending(state, pending), max_age=int(PENDING_TTL_S),
             path="/ui/oidc", httponly=True,
-            samesite="Lax", secure=cookie_is_secure(request, self.console.config.secure_cookie),
+            samesite="Lax", secure=self.console.secure_cookies(request),
         )  # fmt: skip
         raise response
 

@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import os
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from aiohttp import web
 from cryptography.exceptions import InvalidTag
@@ -280,12 +282,31 @@ class Sessions:
         return int(n or 0)
 
 
-def cookie_is_secure(request: web.Request, setting: bool | str) -> bool:
-    """Whether cookies get the ``Secure`` flag: ``auto`` leaves it off only for plain HTTP to
-    a loopback address (a developer's machine, where browsers refuse Secure cookies on IPs)."""
+def cookie_is_secure(
+    request: web.Request, setting: bool | str, public_url: str | None = None
+) -> bool:
+    """Whether cookies get the ``Secure`` flag: ``setting`` when true or false; for ``auto``,
+    the scheme of ``public_url`` (configuration); without one, the connection itself: TLS, or
+    not a loopback socket, is Secure. Only plain HTTP that arrived on a loopback socket (a
+    developer's machine, where browsers may refuse Secure cookies) addressed to a loopback
+    name goes without: the Host header alone can never turn the flag off."""
     if setting is True or setting is False:
         return setting
-    if request.secure:
+    if public_url is not None:
+        return urlsplit(public_url).scheme == "https"
+    transport = request.transport
+    if transport is None:
         return True
+    if transport.get_extra_info("sslcontext") is not None:
+        return True
+    sockname = transport.get_extra_info("sockname")
+    local = sockname[0] if isinstance(sockname, tuple) and sockname else None
     host = (request.host or "").rsplit(":", 1)[0].strip("[]")
-    return host not in ("127.0.0.1", "localhost", "::1")
+    return not (_is_loopback(local) and host in ("127.0.0.1", "localhost", "::1"))
+
+
+def _is_loopback(address: object) -> bool:
+    try:
+        return isinstance(address, str) and ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
