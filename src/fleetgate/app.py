@@ -40,6 +40,7 @@ from fleetgate.releases.feature import ReleasesFeature
 from fleetgate.resources import Resources
 from fleetgate.routing.dispatch import Dispatcher
 from fleetgate.routing.encoder import EncoderStep
+from fleetgate.routing.fallback_limits import FallbackLimits
 from fleetgate.routing.features import (
     CanaryFeature,
     EngineRoutingFeature,
@@ -144,6 +145,7 @@ def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Fea
     if tenancy.runtime is not None:
         gw.auth = MasterKeyAuthenticator(settings.master_key, next=tenancy.runtime.cache)
     gw.tenancy = tenancy.runtime
+    gw.dispatcher.fallback_gate = FallbackLimits.of(tenancy.runtime)  # fallbacks pass limits
     multimodal = MultimodalFeature.build(
         settings,
         cfg,

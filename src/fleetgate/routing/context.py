@@ -17,8 +17,8 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from fleetgate.routing.deployment import Deployment
@@ -30,12 +30,23 @@ __all__ = [
     "RouteContext",
     "RoutedRequest",
     "Strategy",
+    "Usage",
     "pass_gate",
     "refused",
     "until_refused",
 ]
 
 _T = TypeVar("_T")
+
+
+class Usage(Protocol):
+    """What routing reads of a request's outcome (`fleetgate.hooks.Outcome` is one)."""
+
+    @property
+    def prompt_tokens(self) -> int: ...
+
+    @property
+    def completion_tokens(self) -> int: ...
 
 
 class RoutedRequest(Protocol):
@@ -66,6 +77,11 @@ class RoutedRequest(Protocol):
     @property
     def dispatch_hooks(self) -> Sequence[DispatchHook]:
         """Added by request stages: narrow the candidates and gate the send."""
+        ...
+
+    @property
+    def outcome(self) -> Usage:
+        """The tokens used, once the answer was relayed (settles what a fallback reserved)."""
         ...
 
     # A check still in flight that must pass before the upstream's answer is used (a
@@ -134,6 +150,9 @@ class RouteContext:
     kv_transfer: dict[str, Any] | None = None
     # encoder pools: what the encoder engines answered (ec_transfer_params by mm hash)
     ec_transfer: dict[str, Any] | None = None
+    # fallback aliases the request was admitted into: alias -> the settle of that admission
+    # (called once, with the tokens used there, None: unknown)
+    fallbacks: dict[str, Callable[[int | None], None]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -22,9 +22,12 @@ from typing import Protocol
 
 from fleetgate.config.schema import RouterConfig
 from fleetgate.errors import (
+    ClientError,
     ContextWindowExceeded,
     FleetgateError,
+    ModelNotFound,
     NoHealthyDeployment,
+    ServiceUnavailable,
     UpstreamConnectError,
     UpstreamContextExceeded,
     UpstreamError,
@@ -49,7 +52,14 @@ from fleetgate.routing.table import AliasRoute, RouteTable
 from fleetgate.routing.wake import Waker
 from fleetgate.telemetry.metrics import GatewayMetrics
 
-__all__ = ["CallBuilder", "Dispatch", "DispatchObserver", "Dispatcher", "VersionPicker"]
+__all__ = [
+    "CallBuilder",
+    "Dispatch",
+    "DispatchObserver",
+    "Dispatcher",
+    "FallbackGate",
+    "VersionPicker",
+]
 
 # The upstream call of one attempt, from the strategy's pick (its deployment and body fields).
 CallBuilder = Callable[[Pick], UpstreamCall]
@@ -62,6 +72,23 @@ class VersionPicker(Protocol):
     def narrow(
         self, alias: str, candidates: Sequence[Deployment], ctx: RouteContext
     ) -> list[Deployment]: ...
+
+
+class FallbackGate(Protocol):
+    """Admits a request into a fallback alias as a direct call to it would be admitted (its
+    limits: `fleetgate.routing.fallback_limits`)."""
+
+    async def admit(self, alias: str, req: RoutedRequest) -> Callable[[int | None], None] | None:
+        """Returns when admitted: the settle of the admission (called once, with the tokens
+        the request used there, None: unknown), or None when nothing is held. Raises the
+        refusal (a `ClientError` or `ServiceUnavailable`) a direct call would get."""
+        ...
+
+
+def _settle_fallbacks(ctx: RouteContext, used: int | None, keep: str | None = None) -> None:
+    """Settle the request's fallback admissions but ``keep``'s (the alias answering)."""
+    for alias in [a for a in ctx.fallbacks if a != keep]:
+        ctx.fallbacks.pop(alias)(used)
 
 
 class DispatchObserver(Protocol):
@@ -125,14 +152,23 @@ class _Sending:
         self._sent: Dispatch | None = None
 
     async def __aenter__(self) -> Dispatch:
-        sent = self._sent = await self._dispatcher._send(self._table, self._ctx, self._build)
-        req = self._ctx.request
+        ctx = self._ctx
+        try:
+            sent = self._sent = await self._dispatcher._send(self._table, ctx, self._build)
+        except BaseException:
+            _settle_fallbacks(ctx, 0)
+            raise
+        _settle_fallbacks(ctx, 0, keep=sent.route.name)  # the fallbacks that did not answer
+        req = ctx.request
         if req.gate is not None:  # a reservation overlapped the upstream call: it decides now
             try:
                 await pass_gate(req)
             except BaseException:
                 self._sent = None
-                await sent._close()  # refused: the upstream call is aborted, nothing relayed
+                try:
+                    await sent._close()  # refused: the upstream call is aborted, nothing relayed
+                finally:
+                    _settle_fallbacks(ctx, 0)
                 raise
         return sent
 
@@ -144,7 +180,13 @@ class _Sending:
     ) -> None:
         sent, self._sent = self._sent, None
         if sent is not None:
-            await sent._close()
+            try:
+                await sent._close()
+            finally:
+                if self._ctx.fallbacks:  # the fallback alias that answered: what it used
+                    usage = self._ctx.request.outcome
+                    used = usage.prompt_tokens + usage.completion_tokens
+                    _settle_fallbacks(self._ctx, used or None)
 
 
 async def _send_gated(
@@ -211,6 +253,8 @@ class Dispatcher:
         self._regions = RegionPreference(None)
         self.waker: Waker | None = None  # scale-to-zero holds and sleep mode (routing/wake.py)
         self.encoder: EncoderStep | None = None  # encoder pools (routing/encoder.py)
+        # the limits of the aliases a request falls back into (routing/fallback_limits.py)
+        self.fallback_gate: FallbackGate | None = None
 
     def _region_preference(self) -> RegionPreference:
         """The config's region preference (rebuilt when a reload swapped the config)."""
@@ -286,6 +330,7 @@ class Dispatcher:
         chain = table.chain(req.alias)
         local_only = chain[0].local_only
         last_error: FleetgateError | None = None
+        refusal: FleetgateError | None = None  # of a fallback alias
         too_long = False
         for hop, route in enumerate(chain):
             fitting, dropped = self._candidates(route, ctx, local_only)
@@ -293,6 +338,10 @@ class Dispatcher:
             if not fitting:
                 continue
             if hop > 0:
+                refused_by = await self._admit_fallback(route.name, ctx)
+                if refused_by is not None:
+                    refusal = refusal or refused_by
+                    continue
                 self._metrics.fallbacks.labels(chain[0].name, route.name).inc()
             result, error = await self._try_route(route, fitting, ctx, build)
             if result is not None:
@@ -307,7 +356,29 @@ class Dispatcher:
                 f"context window of every deployment of '{req.alias}' and its fallbacks.",
                 param="messages",
             )
+        if refusal is not None:  # nothing else could serve: a direct call's refusal
+            raise refusal
         raise NoHealthyDeployment(f"No deployment of '{req.alias}' can serve this request.")
+
+    async def _admit_fallback(self, alias: str, ctx: RouteContext) -> FleetgateError | None:
+        """None when the request may fall back into ``alias`` as a direct call to it could be
+        made (the key is allowed the alias, its limits admit the request); else the refusal.
+        An alias entered again (a retry after a wake's hold) is not counted again."""
+        req = ctx.request
+        if not req.principal.may_use(alias):
+            return ModelNotFound(
+                f"The model '{alias}' does not exist or you do not have access to it.",
+                param="model",
+            )
+        if self.fallback_gate is None or alias in ctx.fallbacks:
+            return None
+        try:
+            settle = await self.fallback_gate.admit(alias, req)
+        except (ClientError, ServiceUnavailable) as exc:
+            return exc
+        if settle is not None:
+            ctx.fallbacks[alias] = settle
+        return None
 
     async def _prepare(
         self, route: AliasRoute, fitting: list[Deployment], ctx: RouteContext
