@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from aiohttp import web
 
+from fleetgate.api import unsupported
 from fleetgate.api.audio import audio_routes
 from fleetgate.api.documents import document_routes
 from fleetgate.api.errors import error_middleware
@@ -246,6 +247,7 @@ def create_app(
     )
     app[GATEWAY] = gw
     app.router.add_routes(features.routes())
+    app.router.add_routes([unsupported.route()])  # last: OpenAI APIs no route above serves
     gw.tables.subscribe(lambda table: features.reconfigure(table.config))
     if settings.workers > 1 and gw.worker_metrics is None:
         gw.worker_metrics = WorkerMetrics(gw.metrics.registry, settings.data_dir / "metrics")

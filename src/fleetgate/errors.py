@@ -11,7 +11,8 @@ renders them as OpenAI error objects ``{"error": {"message", "type", "param", "c
     │   ├── AuthenticationFailed       401 authentication_error
     │   ├── PermissionDenied           403 permission_error
     │   ├── NotFound                   404 not_found_error
-    │   │   └── ModelNotFound          404 code=model_not_found
+    │   │   ├── ModelNotFound          404 code=model_not_found
+    │   │   └── UnsupportedEndpoint    404 code=unsupported_endpoint: an API this gateway lacks
     │   ├── Conflict                   409 code=conflict: a compare-and-set lost (state moved)
     │   ├── RequestTimeout             408 code=request_timeout
     │   ├── PayloadTooLarge            413 code=payload_too_large
@@ -64,6 +65,7 @@ __all__ = [
     "RecordRefused",
     "RequestTimeout",
     "ServiceUnavailable",
+    "UnsupportedEndpoint",
     "UpstreamBadResponse",
     "UpstreamConnectError",
     "UpstreamContextExceeded",
@@ -146,6 +148,16 @@ class NotFound(ClientError):
 class ModelNotFound(NotFound):
     type = "invalid_request_error"
     code = "model_not_found"
+
+
+class UnsupportedEndpoint(NotFound):
+    """An OpenAI API path this gateway does not serve (moderations, images, vector stores...).
+
+    404 rather than 501: the OpenAI SDKs raise ``NotFoundError`` for a 404 and do not retry
+    it, while a 5xx is retried (twice by default) and reads as an outage of the gateway."""
+
+    type = "invalid_request_error"
+    code = "unsupported_endpoint"
 
 
 class Conflict(ClientError):
