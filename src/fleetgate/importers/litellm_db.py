@@ -380,15 +380,17 @@ async def import_litellm_db(
             if not await importer.table_exists(table):
                 raise ConfigError(f"{_redact(url)}: no table {table} (is this LiteLLM's database?)")
         await dst.migrate()
-        await importer.teams()
-        await importer.keys()
-        if spend_history and await importer.table_exists("LiteLLM_SpendLogs"):
-            await importer.spend()
-        version = await importer.bump()
-        if redis_url is not None:
-            note = await announce_tenancy_change(redis_url, redis_prefix, version)
-            if note is not None:
-                importer.note(note)
+        try:
+            await importer.teams()
+            await importer.keys()
+            if spend_history and await importer.table_exists("LiteLLM_SpendLogs"):
+                await importer.spend()
+        finally:  # what was written before a failure is announced too
+            version = await importer.bump()
+            if redis_url is not None:
+                note = await announce_tenancy_change(redis_url, redis_prefix, version)
+                if note is not None:
+                    importer.note(note)
         return importer.report
     finally:
         await src.close()
