@@ -291,9 +291,8 @@ class ToolGateway:
             return None
         result = await self.limiter.reserve(call.request_id, scopes, 0)
         if isinstance(result, Denial):
-            budget = result.reason == "budget"
-            error_type = "insufficient_quota" if budget else "rate_limit_error"
-            self._finish(call, "refused_" + result.reason, 429, error_type)
+            # audited as the HTTP path audits it (tenancy/stage.py): the decision names the reason
+            self._finish(call, "refused_" + result.reason, 429, "rate_limit_error")
             raise _refusal(result)
         return result
 
