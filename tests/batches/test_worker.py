@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from fleetgate.batches.config import BatchesConfig
+from fleetgate.batches.grant import Grant
 from fleetgate.batches.store import BatchStore
 from fleetgate.batches.worker import BatchWorker
 from fleetgate.store.database import Database
@@ -27,7 +28,12 @@ class Sender:
         return not self.busy
 
     async def send(
-        self, key_id: str, endpoint: str, body: dict[str, Any], request_id: str
+        self,
+        key_id: str,
+        endpoint: str,
+        body: dict[str, Any],
+        request_id: str,
+        grant: Grant | None = None,
     ) -> tuple[int, dict[str, Any]]:
         text = body["messages"][0]["content"]
         self.sent.append(request_id)

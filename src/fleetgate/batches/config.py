@@ -34,3 +34,8 @@ class BatchesConfig(BaseModel):
     tick_s: float = Field(2.0, gt=0, le=60)
     lease_s: float = Field(10.0, gt=0)  # a dead replica's batch is taken over after this
     idle_wait_s: float = Field(0.05, gt=0, le=10)  # recheck of a saturated pool
+    # A line not answered within this fails alone (``line_timeout``); the batch goes on.
+    line_timeout_s: float = Field(600.0, gt=0)
+    # A line sent this many times without its result ever being recorded (each replica driving
+    # it died or stalled) fails alone (``line_abandoned``) instead of being sent again.
+    max_line_attempts: int = Field(3, gt=0, le=100)

@@ -1,7 +1,9 @@
 """`GatewaySender`: how the batch lane sends a line through this gateway's own request path.
 
 Each line runs as the key that created the batch (looked up in tenancy's key cache at send
-time, so a key revoked since fails its remaining lines with 401), in the ``batch`` band
+time, so a key revoked since fails its remaining lines with 401), narrowed to what the caller
+that created it was allowed (`fleetgate.batches.grant.Grant`: a JWT's aliases, user and
+expiry; an expired one is 401 ``expired_api_key``), in the ``batch`` band
 (``x-fleetgate-priority: batch``: a team whose band is lower keeps its own), through every
 stage: the key's model allow-list, rate limits and budget, guardrails, admission, billing.
 The request id is the line's own (``<batch id>-<line>``): a line replayed after a crash is
@@ -15,6 +17,7 @@ from typing import Any
 
 from fleetgate.api.completions import answer
 from fleetgate.api.state import GatewayState
+from fleetgate.batches.grant import Grant
 from fleetgate.errors import AuthenticationFailed
 from fleetgate.providers.base import Endpoint, RoutedEndpoint
 from fleetgate.tenancy.principal import Principal
@@ -40,7 +43,17 @@ class GatewaySender:
         scheduler = self._gw.scheduler
         return scheduler is None or scheduler.idle(alias, "batch")
 
-    def _principal(self, key_id: str) -> Principal:
+    def _principal(self, key_id: str, grant: Grant | None) -> Principal:
+        principal = self._entry(key_id)
+        if grant is None:  # a batch created before grants were stored
+            return principal
+        if grant.expired(int(time.time() * 1000)):
+            raise AuthenticationFailed(
+                "The token that created this batch has expired.", code="expired_api_key"
+            )
+        return grant.narrow(principal)
+
+    def _entry(self, key_id: str) -> Principal:
         if key_id == _MASTER.key_id:
             return _MASTER
         tenancy = self._gw.tenancy
@@ -54,11 +67,16 @@ class GatewaySender:
         return entry.principal
 
     async def send(
-        self, key_id: str, endpoint: str, body: dict[str, Any], request_id: str
+        self,
+        key_id: str,
+        endpoint: str,
+        body: dict[str, Any],
+        request_id: str,
+        grant: Grant | None = None,
     ) -> tuple[int, dict[str, Any]]:
         """(status, JSON body) of one line; refusals and failures as OpenAI error bodies."""
         try:
-            principal = self._principal(key_id)
+            principal = self._principal(key_id, grant)
         except AuthenticationFailed as exc:
             return exc.status, exc.to_dict()
         return await answer(

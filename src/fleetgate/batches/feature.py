@@ -40,6 +40,7 @@ class BatchesFeature(BaseFeature):
         self.db = resources.databases.get(gw.settings.database_url, gw.settings.data_dir)
         self._shared = gw.settings.database_url is not None
         self.config: BatchesConfig = config.batches
+        self.max_request_bytes = config.server.max_request_bytes  # a line's limit too
         self.store = BatchStore(self.db)
         self.worker = BatchWorker(
             self.store,
@@ -47,6 +48,7 @@ class BatchesFeature(BaseFeature):
             GatewaySender(gw),
             owner=f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"[:64],
             prepare=self._migrate,
+            max_line_bytes=lambda: self.max_request_bytes,
         )
         self.api = BatchRoutes(
             self.store, access, lambda: self.config, self._migrate,
@@ -63,6 +65,7 @@ class BatchesFeature(BaseFeature):
 
     def reconfigure(self, config: GatewayConfig) -> None:
         self.config = config.batches  # limits and pacing apply to the next tick and request
+        self.max_request_bytes = config.server.max_request_bytes
 
     async def start(self) -> None:
         """Start the worker when batches may exist: a configured (shared) database, or the

@@ -6,6 +6,11 @@ An input line is OpenAI's request object::
 
 `read_lines` never fails on one bad line: a line that is not JSON, not an object, or lacks a
 field becomes a `BatchLine` with an ``error`` (an entry of the error file, without a request).
+Each line passes the very check an HTTP request body passes (`fleetgate.http.body.decode_object`:
+``server.max_request_bytes``, at most 128 levels of nesting below the body), so a line is
+refused alone, with its reason, where the same body sent directly would be a 4xx. A
+``custom_id`` is 1 to 512 characters without control characters (a NUL cannot be stored by
+PostgreSQL: such a line could never be recorded as done).
 What makes the whole file unusable (no lines, too many, a ``custom_id`` used twice) is
 `check_lines`' 400 when the batch is created.
 
@@ -26,11 +31,13 @@ from typing import Any
 
 import orjson
 
-from fleetgate.errors import InvalidRequest
+from fleetgate.errors import ClientError, InvalidRequest
+from fleetgate.http.body import MAX_DEPTH, decode_object
 
 __all__ = ["BatchLine", "check_lines", "error_record", "output_record", "read_lines"]
 
 _MAX_CUSTOM_ID = 512
+_ENVELOPE_BYTES = 4096  # custom_id, method and url around the body
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +48,7 @@ class BatchLine:
     custom_id: str | None
     body: dict[str, Any] | None
     error: str | None = None  # why the line cannot be sent (it goes to the error file)
+    code: str = "invalid_request"  # the error entry's code
 
 
 def _split(content: bytes) -> Iterator[tuple[int, bytes]]:
@@ -49,16 +57,38 @@ def _split(content: bytes) -> Iterator[tuple[int, bytes]]:
             yield number, raw
 
 
-def _one(number: int, raw: bytes, endpoint: str) -> BatchLine:
+def _valid_custom_id(value: Any) -> bool:
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= _MAX_CUSTOM_ID
+        and not any(ch < " " or "\x7f" <= ch <= "\x9f" for ch in value)  # no NUL, no controls
+    )
+
+
+def _custom_id_of(raw: bytes) -> str | None:
+    """The custom_id of a line refused as a whole, when it has a usable one."""
     try:
         value = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        return BatchLine(number, None, None, f"line {number} is not valid JSON: {exc}")
-    if not isinstance(value, dict):
-        return BatchLine(number, None, None, f"line {number} is not a JSON object")
+    except orjson.JSONDecodeError:
+        return None
+    custom_id = value.get("custom_id") if isinstance(value, dict) else None
+    return custom_id if _valid_custom_id(custom_id) else None
+
+
+def _one(number: int, raw: bytes, endpoint: str, max_bytes: int) -> BatchLine:
+    try:  # the line as a request body: one level of nesting (the envelope) above its body
+        value = decode_object(
+            raw, max_bytes + _ENVELOPE_BYTES, what=f"Line {number}", max_depth=MAX_DEPTH + 1
+        )
+    except ClientError as exc:
+        code = exc.code or "invalid_request"
+        return BatchLine(number, _custom_id_of(raw), None, exc.message, code)
     custom_id = value.get("custom_id")
-    if not isinstance(custom_id, str) or not custom_id or len(custom_id) > _MAX_CUSTOM_ID:
-        message = f"line {number}: 'custom_id' must be a string of 1 to {_MAX_CUSTOM_ID} chars"
+    if not _valid_custom_id(custom_id):
+        message = (
+            f"line {number}: 'custom_id' must be a string of 1 to {_MAX_CUSTOM_ID} characters, "
+            "without control characters"
+        )
         return BatchLine(number, None, None, message)
     body = value.get("body")
     if value.get("method", "POST") != "POST":
@@ -74,9 +104,11 @@ def _one(number: int, raw: bytes, endpoint: str) -> BatchLine:
     return BatchLine(number, custom_id, body)
 
 
-def read_lines(content: bytes, endpoint: str) -> list[BatchLine]:
-    """The input file's non-blank lines, each parsed or with the reason it cannot run."""
-    return [_one(number, raw, endpoint) for number, raw in _split(content)]
+def read_lines(content: bytes, endpoint: str, max_bytes: int) -> list[BatchLine]:
+    """The input file's non-blank lines, each parsed or with the reason it cannot run (a body
+    is at most ``max_bytes``, the gateway's ``server.max_request_bytes``). CPU-bound on a
+    large file: call it off the event loop (`asyncio.to_thread`)."""
+    return [_one(number, raw, endpoint, max_bytes) for number, raw in _split(content)]
 
 
 def check_lines(lines: list[BatchLine], max_lines: int) -> None:

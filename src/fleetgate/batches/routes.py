@@ -13,6 +13,7 @@ team's file or batch is 404.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -21,6 +22,7 @@ from aiohttp import web
 from fleetgate.api.uploads import UploadForm
 from fleetgate.batches.config import BatchesConfig
 from fleetgate.batches.execute import ENDPOINTS
+from fleetgate.batches.grant import Grant
 from fleetgate.batches.lines import check_lines, read_lines
 from fleetgate.batches.store import BatchStore, FileMeta
 from fleetgate.errors import InvalidRequest
@@ -192,11 +194,15 @@ class BatchRoutes:
                 f"The file '{file_id}' has purpose '{source.purpose}', not 'batch'.",
                 param="input_file_id",
             )
-        lines = read_lines(await self.store.content(file_id, owner), str(endpoint))
+        content = await self.store.content(file_id, owner)
+        lines = await asyncio.to_thread(
+            read_lines, content, str(endpoint), self.max_request_bytes
+        )  # parsing up to max_file_bytes is CPU work: off the event loop
         check_lines(lines, cfg.max_lines)
         row = await self.store.create(
             owner=owner, key_id=principal.key_id, endpoint=str(endpoint), input_file_id=file_id,
             total=len(lines), meta=meta, max_active=cfg.max_in_progress_per_team,
+            principal=Grant.of(principal).to_json(),
         )  # fmt: skip
         self.changed()
         return json_reply(batch_object(row, 0, 0))

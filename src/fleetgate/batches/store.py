@@ -134,9 +134,11 @@ class BatchStore:
         total: int,
         meta: dict[str, str] | None,
         max_active: int,
+        principal: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """A new batch, in progress at once (its file was read when it was created); 429 when
-        ``owner`` already has ``max_active`` batches that have not ended."""
+        ``owner`` already has ``max_active`` batches that have not ended. ``principal``: what
+        its creator was allowed (`fleetgate.batches.grant.Grant.to_json`)."""
         now = self.clock()
         batch_id = f"batch_{os.urandom(12).hex()}"
         row = {
@@ -144,6 +146,7 @@ class BatchStore:
             "endpoint": endpoint, "input_file_id": input_file_id, "completion_window": "24h",
             "status": "in_progress", "total": total, "meta": meta, "created_ms": now,
             "in_progress_ms": now, "expires_ms": now + _DAY_MS, "lease_until_ms": 0,
+            "principal": principal,
         }  # fmt: skip
         async with self.db.engine.begin() as conn:
             active = await conn.scalar(
@@ -247,6 +250,18 @@ class BatchStore:
                 .values(lease_until_ms=0)
             )
 
+    async def note_attempts(self, batch_id: str, owner: str, attempts: dict[int, int]) -> None:
+        """How often each line not yet recorded was sent (written before a send, while
+        ``owner`` holds the lease): the next driver knows which lines its predecessors sent
+        without ever recording them."""
+        value = {str(line): n for line, n in attempts.items()}
+        async with self.db.engine.begin() as conn:
+            await conn.execute(
+                update(batches)
+                .where(batches.c.id == batch_id, batches.c.lease_owner == owner)
+                .values(line_attempts=value)
+            )
+
     async def done_lines(self, batch_id: str) -> set[int]:
         query = select(batch_results.c.line).where(batch_results.c.batch_id == batch_id)
         async with self.db.engine.connect() as conn:
@@ -260,10 +275,18 @@ class BatchStore:
                "record": record, "created_ms": self.clock()}  # fmt: skip
         return await self.db.insert_ignore(batch_results, [row]) == 1
 
-    async def finish(self, batch_id: str, owner: str, status: str, extra: list[str]) -> bool:
+    async def finish(
+        self,
+        batch_id: str,
+        owner: str,
+        status: str,
+        extra: list[str],
+        errors: list[dict[str, Any]] | None = None,
+    ) -> bool:
         """Write the output and error files from the results (plus ``extra`` error lines, for
-        lines that never ran) and end the batch as ``status``, only while ``owner`` holds its
-        lease; False when it no longer does."""
+        lines that never ran) and end the batch as ``status`` (with batch-level ``errors``,
+        OpenAI's ``errors.data``), only while ``owner`` holds its lease; False when it no
+        longer does."""
         now = self.clock()
         query = (
             select(batch_results.c.ok, batch_results.c.record)
@@ -303,6 +326,7 @@ class BatchStore:
                 update(batches)
                 .where(batches.c.id == batch_id)
                 .values(status=status, lease_owner=None, lease_until_ms=0,
-                        **{f"{status}_ms": now}, **ids)
+                        line_attempts=None, **{f"{status}_ms": now}, **ids,
+                        **({"errors": {"object": "list", "data": errors}} if errors else {}))
             )  # fmt: skip
         return True

@@ -11,6 +11,14 @@ sent again and recorded once (its request id is the same, so it is billed once).
 A line is sent only while the alias's pool is idle (`LineSender.idle`), at most
 ``concurrency`` at a time per batch. A 429 or 503 answer (limits, shedding) is retried a few
 times with a growing pause before it is recorded as the line's result.
+
+A line fails alone, never the batch or its lease: one that cannot be read is an error entry
+(the same limits as a request body, `fleetgate.batches.lines`); one not answered within
+``line_timeout_s`` is ``line_timeout``; one whose result the store refuses (not: cannot reach)
+is recorded without what was refused; one sent ``max_line_attempts`` times without its result
+ever being recorded (each replica driving it died or stalled) is ``line_abandoned``, never sent
+again. When the credential that created the batch expires or is revoked (a line answered 401),
+the batch stops: its remaining lines fail with that error and it ends ``failed``.
 """
 
 from __future__ import annotations
@@ -22,9 +30,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from fleetgate.batches.config import BatchesConfig
+from fleetgate.batches.grant import Grant
 from fleetgate.batches.lines import BatchLine, error_record, output_record, read_lines
 from fleetgate.batches.store import BatchStore
 from fleetgate.errors import NotFound
+from fleetgate.store.errors import is_unreachable
 from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["BatchRun", "BatchWorker", "LineSender"]
@@ -33,6 +43,7 @@ log = logging.getLogger("fleetgate.batches")
 
 _RETRY_STATUSES = frozenset({429, 503})
 _RETRIES = 4
+_MAX_LINE_BYTES = 16 * 1024 * 1024  # server.max_request_bytes' default
 
 
 class LineSender(Protocol):
@@ -41,7 +52,12 @@ class LineSender(Protocol):
     def idle(self, alias: str) -> bool: ...
 
     async def send(
-        self, key_id: str, endpoint: str, body: dict[str, Any], request_id: str
+        self,
+        key_id: str,
+        endpoint: str,
+        body: dict[str, Any],
+        request_id: str,
+        grant: Grant | None = None,
     ) -> tuple[int, dict[str, Any]]: ...
 
 
@@ -54,11 +70,13 @@ class BatchWorker:
         *,
         owner: str,
         prepare: Callable[[], Awaitable[None]],
+        max_line_bytes: Callable[[], int] = lambda: _MAX_LINE_BYTES,
     ) -> None:
         self.store = store
         self.config = config
         self.sender = sender
         self.owner = owner  # this replica, in the lease
+        self.max_line_bytes = max_line_bytes  # a line's body, as server.max_request_bytes
         self._prepare = prepare  # the store migrated
         self._task: asyncio.Task[None] | None = None
         self._nudged = asyncio.Event()
@@ -107,6 +125,7 @@ class BatchWorker:
                 continue
             if await self.store.lease(batch_id, self.owner, cfg.lease_s):
                 run = BatchRun(self.store, cfg, self.sender, self.owner, batch_id)
+                run.max_line_bytes = self.max_line_bytes()
                 task = asyncio.get_running_loop().create_task(self._drive(run))
                 self.driving[batch_id] = task
 
@@ -137,8 +156,13 @@ class BatchRun:
         self.sender = sender
         self.owner = owner
         self.batch_id = batch_id
+        self.max_line_bytes = _MAX_LINE_BYTES
         self.row: dict[str, Any] = {}
-        self.stop: str | None = None  # why sending stopped: cancelling, expired, lease, store
+        self.grant: Grant | None = None
+        # why sending stopped: cancelling, expired, lease, store, credentials
+        self.stop: str | None = None
+        self.refusal: dict[str, Any] = {}  # the credentials' error, when they stopped it
+        self.attempts: dict[int, int] = {}  # sends of each line not yet recorded
 
     async def run(self) -> None:
         self.row = row = await self.store.batch(self.batch_id, None)
@@ -147,8 +171,14 @@ class BatchRun:
         except NotFound:
             await self.store.finish(self.batch_id, self.owner, "failed", [])
             return
-        lines = read_lines(content, row["endpoint"])
+        self.grant = Grant.from_json(row.get("principal"))
+        lines = await asyncio.to_thread(read_lines, content, row["endpoint"], self.max_line_bytes)
         done = await self.store.done_lines(self.batch_id)
+        self.attempts = {
+            int(line): int(n)
+            for line, n in (row.get("line_attempts") or {}).items()
+            if int(line) not in done
+        }
         self.stop = "cancelling" if row["status"] == "cancelling" else None
         keeper = asyncio.get_running_loop().create_task(self._keep())
         try:
@@ -164,15 +194,26 @@ class BatchRun:
             await self.store.finish(self.batch_id, self.owner, "cancelled", [])
             return
         if self.stop == "expired":
-            done = await self.store.done_lines(self.batch_id)
-            extra = [
-                error_record(self.batch_id, line, "batch_expired", "The batch expired first.")
-                for line in lines
-                if line.line not in done
-            ]
+            extra = await self._unsent(lines, "batch_expired", "The batch expired first.")
             await self.store.finish(self.batch_id, self.owner, "expired", extra)
             return
+        if self.stop == "credentials":
+            code = str(self.refusal.get("code") or "invalid_api_key")
+            message = str(self.refusal.get("message") or "The batch's credentials are gone.")
+            extra = await self._unsent(lines, code, message)
+            error = {"code": code, "message": message, "param": None, "line": None}
+            await self.store.finish(self.batch_id, self.owner, "failed", extra, [error])
+            return
         await self.store.finish(self.batch_id, self.owner, "completed", [])
+
+    async def _unsent(self, lines: list[BatchLine], code: str, message: str) -> list[str]:
+        """Error entries for the lines that have no result."""
+        done = await self.store.done_lines(self.batch_id)
+        return [
+            error_record(self.batch_id, line, code, message)
+            for line in lines
+            if line.line not in done
+        ]
 
     async def _keep(self) -> None:
         """Renew the lease; notice a cancel, an expiry, or the lease lost."""
@@ -202,14 +243,18 @@ class BatchRun:
                 if line.body is None:  # cannot be sent: its error is its result
                     message = line.error or "invalid line"
                     await self._record(
-                        line, False, error_record(self.batch_id, line, "invalid_request", message)
+                        line, False, error_record(self.batch_id, line, line.code, message)
                     )
+                    continue
+                if await self._abandoned(line):
                     continue
                 await gate.acquire()
                 alias = line.body.get("model")
                 while self.stop is None and isinstance(alias, str) and not self.sender.idle(alias):
                     await asyncio.sleep(self.config.idle_wait_s)
-                if self.stop is not None:
+                if self.stop is None and self.grant is not None:
+                    self._check_grant()  # just before sending: a wait may have outlived it
+                if self.stop is not None or not await self._attempt(line):
                     gate.release()
                     break
                 task = loop.create_task(self._line(line, gate))
@@ -220,17 +265,64 @@ class BatchRun:
         finally:
             await cancel_and_wait(*running)
 
+    def _check_grant(self) -> None:
+        assert self.grant is not None
+        if self.grant.expired(self.store.clock()):
+            self.stop = "credentials"
+            self.refusal = {
+                "code": "expired_api_key",
+                "message": "The token that created this batch has expired.",
+            }
+
+    async def _abandoned(self, line: BatchLine) -> bool:
+        """Record the line as failed, unsent, when it was sent too often without a result."""
+        sent = self.attempts.get(line.line, 0)
+        if sent < self.config.max_line_attempts:
+            return False
+        log.warning("batch %s line %d abandoned after %d sends", self.batch_id, line.line, sent)
+        message = (
+            f"The line was sent {sent} times and no result was ever recorded (the replica "
+            "driving it stopped or stalled each time); it is not sent again."
+        )
+        await self._record(
+            line, False, error_record(self.batch_id, line, "line_abandoned", message)
+        )
+        return True
+
+    async def _attempt(self, line: BatchLine) -> bool:
+        """Count a send of ``line`` in the store before it is made; False (and stop) when the
+        count cannot be written."""
+        self.attempts[line.line] = self.attempts.get(line.line, 0) + 1
+        try:
+            await self.store.note_attempts(self.batch_id, self.owner, self.attempts)
+        except Exception as exc:  # not sent uncounted: resumed later
+            log.warning("batch %s: attempts not written: %s", self.batch_id, exc)
+            self.stop = "store"
+            return False
+        return True
+
     async def _line(self, line: BatchLine, gate: asyncio.Semaphore) -> None:
         try:
             assert line.body is not None
             request_id = f"{self.batch_id}-{line.line}"
             try:
-                status, body = await self._send(line.body, request_id)
+                async with asyncio.timeout(self.config.line_timeout_s):
+                    status, body = await self._send(line.body, request_id)
+            except TimeoutError:
+                message = f"The line was not answered within {self.config.line_timeout_s:g} s."
+                await self._record(
+                    line, False, error_record(self.batch_id, line, "line_timeout", message)
+                )
+                return
             except Exception as exc:  # a fault of ours: the line fails, the batch goes on
                 log.exception("batch %s line %d failed", self.batch_id, line.line)
                 record = error_record(self.batch_id, line, "internal_error", str(exc)[:500])
                 await self._record(line, False, record)
                 return
+            if status == 401 and self.stop is None:  # revoked or expired: the rest would be too
+                self.stop = "credentials"
+                error = body.get("error")
+                self.refusal = error if isinstance(error, dict) else {}
             record = output_record(self.batch_id, line, status, request_id, body)
             await self._record(line, status < 400, record)
         finally:
@@ -240,7 +332,7 @@ class BatchRun:
         row = self.row
         for attempt in range(_RETRIES + 1):
             status, answer = await self.sender.send(
-                row["key_id"], row["endpoint"], body, request_id
+                row["key_id"], row["endpoint"], body, request_id, self.grant
             )
             if status not in _RETRY_STATUSES or attempt == _RETRIES or self.stop is not None:
                 break
@@ -250,6 +342,30 @@ class BatchRun:
     async def _record(self, line: BatchLine, ok: bool, record: str) -> None:
         try:
             await self.store.record(self.batch_id, line.line, line.custom_id, ok, record)
-        except Exception as exc:  # not done: resumed later, never counted without its row
+        except Exception as exc:
+            if is_unreachable(exc):  # not done: resumed later, never counted without its row
+                log.warning(
+                    "batch %s line %d: result not written: %s", self.batch_id, line.line, exc
+                )
+                self.stop = "store"
+                return
+            # The store refused this row's data: it would refuse it on every resume, so the
+            # line is recorded, once, without what was refused.
+            log.warning("batch %s line %d: result refused: %s", self.batch_id, line.line, exc)
+            await self._record_refused(line)
+        else:
+            self.attempts.pop(line.line, None)
+
+    async def _record_refused(self, line: BatchLine) -> None:
+        bare = BatchLine(line.line, None, None)
+        message = "The line's result could not be stored."
+        try:
+            await self.store.record(
+                self.batch_id, line.line, None, False,
+                error_record(self.batch_id, bare, "result_not_stored", message),
+            )  # fmt: skip
+        except Exception as exc:
             log.warning("batch %s line %d: result not written: %s", self.batch_id, line.line, exc)
             self.stop = "store"
+        else:
+            self.attempts.pop(line.line, None)

@@ -73,6 +73,7 @@ class JwtBearer:
             user_id=str(user)[:100] if user is not None else None,
             allowed_aliases=allowed,
             tags=team.tags,
+            expires_ms=_expires_ms(claims.get("exp")),
         )
 
     def _team(self, ref: str) -> TeamEntry | None:
@@ -104,3 +105,8 @@ class JwtBearer:
         if self.http is not None:
             await self.http.close()
             self.http = None
+
+
+def _expires_ms(exp: object) -> int | None:
+    """The token's ``exp`` (seconds) in ms; validation already refused an expired one."""
+    return int(exp * 1000) if isinstance(exp, int | float) and not isinstance(exp, bool) else None

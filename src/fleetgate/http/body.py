@@ -11,7 +11,7 @@ from aiohttp import web
 from fleetgate.errors import InvalidRequest, PayloadTooLarge, RequestTimeout
 from fleetgate.http.text import check_json_text
 
-__all__ = ["BODY_TIMEOUT_S", "MAX_DEPTH", "read_json"]
+__all__ = ["BODY_TIMEOUT_S", "MAX_DEPTH", "decode_object", "read_json"]
 
 BODY_TIMEOUT_S = 30.0  # the default of server.body_timeout_s
 
@@ -37,25 +37,35 @@ async def read_json(
         raise PayloadTooLarge(f"Request body exceeds the {max_bytes} byte limit.") from None
     except TimeoutError:
         raise RequestTimeout(f"The request body did not arrive within {timeout_s:g} s.") from None
+    return decode_object(raw, max_bytes)
+
+
+def decode_object(
+    raw: bytes, max_bytes: int, *, what: str = "The request body", max_depth: int = MAX_DEPTH
+) -> dict[str, Any]:
+    """The JSON object in ``raw`` under the limits every request body has: 413 past
+    ``max_bytes``, 400 when it is empty, not JSON, not an object, or nests deeper than
+    ``max_depth``. The one check of an HTTP body and of a batch line (``what`` names it in
+    the message; a line is one level deeper than its body)."""
     if len(raw) > max_bytes:
-        raise PayloadTooLarge(f"Request body exceeds the {max_bytes} byte limit.")
+        raise PayloadTooLarge(f"{what} exceeds the {max_bytes} byte limit.")
     if not raw:
-        raise InvalidRequest("The request body is empty; expected a JSON object.")
+        raise InvalidRequest(f"{what} is empty; expected a JSON object.")
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"The request body is not valid JSON: {exc}") from None
+        raise InvalidRequest(f"{what} is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise InvalidRequest("The request body must be a JSON object.")
+        raise InvalidRequest(f"{what} must be a JSON object.")
     # Deep nesting parses (orjson allows 1024 levels) but cannot be re-encoded for the upstream
     # (254): refuse it here. Counting brackets is C-fast; only a body with many is walked.
-    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(value) > MAX_DEPTH:
-        raise InvalidRequest(f"The request body nests deeper than {MAX_DEPTH} levels.")
+    if raw.count(b"[") + raw.count(b"{") > max_depth and _depth(value, max_depth) > max_depth:
+        raise InvalidRequest(f"{what} nests deeper than {MAX_DEPTH} levels.")
     check_json_text(raw, value)  # a NUL no store can hold: 400 naming where it is
     return value
 
 
-def _depth(value: Any) -> int:
+def _depth(value: Any, limit: int) -> int:
     """The nesting depth of a JSON value, without recursion."""
     deepest = 0
     stack: list[tuple[Any, int]] = [(value, 1)]
@@ -63,7 +73,7 @@ def _depth(value: Any) -> int:
         node, depth = stack.pop()
         if depth > deepest:
             deepest = depth
-            if deepest > MAX_DEPTH:
+            if deepest > limit:
                 break
         children = node.values() if isinstance(node, dict) else node
         stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))

@@ -492,6 +492,8 @@ batches = Table(
     Column("expires_ms", BigInteger, nullable=False),
     Column("lease_owner", String(64)),  # the replica driving it
     Column("lease_until_ms", BigInteger, nullable=False),
+    Column("principal", JSON),  # what its creator was allowed (batches/grant.py), per line
+    Column("line_attempts", JSON),  # {line: times sent} of lines sent but not yet recorded
     Index("ix_fg_batches_owner", "owner", "created_ms"),
     Index("ix_fg_batches_status", "status"),
 )

@@ -1,0 +1,61 @@
+"""Batch lines through a gateway pass the limits a request body passes: a line the direct call
+would refuse fails alone in the error file."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.batches.support import MASTER, chat_line, config, jsonl, records, running_gateway
+from tests.batches.test_lines import nested
+
+TERMINAL = {"completed", "failed", "cancelled", "expired"}
+
+
+async def finished(client: openai.AsyncOpenAI, batch_id: str, timeout_s: float = 60.0) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        batch = await client.batches.retrieve(batch_id)
+        if batch.status in TERMINAL:
+            return batch
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"batch {batch_id} did not finish: {batch.status}")
+
+
+async def run_batch(client: openai.AsyncOpenAI, lines: list[dict[str, Any]]) -> Any:
+    upload = await client.files.create(file=("in.jsonl", jsonl(lines)), purpose="batch")
+    batch = await client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    return await finished(client, batch.id)
+
+
+async def test_a_line_nested_200_levels_is_the_direct_calls_400_alone(
+    upstream: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    deep = nested(200)
+    async with running_gateway(config(upstream), tmp_path) as gw:
+        async with gw.session.post(
+            f"{gw.url}/v1/chat/completions", json=deep,
+            headers={"Authorization": f"Bearer {MASTER}"},
+        ) as resp:  # fmt: skip
+            direct = await resp.json()
+            assert resp.status == 400
+        client = gw.client(MASTER)
+        line = {**chat_line("deep"), "body": deep}
+        with caplog.at_level(logging.WARNING, logger="fleetgate"):
+            done = await run_batch(client, [line, chat_line("fine")])
+        assert done.status == "completed", done
+        assert done.request_counts.completed == 1 and done.request_counts.failed == 1
+        (error,) = records((await client.files.content(done.error_file_id)).content)
+    assert error["custom_id"] == "deep" and error["response"] is None
+    assert error["error"]["code"] == "invalid_request"
+    assert "nests deeper than 128 levels" in error["error"]["message"]
+    assert "nests deeper than 128 levels" in direct["error"]["message"]
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
