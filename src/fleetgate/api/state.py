@@ -73,8 +73,9 @@ class GatewayState:
     request_ids: RequestIds = field(default_factory=lambda: RequestIds())
 
     def check_model(self, principal: Principal, model: str, *, routed: bool = True) -> None:
-        """404 unless ``principal`` may use ``model`` and (``routed``) an alias serves it."""
-        if not principal.may_use(model):
+        """404 unless ``principal`` may use ``model`` and (``routed``) an alias serves it; 403
+        for a role that may call no model (a finance viewer)."""
+        if not principal.require("call").may_use(model):
             raise ModelNotFound(
                 f"The model '{model}' does not exist or you do not have access to it.",
                 param="model",

@@ -42,22 +42,37 @@ class AdminAccess:
         self._authenticator = authenticator
         self.audit = audit
 
-    def principal(self, request: web.Request) -> Principal:
-        """The caller (401 for a missing or unknown key)."""
+    def authenticated(self, request: web.Request) -> Principal:
+        """The caller, whatever its role (401 for a missing or unknown key)."""
         token = bearer_token(request.headers.get("Authorization"))
         return self._authenticator().authenticate(token)
 
+    def principal(self, request: web.Request) -> Principal:
+        """The caller of a route that acts for it (files, batches, MCP tools, feedback): 401
+        for a missing or unknown key, 403 for a role that may not call (a finance viewer)."""
+        return self.authenticated(request).require("call")
+
+    def spend_reader(self, request: web.Request) -> Principal:
+        """The caller of a spend report: the master key, a team admin key (its team's) or a
+        finance viewer key (every team's); 403 otherwise."""
+        principal = self.authenticated(request)
+        if not principal.may("spend"):
+            raise PermissionDenied(
+                "Spend reports need the master key, a team admin key or a finance viewer key."
+            )
+        return principal
+
     def master(self, request: web.Request) -> Principal:
         """The caller, who must hold the master key (403 otherwise)."""
-        principal = self.principal(request)
+        principal = self.authenticated(request)
         if not principal.is_master:
             raise PermissionDenied("This admin route needs the master key.")
         return principal
 
     def admin(self, request: web.Request) -> Principal:
         """The caller, who must hold the master key or a team admin key (403 otherwise)."""
-        principal = self.principal(request)
-        if not principal.is_master and principal.role != "team_admin":
+        principal = self.authenticated(request)
+        if not principal.may("manage"):
             raise PermissionDenied("Admin routes need the master key or a team admin key.")
         return principal
 

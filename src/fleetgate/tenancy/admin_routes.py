@@ -86,18 +86,21 @@ class TenancyAdmin:
 
     async def get_spend(self, request: web.Request) -> web.Response:
         """``GET /admin/spend?group_by=team,alias,key,tag&since=&until=&team=``."""
-        tenancy, actor = self._caller(request)
+        if self.tenancy is None:
+            raise ServiceUnavailable("Tenancy is disabled in this gateway's config.")
+        tenancy, actor = self.tenancy, self.access.spend_reader(request)
+        every_team = actor.may("spend_all")  # the master and a finance viewer
         q = request.query
         groups = [g.strip() for g in q.get("group_by", "team").split(",") if g.strip()]
         ref = q.get("team")
         team_id = None
         if ref:  # an id or a name, as on the other routes; someone else's team is 403 either way
-            team_id = ref if not actor.is_master and ref == actor.team_id else None
+            team_id = ref if not every_team and ref == actor.team_id else None
             if team_id is None:
                 try:
                     team_id = await tenancy.service.team_id(ref)
                 except NotFound:
-                    if not actor.is_master:
+                    if not every_team:
                         raise PermissionDenied(
                             "This key may only see its own team's spend."
                         ) from None

@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal
 
-__all__ = ["Principal", "Role"]
+from fleetgate.errors import PermissionDenied
+
+__all__ = ["ROLE_ACTIONS", "Action", "Principal", "Role"]
 
 # finance_viewer: reads every team's spend, nothing else (the console's finance role)
 Role = Literal["master", "team_admin", "finance_viewer", "user"]
+
+# What a role may do, the one table every entry point asks (through `Principal.may`):
+#   call       models, MCP tools, files, batches, stored responses, feedback
+#   spend      its own team's spend reports
+#   spend_all  every team's spend reports
+#   manage     the admin API (a team admin only its own team: each service checks that)
+# tests/tenancy/test_roles.py calls each route group as each role against this table.
+Action = Literal["call", "spend", "spend_all", "manage"]
+ROLE_ACTIONS: Mapping[str, frozenset[Action]] = MappingProxyType({
+    "master": frozenset({"call", "spend", "spend_all", "manage"}),
+    "team_admin": frozenset({"call", "spend", "manage"}),
+    "finance_viewer": frozenset({"spend", "spend_all"}),
+    "user": frozenset({"call"}),
+})  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +51,21 @@ class Principal:
     def is_master(self) -> bool:
         return self.role == "master"
 
+    def may(self, action: Action) -> bool:
+        """Whether this caller's role allows ``action`` (`ROLE_ACTIONS`)."""
+        return action in ROLE_ACTIONS.get(self.role, ())
+
+    def require(self, action: Action) -> Principal:
+        """This caller, or a 403 when its role does not allow ``action``."""
+        if not self.may(action):
+            what = "call models or tools" if action == "call" else f"do this ({action})"
+            raise PermissionDenied(f"A {self.role} key may not {what}.")
+        return self
+
     def may_use(self, alias: str) -> bool:
+        """Whether this caller may call ``alias`` (a role that may not call: no alias)."""
+        if not self.may("call"):
+            return False
         return self.allowed_aliases is None or alias in self.allowed_aliases
 
     @property

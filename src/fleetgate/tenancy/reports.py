@@ -24,9 +24,9 @@ GROUPS = ("team", "alias", "key", "tag", "deployment", "version")
 def _scope_team(actor: Principal, team_id: str | None, *, spend: bool = False) -> str | None:
     """The team a report is limited to: a team admin's own; ``None`` (every team) for the
     master key, and for a finance viewer's spend reports."""
-    if actor.is_master or (spend and actor.role == "finance_viewer"):
+    if actor.is_master or (spend and actor.may("spend_all")):
         return team_id
-    if actor.role != "team_admin":
+    if not actor.may("spend" if spend else "manage"):
         raise PermissionDenied("Reports need a team admin or the master key.")
     if team_id is not None and team_id != actor.team_id:
         raise PermissionDenied("This key may only see its own team's spend.")

@@ -143,7 +143,8 @@ class ResponsesRoutes:
 
 
 def _principal(gw: GatewayState, request: web.Request) -> Principal:
-    return gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    """The caller, whose role must allow calls (a finance viewer's reads no stored answer)."""
+    return gw.auth.authenticate(bearer_token(request.headers.get("Authorization"))).require("call")
 
 
 def _page(request: web.Request) -> tuple[int, str, str | None]:
