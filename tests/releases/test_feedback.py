@@ -175,13 +175,17 @@ async def test_feedback_reaches_an_answer_served_by_another_replica(
             _, ads = await _team(gw_a, "ads")
 
             async def knows_keys() -> bool:  # replica b loads the keys from the store
-                status, _ = await feedback(gw_b, search, {"request_id": "0", "rating": "up"})
-                return status == 404
+                for key in (search, ads):
+                    status, _ = await feedback(gw_b, key, {"request_id": "0", "rating": "up"})
+                    if status != 404:  # 401 until it has them
+                        return False
+                return True
 
             for _ in range(100):
                 if await knows_keys():
                     break
                 await asyncio.sleep(0.05)
+            assert await knows_keys()
             rid = await ask(gw_a, search)
             status, body = await recorded(gw_b, search, {"request_id": rid, "rating": "up"})
             assert status == 201, body
