@@ -222,3 +222,19 @@ async def test_a_revoked_key_stops_the_batch(store: BatchStore) -> None:
     assert (await store.counts(batch_id)).completed == 1
     errors = await _errors(store, row)
     assert [code for _, code in errors] == ["invalid_api_key", "invalid_api_key"]
+
+
+async def test_a_clean_shutdown_does_not_count_against_the_line(store: BatchStore) -> None:
+    sender = Sender()
+    batch_id = await _batch(store, [chat_line("slow", text="hang")])
+    for attempt in range(1, 4):  # three deploys while the line runs: each replica stops cleanly
+        worker = _worker(store, sender, f"r{attempt}", max_line_attempts=1)
+        await worker.start()
+        for _ in range(400):
+            if sender.sent.count("hang") == attempt:
+                break
+            await asyncio.sleep(0.02)
+        assert sender.sent.count("hang") == attempt  # sent again: it never took a replica down
+        await worker.aclose()
+    row = await store.batch(batch_id, TEAM)
+    assert row["status"] == "in_progress" and not row["line_attempts"]

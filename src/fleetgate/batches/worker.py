@@ -81,6 +81,7 @@ class BatchWorker:
         self._task: asyncio.Task[None] | None = None
         self._nudged = asyncio.Event()
         self.driving: dict[str, asyncio.Task[None]] = {}
+        self._runs: dict[str, BatchRun] = {}
 
     async def start(self) -> None:
         """Start the loop (inside the running event loop)."""
@@ -93,9 +94,12 @@ class BatchWorker:
         task, self._task = self._task, None
         await cancel_and_wait(task)
         running, self.driving = self.driving, {}
+        runs, self._runs = self._runs, {}
         await cancel_and_wait(*running.values())
         for batch_id in running:
             try:
+                if batch_id in runs:  # a clean stop: its lines in flight did not fail
+                    await runs[batch_id].uncount()
                 await self.store.release(batch_id, self.owner)
             except Exception as exc:  # the lease expires by itself
                 log.warning("could not give up the lease of %s: %s", batch_id, exc)
@@ -128,6 +132,7 @@ class BatchWorker:
                 run.max_line_bytes = self.max_line_bytes()
                 task = asyncio.get_running_loop().create_task(self._drive(run))
                 self.driving[batch_id] = task
+                self._runs[batch_id] = run
 
     async def _drive(self, run: BatchRun) -> None:
         try:
@@ -138,6 +143,7 @@ class BatchWorker:
             log.exception("batch %s stopped", run.batch_id)
         finally:
             self.driving.pop(run.batch_id, None)
+            self._runs.pop(run.batch_id, None)
 
 
 class BatchRun:
@@ -163,6 +169,7 @@ class BatchRun:
         self.stop: str | None = None
         self.refusal: dict[str, Any] = {}  # the credentials' error, when they stopped it
         self.attempts: dict[int, int] = {}  # sends of each line not yet recorded
+        self._sent_here: set[int] = set()  # lines sent by this run and not yet recorded
 
     async def run(self) -> None:
         self.row = row = await self.store.batch(self.batch_id, None)
@@ -293,6 +300,7 @@ class BatchRun:
         """Count a send of ``line`` in the store before it is made; False (and stop) when the
         count cannot be written."""
         self.attempts[line.line] = self.attempts.get(line.line, 0) + 1
+        self._sent_here.add(line.line)
         try:
             await self.store.note_attempts(self.batch_id, self.owner, self.attempts)
         except Exception as exc:  # not sent uncounted: resumed later
@@ -300,6 +308,18 @@ class BatchRun:
             self.stop = "store"
             return False
         return True
+
+    async def uncount(self) -> None:
+        """Take back the sends of the lines in flight (this replica stopping cleanly: they
+        were interrupted, they did not take it down)."""
+        for number in self._sent_here:
+            left = self.attempts.get(number, 0) - 1
+            if left > 0:
+                self.attempts[number] = left
+            else:
+                self.attempts.pop(number, None)
+        self._sent_here.clear()
+        await self.store.note_attempts(self.batch_id, self.owner, self.attempts)
 
     async def _line(self, line: BatchLine, gate: asyncio.Semaphore) -> None:
         try:
@@ -354,7 +374,11 @@ class BatchRun:
             log.warning("batch %s line %d: result refused: %s", self.batch_id, line.line, exc)
             await self._record_refused(line)
         else:
-            self.attempts.pop(line.line, None)
+            self._recorded(line)
+
+    def _recorded(self, line: BatchLine) -> None:
+        self.attempts.pop(line.line, None)
+        self._sent_here.discard(line.line)
 
     async def _record_refused(self, line: BatchLine) -> None:
         bare = BatchLine(line.line, None, None)
@@ -368,4 +392,4 @@ class BatchRun:
             log.warning("batch %s line %d: result not written: %s", self.batch_id, line.line, exc)
             self.stop = "store"
         else:
-            self.attempts.pop(line.line, None)
+            self._recorded(line)
