@@ -1,6 +1,7 @@
 """One place that turns every failure into an OpenAI error response: a `FleetgateError` as
-itself, an aiohttp HTTP exception by its status, a store that cannot be reached (any route) as
-503 ``store_unavailable``, anything else as a 500 ``internal_error`` (logged)."""
+itself, an aiohttp HTTP exception by its status, a request aiohttp's parser cannot read (a
+multipart part header with a NUL) as 400, a store that cannot be reached (any route) as 503
+``store_unavailable``, anything else as a 500 ``internal_error`` (logged)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from fleetgate.errors import FleetgateError
 from fleetgate.store.errors import is_unreachable, store_unavailable
@@ -70,6 +72,16 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400:
             raise
         return _http_exception(exc)
+    except HttpProcessingError as exc:  # aiohttp's parser, reading a body part's headers
+        body = {
+            "error": {
+                "message": f"The request could not be read: {exc.message}",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": None,
+            }
+        }
+        return web.Response(body=orjson.dumps(body), status=400, content_type="application/json")
     except Exception as exc:
         if is_unreachable(exc):  # the database (or the path to it) is down: 503, whatever route
             log.warning("%s %s -> 503 store unavailable: %r", request.method, request.path, exc)

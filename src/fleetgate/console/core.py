@@ -24,6 +24,7 @@ from fleetgate.errors import (
     PermissionDenied,
     ServiceUnavailable,
 )
+from fleetgate.http.form import read_form
 from fleetgate.store.errors import is_unreachable
 from fleetgate.tenancy.principal import Principal
 from fleetgate.tenancy.runtime import Tenancy
@@ -119,8 +120,7 @@ class Console:
         if _FORM not in request:
             if (request.content_length or 0) > 1 << 20:
                 raise PayloadTooLarge("The form exceeds 1 MiB.")
-            data = await request.post()
-            request[_FORM] = {k: v for k, v in data.items() if isinstance(v, str)}
+            request[_FORM] = await read_form(request)  # 400 for a form that cannot be read
         form: dict[str, str] = request[_FORM]
         return form
 
