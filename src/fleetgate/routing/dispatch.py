@@ -25,7 +25,6 @@ from fleetgate.errors import (
     ClientError,
     ContextWindowExceeded,
     FleetgateError,
-    ModelNotFound,
     NoHealthyDeployment,
     ServiceUnavailable,
     UpstreamConnectError,
@@ -365,11 +364,8 @@ class Dispatcher:
         made (the key is allowed the alias, its limits admit the request); else the refusal.
         An alias entered again (a retry after a wake's hold) is not counted again."""
         req = ctx.request
-        if not req.principal.may_use(alias):
-            return ModelNotFound(
-                f"The model '{alias}' does not exist or you do not have access to it.",
-                param="model",
-            )
+        if not req.principal.may_use(alias):  # the caller never learns of the alias
+            return NoHealthyDeployment(f"No deployment of '{req.alias}' can serve this request.")
         if self.fallback_gate is None or alias in ctx.fallbacks:
             return None
         try:
