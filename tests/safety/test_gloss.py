@@ -171,3 +171,16 @@ def test_the_classifier_checks_of_a_registry_share_one_dictionary(embedder: Any)
     finally:
         a.close()  # type: ignore[attr-defined]
         b.close()  # type: ignore[attr-defined]
+
+
+def test_notes_in_brackets_are_dropped_as_the_bracket_regex_did() -> None:
+    import random
+    import re
+
+    regex = re.compile(r"\([^)]*\)|\[[^\]]*\]|（[^）]*）")  # what clean_definition used before
+    rnd = random.Random(31)
+    for _ in range(20_000):
+        text = "".join(rnd.choice("()[]（）ab ") for _ in range(rnd.randint(0, 16)))
+        assert gloss_module.drop_brackets(text) == regex.sub(" ", text), text
+    assert clean_definition(["to bake (bread) [of cakes]"]) == "bake"
+    assert gloss_module.drop_brackets("(" * 200_000 + "x") == "(" * 200_000 + "x"

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 __all__ = ["GpuSample", "parse_dcgm"]
 
 _LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+# A name starts where a run of name characters starts, and an unclosed value runs to the end of
+# the line: retried at every position, either would rescan the rest of the line (quadratic).
+_LABEL = re.compile(r'(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)(?:"|\\?$)')
 
 _FIELDS = {
     "DCGM_FI_DEV_GPU_UTIL": "util_pct",

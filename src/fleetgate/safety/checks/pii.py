@@ -95,8 +95,11 @@ def _detectors() -> tuple[_Detector, ...]:
             r"|github_pat_[A-Za-z0-9_]{40,}|xox[abprs]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35})")),
         _Detector("secret", "[SECRET]", re.compile(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_=-]{32,}"),
                   _high_entropy),
+        # The local part starts where a run of its characters starts: tried from every
+        # position of a long run, it would rescan the run each time (quadratic).
         _Detector("email", "[EMAIL]", re.compile(
-            r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")),
+            r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+"
+            r"@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")),
         _Detector("national_id", "[NATIONAL_ID]", re.compile(
             r"(?<![0-9A-Za-z])\d{17}[\dXx](?![0-9A-Za-z])"),
                   china_id_valid),

@@ -31,7 +31,8 @@ __all__ = ["Glosser", "clean_definition", "parse_cedict"]
 
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _ENTRY = re.compile(r"^(\S+) (\S+) \[[^\]]*\] /(.*)/\s*$")
-_PAREN = re.compile(r"\([^)]*\)|\[[^\]]*\]|（[^）]*）")
+_OPENING = re.compile(r"[(\[（]")
+_CLOSING = {"(": ")", "[": "]", "（": "）"}
 _SPACES = re.compile(r"\s+")
 # Definitions that say what a word is rather than what it means.
 _SKIP = re.compile(
@@ -72,6 +73,27 @@ _PREFIX = re.compile(r"^(?:to be |to )(?=\w)", re.IGNORECASE)
 _ABBREVIATIONS = ((re.compile(r"\bsth\b"), "something"), (re.compile(r"\bsb\b"), "somebody"))
 
 
+def drop_brackets(text: str, replacement: str = " ") -> str:
+    r"""``text`` with each note in brackets (``()``, ``[]``, ``（）``) replaced, as
+    ``re.sub(r"\([^)]*\)|\[[^\]]*\]|（[^）]*）", replacement, text)`` does, in linear time: that
+    regex retries every opening bracket that is never closed and rescans the rest of the text
+    each time. Once one is not closed, no later one of its kind is either."""
+    out: list[str] = []
+    kept = pos = 0
+    unclosed: set[str] = set()
+    while (match := _OPENING.search(text, pos)) is not None:
+        opening, start = match.group(0), match.start()
+        end = -1 if opening in unclosed else text.find(_CLOSING[opening], start + 1)
+        if end < 0:
+            unclosed.add(opening)
+            pos = start + 1
+            continue
+        out += (text[kept:start], replacement)
+        kept = pos = end + 1
+    out.append(text[kept:])
+    return "".join(out)
+
+
 def clean_definition(definitions: Iterable[str]) -> str:
     """The first definition that says what a word means, without notes in brackets and cut at
     the first ``;`` ("to kill oneself" from ``/to kill oneself/to commit suicide/``); empty
@@ -79,7 +101,7 @@ def clean_definition(definitions: Iterable[str]) -> str:
     for raw in definitions:
         if _SKIP.match(raw.strip()):
             continue
-        text = _SPACES.sub(" ", _PAREN.sub(" ", raw.split(";")[0])).strip(" ,.?!")
+        text = _SPACES.sub(" ", drop_brackets(raw.split(";")[0])).strip(" ,.?!")
         text = _PREFIX.sub("", text.replace("...", " ")).strip()
         for pattern, word in _ABBREVIATIONS:
             text = pattern.sub(word, text)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 __all__ = ["Names", "names"]
 
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
+# An unclosed string runs to the end (else each later quote would rescan the rest: quadratic).
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|["\'](?s:.*)')
 _MATCHERS = re.compile(r"\{([^{}]*)\}")
 _RANGE = re.compile(r"\[[^\[\]]*\]")
 _GROUPING = re.compile(
