@@ -99,8 +99,10 @@ class Gateway:
 
 
 @asynccontextmanager
-async def running_gateway(cfg: dict[str, Any], data_dir: Path) -> AsyncIterator[Gateway]:
-    db_url = f"sqlite:///{data_dir / 'fleetgate.db'}"
+async def running_gateway(
+    cfg: dict[str, Any], data_dir: Path, db_url: str | None = None
+) -> AsyncIterator[Gateway]:
+    db_url = db_url or f"sqlite:///{data_dir / 'fleetgate.db'}"
     settings = Settings(
         master_key=MASTER, data_dir=data_dir, database_url=db_url, watch_config=False
     )

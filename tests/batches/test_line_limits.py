@@ -59,3 +59,44 @@ async def test_a_line_nested_200_levels_is_the_direct_calls_400_alone(
     assert "nests deeper than 128 levels" in error["error"]["message"]
     assert "nests deeper than 128 levels" in direct["error"]["message"]
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
+    return None if request.param == "sqlite" else str(request.getfixturevalue("shared_pg_url"))
+
+
+async def test_a_nul_custom_id_fails_its_line_once_on_either_store(
+    upstream: str, tmp_path: Path, db_url: str | None
+) -> None:
+    cfg = config(upstream, batches={"max_in_progress_per_team": 1, "lease_s": 0.5})
+    async with running_gateway(cfg, tmp_path, db_url) as gw:
+        client = gw.client(await gw.team_key("a"))
+        done = await run_batch(client, [chat_line("bad\x00id"), chat_line("good")])
+        assert done.status == "completed", done
+        assert done.request_counts.completed == 1 and done.request_counts.failed == 1
+        (error,) = records((await client.files.content(done.error_file_id)).content)
+        again = await run_batch(client, [chat_line("next")])  # the team's one slot is free
+        assert again.status == "completed"
+    assert error["error"]["code"] == "invalid_request" and "custom_id" in error["error"]["message"]
+
+
+async def test_a_control_character_in_an_uploaded_files_name_is_a_400(
+    upstream: str, tmp_path: Path, db_url: str | None
+) -> None:
+    async with running_gateway(config(upstream), tmp_path, db_url) as gw:
+        body = (
+            b'--XyZ\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+            b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename*=UTF-8''a%00b"
+            b"\r\nContent-Type: application/jsonl\r\n\r\n"
+            + jsonl([chat_line("x")])
+            + b"\r\n--XyZ--\r\n"
+        )
+        headers = {
+            "Authorization": f"Bearer {MASTER}",
+            "Content-Type": "multipart/form-data; boundary=XyZ",
+        }
+        async with gw.session.post(f"{gw.url}/v1/files", data=body, headers=headers) as resp:
+            answer = await resp.json()
+            assert resp.status == 400, answer
+    assert answer["error"]["param"] == "file"

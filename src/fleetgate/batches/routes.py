@@ -146,7 +146,10 @@ class BatchRoutes:
             raise InvalidRequest("The file must be UTF-8 JSONL.", param="file") from None
         if not form.file.strip():
             raise InvalidRequest("The file is empty.", param="file")
-        meta = await self.store.add_file(owner, purpose, form.filename or "input.jsonl", form.file)
+        filename = form.filename or "input.jsonl"
+        if any(ch < " " or "\x7f" <= ch <= "\x9f" for ch in filename):  # a NUL: no store keeps it
+            raise InvalidRequest("The file's name must not hold control characters.", param="file")
+        meta = await self.store.add_file(owner, purpose, filename, form.file)
         return json_reply(meta.to_wire())
 
     async def list_files(self, request: web.Request) -> web.Response:
