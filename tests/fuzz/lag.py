@@ -1,0 +1,45 @@
+"""An event-loop lag ticker: a task that sleeps ``interval_s`` over and over and records, for
+the request in flight, how late each wake-up came (a handler that blocks the loop makes every
+wake-up late by as long as it blocks)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+__all__ = ["LagTicker", "ticking"]
+
+
+@dataclass
+class LagTicker:
+    interval_s: float = 0.005
+    current: str = ""  # what is in flight now (a label of the request)
+    worst: dict[str, float] = field(default_factory=dict)  # label -> the largest lag seen, s
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(self.interval_s)
+            lag = loop.time() - before - self.interval_s
+            label = self.current
+            if lag > self.worst.get(label, 0.0):
+                self.worst[label] = lag
+
+    def over(self, limit_s: float) -> dict[str, float]:
+        """The labels whose largest lag passed ``limit_s``."""
+        return {k: v for k, v in self.worst.items() if v > limit_s and k}
+
+
+@contextlib.asynccontextmanager
+async def ticking(interval_s: float = 0.005) -> AsyncIterator[LagTicker]:
+    ticker = LagTicker(interval_s)
+    task = asyncio.create_task(ticker.run())
+    try:
+        yield ticker
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
