@@ -12,8 +12,7 @@ samples it decodes (a header can understate the length).
 from __future__ import annotations
 
 from fleetgate.errors import InvalidRequest
-from fleetgate.multimodal.audio import containers
-from fleetgate.multimodal.audio.containers import DeclaredAudio, Malformed
+from fleetgate.multimodal.audio.containers import DeclaredAudio, Malformed, flac, mp3, ogg, wav
 from fleetgate.multimodal.audio.limits import AudioLimits, check_stream
 
 __all__ = ["EXPECTED", "DeclaredAudio", "judge_audio", "probe_audio"]
@@ -40,13 +39,13 @@ def _parse(data: bytes) -> DeclaredAudio:
     start = _skip_id3(data)
     head = data[start : start + 12]
     if head[:4] in (b"RIFF", b"RIFX", b"RF64") and head[8:12] == b"WAVE":
-        return containers.wav(data, start)
+        return wav(data, start)
     if head.startswith(b"fLaC"):
-        return containers.flac(data, start)
+        return flac(data, start)
     if head.startswith(b"OggS"):
-        return containers.ogg(data, start)
+        return ogg(data, start)
     if len(head) >= 4 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0:
-        return containers.mp3(data, start)
+        return mp3(data, start)
     raise Malformed("the container is not one of these")
 
 
