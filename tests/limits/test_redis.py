@@ -125,3 +125,28 @@ async def test_after_redis_restarts_empty_one_at_a_time_is_never_refused(
             await raw.aclose()
     finally:
         await lim.redis.aclose()
+
+
+async def test_after_redis_forgot_its_scripts_one_at_a_time_is_never_refused(
+    redis_server: RestartableRedis,
+) -> None:
+    """Redis loses the scripts but not the connection (SCRIPT FLUSH, a failover behind a
+    proxy): the next reservation loads them all again, so the settle after it is not sent a
+    round trip late, behind the next reservation."""
+    lim = RedisLimiter(RespClient(redis_server.url), prefix="t:")
+    one = (Scope("key:flush", max_parallel=1),)
+    try:
+        first = await lim.reserve("first", one, 1)
+        assert isinstance(first, Reservation)
+        await lim.settle(first, 1, 0)
+        await lim.redis.call("SCRIPT", "FLUSH")
+        refused = []
+        for i in range(4):
+            got = await lim.reserve(f"after-{i}", one, 1)
+            if not isinstance(got, Reservation):
+                refused.append(got)
+                continue
+            lim.settle(got, 1, 0)  # sent; the next request does not wait for its reply
+        assert refused == []
+    finally:
+        await lim.redis.aclose()

@@ -173,6 +173,23 @@ class RedisLimiter:
         await asyncio.gather(*(self.redis.send(command) for command in _LOADS))
         self._loaded_on = self.redis.connects
 
+    async def _eval(self, command: bytes, sent: asyncio.Future[Any] | None) -> Any:
+        """The reply of an encoded script call (``sent``: already sent). On NOSCRIPT (Redis
+        lost its scripts without this connection breaking: a SCRIPT FLUSH, a failover behind
+        a proxy) every script is loaded again before the call is sent again, so the next
+        call of another script does not answer NOSCRIPT too."""
+        try:
+            if sent is None:
+                await self._load_scripts()  # not connected yet: connect and load first
+                return await self.redis.send(command)
+            return await sent
+        except RespError as exc:
+            if not str(exc).startswith("NOSCRIPT"):
+                raise
+        self._loaded_on = -1
+        await self._load_scripts()
+        return await self.redis.send(command)
+
     def _commands(self, scopes: tuple[Scope, ...]) -> _Encoded:
         enc = self._encoded.get(scopes)
         if enc is None:
@@ -266,9 +283,7 @@ class RedisLimiter:
         try:
             if sent is not None and sent.cancelled():
                 raise ConnectionError("the connection to Redis closed")
-            if sent is None:
-                await self._load_scripts()
-            values = await self.redis.eval_encoded(_RESERVE, command, sent)
+            values = await self._eval(command, sent)
         except _DOWN as exc:
             self._unavailable(exc, decided=True)
             return self._degraded(member, scopes, tokens)
@@ -345,7 +360,8 @@ class RedisLimiter:
                     await self._load_scripts()
                 except _DOWN as exc:  # the settle itself has not left
                     raise CommandNotSent(f"scripts not loaded: {exc}") from exc
-            out = await self.redis.eval_encoded(_SETTLE, command, sent)
+                sent = self.redis.send_now(command)
+            out = await self._eval(command, sent)
         except CommandNotSent as exc:
             self._unavailable(exc, decided=False)
             raise LimiterUnavailable(f"settle not sent: {exc}") from exc
