@@ -133,7 +133,10 @@ async def transcriptions(request: web.Request) -> web.Response:
         if not form.file:
             raise InvalidRequest("'file' is required and must not be empty", param="file")
         transcript = await runtime.transcriber.transcribe(
-            form.file, language=fields.get("language") or None, prompt=fields.get("prompt") or None
+            form.file,
+            language=fields.get("language") or None,
+            prompt=fields.get("prompt") or None,
+            owner=principal.key_id,
         )
         outcome.completion_tokens = estimate_prompt_tokens({"input": transcript.text})
         asr = runtime.config.asr
@@ -199,7 +202,7 @@ async def _speak(
 ) -> web.StreamResponse:
     encoder = AudioStreamEncoder(fmt)
     streamer = SpeechStreamer(
-        runtime.synthesizer,
+        runtime.speaker(req.principal.key_id),
         voice=voice,
         speed=speed,
         max_concurrency=runtime.config.tts.max_concurrency,

@@ -59,12 +59,14 @@ class ImageFetchConfig(_Model):
 
 
 class ImageCacheConfig(_Model):
-    """Processed-image cache: memory LRU with a byte cap and a per-tenant guaranteed share."""
+    """Processed-image cache: memory LRU with a byte cap and a per-tenant guaranteed share, and
+    an optional disk tier with per-tenant files and shares of its own."""
 
     max_bytes: int = Field(256 * 1024 * 1024, gt=0)
     tenant_quota_bytes: int = Field(32 * 1024 * 1024, gt=0)
     disk_dir: str | None = None
     max_disk_bytes: int = Field(1 << 30, gt=0)
+    tenant_disk_quota_bytes: int = Field(128 * 1024 * 1024, gt=0)  # each tenant's disk share
 
 
 class ImageBudgetConfig(_Model):
@@ -115,6 +117,8 @@ class AsrConfig(_Backend):
     backend: Literal["pocketsphinx", "openai"] = "pocketsphinx"
     price_per_minute_usd: float | None = Field(None, ge=0)  # billed per minute of audio
     workers: int = Field(2, ge=1)
+    # Transcriptions of one key waiting for a worker (past it: 429); turns go round-robin.
+    max_waiting_per_key: int = Field(4, ge=1)
     max_bytes: int = Field(25 * 1024 * 1024, gt=0)  # deprecated: inputs.audio_bytes
     max_seconds: float = Field(600.0, gt=0)  # deprecated: inputs.audio_seconds
 
@@ -138,7 +142,8 @@ class ConversationConfig(_Model):
     """Stored conversations (``x-conversation-id``) in the gateway database."""
 
     enabled: bool = False
-    max_history_turns: int = Field(200, ge=1)
+    max_history_turns: int = Field(200, ge=1)  # also the turns a conversation keeps stored
+    max_per_owner: int = Field(1000, ge=1)  # conversations kept per owner; the oldest go first
     # Who may continue a conversation: ``user`` (the key's user, else the key itself) or
     # ``team`` (every key of the team shares the team's conversation ids).
     scope: Literal["user", "team"] = "user"

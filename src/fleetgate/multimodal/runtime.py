@@ -23,6 +23,7 @@ from fleetgate.multimodal.audio.transcribe import Transcriber
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.multimodal.conversations.sql import SqlConversationStore
 from fleetgate.multimodal.document_kv import DocumentKv
+from fleetgate.multimodal.fair import FairShare
 from fleetgate.multimodal.images.affinity import ImageAffinity
 from fleetgate.multimodal.images.budget import ImageBudget, ImageComputeBudget
 from fleetgate.multimodal.images.cache import ProcessedImageCache
@@ -37,7 +38,7 @@ from fleetgate.multimodal.prompt.documents import DOCUMENTS_KIND, DocumentStore
 from fleetgate.multimodal.prompt.retrieval import DocumentIndex
 from fleetgate.multimodal.speech.espeak import EspeakSynthesizer
 from fleetgate.multimodal.speech.openai_tts import OpenAISynthesizer
-from fleetgate.multimodal.speech.tts import SpeechSynthesizer
+from fleetgate.multimodal.speech.tts import FairSynthesizer, SpeechSynthesizer
 from fleetgate.resources import MiniLMEmbedder, Resources
 from fleetgate.telemetry.registry import Registry
 
@@ -109,9 +110,16 @@ class MultimodalRuntime:
             tenant_quota_bytes=img.cache.tenant_quota_bytes,
             disk_dir=img.cache.disk_dir,
             max_disk_bytes=img.cache.max_disk_bytes,
+            tenant_disk_quota_bytes=img.cache.tenant_disk_quota_bytes,
             registry=registry,
         )
-        self.images = ImagePipeline(self.fetcher, self.processor, self.cache, registry=registry)
+        self.images = ImagePipeline(
+            self.fetcher,
+            self.processor,
+            self.cache,
+            registry=registry,
+            share=FairShare("image decoding", capacity=img.decode_workers),
+        )
         self.budget = self._budget(registry, redis_prefix)
         self.affinity = ImageAffinity(ttl_s=img.affinity_ttl_s)
         self._database = self.resources.databases.get(settings.database_url, settings.data_dir)
@@ -123,6 +131,11 @@ class MultimodalRuntime:
         )
         self._transcriber: Transcriber | None = None
         self._synthesizer: SpeechSynthesizer | None = None
+        tts = config.tts
+        # Speech workers (or upstream requests) handed out round-robin between keys.
+        self.speech_share = FairShare(
+            "speech", capacity=tts.workers if tts.backend == "espeak" else tts.concurrency
+        )
         self.conversations: SqlConversationStore | None = None
         self._assemblers: dict[str, PromptAssembler] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -158,7 +171,12 @@ class MultimodalRuntime:
         await shared.follow(shared.state(self._database, DOCUMENTS_KIND), self.index.follow)
         if self.config.conversations.enabled:
             await self.resources.databases.migrate(self._database)
-            self.conversations = SqlConversationStore(self._database.engine)
+            conv = self.config.conversations
+            self.conversations = SqlConversationStore(
+                self._database.engine,
+                max_turns=conv.max_history_turns,
+                max_conversations=conv.max_per_owner,
+            )
 
     async def aclose(self) -> None:
         """Finish queued writes, then close sessions and workers (shared ones: their owner)."""
@@ -204,7 +222,11 @@ class MultimodalRuntime:
                     workers=asr.workers, timeout_s=asr.timeout_s, on_failure=self._worker_failed
                 )
             limits = self.inputs.audio_limits()
-            self._transcriber = Transcriber(backend, limits=limits, preparer=preparer)
+            # One key's backlog never stands between another key and the workers.
+            share = FairShare(
+                "transcription", capacity=asr.workers, max_waiting=asr.max_waiting_per_key
+            )
+            self._transcriber = Transcriber(backend, limits=limits, preparer=preparer, share=share)
         return self._transcriber
 
     @property
@@ -227,6 +249,11 @@ class MultimodalRuntime:
                     workers=tts.workers, timeout_s=tts.timeout_s, on_failure=self._worker_failed
                 )
         return self._synthesizer
+
+    def speaker(self, owner: str) -> SpeechSynthesizer:
+        """The synthesizer for one request of ``owner`` (an API key): its phrases wait for
+        ``owner``'s turns, so no key's backlog holds up another's speech."""
+        return FairSynthesizer(self.synthesizer, self.speech_share, owner)
 
     def _worker_failed(self, pool: str, reason: str) -> None:
         # Called from a worker pool's thread; a counter increment is a single float add.

@@ -35,6 +35,7 @@ import orjson
 from fleetgate.errors import InvalidRequest
 from fleetgate.hooks import FilterResult, GatewayRequest, Outcome
 from fleetgate.messages_text import content_text
+from fleetgate.multimodal.audio.transcribe import Transcript
 from fleetgate.multimodal.audio_stream import SpokenResponseFilter, SpokenStreamFilter, audio_format
 from fleetgate.multimodal.conversation import (
     ConversationTurn,
@@ -47,7 +48,13 @@ from fleetgate.multimodal.conversation import (
 from fleetgate.multimodal.conversations.store import StoredTurn
 from fleetgate.multimodal.image_dispatch import ImageDispatchHook
 from fleetgate.multimodal.images.pipeline import LoadedImage
-from fleetgate.multimodal.parts import PartKey, audio_parts, image_parts, replace_parts
+from fleetgate.multimodal.parts import (
+    AudioPart,
+    PartKey,
+    audio_parts,
+    image_parts,
+    replace_parts,
+)
 from fleetgate.multimodal.prompt.retrieval import DocumentSet
 from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.multimodal.speech.streamer import SpeechStreamer
@@ -171,7 +178,7 @@ class MultimodalStage:
         tenant = req.principal.tenant
         loaded_list, transcripts = await asyncio.gather(
             asyncio.gather(*(rt.images.load(p.url, tenant=tenant, param=p.param) for p in images)),
-            asyncio.gather(*(rt.transcriber.transcribe(p.data, param=p.param) for p in audio)),
+            asyncio.gather(*(self._transcribe(req, p) for p in audio)),
         )
         loaded: dict[PartKey, LoadedImage] = {
             p.key: img for p, img in zip(images, loaded_list, strict=True)
@@ -251,13 +258,21 @@ class MultimodalStage:
             body.pop("modalities", None)
         if req.stream:
             streamer = SpeechStreamer(
-                rt.synthesizer, voice=voice, max_concurrency=rt.config.tts.max_concurrency
+                rt.speaker(req.principal.key_id),
+                voice=voice,
+                max_concurrency=rt.config.tts.max_concurrency,
             )
             spoken = SpokenStreamFilter(streamer)
             req.state[_SPOKEN] = spoken
             req.stream_filters.append(spoken)
         else:
-            req.response_filters.append(SpokenResponseFilter(rt.synthesizer, voice=voice, fmt=fmt))
+            speaker = rt.speaker(req.principal.key_id)
+            req.response_filters.append(SpokenResponseFilter(speaker, voice=voice, fmt=fmt))
+
+    async def _transcribe(self, req: GatewayRequest, part: AudioPart) -> Transcript:
+        """An ``input_audio`` part's transcript, in the key's turn at the speech workers."""
+        transcriber = self.runtime.transcriber
+        return await transcriber.transcribe(part.data, param=part.param, owner=req.principal.key_id)
 
     def _debug(self, req: GatewayRequest, info: dict[str, Any]) -> None:
         encoded = base64.b64encode(orjson.dumps(info)).decode()

@@ -71,3 +71,28 @@ async def test_disk_tier_survives_a_new_cache(tmp_path: Path) -> None:
     assert got == img(7)
     assert metric(reg, "fleetgate_image_cache_hits_total", "disk") == 1
     assert "key1" in second
+
+
+async def test_one_tenant_flooding_the_disk_tier_keeps_the_others_share(tmp_path: Path) -> None:
+    def cache() -> ProcessedImageCache:
+        return ProcessedImageCache(
+            max_bytes=10_000,
+            tenant_quota_bytes=5_000,
+            disk_dir=tmp_path,
+            max_disk_bytes=3_000,
+            tenant_disk_quota_bytes=1_200,  # a file is 200 bytes of image and its header
+        )
+
+    first = cache()
+    for i in range(3):  # tenant B's files: within its disk share (about 1,050 bytes)
+        await first.put(f"b{i}", img(i, 200), tenant="b")
+    for i in range(40):  # tenant A floods the disk
+        await first.put(f"a{i}", img(100 + i, 200), tenant="a")
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in files) <= 3_000
+    assert await cache().get("b0", tenant="a") is None  # a tenant reads only its own files
+    later = cache()  # a new process: only the disk tier is left
+    for i in range(3):
+        assert await later.get(f"b{i}", tenant="b") == img(i, 200)
+    assert await later.get("a39", tenant="a") == img(139, 200)  # A recycled its own files
+    assert await later.get("a0", tenant="a") is None

@@ -16,6 +16,7 @@ from fleetgate.multimodal.audio.decode import TARGET_RATE, AudioLimits
 from fleetgate.multimodal.audio.prepare import AudioPreparer, IsolatedAudioDecoder
 from fleetgate.multimodal.audio.probe import judge_audio
 from fleetgate.multimodal.audio.vad import VadConfig
+from fleetgate.multimodal.fair import FairShare
 
 __all__ = ["Transcriber", "Transcript", "TranscriptSegment"]
 
@@ -63,6 +64,7 @@ class Transcriber:
         limits: AudioLimits | None = None,
         preparer: AudioPreparer | None = None,
         default_language: str = "en",
+        share: FairShare | None = None,
     ) -> None:
         self.backend = backend
         self.vad = vad or VadConfig()
@@ -71,6 +73,7 @@ class Transcriber:
             preparer = backend if isinstance(backend, AudioPreparer) else IsolatedAudioDecoder()
         self.preparer = preparer
         self._language = default_language
+        self.share = share
 
     async def transcribe(
         self,
@@ -79,10 +82,20 @@ class Transcriber:
         language: str | None = None,
         prompt: str | None = None,
         param: str = "file",
+        owner: str = "",
     ) -> Transcript:
         """Transcribe one uploaded file (WAV, FLAC, OGG or MP3). Its header is judged here,
-        before any worker sees it; errors about the file name ``param``."""
+        before any worker sees it; errors about the file name ``param``. With a ``share``, the
+        work waits for ``owner``'s turn at the workers."""
         judge_audio(data, self.limits, param=param)
+        if self.share is None:
+            return await self._transcribe(data, language, prompt, param)
+        async with self.share.turn(owner):
+            return await self._transcribe(data, language, prompt, param)
+
+    async def _transcribe(
+        self, data: bytes, language: str | None, prompt: str | None, param: str
+    ) -> Transcript:
         try:
             prepared = await self.preparer.prepare(data, self.limits, self.vad)
         except InvalidRequest as exc:

@@ -4,6 +4,10 @@ Tables ``mm_conversations`` and ``mm_turns`` (`fleetgate.store.tables`), created
 Alembic migrations like every other table. Every append is one transaction; a replayed
 ``request_id`` is a no-op. Every read, append and delete checks the conversation's tenant and
 owner (``user``; ``None``: shared by the whole tenant), not only its id.
+
+Storage is bounded per owner: a conversation keeps its newest ``max_turns`` turns (older ones
+are never loaded into a prompt anyway), and an owner keeps its newest ``max_conversations``
+conversations; starting one more drops that owner's oldest, never another owner's.
 """
 
 from __future__ import annotations
@@ -38,10 +42,18 @@ class SqlConversationStore:
         )
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        max_turns: int | None = None,
+        max_conversations: int | None = None,
+    ) -> None:
         self._engine = engine
         self.conversations = conversations
         self.turns = conversation_turns
+        self.max_turns = max_turns
+        self.max_conversations = max_conversations
 
     async def create(
         self, *, tenant: str, user: str | None = None, conversation_id: str | None = None
@@ -53,6 +65,7 @@ class SqlConversationStore:
         try:
             async with self._engine.begin() as conn:
                 await conn.execute(insert(self.conversations).values(**row))
+                await self._drop_oldest(conn, tenant, user)
         except IntegrityError as exc:
             raise InvalidRequest(
                 f"conversation {cid!r} already exists", param="conversation_id"
@@ -60,6 +73,23 @@ class SqlConversationStore:
         except SQLAlchemyError as exc:
             raise ServiceUnavailable(f"conversation store failed: {exc}") from exc
         return cid
+
+    async def _drop_oldest(self, conn: AsyncConnection, tenant: str, user: str | None) -> None:
+        """Delete the owner's conversations beyond its newest ``max_conversations``."""
+        if self.max_conversations is None:
+            return
+        c = self.conversations
+        owner = c.c.user_id.is_(None) if user is None else c.c.user_id == user
+        beyond = (
+            select(c.c.id)
+            .where(c.c.tenant == tenant, owner)
+            .order_by(c.c.created_at.desc(), c.c.id.desc())
+            .offset(self.max_conversations)
+        )
+        old = list((await conn.scalars(beyond)).all())
+        if old:
+            await conn.execute(delete(self.turns).where(self.turns.c.conversation_id.in_(old)))
+            await conn.execute(delete(c).where(c.c.id.in_(old)))
 
     async def _owned(self, conn: AsyncConnection, cid: str, tenant: str, user: str | None) -> None:
         c = self.conversations
@@ -121,6 +151,9 @@ class SqlConversationStore:
         ]
         if rows:
             await conn.execute(insert(t), rows)
+        if self.max_turns is not None:
+            keep_from = start + len(rows) - self.max_turns
+            await conn.execute(delete(t).where(t.c.conversation_id == cid, t.c.seq < keep_from))
 
     async def history(
         self,

@@ -4,19 +4,19 @@ Keys are ``sha256(source bytes) + processing parameters``, so the same picture s
 anyone) is decoded once. Memory is bounded by bytes and evicted least-recently-used, with one
 rule on top: an entry is only evicted to make room for *another* tenant when its owner holds more
 than its quota. A tenant flooding the cache therefore recycles its own entries beyond its share
-and never flushes the others'. An optional disk directory is a second tier.
+and never flushes the others'. An optional disk directory is a second tier, per tenant and with
+a share of its own (`fleetgate.multimodal.images.disk_cache.DiskTier`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 
+from fleetgate.multimodal.images.disk_cache import DiskTier
 from fleetgate.multimodal.images.process import ProcessedImage, ProcessingParams
 from fleetgate.telemetry.registry import Registry
 
@@ -67,14 +67,18 @@ class ProcessedImageCache:
         tenant_quota_bytes: int,
         disk_dir: str | os.PathLike[str] | None = None,
         max_disk_bytes: int = 1 << 30,
+        tenant_disk_quota_bytes: int = 128 << 20,
         registry: Registry | None = None,
     ) -> None:
         if max_bytes <= 0 or tenant_quota_bytes <= 0:
             raise ValueError("cache sizes must be positive")
         self.max_bytes = max_bytes
         self.tenant_quota_bytes = tenant_quota_bytes
-        self._disk = Path(disk_dir) if disk_dir is not None else None
-        self._max_disk_bytes = max_disk_bytes
+        self._disk = (
+            DiskTier(disk_dir, max_bytes=max_disk_bytes, tenant_quota_bytes=tenant_disk_quota_bytes)
+            if disk_dir is not None
+            else None
+        )
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._tenant_bytes: dict[str, int] = {}
         self._bytes = 0
@@ -93,7 +97,7 @@ class ProcessedImageCache:
         return key in self._entries
 
     async def get(self, key: str, *, tenant: str = "") -> ProcessedImage | None:
-        """The cached image for ``key`` (memory first, then disk), or None.
+        """The cached image for ``key`` (memory first, then ``tenant``'s disk files), or None.
 
         A disk hit is promoted to memory on behalf of ``tenant``.
         """
@@ -103,7 +107,7 @@ class ProcessedImageCache:
             self._metrics.hits.labels("memory").inc()
             return entry.image
         if self._disk is not None:
-            image = await asyncio.to_thread(_read_disk, self._disk, key)
+            image = await asyncio.to_thread(self._disk.read, key, tenant)
             if image is not None:
                 self._metrics.hits.labels("disk").inc()
                 self._insert(key, image, tenant=tenant)
@@ -115,7 +119,7 @@ class ProcessedImageCache:
         """Store ``image``; returns False when it could not be kept in memory within the quotas."""
         kept = self._insert(key, image, tenant=tenant)
         if self._disk is not None:
-            await asyncio.to_thread(_write_disk, self._disk, key, image, self._max_disk_bytes)
+            await asyncio.to_thread(self._disk.write, key, image, tenant)
         return kept
 
     def _insert(self, key: str, image: ProcessedImage, *, tenant: str) -> bool:
@@ -155,51 +159,3 @@ class ProcessedImageCache:
         else:
             del self._tenant_bytes[entry.tenant]
         self._metrics.bytes.set(self._bytes)
-
-
-def _read_disk(root: Path, key: str) -> ProcessedImage | None:
-    path = root / key[:2] / key
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    header, _, data = raw.partition(b"\n")
-    try:
-        meta = json.loads(header)
-        image = ProcessedImage(
-            data=data,
-            mime_type=str(meta["mime_type"]),
-            width=int(meta["width"]),
-            height=int(meta["height"]),
-            source_sha256=str(meta["source_sha256"]),
-        )
-    except (ValueError, KeyError, TypeError):
-        path.unlink(missing_ok=True)
-        return None
-    os.utime(path)
-    return image
-
-
-def _write_disk(root: Path, key: str, image: ProcessedImage, max_disk_bytes: int) -> None:
-    folder = root / key[:2]
-    folder.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "mime_type": image.mime_type,
-        "width": image.width,
-        "height": image.height,
-        "source_sha256": image.source_sha256,
-    }
-    tmp = folder / f".{key}.tmp"
-    tmp.write_bytes(json.dumps(meta).encode() + b"\n" + image.data)
-    tmp.replace(folder / key)
-    _trim_disk(root, max_disk_bytes)
-
-
-def _trim_disk(root: Path, max_disk_bytes: int) -> None:
-    files = [(p.stat(), p) for p in root.glob("??/*") if not p.name.startswith(".")]
-    total = sum(st.st_size for st, _ in files)
-    for st, path in sorted(files, key=lambda item: item[0].st_mtime):
-        if total <= max_disk_bytes:
-            break
-        path.unlink(missing_ok=True)
-        total -= st.st_size

@@ -1,6 +1,8 @@
 """``image_url`` -> processed image: fetch, look up the cache, decode off the event loop, store.
 
-Concurrent requests for the same image share one decode (single flight).
+Concurrent requests for the same image share one decode (single flight). With a ``share``
+(`fleetgate.multimodal.fair.FairShare`), decodes take turns at the decoding workers round-robin
+between tenants, so one tenant's backlog of images never holds up another's.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Literal
 
+from fleetgate.multimodal.fair import FairShare
 from fleetgate.multimodal.images.cache import ProcessedImageCache, image_cache_key
 from fleetgate.multimodal.images.fetch import ImageFetcher
 from fleetgate.multimodal.images.isolated import IsolatedImageProcessor
@@ -64,8 +67,10 @@ class ImagePipeline:
         *,
         executor: Executor | None = None,
         registry: Registry | None = None,
+        share: FairShare | None = None,
     ) -> None:
         self._fetcher = fetcher
+        self._share = share
         self._processor = processor
         self._cache = cache
         self._executor = executor
@@ -95,7 +100,11 @@ class ImagePipeline:
         future: asyncio.Future[ProcessedImage] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            image = await self._decode(source, param)
+            if self._share is None:
+                image = await self._decode(source, param)
+            else:
+                async with self._share.turn(tenant):
+                    image = await self._decode(source, param)
             if self._cache is not None:
                 await self._cache.put(key, image, tenant=tenant)
             future.set_result(image)

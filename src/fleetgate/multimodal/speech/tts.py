@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["SpeechSynthesizer", "SynthesizedAudio"]
+if TYPE_CHECKING:
+    from fleetgate.multimodal.fair import FairShare
+
+__all__ = ["FairSynthesizer", "SpeechSynthesizer", "SynthesizedAudio"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,3 +40,23 @@ class SpeechSynthesizer(Protocol):
     ) -> SynthesizedAudio: ...
 
     async def aclose(self) -> None: ...
+
+
+class FairSynthesizer:
+    """``inner`` for one caller: each phrase is synthesised in ``owner``'s turn of ``share``
+    (`fleetgate.multimodal.fair.FairShare`). One per request; :meth:`aclose` leaves ``inner``
+    open (it is shared)."""
+
+    def __init__(self, inner: SpeechSynthesizer, share: FairShare, owner: str) -> None:
+        self._inner = inner
+        self._share = share
+        self._owner = owner
+
+    async def synthesize(
+        self, text: str, *, voice: str = "alloy", speed: float = 1.0
+    ) -> SynthesizedAudio:
+        async with self._share.turn(self._owner):
+            return await self._inner.synthesize(text, voice=voice, speed=speed)
+
+    async def aclose(self) -> None:
+        """Nothing of its own to close."""
