@@ -1,16 +1,19 @@
 """Batch lines through a gateway pass the limits a request body passes: a line the direct call
-would refuse fails alone in the error file."""
+would refuse fails alone in the error file, and a large line never stalls the gateway."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 
+from fleetgate.sim import SimConfig, running_sim
 from tests.batches.support import MASTER, chat_line, config, jsonl, records, running_gateway
 from tests.batches.test_lines import nested
 
@@ -100,3 +103,37 @@ async def test_a_control_character_in_an_uploaded_files_name_is_a_400(
             answer = await resp.json()
             assert resp.status == 400, answer
     assert answer["error"]["param"] == "file"
+
+
+async def _poll_health(url: str, stop: asyncio.Event, worst: list[float]) -> None:
+    async with aiohttp.ClientSession() as session:
+        while not stop.is_set():
+            started = time.perf_counter()
+            async with session.get(f"{url}/health/live") as resp:
+                await resp.read()
+            worst[0] = max(worst[0], time.perf_counter() - started)
+            await asyncio.sleep(0.01)
+
+
+@pytest.mark.slow
+async def test_a_600_kb_line_neither_stalls_the_gateway_nor_holds_the_batch(
+    tmp_path: Path,
+) -> None:
+    """The default input policy (words, PII, classifier) reads the line as it reads a direct
+    call; meanwhile /health/live answers within 100 ms and the line gets its own result."""
+    text = "a." * 300_000  # 600 KB of what an e-mail pattern could backtrack on
+    async with running_sim(SimConfig(mode="random", output_len=6, max_model_len=10**7)) as up:
+        cfg = config(up)
+        cfg["safety"] = {"audit": {"enabled": False}}  # the default checks and policy
+        async with running_gateway(cfg, tmp_path) as gw:
+            client = gw.client(MASTER)
+            stop, worst = asyncio.Event(), [0.0]
+            poller = asyncio.create_task(_poll_health(gw.url, stop, worst))
+            try:
+                done = await run_batch(client, [chat_line("big", text=text), chat_line("small")])
+            finally:
+                stop.set()
+                await poller
+    assert done.status == "completed", done
+    assert done.request_counts.completed + done.request_counts.failed == 2
+    assert worst[0] < 0.1, f"/health/live took {worst[0] * 1000:.0f} ms"
