@@ -44,6 +44,7 @@ class ImageDispatchHook:
         budget: ImageBudget | None,
         queue_timeout_s: float = 60.0,
         busy_slack: int = 4,
+        owner: str = "",
     ) -> None:
         self.image_keys = list(image_keys)
         self.image_tokens = image_tokens
@@ -51,6 +52,7 @@ class ImageDispatchHook:
         self._budget = budget
         self._timeout = queue_timeout_s
         self._slack = busy_slack
+        self._owner = owner  # the API key: waiting requests of different keys take turns
         self.admitted_to: str | None = None
 
     def prefer(self, candidates: Sequence[Deployment]) -> Sequence[Deployment]:
@@ -81,7 +83,8 @@ class ImageDispatchHook:
 
     def _enter_budget(self, dep: Deployment) -> AbstractAsyncContextManager[None]:
         assert self._budget is not None
-        return _bounded(self._budget.admit(dep.id, self.image_tokens), self._timeout)
+        admit = self._budget.admit(dep.id, self.image_tokens, owner=self._owner)
+        return _bounded(admit, self._timeout)
 
 
 @asynccontextmanager

@@ -202,6 +202,7 @@ class MultimodalStage:
                     affinity=rt.affinity if rt.config.images.affinity else None,
                     budget=budget,
                     queue_timeout_s=rt.config.images.budget.queue_timeout_s,
+                    owner=req.principal.key_id,
                 )
             )
         else:

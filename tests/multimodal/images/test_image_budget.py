@@ -60,3 +60,33 @@ def test_per_request_image_cap() -> None:
     with pytest.raises(InvalidRequest, match="6 images; at most 5") as info:
         budget.check_request(6)
     assert info.value.status == 400
+
+
+async def test_one_key_s_backlog_of_image_requests_does_not_hold_up_another_key() -> None:
+    budget = ImageComputeBudget(default_tokens_in_flight=100)
+    admitted: list[str] = []
+    done: dict[str, asyncio.Event] = {}
+
+    async def request(owner: str, name: str) -> None:
+        done[name] = asyncio.Event()
+        async with budget.admit("dep", 100, owner=owner):
+            admitted.append(name)
+            await done[name].wait()
+
+    async def until(condition: object) -> None:
+        async with asyncio.timeout(5):
+            while not condition():  # type: ignore[operator]
+                await asyncio.sleep(0)
+
+    tasks = []
+    for n in range(1, 5):  # key a: one request holding the whole budget, three waiting
+        tasks.append(asyncio.create_task(request("key-a", f"a{n}")))
+        await until(lambda n=n: len(admitted) + budget.waiting("dep") == n)
+    tasks.append(asyncio.create_task(request("key-b", "b1")))
+    await until(lambda: budget.waiting("dep") == 4)
+    for name in ("a1", "a2", "a3", "b1", "a4"):
+        await until(lambda name=name: admitted[-1:] == [name])
+        done[name].set()
+    await asyncio.gather(*tasks)
+    # b waited for a's request at the head and one turn more, not for all of a's backlog.
+    assert admitted == ["a1", "a2", "a3", "b1", "a4"]

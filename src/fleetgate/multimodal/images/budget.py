@@ -4,7 +4,9 @@ Vision encoding competes with decoding on the same GPU. Each deployment gets a b
 tokens in flight; a request carrying images waits in a FIFO queue until its tokens fit, so a
 five-image request waits its turn instead of stalling every stream. Requests without images
 (``image_tokens == 0``) never wait. A single request larger than the whole budget is admitted
-alone once the deployment is idle, so it cannot starve.
+alone once the deployment is idle, so it cannot starve. Requests of different ``owner`` (API
+key) take turns at the head of the queue, round-robin (`fleetgate.multimodal.fair.FairShare`):
+one key's backlog of image requests never stands between another key and the budget.
 
 `ImageBudget` is the interface the multimodal stage uses; `ImageComputeBudget` keeps the budget
 in this process, `fleetgate.multimodal.images.shared_budget.SharedImageBudget` in Redis (shared
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from fleetgate.errors import InvalidRequest
+from fleetgate.multimodal.fair import FairShare
 
 __all__ = ["ImageBudget", "ImageComputeBudget"]
 
@@ -42,8 +45,11 @@ class ImageBudget(Protocol):
         """Requests of this process queued for ``deployment_id``."""
         ...
 
-    def admit(self, deployment_id: str, image_tokens: int) -> AbstractAsyncContextManager[None]:
-        """Hold ``image_tokens`` of ``deployment_id``'s budget for the body of the block."""
+    def admit(
+        self, deployment_id: str, image_tokens: int, *, owner: str = ""
+    ) -> AbstractAsyncContextManager[None]:
+        """Hold ``image_tokens`` of ``deployment_id``'s budget for the body of the block;
+        waiting requests of different ``owner`` take turns."""
         ...
 
     async def aclose(self) -> None:
@@ -62,6 +68,8 @@ class _Lane:
     capacity: int
     in_flight: int = 0
     queue: deque[_Waiter] = field(default_factory=deque)
+    # Which owner's request is next at the head of ``queue`` (one waits there at a time).
+    turns: FairShare = field(default_factory=lambda: FairShare("image budget", capacity=1))
 
 
 class ImageComputeBudget:
@@ -106,7 +114,7 @@ class ImageComputeBudget:
     def waiting(self, deployment_id: str) -> int:
         """Requests queued for ``deployment_id``."""
         lane = self._lanes.get(deployment_id)
-        return len(lane.queue) if lane else 0
+        return len(lane.queue) + lane.turns.queued if lane else 0
 
     async def aclose(self) -> None:
         """Nothing to finish (the `ImageBudget` interface)."""
@@ -122,14 +130,17 @@ class ImageComputeBudget:
         return lane
 
     @asynccontextmanager
-    async def admit(self, deployment_id: str, image_tokens: int) -> AsyncIterator[None]:
+    async def admit(
+        self, deployment_id: str, image_tokens: int, *, owner: str = ""
+    ) -> AsyncIterator[None]:
         """Hold ``image_tokens`` of ``deployment_id``'s budget for the body of the block."""
         if image_tokens <= 0:
             yield
             return
         lane = self._lane(deployment_id)
         tokens = min(image_tokens, lane.capacity)
-        await self._acquire(lane, tokens)
+        async with lane.turns.turn(owner):  # owners take turns to wait at the head
+            await self._acquire(lane, tokens)
         try:
             yield
         finally:

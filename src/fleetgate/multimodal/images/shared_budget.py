@@ -8,9 +8,10 @@ of the gateway hosts do not matter). One script drops expired leases, sums the r
 request when it fits, or when nothing is held (a request larger than the whole budget runs
 alone, as in `ImageComputeBudget`). Release removes the member.
 
-- Waiting: requests of this process queue in FIFO order per deployment; only the head of that
-  queue asks Redis, again after a short growing pause (5 ms up to 100 ms) while the budget is
-  full. Order between processes is first come at a poll, not strict FIFO.
+- Waiting: requests of this process queue per deployment, taking turns between owners (API
+  keys) round-robin (`fleetgate.multimodal.fair.FairShare`); only the head of that queue asks
+  Redis, again after a short growing pause (5 ms up to 100 ms) while the budget is full. Order
+  between processes is first come at a poll, not strict FIFO.
 - Leases last ``lease_s`` and are renewed every third of it while held, so the tokens of a
   process that crashed (or lost its network) come back after at most ``lease_s``.
 - Redis unreachable, slow (``timeout_s``) or failing: the request is admitted by this process's
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from fleetgate.multimodal.fair import FairShare
 from fleetgate.multimodal.images.budget import ImageComputeBudget
 
 if TYPE_CHECKING:
@@ -143,7 +145,7 @@ class SharedImageBudget:
         self._renew = redis.register_script(_RENEW)
         self._process = os.urandom(6).hex()
         self._seq = itertools.count()
-        self._gates: dict[str, asyncio.Lock] = {}
+        self._gates: dict[str, FairShare] = {}
         self._waiting: dict[str, int] = {}
         self._held: dict[str, int] = {}
         self._down_until = 0.0
@@ -174,14 +176,16 @@ class SharedImageBudget:
         return sum(_member_tokens(m) for m in members)
 
     @asynccontextmanager
-    async def admit(self, deployment_id: str, image_tokens: int) -> AsyncIterator[None]:
+    async def admit(
+        self, deployment_id: str, image_tokens: int, *, owner: str = ""
+    ) -> AsyncIterator[None]:
         """Hold ``image_tokens`` of ``deployment_id``'s budget for the body of the block."""
         if image_tokens <= 0:
             yield
             return
-        lease = await self._enter(deployment_id, image_tokens)
+        lease = await self._enter(deployment_id, image_tokens, owner)
         if lease is None:
-            async with self.local.admit(deployment_id, image_tokens):
+            async with self.local.admit(deployment_id, image_tokens, owner=owner):
                 yield
             return
         self._held[deployment_id] = self._held.get(deployment_id, 0) + lease.tokens
@@ -208,7 +212,7 @@ class SharedImageBudget:
         if self._on_unavailable is not None:
             self._on_unavailable()
 
-    async def _enter(self, deployment_id: str, image_tokens: int) -> _Lease | None:
+    async def _enter(self, deployment_id: str, image_tokens: int, owner: str) -> _Lease | None:
         """A lease on the shared budget, or None: admit locally (Redis unavailable)."""
         if self._down():
             if self._on_unavailable is not None:
@@ -216,10 +220,10 @@ class SharedImageBudget:
             return None
         gate = self._gates.get(deployment_id)
         if gate is None:
-            gate = self._gates[deployment_id] = asyncio.Lock()
+            gate = self._gates[deployment_id] = FairShare("image budget", capacity=1)
         self._waiting[deployment_id] = self._waiting.get(deployment_id, 0) + 1
         try:
-            async with gate:  # FIFO within this process: only the head asks Redis
+            async with gate.turn(owner):  # owners take turns; only the head asks Redis
                 if self._down():
                     if self._on_unavailable is not None:
                         self._on_unavailable()
