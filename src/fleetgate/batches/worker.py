@@ -339,10 +339,10 @@ class BatchRun:
                 record = error_record(self.batch_id, line, "internal_error", str(exc)[:500])
                 await self._record(line, False, record)
                 return
-            if status == 401 and self.stop is None:  # revoked or expired: the rest would be too
-                self.stop = "credentials"
-                error = body.get("error")
-                self.refusal = error if isinstance(error, dict) else {}
+            error = body.get("error")
+            if status == 401 and isinstance(error, dict) and self.stop is None:
+                self.stop = "credentials"  # revoked or expired: the rest would be refused too
+                self.refusal = error
             record = output_record(self.batch_id, line, status, request_id, body)
             await self._record(line, status < 400, record)
         finally:
