@@ -9,6 +9,7 @@ import orjson
 from aiohttp import web
 
 from fleetgate.errors import InvalidRequest, PayloadTooLarge, RequestTimeout
+from fleetgate.http.depth import nests_deeper
 from fleetgate.http.text import check_json_text
 
 __all__ = ["BODY_TIMEOUT_S", "MAX_DEPTH", "decode_object", "read_json"]
@@ -58,23 +59,9 @@ def decode_object(
     if not isinstance(value, dict):
         raise InvalidRequest(f"{what} must be a JSON object.")
     # Deep nesting parses (orjson allows 1024 levels) but cannot be re-encoded for the upstream
-    # (254): refuse it here. Counting brackets is C-fast; only a body with many is walked.
-    if raw.count(b"[") + raw.count(b"{") > max_depth and _depth(value, max_depth) > max_depth:
+    # (254): refuse it here. Counting brackets is C-fast; only a body with many is measured,
+    # from its bytes (walking the parsed value held the event loop ~2 s for 16 MiB).
+    if raw.count(b"[") + raw.count(b"{") > max_depth and nests_deeper(raw, max_depth):
         raise InvalidRequest(f"{what} nests deeper than {MAX_DEPTH} levels.")
     check_json_text(raw, value)  # a NUL no store can hold: 400 naming where it is
     return value
-
-
-def _depth(value: Any, limit: int) -> int:
-    """The nesting depth of a JSON value, without recursion."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > deepest:
-            deepest = depth
-            if deepest > limit:
-                break
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-    return deepest
