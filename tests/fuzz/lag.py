@@ -1,6 +1,16 @@
-"""An event-loop lag ticker: a task that sleeps ``interval_s`` over and over and records, for
-the request in flight, how late each wake-up came (a handler that blocks the loop makes every
-wake-up late by as long as it blocks)."""
+"""An event-loop lag ticker: a task that sleeps ``interval_s`` over and over and records how
+late each wake-up came (a handler that blocks the loop makes the wake-up late by as long as it
+blocks), by the label of the request in flight.
+
+A stall at the end of a handler is seen only when the ticker next wakes, which may be after
+the answer arrived: `LagTicker.flush` waits for that wake-up, so it is counted for the request
+that caused it, not for the next one::
+
+    ticker.current = "GET /x"
+    await send(...)
+    await ticker.flush()
+    ticker.current = ""
+"""
 
 from __future__ import annotations
 
@@ -17,6 +27,7 @@ class LagTicker:
     interval_s: float = 0.005
     current: str = ""  # what is in flight now (a label of the request)
     worst: dict[str, float] = field(default_factory=dict)  # label -> the largest lag seen, s
+    ticks: int = 0
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -27,6 +38,13 @@ class LagTicker:
             label = self.current
             if lag > self.worst.get(label, 0.0):
                 self.worst[label] = lag
+            self.ticks += 1
+
+    async def flush(self) -> None:
+        """Return once the ticker has woken from the sleep it was in (its lag counted)."""
+        seen = self.ticks
+        while self.ticks == seen:
+            await asyncio.sleep(self.interval_s / 4)
 
     def over(self, limit_s: float) -> dict[str, float]:
         """The labels whose largest lag passed ``limit_s``."""
@@ -38,6 +56,7 @@ async def ticking(interval_s: float = 0.005) -> AsyncIterator[LagTicker]:
     ticker = LagTicker(interval_s)
     task = asyncio.create_task(ticker.run())
     try:
+        await asyncio.sleep(0)  # running before the first request
         yield ticker
     finally:
         task.cancel()

@@ -120,6 +120,7 @@ async def _send_all(port: int, cases: list[Case], run: Run) -> dict[str, float]:
         for case in cases:
             ticker.current = case.label
             answer = await send(port, case.request)
+            await ticker.flush()  # a stall at the end of the handler is this request's
             ticker.current = ""
             run.statuses[answer.status] += 1
             if answer.status >= 500:
