@@ -49,6 +49,7 @@ WRONG_TYPES: list[Any] = [
 HUGE_STRING = "x" * 300_000
 DEEP_ARRAY = "[" * 2000 + "]" * 2000  # past orjson's own limit too
 DEEP_OBJECT = '{"a":' * 200 + "1" + "}" * 200
+MANY_VALUES = b'{"x": [' + b'{"b": 1}, ' * 100_000 + b"1]}"  # 1 MiB of small objects
 
 # Headers the gateway reads and may store, with values that are not UTF-8 (control characters
 # never get past the HTTP parser).
@@ -61,7 +62,7 @@ ODD_HEADER_VALUES = [b"\xff\xfe", b"\xed\xa0\x80", b"x" * 4000, b"\xc3\xa9 %00"]
 RAW_BODIES = [
     b"{", b"[]", b"null", b"1e400", b'{"a":1e400}', b"\xff\xfe{}", b'{"a":"\xff"}', b"{}",
     b'{"a":NaN}', b'{"a":1,"a":2}', b'"\\u0000"', DEEP_ARRAY.encode(), DEEP_OBJECT.encode(),
-    b'{"model": "\\ud800"}', b'{"name": "\\udfff\\ud800"}', b'{"\\u0000": 1}',
+    b'{"model": "\\ud800"}', b'{"name": "\\udfff\\ud800"}', b'{"\\u0000": 1}', MANY_VALUES,
 ]  # fmt: skip
 
 

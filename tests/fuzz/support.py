@@ -108,6 +108,7 @@ class Run:
     errors: list[str] = field(default_factory=list)
     stalls: dict[str, float] = field(default_factory=dict)
     statuses: Counter[int] = field(default_factory=Counter)
+    unconfirmed: int = 0  # stalls that did not come back when sent again alone
 
     def report(self) -> str:
         lines = [f"{len(self.errors)} answers >= 500:", *self.errors[:60]]
@@ -138,4 +139,5 @@ async def run_cases(port: int, cases: list[Case]) -> Run:
         again = [c for c in cases if c.label in stalls]
         confirmed = await _send_all(port, again, Run())
         run.stalls = {k: max(stalls[k], v) for k, v in confirmed.items()}
+        run.unconfirmed = len(stalls) - len(confirmed)
     return run

@@ -149,7 +149,7 @@ async def test_no_route_answers_5xx_or_stalls_the_loop(fuzzed: Fuzzed) -> None:
     run = await run_cases(port, cases)
     elapsed = time.monotonic() - started
     print(f"\nfuzzed {n_routes} routes with {len(cases)} requests in {elapsed:.1f} s: "
-          f"{sorted(run.statuses.items())}")  # fmt: skip
+          f"{sorted(run.statuses.items())}, {run.unconfirmed} unconfirmed stalls")  # fmt: skip
     assert not run.errors and not run.stalls, run.report()
 
 
