@@ -78,7 +78,7 @@ class FakeUpstream:
         self.script.extend(behaviours)
 
     async def __aenter__(self) -> FakeUpstream:
-        app = web.Application()
+        app = web.Application(client_max_size=64 << 20)  # long-input tests send 1 MiB+
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._chat)
         app.router.add_post("/v1/embeddings", self._embeddings)

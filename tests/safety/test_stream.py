@@ -165,3 +165,12 @@ async def test_checks_start_early_and_widen_to_the_interval() -> None:
         tokens += 1
         await slow.push("wor ")
     assert seen == [50, 100]
+
+
+def test_the_safe_cut_finds_the_last_word_boundary() -> None:
+    from fleetgate.safety.stream import _safe_cut
+
+    assert _safe_cut("hello wor", 9) == 6
+    assert _safe_cut("炸弹abc", 5) == 2
+    assert _safe_cut("x" * 1_000_000, 999_000) == 0  # no boundary: hold it all
+    assert _safe_cut("ab", 0) == 0

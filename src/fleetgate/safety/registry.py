@@ -7,8 +7,9 @@ Example (a third-party check)::
     guardrails = Guardrails(config, registry=registry)
 
 The gateway passes the process's shared parts to `builtin_registry`: the side-service HTTP
-session (guard models, moderation) and the MiniLM embedder (classifier), so every check built
-from config uses them instead of opening its own.
+session (guard models, moderation), the MiniLM embedder (classifier) and the worker process
+that checks long texts off the event loop (words, pii, classifier), so every check built from
+config uses them instead of opening its own.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from fleetgate.safety.base import Action, Check
 from fleetgate.safety.classifier.embed import Embedder
 from fleetgate.safety.classifier.gloss import Glosser
 from fleetgate.safety.config import CheckConfig
+from fleetgate.safety.offload import TextWorker
 
 __all__ = ["CheckFactory", "CheckRegistry", "builtin_registry"]
 
@@ -74,7 +76,11 @@ _HTTP_CHECKS: Mapping[str, tuple[str, str]] = {
 _HAS_ON_ERROR = {*_HTTP_CHECKS, "cascade"}
 
 
-def _words(name: str, options: Mapping[str, Any]) -> Check:
+def _words(worker: TextWorker | None) -> CheckFactory:
+    return lambda name, options: _word_check(name, options, worker)
+
+
+def _word_check(name: str, options: Mapping[str, Any], worker: TextWorker | None) -> Check:
     from fleetgate.safety.checks.words import (
         WordListCheck,
         default_reply_word_lists,
@@ -97,16 +103,19 @@ def _words(name: str, options: Mapping[str, Any]) -> Check:
     if opts:
         raise ConfigError(f"safety.checks.{name}: unknown options {sorted(opts)}")
     reply = default_reply_word_lists() if defaults else None
-    return WordListCheck(lists, name=name, reply_lists=reply)
+    return WordListCheck(lists, name=name, reply_lists=reply, worker=worker)
 
 
-def _pii(name: str, options: Mapping[str, Any]) -> Check:
-    from fleetgate.safety.checks.pii import PIICheck
+def _pii(worker: TextWorker | None) -> CheckFactory:
+    def build(name: str, options: Mapping[str, Any]) -> Check:
+        from fleetgate.safety.checks.pii import PIICheck
 
-    return PIICheck(name=name, **options)
+        return PIICheck(name=name, worker=worker, **options)
+
+    return build
 
 
-def _classifier(embedder: Embedder | None) -> CheckFactory:
+def _classifier(embedder: Embedder | None, worker: TextWorker | None) -> CheckFactory:
     glosser = Glosser()  # one dictionary for all classifier checks, parsed on first use
 
     def build(name: str, options: Mapping[str, Any]) -> Check:
@@ -116,7 +125,7 @@ def _classifier(embedder: Embedder | None) -> CheckFactory:
         for key in ("model_path", "cache_path"):
             if opts.get(key) is not None:
                 opts[key] = Path(opts[key])
-        return ClassifierCheck(name=name, embedder=embedder, glosser=glosser, **opts)
+        return ClassifierCheck(name=name, embedder=embedder, glosser=glosser, worker=worker, **opts)
 
     return build
 
@@ -175,18 +184,22 @@ def _cascade(registry: CheckRegistry) -> CheckFactory:
 
 
 def builtin_registry(
-    *, http: OutboundHttp | None = None, embedder: Embedder | None = None
+    *,
+    http: OutboundHttp | None = None,
+    embedder: Embedder | None = None,
+    worker: TextWorker | None = None,
 ) -> CheckRegistry:
     """A new registry holding the built-in check types: ``words``, ``pii``, ``classifier``,
     ``llama_guard``, ``qwen3guard``, ``policy_guard``, ``moderation``, ``cascade``.
 
     ``http``: the shared side-service session the HTTP checks use; ``embedder``: the shared
-    MiniLM embedder of classifier checks. Without them each check opens its own.
+    MiniLM embedder of classifier checks; ``worker``: the process the text checks run long
+    texts in (the caller closes it). Without them each check opens its own.
     """
     registry = CheckRegistry()
-    registry.register("words", _words)
-    registry.register("pii", _pii)
-    registry.register("classifier", _classifier(embedder))
+    registry.register("words", _words(worker))
+    registry.register("pii", _pii(worker))
+    registry.register("classifier", _classifier(embedder, worker))
     for kind in _HTTP_CHECKS:
         registry.register(kind, _http_check(kind, http))
     registry.register("cascade", _cascade(registry))

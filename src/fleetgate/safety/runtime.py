@@ -46,6 +46,7 @@ from fleetgate.safety.audit import AuditQueue, Hook
 from fleetgate.safety.base import Check
 from fleetgate.safety.config import CheckConfig, PolicyConfig, SafetyConfig
 from fleetgate.safety.metrics import SafetyMetrics
+from fleetgate.safety.offload import TextWorker
 from fleetgate.safety.policy import Guardrails
 from fleetgate.safety.registry import builtin_registry
 from fleetgate.safety.stage import SafetyStage
@@ -111,9 +112,12 @@ class SafetyRuntime:
         self.base = config
         self._own_resources = resources is None
         self.resources = resources or Resources()
+        # long texts are checked in one worker process shared by all checks (off the loop)
+        self.text_worker = TextWorker()
         self._registry = builtin_registry(
             http=self.resources.http,
             embedder=MiniLMEmbedder(self.resources.minilm, quantize=True, with_max=True),
+            worker=self.text_worker,
         )
         self.data_dir = data_dir
         self.metrics = SafetyMetrics(registry)
@@ -312,6 +316,7 @@ class SafetyRuntime:
             unique.update((id(c), c) for c in checks)
         self._retired.clear()
         await _close_checks(list(unique.values()))
+        self.text_worker.close()
         if self._own_resources:
             await self.resources.aclose()
 

@@ -24,6 +24,7 @@ violation can only stop the rest.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -33,10 +34,14 @@ from fleetgate.safety.config import StreamConfig
 __all__ = ["Release", "StreamModerator", "estimate_tokens"]
 
 _CHARS_PER_TOKEN = 4
+# A wide (CJK and later) character; a run of characters that is no word boundary. Counted and
+# measured by regex, not a Python loop: a long delta must not hold the event loop.
+_WIDE = re.compile(r"[\u2e80-\U0010ffff]")
+_NO_BREAK = re.compile(r"[^\s\u2e80-\U0010ffff]*")
 
 
 def _count_wide(text: str) -> int:
-    return sum(1 for ch in text if ord(ch) >= 0x2E80)
+    return len(_WIDE.findall(text))
 
 
 def estimate_tokens(text: str) -> int:
@@ -176,8 +181,6 @@ class StreamModerator:
 
 def _safe_cut(text: str, limit: int) -> int:
     """The last word boundary (whitespace, or a CJK character) at or before ``limit``."""
-    for i in range(min(limit, len(text)) - 1, -1, -1):
-        ch = text[i]
-        if ch.isspace() or ord(ch) >= 0x2E80:
-            return i + 1
-    return 0
+    end = max(min(limit, len(text)), 0)
+    word = _NO_BREAK.match(text[end - 1 :: -1]) if end else None  # the word before ``end``
+    return end - word.end() if word is not None else 0

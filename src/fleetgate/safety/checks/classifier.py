@@ -40,12 +40,18 @@ from fleetgate.safety.classifier.train import (
     uses_gloss,
 )
 from fleetgate.safety.normalize import Normalizer, is_cjk
+from fleetgate.safety.offload import TextWorker
 
 __all__ = ["DEFAULT_THRESHOLD", "ClassifierCheck"]
 
 log = logging.getLogger("fleetgate.safety")
 
 DEFAULT_THRESHOLD = 0.5  # for a model file that names no threshold of its own
+
+
+def _pieces(text: str) -> tuple[list[str], bool]:
+    """What is scored for ``text`` and whether it is Chinese (a pass over all of it each)."""
+    return scored_pieces(text), is_cjk(text)
 
 
 class ClassifierCheck:
@@ -56,7 +62,9 @@ class ClassifierCheck:
     shipped model. ``threshold``: None takes the model's own, per language (``threshold_en``,
     ``threshold_zh``: chosen on validation data when it was trained; Chinese for text with CJK
     ideographs), else 0.5. ``glosser``: the Chinese-to-English glosses (one dictionary, ~31 MB,
-    shared by the checks of a registry), for models trained with them.
+    shared by the checks of a registry), for models trained with them. ``worker``: where a long
+    text is cut into pieces (`TextWorker`: a process, off the event loop); without one the
+    check makes its own and stops it in `close`.
     """
 
     def __init__(
@@ -69,6 +77,7 @@ class ClassifierCheck:
         examples: Sequence[Example] | None = None,
         embedder: Embedder | None = None,
         glosser: Glosser | None = None,
+        worker: TextWorker | None = None,
     ) -> None:
         self.name = name
         self.threshold = threshold
@@ -83,6 +92,8 @@ class ClassifierCheck:
         self._thresholds: dict[str, float] = {}
         self._load_lock = asyncio.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fg-safety-clf")
+        self._own_worker = worker is None
+        self._worker = worker or TextWorker()
 
     def _load_sync(self) -> SoftmaxModel:
         if self._examples is not None and self._model_path is None:
@@ -145,17 +156,21 @@ class ClassifierCheck:
         return await loop.run_in_executor(self._executor, self._scores_sync, model, list(texts))
 
     async def check(self, text: str, ctx: CheckContext) -> Verdict:
-        if not text.strip():
+        if not text or text.isspace():
             return Verdict.allow(self.name)
-        scored = await self.score_many(scored_pieces(text))
+        pieces, chinese = await self._worker.run(_pieces, text, size=len(text))
+        scored = await self.score_many(pieces)
         score, category = max(scored)
-        if score >= self._thresholds["zh" if is_cjk(text) else "en"]:
+        if score >= self._thresholds["zh" if chinese else "en"]:
             return Verdict.block(self.name, [category], score=score, detail=f"p={score:.2f}")
         return Verdict.allow(self.name, score=score)
 
     def close(self) -> None:
-        """Stop the worker thread (waits for a running inference to finish)."""
+        """Stop the worker thread (waits for a running inference to finish) and the worker
+        process if this check made its own."""
         self._executor.shutdown(wait=True)
+        if self._own_worker:
+            self._worker.close()
 
     async def aclose(self) -> None:
         """`close` off the event loop (the wait for a running inference would stall it)."""

@@ -23,6 +23,7 @@ from typing import Literal
 
 from fleetgate.errors import ConfigError
 from fleetgate.safety.base import CheckContext, Verdict
+from fleetgate.safety.offload import TextWorker
 
 __all__ = ["PII_KINDS", "PIICheck", "china_id_valid", "find_pii", "luhn_valid"]
 
@@ -130,28 +131,44 @@ class PIIMatch:
 def find_pii(
     text: str, kinds: Iterable[str] = PII_KINDS, detectors: tuple[_Detector, ...] | None = None
 ) -> list[PIIMatch]:
-    """Non-overlapping PII matches in ``text``, in text order."""
+    """Non-overlapping PII matches in ``text``, in text order (on overlap, the earlier
+    detector's match wins)."""
     wanted = set(kinds)
-    taken: list[PIIMatch] = []
+    taken: list[PIIMatch] = []  # in text order, none overlapping
     for det in detectors or _detectors():
         if det.kind not in wanted:
             continue
-        for m in det.regex.finditer(text):
-            if det.valid is not None and not det.valid(m.group(0)):
-                continue
-            s, e = m.span()
-            if any(s < t.end and t.start < e for t in taken):
-                continue
-            taken.append(PIIMatch(det.kind, s, e, det.label))
-    taken.sort(key=lambda t: t.start)
+        found = (
+            PIIMatch(det.kind, m.start(), m.end(), det.label)
+            for m in det.regex.finditer(text)
+            if det.valid is None or det.valid(m.group(0))
+        )
+        taken = _merge(taken, found)
     return taken
+
+
+def _merge(taken: list[PIIMatch], found: Iterable[PIIMatch]) -> list[PIIMatch]:
+    """``taken`` with each of ``found`` (in text order) that overlaps none of them, in one walk
+    over both (comparing each new match with every taken one is quadratic in the matches)."""
+    out: list[PIIMatch] = []
+    i = 0
+    for new in found:
+        while i < len(taken) and taken[i].end <= new.start:
+            out.append(taken[i])
+            i += 1
+        if i < len(taken) and taken[i].start < new.end:
+            continue  # overlaps a taken match
+        out.append(new)
+    out.extend(taken[i:])
+    return out
 
 
 class PIICheck:
     """Masks (``[EMAIL]``, ``[PHONE]``, ...) or blocks text containing PII.
 
     ``kinds`` limits detection (default: all of :data:`PII_KINDS`); categories read
-    ``pii_<kind>``.
+    ``pii_<kind>``. A long text is searched in ``worker`` (`TextWorker`: a process, off the
+    event loop); without one the check makes its own and stops it in `close`.
     """
 
     def __init__(
@@ -160,6 +177,7 @@ class PIICheck:
         mode: Literal["mask", "block"] = "mask",
         kinds: Iterable[str] = PII_KINDS,
         name: str = "pii",
+        worker: TextWorker | None = None,
     ) -> None:
         unknown = set(kinds) - PII_KINDS
         if unknown:
@@ -168,6 +186,12 @@ class PIICheck:
         self.mode = mode
         self._kinds = frozenset(kinds)
         self._detectors = _detectors()
+        self._own_worker = worker is None
+        self._worker: TextWorker | None = worker or TextWorker()
+
+    def __getstate__(self) -> dict[str, object]:
+        # what the worker process gets: the detectors, not the worker
+        return {**self.__dict__, "_worker": None, "_own_worker": False}
 
     def mask(self, text: str) -> tuple[str, list[str]]:
         """``text`` with PII replaced by labels, and the kinds found."""
@@ -184,10 +208,18 @@ class PIICheck:
         return "".join(out), sorted({m.kind for m in matches})
 
     async def check(self, text: str, ctx: CheckContext) -> Verdict:
-        masked, kinds = self.mask(text)
+        if self._worker is None:  # an unpickled copy (in the worker process)
+            masked, kinds = self.mask(text)
+        else:
+            masked, kinds = await self._worker.run(self.mask, text, size=len(text))
         if not kinds:
             return Verdict.allow(self.name)
         categories = [f"pii_{k}" for k in kinds]
         if self.mode == "block":
             return Verdict.block(self.name, categories, detail="personal data in text")
         return Verdict.mask(self.name, categories, masked, detail="personal data masked")
+
+    def close(self) -> None:
+        """Stop the worker process if this check made its own."""
+        if self._own_worker and self._worker is not None:
+            self._worker.close()

@@ -23,6 +23,7 @@ from fleetgate.errors import ConfigError
 from fleetgate.safety.base import CheckContext, CheckPoint, Verdict
 from fleetgate.safety.decode import hidden_texts
 from fleetgate.safety.normalize import Normalizer, is_cjk
+from fleetgate.safety.offload import TextWorker
 
 __all__ = ["WordListCheck", "default_reply_word_lists", "default_word_lists"]
 
@@ -66,6 +67,8 @@ class WordListCheck:
 
     Plain CJK phrases are found by substring search, Latin phrases by one regex anchored at word
     starts, ``re:`` entries by their own regexes, so a 1 KB window costs well under a millisecond.
+    A long text is scanned in ``worker`` (`TextWorker`: a process, off the event loop); without
+    one the check makes its own and stops it in `close`.
     """
 
     def __init__(
@@ -75,11 +78,14 @@ class WordListCheck:
         name: str = "words",
         normalizer: Normalizer | None = None,
         reply_lists: Mapping[str, Sequence[str]] | None = None,
+        worker: TextWorker | None = None,
     ) -> None:
         self.name = name
+        self._own_worker = worker is None
+        self._worker: TextWorker | None = worker or TextWorker()
         self._normalizer = normalizer or Normalizer()
         self._reply = (
-            WordListCheck(reply_lists, name=name, normalizer=self._normalizer)
+            WordListCheck(reply_lists, name=name, normalizer=self._normalizer, worker=self._worker)
             if reply_lists
             else None
         )
@@ -136,12 +142,30 @@ class WordListCheck:
                 hits.append((category, phrase))
         return hits
 
-    async def check(self, text: str, ctx: CheckContext) -> Verdict:
+    def judge(self, text: str, replies: bool) -> tuple[list[str], list[str]]:
+        """`scan`, with the reply-only lists too when ``replies``."""
         categories, terms = self.scan(text)
-        if self._reply is not None and ctx.stage is not CheckPoint.INPUT:
+        if self._reply is not None and replies:
             more, more_terms = self._reply.scan(text)
             categories += [c for c in more if c not in categories]
             terms += more_terms
+        return categories, terms
+
+    def __getstate__(self) -> dict[str, object]:
+        # what the worker process gets: the lists, not the worker
+        return {**self.__dict__, "_worker": None, "_own_worker": False}
+
+    async def check(self, text: str, ctx: CheckContext) -> Verdict:
+        replies = ctx.stage is not CheckPoint.INPUT
+        if self._worker is None:  # an unpickled copy (in the worker process)
+            categories, terms = self.judge(text, replies)
+        else:
+            categories, terms = await self._worker.run(self.judge, text, replies, size=len(text))
         if not categories:
             return Verdict.allow(self.name)
         return Verdict.block(self.name, categories, detail="matched: " + ", ".join(terms[:5]))
+
+    def close(self) -> None:
+        """Stop the worker process if this check made its own."""
+        if self._own_worker and self._worker is not None:
+            self._worker.close()
