@@ -88,9 +88,12 @@ async def keyed(gateway: GatewayFactory, upstream: FakeUpstream) -> Keyed:
     client = await gateway(cfg)
     team = await (await client.post("/admin/teams", json={"name": "t"}, headers=AUTH)).json()
     keys = {"master": MASTER}
+    made = await client.post("/admin/users", json={"team": team["id"], "name": "u1"}, headers=AUTH)
+    assert made.status == 201, await made.text()
+    user_id = (await made.json())["id"]
     for role, body in {
         "team_admin": {"role": "team_admin"},
-        "user": {"user": "u1"},
+        "user": {"user": user_id},
         "other_alias": {"aliases": ["other"]},
     }.items():
         resp = await client.post("/admin/keys", json={"team": team["id"], **body}, headers=AUTH)
