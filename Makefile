@@ -1,4 +1,6 @@
 # fleetgate: `make run` starts the embedded default, `make test` runs the whole suite.
+# The install step puts the runtime (.) and its tooling (training/: classifier training, safety
+# evaluation, `fleetgate safety eval`) into the venv, both editable.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -9,11 +11,11 @@ NODE_STAMP := $(CONSOLE)/node_modules/.installed
 
 .PHONY: run test check lint format typecheck bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml training/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "fleetgate needs Python 3.11 or newer; run: make $(MAKECMDGOALS) PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,ml,audio,bench,mcp,kv-events]'
+	$(BIN)/pip install --quiet -e '.[dev,ml,audio,bench,mcp,kv-events]' -e training
 	touch $(STAMP)
 
 $(NODE_STAMP): $(CONSOLE)/package.json $(CONSOLE)/package-lock.json
@@ -33,17 +35,17 @@ test: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python -m pytest -m vllm
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src training tests bench
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff format src training tests bench
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
 check: $(STAMP) $(NODE_STAMP)
-	$(BIN)/ruff format --check src tests bench
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src training tests bench
+	$(BIN)/ruff check src training tests bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
 	$(BIN)/python -m pytest -m vllm

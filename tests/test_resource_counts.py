@@ -19,7 +19,8 @@ import pytest
 from fleetgate.api.state import GATEWAY
 from fleetgate.resources import MiniLMEmbedder
 from fleetgate.safety.checks.classifier import ClassifierCheck
-from fleetgate.safety.classifier import Example, train
+from fleetgate.safety.classifier import Example
+from fleetgate_training.classifier import train
 from tests.conftest import AUTH, GatewayFactory
 from tests.fakes import FakeUpstream
 from tests.routing.conftest import redis_url

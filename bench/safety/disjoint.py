@@ -4,7 +4,7 @@
 
 For every held-out prompt: is it a training text (exactly, after normalisation)? Does it share
 a run of 6 words (English) or 10 characters (Chinese) with any training text? The frames and
-indirect frames of the corpus (`fleetgate.safety.classifier.corpus`) are also checked one by
+indirect frames of the corpus (`fleetgate_training.classifier.corpus`) are also checked one by
 one: the fixed words of a frame (the text around ``{x}``) should not occur in any held-out
 prompt. Only counts are printed so that running this does not show the held-out prompts.
 """
@@ -17,9 +17,9 @@ import re
 import sys
 from pathlib import Path
 
-from fleetgate.safety.classifier import shipped_examples
-from fleetgate.safety.classifier.corpus import LANGS, _load
 from fleetgate.safety.normalize import Normalizer, is_cjk
+from fleetgate_training.classifier import shipped_examples
+from fleetgate_training.classifier.corpus import LANGS, _load
 
 HELDOUT = Path(__file__).resolve().parent / "data" / "heldout_blind.jsonl"
 _WORD = re.compile(r"[a-z0-9']+")

@@ -41,7 +41,7 @@ from fleetgate.resources import MiniLM, MiniLMEmbedder
 from fleetgate.safety import Guardrails, SafetyConfig
 from fleetgate.safety.checks.classifier import ClassifierCheck
 from fleetgate.safety.checks.words import WordListCheck, default_word_lists
-from fleetgate.safety.evaluate import (
+from fleetgate_training.safety.evaluate import (
     blocked_by,
     compare,
     compare_by_lang,

@@ -36,12 +36,13 @@ from pathlib import Path
 
 from fleetgate.resources import MiniLM, MiniLMEmbedder
 from fleetgate.resources.minilm import Vectors, _tokenizer, mean_pooled
-from fleetgate.safety import Guardrails, SafetyConfig, shipped_set
+from fleetgate.safety import Guardrails, SafetyConfig
 from fleetgate.safety.base import CheckContext, CheckPoint
 from fleetgate.safety.checks.classifier import ClassifierCheck
-from fleetgate.safety.classifier import legacy_examples
 from fleetgate.safety.normalize import is_cjk
 from fleetgate.safety.policy import Policy
+from fleetgate_training.classifier import legacy_examples
+from fleetgate_training.safety import shipped_set
 
 
 class EagerInt8(MiniLMEmbedder):

@@ -60,20 +60,20 @@ import numpy as np
 
 from fleetgate.resources import MiniLM, MiniLMEmbedder
 from fleetgate.safety.checks.words import WordListCheck, default_word_lists
-from fleetgate.safety.classifier import (
-    BENIGN,
-    SoftmaxModel,
+from fleetgate.safety.classifier import BENIGN, SoftmaxModel
+from fleetgate.safety.classifier.chunks import scored_pieces
+from fleetgate.safety.classifier.features import FEATURE_VERSION
+from fleetgate.safety.classifier.gloss import Glosser
+from fleetgate.safety.normalize import Normalizer, is_cjk
+from fleetgate_training.classifier import (
     corpus_examples,
     data_sha256,
+    featurize_blocks,
     legacy_examples,
     shipped_examples,
     train,
 )
-from fleetgate.safety.classifier.chunks import scored_pieces
-from fleetgate.safety.classifier.corpus import FOLDS
-from fleetgate.safety.classifier.gloss import Glosser
-from fleetgate.safety.classifier.train import FEATURE_VERSION, featurize_blocks
-from fleetgate.safety.normalize import Normalizer, is_cjk
+from fleetgate_training.classifier.corpus import FOLDS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from thresholds import GRID, Bools, fmt, lowest_feasible  # noqa: E402

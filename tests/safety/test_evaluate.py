@@ -9,9 +9,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from fleetgate.cli import safety as safety_cli
 from fleetgate.errors import ConfigError
-from fleetgate.safety.evaluate import (
+from fleetgate_training.safety import cli as safety_cli
+from fleetgate_training.safety.evaluate import (
     EvalPrompt,
     compare,
     compare_by_lang,
@@ -50,7 +50,7 @@ async def test_rates_by_category_and_language() -> None:
 
 
 def test_shipped_sets_are_bilingual_and_apart_from_training_data() -> None:
-    from fleetgate.safety.classifier import shipped_examples
+    from fleetgate_training.classifier import shipped_examples
 
     attacks, benign = shipped_set("redteam"), shipped_set("benign")
     assert len(attacks) >= 150 and len(benign) >= 100

@@ -12,7 +12,7 @@ from fleetgate.safety.classifier.model import Hidden, SoftmaxModel
 torch = pytest.importorskip("torch")
 scipy_sparse = pytest.importorskip("scipy.sparse")
 
-from fleetgate.safety.classifier.fit_hidden import fit_hidden  # noqa: E402
+from fleetgate_training.classifier.fit_hidden import fit_hidden  # noqa: E402
 
 
 def _xor(n: int = 800, seed: int = 0) -> tuple[np.ndarray, object, list[str]]:

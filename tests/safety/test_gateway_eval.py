@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fleetgate.safety import Guardrails, SafetyConfig, blocked_by, evaluate, shipped_set
-from fleetgate.safety.evaluate import EvalPrompt
+from fleetgate.safety import Guardrails, SafetyConfig
+from fleetgate_training.safety import blocked_by, evaluate, shipped_set
+from fleetgate_training.safety.evaluate import EvalPrompt
 from tests.procs import serve_process, sim_process
 
 MASTER = "sk-eval-master"

@@ -12,10 +12,10 @@ import pytest
 
 from fleetgate.errors import ConfigError
 from fleetgate.safety.base import Action, CheckContext
-from fleetgate.safety.classifier import Example, SoftmaxModel, train
+from fleetgate.safety.classifier import Example, SoftmaxModel, uses_gloss
 from fleetgate.safety.classifier import gloss as gloss_module
 from fleetgate.safety.classifier.gloss import Glosser, clean_definition, parse_cedict
-from fleetgate.safety.classifier.train import uses_gloss
+from fleetgate_training.classifier import train
 
 CEDICT_LINES = [
     "# CC-CEDICT\n",

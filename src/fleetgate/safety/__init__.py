@@ -1,4 +1,6 @@
-"""Guardrails: input / stream / output / audit checks, streaming moderation, red-team eval.
+"""Guardrails: input / stream / output / audit checks, streaming moderation.
+
+Red-team evaluation is tooling: ``fleetgate_training.safety`` (``training/`` in the repository).
 
 Wiring in a few lines::
 
@@ -30,7 +32,6 @@ from fleetgate.safety.config import (
     SafetyConfig,
     StreamConfig,
 )
-from fleetgate.safety.evaluate import EvalReport, blocked_by, evaluate, load_prompts, shipped_set
 from fleetgate.safety.metrics import SafetyMetrics
 from fleetgate.safety.policy import Guardrails, Policy, PolicyCheck
 from fleetgate.safety.registry import CheckFactory, CheckRegistry, builtin_registry
@@ -48,7 +49,6 @@ __all__ = [
     "CheckFactory",
     "CheckRegistry",
     "PolicyDecision",
-    "EvalReport",
     "Guardrails",
     "Policy",
     "PolicyCheck",
@@ -61,10 +61,6 @@ __all__ = [
     "StreamModerator",
     "TextTurn",
     "Verdict",
-    "blocked_by",
     "builtin_registry",
-    "evaluate",
-    "load_prompts",
-    "shipped_set",
     "strongest",
 ]

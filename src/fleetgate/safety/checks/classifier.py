@@ -30,15 +30,10 @@ from fleetgate.safety.base import CheckContext, Verdict
 from fleetgate.safety.classifier.chunks import scored_pieces
 from fleetgate.safety.classifier.embed import Embedder
 from fleetgate.safety.classifier.examples import BENIGN, Example
+from fleetgate.safety.classifier.features import featurize, shipped_head_path, uses_gloss
 from fleetgate.safety.classifier.gloss import Glosser
 from fleetgate.safety.classifier.model import SoftmaxModel
-from fleetgate.safety.classifier.train import (
-    default_cache_path,
-    featurize,
-    load_or_train,
-    shipped_head_path,
-    uses_gloss,
-)
+from fleetgate.safety.classifier.trainer import default_cache_path, load_or_train
 from fleetgate.safety.normalize import Normalizer, is_cjk
 from fleetgate.safety.offload import TextWorker
 
@@ -57,11 +52,12 @@ def _pieces(text: str) -> tuple[list[str], bool]:
 class ClassifierCheck:
     """Blocks text whose harm probability (1 - p(benign)) reaches ``threshold``.
 
-    ``model_path``: a file written by :func:`~fleetgate.safety.classifier.train`, used as is.
-    ``examples``: train on these instead (once, cached at ``cache_path``). Without either, the
-    shipped model. ``threshold``: None takes the model's own, per language (``threshold_en``,
-    ``threshold_zh``: chosen on validation data when it was trained; Chinese for text with CJK
-    ideographs), else 0.5. ``glosser``: the Chinese-to-English glosses (one dictionary, ~31 MB,
+    ``model_path``: a file written by ``fleetgate_training.classifier.train``, used as is.
+    ``examples``: train on these instead (once, cached at ``cache_path``; the trainer is tooling,
+    see `fleetgate.safety.classifier.trainer`). Without either, the shipped model.
+    ``threshold``: None takes the model's own, per language (``threshold_en``, ``threshold_zh``:
+    chosen on validation data when it was trained; Chinese for text with CJK ideographs), else
+    0.5. ``glosser``: the Chinese-to-English glosses (one dictionary, ~31 MB,
     shared by the checks of a registry), for models trained with them. ``worker``: where a long
     text is cut into pieces (`TextWorker`: a process, off the event loop); without one the
     check makes its own and stops it in `close`.

@@ -1,9 +1,9 @@
-"""The pieces a text is scored on, and which of them carry a framed request.
+"""The pieces a text is scored on.
 
 `ClassifierCheck` scores a text as its worst piece, so one harmful sentence in a long benign
-text is not diluted. Training (`corpus.corpus_examples`) and threshold selection
-(``bench/safety/train_classifier.py``) use the same pieces, so the model learns, and its
-thresholds are chosen on, what it is asked at run time.
+text is not diluted. Training (``fleetgate_training.classifier.corpus``) and threshold
+selection (``bench/safety/train_classifier.py``) use the same pieces, so the model learns, and
+its thresholds are chosen on, what it is asked at run time.
 
 Example::
 
@@ -19,10 +19,9 @@ import re
 from fleetgate.safety.decode import hidden_texts
 from fleetgate.safety.normalize import is_cjk
 
-__all__ = ["SLOT", "framed_chunks", "scored_pieces", "split_chunks"]
+__all__ = ["scored_pieces", "split_chunks"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?;。！？；\n])\s*")
-SLOT = "{x}"  # where a frame takes its request (the corpus's frames)
 
 
 def split_chunks(
@@ -60,25 +59,3 @@ def scored_pieces(text: str) -> list[str]:
     for hidden in hidden_texts(text):
         pieces.extend(split_chunks(hidden))
     return pieces
-
-
-def framed_chunks(frame: str, core: str) -> tuple[list[str], list[str]]:
-    """The pieces of ``frame`` with ``core`` in its slot, other than the whole text, split into
-    those that hold some of the core and those that are the frame's own words alone (a frame's
-    "What's the plan?"). The first carry the core's label; the second carry none, since every
-    frame is asked with harmful and benign cores alike."""
-    text = frame.replace(SLOT, core)
-    start = frame.index(SLOT)
-    end = start + len(core)
-    with_core: list[str] = []
-    frame_only: list[str] = []
-    cursor = 0
-    for piece in split_chunks(text):
-        if piece == text:
-            continue
-        at = text.find(piece, cursor)
-        if at < 0:  # a kept tail after a cut (``limit``): search from the start
-            at = text.find(piece)
-        cursor = at + len(piece)
-        (with_core if at < end and start < at + len(piece) else frame_only).append(piece)
-    return with_core, frame_only

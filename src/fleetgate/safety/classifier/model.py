@@ -1,8 +1,9 @@
 """The classifier's head in numpy: small, dependency-free at run time, saved as one ``.npz``.
 
-A softmax layer over all input columns, plus (models trained by `fit_hidden.fit_hidden`, the
-shipped one since its seventh version) a hidden ReLU layer over the first block of columns, the
-sentence embedding. Inference is numpy alone; training the hidden layer needs torch.
+A softmax layer over all input columns, plus (models trained by
+``fleetgate_training.classifier.fit_hidden``, the shipped one since its seventh version) a
+hidden ReLU layer over the first block of columns, the sentence embedding. Inference is numpy
+alone; training the hidden layer needs torch and the tooling.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class Hidden:
 class SoftmaxModel:
     """``p(class | x) = softmax(x W + b [+ relu(x_e W1 + b1) W2])``: the softmax layer trained
     with class-weighted, L2-regularised Adam (`fit`), or with a `Hidden` layer over the
-    embedding columns ``x_e`` (`fit_hidden.fit_hidden`).
+    embedding columns ``x_e`` (``fleetgate_training.classifier.fit_hidden``).
 
     ``info``: string facts saved with the weights (the training data's hash, the embedder, the
     threshold chosen on validation data, ...).

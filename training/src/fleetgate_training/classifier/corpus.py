@@ -1,7 +1,8 @@
 """The shipped training corpus: request frames crossed with harmful and benign request cores.
 
-``safety/data/corpus/{en,zh}.json`` hold, per language, *frames* (ways of asking: direct,
-role-play, hypothetical, "for a novel", "my cousin wants to", ...; ``{x}`` marks the request),
+``fleetgate_training/data/corpus/{en,zh}.json`` hold, per language, *frames* (ways of asking:
+direct, role-play, hypothetical, "for a novel", "my cousin wants to", ...; ``{x}`` marks the
+request),
 *indirect frames* (a second list of indirect ways: "asking for a friend", "continue this
 text", "reply in JSON", a game quest, an interview, ...), *embedded frames* (since the tenth
 version: the request inside pasted material, such as a coworker's message to answer, a code
@@ -42,7 +43,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any, Literal
 
-from fleetgate.safety.classifier.chunks import SLOT, framed_chunks
+from fleetgate.safety.classifier.chunks import split_chunks
 from fleetgate.safety.classifier.examples import BENIGN, Example
 
 __all__ = [
@@ -50,9 +51,11 @@ __all__ = [
     "LANGS",
     "PER_CORE_EMBEDDED",
     "PER_CORE_MIXED",
+    "SLOT",
     "Split",
     "corpus_examples",
     "fold",
+    "framed_chunks",
 ]
 
 LANGS = ("en", "zh")
@@ -61,6 +64,7 @@ PER_CORE = 14  # frames drawn for each core
 PER_CORE_INDIRECT = 4  # indirect frames drawn for each core
 PER_CORE_EMBEDDED = 2  # embedded frames (request inside pasted material) drawn for each core
 PER_CORE_MIXED = 2  # frames of the other language drawn for each core (code-mixed prompts)
+SLOT = "{x}"  # where a frame takes its request
 
 Split = Literal["all", "train", "validation"]
 
@@ -77,9 +81,31 @@ def _keep(text: str, split: Split, validation_fold: int = 0) -> bool:
 
 
 def _load(lang: str) -> dict[str, Any]:
-    data = resources.files("fleetgate.safety").joinpath(f"data/corpus/{lang}.json")
+    data = resources.files("fleetgate_training").joinpath(f"data/corpus/{lang}.json")
     parsed: dict[str, Any] = json.loads(data.read_text("utf-8"))
     return parsed
+
+
+def framed_chunks(frame: str, core: str) -> tuple[list[str], list[str]]:
+    """The pieces of ``frame`` with ``core`` in its slot, other than the whole text, split into
+    those that hold some of the core and those that are the frame's own words alone (a frame's
+    "What's the plan?"). The first carry the core's label; the second carry none, since every
+    frame is asked with harmful and benign cores alike."""
+    text = frame.replace(SLOT, core)
+    start = frame.index(SLOT)
+    end = start + len(core)
+    with_core: list[str] = []
+    frame_only: list[str] = []
+    cursor = 0
+    for piece in split_chunks(text):
+        if piece == text:
+            continue
+        at = text.find(piece, cursor)
+        if at < 0:  # a kept tail after a cut (``limit``): search from the start
+            at = text.find(piece)
+        cursor = at + len(piece)
+        (with_core if at < end and start < at + len(piece) else frame_only).append(piece)
+    return with_core, frame_only
 
 
 def _framed(

@@ -6,7 +6,7 @@ Works against anything that answers "was this prompt blocked?": the gateway over
     report = await evaluate(load_prompts(ATTACKS), load_prompts(BENIGN), blocked_by(policy))
     print(report.format())
 
-The shipped sets (``safety/data/redteam.jsonl``, ``benign.jsonl``; one
+The shipped sets (``fleetgate_training/data/redteam.jsonl``, ``benign.jsonl``; one
 ``{"prompt", "category", "lang"}`` per line) hold prompts that are not in the classifier's
 training examples. Any other set, JSONL or CSV with a label column, loads with `load_labeled`;
 every rate comes with its 95% Wilson interval, the outcome is split by language as a confusion
@@ -174,7 +174,7 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
 
 def shipped_set(name: str) -> list[EvalPrompt]:
     """A shipped set: ``"redteam"`` or ``"benign"``."""
-    text = resources.files("fleetgate.safety").joinpath(f"data/{name}.jsonl").read_text("utf-8")
+    text = resources.files("fleetgate_training").joinpath(f"data/{name}.jsonl").read_text("utf-8")
     return _parse(text.splitlines(), f"{name}.jsonl")
 
 

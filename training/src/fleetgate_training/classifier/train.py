@@ -1,27 +1,28 @@
-"""Training data, training, the shipped model and the on-disk weight cache.
+"""Training data, training and the on-disk weight cache of the safety classifier (tooling).
 
-The shipped model (``safety/data/classifier_head.npz``: a softmax layer, and a hidden layer over
-the embedding (`fit_hidden`), over MiniLM int8
+The shipped model (``fleetgate/safety/data/classifier_head.npz`` in the runtime package: a
+softmax layer, and a hidden layer over the embedding (`fit_hidden`), over MiniLM int8
 embeddings and character n-grams, a few hundred KB) is trained offline by
 ``bench/safety/train_classifier.py`` on :func:`shipped_examples` and only loaded at run time.
 The file records the hash of its training data (:func:`data_sha256`); a test checks that it
-matches the data in the package.
+matches the data in this distribution.
 
 A user retrains with their own examples::
 
-    from fleetgate.safety.classifier import load_examples, shipped_examples, train
+    from fleetgate.safety.classifier import load_examples
+    from fleetgate_training.classifier import shipped_examples, train
     path = train(shipped_examples() + load_examples("mine.jsonl"), Path("my-classifier.npz"))
 
 and points the ``classifier`` check's ``model_path`` at the file. Training data and feature
-settings are fingerprinted into the file, so :func:`load_or_train` retrains only when they
-change.
+settings are fingerprinted into the file, so :func:`load_or_train` (the trainer a check given
+``examples`` finds through the ``fleetgate.classifier_trainers`` entry point) retrains only
+when they change.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -30,66 +31,36 @@ from typing import Any
 import numpy as np
 
 from fleetgate.errors import ConfigError
-from fleetgate.safety.classifier.corpus import corpus_examples
-from fleetgate.safety.classifier.embed import (
-    HASH_DIM,
-    Embedder,
-    Floats,
-    text_features,
-    text_features_sparse,
-)
+from fleetgate.safety.classifier.embed import HASH_DIM, Embedder, Floats, text_features_sparse
 from fleetgate.safety.classifier.examples import BENIGN, Example, parse_lines
+from fleetgate.safety.classifier.features import FEATURE_VERSION, NGRAM_WEIGHT, embed_texts
 from fleetgate.safety.classifier.gloss import Glosser
 from fleetgate.safety.classifier.model import SoftmaxModel
 from fleetgate.safety.normalize import Normalizer
+from fleetgate_training.classifier.corpus import corpus_examples
 
 __all__ = [
-    "FEATURE_VERSION",
+    "benign_vs_harm_weights",
     "data_sha256",
-    "default_cache_path",
-    "featurize",
     "featurize_blocks",
     "fingerprint",
     "legacy_examples",
     "load_or_train",
     "shipped_examples",
-    "shipped_head_path",
     "train",
-    "uses_gloss",
 ]
-
-# "gloss+": the embedding reads Chinese through English glosses (`gloss.Glosser`), since the
-# sixth shipped version; "emb+1.5ngram-v3" models (before) embed the raw text.
-FEATURE_VERSION = "gloss+emb+1.5ngram-v4"
-NGRAM_WEIGHT = 1.5
-
-
-def uses_gloss(model: SoftmaxModel) -> bool:
-    """Whether ``model`` was trained on glossed embeddings (so must be scored on them)."""
-    return model.info.get("features", "").startswith("gloss+")
 
 
 def legacy_examples() -> list[Example]:
-    """The first hand-written examples (``safety/data/classifier_train.jsonl``)."""
-    data = resources.files("fleetgate.safety").joinpath("data/classifier_train.jsonl")
+    """The first hand-written examples (``fleetgate_training/data/classifier_train.jsonl``)."""
+    data = resources.files("fleetgate_training").joinpath("data/classifier_train.jsonl")
     return parse_lines(data.read_text("utf-8").splitlines(), "classifier_train.jsonl")
 
 
 def shipped_examples() -> list[Example]:
     """Everything the shipped model is trained on: the hand-written examples and the corpus
-    (`fleetgate.safety.classifier.corpus`), English and Chinese."""
+    (`fleetgate_training.classifier.corpus`), English and Chinese."""
     return legacy_examples() + corpus_examples("all")
-
-
-def shipped_head_path() -> Path:
-    """The shipped model inside the installed package."""
-    return Path(str(resources.files("fleetgate.safety").joinpath("data/classifier_head.npz")))
-
-
-def default_cache_path() -> Path:
-    """``$XDG_CACHE_HOME/fleetgate/safety-classifier.npz`` (``~/.cache`` by default)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "fleetgate" / "safety-classifier.npz"
 
 
 def data_sha256(examples: Sequence[Example]) -> str:
@@ -107,28 +78,6 @@ def fingerprint(examples: Sequence[Example], embedder: Embedder, hidden: int = 2
     return hashlib.sha256(f"{head}|hidden{hidden}".encode()).hexdigest()
 
 
-def _embed(texts: Sequence[str], embedder: Embedder, glosser: Glosser | None) -> Floats:
-    if glosser is not None:
-        texts = [glosser.gloss(text) for text in texts]
-    return np.asarray(embedder.encode(texts), dtype=np.float32)
-
-
-def featurize(
-    texts: Sequence[str],
-    embedder: Embedder,
-    normalizer: Normalizer,
-    hash_dim: int = HASH_DIM,
-    glosser: Glosser | None = None,
-) -> Floats:
-    """The classifier's input rows: the sentence embedding (of the text's English gloss, given a
-    ``glosser``) next to hashed character n-grams of the text itself (``hash_dim`` buckets: a
-    model saved with fewer, before 16,384 was the default, says so in its weights' shape, see
-    `SoftmaxModel.hash_dim`)."""
-    emb = _embed(texts, embedder, glosser)
-    grams = text_features(texts, normalizer, dim=hash_dim)
-    return np.hstack([emb, grams * NGRAM_WEIGHT]).astype(np.float32)
-
-
 def featurize_blocks(
     texts: Sequence[str],
     embedder: Embedder,
@@ -136,10 +85,11 @@ def featurize_blocks(
     hash_dim: int = HASH_DIM,
     glosser: Glosser | None = None,
 ) -> tuple[Floats, Any]:
-    """`featurize`'s columns as two blocks for `SoftmaxModel` (training, batch scoring): the
-    embeddings (dense) and the weighted n-grams (``scipy.sparse``, which ``ml`` installs)."""
+    """`featurize`'s columns (`fleetgate.safety.classifier.features`) as two blocks for
+    `SoftmaxModel` (training, batch scoring): the embeddings (dense) and the weighted n-grams
+    (``scipy.sparse``, which ``ml`` installs)."""
     grams = text_features_sparse(texts, normalizer, dim=hash_dim) * np.float32(NGRAM_WEIGHT)
-    return _embed(texts, embedder, glosser), grams.tocsr()
+    return embed_texts(texts, embedder, glosser), grams.tocsr()
 
 
 def benign_vs_harm_weights(labels: Sequence[str], benign_share: float = 0.5) -> dict[str, float]:
@@ -188,7 +138,7 @@ def train(
     labels = [ex.label for ex in examples]
     weights = benign_vs_harm_weights(labels)
     if hidden > 0:
-        from fleetgate.safety.classifier.fit_hidden import fit_hidden
+        from fleetgate_training.classifier.fit_hidden import fit_hidden
 
         model = fit_hidden(
             x, labels, class_weight=weights, hidden=hidden, epochs=epochs or 16, weight_decay=l2

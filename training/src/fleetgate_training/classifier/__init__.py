@@ -1,0 +1,26 @@
+"""Training the safety classifier: the corpus (`corpus`), the shipped examples and training
+(`train`), and the hidden layer's fit (`fit_hidden`, torch)."""
+
+from fleetgate_training.classifier.corpus import corpus_examples
+from fleetgate_training.classifier.train import (
+    benign_vs_harm_weights,
+    data_sha256,
+    featurize_blocks,
+    fingerprint,
+    legacy_examples,
+    load_or_train,
+    shipped_examples,
+    train,
+)
+
+__all__ = [
+    "benign_vs_harm_weights",
+    "corpus_examples",
+    "data_sha256",
+    "featurize_blocks",
+    "fingerprint",
+    "legacy_examples",
+    "load_or_train",
+    "shipped_examples",
+    "train",
+]
