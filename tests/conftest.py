@@ -11,8 +11,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from fleetgate.app import build_state, create_app
 from fleetgate.config.loader import parse_config
 from fleetgate.config.settings import Settings
+from fleetgate.contract.stages import Stage
 from fleetgate.feature import Feature, StageFeature
-from fleetgate.hooks import Stage
 from fleetgate.routing.features import SemanticFeature
 from fleetgate.routing.semantic_stage import SemanticStage
 from tests.fakes import FakeUpstream

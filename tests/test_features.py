@@ -15,8 +15,8 @@ from fleetgate.app import build_state, create_app
 from fleetgate.config.loader import parse_config
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
+from fleetgate.contract.request import GatewayRequest, Outcome
 from fleetgate.feature import BaseFeature, Features
-from fleetgate.hooks import GatewayRequest, Outcome
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 

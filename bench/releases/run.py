@@ -33,13 +33,12 @@ from fleetgate.api.state import GATEWAY
 from fleetgate.app import create_app
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
-from fleetgate.hooks import GatewayRequest, Outcome
+from fleetgate.contract.principal import Principal
+from fleetgate.contract.request import Endpoint, GatewayRequest, Outcome
 from fleetgate.http.serving import served
-from fleetgate.providers.base import Endpoint
 from fleetgate.releases.feature import ReleasesFeature
 from fleetgate.releases.outcomes import OutcomeBook
 from fleetgate.sim import SimConfig, running_sim
-from fleetgate.tenancy.principal import Principal
 
 MASTER = "sk-bench-releases"
 AUTH = {"Authorization": f"Bearer {MASTER}"}

@@ -20,9 +20,9 @@ from fleetgate.api.state import GatewayState
 from fleetgate.app import build_state, create_app
 from fleetgate.config.loader import parse_config
 from fleetgate.config.settings import Settings
-from fleetgate.hooks import GatewayRequest, Outcome, Stage
-from fleetgate.providers.base import Endpoint
-from fleetgate.tenancy.principal import Principal
+from fleetgate.contract.principal import Principal
+from fleetgate.contract.request import Endpoint, GatewayRequest, Outcome
+from fleetgate.contract.stages import Stage
 
 
 class Nothing:

@@ -1,8 +1,9 @@
 """`Feature`: how a subsystem plugs into the gateway, and `Features`: the ordered set of them.
 
 A feature is one subsystem (tenancy, the multimodal pipeline, guardrails, the semantic router,
-canary splits, engine-aware routing, and every later one). It may put one `fleetgate.hooks.Stage`
-on the request path, serve routes, follow config reloads and run background work:
+canary splits, engine-aware routing, and every later one). It may put one
+`fleetgate.contract.stages.Stage` on the request path, serve routes, follow config reloads and
+run background work:
 
 - ``name``: a short identifier (``docs/architecture.md`` lists features by it);
 - ``stage``: its step of the request path, or ``None``;
@@ -47,7 +48,7 @@ from typing import Protocol, runtime_checkable
 from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig
-from fleetgate.hooks import Stage
+from fleetgate.contract.stages import Stage
 
 __all__ = ["BaseFeature", "Feature", "Features", "StageFeature"]
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
+from fleetgate.contract.request import FilterResult, GatewayRequest, Outcome
 from fleetgate.errors import Overloaded, RateLimited
-from fleetgate.hooks import FilterResult, GatewayRequest, Outcome
 from tests.conftest import AUTH, GatewayFactory, one_alias
 from tests.fakes import FakeUpstream, Reply
 

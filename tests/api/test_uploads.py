@@ -13,8 +13,8 @@ import soundfile as sf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fleetgate.contract.request import GatewayRequest, Outcome
 from fleetgate.errors import RateLimited
-from fleetgate.hooks import GatewayRequest, Outcome
 from tests.conftest import AUTH, GatewayFactory, one_alias
 from tests.fakes import FakeUpstream
 

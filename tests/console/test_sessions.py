@@ -11,9 +11,9 @@ from sqlalchemy import select
 from yarl import URL
 
 from fleetgate.console.sessions import COOKIE, Sessions, SessionsFull
+from fleetgate.contract.principal import Principal
 from fleetgate.store import Database
 from fleetgate.store.tables import console_sessions
-from fleetgate.tenancy.principal import Principal
 from tests.console.support import MASTER, csrf_of, running_console
 from tests.fakes import FakeUpstream
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from fleetgate.contract.principal import Principal
 from fleetgate.mcp.access import ToolAccess
 from fleetgate.mcp.config import McpAccess
-from fleetgate.tenancy.principal import Principal
 
 TOOLS = ["search__web", "search__news", "files__read", "files__delete"]
 

@@ -6,9 +6,10 @@ from typing import get_args
 
 import pytest
 
+from fleetgate.contract.request import Endpoint
 from fleetgate.errors import ConfigError
 from fleetgate.providers.azure_openai import AZURE_ENDPOINTS, azure_headers, azure_url
-from fleetgate.providers.base import Endpoint, RoutedEndpoint
+from fleetgate.providers.base import RoutedEndpoint
 
 
 @pytest.mark.parametrize(

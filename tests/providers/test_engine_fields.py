@@ -8,10 +8,11 @@ from typing import Any
 from fleetgate.api.completions import answer
 from fleetgate.api.state import GATEWAY
 from fleetgate.config.schema import TimeoutConfig
-from fleetgate.providers.base import Endpoint, UpstreamCall
+from fleetgate.contract.principal import Principal
+from fleetgate.contract.request import Endpoint
+from fleetgate.providers.base import UpstreamCall
 from fleetgate.providers.engine_fields import ENGINE_ONLY, sealed
 from fleetgate.routing.disagg import prefill_body
-from fleetgate.tenancy.principal import Principal
 from tests.conftest import AUTH, GatewayFactory
 from tests.fakes import FakeUpstream
 

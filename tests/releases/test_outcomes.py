@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleetgate.hooks import GatewayRequest, Outcome
-from fleetgate.providers.base import Endpoint
+from fleetgate.contract.principal import Principal
+from fleetgate.contract.request import Endpoint, GatewayRequest, Outcome
 from fleetgate.releases.analysis import feedback_counts
 from fleetgate.releases.feedback import FeedbackStore
 from fleetgate.releases.flywheel import bad_cases
@@ -19,7 +19,6 @@ from fleetgate.releases.outcomes import (
 )  # fmt: skip
 from fleetgate.releases.tables import release_requests
 from fleetgate.store.database import Database
-from fleetgate.tenancy.principal import Principal
 
 
 class Clock:

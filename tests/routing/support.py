@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetgate.hooks import GatewayRequest
-from fleetgate.providers.base import Endpoint
+from fleetgate.contract.principal import Principal
+from fleetgate.contract.request import Endpoint, GatewayRequest
 from fleetgate.routing.context import RouteContext
-from fleetgate.tenancy.principal import Principal
 
 ANYONE = Principal("key-0")
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from fleetgate.contract.principal import Principal
 from fleetgate.errors import InvalidRequest
 from fleetgate.routing.canary import CanarySplits, Split
-from fleetgate.tenancy.principal import Principal
 from tests.conftest import AUTH, GatewayFactory
 from tests.fakes import FakeUpstream
 from tests.routing.support import route_ctx

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from fleetgate.config.schema import GatewayConfig, HealthConfig, RouterConfig, TimeoutConfig
+from fleetgate.contract.request import Endpoint
 from fleetgate.errors import RateLimited
-from fleetgate.providers.base import Endpoint, UpstreamCall, UpstreamResponse
+from fleetgate.providers.base import UpstreamCall, UpstreamResponse
 from fleetgate.routing.context import Pick, RouteContext
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch import Dispatcher

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from fleetgate.config.schema import DeploymentConfig, KvAwareConfig, RoutingConfig
+from fleetgate.contract.principal import Principal
 from fleetgate.routing.context import Pick, RouteContext
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.engine_metrics import EngineSnapshot
 from fleetgate.routing.engine_stats import EngineStats, EngineView, engine_key
 from fleetgate.routing.kv_aware import EngineAwareRouting, KvAwareStrategy, expected_ttft
 from fleetgate.routing.strategies import StrategyRegistry
-from fleetgate.tenancy.principal import Principal
 from fleetgate.tokens import estimate_prompt_tokens
 from tests.routing.support import route_ctx
 

@@ -4,9 +4,9 @@ from typing import Any
 
 import pytest
 
+from fleetgate.contract.principal import Principal
+from fleetgate.contract.request import Endpoint, GatewayRequest, Outcome
 from fleetgate.errors import ContentBlocked
-from fleetgate.hooks import GatewayRequest, Outcome
-from fleetgate.providers.base import Endpoint
 from fleetgate.safety import (
     Action,
     AuditQueue,
@@ -18,7 +18,6 @@ from fleetgate.safety import (
     StreamConfig,
 )
 from fleetgate.safety.stage import SafetyStage
-from fleetgate.tenancy.principal import Principal
 from tests.safety.fake_llama_guard import FakeLlamaGuard
 
 CANNED = "Sorry, this reply was stopped."

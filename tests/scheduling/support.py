@@ -9,8 +9,8 @@ from typing import Any
 
 import aiohttp
 
+from fleetgate.contract.request import GatewayRequest, Outcome
 from fleetgate.errors import ModelNotFound
-from fleetgate.hooks import GatewayRequest, Outcome
 from fleetgate.scheduling.config import Band, SchedulingConfig
 from fleetgate.scheduling.metrics import SchedulingMetrics
 from fleetgate.scheduling.policy import RequestPolicy

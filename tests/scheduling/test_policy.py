@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from fleetgate.contract.principal import Principal
 from fleetgate.errors import InvalidRequest
 from fleetgate.scheduling.config import SchedulingConfig
 from fleetgate.scheduling.policy import Policies, resolve
-from fleetgate.tenancy.principal import Principal
 
 
 def _config(**fields: Any) -> SchedulingConfig:

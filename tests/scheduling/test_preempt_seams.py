@@ -19,15 +19,14 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from fleetgate.api.relay import interrupted
 from fleetgate.app import create_app
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
+from fleetgate.contract.flow import interrupted
+from fleetgate.contract.principal import Principal
+from fleetgate.contract.request import Endpoint, GatewayRequest
 from fleetgate.errors import Overloaded
 from fleetgate.feature import StageFeature
-from fleetgate.hooks import GatewayRequest
-from fleetgate.providers.base import Endpoint
-from fleetgate.tenancy.principal import Principal
 from tests.scheduling.support import Outcomes, sse_events
 from tests.tenancy.support import MASTER, Gateway
 

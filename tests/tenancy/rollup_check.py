@@ -9,10 +9,10 @@ from typing import Any
 
 from sqlalchemy import and_, func, select
 
+from fleetgate.contract.principal import Principal
 from fleetgate.store import Database
 from fleetgate.store.rollup import DAY_MS, HOUR_MS
 from fleetgate.store.tables import spend, spend_tags
-from fleetgate.tenancy.principal import Principal
 from fleetgate.tenancy.records import TABLES, rows_by_table
 from fleetgate.tenancy.reports import spend_report
 

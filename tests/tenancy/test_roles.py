@@ -1,5 +1,5 @@
 """Each route group called as each role, against the one table of what a role may do
-(`fleetgate.tenancy.principal.ROLE_ACTIONS`) and docs/console.md's roles: a finance viewer
+(`fleetgate.contract.principal.ROLE_ACTIONS`) and docs/console.md's roles: a finance viewer
 reads every team's spend (the admin API's too) and nothing else; it calls no model or MCP
 tool and touches no file, batch, stored response or feedback (finding 12 of #31)."""
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from fleetgate.config.schema import GatewayConfig
-from fleetgate.tenancy.principal import ROLE_ACTIONS, Principal
+from fleetgate.contract.principal import ROLE_ACTIONS, Principal
 from tests.console.support import MASTER, Console, console_config, running_console
 from tests.fakes import FakeUpstream
 

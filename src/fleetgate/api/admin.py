@@ -7,9 +7,9 @@ from aiohttp import web
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.config.redact import redact_config
 from fleetgate.config.reload import restart_sections
+from fleetgate.contract.principal import Principal
 from fleetgate.errors import ConfigError, InvalidRequest
 from fleetgate.http import AdminAccess, json_reply
-from fleetgate.tenancy.principal import Principal
 
 __all__ = ["get_config", "reload_config"]
 

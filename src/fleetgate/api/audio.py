@@ -6,9 +6,9 @@ speech-in pipeline (decode, 16 kHz, VAD, batch ASR); the upload is read within
 ``multimodal.inputs`` (`fleetgate.multimodal.budgets.InputBudget`). Speech takes JSON
 (``model``, ``input``, ``voice``, ``response_format`` of wav / pcm / mp3 / flac / opus,
 ``speed``) and streams the audio phrase by phrase as it is synthesised. Both authenticate
-like the chat route and pass the same stages (`fleetgate.hooks.StageRun`): the key's allowed
-models, RPM/TPM/parallel limits and budget apply, and each request is audited and counted in
-spend (tokens estimated from the text spoken or transcribed; cost from
+like the chat route and pass the same stages (`fleetgate.contract.stages.StageRun`): the
+key's allowed models, RPM/TPM/parallel limits and budget apply, and each request is audited
+and counted in spend (tokens estimated from the text spoken or transcribed; cost from
 ``tts.price_per_mchars_usd`` per million characters and ``asr.price_per_minute_usd`` per
 minute of audio, zero when unset).
 """
@@ -22,8 +22,10 @@ from aiohttp import web
 
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.api.uploads import UploadForm
+from fleetgate.contract.principal import Principal, bearer_token
+from fleetgate.contract.request import Endpoint, GatewayRequest
+from fleetgate.contract.stages import StageRun
 from fleetgate.errors import FleetgateError, InvalidRequest
-from fleetgate.hooks import GatewayRequest, StageRun
 from fleetgate.http.body import read_json
 from fleetgate.multimodal.audio.formats import FORMATS as TRANSCRIPT_FORMATS
 from fleetgate.multimodal.audio.formats import render_transcript
@@ -31,12 +33,9 @@ from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.multimodal.speech.encode import AudioStreamEncoder
 from fleetgate.multimodal.speech.espeak import OPENAI_VOICES
 from fleetgate.multimodal.speech.streamer import SpeechStreamer
-from fleetgate.providers.base import Endpoint
 from fleetgate.store.fields import require_fits
 from fleetgate.store.tables import spend
-from fleetgate.tenancy.auth import bearer_token
 from fleetgate.tenancy.money import unit_cost_nusd
-from fleetgate.tenancy.principal import Principal
 from fleetgate.tokens import estimate_prompt_tokens
 
 __all__ = ["audio_routes", "speech", "transcriptions"]

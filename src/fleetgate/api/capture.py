@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetgate.hooks import FilterResult
+from fleetgate.contract.request import FilterResult
 from fleetgate.messages_text import content_text
 
 __all__ = ["ResponseCapture", "response_text"]

@@ -1,15 +1,15 @@
 """``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``: the request path.
 
-authenticate → parse and validate → stages (`fleetgate.hooks.StageRun`) → route (retries,
-fallbacks) → relay → record. One `fleetgate.hooks.GatewayRequest` carries the request and its
-outcome through all of it.
+authenticate → parse and validate → stages (`fleetgate.contract.stages.StageRun`) → route
+(retries, fallbacks) → relay → record. One `fleetgate.contract.request.GatewayRequest` carries
+the request and its outcome through all of it; where it turns (a gate, an interrupt, a
+requeue, a cached answer) is `fleetgate.contract.flow`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from fleetgate.api.capture import ResponseCapture, response_text
 from fleetgate.api.exchange import record_exchange
-from fleetgate.api.relay import interrupted, relay_stream
+from fleetgate.api.relay import relay_stream
 from fleetgate.api.replay import replay_answer
 from fleetgate.api.schemas import (
     ChatCompletionRequest,
@@ -28,15 +28,16 @@ from fleetgate.api.schemas import (
 )
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.config.schema import TimeoutConfig
+from fleetgate.contract.flow import respond
+from fleetgate.contract.principal import Principal, bearer_token
+from fleetgate.contract.request import Endpoint, GatewayRequest, ResponseWire
+from fleetgate.contract.stages import StageRun
 from fleetgate.errors import FleetgateError, InvalidRequest, UpstreamBadResponse
-from fleetgate.hooks import GatewayRequest, ResponseWire, StageRun
 from fleetgate.http.body import read_json
-from fleetgate.providers.base import Endpoint, RoutedEndpoint, UpstreamCall
-from fleetgate.routing.context import Pick, pass_gate, refused, until_refused
+from fleetgate.providers.base import RoutedEndpoint, UpstreamCall
+from fleetgate.routing.context import Pick
 from fleetgate.routing.dispatch import Dispatch
 from fleetgate.telemetry.tracing import TRACE_HEADERS, RequestTrace
-from fleetgate.tenancy.auth import bearer_token
-from fleetgate.tenancy.principal import Principal
 from fleetgate.tokens import estimate_prompt_tokens
 
 __all__ = ["answer", "chat_completions", "completions", "embeddings", "serve"]
@@ -247,8 +248,19 @@ def _recorder(gw: GatewayState) -> Callable[[GatewayRequest], None]:
 async def _dispatch(
     request: web.Request | None, gw: GatewayState, req: GatewayRequest, endpoint: RoutedEndpoint
 ) -> web.StreamResponse:
-    if req.answer is not None:  # a stage answered (a response cache hit)
+    """The answer after the stages: a stage's own (a response cache hit) replayed, else the
+    upstream's, sent again after a requeue (`fleetgate.contract.flow.respond`)."""
+
+    async def replay() -> web.StreamResponse:
         return await replay_answer(request, req, gw.metrics)
+
+    return await respond(req, _upstream(request, gw, req, endpoint), replay)
+
+
+def _upstream(
+    request: web.Request | None, gw: GatewayState, req: GatewayRequest, endpoint: RoutedEndpoint
+) -> Callable[[], Awaitable[web.StreamResponse]]:
+    """The send upstream (routing, retries, fallbacks, relay); each call dispatches again."""
     out = req.outcome
     base = _upstream_body(req.body, req.stream)
     timeouts = gw.dispatcher.config.timeouts
@@ -256,6 +268,7 @@ async def _dispatch(
     stream = req.stream
     trace: RequestTrace | None = out.span
     attempts = 0
+    routing = False
 
     def build(pick: Pick) -> UpstreamCall:
         nonlocal attempts
@@ -273,25 +286,14 @@ async def _dispatch(
             endpoint, call_body, stream, dep.config.timeouts or timeouts, headers, req.responses
         )
 
-    if trace is not None:
-        trace.routing_started(req.alias)
-    while True:
-        try:
-            return await _dispatch_upstream(request, gw, req, build, timeouts)
-        except asyncio.CancelledError:
-            interrupt = interrupted(req)  # preempted before its first byte
-            if interrupt is None:
-                raise
-            if out.first_token_at is not None:  # the relay began: never answered twice
-                raise
-            requeue = req.requeue
-            if requeue is None:
-                raise interrupt from None
-        if refused(req.gate):
-            await pass_gate(req)  # refused meanwhile: it ends here, not back in the queue
-        # back in the admission queue (left at once if its reservation is refused meanwhile);
-        # then dispatched again
-        await until_refused(req.gate, requeue())
+    async def send() -> web.StreamResponse:
+        nonlocal routing
+        if trace is not None and not routing:  # once, however often it is sent
+            routing = True
+            trace.routing_started(req.alias)
+        return await _dispatch_upstream(request, gw, req, build, timeouts)
+
+    return send
 
 
 async def _dispatch_upstream(

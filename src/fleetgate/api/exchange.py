@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from fleetgate.hooks import GatewayRequest
+from fleetgate.contract.request import GatewayRequest
 from fleetgate.telemetry.access_log import AccessLog
 from fleetgate.telemetry.metrics import GatewayMetrics
 
@@ -12,7 +12,8 @@ __all__ = ["record_exchange"]
 
 
 def record_exchange(req: GatewayRequest, metrics: GatewayMetrics, access_log: AccessLog) -> None:
-    """Metrics, access log and trace for a request whose `fleetgate.hooks.Outcome` is final."""
+    """Metrics, access log and trace for a request whose outcome
+    (`fleetgate.contract.request.Outcome`) is final."""
     out = req.outcome
     dep_id = out.deployment or ""
     version = out.version or ""

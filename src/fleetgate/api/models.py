@@ -8,8 +8,8 @@ import orjson
 from aiohttp import web
 
 from fleetgate.api.state import GATEWAY
+from fleetgate.contract.principal import bearer_token
 from fleetgate.errors import ModelNotFound
-from fleetgate.tenancy.auth import bearer_token
 
 __all__ = ["get_model", "list_models"]
 

@@ -2,7 +2,8 @@
 
 Only a chunk that carries a usage object is parsed (to record tokens); it is dropped when the
 client did not ask for usage (we always ask the upstream for it). What the stream tells goes
-into the request's `fleetgate.hooks.Outcome`. A client that goes away cancels the handler, and
+into the request's `fleetgate.contract.request.Outcome`. A client that goes away cancels the
+handler, and
 the end of the dispatch block (`fleetgate.routing.dispatch.Dispatcher.dispatch`) closes the
 upstream response, which aborts the upstream request unless the relay saw its end.
 """
@@ -18,31 +19,17 @@ import orjson
 from aiohttp import web
 
 from fleetgate.config.schema import TimeoutConfig
+from fleetgate.contract.flow import interrupted
+from fleetgate.contract.request import GatewayRequest, Outcome, StreamEncoder, StreamFilter
 from fleetgate.errors import FleetgateError, UpstreamTimeout
-from fleetgate.hooks import GatewayRequest, Outcome, StreamEncoder, StreamFilter
 from fleetgate.routing.dispatch import Dispatch
 from fleetgate.telemetry.metrics import GatewayMetrics
 
-__all__ = ["OpenAIStreamEncoder", "interrupted", "relay_stream", "sse_headers"]
+__all__ = ["OpenAIStreamEncoder", "relay_stream", "sse_headers"]
 
 _DONE = b"data: [DONE]"
 _USAGE_MARKERS = (b'"usage":{', b'"usage": {')
 _EMPTY_CHOICES = (b'"choices":[]', b'"choices": []')
-
-
-def interrupted(req: GatewayRequest) -> FleetgateError | None:
-    """In an ``except asyncio.CancelledError``: the error a stage cancelled ``req``'s task with
-    on purpose (`GatewayRequest.interrupt`), with the cancellation taken back; None when
-    something else cancelled it too (the client went away, shutdown), or when the interrupt
-    was taken already: then it must propagate. The interrupt is taken either way."""
-    interrupt = req.interrupt
-    task = asyncio.current_task()
-    if interrupt is None or task is None:
-        return None
-    req.interrupt = None  # taken: a later cancellation (the client going away) propagates
-    if task.uncancel() > 0:
-        return None
-    return interrupt
 
 
 def sse_headers(dispatch: Dispatch, req: GatewayRequest) -> dict[str, str]:

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from fleetgate.api.capture import response_text
 from fleetgate.api.relay import OpenAIStreamEncoder, _run_filters
-from fleetgate.hooks import GatewayRequest, StreamEncoder
+from fleetgate.contract.request import GatewayRequest, StreamEncoder
 from fleetgate.telemetry.metrics import GatewayMetrics
 
 __all__ = ["answer_chunks", "replay_answer"]

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from fleetgate.config.settings import Settings
+from fleetgate.contract.principal import Authenticator, Principal
+from fleetgate.contract.stages import Stage
 from fleetgate.errors import ModelNotFound
 from fleetgate.feature import Features
-from fleetgate.hooks import Stage
 from fleetgate.http import AdminAccess
 from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.providers.http import HttpClient
@@ -34,8 +35,6 @@ from fleetgate.telemetry.access_log import AccessLog
 from fleetgate.telemetry.metrics import GatewayMetrics
 from fleetgate.telemetry.tracing import GenAITracer
 from fleetgate.telemetry.workers import WorkerMetrics
-from fleetgate.tenancy.auth import Authenticator
-from fleetgate.tenancy.principal import Principal
 from fleetgate.tenancy.runtime import Tenancy
 
 __all__ = ["GATEWAY", "GatewayState"]

@@ -18,9 +18,10 @@ from typing import Any
 from fleetgate.api.completions import answer
 from fleetgate.api.state import GatewayState
 from fleetgate.batches.grant import Grant
+from fleetgate.contract.principal import Principal
+from fleetgate.contract.request import Endpoint
 from fleetgate.errors import AuthenticationFailed
-from fleetgate.providers.base import Endpoint, RoutedEndpoint
-from fleetgate.tenancy.principal import Principal
+from fleetgate.providers.base import RoutedEndpoint
 
 __all__ = ["ENDPOINTS", "GatewaySender"]
 

@@ -23,7 +23,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from fleetgate.tenancy.principal import Principal
+from fleetgate.contract.principal import Principal
 
 __all__ = ["Grant"]
 

@@ -25,11 +25,11 @@ from fleetgate.batches.execute import ENDPOINTS
 from fleetgate.batches.grant import Grant
 from fleetgate.batches.lines import check_lines, read_lines
 from fleetgate.batches.store import BatchStore, FileMeta
+from fleetgate.contract.principal import Principal
 from fleetgate.errors import InvalidRequest
 from fleetgate.http import AdminAccess, json_reply
 from fleetgate.http.body import read_json
 from fleetgate.multimodal.budgets import InputBudget
-from fleetgate.tenancy.principal import Principal
 
 __all__ = ["BatchRoutes", "batch_object"]
 

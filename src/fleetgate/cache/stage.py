@@ -30,8 +30,7 @@ from fleetgate.cache.exact import ExactStore
 from fleetgate.cache.keys import context_hash, deterministic, exact_key, last_user_text, reusable
 from fleetgate.cache.semantic import SemanticIndex
 from fleetgate.config.schema import Price
-from fleetgate.hooks import GatewayRequest, Outcome
-from fleetgate.providers.base import Endpoint
+from fleetgate.contract.request import Endpoint, GatewayRequest, Outcome
 from fleetgate.telemetry.registry import Registry
 
 __all__ = ["HEADER", "CacheStage", "Embedder"]

@@ -25,11 +25,11 @@ import jwt
 
 from fleetgate.console.config import JwtConfig
 from fleetgate.console.jwks import JwksKeys, validate
+from fleetgate.contract.principal import Principal
 from fleetgate.errors import AuthenticationFailed
 from fleetgate.tasks import cancel_and_wait
 from fleetgate.tenancy.cache import KeyCache
 from fleetgate.tenancy.model import TeamEntry, jwt_key_id
-from fleetgate.tenancy.principal import Principal
 
 __all__ = ["JwtBearer"]
 

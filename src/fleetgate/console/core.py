@@ -1,6 +1,6 @@
 """`Console`: what every page handler shares: sessions, roles, CSRF checks and rendering.
 
-Roles (`fleetgate.tenancy.principal.Role`): the master key sees every page and team; a team
+Roles (`fleetgate.contract.principal.Role`): the master key sees every page and team; a team
 admin sees and manages only its own team; a finance viewer sees spend only; a plain key may
 use the playground.
 """
@@ -17,6 +17,7 @@ from fleetgate.api.state import GatewayState
 from fleetgate.console.config import ConsoleConfig
 from fleetgate.console.render import Renderer
 from fleetgate.console.sessions import COOKIE, Session, Sessions, cookie_is_secure, same_token
+from fleetgate.contract.principal import Principal
 from fleetgate.errors import (
     AuthenticationFailed,
     FleetgateError,
@@ -26,7 +27,6 @@ from fleetgate.errors import (
 )
 from fleetgate.http.form import read_form
 from fleetgate.store.errors import is_unreachable
-from fleetgate.tenancy.principal import Principal
 from fleetgate.tenancy.runtime import Tenancy
 
 __all__ = ["ADMINS", "ALL", "Console", "NAV"]

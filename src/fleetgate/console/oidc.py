@@ -34,13 +34,13 @@ from fleetgate.console.config import OidcConfig
 from fleetgate.console.core import Console, home
 from fleetgate.console.jwks import JwksKeys, validate
 from fleetgate.console.login import safe_next
+from fleetgate.contract.principal import Principal
 from fleetgate.errors import (
     AuthenticationFailed,
     NotFound,
     PermissionDenied,
     ServiceUnavailable,
 )
-from fleetgate.tenancy.principal import Principal
 
 __all__ = ["OidcPages", "map_groups"]
 

@@ -19,13 +19,13 @@ from aiohttp import web
 from fleetgate.console.core import Console
 from fleetgate.console.forms import page_number
 from fleetgate.console.sessions import Session
+from fleetgate.contract.principal import Principal
 from fleetgate.errors import ClientError, InvalidRequest
 from fleetgate.releases.admin_routes import RegistryAdmin
 from fleetgate.releases.feedback_routes import FeedbackRoutes
 from fleetgate.releases.records import DEFAULT_STAGES
 from fleetgate.releases.registry import UNSET, Registry
 from fleetgate.releases.rollouts import RolloutStore
-from fleetgate.tenancy.principal import Principal
 
 __all__ = ["RegistryPages", "Releases"]
 

@@ -18,9 +18,8 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from fleetgate.contract.principal import Authenticator, Principal, bearer_token
 from fleetgate.errors import PermissionDenied
-from fleetgate.tenancy.auth import Authenticator, bearer_token
-from fleetgate.tenancy.principal import Principal
 
 __all__ = ["AdminAccess", "AdminAudit"]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from fnmatch import fnmatchcase
 
+from fleetgate.contract.principal import Principal
 from fleetgate.mcp.config import McpAccess
-from fleetgate.tenancy.principal import Principal
 
 __all__ = ["ToolAccess"]
 

@@ -35,6 +35,7 @@ import mcp.types as types
 from mcp.shared.exceptions import MCPError
 from mcp.shared.tool_name_validation import TOOL_NAME_REGEX
 
+from fleetgate.contract.principal import Principal
 from fleetgate.limits.base import Denial, Limiter, Reservation, Scope
 from fleetgate.limits.memory import MemoryLimiter
 from fleetgate.mcp.access import ToolAccess
@@ -45,7 +46,6 @@ from fleetgate.mcp.upstream import Upstream, UpstreamUnavailable
 from fleetgate.safety.runtime import SafetyRuntime
 from fleetgate.tenancy.headers import duration
 from fleetgate.tenancy.model import Limits
-from fleetgate.tenancy.principal import Principal
 from fleetgate.tenancy.runtime import Tenancy
 from fleetgate.tenancy.scopes import scope_for
 from fleetgate.tenancy.settles import Settles

@@ -28,6 +28,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 
+from fleetgate.contract.principal import Principal
 from fleetgate.errors import AuthenticationFailed, PermissionDenied
 from fleetgate.http import AdminAccess
 from fleetgate.mcp.asgi import serve_asgi
@@ -38,7 +39,6 @@ from fleetgate.mcp.upstream import Upstream
 from fleetgate.safety.runtime import SafetyRuntime
 from fleetgate.tasks import cancel_and_wait
 from fleetgate.telemetry.registry import Registry
-from fleetgate.tenancy.principal import Principal
 from fleetgate.tenancy.runtime import Tenancy
 
 __all__ = ["PRINCIPAL", "McpRuntime"]

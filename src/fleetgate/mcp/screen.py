@@ -20,10 +20,10 @@ from typing import Any
 import mcp.types as types
 from mcp.shared.exceptions import MCPError
 
+from fleetgate.contract.principal import Principal
 from fleetgate.safety.base import Action, CheckContext, CheckPoint, PolicyDecision
 from fleetgate.safety.policy import Policy
 from fleetgate.safety.runtime import SafetyRuntime
-from fleetgate.tenancy.principal import Principal
 
 __all__ = ["WITHHELD", "McpCall", "ResultScreen", "safety_row"]
 

@@ -1,7 +1,8 @@
 """Speech beside streamed text: chat completions with ``modalities: ["text", "audio"]``.
 
-`SpokenStreamFilter` is a `fleetgate.hooks.StreamFilter`. Text chunks pass through untouched
-and their ``delta.content`` is fed to a `SpeechStreamer`, which cuts phrases and synthesises
+`SpokenStreamFilter` is a `fleetgate.contract.request.StreamFilter`. Text chunks pass through
+untouched and their ``delta.content`` is fed to a `SpeechStreamer`, which cuts phrases and
+synthesises
 them concurrently; every finished phrase (in order) goes out as its own chunk with
 ``delta.audio = {"id", "data", "transcript"}`` (``data``: base64 pcm16, 24 kHz mono) as soon as
 it is ready, i.e. while the text is still streaming. The chunk carrying ``finish_reason`` is
@@ -15,7 +16,7 @@ import base64
 import time
 from typing import Any
 
-from fleetgate.hooks import FilterResult
+from fleetgate.contract.request import FilterResult
 from fleetgate.multimodal.speech.encode import encode_audio
 from fleetgate.multimodal.speech.streamer import AudioDelta, SpeechStreamer
 from fleetgate.multimodal.speech.tts import SpeechSynthesizer, SynthesizedAudio

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleetgate.contract.principal import Principal
+from fleetgate.contract.request import FilterResult
 from fleetgate.errors import InvalidRequest, NotFound
-from fleetgate.hooks import FilterResult
 from fleetgate.messages_text import content_text
 from fleetgate.multimodal.conversations.store import ConversationStore, StoredTurn
 from fleetgate.multimodal.prompt.assembler import AssembledPrompt, PromptAssembler
-from fleetgate.tenancy.principal import Principal
 
 __all__ = [
     "ConversationTurn",

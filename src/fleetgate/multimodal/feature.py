@@ -15,8 +15,8 @@ from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
+from fleetgate.contract.stages import Stage
 from fleetgate.feature import BaseFeature
-from fleetgate.hooks import Stage
 from fleetgate.multimodal.document_kv import DocumentKv
 from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.resources import Resources

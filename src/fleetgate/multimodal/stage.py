@@ -32,8 +32,9 @@ from typing import Any
 
 import orjson
 
+from fleetgate.contract.principal import Principal
+from fleetgate.contract.request import Endpoint, FilterResult, GatewayRequest, Outcome
 from fleetgate.errors import InvalidRequest
-from fleetgate.hooks import FilterResult, GatewayRequest, Outcome
 from fleetgate.messages_text import content_text
 from fleetgate.multimodal.audio.transcribe import Transcript
 from fleetgate.multimodal.audio_stream import SpokenResponseFilter, SpokenStreamFilter, audio_format
@@ -58,9 +59,7 @@ from fleetgate.multimodal.parts import (
 from fleetgate.multimodal.prompt.retrieval import DocumentSet
 from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.multimodal.speech.streamer import SpeechStreamer
-from fleetgate.providers.base import Endpoint
 from fleetgate.routing.table import RouteTable
-from fleetgate.tenancy.principal import Principal
 from fleetgate.tokens import estimate_prompt_tokens
 
 __all__ = ["MultimodalStage"]
@@ -90,7 +89,7 @@ def _may_debug(rule: str, principal: Principal) -> bool:
 
 
 class MultimodalStage:
-    """The `fleetgate.hooks.Stage` of the multimodal pipeline.
+    """The `fleetgate.contract.stages.Stage` of the multimodal pipeline.
 
     Example::
 

@@ -10,7 +10,6 @@ failure before the first token can still be retried elsewhere.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -18,20 +17,10 @@ from typing import Any, Literal, Protocol
 import orjson
 
 from fleetgate.config.schema import TimeoutConfig
+from fleetgate.contract.request import Endpoint
 from fleetgate.errors import UpstreamBadResponse
 
-__all__ = ["Endpoint", "Provider", "RoutedEndpoint", "UpstreamCall", "UpstreamResponse"]
-
-
-class Endpoint(enum.Enum):
-    """The gateway's model endpoints (the path under ``/v1``); the first three are routed to
-    providers, the audio ones to the multimodal engines."""
-
-    CHAT = "chat/completions"
-    COMPLETIONS = "completions"
-    EMBEDDINGS = "embeddings"
-    AUDIO_TRANSCRIPTIONS = "audio/transcriptions"
-    AUDIO_SPEECH = "audio/speech"
+__all__ = ["Provider", "RoutedEndpoint", "UpstreamCall", "UpstreamResponse"]
 
 
 # The endpoints a provider is sent (the audio ones go to the multimodal engines).

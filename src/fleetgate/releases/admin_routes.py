@@ -24,6 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from fleetgate.api.schemas import validate_request
+from fleetgate.contract.principal import Principal
 from fleetgate.errors import Conflict, InvalidRequest
 from fleetgate.http import AdminAccess, json_reply, read_json
 from fleetgate.releases.config import ReleasesConfig
@@ -32,7 +33,6 @@ from fleetgate.releases.gates import GateResult, evaluate
 from fleetgate.releases.records import ModelSpec, VersionSpec
 from fleetgate.releases.registry import UNSET, Registry
 from fleetgate.store.errors import store_unavailable_is_503
-from fleetgate.tenancy.principal import Principal
 
 __all__ = ["RegistryAdmin"]
 

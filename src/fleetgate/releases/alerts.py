@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 import aiohttp
 
+from fleetgate.contract.principal import Principal
 from fleetgate.http import AdminAccess
 from fleetgate.releases.config import RolloutConfig
 from fleetgate.releases.rollouts import Rollout
 from fleetgate.resources.http import OutboundHttp
-from fleetgate.tenancy.principal import Principal
 
 __all__ = ["RolloutAlerts"]
 

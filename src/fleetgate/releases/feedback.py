@@ -35,11 +35,11 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.expression import Exists
 
+from fleetgate.contract.principal import Principal
 from fleetgate.errors import NotFound
 from fleetgate.releases.tables import release_requests
 from fleetgate.store.database import Database
 from fleetgate.store.tables import api_keys, feedback, spend
-from fleetgate.tenancy.principal import Principal
 
 __all__ = ["FeedbackSpec", "FeedbackStore"]
 

@@ -1,7 +1,8 @@
 """What happened to each request, by version: the rollout analysis's evidence, shared by replicas.
 
 `ReleasesStage` is the releases feature's request stage. Its ``before`` does nothing; its
-``after`` (on the event loop, no I/O) hands the request's `fleetgate.hooks.Outcome` to the
+``after`` (on the event loop, no I/O) hands the request's `fleetgate.contract.request.Outcome`
+to the
 `OutcomeBook`, which keeps, in memory:
 
 - for an alias under a rollout (running or paused), per version and 2-second bucket: requests,
@@ -42,7 +43,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from fleetgate.hooks import GatewayRequest, Outcome
+from fleetgate.contract.request import GatewayRequest, Outcome
 from fleetgate.releases.tables import release_outcomes, release_requests
 from fleetgate.store.database import Database
 from fleetgate.tasks import cancel_and_wait
@@ -358,7 +359,7 @@ def window_of(rows: Iterable[Any]) -> VersionWindow:
 
 
 class ReleasesStage:
-    """The releases feature's `fleetgate.hooks.Stage`: hands each outcome to the book."""
+    """The releases feature's `fleetgate.contract.stages.Stage`: hands each outcome to the book."""
 
     name = "releases"
 

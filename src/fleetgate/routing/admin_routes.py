@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from fleetgate.contract.principal import Principal
 from fleetgate.errors import InvalidRequest
 from fleetgate.http import AdminAccess, json_reply, read_json
 from fleetgate.routing.canary import CanarySplits, Split
@@ -32,7 +33,6 @@ from fleetgate.routing.engine_stats import engine_key
 from fleetgate.routing.kv_aware import EngineAwareRouting
 from fleetgate.routing.prewarm import prewarm
 from fleetgate.routing.table import RouteTable
-from fleetgate.tenancy.principal import Principal
 
 __all__ = ["CanaryAdmin", "EngineRoutingAdmin"]
 

@@ -17,13 +17,13 @@ Example::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
+from fleetgate.contract.dispatch import DispatchHook
+from fleetgate.contract.principal import Principal
 from fleetgate.routing.deployment import Deployment
-from fleetgate.routing.dispatch_hooks import DispatchHook
-from fleetgate.tenancy.principal import Principal
 
 __all__ = [
     "Pick",
@@ -31,16 +31,11 @@ __all__ = [
     "RoutedRequest",
     "Strategy",
     "Usage",
-    "pass_gate",
-    "refused",
-    "until_refused",
 ]
-
-_T = TypeVar("_T")
 
 
 class Usage(Protocol):
-    """What routing reads of a request's outcome (`fleetgate.hooks.Outcome` is one)."""
+    """What routing reads of a request's outcome (`fleetgate.contract.request.Outcome` is one)."""
 
     @property
     def prompt_tokens(self) -> int: ...
@@ -50,7 +45,7 @@ class Usage(Protocol):
 
 
 class RoutedRequest(Protocol):
-    """What routing reads of a request (`fleetgate.hooks.GatewayRequest` is one)."""
+    """What routing reads of a request (`fleetgate.contract.request.GatewayRequest` is one)."""
 
     @property
     def alias(self) -> str: ...
@@ -75,7 +70,7 @@ class RoutedRequest(Protocol):
         ...
 
     @property
-    def dispatch_hooks(self) -> Sequence[DispatchHook]:
+    def dispatch_hooks(self) -> Sequence[DispatchHook[Deployment]]:
         """Added by request stages: narrow the candidates and gate the send."""
         ...
 
@@ -85,58 +80,9 @@ class RoutedRequest(Protocol):
         ...
 
     # A check still in flight that must pass before the upstream's answer is used (a
-    # reservation overlapping the upstream call; see `fleetgate.hooks.GatewayRequest.gate`):
-    # the dispatcher waits for it after the send and sets it to None.
+    # reservation overlapping the upstream call; see `fleetgate.contract.flow`): the
+    # dispatcher waits for it after the send (`fleetgate.contract.flow.pass_gate`).
     gate: asyncio.Future[None] | None
-
-
-async def pass_gate(req: RoutedRequest) -> None:
-    """Wait for ``req.gate`` and clear it; raises the gate's refusal. A cancellation of the
-    wait (a preemption that requeues the request, the client leaving) leaves the gate on the
-    request for whoever waits next, unharmed."""
-    gate = req.gate
-    if gate is None:
-        return
-    if not gate.done():
-        await asyncio.shield(gate)
-    req.gate = None
-    gate.result()
-
-
-def refused(gate: asyncio.Future[None] | None) -> bool:
-    """Whether ``gate`` has closed with a refusal."""
-    return gate is not None and gate.done() and not gate.cancelled() and bool(gate.exception())
-
-
-async def until_refused(gate: asyncio.Future[None] | None, work: Awaitable[_T]) -> _T:
-    """``await work``, stopped at once if ``gate`` (a check still in flight) closes with a
-    refusal meanwhile: the task is cancelled where it waits (a send upstream, a stage's wait
-    in the admission queue) and the refusal raised instead. The gate is left on the request
-    (`pass_gate` clears it)."""
-    if gate is None or gate.done():
-        return await work
-    task = asyncio.current_task()
-    waiting, stopped = True, False
-
-    def stop(done: asyncio.Future[None]) -> None:
-        nonlocal stopped
-        # Only while ``work`` is awaited: a callback run after it returned cancels nothing.
-        if waiting and task is not None and not done.cancelled() and done.exception():
-            stopped = True
-            task.cancel()
-
-    gate.add_done_callback(stop)
-    try:
-        return await work
-    except asyncio.CancelledError:
-        if stopped and task is not None and task.uncancel() == 0:
-            error = gate.exception()
-            assert error is not None
-            raise error from None
-        raise
-    finally:
-        waiting = False
-        gate.remove_done_callback(stop)
 
 
 @dataclass(slots=True)

@@ -21,6 +21,8 @@ from types import TracebackType
 from typing import Protocol
 
 from fleetgate.config.schema import RouterConfig
+from fleetgate.contract.dispatch import DispatchHook, admitted, extra_fields, preferred
+from fleetgate.contract.flow import pass_gate, refused, until_refused
 from fleetgate.errors import (
     ClientError,
     ContextWindowExceeded,
@@ -33,16 +35,8 @@ from fleetgate.errors import (
 )
 from fleetgate.providers.base import UpstreamCall, UpstreamResponse
 from fleetgate.providers.engine_fields import sealed
-from fleetgate.routing.context import (
-    Pick,
-    RouteContext,
-    RoutedRequest,
-    pass_gate,
-    refused,
-    until_refused,
-)
+from fleetgate.routing.context import Pick, RouteContext, RoutedRequest
 from fleetgate.routing.deployment import Deployment
-from fleetgate.routing.dispatch_hooks import DispatchHook, admitted, extra_fields, preferred
 from fleetgate.routing.encoder import ENCODER_TAG, EncoderStep
 from fleetgate.routing.health import HealthTracker
 from fleetgate.routing.regions import RegionPreference
@@ -204,7 +198,7 @@ async def _send_gated(
     return await until_refused(gate, dep.provider.send(call))
 
 
-def _with_hook_fields(hooks: Sequence[DispatchHook], pick: Pick) -> Pick:
+def _with_hook_fields(hooks: Sequence[DispatchHook[Deployment]], pick: Pick) -> Pick:
     """``pick`` with the hooks' extra body fields for its deployment (vLLM's ``priority``)."""
     fields = extra_fields(hooks, pick.deployment)
     if not fields:
@@ -216,7 +210,7 @@ def _pool(
     fitting: Sequence[Deployment],
     tried: set[int],
     regions: RegionPreference,
-    hooks: Sequence[DispatchHook],
+    hooks: Sequence[DispatchHook[Deployment]],
 ) -> list[Deployment]:
     """The deployments one attempt picks from: healthy, not tried yet if any is left, in the
     best region that has one, narrowed by the request's hooks; empty when none is healthy."""
@@ -279,7 +273,9 @@ class Dispatcher:
             fitting = self.versions.narrow(route.name, fitting, ctx)
         return fitting, dropped
 
-    def _finish_pick(self, pick: Pick, ctx: RouteContext, hooks: Sequence[DispatchHook]) -> Pick:
+    def _finish_pick(
+        self, pick: Pick, ctx: RouteContext, hooks: Sequence[DispatchHook[Deployment]]
+    ) -> Pick:
         """The strategy's pick with the fields every strategy gets: the tenant's
         ``cache_salt`` (prefix-cache isolation) and the request hooks' (vLLM's ``priority``)."""
         if self.salt is not None:
@@ -378,11 +374,11 @@ class Dispatcher:
 
     async def _prepare(
         self, route: AliasRoute, fitting: list[Deployment], ctx: RouteContext
-    ) -> tuple[list[Deployment], Sequence[DispatchHook]]:
+    ) -> tuple[list[Deployment], Sequence[DispatchHook[Deployment]]]:
         """Before the picks: an alias with an encoder pool has the images encoded there first
         (only its language-model pool answers), then the strategy's ``prepare``. Returns the
         deployments that may answer and the request hooks that still apply to them."""
-        hooks: Sequence[DispatchHook] = ctx.request.dispatch_hooks
+        hooks: Sequence[DispatchHook[Deployment]] = ctx.request.dispatch_hooks
         encoders = []
         if route.has_encoders:  # most aliases have none: no scan per request
             encoders = [d for d in fitting if ENCODER_TAG in d.config.tags]

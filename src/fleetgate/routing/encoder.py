@@ -47,11 +47,11 @@ from typing import Any
 
 import aiohttp
 
+from fleetgate.contract.dispatch import DispatchHook, preferred
 from fleetgate.errors import UpstreamConnectError, UpstreamError, UpstreamStatusError
 from fleetgate.resources.http import OutboundHttp
 from fleetgate.routing.context import RouteContext
 from fleetgate.routing.deployment import Deployment
-from fleetgate.routing.dispatch_hooks import DispatchHook, preferred
 from fleetgate.routing.health import HealthTracker
 from fleetgate.telemetry.registry import Registry
 
@@ -74,7 +74,7 @@ def image_items(body: dict[str, Any]) -> list[dict[str, Any]]:
     return items
 
 
-def lm_hooks(hooks: Sequence[DispatchHook]) -> list[DispatchHook]:
+def lm_hooks(hooks: Sequence[DispatchHook[Deployment]]) -> list[DispatchHook[Deployment]]:
     """The hooks that still apply to the language-model call once the encoder did its work."""
     return [h for h in hooks if not getattr(h, "encoder_work", False)]
 
@@ -103,9 +103,9 @@ class EncoderStep:
         alias: str,
         encoders: Sequence[Deployment],
         ctx: RouteContext,
-        hooks: Sequence[DispatchHook],
+        hooks: Sequence[DispatchHook[Deployment]],
         health: HealthTracker,
-    ) -> Sequence[DispatchHook]:
+    ) -> Sequence[DispatchHook[Deployment]]:
         """Encode the request's images on the pool; the hooks left for the language-model call
         (all of them when it was served aggregated, or has no images)."""
         ctx.ec_transfer = None

@@ -20,8 +20,8 @@ from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig, RoutingConfig
 from fleetgate.config.settings import Settings
+from fleetgate.contract.stages import Stage
 from fleetgate.feature import BaseFeature
-from fleetgate.hooks import Stage
 from fleetgate.http import AdminAccess
 from fleetgate.resources import Resources
 from fleetgate.resources.http import OutboundHttp

@@ -21,12 +21,11 @@ from typing import Any
 
 import aiohttp
 
-from fleetgate.hooks import GatewayRequest
-from fleetgate.providers.base import Endpoint
+from fleetgate.contract.principal import Principal
+from fleetgate.contract.request import Endpoint, GatewayRequest
 from fleetgate.routing.context import RouteContext
 from fleetgate.routing.kv_aware import EngineAwareRouting, KvAwareStrategy
 from fleetgate.routing.table import AliasRoute
-from fleetgate.tenancy.principal import Principal
 from fleetgate.tokens import estimate_prompt_tokens
 
 __all__ = ["prewarm"]

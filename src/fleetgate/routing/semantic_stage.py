@@ -27,10 +27,9 @@ from typing import Any
 
 import orjson
 
+from fleetgate.contract.request import Endpoint, GatewayRequest, Outcome
 from fleetgate.errors import InvalidRequest, PermissionDenied
-from fleetgate.hooks import GatewayRequest, Outcome
 from fleetgate.messages_text import content_text
-from fleetgate.providers.base import Endpoint
 from fleetgate.resources.minilm import MiniLM
 from fleetgate.routing.semantic import (
     IntentRouter,

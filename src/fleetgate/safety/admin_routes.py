@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from fleetgate.contract.principal import Principal
 from fleetgate.errors import ConfigError, InvalidRequest, NotFound, ServiceUnavailable
 from fleetgate.http import AdminAccess, json_reply, read_json
 from fleetgate.safety.runtime import SafetyRuntime
 from fleetgate.safety.sinks import AuditLog
-from fleetgate.tenancy.principal import Principal
 
 __all__ = ["SafetyAdmin"]
 

@@ -52,7 +52,7 @@ _RANK = {Action.ALLOW: 0, Action.MASK: 1, Action.BLOCK: 2}
 
 class CheckPoint(StrEnum):
     """Where in a request's life a check runs (a point of the safety stage, not a
-    `fleetgate.hooks.Stage`)."""
+    `fleetgate.contract.stages.Stage`)."""
 
     INPUT = "input"  # before the upstream call; may block or mask
     STREAM = "stream"  # incrementally over generated text

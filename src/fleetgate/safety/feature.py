@@ -19,16 +19,16 @@ from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
+from fleetgate.contract.principal import Principal
+from fleetgate.contract.stages import Stage
 from fleetgate.errors import FleetgateError
 from fleetgate.feature import BaseFeature
-from fleetgate.hooks import Stage
 from fleetgate.http import AdminAccess
 from fleetgate.resources import Resources
 from fleetgate.safety.admin_routes import SafetyAdmin
 from fleetgate.safety.runtime import SafetyRuntime
 from fleetgate.safety.sinks import AuditLog, JsonlAuditLog, StoreAuditLog
 from fleetgate.telemetry.registry import Registry
-from fleetgate.tenancy.principal import Principal
 from fleetgate.tenancy.runtime import Tenancy
 
 __all__ = ["SAFETY_ACTOR", "SafetyFeature"]

@@ -1,4 +1,4 @@
-"""The safety stage of the request path (``fleetgate.hooks.Stage``).
+"""The safety stage of the request path (``fleetgate.contract.stages.Stage``).
 
 Built by `fleetgate.safety.runtime.SafetyRuntime` (the `safety` feature), after the
 multimodal stage::
@@ -20,9 +20,8 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from fleetgate.hooks import FilterResult, GatewayRequest, Outcome
+from fleetgate.contract.request import Endpoint, FilterResult, GatewayRequest, Outcome
 from fleetgate.messages_text import content_text
-from fleetgate.providers.base import Endpoint
 from fleetgate.safety.audit import AuditItem, AuditQueue
 from fleetgate.safety.base import Action, CheckContext, CheckPoint, TextTurn
 from fleetgate.safety.policy import Guardrails, Policy

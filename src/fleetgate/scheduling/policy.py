@@ -18,9 +18,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from fleetgate.contract.principal import Principal
 from fleetgate.errors import InvalidRequest
 from fleetgate.scheduling.config import BANDS, Band, KeyPolicy, SchedulingConfig
-from fleetgate.tenancy.principal import Principal
 
 __all__ = [
     "DEADLINE_HEADER",

@@ -34,7 +34,7 @@ class Running:
     and what a starved higher band may cancel."""
 
     policy: RequestPolicy
-    outcome: Any  # its `fleetgate.hooks.Outcome` (``relayed``: chunks sent so far)
+    outcome: Any  # its `fleetgate.contract.request.Outcome` (``relayed``: chunks sent so far)
     cancellable: bool  # a stream a starved request or a claim may end (`abort`)
     seq: int
     within: bool  # admitted within its team's nominal quota or guarantee

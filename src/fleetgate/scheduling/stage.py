@@ -22,8 +22,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
+from fleetgate.contract.request import GatewayRequest, Outcome
 from fleetgate.errors import FleetgateError
-from fleetgate.hooks import GatewayRequest, Outcome
 from fleetgate.routing.deployment import Deployment
 from fleetgate.scheduling.policy import RequestPolicy
 from fleetgate.scheduling.pool import Pool, Running

@@ -1,6 +1,5 @@
-"""Tenancy: principals and authentication (teams, keys, budgets and spend build on these)."""
+"""Tenancy: teams, keys, users, budgets and spend, built on `fleetgate.contract.principal`."""
 
-from fleetgate.tenancy.auth import Authenticator, MasterKeyAuthenticator, bearer_token
-from fleetgate.tenancy.principal import Principal
+from fleetgate.tenancy.auth import MasterKeyAuthenticator
 
-__all__ = ["Authenticator", "MasterKeyAuthenticator", "Principal", "bearer_token"]
+__all__ = ["MasterKeyAuthenticator"]

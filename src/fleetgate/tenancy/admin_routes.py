@@ -11,10 +11,10 @@ from typing import Any
 
 from aiohttp import web
 
+from fleetgate.contract.principal import Principal
 from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied, ServiceUnavailable
 from fleetgate.http import AdminAccess, json_reply, read_json
 from fleetgate.store.errors import store_unavailable_is_503
-from fleetgate.tenancy.principal import Principal
 from fleetgate.tenancy.reports import audit_log, spend_report
 from fleetgate.tenancy.runtime import Tenancy
 from fleetgate.tenancy.service import parse_time_ms

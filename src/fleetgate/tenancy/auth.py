@@ -1,33 +1,15 @@
-"""Authentication: a bearer key becomes a `Principal` without touching a database."""
+"""Authentication: a bearer key becomes a `Principal` without touching a database.
+
+The contract (`Authenticator`, `bearer_token`) is `fleetgate.contract.principal`."""
 
 from __future__ import annotations
 
 import hmac
-from typing import Protocol
 
+from fleetgate.contract.principal import Authenticator, Principal
 from fleetgate.errors import AuthenticationFailed
-from fleetgate.tenancy.principal import Principal
 
-__all__ = ["Authenticator", "JwtOrKey", "MasterKeyAuthenticator", "bearer_token", "looks_like_jwt"]
-
-
-def bearer_token(header: str | None) -> str:
-    """The token of an ``Authorization: Bearer ...`` header, or raise 401."""
-    if not header:
-        raise AuthenticationFailed(
-            "Missing API key: send 'Authorization: Bearer <key>'.", code="missing_api_key"
-        )
-    scheme, _, token = header.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        raise AuthenticationFailed("Malformed Authorization header: expected 'Bearer <key>'.")
-    return token
-
-
-class Authenticator(Protocol):
-    """Turns a presented key into a principal; must answer from memory (hot path)."""
-
-    def authenticate(self, token: str) -> Principal: ...
+__all__ = ["JwtOrKey", "MasterKeyAuthenticator", "looks_like_jwt"]
 
 
 class MasterKeyAuthenticator:

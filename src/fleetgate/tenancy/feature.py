@@ -14,14 +14,14 @@ from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
+from fleetgate.contract.principal import Principal
+from fleetgate.contract.stages import Stage
 from fleetgate.feature import BaseFeature
-from fleetgate.hooks import Stage
 from fleetgate.http import AdminAccess
 from fleetgate.resources import Resources
 from fleetgate.store.errors import store_unavailable_is_503
 from fleetgate.telemetry.registry import Registry
 from fleetgate.tenancy.admin_routes import TenancyAdmin
-from fleetgate.tenancy.principal import Principal
 from fleetgate.tenancy.runtime import Tenancy
 
 __all__ = ["TenancyFeature"]

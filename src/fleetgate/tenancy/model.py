@@ -7,7 +7,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetgate.tenancy.principal import Principal
+from fleetgate.contract.principal import Principal
 
 __all__ = [
     "KEY_PREFIX", "KeyEntry", "Limits", "TeamEntry", "hash_key", "jwt_key_id", "key_hint",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from decimal import ROUND_HALF_EVEN, Decimal
 from functools import lru_cache
 
-from fleetgate.config.schema import Price
+from fleetgate.contract.request import Prices
 
 __all__ = ["NANO", "cost_nusd", "nusd_to_usd", "unit_cost_nusd", "usd_to_nusd"]
 
@@ -23,7 +23,7 @@ def _dec(value: float) -> Decimal:
 
 
 def cost_nusd(
-    price: Price | None,
+    price: Prices | None,
     prompt: int,
     completion: int,
     cached: int,

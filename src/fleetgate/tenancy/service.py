@@ -17,6 +17,7 @@ from sqlalchemy import Column, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fleetgate.contract.principal import Principal
 from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied
 from fleetgate.store.database import Database
 from fleetgate.store.fields import ColumnShape, column_range, require_fits
@@ -24,7 +25,6 @@ from fleetgate.store.tables import admin_audit, api_keys, spend_tags, teams, ten
 from fleetgate.tenancy.model import hash_key, key_hint, new_key
 from fleetgate.tenancy.money import nusd_to_usd, usd_to_nusd
 from fleetgate.tenancy.periods import PERIODS
-from fleetgate.tenancy.principal import Principal
 
 __all__ = ["TenancyService", "parse_time_ms"]
 

@@ -19,8 +19,8 @@ import time
 from functools import partial
 from typing import Any
 
+from fleetgate.contract.request import GatewayRequest, Outcome
 from fleetgate.errors import BudgetExceeded, FleetgateError, LimiterUnavailable, RateLimited
-from fleetgate.hooks import GatewayRequest, Outcome
 from fleetgate.limits.base import Denial, Limiter, Reservation, Scope
 from fleetgate.telemetry.registry import Counter
 from fleetgate.tenancy.budgets import Budgets
@@ -44,7 +44,7 @@ _NEVER_MS = 400 * 86_400_000  # longer than any calendar period: the budget neve
 
 
 class TenancyStage:
-    """The `fleetgate.hooks.Stage` of tenancy: limits, budgets, spend and audit."""
+    """The `fleetgate.contract.stages.Stage` of tenancy: limits, budgets, spend and audit."""
 
     name = "tenancy"
 

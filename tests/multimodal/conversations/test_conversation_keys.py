@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from fleetgate.contract.principal import Principal
 from fleetgate.multimodal.conversation import conversation_key, conversation_owner
 from fleetgate.tenancy.model import jwt_key_id
-from fleetgate.tenancy.principal import Principal
 
 
 def test_a_key_bound_to_a_name_never_owns_an_identity_providers_subject() -> None:

@@ -13,10 +13,10 @@ from tests.conftest import AUTH, GatewayFactory, one_alias
 from tests.fakes import FakeUpstream
 from tests.procs import metric_value
 
+from fleetgate.contract.dispatch import admitted, preferred
 from fleetgate.errors import RateLimited
 from fleetgate.multimodal.image_dispatch import ImageDispatchHook
 from fleetgate.multimodal.images.budget import ImageComputeBudget
-from fleetgate.routing.dispatch_hooks import admitted, preferred
 
 
 def _config(

@@ -9,14 +9,13 @@ from typing import Any
 from tests.multimodal.images.conftest import make_png
 
 from fleetgate.config.settings import Settings
-from fleetgate.hooks import GatewayRequest
+from fleetgate.contract.principal import Principal
+from fleetgate.contract.request import Endpoint, GatewayRequest
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.multimodal.images.process import ImageProcessor
 from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.multimodal.stage import MultimodalStage
-from fleetgate.providers.base import Endpoint
 from fleetgate.routing.table import RouteTable
-from fleetgate.tenancy.principal import Principal
 
 
 def _request(team: str, url: str) -> GatewayRequest:

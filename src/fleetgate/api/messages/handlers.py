@@ -24,19 +24,18 @@ from fleetgate.api.messages.request import anthropic_request_to_openai
 from fleetgate.api.messages.response import openai_response_to_anthropic
 from fleetgate.api.messages.stream import OpenAIToAnthropicStream
 from fleetgate.api.state import GATEWAY
+from fleetgate.contract.principal import Principal, bearer_token
+from fleetgate.contract.request import Endpoint
 from fleetgate.errors import FleetgateError
 from fleetgate.http.body import read_json
-from fleetgate.providers.base import Endpoint
 from fleetgate.sse import encode_sse
-from fleetgate.tenancy.auth import bearer_token
-from fleetgate.tenancy.principal import Principal
 from fleetgate.tokens import estimate_prompt_tokens
 
 __all__ = ["AnthropicWire", "count_tokens", "messages"]
 
 
 class _AnthropicStream:
-    """`fleetgate.hooks.StreamEncoder` writing Anthropic's streaming events."""
+    """`fleetgate.contract.request.StreamEncoder` writing Anthropic's streaming events."""
 
     def __init__(self, model: str) -> None:
         self._stream = OpenAIToAnthropicStream(model, message_id="msg_" + os.urandom(12).hex())
@@ -53,7 +52,8 @@ class _AnthropicStream:
 
 
 class AnthropicWire:
-    """`fleetgate.hooks.ResponseWire` of the front door: answers as Anthropic's API does."""
+    """`fleetgate.contract.request.ResponseWire` of the front door: answers as Anthropic's
+    API does."""
 
     def __init__(self, model: str) -> None:
         self.model = model  # the name the client asked for, echoed back

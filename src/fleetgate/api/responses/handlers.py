@@ -28,13 +28,11 @@ from fleetgate.api.responses.request import chat_body, parse_request
 from fleetgate.api.responses.store import ResponseStore
 from fleetgate.api.responses.wire import ResponsesWire, SaveResponse
 from fleetgate.api.state import GATEWAY, GatewayState
+from fleetgate.contract.principal import Principal, bearer_token
+from fleetgate.contract.request import Endpoint, GatewayRequest
 from fleetgate.errors import InvalidRequest
-from fleetgate.hooks import GatewayRequest
 from fleetgate.http.body import read_json
-from fleetgate.providers.base import Endpoint
 from fleetgate.store.errors import store_unavailable_is_503
-from fleetgate.tenancy.auth import bearer_token
-from fleetgate.tenancy.principal import Principal
 
 __all__ = ["ResponsesRoutes"]
 

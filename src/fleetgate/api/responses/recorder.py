@@ -12,13 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from fleetgate.api.responses.wire import ResponsesWire
-from fleetgate.hooks import FilterResult, GatewayRequest
+from fleetgate.contract.request import FilterResult, GatewayRequest
 
 __all__ = ["ResponsesRecorder", "bind_recorder"]
 
 
 class ResponsesRecorder:
-    """`fleetgate.hooks.StreamFilter` passing every chunk on unchanged."""
+    """`fleetgate.contract.request.StreamFilter` passing every chunk on unchanged."""
 
     def __init__(self, wire: ResponsesWire, req: GatewayRequest) -> None:
         self.wire = wire

@@ -1,7 +1,7 @@
 """`ResponsesWire`: the request path's answer in the Responses API's shape.
 
 ``json`` turns a whole chat completion into a ``response`` object; ``stream`` gives a
-`fleetgate.hooks.StreamEncoder` writing the Responses streaming events::
+`fleetgate.contract.request.StreamEncoder` writing the Responses streaming events::
 
     response.created, response.in_progress,
     per text item:     response.output_item.added, response.content_part.added,
@@ -45,7 +45,7 @@ SaveResponse = Callable[[dict[str, Any], Turn], Awaitable[None]]
 
 
 class ResponsesWire:
-    """`fleetgate.hooks.ResponseWire` of ``/v1/responses``."""
+    """`fleetgate.contract.request.ResponseWire` of ``/v1/responses``."""
 
     def __init__(self, meta: ResponseMeta, save: SaveResponse | None = None) -> None:
         self.meta = meta
@@ -85,7 +85,7 @@ class ResponsesWire:
 
 
 class ResponsesStream:
-    """`fleetgate.hooks.StreamEncoder` writing Responses events for one stream."""
+    """`fleetgate.contract.request.StreamEncoder` writing Responses events for one stream."""
 
     def __init__(self, wire: ResponsesWire) -> None:
         self.wire = wire

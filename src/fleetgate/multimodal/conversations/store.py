@@ -26,7 +26,7 @@ class StoredTurn:
 @runtime_checkable
 class ConversationStore(Protocol):
     """Durable conversations, owned by a tenant and a user within it (``user``: an owner such
-    as `fleetgate.tenancy.principal.Principal.owner`; ``None``: shared by the tenant). Every
+    as `fleetgate.contract.principal.Principal.owner`; ``None``: shared by the tenant). Every
     call names both, and a conversation of another tenant or owner is "not found"."""
 
     async def create(

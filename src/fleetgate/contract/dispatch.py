@@ -28,28 +28,30 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
-
-from fleetgate.routing.deployment import Deployment
+from typing import Any, Protocol, TypeVar
 
 __all__ = ["DispatchHook", "admitted", "extra_fields", "preferred"]
 
+# The replica type the dispatcher picks among (`fleetgate.routing.deployment.Deployment`);
+# the contract names no routing class, so a hook is generic in it.
+D = TypeVar("D")
 
-class DispatchHook(Protocol):
-    def prefer(self, candidates: Sequence[Deployment]) -> Sequence[Deployment]:
+
+class DispatchHook(Protocol[D]):
+    def prefer(self, candidates: Sequence[D]) -> Sequence[D]:
         """A non-empty subset to pick from, or an empty sequence for no preference."""
         ...
 
-    def extra_body(self, dep: Deployment) -> Mapping[str, Any] | None:
+    def extra_body(self, dep: D) -> Mapping[str, Any] | None:
         """Fields to add to the upstream body when ``dep`` is picked (None: nothing)."""
         ...
 
-    def admit(self, dep: Deployment) -> AbstractAsyncContextManager[None]:
+    def admit(self, dep: D) -> AbstractAsyncContextManager[None]:
         """Held around the upstream call to ``dep`` (may wait, e.g. for a compute budget)."""
         ...
 
 
-def preferred(hooks: Sequence[DispatchHook], candidates: list[Deployment]) -> list[Deployment]:
+def preferred(hooks: Sequence[DispatchHook[D]], candidates: list[D]) -> list[D]:
     """``candidates`` narrowed by each hook's preference (ignored when it empties the list)."""
     for hook in hooks:
         narrowed = [d for d in hook.prefer(candidates) if d in candidates]
@@ -58,7 +60,7 @@ def preferred(hooks: Sequence[DispatchHook], candidates: list[Deployment]) -> li
     return candidates
 
 
-def extra_fields(hooks: Sequence[DispatchHook], dep: Deployment) -> dict[str, Any]:
+def extra_fields(hooks: Sequence[DispatchHook[D]], dep: D) -> dict[str, Any]:
     """Every hook's extra body fields for ``dep`` (a later hook's win)."""
     out: dict[str, Any] = {}
     for hook in hooks:
@@ -69,14 +71,14 @@ def extra_fields(hooks: Sequence[DispatchHook], dep: Deployment) -> dict[str, An
 
 
 @contextlib.asynccontextmanager
-async def _all(hooks: Sequence[DispatchHook], dep: Deployment) -> AsyncIterator[None]:
+async def _all(hooks: Sequence[DispatchHook[D]], dep: D) -> AsyncIterator[None]:
     async with contextlib.AsyncExitStack() as stack:
         for hook in hooks:
             await stack.enter_async_context(hook.admit(dep))
         yield
 
 
-def admitted(hooks: Sequence[DispatchHook], dep: Deployment) -> AbstractAsyncContextManager[object]:
+def admitted(hooks: Sequence[DispatchHook[D]], dep: D) -> AbstractAsyncContextManager[object]:
     """Every hook's admission for ``dep``, entered in order and left in reverse."""
     if not hooks:
         return contextlib.nullcontext()

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
+from fleetgate.contract.principal import Principal
+from fleetgate.contract.request import Endpoint, GatewayRequest, Outcome
+from fleetgate.contract.stages import Stage, StageRun
 from fleetgate.errors import FleetgateError, RateLimited
-from fleetgate.hooks import GatewayRequest, Outcome, Stage, StageRun
-from fleetgate.providers.base import Endpoint
-from fleetgate.tenancy.principal import Principal
 
 
 class Seen:
@@ -170,7 +170,7 @@ async def test_a_refusal_outranks_how_a_later_stage_or_the_block_ended(later_fai
 async def test_a_cancelled_wait_leaves_the_gate_for_the_next_one() -> None:
     """A preempted request is cancelled while it waits (then requeued): its gate stays, and
     the refusal still reaches whoever waits next."""
-    from fleetgate.routing.context import pass_gate
+    from fleetgate.contract.flow import pass_gate
 
     req = request()
     gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()

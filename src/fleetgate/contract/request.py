@@ -1,58 +1,102 @@
-"""Request stages: how limits, guardrails, multimodal processing and billing join the path.
-
-A `Stage` sees each model request twice: ``before`` the upstream call (it may rewrite the
-body or alias, add response headers, or raise a `fleetgate.errors.FleetgateError` to refuse)
-and ``after`` it with the `Outcome` (settle limits, record spend, audit). Stages run
-``before`` in order and ``after`` in reverse order; a stage whose ``before`` ran always gets
-its ``after``, even when a later stage or the upstream failed, so reservations are released.
-Every endpoint (chat, completions, embeddings, the ``/v1/messages`` front door, audio) runs
-its stages through one `StageRun`.
+"""The request contract: what one model request is and what happened to it.
 
 A request is one `GatewayRequest` from the route handler to the record: what was asked (the
-stages may rewrite it), its scratch space for stages (``state``), and its `Outcome`.
+stages may rewrite it), its scratch space for stages (``state``), and its `Outcome`. It is the
+ground floor of the gateway: every floor above (routing, tenancy, the features, the routes)
+reads and writes it, and this module imports nothing of theirs. What it needs of them it names
+here as a Protocol (`Prices`, `Served`) or takes from the other contract modules:
 
-``after`` runs on the event loop right after the response: it must not block; queue I/O.
-
-Example::
-
-    class CountingStage:
-        name = "counting"
-
-        async def before(self, req: GatewayRequest) -> None:
-            req.response_headers["x-seen"] = "1"
-
-        def after(self, req: GatewayRequest, outcome: Outcome) -> None:
-            print(outcome.status, outcome.completion_tokens)
+- `fleetgate.contract.principal`: who is calling (`Principal`, `Authenticator`);
+- `fleetgate.contract.stages`: `Stage` and `StageRun`, the steps around the upstream call;
+- `fleetgate.contract.dispatch`: `DispatchHook`, a stage's say in replica choice and sending;
+- `fleetgate.contract.flow`: the request's control flow (gate, interrupt, requeue, cached
+  answer), each in one function.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable, Sequence
+import enum
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Protocol
 
-from fleetgate.config.schema import Price
+from fleetgate.contract.dispatch import DispatchHook
+from fleetgate.contract.principal import Principal
 from fleetgate.errors import FleetgateError
-from fleetgate.providers.base import Endpoint
-from fleetgate.routing.context import pass_gate, until_refused
-from fleetgate.routing.deployment import Deployment
-from fleetgate.routing.dispatch_hooks import DispatchHook
-from fleetgate.tenancy.principal import Principal
 
 __all__ = [
+    "Endpoint",
     "FilterResult",
     "GatewayRequest",
     "Outcome",
+    "Prices",
     "ResponseFilter",
     "ResponseWire",
-    "Stage",
-    "StageRun",
+    "Served",
     "StreamEncoder",
     "StreamFilter",
 ]
+
+
+class Endpoint(enum.Enum):
+    """The gateway's model endpoints (the path under ``/v1``); the first three are routed to
+    providers, the audio ones to the multimodal engines."""
+
+    CHAT = "chat/completions"
+    COMPLETIONS = "completions"
+    EMBEDDINGS = "embeddings"
+    AUDIO_TRANSCRIPTIONS = "audio/transcriptions"
+    AUDIO_SPEECH = "audio/speech"
+
+
+class Prices(Protocol):
+    """A deployment's prices per million tokens (`fleetgate.config.schema.Price` is one)."""
+
+    @property
+    def input_per_mtok(self) -> float: ...
+
+    @property
+    def output_per_mtok(self) -> float: ...
+
+    @property
+    def cached_input_per_mtok(self) -> float | None:
+        """Prompt tokens read from the upstream's prompt cache (None: the input price)."""
+        ...
+
+    @property
+    def cache_write_input_per_mtok(self) -> float | None:
+        """Prompt tokens written to it (None: the input price)."""
+        ...
+
+    @property
+    def batch_discount(self) -> float:
+        """Share of the price taken off requests of the batch lane."""
+        ...
+
+
+class ServedConfig(Protocol):
+    """What `Outcome.served_by` reads of a deployment's config."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def price(self) -> Prices: ...
+
+
+class Served(Protocol):
+    """The upstream deployment that answered (`fleetgate.routing.deployment.Deployment` is
+    one), as far as the outcome records it."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def config(self) -> ServedConfig: ...
 
 
 @dataclass(slots=True)
@@ -121,7 +165,7 @@ class Outcome:
     deployment: str | None = None  # set once an upstream (or audio engine) was reached
     version: str | None = None
     upstream_model: str | None = None
-    price: Price | None = None
+    price: Prices | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens read from the upstream's prompt cache
@@ -174,7 +218,7 @@ class Outcome:
         ) / 1_000_000
         return cost * (1 - p.batch_discount) if self.batch else cost
 
-    def served_by(self, dep: Deployment) -> None:
+    def served_by(self, dep: Served) -> None:
         """The upstream deployment that answered."""
         config = dep.config
         self.deployment = dep.id
@@ -222,7 +266,11 @@ def _count(*values: Any) -> int:
 @dataclass(slots=True)
 class GatewayRequest:
     """One model request as it travels the path, with its `Outcome`. Stages may change
-    ``body`` and ``alias``; routing reads it (`fleetgate.routing.context.RoutedRequest`)."""
+    ``body`` and ``alias``; routing reads it (`fleetgate.routing.context.RoutedRequest`).
+
+    Four fields carry the request's control flow, each handled in `fleetgate.contract.flow`:
+    ``gate`` (a check in flight), ``interrupt`` (a cancellation on purpose), ``requeue`` (the
+    way back into a stage's queue after one) and ``answer`` (a stage's own answer)."""
 
     request_id: str
     endpoint: Endpoint
@@ -242,7 +290,7 @@ class GatewayRequest:
     response_filters: list[ResponseFilter] = field(default_factory=list)
     capture_response: bool = False  # a stage wants `Outcome.response_text` (audit)
     # Consulted by the dispatcher for each attempt (prefer replicas, gate the send).
-    dispatch_hooks: list[DispatchHook] = field(default_factory=list)
+    dispatch_hooks: list[DispatchHook[Any]] = field(default_factory=list)
     wire: ResponseWire | None = None  # None: answer in OpenAI's format (the fast path)
     # A /v1/responses request: the client's Responses-only fields, for a deployment that
     # speaks the Responses API natively (`fleetgate.providers.base.UpstreamCall.responses`).
@@ -265,173 +313,3 @@ class GatewayRequest:
     # refusal is its exception. The dispatcher waits for it once the upstream call is sent (the
     # round trips overlap), `StageRun` before any other answer; whoever waits sets this None.
     gate: asyncio.Future[None] | None = None
-
-
-class Stage(Protocol):
-    """A step of the request path around the upstream call."""
-
-    name: str
-
-    async def before(self, req: GatewayRequest) -> None: ...
-
-    def after(self, req: GatewayRequest, outcome: Outcome) -> None: ...
-
-
-class StageRun:
-    """The stages around one request, as an async context manager: ``before`` of each stage in
-    order on entry, up to the stage that answers the request itself if one does (a cache hit);
-    on exit, however the block (or a ``before``) ended, the outcome's end is written,
-    ``record`` is called, then ``after`` in reverse for exactly the stages whose ``before``
-    completed (so a stage that reserved something always settles).
-
-    How it ended: a `fleetgate.errors.FleetgateError` gives the outcome its status and type and
-    carries the stages' response headers; a cancellation is 499 ``client_disconnected``; any
-    other exception is 500 ``internal_error``. The exception always propagates: the one error
-    handler (``api/errors.py``) renders it (and logs the unexpected ones).
-
-    Example::
-
-        async with StageRun(stages, req, record=write_access_log) as outcome:
-            ...  # the upstream call; fill in ``outcome``
-    """
-
-    __slots__ = ("_ran", "overlap", "record", "req", "stages")
-
-    def __init__(
-        self,
-        stages: Sequence[Stage],
-        req: GatewayRequest,
-        record: Callable[[GatewayRequest], None] | None = None,
-        *,
-        overlap: bool = False,
-    ) -> None:
-        self.stages = stages
-        self.req = req
-        self.record = record  # metrics, access log, trace: before the stages' ``after``
-        # True: the block sends the request upstream through the dispatcher, which waits for
-        # the request's `GatewayRequest.gate` after the send; False: it is waited for here,
-        # before the block runs.
-        self.overlap = overlap
-        self._ran: list[Stage] = []
-
-    async def __aenter__(self) -> Outcome:
-        req = self.req
-        req.outcome.alias = req.alias  # as asked, should a stage refuse
-        trace = req.outcome.span  # a `fleetgate.telemetry.tracing.RequestTrace`, or None
-        try:
-            for stage in self.stages:
-                if req.answer is not None:  # a stage answered (a cache hit): nothing goes
-                    break  # upstream, so the stages after it (admission) have nothing to do
-                if req.gate is not None and req.gate.done():
-                    # answered meanwhile: a refusal ends the request here, as it would have
-                    # before these stages (no queueing for a pool slot, no further checks)
-                    await pass_gate(req)
-                streams = tuple(req.stream_filters) if req.stream_filters else ()
-                responses = tuple(req.response_filters) if req.response_filters else ()
-                # a refusal that comes while a stage waits (the admission queue) ends the wait
-                if trace is None:
-                    await _before(stage, req)
-                else:
-                    with trace.stage(stage.name):  # one span per stage, under the request's
-                        await _before(stage, req)
-                self._ran.append(stage)
-                if streams and len(req.stream_filters) != len(streams):
-                    _inner_first(req.stream_filters, streams)
-                if responses and len(req.response_filters) != len(responses):
-                    _inner_first(req.response_filters, responses)
-            gate = req.gate
-            if gate is not None and (gate.done() or not self.overlap or req.answer is not None):
-                await pass_gate(req)  # answered, or nothing to overlap it with: wait for it now
-        except BaseException as exc:
-            verdict = await self._verdict(exc)
-            self._end(verdict)
-            if verdict is exc or verdict is None:
-                raise
-            raise verdict from None
-        req.outcome.alias = req.alias
-        return req.outcome
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        verdict = await self._verdict(exc) if self.req.gate is not None else exc
-        self._end(verdict)
-        if verdict is not exc and verdict is not None:
-            raise verdict from None
-
-    async def _verdict(self, exc: BaseException | None) -> BaseException | None:
-        """How the request ended, given a gate nobody waited for: its refusal outranks what
-        the request met later (it was never admitted), so it is waited for here. Not when
-        the request was cancelled: the gate's stage handles a late answer in ``after``."""
-        if self.req.gate is None or isinstance(exc, asyncio.CancelledError):
-            return exc
-        try:
-            await pass_gate(self.req)
-        except asyncio.CancelledError as cancelled:
-            return cancelled  # cancelled while waiting: the request ends as cancelled
-        except Exception as refusal:
-            return refusal
-        return exc
-
-    def _end(self, exc: BaseException | None) -> None:
-        req = self.req
-        outcome = req.outcome
-        now = time.perf_counter()
-        if exc is not None:
-            _failed(req, exc, now)
-        outcome.latency_s = now - req.started
-        if outcome.deployment is not None:  # an upstream worked on it: bill what we know
-            if not outcome.prompt_tokens:
-                outcome.prompt_tokens = req.prompt_tokens  # no usage (abandoned, cut): estimate
-            if not outcome.completion_tokens:
-                outcome.completion_tokens = outcome.relayed
-        if outcome.first_token_at is not None:
-            outcome.ttft_s = outcome.first_token_at - req.started
-        ran, self._ran = self._ran, []
-        try:
-            if self.record is not None:
-                self.record(req)
-        finally:
-            for stage in reversed(ran):
-                stage.after(req, outcome)
-
-
-def _before(stage: Stage, req: GatewayRequest) -> Awaitable[None]:
-    """``stage.before(req)``; while ``req.gate`` is in flight, stopped by its refusal."""
-    work = stage.before(req)
-    gate = req.gate
-    if gate is None or gate.done():
-        return work
-    return until_refused(gate, work)
-
-
-def _inner_first(filters: list[Any], earlier: tuple[Any, ...]) -> None:
-    """Put the filters the last stage added ahead of the ones earlier stages added.
-
-    A response travels the stages inside out: the stage nearest the upstream (the last one)
-    sees it first, as ``after`` runs in reverse. So what the guardrails (a later stage) hold
-    back, cut or replace never reaches an earlier stage's speech synthesis or conversation
-    memory. The added filters keep their own order."""
-    seen = {id(f) for f in earlier}
-    filters[:] = [*(f for f in filters if id(f) not in seen), *earlier]
-
-
-def _failed(req: GatewayRequest, exc: BaseException, now: float) -> None:
-    """Mark ``req``'s outcome with how ``exc`` ended it."""
-    outcome = req.outcome
-    if isinstance(exc, asyncio.CancelledError):
-        outcome.status, outcome.error_type = 499, "client_disconnected"
-        return
-    if isinstance(exc, FleetgateError):
-        outcome.status, outcome.error_type = exc.status, exc.type
-        if req.response_headers:
-            exc.headers.update(req.response_headers)
-    elif isinstance(exc, Exception):
-        outcome.status, outcome.error_type = 500, "internal_error"
-    else:
-        return
-    if outcome.deployment is None:  # never reached an upstream: all of it was ours
-        outcome.overhead_s = now - req.started

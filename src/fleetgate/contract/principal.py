@@ -1,15 +1,20 @@
-"""Who is calling: the result of authentication, carried through the request."""
+"""Who is calling: the result of authentication, carried through the request.
+
+`Principal` is what every entry point acts for; an `Authenticator` turns the key a client
+presents (`bearer_token`) into one. The authenticators themselves (the master key, tenancy's
+key cache, JWTs) live in the features that own them; this module is the contract they share.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, Protocol
 
-from fleetgate.errors import PermissionDenied
+from fleetgate.errors import AuthenticationFailed, PermissionDenied
 
-__all__ = ["ROLE_ACTIONS", "Action", "Principal", "Role"]
+__all__ = ["ROLE_ACTIONS", "Action", "Authenticator", "Principal", "Role", "bearer_token"]
 
 # finance_viewer: reads every team's spend, nothing else (the console's finance role)
 Role = Literal["master", "team_admin", "finance_viewer", "user"]
@@ -87,3 +92,22 @@ class Principal:
     def tenant(self) -> str:
         """The isolation domain for caches and prefix indexes."""
         return self.team_id or self.key_id
+
+
+class Authenticator(Protocol):
+    """Turns a presented key into a principal; must answer from memory (hot path)."""
+
+    def authenticate(self, token: str) -> Principal: ...
+
+
+def bearer_token(header: str | None) -> str:
+    """The token of an ``Authorization: Bearer ...`` header, or raise 401."""
+    if not header:
+        raise AuthenticationFailed(
+            "Missing API key: send 'Authorization: Bearer <key>'.", code="missing_api_key"
+        )
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise AuthenticationFailed("Malformed Authorization header: expected 'Bearer <key>'.")
+    return token

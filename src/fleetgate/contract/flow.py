@@ -1,0 +1,141 @@
+"""The request's control flow besides the plain path, one function for each turn it can take.
+
+Four fields of `fleetgate.contract.request.GatewayRequest` turn the path, and this module is
+where each one is handled:
+
+- **gate**: a check a stage started and did not wait for (tenancy's reservation, in flight to
+  Redis while the request goes on). `pass_gate` waits for it and raises its refusal;
+  `until_refused` stops whatever the request waits on meanwhile (a stage's queue, the send
+  upstream) the moment it refuses; `refused` tells whether it has.
+- **interrupt**: a stage cancelled the request's task on purpose (the scheduler preempting
+  it). `interrupted` takes the interrupt back out of the cancellation.
+- **requeue**: after an interrupt before the first byte, the way back into that stage's queue.
+- **answer**: a stage answered the request itself (a response cache hit): nothing goes
+  upstream.
+
+`respond` puts the last three together for a route: the stage's answer replayed, or the
+upstream call, sent again after each interrupt that may be undone.
+
+Example::
+
+    response = await respond(req, send=lambda: dispatch(req), replay=lambda: replay(req))
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+from fleetgate.contract.request import GatewayRequest
+from fleetgate.errors import FleetgateError
+
+__all__ = ["Gated", "interrupted", "pass_gate", "refused", "respond", "until_refused"]
+
+_T = TypeVar("_T")
+
+
+class Gated(Protocol):
+    """A request that may carry a gate (`GatewayRequest` and routing's view of it)."""
+
+    # A check still in flight that must pass before any answer leaves; its result is None, a
+    # refusal is its exception. Whoever waits for it (`pass_gate`) sets it to None.
+    gate: asyncio.Future[None] | None
+
+
+async def pass_gate(req: Gated) -> None:
+    """Wait for ``req.gate`` and clear it; raises the gate's refusal. A cancellation of the
+    wait (a preemption that requeues the request, the client leaving) leaves the gate on the
+    request for whoever waits next, unharmed."""
+    gate = req.gate
+    if gate is None:
+        return
+    if not gate.done():
+        await asyncio.shield(gate)
+    req.gate = None
+    gate.result()
+
+
+def refused(gate: asyncio.Future[None] | None) -> bool:
+    """Whether ``gate`` has closed with a refusal."""
+    return gate is not None and gate.done() and not gate.cancelled() and bool(gate.exception())
+
+
+async def until_refused(gate: asyncio.Future[None] | None, work: Awaitable[_T]) -> _T:
+    """``await work``, stopped at once if ``gate`` (a check still in flight) closes with a
+    refusal meanwhile: the task is cancelled where it waits (a send upstream, a stage's wait
+    in the admission queue) and the refusal raised instead. The gate is left on the request
+    (`pass_gate` clears it)."""
+    if gate is None or gate.done():
+        return await work
+    task = asyncio.current_task()
+    waiting, stopped = True, False
+
+    def stop(done: asyncio.Future[None]) -> None:
+        nonlocal stopped
+        # Only while ``work`` is awaited: a callback run after it returned cancels nothing.
+        if waiting and task is not None and not done.cancelled() and done.exception():
+            stopped = True
+            task.cancel()
+
+    gate.add_done_callback(stop)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if stopped and task is not None and task.uncancel() == 0:
+            error = gate.exception()
+            assert error is not None
+            raise error from None
+        raise
+    finally:
+        waiting = False
+        gate.remove_done_callback(stop)
+
+
+def interrupted(req: GatewayRequest) -> FleetgateError | None:
+    """In an ``except asyncio.CancelledError``: the error a stage cancelled ``req``'s task with
+    on purpose (`GatewayRequest.interrupt`), with the cancellation taken back; None when
+    something else cancelled it too (the client went away, shutdown), or when the interrupt
+    was taken already: then it must propagate. The interrupt is taken either way."""
+    interrupt = req.interrupt
+    task = asyncio.current_task()
+    if interrupt is None or task is None:
+        return None
+    req.interrupt = None  # taken: a later cancellation (the client going away) propagates
+    if task.uncancel() > 0:
+        return None
+    return interrupt
+
+
+async def respond(
+    req: GatewayRequest,
+    send: Callable[[], Awaitable[_T]],
+    replay: Callable[[], Awaitable[_T]],
+) -> _T:
+    """The request's answer once its stages ran: ``replay()`` when a stage answered it
+    (``req.answer``), else ``send()`` (the upstream call and relay).
+
+    When a stage interrupts the send before the first byte and left a way back
+    (``req.requeue``), the request goes back through that stage (left at once if its gate
+    refuses meanwhile) and is sent again; without one the client gets the interrupt's error.
+    Once the relay began, an interrupt ends the stream (the relay writes it) and is never
+    answered twice."""
+    if req.answer is not None:
+        return await replay()
+    while True:
+        try:
+            return await send()
+        except asyncio.CancelledError:
+            interrupt = interrupted(req)  # preempted before its first byte
+            if interrupt is None:
+                raise
+            if req.outcome.first_token_at is not None:  # the relay began: never answered twice
+                raise
+            requeue = req.requeue
+            if requeue is None:
+                raise interrupt from None
+        if refused(req.gate):
+            await pass_gate(req)  # refused meanwhile: it ends here, not back in the queue
+        # back in the admission queue (left at once if its reservation is refused meanwhile);
+        # then sent again
+        await until_refused(req.gate, requeue())
