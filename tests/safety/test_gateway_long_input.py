@@ -24,12 +24,12 @@ STALL_S = 0.100  # the most any other request may wait
 EMAIL = "jane.doe@example.com"
 
 
-def _message(chars: int) -> str:
-    """A build log of dotted names: runs of 10k characters that may start an e-mail address
-    and have no "@" after them (the old e-mail pattern rescanned each run from every one of
-    its characters: quadratic)."""
+def _message(chars: int, run_chars: int = 10_000) -> str:
+    """A build log of dotted names: runs of ``run_chars`` characters that may start an e-mail
+    address and have no "@" after them (the old e-mail pattern rescanned each run from every
+    one of its characters: quadratic)."""
     head = f"Please summarise this build log and reply to {EMAIL}. "
-    run = "org.example.billing.invoice.service.renderer." * 220 + " "
+    run = "org.example.billing.invoice.service.renderer." * (run_chars // 45) + " "
     body = run * ((chars - len(head)) // len(run) + 1)
     return head + body[: chars - len(head)]
 
@@ -83,7 +83,7 @@ async def test_long_replies_do_not_hold_up_other_requests(
     gateway: GatewayFactory, upstream: FakeUpstream, stream: bool
 ) -> None:
     client = await gateway(gateway_config(upstream.url, {"audit": {"enabled": False}}))
-    reply = _message(1 << 20)
+    reply = _message(1 << 20, run_chars=100_000)  # streamed: a delta per run
     upstream.queue(Reply(content=reply))
 
     async def ask() -> str:

@@ -6,14 +6,15 @@ regex work. Run on the event loop, that second delays every other request of the
 (health checks included); run in a thread, it does too, because ``re`` holds the GIL for the
 whole of each pass over the text. A worker process holds no lock the event loop needs.
 
-A short text (under ``min_chars``) is checked inline: a hop to the process costs more than
-the check. The process starts on the first long text (spawned, not forked: the gateway has
-threads) and serves every check given the same `TextWorker`; `SafetyRuntime` owns one.
+A short text (under ``min_chars``) is checked inline, then the loop is let go once: a hop to
+the process costs more than the check. The process starts on the first long text (spawned,
+not forked: the gateway has threads) and serves every check given the same `TextWorker`;
+`SafetyRuntime` owns one.
 
 Example::
 
     worker = TextWorker()
-    masked, kinds = await worker.run(mask_text, text, kinds, detectors, size=len(text))
+    masked, kinds = await worker.run(PIICheck().mask, text, size=len(text))
     worker.close()
 """
 
@@ -29,7 +30,7 @@ from typing import TypeVar
 
 __all__ = ["LONG_TEXT", "TextWorker"]
 
-LONG_TEXT = 16_384  # characters: under this a check runs inline (well under a millisecond)
+LONG_TEXT = 4_096  # characters: under this a check runs inline (about a millisecond at most)
 
 T = TypeVar("T")
 
@@ -62,7 +63,10 @@ class TextWorker:
         else in the worker process. A worker that died (killed, out of memory) is replaced on
         the next call; this call raises `BrokenProcessPool` (the policy's ``on_error``)."""
         if size < self.min_chars:
-            return fn(*args)
+            result = fn(*args)
+            # let other tasks in: a stream filter may run many short checks back to back
+            await asyncio.sleep(0)
+            return result
         pool = self._executor()
         try:
             return await asyncio.wrap_future(pool.submit(fn, *args))
