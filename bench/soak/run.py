@@ -44,7 +44,7 @@ import orjson
 import yaml
 
 from fleetgate.cli.processes import free_port, stop, wait_http
-from fleetgate.http1 import ConnectionPool
+from fleetgate.providers.connections import ConnectionPool
 
 MASTER = "sk-soak-master"
 BODY = orjson.dumps(

@@ -35,8 +35,8 @@ from fleetgate.http import AdminAccess
 from fleetgate.http.text import refuse_unstorable_text
 from fleetgate.mcp.feature import McpFeature
 from fleetgate.multimodal.feature import MultimodalFeature
-from fleetgate.providers.http import HttpClient
 from fleetgate.providers.registry import ProviderRegistry
+from fleetgate.providers.transport import HttpClient
 from fleetgate.releases.feature import ReleasesFeature
 from fleetgate.resources import Resources
 from fleetgate.routing.dispatch import Dispatcher

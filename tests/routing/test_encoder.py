@@ -17,7 +17,7 @@ from fleetgate.config.schema import DeploymentConfig, HealthConfig
 from fleetgate.multimodal.image_dispatch import ImageDispatchHook
 from fleetgate.multimodal.images.affinity import ImageAffinity
 from fleetgate.multimodal.images.budget import ImageComputeBudget
-from fleetgate.resources.http import OutboundHttp
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.encoder import EncoderStep
 from fleetgate.routing.health import HealthTracker

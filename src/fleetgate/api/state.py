@@ -21,7 +21,7 @@ from fleetgate.errors import ModelNotFound
 from fleetgate.feature import Features
 from fleetgate.http import AdminAccess
 from fleetgate.multimodal.runtime import MultimodalRuntime
-from fleetgate.providers.http import HttpClient
+from fleetgate.providers.transport import HttpClient
 from fleetgate.resources import Resources
 from fleetgate.routing.canary import CanarySplits
 from fleetgate.routing.dispatch import Dispatcher

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import orjson
 
 from fleetgate.bench.spec import RequestRecord, RequestSpec
-from fleetgate.http1 import ConnectionPool, PooledResponse
+from fleetgate.providers.connections import ConnectionPool, PooledResponse
 from fleetgate.sse import SSEParser
 
 __all__ = ["BenchClient", "Endpoint", "Target", "build_body", "send_request"]

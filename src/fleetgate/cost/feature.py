@@ -32,7 +32,7 @@ from fleetgate.cost.report import pool_report, team_rows, team_tokens
 from fleetgate.errors import ConfigError, InvalidRequest
 from fleetgate.feature import BaseFeature
 from fleetgate.http import AdminAccess, json_reply
-from fleetgate.resources.http import OutboundHttp
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.resources.owner import Resources
 from fleetgate.routing.engine_metrics import parse_engine_metrics
 from fleetgate.store.database import Database

@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 
 from fleetgate.errors import UpstreamConnectError, UpstreamStatusError, UpstreamTimeout
-from fleetgate.resources.http import OutboundHttp
+from fleetgate.resources.outbound import OutboundHttp
 
 __all__ = ["SideServiceClient"]
 

@@ -11,11 +11,11 @@ import orjson
 
 from fleetgate.config.schema import DeploymentConfig
 from fleetgate.errors import UpstreamBadResponse
-from fleetgate.http1 import PooledResponse
 from fleetgate.providers.azure_openai import azure_url
 from fleetgate.providers.base import RoutedEndpoint, UpstreamCall, UpstreamResponse
-from fleetgate.providers.http import HttpClient, map_client_error, streamed_response
+from fleetgate.providers.connections import PooledResponse
 from fleetgate.providers.responses import NativeResponses
+from fleetgate.providers.transport import HttpClient, map_client_error, streamed_response
 from fleetgate.sse import iter_sse_batches
 
 # After [DONE] only the chunked-encoding terminator is left: wait this long for it.

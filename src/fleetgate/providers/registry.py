@@ -7,7 +7,7 @@ from collections.abc import Callable
 from fleetgate.config.schema import DeploymentConfig
 from fleetgate.errors import ConfigError
 from fleetgate.providers.base import Provider
-from fleetgate.providers.http import HttpClient
+from fleetgate.providers.transport import HttpClient
 
 __all__ = ["ProviderRegistry"]
 

@@ -16,7 +16,7 @@ from fleetgate.contract.principal import Principal
 from fleetgate.http import AdminAccess
 from fleetgate.releases.config import RolloutConfig
 from fleetgate.releases.rollouts import Rollout
-from fleetgate.resources.http import OutboundHttp
+from fleetgate.resources.outbound import OutboundHttp
 
 __all__ = ["RolloutAlerts"]
 

@@ -4,8 +4,8 @@ See `fleetgate.resources.owner.Resources`.
 """
 
 from fleetgate.resources.databases import Databases
-from fleetgate.resources.http import JsonService, OutboundHttp
 from fleetgate.resources.minilm import MiniLM, MiniLMEmbedder
+from fleetgate.resources.outbound import JsonService, OutboundHttp
 from fleetgate.resources.owner import Resources
 from fleetgate.resources.redis import RedisConnections
 from fleetgate.resources.shared import SharedStates

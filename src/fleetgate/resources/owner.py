@@ -27,8 +27,8 @@ from __future__ import annotations
 import logging
 
 from fleetgate.resources.databases import Databases
-from fleetgate.resources.http import OutboundHttp
 from fleetgate.resources.minilm import MiniLM
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.resources.redis import RedisConnections
 from fleetgate.resources.shared import SharedStates
 

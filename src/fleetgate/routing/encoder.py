@@ -49,7 +49,7 @@ import aiohttp
 
 from fleetgate.contract.dispatch import DispatchHook, preferred
 from fleetgate.errors import UpstreamConnectError, UpstreamError, UpstreamStatusError
-from fleetgate.resources.http import OutboundHttp
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.routing.context import RouteContext
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.health import HealthTracker

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from fleetgate.config.schema import RoutingConfig
-from fleetgate.resources.http import OutboundHttp
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.routing.context import Pick, RouteContext
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.engine_metrics import EngineSnapshot, parse_engine_metrics

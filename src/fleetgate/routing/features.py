@@ -24,7 +24,7 @@ from fleetgate.contract.stages import Stage
 from fleetgate.feature import BaseFeature
 from fleetgate.http import AdminAccess
 from fleetgate.resources import Resources
-from fleetgate.resources.http import OutboundHttp
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.routing.admin_routes import CanaryAdmin, EngineRoutingAdmin
 from fleetgate.routing.canary import CanarySplits
 from fleetgate.routing.deployment import Deployment

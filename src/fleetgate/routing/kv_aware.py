@@ -35,7 +35,7 @@ from typing import Any
 import aiohttp
 
 from fleetgate.config.schema import KvAwareConfig, RoutingConfig
-from fleetgate.resources.http import OutboundHttp
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.routing.affinity import SessionTable
 from fleetgate.routing.context import Pick, RouteContext, RoutedRequest
 from fleetgate.routing.decisions import CandidateCost, Decision, DecisionLog

@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 
 from fleetgate.errors import UpstreamConnectError
-from fleetgate.resources.http import OutboundHttp
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.routing.deployment import Deployment
 from fleetgate.tasks import cancel_and_wait
 from fleetgate.telemetry.metrics import GatewayMetrics

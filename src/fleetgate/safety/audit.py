@@ -35,7 +35,7 @@ from typing import Any
 
 import aiohttp
 
-from fleetgate.resources.http import OutboundHttp
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.safety.base import Check, CheckContext, CheckPoint, TextTurn, Verdict
 from fleetgate.safety.metrics import SafetyMetrics
 from fleetgate.safety.strikes import StrikeCounter

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.errors import ConfigError
-from fleetgate.resources.http import OutboundHttp
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.safety.base import Action, Check
 from fleetgate.safety.classifier.embed import Embedder
 from fleetgate.safety.classifier.gloss import Glosser

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import aiohttp
 
-from fleetgate.resources.http import OutboundHttp
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.store.database import Database
 from fleetgate.store.tables import budget_alerts
 from fleetgate.tasks import cancel_and_wait

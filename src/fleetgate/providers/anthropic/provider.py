@@ -18,14 +18,14 @@ import orjson
 from fleetgate.config.schema import DeploymentConfig
 from fleetgate.contract.request import Endpoint
 from fleetgate.errors import FleetgateError, InvalidRequest, UpstreamBadResponse
-from fleetgate.http1 import PooledResponse
 from fleetgate.providers.anthropic.errors import anthropic_error
 from fleetgate.providers.anthropic.request import openai_chat_to_anthropic
 from fleetgate.providers.anthropic.response import anthropic_to_openai_response
 from fleetgate.providers.anthropic.stream import AnthropicStreamTranslator
 from fleetgate.providers.anthropic.wire import anthropic_headers, anthropic_messages_url
 from fleetgate.providers.base import UpstreamCall, UpstreamResponse
-from fleetgate.providers.http import HttpClient, map_client_error, streamed_response
+from fleetgate.providers.connections import PooledResponse
+from fleetgate.providers.transport import HttpClient, map_client_error, streamed_response
 from fleetgate.sse import SSEParser, encode_sse
 from fleetgate.telemetry.tracing import TRACE_HEADERS
 

@@ -18,12 +18,12 @@ from collections.abc import AsyncIterator, Mapping
 import orjson
 
 from fleetgate.errors import FleetgateError, UpstreamBadResponse
-from fleetgate.http1 import PooledResponse
 from fleetgate.providers.base import UpstreamCall, UpstreamResponse
-from fleetgate.providers.http import HttpClient, map_client_error, streamed_response
+from fleetgate.providers.connections import PooledResponse
 from fleetgate.providers.responses.request import chat_to_responses
 from fleetgate.providers.responses.response import responses_to_chat
 from fleetgate.providers.responses.stream import ResponsesStreamTranslator
+from fleetgate.providers.transport import HttpClient, map_client_error, streamed_response
 from fleetgate.sse import SSEParser, encode_sse
 
 __all__ = ["NativeResponses"]

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import aiohttp
 
-from fleetgate.resources.http import JsonService, OutboundHttp
+from fleetgate.resources.outbound import JsonService, OutboundHttp
 from fleetgate.safety.base import Action, CheckContext, TextTurn, Verdict
 
 _BAD_ANSWER = (ValueError, KeyError, IndexError, TypeError)

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from fleetgate.resources.http import JsonService, OutboundHttp
+from fleetgate.resources.outbound import JsonService, OutboundHttp
 from fleetgate.safety.base import Action, CheckContext, Verdict
 
 _BAD_ANSWER = (ValueError, KeyError, IndexError, TypeError)

@@ -33,7 +33,7 @@ from typing import Any
 
 import aiohttp
 
-from fleetgate.resources.http import JsonService, OutboundHttp
+from fleetgate.resources.outbound import JsonService, OutboundHttp
 from fleetgate.safety.base import Action, CheckContext, Verdict
 
 __all__ = ["PolicyAnswer", "PolicyGuardCheck", "load_policy", "parse_output"]

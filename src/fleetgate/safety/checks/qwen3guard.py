@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import aiohttp
 
-from fleetgate.resources.http import JsonService, OutboundHttp
+from fleetgate.resources.outbound import JsonService, OutboundHttp
 from fleetgate.safety.base import Action, CheckContext, Verdict
 
 __all__ = [

@@ -7,7 +7,7 @@ parsed by llhttp (``httptools``), and a connection goes back to its pool only wh
 was read to the end.
 
 Errors are plain ``OSError``/``ConnectionError``/``TimeoutError`` and ``UpstreamBadResponse``;
-``providers/http.py`` maps them into the error tree.
+``providers/transport.py`` maps them into the error tree.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Side services are everything the gateway calls that is not the upstream model on
 guard models and moderation endpoints, remote ASR/TTS, alert webhooks, the engines' ``/metrics``
 and ``/tokenize``. They share one connection pool (`OutboundHttp`), created inside the running
 loop on first use and closed once by the owner. The upstream providers keep their own tuned
-pool (`fleetgate.providers.http.HttpClient`); the image fetcher keeps its own SSRF-guarded one.
+pool (`fleetgate.providers.transport.HttpClient`); the image fetcher keeps its own SSRF-guarded one.
 
 A call made inside a traced request (a guard model, ASR, TTS) carries the request's W3C
 ``traceparent`` (`fleetgate.telemetry.tracing.trace_config`).

@@ -24,8 +24,8 @@ from fleetgate.errors import (
     UpstreamStatusError,
     UpstreamTimeout,
 )
-from fleetgate.http1 import ConnectionPool, PooledResponse
 from fleetgate.providers.base import UpstreamResponse
+from fleetgate.providers.connections import ConnectionPool, PooledResponse
 
 __all__ = ["ErrorMapper", "HttpClient", "map_client_error", "status_error", "streamed_response"]
 

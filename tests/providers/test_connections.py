@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from fleetgate.errors import UpstreamBadResponse
-from fleetgate.http1 import ConnectionPool
+from fleetgate.providers.connections import ConnectionPool
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -11,7 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from fleetgate.resources import JsonService, OutboundHttp
-from fleetgate.resources.http import ServiceStatusError
+from fleetgate.resources.outbound import ServiceStatusError
 
 
 @pytest.fixture

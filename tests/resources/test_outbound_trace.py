@@ -7,7 +7,7 @@ from aiohttp.test_utils import TestServer
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from fleetgate.resources.http import JsonService, OutboundHttp
+from fleetgate.resources.outbound import JsonService, OutboundHttp
 
 TRACE_ID = 0x4BF92F3577B34DA6A3CE929D0E0E4736
 SPAN_ID = 0x00F067AA0BA902B7
