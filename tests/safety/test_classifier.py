@@ -32,6 +32,7 @@ from fleetgate_training.classifier import (
     corpus_examples,
     data_sha256,
     featurize_blocks,
+    fit_softmax,
     legacy_examples,
     shipped_examples,
     train,
@@ -229,7 +230,7 @@ async def test_a_model_saved_with_the_former_hash_size_still_scores(
     """Models trained before the n-gram hash grew (4,096 buckets) keep working from model_path."""
     examples = _few_examples()
     x = featurize([ex.text for ex in examples], embedder, Normalizer(), hash_dim=4096)
-    SoftmaxModel.fit(x, [ex.label for ex in examples], epochs=100).save(tmp_path / "v2.npz", "-")
+    fit_softmax(x, [ex.label for ex in examples], epochs=100).save(tmp_path / "v2.npz", "-")
     check = ClassifierCheck(embedder=embedder, model_path=tmp_path / "v2.npz")
     try:
         (bomb, _), (bread, _) = await check.score_many(
@@ -243,7 +244,7 @@ async def test_a_model_saved_with_the_former_hash_size_still_scores(
 def test_saved_weights_score_as_before(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(64, 32)).astype(np.float32)
-    model = SoftmaxModel.fit(x, ["benign" if v > 0 else "harm" for v in x[:, 0]], epochs=50)
+    model = fit_softmax(x, ["benign" if v > 0 else "harm" for v in x[:, 0]], epochs=50)
     model.save(tmp_path / "m.npz", "-")
     again, _ = SoftmaxModel.load(tmp_path / "m.npz")
     assert np.abs(again.predict_proba(x) - model.predict_proba(x)).max() < 1e-2
@@ -251,7 +252,7 @@ def test_saved_weights_score_as_before(tmp_path: Path) -> None:
 
 def test_training_on_sparse_blocks_gives_the_dense_model(embedder: MiniLMEmbedder) -> None:
     """`featurize_blocks` holds `featurize`'s columns (embeddings dense, n-grams sparse), and
-    `SoftmaxModel.fit` / `predict_proba` on the blocks give the dense matrix's model."""
+    `fit_softmax` / `predict_proba` on the blocks give the dense matrix's model."""
     examples = _few_examples()[:200]
     texts, labels = [ex.text for ex in examples], [ex.label for ex in examples]
     dense = featurize(texts, embedder, Normalizer())
@@ -259,8 +260,8 @@ def test_training_on_sparse_blocks_gives_the_dense_model(embedder: MiniLMEmbedde
     assert grams.nnz < grams.shape[0] * grams.shape[1] // 20  # mostly zeros
     assert np.abs(np.hstack([emb, grams.toarray()]) - dense).max() < 1e-6
     weights = benign_vs_harm_weights(labels)
-    a = SoftmaxModel.fit(dense, labels, class_weight=weights, epochs=40)
-    b = SoftmaxModel.fit((emb, grams), labels, class_weight=weights, epochs=40)
+    a = fit_softmax(dense, labels, class_weight=weights, epochs=40)
+    b = fit_softmax((emb, grams), labels, class_weight=weights, epochs=40)
     assert a.classes == b.classes
     assert np.abs(a.weights - b.weights).max() < 1e-4
     assert np.abs(a.predict_proba(dense) - b.predict_proba((emb, grams))).max() < 1e-4

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 scipy_sparse = pytest.importorskip("scipy.sparse")
 
 from fleetgate_training.classifier.fit_hidden import fit_hidden  # noqa: E402
+from fleetgate_training.classifier.fit_softmax import fit_softmax  # noqa: E402
 
 
 def _xor(n: int = 800, seed: int = 0) -> tuple[np.ndarray, object, list[str]]:
@@ -34,7 +35,7 @@ def _accuracy(model: SoftmaxModel, blocks: tuple[np.ndarray, object], labels: li
 def test_the_hidden_layer_learns_what_the_softmax_layer_cannot() -> None:
     first, grams, labels = _xor()
     hidden = fit_hidden((first, grams), labels, hidden=32, epochs=60, dropout=0.0)
-    linear = SoftmaxModel.fit((first, grams), labels, epochs=300)
+    linear = fit_softmax((first, grams), labels, epochs=300)
     assert hidden.hidden is not None and linear.hidden is None
     assert _accuracy(hidden, (first, grams), labels) > 0.9
     assert _accuracy(linear, (first, grams), labels) < 0.75

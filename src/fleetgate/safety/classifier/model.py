@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Hidden", "SoftmaxModel"]
+__all__ = ["Blocks", "Floats", "Hidden", "SoftmaxModel", "column_blocks", "softmax"]
 
 Floats = npt.NDArray[np.float32]
 
@@ -24,7 +24,7 @@ Floats = npt.NDArray[np.float32]
 Blocks = Sequence[Any]  # column blocks of one design matrix: numpy arrays or scipy.sparse
 
 
-def _blocks(x: Floats | Blocks, width: int | None = None) -> list[Any]:
+def column_blocks(x: Floats | Blocks, width: int | None = None) -> list[Any]:
     """``x`` as a list of column blocks (one matrix, dense or sparse, is one block), checked to
     share their row count and, given ``width``, to add up to it: a matrix built with another
     n-gram size than the model's must fail, not score with part of the weights."""
@@ -37,7 +37,8 @@ def _blocks(x: Floats | Blocks, width: int | None = None) -> list[Any]:
     return blocks
 
 
-def _softmax(z: Floats) -> Floats:
+def softmax(z: Floats) -> Floats:
+    """Row-wise softmax of logits ``z``."""
     z = z - z.max(axis=1, keepdims=True)
     e = np.exp(z)
     out: Floats = e / e.sum(axis=1, keepdims=True)
@@ -64,8 +65,9 @@ class Hidden:
 
 class SoftmaxModel:
     """``p(class | x) = softmax(x W + b [+ relu(x_e W1 + b1) W2])``: the softmax layer trained
-    with class-weighted, L2-regularised Adam (`fit`), or with a `Hidden` layer over the
-    embedding columns ``x_e`` (``fleetgate_training.classifier.fit_hidden``).
+    with class-weighted, L2-regularised Adam (``fleetgate_training.classifier.fit_softmax``), or
+    with a `Hidden` layer over the embedding columns ``x_e``
+    (``fleetgate_training.classifier.fit_hidden``).
 
     ``info``: string facts saved with the weights (the training data's hash, the embedder, the
     threshold chosen on validation data, ...).
@@ -89,71 +91,14 @@ class SoftmaxModel:
         self.hidden = hidden
         self.info: dict[str, str] = dict(info or {})
 
-    @classmethod
-    def fit(
-        cls,
-        x: Floats | Blocks,
-        labels: Sequence[str],
-        *,
-        class_weight: Mapping[str, float] | None = None,
-        l2: float = 1e-4,
-        epochs: int = 400,
-        lr: float = 0.05,
-        seed: int = 0,
-    ) -> SoftmaxModel:
-        """Full-batch training in float32; deterministic for a given ``seed``.
-
-        ``x``: the design matrix, or its column blocks side by side (dense arrays or
-        ``scipy.sparse`` matrices: the same model, far fewer multiplications when a block is
-        mostly zeros). ``class_weight`` scales each class's examples (default: balanced across
-        classes).
-        """
-        blocks = [b if hasattr(b, "tocsr") else np.ascontiguousarray(b, dtype=np.float32)
-                  for b in _blocks(x)]  # fmt: skip
-        widths = [int(b.shape[1]) for b in blocks]
-        transposed = [b.T.tocsr() if hasattr(b, "tocsr") else b.T for b in blocks]
-        classes = sorted(set(labels))
-        index = {c: i for i, c in enumerate(classes)}
-        y = np.array([index[c] for c in labels])
-        n, d = int(blocks[0].shape[0]), sum(widths)
-        k = len(classes)
-        onehot = np.zeros((n, k), dtype=np.float32)
-        onehot[np.arange(n), y] = 1.0
-        counts = onehot.sum(axis=0)
-        if class_weight is None:
-            per_class = n / (k * counts)
-        else:
-            per_class = np.array([class_weight.get(c, 1.0) for c in classes])
-        sample_w = (per_class[y][:, None] / n).astype(np.float32)
-        rng = np.random.default_rng(seed)
-        w = rng.normal(0.0, 0.01, (d, k)).astype(np.float32)
-        b = np.zeros(k, dtype=np.float32)
-        starts = np.cumsum([0, *widths])
-        parts = [slice(int(a), int(b)) for a, b in zip(starts[:-1], starts[1:], strict=True)]
-        m_w, v_w, m_b, v_b = np.zeros_like(w), np.zeros_like(w), np.zeros_like(b), np.zeros_like(b)
-        beta1, beta2, eps = 0.9, 0.999, 1e-8
-        for t in range(1, epochs + 1):
-            z = sum((blk @ w[part] for blk, part in zip(blocks, parts, strict=True)), b)
-            grad_z = (_softmax(np.asarray(z, dtype=np.float32)) - onehot) * sample_w
-            g_w = np.vstack([np.asarray(blk_t @ grad_z) for blk_t in transposed]) + l2 * w
-            g_b = grad_z.sum(axis=0)
-            m_w = beta1 * m_w + (1 - beta1) * g_w
-            v_w = beta2 * v_w + (1 - beta2) * g_w**2
-            m_b = beta1 * m_b + (1 - beta1) * g_b
-            v_b = beta2 * v_b + (1 - beta2) * g_b**2
-            corr1, corr2 = 1 - beta1**t, 1 - beta2**t
-            w -= lr * (m_w / corr1) / (np.sqrt(v_w / corr2) + eps)
-            b -= lr * (m_b / corr1) / (np.sqrt(v_b / corr2) + eps)
-        return cls(classes, w, b)
-
     def hash_dim(self, embedding_dim: int) -> int:
         """How many hashed n-gram columns follow an ``embedding_dim`` embedding in the input."""
         return int(self.weights.shape[0]) - embedding_dim
 
     def predict_proba(self, x: Floats | Blocks) -> Floats:
-        """Class probabilities, one row per input row, columns in ``classes`` order (``x`` as
-        in `fit`: one matrix or its column blocks)."""
-        blocks = _blocks(x, int(self.weights.shape[0]))
+        """Class probabilities, one row per input row, columns in ``classes`` order (``x``: one
+        matrix, dense or sparse, or its column blocks side by side)."""
+        blocks = column_blocks(x, int(self.weights.shape[0]))
         z, start = self.bias, 0
         for blk in blocks:
             width = int(blk.shape[1])
@@ -164,7 +109,7 @@ class SoftmaxModel:
             if int(first.shape[1]) < self.hidden.inputs or hasattr(first, "tocsr"):
                 raise ValueError("the hidden layer needs the dense embedding as the first block")
             z = z + self.hidden.logits(np.asarray(first[:, : self.hidden.inputs], np.float32))
-        return _softmax(np.asarray(z, dtype=np.float32))
+        return softmax(np.asarray(z, dtype=np.float32))
 
     def save(self, path: Path, fingerprint: str) -> None:
         """Write atomically (temp file + rename) so a crashed write never leaves a bad cache.

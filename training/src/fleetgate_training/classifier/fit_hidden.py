@@ -1,6 +1,6 @@
 """Training the classifier head with a hidden layer over the sentence embedding (torch).
 
-The head is the softmax layer over all columns (embedding and hashed n-grams, as `SoftmaxModel.fit`
+The head is the softmax layer over all columns (embedding and hashed n-grams, as `fit_softmax`
 trains it) plus a ReLU layer over the embedding, trained jointly with class-weighted cross
 entropy, AdamW and dropout on minibatches. With glossed Chinese the embedding carries the
 meaning of both languages, and a non-linear reading of it blocked more at the same false
@@ -59,7 +59,7 @@ def fit_hidden(
     k = len(classes)
     index = {c: i for i, c in enumerate(classes)}
     y = torch.tensor([index[c] for c in labels])
-    if class_weight is None:  # balanced across classes, as `SoftmaxModel.fit`
+    if class_weight is None:  # balanced across classes, as `fit_softmax`
         weights = [float(v) for v in n / (k * np.bincount(y.numpy(), minlength=k))]
     else:
         weights = [class_weight.get(c, 1.0) for c in classes]

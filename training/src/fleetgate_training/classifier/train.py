@@ -38,6 +38,7 @@ from fleetgate.safety.classifier.gloss import Glosser
 from fleetgate.safety.classifier.model import SoftmaxModel
 from fleetgate.safety.normalize import Normalizer
 from fleetgate_training.classifier.corpus import corpus_examples
+from fleetgate_training.classifier.fit_softmax import fit_softmax
 
 __all__ = [
     "benign_vs_harm_weights",
@@ -121,7 +122,7 @@ def train(
     CPU). ``info`` is saved with the weights (e.g. a ``threshold``). Chinese is embedded through
     ``glosser`` (a new `Glosser` when None). ``hidden``: the units of the hidden layer over the
     embedding (`fit_hidden`, torch; ``epochs`` default 16 passes over minibatches), or 0 for
-    the softmax layer alone (`SoftmaxModel.fit`, numpy; default 400 full-batch steps). ``l2``
+    the softmax layer alone (`fit_softmax`, numpy; default 400 full-batch steps). ``l2``
     is the weight decay of either."""
     if len({ex.label for ex in examples}) < 2 or BENIGN not in {ex.label for ex in examples}:
         raise ConfigError("classifier training needs 'benign' examples and at least one harm label")
@@ -144,7 +145,7 @@ def train(
             x, labels, class_weight=weights, hidden=hidden, epochs=epochs or 16, weight_decay=l2
         )
     else:
-        model = SoftmaxModel.fit(x, labels, class_weight=weights, l2=l2, epochs=epochs or 400)
+        model = fit_softmax(x, labels, class_weight=weights, l2=l2, epochs=epochs or 400)
     model.info = {
         "embedder": embedder.name,
         "features": f"{FEATURE_VERSION}/{HASH_DIM}",
