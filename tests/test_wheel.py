@@ -44,6 +44,7 @@ TOOLING = {
     "fleetgate_training/classifier/fit_hidden.py",
     "fleetgate_training/classifier/fit_softmax.py",
     "fleetgate_training/safety/evaluate.py",
+    "fleetgate_training/safety/compare.py",
     "fleetgate_training/safety/cli.py",
     "fleetgate_training/data/classifier_train.jsonl",
     "fleetgate_training/data/corpus/en.json",

@@ -41,10 +41,9 @@ from fleetgate.resources import MiniLM, MiniLMEmbedder
 from fleetgate.safety import Guardrails, SafetyConfig
 from fleetgate.safety.checks.classifier import ClassifierCheck
 from fleetgate.safety.checks.words import WordListCheck, default_word_lists
+from fleetgate_training.safety.compare import compare, compare_by_lang
 from fleetgate_training.safety.evaluate import (
     blocked_by,
-    compare,
-    compare_by_lang,
     evaluate,
     load_labeled,
 )

@@ -11,10 +11,9 @@ from aiohttp.test_utils import TestServer
 
 from fleetgate.errors import ConfigError
 from fleetgate_training.safety import cli as safety_cli
+from fleetgate_training.safety.compare import compare, compare_by_lang
 from fleetgate_training.safety.evaluate import (
     EvalPrompt,
-    compare,
-    compare_by_lang,
     detect_lang,
     evaluate,
     load_labeled,

@@ -31,6 +31,7 @@ from typing import Any
 import aiohttp
 
 from fleetgate.errors import ConfigError
+from fleetgate_training.safety.compare import compare, compare_by_lang
 from fleetgate_training.safety.evaluate import (
     SAFE_LABELS,
     UNSAFE_LABELS,
@@ -38,8 +39,6 @@ from fleetgate_training.safety.evaluate import (
     EvalReport,
     IsBlocked,
     blocked_by,
-    compare,
-    compare_by_lang,
     evaluate,
     load_labeled,
     load_prompts,
