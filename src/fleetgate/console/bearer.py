@@ -37,7 +37,7 @@ log = logging.getLogger("fleetgate.console.bearer")
 
 
 class JwtBearer:
-    """An `fleetgate.tenancy.auth.Authenticator` for JWTs (see the module docstring)."""
+    """An `fleetgate.contract.principal.Authenticator` for JWTs (see the module docstring)."""
 
     def __init__(self, config: JwtConfig, cache: KeyCache) -> None:
         self.config = config
