@@ -1,15 +1,17 @@
-"""One deployment pool's admission state, and how saturation is read from its deployments.
+"""One deployment pool of this process, and how saturation is read from its deployments.
 
 A pool is an alias's deployments. Its *capacity* is the sum of their ``max_num_seqs`` (None,
 unbounded, when any of them has none); its *limit* is what admission allows in flight now:
 the capacity, lowered to what was in flight when the engines signalled saturation (queue, KV
 cache or TTFT over `HighWater`), and raised again by a quarter per poll once they no longer do.
-`Pool.room` is the fast path's whole check: an integer comparison.
+`Pool.room` is the fast path's whole check: an integer comparison. The counts admission
+decides by (in flight, quotas, fair share) are the pool's `AdmissionState` (``Pool.state``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,8 +21,7 @@ from fleetgate.routing.engine_metrics import EngineSnapshot
 from fleetgate.scheduling.config import HighWater
 from fleetgate.scheduling.policy import RequestPolicy
 from fleetgate.scheduling.queue import AdmissionQueue
-from fleetgate.scheduling.quota import QuotaTree
-from fleetgate.scheduling.vtc import VirtualTokenCounters
+from fleetgate.scheduling.state import AdmissionState, FairShare, LocalState, QuotaLedger
 
 __all__ = ["Pool", "Running", "Snapshots", "capacity_of", "engines_saturated"]
 
@@ -48,10 +49,10 @@ class Running:
 
 
 class Pool:
-    """Admission state of one pool (one event loop: no locks)."""
+    """One pool of this process: its limit, queue and streams in flight, around its
+    `AdmissionState` (the counts, ``state``; one event loop: no locks)."""
 
     __slots__ = (
-        "admitted",
         "capacity",
         "critical_seen",
         "limit",
@@ -59,37 +60,76 @@ class Pool:
         "pace_at",
         "pace_tokens",
         "queue",
-        "quotas",
         "running",
         "seq",
-        "teams",
         "reserve",
         "reserve_share",
         "service_s",
         "signal",
+        "state",
         "takes_priority",
-        "vtc",
     )
 
-    def __init__(self, name: str, capacity: int | None, reserve: float) -> None:
+    def __init__(
+        self,
+        name: str,
+        capacity: int | None,
+        reserve: float,
+        state: AdmissionState | None = None,
+    ) -> None:
+        """``state``: the pool's counts (`LocalState` when None)."""
         self.name = name
         self.capacity = capacity
         self.limit = capacity  # None: unbounded
         self.reserve_share = reserve  # `critical_reserve`: the share to hold when asked
         self.reserve = reserve  # share of the limit only the critical band may take now
         self.critical_seen: float | None = None  # when a critical request last arrived
-        self.admitted = 0  # requests admitted and not yet finished
-        self.teams: dict[str, int] = {}  # of those, per team
+        self.state: AdmissionState = state if state is not None else LocalState(time.monotonic)
         self.signal = False  # the engines say saturated
-        self.vtc = VirtualTokenCounters()
-        self.queue = AdmissionQueue(self.vtc)
+        self.queue = AdmissionQueue(self.state.vtc)
         self.service_s: float | None = None  # EWMA of admission to end, for wait estimates
         self.takes_priority = False  # a deployment takes vLLM's ``priority`` field
-        self.quotas: QuotaTree | None = None  # None: no team or org of the config has a quota
         self.running: dict[Running, None] = {}  # admitted through the stage, oldest first
         self.seq = 0
         self.pace_tokens = 1.0  # `paced`: starts from the queue allowed now (at most 1)
         self.pace_at = 0.0
+
+    # The counts, read through the pool (views, the console, tests).
+
+    @property
+    def admitted(self) -> int:
+        """Requests admitted and not yet finished."""
+        return self.state.admitted
+
+    @admitted.setter
+    def admitted(self, count: int) -> None:
+        self.state.admitted = count
+
+    @property
+    def teams(self) -> Mapping[str, int]:
+        """Requests in flight per team."""
+        return self.state.teams
+
+    @property
+    def vtc(self) -> FairShare:
+        return self.state.vtc
+
+    @property
+    def quotas(self) -> QuotaLedger | None:
+        """None: no team or org of the config has a quota."""
+        return self.state.quotas
+
+    @quotas.setter
+    def quotas(self, quotas: QuotaLedger | None) -> None:
+        self.state.quotas = quotas
+
+    def take(self, team: str) -> None:
+        """One more request of ``team`` in flight."""
+        self.state.take(team)
+
+    def give_back(self, team: str) -> None:
+        """One request of ``team`` ended."""
+        self.state.give_back(team)
 
     def room(self, rank: int, held: int = 0) -> bool:
         """Whether a request of band ``rank`` may start now (rank 0, critical, may use the
@@ -98,8 +138,8 @@ class Pool:
         if limit is None:
             return True
         if rank == 0:
-            return self.admitted + held < limit
-        return self.admitted + held < limit - int(limit * self.reserve)
+            return self.state.admitted + held < limit
+        return self.state.admitted + held < limit - int(limit * self.reserve)
 
     def hold_reserve(self, now: float, hold_s: float | None) -> None:
         """``critical_reserve_hold_s``: hold the reserve while a critical request arrived
@@ -130,33 +170,13 @@ class Pool:
         self.pace_tokens = tokens - 1.0 if allowed else tokens
         return allowed
 
-    def take(self, team: str) -> None:
-        """One more request of ``team`` in flight."""
-        self.admitted += 1
-        teams = self.teams
-        teams[team] = teams.get(team, 0) + 1
-        if self.quotas is not None:
-            self.quotas.take(team)
-
-    def give_back(self, team: str) -> None:
-        """One request of ``team`` ended."""
-        self.admitted -= 1
-        if self.quotas is not None:
-            self.quotas.give_back(team)
-        teams = self.teams
-        left = teams.get(team, 0) - 1
-        if left > 0:
-            teams[team] = left
-        else:
-            teams.pop(team, None)
-
     def within_guarantee(self, team: str, guaranteed: int) -> bool:
         """Whether ``team`` has fewer than its ``guaranteed`` requests in flight."""
-        return guaranteed > 0 and self.teams.get(team, 0) < guaranteed
+        return guaranteed > 0 and self.state.teams.get(team, 0) < guaranteed
 
     @property
     def saturated(self) -> bool:
-        return self.limit is not None and self.admitted >= self.limit
+        return self.limit is not None and self.state.admitted >= self.limit
 
     def observe_service(self, seconds: float) -> None:
         prev = self.service_s
@@ -167,14 +187,14 @@ class Pool:
         the mean service time; None when unknown."""
         if self.service_s is None:
             return None
-        slots = max(1, self.limit if self.limit is not None else self.admitted)
+        slots = max(1, self.limit if self.limit is not None else self.state.admitted)
         return (self.queue.ahead_of(rank) + 1) * self.service_s / slots
 
     def follow(self, capacity: int | None, signal: bool) -> None:
         """New capacity and engine signal (each poll): move the limit."""
         self.capacity = capacity
         if signal and not self.signal:  # onset: hold what is in flight now
-            onset = max(1, self.admitted)
+            onset = max(1, self.state.admitted)
             self.limit = onset if self.limit is None else min(self.limit, onset)
         elif not signal and self.limit is not None:
             grown = self.limit + max(1, self.limit // 4)

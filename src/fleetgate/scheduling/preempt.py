@@ -1,4 +1,4 @@
-"""Which stream in flight a claim cancels (``preempt_streams_for_claims``).
+"""Preemption in flight: which stream a claim or a starved request cancels, and the cancel.
 
 A *claim* is a request of the `critical` band, or one within its team's ``guaranteed``
 requests in flight or its nominal quota. vLLM v1 never preempts a running sequence to give a
@@ -7,6 +7,16 @@ engine for a stream to end; the scheduler instead cancels one stream that has no
 upstream request is aborted, which frees the engine's slot, and the client gets a retryable
 in-stream error and is billed for what it received (or, before its first byte, the request
 is requeued).
+
+- ``preempt_streams_for_claims``: a claim that starts over the pool's limit, or a critical
+  request that has to queue, cancels one stream without a claim (`claim_victim`), one victim
+  per claim over the limit (`Preemption.reclaim`);
+- ``preempt_in_flight_after_s``: a queued request starved that long cancels one stream of a
+  lower band, or, for a team under its nominal quota, of a borrowing team
+  (`Preemption.relieve_starved`, at each poll), one cancellation at a time.
+
+`Preemption.started` tracks every request admitted through the stage (`Running`) until
+`Admission.finish`: what may be cancelled, and what the poll charges as it streams.
 
 Example::
 
@@ -17,11 +27,21 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from fleetgate.errors import Overloaded
+from fleetgate.scheduling.admission import Admission
+from fleetgate.scheduling.config import SchedulingConfig
 from fleetgate.scheduling.policy import RequestPolicy
 from fleetgate.scheduling.pool import Pool, Running
-from fleetgate.scheduling.quota import BORROWING
+from fleetgate.scheduling.queue import Waiter
+from fleetgate.scheduling.quota import BORROWING, UNDER
+from fleetgate.scheduling.record import Recorder
 
-__all__ = ["claim_victim"]
+__all__ = ["Preemption", "claim_victim"]
+
+CANCEL_GRACE_S = 1.0  # a cancelled stream that has not ended by then no longer holds others
 
 
 def claim_victim(pool: Pool, claimant: RequestPolicy, borrowers: bool) -> Running | None:
@@ -53,3 +73,139 @@ def claim_victim(pool: Pool, claimant: RequestPolicy, borrowers: bool) -> Runnin
         if best is None or key > best_key:
             best, best_key = running, key
     return best
+
+
+class Preemption:
+    """Cancels streams in flight for claims and starved requests (one per scheduler)."""
+
+    __slots__ = ("_clock", "admission", "config", "recorder")
+
+    def __init__(
+        self,
+        config: SchedulingConfig,
+        clock: Callable[[], float],
+        recorder: Recorder,
+        admission: Admission,
+    ) -> None:
+        self.config = config
+        self._clock = clock
+        self.recorder = recorder
+        self.admission = admission  # its quota classes pick the starved request
+
+    def started(self, pool: Pool, policy: RequestPolicy, outcome: Any, within: bool) -> Running:
+        """An admitted request starts (the stage): tracked until `Admission.finish`, so its
+        output is charged as it streams and, when ``preempt_in_flight_after_s`` or
+        ``preempt_streams_for_claims`` is set and it is a stream below `critical`, a starved
+        request or a claim may cancel it. ``within``: it was admitted within its team's
+        guarantee or nominal quota (a claim). A claim that took the pool over its limit
+        cancels one stream without a claim (``preempt_streams_for_claims``)."""
+        pool.seq += 1
+        config = self.config
+        preempts = (
+            config.preempt_in_flight_after_s is not None
+            or config.preempt_streams_for_claims is not None
+        )
+        running = Running(policy, outcome, preempts and policy.rank > 0, pool.seq, within)
+        pool.running[running] = None
+        limit = pool.limit
+        if (
+            config.preempt_streams_for_claims is not None
+            and (within or policy.rank == 0)
+            and limit is not None
+            and pool.admitted > limit
+        ):
+            self.reclaim(pool, policy, guarantee=within)
+        return running
+
+    def reclaim(self, pool: Pool, claimant: RequestPolicy, guarantee: bool) -> None:
+        """``preempt_streams_for_claims``: a claim is over the pool's limit (or a critical
+        request queued): cancel one stream without a claim, unless the cancellations already
+        on their way cover every claim over the limit (one victim per claim)."""
+        mode = self.config.preempt_streams_for_claims
+        limit = pool.limit
+        if mode is None or limit is None:
+            return
+        need = max(0, pool.admitted - limit) + pool.queue.depth()[0]
+        now = self._clock()
+        pending = sum(
+            1 for r in pool.running if r.cancel is not None and now - r.cancel_at < CANCEL_GRACE_S
+        )
+        if pending >= need:
+            return
+        victim = claim_victim(pool, claimant, borrowers=guarantee and mode == "borrowers")
+        if victim is not None:
+            self._cancel(pool, victim, claimant, now)
+
+    def relieve_starved(self, pool: Pool, after_s: float) -> None:
+        """A queued request starved ``after_s`` (no room for it) cancels one stream in flight
+        of a lower band, or, when its team is under its nominal quota, of a borrowing team of
+        its band or lower: the newest of the lowest band. One cancellation at a time."""
+        now = self._clock()
+        for running in pool.running:
+            if running.cancel is not None and now - running.cancel_at < CANCEL_GRACE_S:
+                return  # the slot it frees is on its way
+        quotas = pool.quotas
+        if quotas is None:
+            head = pool.queue.peek()
+            if head is None or pool.room(head.rank):
+                return
+            owner = False
+        else:
+            classify = self.admission.classifier(pool, quotas, room=False)
+            head = pool.queue.choose(classify, remember=False)
+            if head is None or pool.room(head.rank, quotas.reserved_for(head.team)):
+                return
+            owner = quotas.status(head.team) == UNDER
+        if now - head.enqueued < after_s:
+            return
+        victim = _starved_victim(pool, head, owner)
+        if victim is not None:
+            self._cancel(pool, victim, head.policy, now)
+
+    def _cancel(self, pool: Pool, victim: Running, by: RequestPolicy, now: float) -> None:
+        """End ``victim``'s request now with a retryable error (`Running.abort`), for ``by``;
+        counted and logged."""
+        why = "a higher band" if victim.policy.rank > by.rank else "the owner of its share"
+        victim.cancel = Overloaded(
+            f"This stream was cancelled to make room in '{pool.name}' for {why}; it is billed "
+            f"for the output it received. Retry later.",
+            code="preempted_in_flight",
+            retry_after=pool.estimated_wait(victim.policy.rank) or 1.0,
+        )
+        victim.cancel_at = now
+        # Before its first byte (the relay not begun) a request with requeues left goes back
+        # to the queue: not a shed.
+        requeued = victim.requeue and victim.outcome.first_token_at is None
+        if victim.abort is not None:  # at once: the upstream request is aborted, its slot freed
+            victim.abort(victim.cancel)
+        self.recorder.preempted(pool, victim.policy, by)
+        if requeued:
+            self.recorder.decide(pool, victim.policy, 0, "requeued", 0.0, None, None)
+        else:
+            self.recorder.shed(
+                pool, victim.policy, "preempted_in_flight", tokens=victim.outcome.relayed
+            )
+
+
+def _starved_victim(pool: Pool, head: Waiter, owner: bool) -> Running | None:
+    """The stream a starved ``head`` cancels: the newest of the lowest band below it, or,
+    with ``owner`` (its team under its nominal), also a borrowing team's of its band."""
+    quotas = pool.quotas
+    victim: Running | None = None
+    for running in pool.running:
+        if not running.cancellable or running.cancel is not None or running.outcome.settled:
+            continue
+        rank = running.policy.rank
+        lower = rank > head.rank
+        reclaim = (
+            owner
+            and quotas is not None
+            and rank >= head.rank
+            and running.policy.team != head.team
+            and quotas.status(running.policy.team, 0) == BORROWING
+        )
+        if (lower or reclaim) and (
+            victim is None or (rank, running.seq) > (victim.policy.rank, victim.seq)
+        ):
+            victim = running
+    return victim

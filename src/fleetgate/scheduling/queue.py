@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from fleetgate.scheduling.config import BANDS
 from fleetgate.scheduling.policy import RequestPolicy
-from fleetgate.scheduling.vtc import VirtualTokenCounters
+from fleetgate.scheduling.state import FairShare
 
 __all__ = ["AdmissionQueue", "Waiter"]
 
@@ -47,7 +47,7 @@ class AdmissionQueue:
 
     __slots__ = ("_bands", "_seq", "size", "vtc")
 
-    def __init__(self, vtc: VirtualTokenCounters) -> None:
+    def __init__(self, vtc: FairShare) -> None:
         self.vtc = vtc
         # Per band (index = rank), per team, its waiters oldest first.
         self._bands: list[dict[str, deque[Waiter]]] = [{} for _ in BANDS]

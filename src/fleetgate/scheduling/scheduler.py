@@ -1,19 +1,20 @@
-"""The scheduler: admits each request into its deployment pool, at once or after a queue.
+"""The scheduler: admission into each deployment pool of one gateway process.
 
-`Scheduler.try_admit` is the fast path, taken whenever nobody is queued and the pool has room:
-no await, no allocation beyond the counter's float. Otherwise `Scheduler.wait` queues the
-request (`AdmissionQueue`: band, then fair share) and returns when it is admitted, or raises:
+A thin facade over the jobs of admission, each in its own module:
 
-- the team's policy is ``reject``: 429 ``pool_saturated`` with ``Retry-After``;
-- its TTFT deadline cannot be met (the estimated wait is longer): 503 ``deadline_unmeetable``;
-- the queue is full and nothing of a lower band can be displaced: 503 ``queue_full``;
-- it waited its band's (or team's) longest wait, or past its deadline: 503 ``queue_timeout``
-  or ``deadline_exceeded``;
-- a higher band displaced it from a full queue: 503 ``preempted``.
+- `admission.Admission`: the fast path (`try_admit`: nobody queued and room), the release of
+  a slot (`release`, `finish`) and who starts from the queue when one frees;
+- `waiting.WaitingRoom`: a request that could not start at once queues (`wait`) or is shed
+  with a 429/503 and ``Retry-After``;
+- `preempt.Preemption`: requests started through the stage (`started`), and the streams in
+  flight cancelled for claims and starved requests;
+- `record.Recorder`: the metrics and the routing decision log;
+- `state.AdmissionState`: the counts each pool's admission decides by (in flight, quotas,
+  fair share), in this process by default (``states``) and shared between replicas later.
 
-`Scheduler.release` ends an admission (charging the output tokens) and admits what now fits.
-A poll every ``poll_interval_s`` follows each pool's capacity (healthy deployments) and the
-engines' saturation signals, and admits what fits.
+The scheduler owns the pools (`pool`, made on first use from the route table), and a poll
+every ``poll_interval_s`` that follows each pool's capacity (healthy deployments) and the
+engines' saturation signals, and admits what fits (`upkeep`).
 
 Example::
 
@@ -29,19 +30,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fleetgate.errors import NotFound, Overloaded, RateLimited
-from fleetgate.routing.decisions import Decision, DecisionLog
+from fleetgate.errors import NotFound
+from fleetgate.routing.decisions import DecisionLog
 from fleetgate.routing.table import RouteTable
-from fleetgate.scheduling.config import BANDS, Band, SchedulingConfig
+from fleetgate.scheduling.admission import Admission
+from fleetgate.scheduling.config import Band, SchedulingConfig
 from fleetgate.scheduling.metrics import SchedulingMetrics
 from fleetgate.scheduling.policy import Policies, RequestPolicy
 from fleetgate.scheduling.pool import Pool, Running, Snapshots, capacity_of, engines_saturated
-from fleetgate.scheduling.preempt import claim_victim
-from fleetgate.scheduling.queue import Waiter
-from fleetgate.scheduling.quota import BORROWING, CAPPED, UNDER, QuotaTree
+from fleetgate.scheduling.preempt import Preemption
+from fleetgate.scheduling.record import Recorder
+from fleetgate.scheduling.state import LocalState, PoolStates
+from fleetgate.scheduling.waiting import WaitingRoom
 from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["Scheduler"]
@@ -49,11 +52,24 @@ __all__ = ["Scheduler"]
 log = logging.getLogger("fleetgate.scheduling")
 
 _MAX_COUNTERS = 4096  # teams remembered per pool before idle ones are forgotten
-_CANCEL_GRACE_S = 1.0  # a cancelled stream that has not ended by then no longer holds others
 
 
 class Scheduler:
     """Admission for every pool of one gateway process."""
+
+    # The request path's calls, bound to the job that does each (no call in between):
+    try_admit: Callable[[Pool, RequestPolicy, int], bool]
+    """Admit at once, or False (`Admission.try_admit`)."""
+    within: Callable[[Pool, RequestPolicy], bool]
+    """Whether a request would start within its guarantee or quota (`Admission.within`)."""
+    wait: Callable[[Pool, RequestPolicy, int, float], Awaitable[float]]
+    """Queue until admitted or shed (`WaitingRoom.wait`)."""
+    started: Callable[[Pool, RequestPolicy, Any, bool], Running]
+    """Track an admitted request until `finish` (`Preemption.started`)."""
+    finish: Callable[[Pool, Running, int, float | None], None]
+    """A started request ended (`Admission.finish`)."""
+    release: Callable[[Pool, RequestPolicy, int, float | None], None]
+    """An admitted request ended (`Admission.release`)."""
 
     def __init__(
         self,
@@ -63,9 +79,11 @@ class Scheduler:
         snapshots: Snapshots | None = None,
         clock: Callable[[], float] = time.monotonic,
         decisions: DecisionLog | None = None,
+        states: PoolStates | None = None,
     ) -> None:
         """``decisions``: the routing decision log, where each queued request's admission
-        (band, wait, admitted or the reason it was shed) and each cancelled stream go."""
+        (band, wait, admitted or the reason it was shed) and each cancelled stream go;
+        ``states``: each new pool's `AdmissionState` (`LocalState` when None)."""
         self.config = config
         self.decisions = decisions
         self.policies = Policies(config)  # each request's policy (cached per key)
@@ -73,9 +91,19 @@ class Scheduler:
         self.metrics = metrics
         self._snapshots = snapshots
         self._clock = clock
+        self._states: PoolStates = states or (lambda alias: LocalState(clock))
         self.pools: dict[str, Pool] = {}
         self._task: asyncio.Task[None] | None = None
-        metrics.bind(self._depth_samples, self._admitted_samples, self._limit_samples)
+        recorder = Recorder(metrics, decisions, self.pools)
+        self.admission = admission = Admission(config, clock, recorder)
+        self.preemption = preemption = Preemption(config, clock, recorder, admission)
+        self.waiting = waiting = WaitingRoom(config, clock, recorder, admission, preemption)
+        self.try_admit = admission.try_admit
+        self.within = admission.within
+        self.wait = waiting.wait
+        self.started = preemption.started
+        self.finish = admission.finish
+        self.release = admission.release
 
     # ------------------------------------------------------------------ pools
 
@@ -89,10 +117,10 @@ class Scheduler:
         except NotFound:
             return None
         capacity = capacity_of(route.deployments, self._clock())
-        pool = self.pools[alias] = Pool(alias, capacity, self.config.critical_reserve)
+        state = self._states(alias)
+        state.configure(self.config)
+        pool = self.pools[alias] = Pool(alias, capacity, self.config.critical_reserve, state)
         pool.hold_reserve(self._clock(), self.config.critical_reserve_hold_s)
-        if self.config.has_quotas:
-            pool.quotas = QuotaTree(self.config, self._clock)
         pool.takes_priority = any(d.config.priority for d in route.deployments)
         return pool
 
@@ -101,402 +129,7 @@ class Scheduler:
         the engines not signalling saturation, and room below the limit (the batch lane sends
         a line only then, so it never takes a slot someone is waiting for)."""
         pool = self.pool(alias)
-        if pool is None:
-            return True
-        if pool.queue.size or pool.signal:
-            return False
-        held = pool.quotas.reserved_for("") if pool.quotas is not None else 0
-        return pool.room(BANDS.index(band), held)
-
-    # ------------------------------------------------------------------ admission
-
-    def try_admit(self, pool: Pool, policy: RequestPolicy, tokens: int) -> bool:
-        """Admit at once when nobody waits and the pool has room (the fast path), or when the
-        team is under its guaranteed requests in flight (even over the limit: it reclaims
-        what the others borrowed)."""
-        if policy.rank == 0 and self.config.critical_reserve_hold_s is not None:
-            pool.critical_seen = now = self._clock()
-            pool.hold_reserve(now, self.config.critical_reserve_hold_s)
-        quotas = pool.quotas
-        if quotas is None:
-            if (pool.queue.size or not pool.room(policy.rank)) and not pool.within_guarantee(
-                policy.team, policy.guaranteed
-            ):
-                return False
-        elif not pool.within_guarantee(policy.team, policy.guaranteed) and (
-            pool.queue.size
-            or quotas.status(policy.team) == CAPPED
-            or not pool.room(policy.rank, quotas.reserved_for(policy.team))
-        ):
-            return False
-        self._admit(pool, policy.team, tokens, policy.weight)
-        return True
-
-    def _admit(self, pool: Pool, team: str, tokens: int, weight: float) -> None:
-        pool.take(team)
-        pool.vtc.charge(team, tokens, weight)
-        if pool.quotas is not None:
-            pool.quotas.charge(team, tokens)
-
-    def within(self, pool: Pool, policy: RequestPolicy) -> bool:
-        """Whether a request about to start is within its team's guarantee or, with quotas,
-        its nominal share (it gets the engine priority of an owner reclaiming its share)."""
-        if pool.within_guarantee(policy.team, policy.guaranteed):
-            return True
-        return pool.quotas is not None and pool.quotas.status(policy.team) == UNDER
-
-    async def wait(self, pool: Pool, policy: RequestPolicy, tokens: int, elapsed_s: float) -> float:
-        """Queue until admitted (returns the seconds waited) or raise (see the module doc).
-        ``elapsed_s``: time since the request arrived (counts against its deadline)."""
-        budget = policy.max_wait_s
-        reason = "queue_timeout"
-        if policy.deadline_s is not None and policy.deadline_s - elapsed_s < budget:
-            budget, reason = max(0.0, policy.deadline_s - elapsed_s), "deadline_exceeded"
-        estimate = pool.estimated_wait(policy.rank)
-        if policy.reject:
-            self._shed(pool, policy, "rejected", tokens=tokens)
-            raise RateLimited(
-                f"The deployments of '{pool.name}' are at capacity and this key does not queue.",
-                code="pool_saturated",
-                retry_after=estimate or 1.0,
-            )
-        if reason == "deadline_exceeded" and estimate is not None and estimate > budget:
-            self._shed(pool, policy, "deadline_unmeetable", tokens=tokens, estimate=estimate)
-            raise Overloaded(
-                f"The deployments of '{pool.name}' cannot start this request within its TTFT "
-                f"deadline (about {estimate:.2f}s of queue ahead of it).",
-                code="deadline_unmeetable",
-                retry_after=estimate,
-            )
-        self._make_room(pool, policy, estimate, tokens)
-        loop = asyncio.get_running_loop()
-        waiter = Waiter(policy, tokens, self._clock(), loop.create_future())
-        waiter.ahead = pool.queue.ahead_of(policy.rank)
-        pool.queue.push(waiter)
-        self.metrics.queued.labels(pool.name, policy.band, policy.team).inc()
-        self._drain(pool)  # the poll may have raised the limit since the fast path looked
-        if policy.rank == 0 and not waiter.future.done():
-            self._reclaim(pool, policy, guarantee=False)
-        try:
-            if not waiter.future.done():
-                await asyncio.wait((waiter.future,), timeout=budget)
-        except asyncio.CancelledError:
-            self._abandon(pool, waiter)
-            waited = self._clock() - waiter.enqueued
-            self._decide(pool, policy, tokens, "abandoned", waited, estimate, waiter.ahead)
-            raise
-        if waiter.future.done():
-            waiter.future.result()  # raises when it was displaced
-            waited = self._clock() - waiter.enqueued
-            self._decide(pool, policy, tokens, "admitted", waited, estimate, waiter.ahead)
-            return waited
-        pool.queue.remove(waiter)
-        waiter.future.cancel()
-        waited = self._clock() - waiter.enqueued
-        self._shed(pool, policy, reason, tokens=tokens, waited=waited, estimate=estimate)
-        raise Overloaded(
-            f"No capacity of '{pool.name}' became free within "
-            f"{'the TTFT deadline' if reason == 'deadline_exceeded' else 'the queue wait limit'}"
-            f" ({budget:.2f}s).",
-            code=reason,
-            retry_after=pool.estimated_wait(policy.rank) or budget or 1.0,
-        )
-
-    def _make_room(
-        self, pool: Pool, policy: RequestPolicy, estimate: float | None, tokens: int
-    ) -> None:
-        """A full queue: displace the newest waiter of a lower band, or refuse this one."""
-        if pool.queue.size < self.config.max_queue:
-            return
-        evicted = pool.queue.evict(policy.rank)
-        if evicted is None:
-            self._shed(pool, policy, "queue_full", tokens=tokens, estimate=estimate)
-            raise Overloaded(
-                f"The admission queue of '{pool.name}' is full.",
-                code="queue_full",
-                retry_after=estimate or 1.0,
-            )
-        self.metrics.preemptions.labels(pool.name, evicted.policy.band, policy.band).inc()
-        waited = self._clock() - evicted.enqueued
-        self._shed(pool, evicted.policy, "preempted", tokens=evicted.tokens, waited=waited)
-        evicted.future.set_exception(
-            Overloaded(
-                f"A request of a higher priority took this one's place in the full queue of "
-                f"'{pool.name}'.",
-                code="preempted",
-                retry_after=pool.estimated_wait(evicted.rank) or 1.0,
-            )
-        )
-
-    def _abandon(self, pool: Pool, waiter: Waiter) -> None:
-        """The caller went away while queued (or just as it was admitted)."""
-        future = waiter.future
-        if not future.done():
-            pool.queue.remove(waiter)
-            future.cancel()
-        elif not future.cancelled() and future.exception() is None:
-            self.release(pool, waiter.policy, 0, None)  # admitted, never used
-
-    def started(self, pool: Pool, policy: RequestPolicy, outcome: Any, within: bool) -> Running:
-        """An admitted request starts (the stage): tracked until `finish`, so its output is
-        charged as it streams and, when ``preempt_in_flight_after_s`` or
-        ``preempt_streams_for_claims`` is set and it is a stream below `critical`, a starved
-        request or a claim may cancel it. ``within``: it was admitted within its team's
-        guarantee or nominal quota (a claim). A claim that took the pool over its limit
-        cancels one stream without a claim (``preempt_streams_for_claims``)."""
-        pool.seq += 1
-        config = self.config
-        preempts = (
-            config.preempt_in_flight_after_s is not None
-            or config.preempt_streams_for_claims is not None
-        )
-        running = Running(policy, outcome, preempts and policy.rank > 0, pool.seq, within)
-        pool.running[running] = None
-        limit = pool.limit
-        if (
-            config.preempt_streams_for_claims is not None
-            and (within or policy.rank == 0)
-            and limit is not None
-            and pool.admitted > limit
-        ):
-            self._reclaim(pool, policy, guarantee=within)
-        return running
-
-    def finish(
-        self, pool: Pool, running: Running, output_tokens: int, held_s: float | None
-    ) -> None:
-        """A request `started` ended: charge the output not charged yet, free its slot."""
-        pool.running.pop(running, None)
-        self.release(pool, running.policy, max(0, output_tokens - running.charged), held_s)
-
-    def release(
-        self, pool: Pool, policy: RequestPolicy, output_tokens: int, held_s: float | None
-    ) -> None:
-        """An admitted request ended: charge its output, free its slot, admit what fits."""
-        pool.give_back(policy.team)
-        pool.vtc.charge(policy.team, output_tokens * self.config.output_token_weight, policy.weight)
-        if pool.quotas is not None:
-            pool.quotas.charge(policy.team, output_tokens)
-        if held_s is not None:
-            pool.observe_service(held_s)
-        if pool.queue.size:
-            self._drain(pool)
-
-    def _paced(self, pool: Pool, waiter: Waiter) -> bool:
-        """``queue_pacing``: whether ``waiter`` may start now. The critical band and requests
-        within their team's guarantee are never held back."""
-        factor = self.config.queue_pacing
-        if factor is None or waiter.rank == 0:
-            return True
-        if pool.within_guarantee(waiter.team, waiter.policy.guaranteed):
-            return True
-        return pool.paced(self._clock(), factor, self.config.poll_interval_s)
-
-    def _drain(self, pool: Pool) -> None:
-        if pool.quotas is not None:
-            self._drain_quotas(pool, pool.quotas)
-            return
-        queue = pool.queue
-        while queue.size:
-            head = queue.peek()
-            if head is None or not pool.room(head.rank) or not self._paced(pool, head):
-                return
-            waiter = queue.pop()
-            if waiter is None:
-                return
-            if waiter.future.done():  # cancelled in the meantime: it holds nothing
-                pool.pace_tokens += 1.0  # it did not start
-                continue
-            self._grant(pool, waiter)
-
-    def _grant(self, pool: Pool, waiter: Waiter) -> None:
-        self._admit(pool, waiter.team, waiter.tokens, waiter.policy.weight)
-        waiter.future.set_result(None)
-        waited = self._clock() - waiter.enqueued
-        self.metrics.wait.labels(pool.name, waiter.policy.band, waiter.team).observe(waited)
-
-    def _classifier(
-        self, pool: Pool, quotas: QuotaTree, room: bool
-    ) -> Callable[[str, int], int | None]:
-        """For `AdmissionQueue.choose`: a team's class (-1 within its guarantee, then `UNDER`,
-        `BORROWING`), None while it may not start (capped, or, with ``room``, no room left
-        for it beside the others' reserved slots)."""
-
-        def classify(team: str, rank: int) -> int | None:
-            policy = self.policies.config.teams.get(team)
-            guaranteed = policy.guaranteed if policy is not None else 0
-            if pool.within_guarantee(team, guaranteed):
-                return -1
-            status = quotas.status(team)
-            if status == CAPPED or (room and not pool.room(rank, quotas.reserved_for(team))):
-                return None
-            return status
-
-        return classify
-
-    def _drain_quotas(self, pool: Pool, quotas: QuotaTree) -> None:
-        queue = pool.queue
-        classify = self._classifier(pool, quotas, room=True)
-        while queue.size:
-            waiter = queue.choose(classify, remember=False)
-            if waiter is None or not self._paced(pool, waiter):
-                return
-            pool.vtc.fairest((waiter.team,))  # remembered as served last
-            queue.remove(waiter)
-            if not waiter.future.done():
-                self._grant(pool, waiter)
-
-    def _shed(
-        self,
-        pool: Pool,
-        policy: RequestPolicy,
-        reason: str,
-        *,
-        tokens: int = 0,
-        waited: float = 0.0,
-        estimate: float | None = None,
-    ) -> None:
-        self.metrics.sheds.labels(pool.name, policy.band, policy.team, reason).inc()
-        self._decide(pool, policy, tokens, reason, waited, estimate, None)
-
-    def _decide(
-        self,
-        pool: Pool,
-        policy: RequestPolicy,
-        tokens: int,
-        reason: str,
-        waited: float,
-        estimate: float | None,
-        ahead: int | None,
-    ) -> None:
-        """The admission decision of a request that did not pass at once, into the routing
-        decision log (strategy ``scheduling``; reason ``admitted`` or why it was shed)."""
-        log_ = self.decisions
-        if log_ is None:
-            return
-        quota = None
-        if pool.quotas is not None:
-            quota = ("under", "borrowing", "capped")[pool.quotas.status(policy.team, 0)]
-        log_.record(
-            Decision(
-                at=time.time(),
-                alias=pool.name,
-                strategy="scheduling",
-                picked=pool.name if reason == "admitted" else "",
-                reason=reason,
-                prompt_tokens=tokens,
-                cached_tokens=0,
-                tenant=policy.team,
-                admission={
-                    "band": policy.band,
-                    "team": policy.team,
-                    "wait_s": round(waited, 6),
-                    "queued_ahead": ahead,
-                    "estimated_wait_s": None if estimate is None else round(estimate, 6),
-                    "limit": pool.limit,
-                    "admitted": pool.admitted,
-                    "quota": quota,
-                },
-            )
-        )
-
-    # ------------------------------------------------------------------ in flight
-
-    def _charge_progress(self, pool: Pool) -> None:
-        """Charge the output each stream sent since the last poll (fair share, rates)."""
-        weight = self.config.output_token_weight
-        quotas = pool.quotas
-        for running in pool.running:
-            sent = running.outcome.relayed
-            if sent > running.charged:
-                delta = sent - running.charged
-                running.charged = sent
-                policy = running.policy
-                pool.vtc.charge(policy.team, delta * weight, policy.weight)
-                if quotas is not None:
-                    quotas.charge(policy.team, delta)
-
-    def _reclaim(self, pool: Pool, claimant: RequestPolicy, guarantee: bool) -> None:
-        """``preempt_streams_for_claims``: a claim is over the pool's limit (or a critical
-        request queued): cancel one stream without a claim, unless the cancellations already
-        on their way cover every claim over the limit (one victim per claim)."""
-        mode = self.config.preempt_streams_for_claims
-        limit = pool.limit
-        if mode is None or limit is None:
-            return
-        need = max(0, pool.admitted - limit) + pool.queue.depth()[0]
-        now = self._clock()
-        pending = sum(
-            1 for r in pool.running if r.cancel is not None and now - r.cancel_at < _CANCEL_GRACE_S
-        )
-        if pending >= need:
-            return
-        victim = claim_victim(pool, claimant, borrowers=guarantee and mode == "borrowers")
-        if victim is not None:
-            self._cancel(pool, victim, claimant, now)
-
-    def _cancel(self, pool: Pool, victim: Running, by: RequestPolicy, now: float) -> None:
-        """End ``victim``'s request now with a retryable error (`Running.abort`), for ``by``;
-        counted and logged."""
-        why = "a higher band" if victim.policy.rank > by.rank else "the owner of its share"
-        victim.cancel = Overloaded(
-            f"This stream was cancelled to make room in '{pool.name}' for {why}; it is billed "
-            f"for the output it received. Retry later.",
-            code="preempted_in_flight",
-            retry_after=pool.estimated_wait(victim.policy.rank) or 1.0,
-        )
-        victim.cancel_at = now
-        # Before its first byte (the relay not begun) a request with requeues left goes back
-        # to the queue: not a shed.
-        requeued = victim.requeue and victim.outcome.first_token_at is None
-        if victim.abort is not None:  # at once: the upstream request is aborted, its slot freed
-            victim.abort(victim.cancel)
-        self.metrics.preemptions.labels(pool.name, victim.policy.band, by.band).inc()
-        if requeued:
-            self._decide(pool, victim.policy, 0, "requeued", 0.0, None, None)
-        else:
-            self._shed(pool, victim.policy, "preempted_in_flight", tokens=victim.outcome.relayed)
-
-    def _preempt_in_flight(self, pool: Pool, after_s: float) -> None:
-        """A queued request starved ``after_s`` (no room for it) cancels one stream in flight
-        of a lower band, or, when its team is under its nominal quota, of a borrowing team of
-        its band or lower: the newest of the lowest band. One cancellation at a time."""
-        now = self._clock()
-        for running in pool.running:
-            if running.cancel is not None and now - running.cancel_at < _CANCEL_GRACE_S:
-                return  # the slot it frees is on its way
-        quotas = pool.quotas
-        if quotas is None:
-            head = pool.queue.peek()
-            if head is None or pool.room(head.rank):
-                return
-            owner = False
-        else:
-            head = pool.queue.choose(self._classifier(pool, quotas, room=False), remember=False)
-            if head is None or pool.room(head.rank, quotas.reserved_for(head.team)):
-                return
-            owner = quotas.status(head.team) == UNDER
-        if now - head.enqueued < after_s:
-            return
-        victim: Running | None = None
-        for running in pool.running:
-            if not running.cancellable or running.cancel is not None or running.outcome.settled:
-                continue
-            rank = running.policy.rank
-            lower = rank > head.rank
-            reclaim = (
-                owner
-                and quotas is not None
-                and rank >= head.rank
-                and running.policy.team != head.team
-                and quotas.status(running.policy.team, 0) == BORROWING
-            )
-            if (lower or reclaim) and (
-                victim is None or (rank, running.seq) > (victim.policy.rank, victim.seq)
-            ):
-                victim = running
-        if victim is not None:
-            self._cancel(pool, victim, head.policy, now)
+        return pool is None or self.admission.idle(pool, band)
 
     # ------------------------------------------------------------------ upkeep
 
@@ -528,24 +161,21 @@ class Scheduler:
         if hold is not None:
             pool.hold_reserve(self._clock(), hold)
         if pool.running and (pool.queue.size or pool.quotas is not None):
-            self._charge_progress(pool)
+            self.admission.charge_progress(pool)
         if pool.queue.size:
-            self._drain(pool)
+            self.admission.drain(pool)
             after = self.config.preempt_in_flight_after_s
             if after is not None and pool.queue.size and pool.running:
-                self._preempt_in_flight(pool, after)
+                self.preemption.relieve_starved(pool, after)
 
     def reconfigure(self, config: SchedulingConfig) -> None:
         self.config = config
+        self.admission.config = self.preemption.config = self.waiting.config = config
         self.policies = Policies(config)
         for pool in self.pools.values():
             pool.reserve_share = config.critical_reserve
             pool.hold_reserve(self._clock(), config.critical_reserve_hold_s)
-            pool.quotas = QuotaTree(config, self._clock) if config.has_quotas else None
-            if pool.quotas is not None:  # usage restarts from what is in flight (rates: 0)
-                for team, count in pool.teams.items():
-                    for _ in range(count):
-                        pool.quotas.take(team)
+            pool.state.configure(config)  # usage restarts from what is in flight (rates: 0)
         self.poll()
 
     async def _run(self) -> None:
@@ -568,22 +198,4 @@ class Scheduler:
         task, self._task = self._task, None
         await cancel_and_wait(task)
         for pool in self.pools.values():
-            for waiter in pool.queue.waiters():
-                pool.queue.remove(waiter)
-                waiter.future.cancel()
-
-    # ------------------------------------------------------------------ views
-
-    def _depth_samples(self) -> Iterable[tuple[tuple[str, ...], float]]:
-        for name, pool in self.pools.items():
-            for band, depth in zip(BANDS, pool.queue.depth(), strict=True):
-                yield (name, band), float(depth)
-
-    def _admitted_samples(self) -> Iterable[tuple[tuple[str, ...], float]]:
-        for name, pool in self.pools.items():
-            yield (name,), float(pool.admitted)
-
-    def _limit_samples(self) -> Iterable[tuple[tuple[str, ...], float]]:
-        for name, pool in self.pools.items():
-            if pool.limit is not None:
-                yield (name,), float(pool.limit)
+            self.waiting.cancel_all(pool)

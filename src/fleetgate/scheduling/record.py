@@ -1,0 +1,117 @@
+"""What the scheduler counts and logs of its admissions.
+
+The Prometheus side (`SchedulingMetrics`): requests queued, their wait, sheds by reason,
+preemptions, and gauges read from the live pools (queue depth by band, admitted, limit). The
+routing decision log (strategy ``scheduling``): one entry per request that did not pass at
+once (``admitted`` after its wait, or why it was shed), and each stream cancelled in flight.
+Requests admitted on the fast path leave no trace here but the gauges.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+
+from fleetgate.routing.decisions import Decision, DecisionLog
+from fleetgate.scheduling.config import BANDS
+from fleetgate.scheduling.metrics import SchedulingMetrics
+from fleetgate.scheduling.policy import RequestPolicy
+from fleetgate.scheduling.pool import Pool
+
+__all__ = ["Recorder"]
+
+Samples = Iterable[tuple[tuple[str, ...], float]]
+_QUOTA_STATUS = ("under", "borrowing", "capped")
+
+
+class Recorder:
+    """Metrics and decision log of one scheduler; ``pools``: its live pools (the gauges)."""
+
+    __slots__ = ("decisions", "metrics", "pools")
+
+    def __init__(
+        self, metrics: SchedulingMetrics, decisions: DecisionLog | None, pools: Mapping[str, Pool]
+    ) -> None:
+        self.metrics = metrics
+        self.decisions = decisions
+        self.pools = pools
+        metrics.bind(self._depth_samples, self._admitted_samples, self._limit_samples)
+
+    def queued(self, pool: Pool, policy: RequestPolicy) -> None:
+        self.metrics.queued.labels(pool.name, policy.band, policy.team).inc()
+
+    def granted(self, pool: Pool, policy: RequestPolicy, waited: float) -> None:
+        """A queued request was admitted after ``waited`` seconds."""
+        self.metrics.wait.labels(pool.name, policy.band, policy.team).observe(waited)
+
+    def preempted(self, pool: Pool, victim: RequestPolicy, by: RequestPolicy) -> None:
+        """``victim`` (queued or in flight) gave its place to ``by``."""
+        self.metrics.preemptions.labels(pool.name, victim.band, by.band).inc()
+
+    def shed(
+        self,
+        pool: Pool,
+        policy: RequestPolicy,
+        reason: str,
+        *,
+        tokens: int = 0,
+        waited: float = 0.0,
+        estimate: float | None = None,
+    ) -> None:
+        """A request refused, shed from the queue or cancelled in flight, for ``reason``."""
+        self.metrics.sheds.labels(pool.name, policy.band, policy.team, reason).inc()
+        self.decide(pool, policy, tokens, reason, waited, estimate, None)
+
+    def decide(
+        self,
+        pool: Pool,
+        policy: RequestPolicy,
+        tokens: int,
+        reason: str,
+        waited: float,
+        estimate: float | None,
+        ahead: int | None,
+    ) -> None:
+        """The admission decision of a request that did not pass at once, into the routing
+        decision log (strategy ``scheduling``; reason ``admitted`` or why it was shed)."""
+        log = self.decisions
+        if log is None:
+            return
+        quotas = pool.quotas
+        quota = None if quotas is None else _QUOTA_STATUS[quotas.status(policy.team, 0)]
+        log.record(
+            Decision(
+                at=time.time(),
+                alias=pool.name,
+                strategy="scheduling",
+                picked=pool.name if reason == "admitted" else "",
+                reason=reason,
+                prompt_tokens=tokens,
+                cached_tokens=0,
+                tenant=policy.team,
+                admission={
+                    "band": policy.band,
+                    "team": policy.team,
+                    "wait_s": round(waited, 6),
+                    "queued_ahead": ahead,
+                    "estimated_wait_s": None if estimate is None else round(estimate, 6),
+                    "limit": pool.limit,
+                    "admitted": pool.admitted,
+                    "quota": quota,
+                },
+            )
+        )
+
+    def _depth_samples(self) -> Samples:
+        for name, pool in self.pools.items():
+            for band, depth in zip(BANDS, pool.queue.depth(), strict=True):
+                yield (name, band), float(depth)
+
+    def _admitted_samples(self) -> Samples:
+        for name, pool in self.pools.items():
+            yield (name,), float(pool.admitted)
+
+    def _limit_samples(self) -> Samples:
+        for name, pool in self.pools.items():
+            if pool.limit is not None:
+                yield (name,), float(pool.limit)

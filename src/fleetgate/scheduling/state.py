@@ -1,0 +1,145 @@
+"""The seam for admission state: what a pool's admissions count, behind one interface.
+
+Admission into a pool decides by three counts: the requests in flight (the pool's and each
+team's), the quota tree's usage (requests in flight and tokens/s per team and org) and the
+teams' virtual token counters (the fair share). `AdmissionState` is that state for one pool;
+`LocalState` keeps it in this process (each replica admits into its own share). Everything
+else of a pool stays in the process that owns it: its queue (futures of this event loop), its
+streams in flight, its limit as read from its engines, its pacing.
+
+Sharing the state between replicas (in Redis, issue #33) is a second implementation of
+`AdmissionState` handed to the scheduler (``Scheduler(..., states=...)``); nothing else in
+the scheduler changes. Its methods are synchronous on purpose: the fast path admits with no
+await, so a shared implementation answers from its own view of the counts and reconciles it
+with the shared store outside the request path (by the scheduler's poll, for instance).
+
+Example::
+
+    state = LocalState(time.monotonic)
+    state.configure(config)            # builds the quota tree when a team or org has a quota
+    state.take("team-a")               # one more request of team-a in flight
+    state.vtc.charge("team-a", 120, weight=1.0)
+    state.give_back("team-a")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
+
+from fleetgate.scheduling.config import SchedulingConfig
+from fleetgate.scheduling.quota import QuotaNode, QuotaTree
+from fleetgate.scheduling.vtc import VirtualTokenCounters
+
+__all__ = ["AdmissionState", "FairShare", "LocalState", "PoolStates", "QuotaLedger"]
+
+
+class FairShare(Protocol):
+    """The teams' virtual token counters of one pool (`VirtualTokenCounters`)."""
+
+    @property
+    def counters(self) -> Mapping[str, float]:
+        """Every team's counter (the teams it remembers)."""
+        ...
+
+    def value(self, team: str) -> float: ...
+
+    def charge(self, team: str, tokens: float, weight: float = 1.0) -> None: ...
+
+    def activate(self, team: str, backlogged: Iterable[str]) -> None: ...
+
+    def fairest(self, teams: Iterable[str]) -> str: ...
+
+    def forget(self, keep: Iterable[str]) -> None: ...
+
+
+class QuotaLedger(Protocol):
+    """The quota tree of one pool: usage per node and the status of a team (`QuotaTree`)."""
+
+    def take(self, team: str) -> None: ...
+
+    def give_back(self, team: str) -> None: ...
+
+    def charge(self, team: str, tokens: float) -> None: ...
+
+    def status(self, team: str, extra: int = 1) -> int:
+        """`quota.UNDER`, `quota.BORROWING` or `quota.CAPPED` with ``extra`` more in flight."""
+        ...
+
+    def reserved_for(self, team: str) -> int: ...
+
+    def chain(self, team: str) -> tuple[QuotaNode, ...]: ...
+
+    def usage(self) -> dict[str, dict[str, float]]: ...
+
+
+class AdmissionState(Protocol):
+    """The counts one pool's admission decides by (see the module doc)."""
+
+    admitted: int  # requests admitted and not yet finished
+
+    @property
+    def teams(self) -> Mapping[str, int]:
+        """Of those, per team (teams with none are absent)."""
+        ...
+
+    @property
+    def vtc(self) -> FairShare: ...
+
+    quotas: QuotaLedger | None  # None: no team or org of the config has a quota
+
+    def take(self, team: str) -> None:
+        """One more request of ``team`` in flight (and in its quota nodes)."""
+        ...
+
+    def give_back(self, team: str) -> None:
+        """One request of ``team`` ended."""
+        ...
+
+    def configure(self, config: SchedulingConfig) -> None:
+        """(Re)build the quotas for ``config`` (a reload); their usage restarts from the
+        requests in flight now (token rates from 0)."""
+        ...
+
+
+# The admission state of the pool of an alias, made when the pool is first used.
+PoolStates = Callable[[str], AdmissionState]
+
+
+class LocalState:
+    """`AdmissionState` in this process (one event loop: no locks)."""
+
+    __slots__ = ("_clock", "admitted", "quotas", "teams", "vtc")
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock  # the quotas' token rates decay by it
+        self.admitted = 0
+        self.teams: dict[str, int] = {}
+        self.vtc = VirtualTokenCounters()
+        self.quotas: QuotaLedger | None = None
+
+    def take(self, team: str) -> None:
+        self.admitted += 1
+        teams = self.teams
+        teams[team] = teams.get(team, 0) + 1
+        if self.quotas is not None:
+            self.quotas.take(team)
+
+    def give_back(self, team: str) -> None:
+        self.admitted -= 1
+        if self.quotas is not None:
+            self.quotas.give_back(team)
+        teams = self.teams
+        left = teams.get(team, 0) - 1
+        if left > 0:
+            teams[team] = left
+        else:
+            teams.pop(team, None)
+
+    def configure(self, config: SchedulingConfig) -> None:
+        quotas = QuotaTree(config, self._clock) if config.has_quotas else None
+        if quotas is not None:
+            for team, count in self.teams.items():
+                for _ in range(count):
+                    quotas.take(team)
+        self.quotas = quotas
