@@ -12,16 +12,25 @@ from fleetgate.errors import InvalidRequest, PayloadTooLarge, RequestTimeout
 from fleetgate.http.depth import holds_more_values, nests_deeper
 from fleetgate.http.text import check_json_text
 
-__all__ = ["BODY_TIMEOUT_S", "MAX_DEPTH", "MAX_VALUES", "decode_object", "read_json"]
+__all__ = [
+    "BODY_TIMEOUT_S",
+    "MAX_CONTAINERS",
+    "MAX_DEPTH",
+    "MAX_VALUES",
+    "decode_object",
+    "read_json",
+]
 
 BODY_TIMEOUT_S = 30.0  # the default of server.body_timeout_s
 
 MAX_DEPTH = 128  # JSON nesting a request body may have
-# Items (values after a comma, arrays, objects) a request body may hold: parsing builds each one
-# on the event loop (five million empty arrays, 14 MiB, held it 1.6 s). 2^18 parse in well under
-# 100 ms and leave room for real requests: 256k-token embedding inputs as token arrays, a
-# conversation of thousands of messages, large tool schemas.
-MAX_VALUES = 1 << 18
+# Values and containers a request body may hold. Parsing builds each one on the event loop
+# (orjson holds the interpreter: five million empty arrays, 14 MiB, held it 1.6 s). Arrays and
+# objects cost ten times a number, so they have the lower bound: 2^16 of them and 2^20 values
+# parse in tens of milliseconds, and leave room for real requests (a 5,000-message
+# conversation, large tool schemas, embedding inputs of a million tokens as token arrays).
+MAX_VALUES = 1 << 20
+MAX_CONTAINERS = 1 << 16
 
 
 async def read_json(
@@ -53,9 +62,11 @@ def decode_object(
     what: str = "The request body",
     max_depth: int = MAX_DEPTH,
     max_values: int = MAX_VALUES,
+    max_containers: int = MAX_CONTAINERS,
 ) -> dict[str, Any]:
     """The JSON object in ``raw`` under the limits every request body has: 413 past
-    ``max_bytes`` or ``max_values`` items (counted before parsing), 400 when it is empty, not
+    ``max_bytes``, ``max_values`` values or ``max_containers`` arrays and objects (counted
+    before parsing), 400 when it is empty, not
     JSON, not an object, or nests deeper than ``max_depth``. The one check of an HTTP body and
     of a batch line (``what`` names it in the message; a line is one level deeper than its
     body)."""
@@ -63,8 +74,10 @@ def decode_object(
         raise PayloadTooLarge(f"{what} exceeds the {max_bytes} byte limit.")
     if not raw:
         raise InvalidRequest(f"{what} is empty; expected a JSON object.")
-    if holds_more_values(raw, max_values):  # counted before the parse that would build them
-        raise PayloadTooLarge(f"{what} holds more than {max_values} JSON values.")
+    # counted before the parse that would build them
+    if over := holds_more_values(raw, max_values, max_containers):
+        limit = max_values if over == "values" else max_containers
+        raise PayloadTooLarge(f"{what} holds more than {limit} JSON {over}.")
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

@@ -9,13 +9,13 @@ of the time the parse itself takes.
 
 Parsing itself is the other cost a body's shape sets: orjson builds every value while holding
 the interpreter, so a 16 MiB body of five million empty arrays held the event loop for over a
-second. ``holds_more_values`` counts a text's items (commas and opening brackets outside
-strings) before it is parsed, so such a body is refused for the few milliseconds of a count.
+second. ``holds_more_values`` counts a text's values and its arrays and objects before it is
+parsed, so such a body is refused for the few milliseconds of a count.
 
 Example::
 
     nests_deeper(b'{"a": [[1]]}', 2)    # True: three levels
-    holds_more_values(b'[1, 2, [3]]', 3)  # True: four items
+    holds_more_values(b'[1, 2, [3]]', 3, 8)  # 'values': four of them
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ _ITEMS = frozenset(b'"[{,')
 _NOT_ITEMS = bytes(c for c in range(256) if c not in _ITEMS)
 _CHUNK = 1 << 20
 _QUOTE = ord('"')
+_COMMA = ord(",")
 _STEP = np.zeros(256, np.int8) - 1  # ] and } close a level, [ and { open one
 _STEP[ord("[")] = _STEP[ord("{")] = 1
 _STEP.flags.writeable = False
@@ -55,21 +56,28 @@ def nests_deeper(raw: bytes, limit: int) -> bool:
     return False
 
 
-def holds_more_values(raw: bytes, limit: int) -> bool:
-    """Whether the JSON text ``raw`` holds more than ``limit`` items: commas and opening
-    brackets outside strings (every value but the first of each array or object follows a
-    comma, and every array and object opens with a bracket). Cheap enough to call before
-    parsing; on text that is not JSON the count is only approximate."""
-    if raw.count(b",") + raw.count(b"[") + raw.count(b"{") <= limit:
-        return False  # C-speed upper bound: brackets and commas inside strings counted too
+def holds_more_values(raw: bytes, items: int, containers: int) -> str | None:
+    """What the JSON text ``raw`` holds too many of, if anything: ``"values"`` past ``items``
+    (commas and opening brackets outside strings: every value but the first of each array or
+    object follows a comma, and every array and object opens with a bracket), ``"arrays and
+    objects"`` past ``containers`` (opening brackets outside strings: each one costs the parse
+    a Python object of its own, ten times a number). Cheap enough to call before parsing; on
+    text that is not JSON the counts are only approximate."""
+    opening = raw.count(b"[") + raw.count(b"{")
+    if opening <= containers and opening + raw.count(b",") <= items:
+        return None  # C-speed upper bounds: brackets and commas inside strings counted too
     text = raw.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_ITEMS)
-    quotes = items = 0
+    quotes = counted = opened = 0
     for start in range(0, len(text), _CHUNK):
         chunk = np.frombuffer(text, np.uint8, min(_CHUNK, len(text) - start), start)
         is_quote = chunk == _QUOTE
         seen = np.cumsum(is_quote, dtype=np.int64) + quotes
-        items += int(np.count_nonzero(((seen & 1) == 0) & ~is_quote))
-        if items > limit:
-            return True
+        outside = ((seen & 1) == 0) & ~is_quote
+        counted += int(np.count_nonzero(outside))
+        opened += int(np.count_nonzero(outside & (chunk != _COMMA)))
+        if opened > containers:
+            return "arrays and objects"
+        if counted > items:
+            return "values"
         quotes = int(seen[-1])
-    return False
+    return None
