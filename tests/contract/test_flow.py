@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from fleetgate.contract.flow import respond
+from fleetgate.contract.flow import interrupter, respond
 from fleetgate.contract.principal import Principal
 from fleetgate.contract.request import Endpoint, GatewayRequest
 from fleetgate.errors import FleetgateError, Overloaded, RateLimited
@@ -42,11 +42,10 @@ class Sender:
         if self.sends <= self.interrupts:
             if self.started:
                 self.req.outcome.first_token_at = 1.0
-            self.req.interrupt = Overloaded("preempted", code="preempted")
             self.req.requeue = self.requeue
             task = asyncio.current_task()
             assert task is not None
-            task.cancel()
+            interrupter(self.req, task)(Overloaded("preempted", code="preempted"))
             await asyncio.sleep(0)
         return f"sent {self.sends}"
 
@@ -128,3 +127,18 @@ async def test_a_refusal_while_back_in_the_queue_ends_the_wait() -> None:
     with pytest.raises(FleetgateError, match="over"):
         await asyncio.wait_for(task, 5)
     assert sender.sends == 1
+
+
+async def test_a_complete_response_is_not_interrupted() -> None:
+    req = request()
+    req.outcome.settled = True
+
+    async def send() -> str:
+        task = asyncio.current_task()
+        assert task is not None
+        interrupter(req, task)(Overloaded("preempted", code="preempted"))
+        await asyncio.sleep(0)
+        return "complete"
+
+    assert await respond(req, send, no_replay) == "complete"
+    assert req.interrupt is None

@@ -7,8 +7,8 @@ where each one is handled:
   Redis while the request goes on). `pass_gate` waits for it and raises its refusal;
   `until_refused` stops whatever the request waits on meanwhile (a stage's queue, the send
   upstream) the moment it refuses; `refused` tells whether it has.
-- **interrupt**: a stage cancelled the request's task on purpose (the scheduler preempting
-  it). `interrupted` takes the interrupt back out of the cancellation.
+- **interrupt**: a stage cancels the request's task on purpose (the scheduler preempting it)
+  through an `interrupter`; `interrupted` takes the interrupt back out of the cancellation.
 - **requeue**: after an interrupt before the first byte, the way back into that stage's queue.
 - **answer**: a stage answered the request itself (a response cache hit): nothing goes
   upstream.
@@ -25,12 +25,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from fleetgate.contract.request import GatewayRequest
 from fleetgate.errors import FleetgateError
 
-__all__ = ["Gated", "interrupted", "pass_gate", "refused", "respond", "until_refused"]
+__all__ = [
+    "Gated",
+    "interrupted",
+    "interrupter",
+    "pass_gate",
+    "refused",
+    "respond",
+    "until_refused",
+]
 
 _T = TypeVar("_T")
 
@@ -90,6 +98,21 @@ async def until_refused(gate: asyncio.Future[None] | None, work: Awaitable[_T]) 
     finally:
         waiting = False
         gate.remove_done_callback(stop)
+
+
+def interrupter(req: GatewayRequest, task: asyncio.Task[Any]) -> Callable[[FleetgateError], None]:
+    """How a stage ends ``req`` at once with an error: its ``task`` is cancelled, and the relay
+    (or, before the first byte, the route: `respond`) turns the cancellation into ``error``
+    (`GatewayRequest.interrupt`, taken by `interrupted`); leaving the dispatch block closes the
+    upstream response, which aborts the engine's request and frees its slot. A response
+    already complete (`Outcome.settled`), or already interrupted, is left alone."""
+
+    def interrupt(error: FleetgateError) -> None:
+        if req.interrupt is None and not req.outcome.settled and not task.done():
+            req.interrupt = error
+            task.cancel()
+
+    return interrupt
 
 
 def interrupted(req: GatewayRequest) -> FleetgateError | None:

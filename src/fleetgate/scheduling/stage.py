@@ -22,6 +22,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
+from fleetgate.contract.flow import interrupter
 from fleetgate.contract.request import GatewayRequest, Outcome
 from fleetgate.errors import FleetgateError
 from fleetgate.routing.deployment import Deployment
@@ -74,21 +75,6 @@ class PriorityHook:
 
     def admit(self, dep: Deployment) -> AbstractAsyncContextManager[None]:
         return contextlib.nullcontext()
-
-
-def _aborter(req: GatewayRequest, task: asyncio.Task[Any]) -> Callable[[FleetgateError], None]:
-    """Ends ``req`` at once with an error: its task is cancelled, and the relay (or, before the
-    first byte, the route) turns the cancellation into ``error`` (`GatewayRequest.interrupt`);
-    leaving the dispatch block closes the upstream response, which aborts the engine's
-    request and frees its slot. A response already complete (`Outcome.settled`) is left
-    alone."""
-
-    def abort(error: FleetgateError) -> None:
-        if req.interrupt is None and not req.outcome.settled and not task.done():
-            req.interrupt = error
-            task.cancel()
-
-    return abort
 
 
 class _ArmOnSend:
@@ -144,7 +130,7 @@ class SchedulingStage:
         self, req: GatewayRequest, pool: Pool, policy: RequestPolicy, reclaim: bool, requeues: int
     ) -> None:
         """Track the admitted request until `after` (``reclaim``: it is a claim within its
-        team's guarantee or nominal quota); a stream may be cancelled at once (`_aborter`,
+        team's guarantee or nominal quota); a stream may be cancelled at once (`interrupter`,
         armed when it is sent upstream) and, before its first byte, requeued (`_requeue`, at
         most `MAX_REQUEUES` times)."""
         running = self.scheduler.started(pool, policy, req.outcome, reclaim)
@@ -152,7 +138,7 @@ class SchedulingStage:
         if running.cancellable:
             task = asyncio.current_task()
             if req.stream and task is not None:  # the relay keeps its byte-for-byte fast path
-                hooks.append(_ArmOnSend(running, _aborter(req, task)))
+                hooks.append(_ArmOnSend(running, interrupter(req, task)))
                 if requeues < MAX_REQUEUES:
                     running.requeue = True
                     req.requeue = functools.partial(self._requeue, req, policy)
