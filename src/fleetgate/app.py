@@ -20,12 +20,16 @@ from fleetgate.api.audio import audio_routes
 from fleetgate.api.documents import document_routes
 from fleetgate.api.errors import error_middleware
 from fleetgate.api.feature import CoreFeature
+from fleetgate.api.responses.config import RESPONSES_SECTION
 from fleetgate.api.responses.feature import ResponsesFeature
 from fleetgate.api.state import GATEWAY, GatewayState
+from fleetgate.batches.config import BATCHES_SECTION
 from fleetgate.batches.feature import BatchesFeature
+from fleetgate.cache.config import CACHE_SECTION
 from fleetgate.cache.feature import CacheFeature
 from fleetgate.config.loader import load_config
 from fleetgate.config.schema import GatewayConfig
+from fleetgate.config.sections import Declared, check_sections
 from fleetgate.config.settings import Settings
 from fleetgate.console import ConsoleFeature
 from fleetgate.cost.feature import CostFeature
@@ -33,10 +37,13 @@ from fleetgate.errors import ConfigError
 from fleetgate.feature import Feature, Features
 from fleetgate.http import AdminAccess
 from fleetgate.http.text import refuse_unstorable_text
+from fleetgate.mcp.config import MCP_SECTION
 from fleetgate.mcp.feature import McpFeature
+from fleetgate.multimodal.config import MULTIMODAL_SECTION
 from fleetgate.multimodal.feature import MultimodalFeature
 from fleetgate.providers.registry import ProviderRegistry
 from fleetgate.providers.transport import HttpClient
+from fleetgate.releases.config import RELEASES_SECTION
 from fleetgate.releases.feature import ReleasesFeature
 from fleetgate.resources import Resources
 from fleetgate.routing.dispatch import Dispatcher
@@ -51,9 +58,12 @@ from fleetgate.routing.features import (
 )
 from fleetgate.routing.health import HealthTracker
 from fleetgate.routing.reload import TableManager
+from fleetgate.routing.semantic_config import SEMANTIC_SECTION
 from fleetgate.routing.strategies import StrategyRegistry
 from fleetgate.routing.table import RouteTable
+from fleetgate.safety.config import SAFETY_SECTION
 from fleetgate.safety.feature import SafetyFeature
+from fleetgate.scheduling.config import SCHEDULING_SECTION
 from fleetgate.scheduling.feature import SchedulingFeature
 from fleetgate.telemetry.access_log import AccessLog
 from fleetgate.telemetry.metrics import GatewayMetrics
@@ -62,15 +72,31 @@ from fleetgate.telemetry.workers import WorkerMetrics
 from fleetgate.tenancy.auth import JwtOrKey, MasterKeyAuthenticator
 from fleetgate.tenancy.feature import TenancyFeature
 
-__all__ = ["build_features", "build_state", "create_app"]
+__all__ = ["SECTIONS", "build_features", "build_state", "create_app"]
+
+SECTIONS: tuple[Declared, ...] = (
+    SEMANTIC_SECTION,
+    MULTIMODAL_SECTION,
+    SAFETY_SECTION,
+    CACHE_SECTION,
+    SCHEDULING_SECTION,
+    RELEASES_SECTION,
+    BATCHES_SECTION,
+    RESPONSES_SECTION,
+    MCP_SECTION,
+)
+"""The built-in features' config sections (each declared in its package): validated when the
+config is loaded or reloaded; a top-level key none of them (nor the ground floor) names is
+refused. Plug-in features read ``extensions.<name>``."""
 
 
 def _config(settings: Settings, config: GatewayConfig | None) -> GatewayConfig:
     if config is not None:
+        check_sections(config, SECTIONS)
         return config
     if settings.config_path is None:
         raise ConfigError("no config: pass --config FILE or set FLEETGATE_CONFIG")
-    return load_config(settings.config_path)
+    return load_config(settings.config_path, sections=SECTIONS)
 
 
 def build_state(
@@ -240,6 +266,7 @@ def create_app(
     gw.features = features = Features(build_features(gw, extra))
     _known_extensions(features.names())(gw.tables.table.config)
     gw.tables.add_check(_known_extensions(features.names()))  # a reload naming none: refused
+    gw.tables.add_check(lambda new: check_sections(new, SECTIONS))  # a bad section: refused
     gw.stages = features.stages()
     app = web.Application(
         middlewares=[error_middleware, refuse_unstorable_text],

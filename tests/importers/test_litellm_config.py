@@ -10,6 +10,7 @@ import pytest
 import yaml
 from aiohttp.test_utils import TestClient
 
+from fleetgate.cache.config import CACHE_SECTION
 from fleetgate.cli.main import main
 from fleetgate.config.loader import load_config
 from fleetgate.errors import ConfigError
@@ -199,7 +200,7 @@ def test_the_output_loads_with_fleetgate_s_loader(tmp_path: Path) -> None:
     env = {v: "x" for v in ("AZURE_API_KEY_EU", "AZURE_API_KEY_CA", "OPENAI_API_KEY")}
     config = load_config(out, env=env)
     alias = config.alias("gpt-4o")
-    assert alias is not None and alias.cache is not None and alias.cache.exact
+    assert alias is not None and (cache := CACHE_SECTION.of(alias)) is not None and cache.exact
     assert alias.deployments[0].api_key == "x"
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fleetgate.app import SECTIONS
 from fleetgate.config.loader import parse_config
 from fleetgate.errors import ConfigError
 from fleetgate.routing.semantic_config import SemanticConfig
@@ -185,4 +186,4 @@ def test_config_refuses_unknown_target_alias(upstream: FakeUpstream) -> None:
     cfg = _config(upstream, upstream)
     cfg["semantic"] = {**SEMANTIC, "default_intent": None, "intents": {"code": {"alias": "nope"}}}
     with pytest.raises(ConfigError, match="not a configured alias"):
-        parse_config(cfg)
+        parse_config(cfg, sections=SECTIONS)  # the feature list's declarations

@@ -64,8 +64,8 @@ SWITCHES = {"responses": "responses.enabled", "files": "batches.enabled",
 
 def _switched_on(request: web.Request, switch: str) -> bool:
     config = request.app[GATEWAY].tables.started  # routes are registered once, at start
-    section, name = switch.split(".")
-    return bool(getattr(getattr(config, section), name))
+    section, name = switch.split(".")  # a feature's section: shown with its defaults once read
+    return bool(config.model_dump(mode="json").get(section, {}).get(name, False))
 
 
 def _family(tail: str) -> str | None:

@@ -19,7 +19,7 @@ from aiohttp import web
 from sqlalchemy.engine import make_url
 
 from fleetgate.api.state import GatewayState
-from fleetgate.batches.config import BatchesConfig
+from fleetgate.batches.config import BATCHES_SECTION, BatchesConfig
 from fleetgate.batches.execute import GatewaySender
 from fleetgate.batches.routes import BatchRoutes
 from fleetgate.batches.store import BatchStore
@@ -39,7 +39,7 @@ class BatchesFeature(BaseFeature):
         self._databases = resources.databases
         self.db = resources.databases.get(gw.settings.database_url, gw.settings.data_dir)
         self._shared = gw.settings.database_url is not None
-        self.config: BatchesConfig = config.batches
+        self.config: BatchesConfig = BATCHES_SECTION.of(config)
         self.max_request_bytes = config.server.max_request_bytes  # a line's limit too
         self.store = BatchStore(self.db)
         self.worker = BatchWorker(
@@ -64,7 +64,8 @@ class BatchesFeature(BaseFeature):
         return self.api.routes() if self.config.enabled else ()
 
     def reconfigure(self, config: GatewayConfig) -> None:
-        self.config = config.batches  # limits and pacing apply to the next tick and request
+        # limits and pacing apply to the next tick and request
+        self.config = BATCHES_SECTION.of(config)
         self.max_request_bytes = config.server.max_request_bytes
 
     async def start(self) -> None:

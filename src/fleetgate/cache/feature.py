@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from fleetgate.cache.config import CacheConfig
+from fleetgate.cache.config import CACHE_SECTION, CacheConfig
 from fleetgate.cache.exact import ExactStore, MemoryExactStore, RedisExactStore
 from fleetgate.cache.semantic import SemanticIndex
 from fleetgate.cache.stage import CacheStage, Embedder
@@ -29,7 +29,8 @@ log = logging.getLogger("fleetgate.cache")
 
 
 def _aliases(config: GatewayConfig) -> dict[str, CacheConfig]:
-    return {a.alias: a.cache for a in config.models if a.cache is not None and a.cache.enabled}
+    caches = {a.alias: CACHE_SECTION.of(a) for a in config.models}
+    return {alias: cache for alias, cache in caches.items() if cache is not None and cache.enabled}
 
 
 def _max_entries(aliases: dict[str, CacheConfig]) -> int:

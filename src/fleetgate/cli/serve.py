@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from fleetgate.app import build_state, create_app
+from fleetgate.app import SECTIONS, build_state, create_app
 from fleetgate.cli.logs import configure as configure_logging
 from fleetgate.cli.supervisor import Supervisor
 from fleetgate.config.loader import load_config
@@ -144,7 +144,7 @@ def _log_level(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    config = load_config(args.config)  # fail fast, before any worker starts
+    config = load_config(args.config, sections=SECTIONS)  # fail fast, before any worker starts
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.workers <= 1:
         _use_uvloop()

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from fleetgate.config.schema import GatewayConfig
+from fleetgate.config.schema import GatewayConfig, field_path
+from fleetgate.config.sections import Declared, check_sections
 from fleetgate.errors import ConfigError
 
 __all__ = ["load_config", "parse_config"]
@@ -38,36 +39,30 @@ def _expand(value: Any, env: Mapping[str, str], path: str) -> Any:
     return value
 
 
-def _field_path(raw: Any, loc: tuple[int | str, ...]) -> str:
-    """Render a pydantic location like models[0](alias=fast).deployments[1].api_base."""
-    out = ""
-    node = raw
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-            node = node[part] if isinstance(node, list) and part < len(node) else None
-            if isinstance(node, dict) and "alias" in node:
-                out += f"(alias={node['alias']})"
-        else:
-            out += f".{part}" if out else str(part)
-            node = node.get(part) if isinstance(node, dict) else None
-    return out or "(root)"
-
-
-def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> GatewayConfig:
-    """Validate an already-parsed YAML document."""
+def parse_config(
+    raw: Any, env: Mapping[str, str] | None = None, sections: Iterable[Declared] = ()
+) -> GatewayConfig:
+    """Validate an already-parsed YAML document: the ground floor, and the feature sections
+    ``sections`` declares (`fleetgate.app.SECTIONS`; none: they are read when first used)."""
     if not isinstance(raw, dict):
         raise ConfigError("config: the top level must be a mapping with a 'models' list")
     expanded = _expand(raw, os.environ if env is None else env, "")
     try:
-        return GatewayConfig.model_validate(expanded)
+        config = GatewayConfig.model_validate(expanded)
     except ValidationError as exc:
-        problems = [f"{_field_path(expanded, tuple(e['loc']))}: {e['msg']}" for e in exc.errors()]
+        problems = [f"{field_path(expanded, tuple(e['loc']))}: {e['msg']}" for e in exc.errors()]
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems)) from None
+    declared = tuple(sections)
+    if declared:
+        check_sections(config, declared)
+    return config
 
 
-def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> GatewayConfig:
-    """Load and validate a config file; raises `ConfigError` naming each bad field."""
+def load_config(
+    path: str | Path, env: Mapping[str, str] | None = None, sections: Iterable[Declared] = ()
+) -> GatewayConfig:
+    """Load and validate a config file (and the feature ``sections``); raises `ConfigError`
+    naming each bad field."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -76,4 +71,4 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Gatew
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    return parse_config(raw, env)
+    return parse_config(raw, env, sections)

@@ -33,14 +33,21 @@ class OidcConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # the identity provider's issuer URL (its discovery document is read from it)
     issuer: str
+    # the console's client id at the identity provider
     client_id: str
+    # the client secret, for a confidential client
     client_secret: str | None = None
+    # scopes asked for at sign-in
     scopes: list[str] = Field(default_factory=lambda: ["openid", "profile", "email", "groups"])
+    # the ID token claim that lists the user's groups
     groups_claim: str = "groups"
-    # IdP group -> console role (master, finance_viewer) and IdP group -> team (its team admin)
+    # IdP group -> console role (master, finance_viewer)
     roles: dict[str, Literal["master", "finance_viewer"]] = Field(default_factory=dict)
+    # IdP group -> team: members become that team's admin
     teams: dict[str, str] = Field(default_factory=dict)
+    # time limit of reading the provider's discovery document
     discovery_timeout_s: float = 5.0
 
 
@@ -49,19 +56,28 @@ class JwtConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # where the signing keys (JWKS) are read
     jwks_url: str
+    # the required `iss` claim (none: not checked)
     issuer: str | None = None
+    # the required `aud` claim (none: not checked)
     audience: str | None = None
+    # the claim naming the caller's team
     team_claim: str = "team"
+    # the claim naming the caller
     user_claim: str = "sub"
+    # the claim listing the aliases the caller may use
     aliases_claim: str = "aliases"
+    # seconds between re-reads of the JWKS
     refresh_s: float = Field(default=300.0, ge=5)
 
 
 class ConsoleConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    # serve the web console at /ui (read at start)
     enabled: bool = True
+    # seconds a console session lasts
     session_ttl_s: int = Field(default=8 * 3600, ge=60, le=30 * 86400)
     # Open sessions in all; past it the principal holding the most gives up its oldest, and
     # when everyone holds one the sign-in is refused (no one's only session is ended).
@@ -77,8 +93,11 @@ class ConsoleConfig(BaseModel):
     # ``public_url``; without it, Secure unless the connection came in over plain HTTP on a
     # loopback socket (a developer's machine).
     secure_cookie: bool | Literal["auto"] = "auto"
+    # rows per page of the console's tables
     page_size: int = Field(default=50, ge=5, le=500)
+    # OpenID Connect sign-in; none: sign-in with a key only (read at start)
     oidc: OidcConfig | None = None
+    # JWT bearer tokens for API callers; none: keys only (read at start)
     jwt: JwtConfig | None = None
 
     @field_validator("public_url")

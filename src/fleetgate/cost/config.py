@@ -29,10 +29,15 @@ class _Model(BaseModel):
 
 
 class PoolConfig(_Model):
+    # the alias whose deployments run on these GPUs
     alias: str = Field(min_length=1)
+    # the DCGM exporter URLs of the pool's nodes
     dcgm: tuple[str, ...] = Field(min_length=1)
+    # only these GPU UUIDs (default: every GPU the exporters report)
     gpus: tuple[str, ...] = ()
+    # USD per GPU-hour of this pool (none: the section's)
     gpu_price_per_hour: float | None = Field(None, ge=0)
+    # never recommend fewer GPUs than this
     min_gpus: int = Field(0, ge=0)
 
     @field_validator("dcgm")
@@ -45,12 +50,19 @@ class PoolConfig(_Model):
 
 
 class CostConfig(_Model):
+    # USD per GPU-hour, unless a pool says otherwise
     gpu_price_per_hour: float = Field(3.0, ge=0)
+    # seconds between scrapes of the DCGM exporters
     scrape_interval_s: float = Field(15.0, ge=0.05)
+    # time limit of one scrape
     scrape_timeout_s: float = Field(5.0, gt=0)
+    # a GPU under this DCGM_FI_DEV_GPU_UTIL counts as idle
     idle_below_util_pct: float = Field(5.0, ge=0, le=100)
+    # reclaim sizing keeps the p95 load under this
     target_util_pct: float = Field(60.0, gt=0, le=100)
+    # hours of samples kept (and reported by default)
     window_h: float = Field(24.0, gt=0, le=24 * 31)
+    # the GPU pools, one per alias
     pools: tuple[PoolConfig, ...] = Field(min_length=1)
 
     @model_validator(mode="after")

@@ -34,7 +34,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["McpAccess", "McpConfig", "McpServerConfig"]
+from fleetgate.config.sections import Section
+
+__all__ = ["MCP_SECTION", "McpAccess", "McpConfig", "McpServerConfig"]
 
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9.-]{1,64}$")  # no "_": "__" stays unambiguous
 
@@ -46,19 +48,28 @@ class _Model(BaseModel):
 class McpServerConfig(_Model):
     """One upstream MCP server: how to reach it, what a call costs, how fast it may be used."""
 
+    # `http` (streamable HTTP) or `stdio` (a program the gateway starts and talks to on
+    # stdin/stdout)
     transport: Literal["http", "stdio"]
     url: str | None = None  # http: the server's streamable-HTTP endpoint
     headers: dict[str, str] = Field(default_factory=dict)  # http: sent upstream only
     command: str | None = None  # stdio: the program to start
+    # `stdio`: its arguments
     args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)  # stdio: extra environment
     secret_env: dict[str, str] = Field(default_factory=dict)  # stdio: redacted in /admin/config
+    # `stdio`: its working directory
     cwd: str | None = None
+    # what one call costs, billed to the caller's key and team (spend rows, budgets)
     price_per_call_usd: float = Field(0.0, ge=0)
     tool_prices_usd: dict[str, float] = Field(default_factory=dict)  # by upstream tool name
     rpm: int | None = Field(None, ge=0)  # calls per minute to this server, every caller together
+    # calls in flight to this server at once, every caller together
     max_parallel: int | None = Field(None, ge=0)
+    # a call with no answer after this fails (JSON-RPC error -32001)
     call_timeout_s: float = Field(60.0, gt=0)
+    # connecting and listing the tools (start-up waits this long for a server's first connection,
+    # then goes on without it); also bounds each liveness re-list
     connect_timeout_s: float = Field(10.0, gt=0)
 
     @model_validator(mode="after")
@@ -81,6 +92,7 @@ class McpAccess(_Model):
     A team's list is the ceiling for its keys; a key's list narrows it. A caller whose key and
     team are both unlisted gets ``default_tools``. The master key may use every tool."""
 
+    # tool patterns for callers whose key and team are in neither list below: by default, none
     default_tools: tuple[str, ...] = ()
     teams: dict[str, tuple[str, ...]] = Field(default_factory=dict)  # by team id or name
     keys: dict[str, tuple[str, ...]] = Field(default_factory=dict)  # by key id
@@ -89,9 +101,14 @@ class McpAccess(_Model):
 class McpConfig(_Model):
     """The MCP gateway; off while ``servers`` is empty."""
 
+    # the endpoint's path (a change needs a restart)
     path: str = "/mcp"
+    # between server and tool in a tool's name; 1 to 4 of the characters MCP allows in tool names
+    # (`A-Z a-z 0-9 .
     separator: str = "__"
+    # the upstream MCP servers by name; the gateway is off while this is empty.
     servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    # which tools each key and team may call
     access: McpAccess = McpAccess()
     key_rpm: int | None = Field(None, ge=0)  # tool calls per key per minute, all servers
     team_rpm: int | None = Field(None, ge=0)  # tool calls per team per minute, all servers
@@ -126,3 +143,7 @@ class McpConfig(_Model):
     @property
     def enabled(self) -> bool:
         return bool(self.servers)
+
+
+MCP_SECTION = Section("mcp", McpConfig)
+"""The ``mcp`` section: the MCP gateway; off without servers."""

@@ -18,6 +18,7 @@ from fleetgate.config.schema import GatewayConfig
 from fleetgate.extras import require
 from fleetgate.feature import BaseFeature
 from fleetgate.http import AdminAccess
+from fleetgate.mcp.config import MCP_SECTION
 from fleetgate.safety.runtime import SafetyRuntime
 from fleetgate.telemetry.registry import Registry
 from fleetgate.tenancy.runtime import Tenancy
@@ -47,13 +48,13 @@ class McpFeature(BaseFeature):
         safety: SafetyRuntime | None,
     ) -> McpFeature | None:
         """The feature, or None when no MCP server is configured."""
-        if not config.mcp.enabled:
+        if not MCP_SECTION.of(config).enabled:
             return None
         require("mcp", extra="mcp", purpose="the MCP gateway (mcp.servers)")
         from fleetgate.mcp.runtime import McpRuntime
 
         runtime = McpRuntime(
-            config.mcp,
+            MCP_SECTION.of(config),
             request_id=request_id,
             access=access,
             registry=registry,
@@ -70,7 +71,7 @@ class McpFeature(BaseFeature):
         ]
 
     def reconfigure(self, config: GatewayConfig) -> None:
-        self.runtime.reconfigure(config.mcp)
+        self.runtime.reconfigure(MCP_SECTION.of(config))
 
     async def start(self) -> None:
         await self.runtime.start()

@@ -8,7 +8,7 @@ any request and no session state needs sharing. aiohttp authenticates the bearer
 (401 with a JSON-RPC error body otherwise) and hands the principal to the handlers in the ASGI
 scope (`fleetgate.mcp.asgi`)::
 
-    rt = McpRuntime(config.mcp, request_id=ids.next, tenancy=tenancy, safety=safety)
+    rt = McpRuntime(MCP_SECTION.of(config), request_id=ids.next, tenancy=tenancy, safety=safety)
     await rt.start()          # connect the servers, start the session manager
     app.router.add_route("*", "/mcp", rt.handle)
     await rt.aclose()

@@ -48,17 +48,28 @@ class InputBudget(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    # a whole multipart upload, counted after `Content-Encoding` is undone (413)
     upload_bytes: int = Field(32 * _MIB, gt=0)
+    # parts in one upload (400 `too_many_parts`)
     upload_parts: int = Field(16, gt=0)
+    # each upload field other than the file (413)
     field_bytes: int = Field(64 * 1024, gt=0)
+    # one audio file, uploaded or `input_audio`
     audio_bytes: int = Field(25 * _MIB, gt=0)
+    # longest audio
     audio_seconds: float = Field(600.0, gt=0)
     audio_samples: int = Field(57_600_000, gt=0)  # 600 s of 48 kHz stereo
+    # highest sample rate (Hz)
     audio_rate: int = Field(192_000, gt=0)
+    # most channels
     audio_channels: int = Field(8, gt=0)
+    # larger images are refused before decoding (400 `image_too_large`)
     image_pixels: int = Field(40_000_000, gt=0)
+    # longest retrieval document
     document_chars: int = Field(2_000_000, gt=0)
+    # a team's retrieval documents in all (413 `team_documents_full`)
     team_document_bytes: int = Field(16 * _MIB, gt=0)
+    # a team's retrieval documents at most (413 `team_documents_full`)
     team_documents: int = Field(10_000, gt=0)
 
     def audio_limits(self) -> AudioLimits:

@@ -17,6 +17,7 @@ from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.contract.stages import Stage
 from fleetgate.feature import BaseFeature
+from fleetgate.multimodal.config import MULTIMODAL_SECTION
 from fleetgate.multimodal.document_kv import DocumentKv
 from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.resources import Resources
@@ -50,19 +51,20 @@ class MultimodalFeature(BaseFeature):
     ) -> MultimodalFeature | None:
         """``engine_routing``: the kv-aware routing, for the prewarm of changed document sets
         (without it their hit rates are still reported)."""
-        if not config.multimodal.enabled:
+        section = MULTIMODAL_SECTION.of(config)
+        if not section.enabled:
             return None
         from fleetgate.multimodal.stage import MultimodalStage
 
         runtime = MultimodalRuntime(
-            config.multimodal,
+            section,
             settings,
             registry,
             resources=resources,
             redis_prefix=config.tenancy.redis_prefix,
         )
         runtime.document_kv = DocumentKv(
-            config.multimodal.prompts,
+            section.prompts,
             runtime.assembler,
             registry,
             routing=engine_routing,

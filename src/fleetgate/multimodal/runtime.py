@@ -62,7 +62,8 @@ class MultimodalRuntime:
 
     Example::
 
-        runtime = MultimodalRuntime(config.multimodal, settings, registry, resources=resources)
+        section = MULTIMODAL_SECTION.of(config)
+        runtime = MultimodalRuntime(section, settings, registry, resources=resources)
         await runtime.start()
         stage = MultimodalStage(runtime, table_config)
         ...

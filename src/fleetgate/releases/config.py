@@ -1,4 +1,5 @@
-"""The ``releases:`` config section and the ``registry:`` field of an alias.
+"""The ``releases:`` config section (an alias's ``registry:`` field, which follows a stage, is
+the ground floor's `fleetgate.config.schema.RegistryRef`).
 
 Example (YAML)::
 
@@ -25,27 +26,19 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fleetgate.config.sections import Section
+
 __all__ = [
+    "RELEASES_SECTION",
     "GateConfig",
     "GateRule",
-    "NAME_PATTERN",
-    "RegistryRef",
     "ReleasesConfig",
     "RolloutConfig",
 ]
 
-NAME_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"  # model, version and stage names
-
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RegistryRef(_Model):
-    """An alias that serves whatever version of ``model`` is at ``stage`` right now."""
-
-    model: str = Field(pattern=NAME_PATTERN)
-    stage: str = Field("production", pattern=NAME_PATTERN)
 
 
 class GateRule(_Model):
@@ -58,14 +51,23 @@ class GateRule(_Model):
     ``production`` or the candidate's ``parent_version`` (the quantization gate).
     """
 
+    # the evaluation metric the rule judges (golden, red-team, ttft_p95_ms, ...)
     metric: str = Field(min_length=1, max_length=64)
+    # the rule's name in verdicts (default: derived from the metric and bounds)
     name: str | None = None
+    # the candidate's value must be at least this
     min: float | None = None
+    # the candidate's value must be at most this
     max: float | None = None
+    # candidate - baseline must be at least this
     min_delta: float | None = None
+    # candidate must be at most baseline x this
     max_ratio: float | None = Field(None, gt=0)
+    # a relative drop below this passes (with fail_drop)
     pass_drop: float | None = Field(None, ge=0)
+    # a relative drop above this fails; between pass_drop and it is inconclusive
     fail_drop: float | None = Field(None, ge=0)
+    # the version compared with: the one at production, or the candidate's parent_version
     baseline: Literal["production", "parent"] = "production"
 
     @model_validator(mode="after")
@@ -96,33 +98,65 @@ class GateRule(_Model):
 class GateConfig(_Model):
     """The gate of one registry model: every rule must pass for promotion to production."""
 
+    # the rules of that model's gate: each `{metric, name?, min?, max?, min_delta?, max_ratio?,
+    # pass_drop?, fail_drop?, baseline: production\
     rules: tuple[GateRule, ...] = ()
 
 
 class RolloutConfig(_Model):
     """How progressive rollouts are driven and judged (docs/releases.md)."""
 
+    # how often each replica's driver looks at running rollouts (and renews its leases)
     tick_s: float = Field(1.0, gt=0, le=60)
+    # how long a replica's lease on driving a rollout lasts without renewal (another takes over
+    # after it)
     lease_s: float = Field(5.0, gt=0, le=600)
+    # a step fails when the candidate's error rate exceeds the baseline's by more than this
     max_error_rate_delta: float = Field(0.02, ge=0, le=1)
+    # a step fails when the candidate's latency p95 (whole request) exceeds this times the
+    # baseline's
     max_latency_ratio: float = Field(1.5, gt=1)
+    # a step fails when the candidate's TTFT p95 exceeds this times the baseline's (judged with
+    # `min_samples` streams on both sides)
     max_ttft_ratio: float = Field(1.5, gt=1)
+    # the same for TPOT p95
     max_tpot_ratio: float = Field(1.5, gt=1)
+    # a step fails when the candidate's output guardrail block rate exceeds the baseline's by more
+    # than this
     max_block_rate_delta: float = Field(0.02, ge=0, le=1)
+    # a step fails when the candidate's negative-feedback rate (regenerations included) exceeds the
+    # baseline's by more than this
     max_negative_feedback_delta: float = Field(0.05, ge=0, le=1)
+    # verdicts both sides need before negative feedback is judged
     min_feedback: int = Field(20, ge=1)
+    # the same prompt from the same key within this is a regeneration
     regeneration_window_s: float = Field(600.0, gt=0, le=86400)
+    # how often each replica writes its outcome counts and request rows
     flush_s: float = Field(1.0, gt=0, le=60)
+    # URL that gets a JSON POST for each rollout decision that changed it (rolled back, step,
+    # completed)
     alert_webhook: str | None = None
 
 
 class ReleasesConfig(_Model):
     """The registry's behaviour on every replica."""
 
+    # how often each replica reads the registry's change counter (a promotion reaches every replica
+    # within about this plus one read)
     poll_interval_s: float = Field(0.5, gt=0, le=10)
+    # how many of the last production versions stay `ready`; older ones no stage holds are archived
     retention: int = Field(3, ge=1, le=100)
+    # serve every ready version of a followed model as `<alias>@<version>` (what `fleetgate eval run
+    # --target` uses)
     version_aliases: bool = True
+    # gate rules by registry model name
     gates: dict[str, GateConfig] = Field(default_factory=dict)
+    # how progressive rollouts step and are judged
     rollout: RolloutConfig = RolloutConfig()
     record_requests: bool = True  # a row per request of registry aliases (feedback, flywheel)
+    # how long those rows are kept (outcome rows: 7 days)
     requests_retention_s: int = Field(30 * 86400, ge=60)
+
+
+RELEASES_SECTION = Section("releases", ReleasesConfig)
+"""The ``releases`` section: registry polling, retention, gates."""

@@ -26,7 +26,7 @@ from fleetgate.feature import BaseFeature
 from fleetgate.http import AdminAccess
 from fleetgate.releases.admin_routes import RegistryAdmin
 from fleetgate.releases.alerts import RolloutAlerts
-from fleetgate.releases.config import ReleasesConfig
+from fleetgate.releases.config import RELEASES_SECTION, ReleasesConfig
 from fleetgate.releases.driver import RolloutDriver
 from fleetgate.releases.evalstore import EvalStore
 from fleetgate.releases.feedback import FeedbackStore
@@ -60,7 +60,7 @@ class ReleasesFeature(BaseFeature):
     ) -> None:
         self.db = db
         self._resources = resources
-        self.config: ReleasesConfig = config.releases
+        self.config: ReleasesConfig = RELEASES_SECTION.of(config)
         self.registry = Registry(db, retention=self.config.retention)
         self.evals = EvalStore(db)
         self.rollouts = RolloutStore(db)
@@ -144,7 +144,7 @@ class ReleasesFeature(BaseFeature):
         return alias in self._recording
 
     def reconfigure(self, config: GatewayConfig) -> None:
-        self.config = config.releases
+        self.config = RELEASES_SECTION.of(config)
         self._recording = _recorded_aliases(config)
         self.book.flush_s = self.config.rollout.flush_s
         self.book.retention_s = self.config.requests_retention_s
@@ -214,6 +214,6 @@ def _follows(config: GatewayConfig) -> bool:
 
 def _recorded_aliases(config: GatewayConfig) -> frozenset[str]:
     """The aliases with a row per request: those that follow the registry."""
-    if not config.releases.record_requests:
+    if not RELEASES_SECTION.of(config).record_requests:
         return frozenset()
     return frozenset(m.alias for m in config.models if m.registry is not None)

@@ -23,7 +23,7 @@ from fleetgate.config.schema import GatewayConfig
 from fleetgate.errors import Conflict, InvalidRequest
 from fleetgate.http import AdminAccess, json_reply, read_json
 from fleetgate.releases.admin_routes import RegistryAdmin
-from fleetgate.releases.config import NAME_PATTERN
+from fleetgate.config.schema import NAME_PATTERN
 from fleetgate.releases.rollouts import Rollout, RolloutStore
 from fleetgate.store.errors import store_unavailable_is_503
 

@@ -34,6 +34,7 @@ from fleetgate.routing.kv_aware import EngineAwareRouting
 from fleetgate.routing.load_share import RedisLoadShare
 from fleetgate.routing.prefix_share import PrefixShare
 from fleetgate.routing.salt import TenantSalt, engine_of_models
+from fleetgate.routing.semantic_config import SEMANTIC_SECTION
 from fleetgate.routing.semantic_stage import SemanticStage
 from fleetgate.routing.table import RouteTable
 from fleetgate.routing.wake import Waker
@@ -60,9 +61,10 @@ class SemanticFeature(BaseFeature):
     def build(
         cls, settings: Settings, config: GatewayConfig, resources: Resources
     ) -> SemanticFeature | None:
-        if config.semantic is None:
+        section = SEMANTIC_SECTION.of(config)
+        if section is None:
             return None
-        return cls(SemanticStage(config.semantic, settings.data_dir, minilm=resources.minilm))
+        return cls(SemanticStage(section, settings.data_dir, minilm=resources.minilm))
 
     @property
     def alias(self) -> str:

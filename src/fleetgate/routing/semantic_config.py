@@ -30,7 +30,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["IntentConfig", "ReasoningStyle", "SemanticConfig"]
+from fleetgate.config.schema import GatewayConfig
+from fleetgate.config.sections import OptionalSection
+
+__all__ = ["SEMANTIC_SECTION", "IntentConfig", "ReasoningStyle", "SemanticConfig"]
 
 
 class _Model(BaseModel):
@@ -40,8 +43,11 @@ class _Model(BaseModel):
 class IntentConfig(_Model):
     """One intent: where it goes, and whether it wants reasoning and retrieval."""
 
+    # the configured alias the intent routes to
     alias: str = Field(min_length=1)
+    # turn the target's reasoning on (`reasoning_styles`); other intents turn it off
     reasoning: bool = False
+    # mark the request as wanting retrieved context (read by later stages)
     retrieval: bool = False
     keywords: tuple[str, ...] = ()  # case-insensitive substrings
     patterns: tuple[str, ...] = ()  # case-insensitive regular expressions
@@ -61,25 +67,35 @@ class IntentConfig(_Model):
 class ReasoningStyle(_Model):
     """Body fields that turn a target alias's reasoning on or off (merged, client wins)."""
 
+    # fields merged into the body when the intent wants reasoning
     enable: dict[str, Any] = Field(default_factory=dict)
+    # fields merged into the body when it does not
     disable: dict[str, Any] = Field(default_factory=dict)
 
 
 class SemanticConfig(_Model):
     """The intent router (see the module docstring for an example)."""
 
+    # the virtual alias clients send as `model`; must not be a configured alias
     alias: str = Field("auto", min_length=1, pattern=r"^[A-Za-z0-9._:/@-]+$")
+    # intents in rule order, at least one
     intents: dict[str, IntentConfig] = Field(min_length=1)
     default_intent: str | None = None  # the first intent when unset
+    # lowest classifier probability that decides (0-1)
     min_score: float = Field(0.0, ge=0, le=1)
+    # train on the shipped example sentences too
     shipped_examples: bool = True
+    # use the shipped keyword rules too
     shipped_rules: bool = True
     examples_path: str | None = None  # extra JSON lines: {"intent": ..., "text": ...}
+    # per target alias, the body fields that turn its reasoning on and off
     reasoning_styles: dict[str, ReasoningStyle] = Field(default_factory=dict)
     max_chars: int = Field(1000, ge=16)  # of the last user message, to classify
+    # tokens the encoder reads (8-512)
     max_tokens: int = Field(128, ge=8, le=512)
     quantize: bool = True  # int8 dynamic quantisation of the encoder (about 3x faster on CPU)
     threads: int = Field(1, ge=1, le=64)  # torch intra-op threads (process-wide)
+    # messages encoded together when requests arrive at once
     batch_max: int = Field(16, ge=1, le=256)
     load_wait_s: float = Field(30.0, ge=0)  # a request waits this long for the model to load
 
@@ -105,3 +121,11 @@ class SemanticConfig(_Model):
         for alias in self.reasoning_styles:
             if alias not in known:
                 raise ValueError(f"semantic.reasoning_styles: {alias!r} is not a configured alias")
+
+
+def _check_aliases(section: SemanticConfig, config: GatewayConfig) -> None:
+    section.check_aliases({m.alias for m in config.models})
+
+
+SEMANTIC_SECTION = OptionalSection("semantic", SemanticConfig, check=_check_aliases)
+"""The ``semantic`` section: the intent router; absent: no router (``model: auto`` unknown)."""

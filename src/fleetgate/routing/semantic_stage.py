@@ -11,7 +11,7 @@ The model loads in a worker thread after startup; until it is ready a request wa
 
 Example::
 
-    stage = SemanticStage(config.semantic, settings.data_dir)
+    stage = SemanticStage(SEMANTIC_SECTION.of(config), settings.data_dir)
     feature = SemanticFeature(stage)   # fleetgate.routing.features: starts and stops it
 """
 

@@ -34,9 +34,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fleetgate.config.sections import OptionalSection
 from fleetgate.safety.base import Action, CheckPoint
 
 __all__ = [
+    "SAFETY_SECTION",
     "AuditConfig",
     "CheckConfig",
     "PolicyConfig",
@@ -54,7 +56,9 @@ class _Strict(BaseModel):
 class CheckConfig(_Strict):
     """One named check: a registered ``type`` and its options."""
 
+    # the registered check type (words, pii, classifier, llama_guard, cascade, ...)
     type: str
+    # the check type's own options
     options: dict[str, Any] = Field(default_factory=dict)
     on_error: Literal["allow", "block"] = "allow"
     """Fail open (``allow``, counted) or closed (``block``) when the check cannot decide."""
@@ -79,13 +83,19 @@ class StreamConfig(_Strict):
 class PolicyConfig(_Strict):
     """Which checks run at which stage, and what happens when one flags."""
 
+    # checks run on the request before it is sent
     input: list[str] = Field(default_factory=list)
+    # checks run on streamed output as it arrives
     stream: list[str] = Field(default_factory=list)
+    # checks run on a whole (non-streamed) answer
     output: list[str] = Field(default_factory=list)
+    # checks run after the answer, off the request path, by the audit queue
     audit: list[str] = Field(default_factory=list)
     actions: dict[str, Action] = Field(default_factory=dict)
     """Per check name: the action taken when it flags (default: the check's own)."""
+    # the answer a blocked request or reply gets instead
     canned_reply: str = DEFAULT_CANNED_REPLY
+    # how streamed output is checked
     stream_options: StreamConfig = Field(default_factory=StreamConfig)
 
     def checks_for(self, stage: CheckPoint) -> list[str]:
@@ -95,10 +105,15 @@ class PolicyConfig(_Strict):
 class AuditConfig(_Strict):
     """The asynchronous audit queue shared by all policies."""
 
+    # run the audit queue (read at start)
     enabled: bool = True
+    # answers waiting for audit at most; past it the newest are dropped and counted
     queue_size: int = Field(1000, ge=1)
+    # audit tasks running at once
     workers: int = Field(2, ge=1)
+    # URL that receives one POST per audit violation
     webhook_url: str | None = None
+    # time limit of one webhook POST
     webhook_timeout_s: float = Field(5.0, gt=0)
     suspend_after: int | None = Field(None, ge=1)
     """Suspend a key after this many audit violations (None: never)."""
@@ -123,12 +138,19 @@ def _default_policies() -> dict[str, PolicyConfig]:
 class SafetyConfig(_Strict):
     """The whole ``safety:`` section."""
 
+    # run the guardrails; off: the section is kept but no check runs (read at start)
     enabled: bool = True
+    # named check instances, by name
     checks: dict[str, CheckConfig] = Field(default_factory=_default_checks)
+    # named policies: which checks run at which stage
     policies: dict[str, PolicyConfig] = Field(default_factory=_default_policies)
+    # the policy of aliases and teams mapped to none
     default_policy: str = "default"
+    # the policy of each alias, by alias
     aliases: dict[str, str] = Field(default_factory=dict)
+    # the policy of each team, by team id (a team's wins over an alias's)
     teams: dict[str, str] = Field(default_factory=dict)
+    # the asynchronous audit queue shared by all policies
     audit: AuditConfig = Field(default_factory=AuditConfig)
 
     @model_validator(mode="after")
@@ -156,3 +178,7 @@ class SafetyConfig(_Strict):
         if alias is not None and alias in self.aliases:
             return self.aliases[alias]
         return self.default_policy
+
+
+SAFETY_SECTION = OptionalSection("safety", SafetyConfig)
+"""The ``safety`` section: guardrails; absent: no safety stage."""

@@ -26,6 +26,7 @@ from fleetgate.feature import BaseFeature
 from fleetgate.http import AdminAccess
 from fleetgate.resources import Resources
 from fleetgate.safety.admin_routes import SafetyAdmin
+from fleetgate.safety.config import SAFETY_SECTION
 from fleetgate.safety.runtime import SafetyRuntime
 from fleetgate.safety.sinks import AuditLog, JsonlAuditLog, StoreAuditLog
 from fleetgate.telemetry.registry import Registry
@@ -88,7 +89,7 @@ class SafetyFeature(BaseFeature):
         tenancy: Tenancy | None,
         resources: Resources,
     ) -> SafetyFeature:
-        cfg = config.safety
+        cfg = SAFETY_SECTION.of(config)
         if cfg is None or not cfg.enabled:
             return cls(None, None, access)
         audit_log: AuditLog
@@ -109,7 +110,7 @@ class SafetyFeature(BaseFeature):
     def reconfigure(self, config: GatewayConfig) -> None:
         if self.runtime is None:
             return
-        new = config.safety
+        new = SAFETY_SECTION.of(config)
         if new is None or not new.enabled:
             log.warning("turning safety off takes a restart; the current policies stay")
         elif new != self.runtime.base:

@@ -20,7 +20,7 @@ side-service HTTP session (guard model, moderation, the audit webhook) and the o
 
 Example::
 
-    rt = SafetyRuntime(cfg.safety, metrics.registry, data_dir=settings.data_dir,
+    rt = SafetyRuntime(SAFETY_SECTION.of(cfg), metrics.registry, data_dir=settings.data_dir,
                        sink=audit_log.write, on_suspend=suspend_key, resources=resources,
                        database=resources.databases.get(settings.database_url, settings.data_dir))
     # rt.stage joins the request path through fleetgate.safety.feature.SafetyFeature

@@ -26,7 +26,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fleetgate.config.sections import Section
+
 __all__ = [
+    "SCHEDULING_SECTION",
     "BANDS",
     "Band",
     "BandWaits",
@@ -51,9 +54,13 @@ class _Model(BaseModel):
 class BandWaits(_Model):
     """The longest a request of each band waits in a queue before it is shed (503)."""
 
+    # the longest a `critical` request waits in a queue (seconds)
     critical: float = Field(30.0, gt=0)
+    # the same for `interactive`
     interactive: float = Field(10.0, gt=0)
+    # the same for `batch`
     batch: float = Field(300.0, gt=0)
+    # the same for `sheddable`
     sheddable: float = Field(2.0, gt=0)
 
     def of(self, band: Band) -> float:
@@ -76,8 +83,11 @@ class ConcurrencyQuota(_Model):
     unlimited); at most ``lending_limit`` of its unused nominal is lent to others (None: all
     of it), so ``nominal - lending_limit`` stays reserved for it even while it is idle."""
 
+    # the team's own share of requests in flight per pool (see "Quotas")
     nominal: int = Field(ge=0)
+    # how far over `nominal` it may go while others leave theirs idle; none: unlimited
     borrowing_limit: int | None = Field(None, ge=0)
+    # at most this much of its unused nominal is lent to others; none: all of it
     lending_limit: int | None = Field(None, ge=0)
 
     @model_validator(mode="after")
@@ -93,20 +103,25 @@ class RateQuota(_Model):
     (its requests go after those of nodes under theirs), up to ``borrowing_limit`` more
     (None: unlimited), past which its requests wait until its rate falls."""
 
+    # the team's own share of tokens per second per pool
     nominal: float = Field(ge=0)
+    # how far over `nominal` it may go; none: unlimited
     borrowing_limit: float | None = Field(None, ge=0)
 
 
 class Quotas(_Model):
     """A node's quotas; a resource left None is not limited for the node."""
 
+    # the node's share of engine slots (requests at once)
     concurrency: ConcurrencyQuota | None = None
+    # the node's share of tokens per second
     tokens_per_s: RateQuota | None = None
 
 
 class OrgPolicy(_Model):
     """An org: the parent of the teams that name it; its quota bounds them together."""
 
+    # the quota that bounds the org's teams together
     quota: Quotas = Quotas()
 
 
@@ -114,8 +129,10 @@ class KeyPolicy(_Model):
     """How one key's requests are scheduled when their pool is saturated; a field left
     ``None`` comes from the key's team policy, then from the key's tags, then the defaults."""
 
+    # the key's band, over its team's
     band: Band | None = None
-    on_saturation: Literal["queue", "reject"] | None = None  # None: queue
+    # `reject`: answer 429 when its pool is saturated instead of queueing; None: `queue`
+    on_saturation: Literal["queue", "reject"] | None = None
     max_wait_s: float | None = Field(None, gt=0)  # at most the band's wait
     ttft_deadline_ms: float | None = Field(None, gt=0)  # default for its requests
 
@@ -134,22 +151,35 @@ class TeamPolicy(KeyPolicy):
 class SchedulingConfig(_Model):
     """Saturation detection and admission queues per deployment pool (an alias's deployments)."""
 
+    # `false`: no `scheduling` stage at all (the engines see every request at once, as before) and
+    # `/admin/queues` says `"enabled": false`
     enabled: bool = True
+    # the band of a key with none configured or tagged
     default_band: Band = "interactive"
+    # share (0 to <1) of each pool's limit that only the `critical` band (and requests within their
+    # team's guarantee) may take: the headroom that gives them an engine slot at once (vLLM v1 does
+    # not preempt for one)
     critical_reserve: float = Field(0.0, ge=0, lt=1)
     # Hold the reserve only while a critical request arrived in the pool within this many
     # seconds (others may use it otherwise); None: always held.
     critical_reserve_hold_s: float | None = Field(None, gt=0, le=3600)
     max_queue: int = Field(1000, ge=0)  # per pool; a full queue evicts the newest lower band
+    # longest queue wait of each band before a 429
     max_wait_s: BandWaits = BandWaits()
+    # engine signals that mark a pool saturated (each off when none)
     high_water: HighWater = HighWater()
+    # how often capacity (healthy deployments) and engine marks are re-read
     poll_interval_s: float = Field(0.05, gt=0, le=10)
     # starts from a pool's queue spaced at this x its turnover (limit / mean service time);
     # the critical band and guarantees are not paced; None: as fast as slots free
     queue_pacing: float | None = Field(None, gt=0, le=100)
     output_token_weight: float = Field(1.0, ge=0)  # cost of an output token vs an input token
+    # policies by team id (as `/admin/teams` shows it; the master key is its own team `master`)
     teams: dict[str, TeamPolicy] = Field(default_factory=dict)
+    # policies by key id, over the team's: the same fields but `weight`, `guaranteed`, `org`,
+    # `quota`
     keys: dict[str, KeyPolicy] = Field(default_factory=dict)
+    # orgs by name, each `{quota: {concurrency, tokens_per_s}}` with the fields below
     orgs: dict[str, OrgPolicy] = Field(default_factory=dict)
     rate_window_s: float = Field(10.0, gt=0, le=3600)  # tokens/s quotas: the rate's horizon
     # Cancel lower-band streams in flight (or borrowers' streams, for an owner under its
@@ -175,3 +205,7 @@ class SchedulingConfig(_Model):
             t.quota is not None and (t.quota.concurrency or t.quota.tokens_per_s)
             for t in self.teams.values()
         )
+
+
+SCHEDULING_SECTION = Section("scheduling", SchedulingConfig)
+"""The ``scheduling`` section: admission queues."""

@@ -17,6 +17,7 @@ from fleetgate.http import AdminAccess
 from fleetgate.routing.decisions import DecisionLog
 from fleetgate.routing.table import RouteTable
 from fleetgate.scheduling.admin_routes import SchedulingAdmin
+from fleetgate.scheduling.config import SCHEDULING_SECTION
 from fleetgate.scheduling.metrics import SchedulingMetrics
 from fleetgate.scheduling.pool import Snapshots
 from fleetgate.scheduling.scheduler import Scheduler
@@ -46,7 +47,7 @@ class SchedulingFeature(BaseFeature):
     ) -> SchedulingFeature:
         """``snapshots``: the engines' last scrapes (engine-aware routing), for the signals;
         ``decisions``: the routing decision log, for the admission of each queued request."""
-        section = config.scheduling
+        section = SCHEDULING_SECTION.of(config)
         if not section.enabled:
             return cls(None, access)
         scheduler = Scheduler(
@@ -59,7 +60,7 @@ class SchedulingFeature(BaseFeature):
 
     def reconfigure(self, config: GatewayConfig) -> None:
         if self.scheduler is not None:
-            self.scheduler.reconfigure(config.scheduling)
+            self.scheduler.reconfigure(SCHEDULING_SECTION.of(config))
 
     async def start(self) -> None:
         if self.scheduler is not None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ResponsesConfig"]
+from fleetgate.config.sections import Section
+
+__all__ = ["RESPONSES_SECTION", "ResponsesConfig"]
 
 
 class ResponsesConfig(BaseModel):
@@ -14,8 +16,14 @@ class ResponsesConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    # `false`: no `/v1/responses` routes
     enabled: bool = True
     retention_s: float = Field(2_592_000, gt=0)  # 30 days, as OpenAI keeps responses
+    # how often each replica deletes expired responses
     purge_interval_s: float = Field(3600.0, gt=0)
     # The most turns a previous_response_id chain may have (older ones are not sent).
     max_turns: int = Field(1000, ge=1)
+
+
+RESPONSES_SECTION = Section("responses", ResponsesConfig)
+"""The ``responses`` section: the Responses API (``/v1/responses``)."""

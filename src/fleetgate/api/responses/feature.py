@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from aiohttp import web
 
-from fleetgate.api.responses.config import ResponsesConfig
+from fleetgate.api.responses.config import RESPONSES_SECTION, ResponsesConfig
 from fleetgate.api.responses.handlers import ResponsesRoutes
 from fleetgate.api.responses.store import ResponseStore
 from fleetgate.api.state import GatewayState
@@ -34,7 +34,7 @@ class ResponsesFeature(BaseFeature):
     def __init__(self, gw: GatewayState, config: GatewayConfig) -> None:
         self._databases = gw.resources.databases
         self.db = self._databases.get(gw.settings.database_url, gw.settings.data_dir)
-        self.config: ResponsesConfig = config.responses
+        self.config: ResponsesConfig = RESPONSES_SECTION.of(config)
         self.store = ResponseStore(self.db)
         self.api = ResponsesRoutes(self.store, lambda: self.config, self._prepare)
         self._purger: asyncio.Task[None] | None = None
@@ -59,7 +59,7 @@ class ResponsesFeature(BaseFeature):
         return self.api.routes() if self.config.enabled else ()
 
     def reconfigure(self, config: GatewayConfig) -> None:
-        self.config = config.responses
+        self.config = RESPONSES_SECTION.of(config)
 
     async def aclose(self) -> None:
         self._closed = True
