@@ -7,8 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fleetgate.config.schema import DeploymentConfig
-from fleetgate.config.schema import NAME_PATTERN
+from fleetgate.config.schema import NAME_PATTERN, DeploymentConfig
 
 __all__ = ["DEFAULT_STAGES", "HistoryEntry", "ModelSpec", "Move", "VersionSpec"]
 

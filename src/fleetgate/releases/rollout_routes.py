@@ -19,11 +19,10 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fleetgate.api.schemas import validate_request
-from fleetgate.config.schema import GatewayConfig
+from fleetgate.config.schema import NAME_PATTERN, GatewayConfig
 from fleetgate.errors import Conflict, InvalidRequest
 from fleetgate.http import AdminAccess, json_reply, read_json
 from fleetgate.releases.admin_routes import RegistryAdmin
-from fleetgate.config.schema import NAME_PATTERN
 from fleetgate.releases.rollouts import Rollout, RolloutStore
 from fleetgate.store.errors import store_unavailable_is_503
 
