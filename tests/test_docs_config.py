@@ -4,6 +4,9 @@ Each section has a heading ``### `name:` `` in its page, followed by a table who
 with the field's path inside the section in backticks (``images.fetch.max_bytes``; a key of a
 mapping is written ``<alias>``: ``prompts.<alias>.system_prompt``) and whose second column is
 the default. A field added, renamed or given a new default without its row fails here.
+
+docs/config-reference.md, every field of every section, is generated
+(``fleetgate config reference --output docs/config-reference.md``) and must be current.
 """
 
 from __future__ import annotations
@@ -20,9 +23,12 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from fleetgate.api.responses.config import ResponsesConfig
+from fleetgate.app import SECTIONS as APP_SECTIONS
 from fleetgate.batches.config import BatchesConfig
 from fleetgate.cache.config import CacheConfig
-from fleetgate.config.schema import HealthConfig, RouterConfig, RoutingConfig
+from fleetgate.cli.reference import REGENERATE, render
+from fleetgate.cli.reference import sections as reference_sections
+from fleetgate.config.schema import GatewayConfig, HealthConfig, RouterConfig, RoutingConfig
 from fleetgate.mcp.config import McpConfig
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.releases.config import ReleasesConfig
@@ -158,3 +164,28 @@ def test_no_row_documents_a_field_that_does_not_exist() -> None:
         table = rows(section_text((ROOT / page).read_text(), section))
         stale = sorted(set(table) - known)
         assert not stale, f"{page}, `{section}:` documents fields that do not exist: {stale}"
+
+
+def test_the_configuration_reference_is_current() -> None:
+    """docs/config-reference.md is rendered from the config models; a field added, renamed,
+    retyped, given a new default or a new description without regenerating it fails here."""
+    text = (ROOT / "docs/config-reference.md").read_text(encoding="utf-8")
+    assert text == render(), f"docs/config-reference.md is stale: run `{REGENERATE}`"
+
+
+def test_every_field_of_the_reference_says_what_it_is_for() -> None:
+    bare = [
+        path for _, _, rows in reference_sections() for path, *_, meaning in rows if not meaning
+    ]
+    assert not bare, f"fields with no description or comment in their model: {bare}"
+
+
+def test_the_reference_covers_every_section() -> None:
+    text = render()
+    names = [*GatewayConfig.model_fields, *(d.name for d in APP_SECTIONS)]
+    for name in names:
+        if name in ("sections", "extensions", "cache"):
+            continue
+        assert f"## `{name}`" in text, name
+    assert "`models[].cache.exact`" in text and "## `extensions.console`" in text
+    assert "](config-reference.md)" in (ROOT / "docs/configuration.md").read_text()

@@ -1,4 +1,5 @@
-"""``fleetgate config check FILE``: validate a config without starting anything."""
+"""``fleetgate config check FILE``: validate a config without starting anything;
+``fleetgate config reference``: render docs/config-reference.md (`fleetgate.cli.reference`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from fleetgate.app import SECTIONS
+from fleetgate.cli.reference import run_reference
 from fleetgate.config.loader import load_config
 from fleetgate.routing.strategies import StrategyRegistry
 
@@ -18,10 +21,15 @@ def register(sub: Any) -> None:
     check = inner.add_parser("check", help="validate a config file")
     check.add_argument("file", type=Path)
     check.set_defaults(func=run_check)
+    reference = inner.add_parser(
+        "reference", help="render the configuration reference from the config models"
+    )
+    reference.add_argument("--output", type=Path, default=None, help="write it here")
+    reference.set_defaults(func=run_reference)
 
 
 def run_check(args: argparse.Namespace) -> int:
-    config = load_config(args.file)
+    config = load_config(args.file, sections=SECTIONS)
     strategies = StrategyRegistry.with_builtins()
     for alias in config.models:
         strategies.create(alias)
