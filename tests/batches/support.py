@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from fleetgate.store.database import Database
 from tests.tenancy.support import served
 
 MASTER = "sk-master-batches"
+TERMINAL = {"completed", "failed", "cancelled", "expired"}
 
 
 def config(upstream: str, batches: dict[str, Any] | None = None, **model: Any) -> dict[str, Any]:
@@ -45,6 +47,18 @@ def config(upstream: str, batches: dict[str, Any] | None = None, **model: Any) -
         "tenancy": {"spend_flush_interval_s": 0.05, "poll_interval_s": 0.2},
         "batches": {"tick_s": 0.1, "lease_s": 3.0, **(batches or {})},
     }  # fmt: skip
+
+
+async def finished(client: openai.AsyncOpenAI, batch_id: str, timeout_s: float = 30.0) -> Any:
+    """The batch once it has ended (completed, failed, cancelled or expired)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        batch = await client.batches.retrieve(batch_id)
+        if batch.status in TERMINAL:
+            return batch
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"batch {batch_id} did not finish: {batch.status}")
 
 
 def jsonl(rows: list[Any]) -> bytes:

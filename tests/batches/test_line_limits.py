@@ -14,21 +14,16 @@ import openai
 import pytest
 
 from fleetgate.sim import SimConfig, running_sim
-from tests.batches.support import MASTER, chat_line, config, jsonl, records, running_gateway
+from tests.batches.support import (
+    MASTER,
+    chat_line,
+    config,
+    finished,
+    jsonl,
+    records,
+    running_gateway,
+)
 from tests.batches.test_lines import nested
-
-TERMINAL = {"completed", "failed", "cancelled", "expired"}
-
-
-async def finished(client: openai.AsyncOpenAI, batch_id: str, timeout_s: float = 60.0) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while loop.time() < deadline:
-        batch = await client.batches.retrieve(batch_id)
-        if batch.status in TERMINAL:
-            return batch
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"batch {batch_id} did not finish: {batch.status}")
 
 
 async def run_batch(client: openai.AsyncOpenAI, lines: list[dict[str, Any]]) -> Any:
@@ -36,7 +31,7 @@ async def run_batch(client: openai.AsyncOpenAI, lines: list[dict[str, Any]]) -> 
     batch = await client.batches.create(
         input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
     )
-    return await finished(client, batch.id)
+    return await finished(client, batch.id, timeout_s=60.0)
 
 
 async def test_a_line_nested_200_levels_is_the_direct_calls_400_alone(

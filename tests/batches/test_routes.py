@@ -12,20 +12,7 @@ from sqlalchemy import func, select
 
 from fleetgate.api.state import GATEWAY
 from fleetgate.store.tables import batch_results, spend
-from tests.batches.support import chat_line, config, jsonl, records, running_gateway
-
-TERMINAL = {"completed", "failed", "cancelled", "expired"}
-
-
-async def finished(client: openai.AsyncOpenAI, batch_id: str, timeout_s: float = 30.0) -> object:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while loop.time() < deadline:
-        batch = await client.batches.retrieve(batch_id)
-        if batch.status in TERMINAL:
-            return batch
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"batch {batch_id} did not finish: {batch.status}")
+from tests.batches.support import chat_line, config, finished, jsonl, records, running_gateway
 
 
 async def test_a_fifty_line_batch_completes_with_every_line_once(

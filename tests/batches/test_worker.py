@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 
 from fleetgate.batches.config import BatchesConfig
-from fleetgate.batches.grant import Grant
 from fleetgate.batches.store import BatchStore
-from fleetgate.batches.worker import BatchWorker
+from fleetgate.batches.worker import BatchWorker, LineRequest
 from fleetgate.store.database import Database
 from tests.batches.support import chat_line, jsonl, records
 
@@ -27,16 +26,9 @@ class Sender:
     def idle(self, alias: str) -> bool:
         return not self.busy
 
-    async def send(
-        self,
-        key_id: str,
-        endpoint: str,
-        body: dict[str, Any],
-        request_id: str,
-        grant: Grant | None = None,
-    ) -> tuple[int, dict[str, Any]]:
-        text = body["messages"][0]["content"]
-        self.sent.append(request_id)
+    async def send(self, line: LineRequest) -> tuple[int, dict[str, Any]]:
+        text = line.body["messages"][0]["content"]
+        self.sent.append(line.request_id)
         if text == "fail":
             raise RuntimeError("boom")
         return 200, {"choices": [{"message": {"content": text.upper()}}]}

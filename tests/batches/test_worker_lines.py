@@ -14,7 +14,7 @@ from sqlalchemy.exc import DataError
 from fleetgate.batches.config import BatchesConfig
 from fleetgate.batches.grant import Grant
 from fleetgate.batches.store import BatchStore
-from fleetgate.batches.worker import BatchWorker
+from fleetgate.batches.worker import BatchWorker, LineRequest
 from fleetgate.store.database import Database
 from tests.batches.support import chat_line, jsonl, records
 
@@ -33,17 +33,10 @@ class Sender:
     def idle(self, alias: str) -> bool:
         return True
 
-    async def send(
-        self,
-        key_id: str,
-        endpoint: str,
-        body: dict[str, Any],
-        request_id: str,
-        grant: Grant | None = None,
-    ) -> tuple[int, dict[str, Any]]:
-        text = body["messages"][0]["content"]
+    async def send(self, line: LineRequest) -> tuple[int, dict[str, Any]]:
+        text = line.body["messages"][0]["content"]
         self.sent.append(text)
-        self.grants.append(grant)
+        self.grants.append(line.grant)
         if text == "hang":
             await asyncio.Event().wait()
         if text == "revoked":
@@ -164,6 +157,14 @@ async def test_a_line_not_answered_in_time_fails_alone(store: BatchStore) -> Non
     assert sorted(r["custom_id"] for r in out) == ["a", "b"]
 
 
+async def _sent(sender: Sender, text: str, times: int) -> None:
+    """Wait (8 s at most) until ``text`` was sent ``times`` times."""
+    for _ in range(400):
+        if sender.sent.count(text) == times:
+            return
+        await asyncio.sleep(0.02)
+
+
 async def _crash(worker: BatchWorker) -> None:
     """Stop ``worker`` the way a dead or stalled replica stops: its lease is not given up."""
     tasks = [t for t in (worker._task, *worker.driving.values()) if t is not None]
@@ -182,10 +183,7 @@ async def test_a_line_that_takes_its_replica_down_each_time_is_abandoned(
     for attempt in range(1, 3):  # max_line_attempts 2: two replicas go down with it
         worker = _worker(store, sender, f"r{attempt}", max_line_attempts=2)
         await worker.start()
-        for _ in range(400):
-            if sender.sent.count("hang") == attempt:
-                break
-            await asyncio.sleep(0.02)
+        await _sent(sender, "hang", attempt)
         assert sender.sent.count("hang") == attempt
         await _crash(worker)
     survivor = _worker(store, sender, "r3", max_line_attempts=2)
@@ -230,10 +228,7 @@ async def test_a_clean_shutdown_does_not_count_against_the_line(store: BatchStor
     for attempt in range(1, 4):  # three deploys while the line runs: each replica stops cleanly
         worker = _worker(store, sender, f"r{attempt}", max_line_attempts=1)
         await worker.start()
-        for _ in range(400):
-            if sender.sent.count("hang") == attempt:
-                break
-            await asyncio.sleep(0.02)
+        await _sent(sender, "hang", attempt)
         assert sender.sent.count("hang") == attempt  # sent again: it never took a replica down
         await worker.aclose()
     row = await store.batch(batch_id, TEAM)

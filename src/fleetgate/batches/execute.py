@@ -18,6 +18,7 @@ from typing import Any
 from fleetgate.api.completions import answer
 from fleetgate.api.state import GatewayState
 from fleetgate.batches.grant import Grant
+from fleetgate.batches.worker import LineRequest
 from fleetgate.contract.principal import Principal
 from fleetgate.contract.request import Endpoint
 from fleetgate.errors import AuthenticationFailed
@@ -67,20 +68,13 @@ class GatewaySender:
             )
         return entry.principal
 
-    async def send(
-        self,
-        key_id: str,
-        endpoint: str,
-        body: dict[str, Any],
-        request_id: str,
-        grant: Grant | None = None,
-    ) -> tuple[int, dict[str, Any]]:
+    async def send(self, line: LineRequest) -> tuple[int, dict[str, Any]]:
         """(status, JSON body) of one line; refusals and failures as OpenAI error bodies."""
         try:
-            principal = self._principal(key_id, grant)
+            principal = self._principal(line.key_id, line.grant)
         except AuthenticationFailed as exc:
             return exc.status, exc.to_dict()
         return await answer(
-            self._gw, ENDPOINTS[endpoint], principal, body, request_id=request_id,
+            self._gw, ENDPOINTS[line.endpoint], principal, line.body, request_id=line.request_id,
             headers=dict(_HEADERS), batch=True,
         )  # fmt: skip

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fleetgate.batches.config import BatchesConfig
@@ -37,7 +38,7 @@ from fleetgate.errors import NotFound
 from fleetgate.store.errors import is_unreachable
 from fleetgate.tasks import cancel_and_wait
 
-__all__ = ["BatchRun", "BatchWorker", "LineSender"]
+__all__ = ["BatchRun", "BatchWorker", "LineRequest", "LineSender"]
 
 log = logging.getLogger("fleetgate.batches")
 
@@ -46,19 +47,26 @@ _RETRIES = 4
 _MAX_LINE_BYTES = 16 * 1024 * 1024  # server.max_request_bytes' default
 
 
+@dataclass(frozen=True)
+class LineRequest:
+    """One send of a line: as the batch's key (narrowed by its ``grant``, when stored), to its
+    endpoint, under the line's own request id."""
+
+    key_id: str
+    endpoint: str
+    body: dict[str, Any]
+    request_id: str
+    grant: Grant | None = None
+
+
 class LineSender(Protocol):
     """How a line is sent (`fleetgate.batches.execute.GatewaySender` in the gateway)."""
 
     def idle(self, alias: str) -> bool: ...
 
-    async def send(
-        self,
-        key_id: str,
-        endpoint: str,
-        body: dict[str, Any],
-        request_id: str,
-        grant: Grant | None = None,
-    ) -> tuple[int, dict[str, Any]]: ...
+    async def send(self, line: LineRequest) -> tuple[int, dict[str, Any]]:
+        """(status, JSON body) of one line; refusals and failures as OpenAI error bodies."""
+        ...
 
 
 class BatchWorker:
@@ -351,9 +359,8 @@ class BatchRun:
     async def _send(self, body: dict[str, Any], request_id: str) -> tuple[int, dict[str, Any]]:
         row = self.row
         for attempt in range(_RETRIES + 1):
-            status, answer = await self.sender.send(
-                row["key_id"], row["endpoint"], body, request_id, self.grant
-            )
+            line = LineRequest(row["key_id"], row["endpoint"], body, request_id, self.grant)
+            status, answer = await self.sender.send(line)
             if status not in _RETRY_STATUSES or attempt == _RETRIES or self.stop is not None:
                 break
             await asyncio.sleep(min(8.0, 0.5 * 2**attempt))
