@@ -89,6 +89,21 @@ async def _until(check: Callable[[], object], timeout: float = 5.0) -> None:
             await asyncio.sleep(0.02)
 
 
+async def _one_after_another(
+    lim: RedisLimiter, scopes: tuple[Scope, ...], count: int, *, tokens: int, used: int
+) -> list[object]:
+    """Reserve ``count`` requests one after another, each settled (``used`` tokens) before the
+    next is reserved; returns the refusals."""
+    refused: list[object] = []
+    for i in range(count):
+        got = await lim.reserve(f"after-{i}", scopes, tokens)
+        if not isinstance(got, Reservation):
+            refused.append(got)
+            continue
+        lim.settle(got, used, 0)  # sent; the next request does not wait for its reply
+    return refused
+
+
 async def test_after_redis_restarts_empty_one_at_a_time_is_never_refused(
     redis_server: RestartableRedis,
 ) -> None:
@@ -106,13 +121,7 @@ async def test_after_redis_restarts_empty_one_at_a_time_is_never_refused(
         # the first request after the restart finds the old connection broken
         await _until(lambda: lim.reserve("probe", (Scope("key:probe", rpm=1000),), 1))
         one = (Scope("key:one", rpm=1000, tpm=1_000_000, max_parallel=1),)
-        refused = []
-        for i in range(6):
-            got = await lim.reserve(f"after-{i}", one, 10)
-            if not isinstance(got, Reservation):
-                refused.append(got)
-                continue
-            lim.settle(got, 5, 0)  # sent; the next request does not wait for its reply
+        refused = await _one_after_another(lim, one, 6, tokens=10, used=5)
         # the in-flight request ends meanwhile; its settle is retried (as `Settles` does)
         # against the Redis that forgot it
         await _until(lambda: lim.settle(held, 5, 0))
@@ -140,13 +149,7 @@ async def test_after_redis_forgot_its_scripts_one_at_a_time_is_never_refused(
         assert isinstance(first, Reservation)
         await lim.settle(first, 1, 0)
         await lim.redis.call("SCRIPT", "FLUSH")
-        refused = []
-        for i in range(4):
-            got = await lim.reserve(f"after-{i}", one, 1)
-            if not isinstance(got, Reservation):
-                refused.append(got)
-                continue
-            lim.settle(got, 1, 0)  # sent; the next request does not wait for its reply
+        refused = await _one_after_another(lim, one, 4, tokens=1, used=1)
         assert refused == []
     finally:
         await lim.redis.aclose()

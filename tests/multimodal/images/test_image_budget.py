@@ -1,6 +1,7 @@
 import asyncio
 
 import pytest
+from tests.multimodal.images.turns import admission_order
 
 from fleetgate.errors import InvalidRequest
 from fleetgate.multimodal.images.budget import ImageComputeBudget
@@ -64,29 +65,6 @@ def test_per_request_image_cap() -> None:
 
 async def test_one_key_s_backlog_of_image_requests_does_not_hold_up_another_key() -> None:
     budget = ImageComputeBudget(default_tokens_in_flight=100)
-    admitted: list[str] = []
-    done: dict[str, asyncio.Event] = {}
-
-    async def request(owner: str, name: str) -> None:
-        done[name] = asyncio.Event()
-        async with budget.admit("dep", 100, owner=owner):
-            admitted.append(name)
-            await done[name].wait()
-
-    async def until(condition: object) -> None:
-        async with asyncio.timeout(5):
-            while not condition():  # type: ignore[operator]
-                await asyncio.sleep(0)
-
-    tasks = []
-    for n in range(1, 5):  # key a: one request holding the whole budget, three waiting
-        tasks.append(asyncio.create_task(request("key-a", f"a{n}")))
-        await until(lambda n=n: len(admitted) + budget.waiting("dep") == n)
-    tasks.append(asyncio.create_task(request("key-b", "b1")))
-    await until(lambda: budget.waiting("dep") == 4)
-    for name in ("a1", "a2", "a3", "b1", "a4"):
-        await until(lambda name=name: admitted[-1:] == [name])
-        done[name].set()
-    await asyncio.gather(*tasks)
+    admitted = await admission_order(budget, timeout_s=5, poll_s=0)
     # b waited for a's request at the head and one turn more, not for all of a's backlog.
     assert admitted == ["a1", "a2", "a3", "b1", "a4"]

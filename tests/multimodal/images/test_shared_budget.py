@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from tests.conftest import AUTH, GatewayFactory, one_alias
 from tests.fakes import FakeUpstream
+from tests.multimodal.images.turns import admission_order
 from tests.procs import metric_value
 
 from fleetgate.multimodal.images.shared_budget import SharedImageBudget
@@ -221,29 +222,6 @@ async def test_gateway_with_redis_shares_the_budget_with_other_processes(
 
 async def test_waiting_requests_of_different_keys_take_turns(process: BudgetFactory) -> None:
     budget = process(default_tokens_in_flight=100)
-    admitted: list[str] = []
-    done: dict[str, asyncio.Event] = {}
-
-    async def request(owner: str, name: str) -> None:
-        done[name] = asyncio.Event()
-        async with budget.admit("dep", 100, owner=owner):
-            admitted.append(name)
-            await done[name].wait()
-
-    async def until(condition: Callable[[], bool]) -> None:
-        async with asyncio.timeout(10):
-            while not condition():
-                await asyncio.sleep(0.005)
-
-    tasks = []
-    for n in range(1, 5):  # key a: one request holding the whole budget, three waiting
-        tasks.append(asyncio.create_task(request("key-a", f"a{n}")))
-        await until(lambda n=n: len(admitted) + budget.waiting("dep") == n)  # type: ignore[misc]
-    tasks.append(asyncio.create_task(request("key-b", "b1")))
-    await until(lambda: budget.waiting("dep") == 4)
-    for name in ("a1", "a2", "a3", "b1", "a4"):
-        await until(lambda name=name: admitted[-1:] == [name])  # type: ignore[misc]
-        done[name].set()
-    await asyncio.gather(*tasks)
+    admitted = await admission_order(budget, timeout_s=10, poll_s=0.005)
     # b waited for a's request at the head and one turn more, not for all of a's backlog.
     assert admitted == ["a1", "a2", "a3", "b1", "a4"]
