@@ -15,7 +15,7 @@ from fleetgate.providers.azure_openai import azure_url
 from fleetgate.providers.base import RoutedEndpoint, UpstreamCall, UpstreamResponse
 from fleetgate.providers.connections import PooledResponse
 from fleetgate.providers.responses import NativeResponses
-from fleetgate.providers.transport import HttpClient, map_client_error, streamed_response
+from fleetgate.providers.transport import HttpClient, raise_upstream_error, streamed_response
 from fleetgate.sse import iter_sse_batches
 
 # After [DONE] only the chunked-encoding terminator is left: wait this long for it.
@@ -91,11 +91,7 @@ class OpenAIProvider:
                         detail=f"{url}: stream ended before any event",
                     ) from None
         except BaseException as exc:
-            if resp is not None:
-                resp.close()
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            raise map_client_error(exc, url) from None
+            raise_upstream_error(exc, resp, url)
         if not first.startswith(_SSE_STARTS):
             resp.close()
             raise UpstreamBadResponse(

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import aiohttp
 import orjson
@@ -27,7 +27,14 @@ from fleetgate.errors import (
 from fleetgate.providers.base import UpstreamResponse
 from fleetgate.providers.connections import ConnectionPool, PooledResponse
 
-__all__ = ["ErrorMapper", "HttpClient", "map_client_error", "status_error", "streamed_response"]
+__all__ = [
+    "ErrorMapper",
+    "HttpClient",
+    "map_client_error",
+    "raise_upstream_error",
+    "status_error",
+    "streamed_response",
+]
 
 # A stream closed gracefully before its end is read out this long, so that its keep-alive
 # connection can serve the next request; past that the connection is dropped.
@@ -53,6 +60,17 @@ def map_client_error(exc: BaseException, where: str) -> UpstreamError:
         f"The upstream sent a response that could not be read ({type(exc).__name__}).",
         detail=detail,
     )
+
+
+def raise_upstream_error(exc: BaseException, resp: PooledResponse | None, where: str) -> NoReturn:
+    """Raise what ended a request to ``where`` while ``resp`` was being opened or read: the
+    response is closed (its connection not kept), a cancellation or an error of the tree is
+    raised as it is, anything else as `map_client_error` translates it."""
+    if resp is not None:
+        resp.close()
+    if isinstance(exc, asyncio.CancelledError | FleetgateError):
+        raise exc
+    raise map_client_error(exc, where) from None
 
 
 def streamed_response(
@@ -205,11 +223,7 @@ class HttpClient:
         except FleetgateError:
             raise
         except BaseException as exc:
-            if resp is not None:
-                resp.close()
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            raise map_client_error(exc, url) from None
+            raise_upstream_error(exc, resp, url)
 
     async def get_ok(self, url: str, headers: Mapping[str, str], timeout_s: float) -> bool:
         with contextlib.suppress(Exception):

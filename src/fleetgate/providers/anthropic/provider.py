@@ -25,7 +25,7 @@ from fleetgate.providers.anthropic.stream import AnthropicStreamTranslator
 from fleetgate.providers.anthropic.wire import anthropic_headers, anthropic_messages_url
 from fleetgate.providers.base import UpstreamCall, UpstreamResponse
 from fleetgate.providers.connections import PooledResponse
-from fleetgate.providers.transport import HttpClient, map_client_error, streamed_response
+from fleetgate.providers.transport import HttpClient, raise_upstream_error, streamed_response
 from fleetgate.sse import SSEParser, encode_sse
 from fleetgate.telemetry.tracing import TRACE_HEADERS
 
@@ -121,11 +121,7 @@ class AnthropicProvider:
                 except StopAsyncIteration:
                     raise UpstreamBadResponse("Anthropic stream ended before any event") from None
         except BaseException as exc:
-            if resp is not None:
-                resp.close()
-            if isinstance(exc, asyncio.CancelledError | FleetgateError):
-                raise
-            raise map_client_error(exc, self._url) from None
+            raise_upstream_error(exc, resp, self._url)
         return streamed_response(resp, [first, *leftover], batches, self._url)
 
 

@@ -23,7 +23,7 @@ from fleetgate.providers.connections import PooledResponse
 from fleetgate.providers.responses.request import chat_to_responses
 from fleetgate.providers.responses.response import responses_to_chat
 from fleetgate.providers.responses.stream import ResponsesStreamTranslator
-from fleetgate.providers.transport import HttpClient, map_client_error, streamed_response
+from fleetgate.providers.transport import HttpClient, raise_upstream_error, streamed_response
 from fleetgate.sse import SSEParser, encode_sse
 
 __all__ = ["NativeResponses"]
@@ -76,11 +76,7 @@ class NativeResponses:
                         "The upstream stream ended before any event."
                     ) from None
         except BaseException as exc:
-            if resp is not None:
-                resp.close()
-            if isinstance(exc, asyncio.CancelledError | FleetgateError):
-                raise
-            raise map_client_error(exc, self.url) from None
+            raise_upstream_error(exc, resp, self.url)
         return streamed_response(resp, [first, *leftover], batches, self.url)
 
 
