@@ -66,6 +66,15 @@ class Console:
         async with self.http.request(method, self.url + path, headers=headers, **kwargs) as resp:
             return resp.status, await resp.json()
 
+    async def team_and_key(self, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Create team ``name`` and a key in it (as the master key); returns both as the admin
+        API answered."""
+        status, team = await self.admin("POST", "/admin/teams", json={"name": name})
+        assert status == 201, team
+        status, key = await self.admin("POST", "/admin/keys", json={"team": team["id"]})
+        assert status == 201, key
+        return team, key
+
     async def chat(self, key: str, alias: str = "tiny") -> int:
         body = {"model": alias, "messages": [{"role": "user", "content": "hi"}]}
         headers = {"Authorization": f"Bearer {key}"}

@@ -67,10 +67,7 @@ async def test_no_number_in_a_form_is_a_500(
 ) -> None:
     """Limits, budgets and canary weights typed into the forms: a 400 (or kept), never a 500."""
     async with running_console(fake.url, tmp_path, database_url=db_url) as console:
-        status, team = await console.admin("POST", "/admin/teams", json={"name": "search"})
-        assert status == 201, team
-        status, key = await console.admin("POST", "/admin/keys", json={"team": team["id"]})
-        assert status == 201, key
+        team, key = await console.team_and_key("search")
         browser = await console.signed_in(MASTER)
         try:
             async with browser.get(console.url + "/ui/teams") as resp:

@@ -3,6 +3,7 @@ sign-out, every replica), expiring, bounded, and of no use to someone who reads 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -16,6 +17,17 @@ from fleetgate.store import Database
 from fleetgate.store.tables import console_sessions
 from tests.console.support import MASTER, csrf_of, running_console
 from tests.fakes import FakeUpstream
+
+
+@pytest.fixture
+async def db(db_url: str, tmp_path: Path) -> AsyncIterator[Database]:
+    """A migrated store (SQLite or PostgreSQL, as ``db_url``)."""
+    database = Database.from_url(db_url, tmp_path)
+    try:
+        await database.migrate()
+        yield database
+    finally:
+        await database.aclose()
 
 
 async def test_two_replicas_share_a_session_and_a_sign_out_ends_it_on_both(
@@ -54,115 +66,89 @@ async def test_two_replicas_share_a_session_and_a_sign_out_ends_it_on_both(
             await browser.close()
 
 
-async def test_sessions_expire_and_the_oldest_go_first_past_the_limit(
-    db_url: str, tmp_path: Path
-) -> None:
-    db = Database.from_url(db_url, tmp_path)
+async def test_sessions_expire_and_the_oldest_go_first_past_the_limit(db: Database) -> None:
     now = [1000.0]
-    try:
-        await db.migrate()
-        sessions = Sessions(db, ttl_s=10, limit=2, clock=lambda: now[0])
-        a = await sessions.open(Principal("k"), "t", "key", "n")
-        now[0] += 1
-        b = await sessions.open(Principal("k"), "t", "key", "n")
-        assert a.id != b.id and a.csrf != b.csrf
-        now[0] += 1
-        c = await sessions.open(Principal("k"), "t", "key", "n")
-        assert await sessions.get(a.id) is None
-        assert (await sessions.get(b.id) or a).id == b.id and await sessions.get(c.id) is not None
-        now[0] = 1011.0  # b's ten seconds are over, not c's
-        assert await sessions.get(b.id) is None and await sessions.count() == 1
-        assert await sessions.get("nonsense") is None and await sessions.get(None) is None
-    finally:
-        await db.aclose()
+    sessions = Sessions(db, ttl_s=10, limit=2, clock=lambda: now[0])
+    a = await sessions.open(Principal("k"), "t", "key", "n")
+    now[0] += 1
+    b = await sessions.open(Principal("k"), "t", "key", "n")
+    assert a.id != b.id and a.csrf != b.csrf
+    now[0] += 1
+    c = await sessions.open(Principal("k"), "t", "key", "n")
+    assert await sessions.get(a.id) is None
+    assert (await sessions.get(b.id) or a).id == b.id and await sessions.get(c.id) is not None
+    now[0] = 1011.0  # b's ten seconds are over, not c's
+    assert await sessions.get(b.id) is None and await sessions.count() == 1
+    assert await sessions.get("nonsense") is None and await sessions.get(None) is None
 
 
-async def test_the_table_holds_neither_the_session_id_nor_the_credential(
-    db_url: str, tmp_path: Path
-) -> None:
+async def test_the_table_holds_neither_the_session_id_nor_the_credential(db: Database) -> None:
     """A copy of the table opens nothing: the id is stored hashed and the key sealed with a
     key derived from the id; an OIDC session's principal comes back whole."""
-    db = Database.from_url(db_url, tmp_path)
-    try:
-        await db.migrate()
-        sessions = Sessions(db, ttl_s=60, limit=10)
-        principal = Principal(
-            "oidc:alice", role="team_admin", team_id="team_1", user_id="alice",
-            allowed_aliases=frozenset({"tiny"}), tags=(("env", "prod"),),
-        )  # fmt: skip
-        secret = "sk-very-secret-access-token"
-        opened = await sessions.open(principal, secret, "oidc", "alice@example.com")
-        async with db.engine.connect() as conn:
-            row = (await conn.execute(select(console_sessions))).one()
-        dump = repr(tuple(row))
-        assert opened.id not in dump and secret not in dump
-        assert secret.encode() not in bytes(row.sealed_token)
-        again = await sessions.get(opened.id)
-        assert again is not None
-        assert (again.principal, again.token, again.via, again.csrf) == (
-            principal,
-            secret,
-            "oidc",
-            opened.csrf,
-        )
-        # the row under another id (a guessed or swapped cookie) cannot be unsealed
-        assert await sessions.get(opened.id[:-1] + ("A" if opened.id[-1] != "A" else "B")) is None
-    finally:
-        await db.aclose()
+    sessions = Sessions(db, ttl_s=60, limit=10)
+    principal = Principal(
+        "oidc:alice", role="team_admin", team_id="team_1", user_id="alice",
+        allowed_aliases=frozenset({"tiny"}), tags=(("env", "prod"),),
+    )  # fmt: skip
+    secret = "sk-very-secret-access-token"
+    opened = await sessions.open(principal, secret, "oidc", "alice@example.com")
+    async with db.engine.connect() as conn:
+        row = (await conn.execute(select(console_sessions))).one()
+    dump = repr(tuple(row))
+    assert opened.id not in dump and secret not in dump
+    assert secret.encode() not in bytes(row.sealed_token)
+    again = await sessions.get(opened.id)
+    assert again is not None
+    assert (again.principal, again.token, again.via, again.csrf) == (
+        principal,
+        secret,
+        "oidc",
+        opened.csrf,
+    )
+    # the row under another id (a guessed or swapped cookie) cannot be unsealed
+    assert await sessions.get(opened.id[:-1] + ("A" if opened.id[-1] != "A" else "B")) is None
 
 
-async def test_one_key_signing_in_again_and_again_ends_only_its_own_sessions(
-    db_url: str, tmp_path: Path
-) -> None:
+async def test_one_key_signing_in_again_and_again_ends_only_its_own_sessions(db: Database) -> None:
     """Finding 6 of #31: sessions used to be evicted globally, oldest first, so one key
     signing in ``limit`` times signed the master out."""
-    db = Database.from_url(db_url, tmp_path)
     now = [1000.0]
-    try:
-        await db.migrate()
-        sessions = Sessions(db, ttl_s=600, limit=5, per_principal=2, clock=lambda: now[0])
-        master = await sessions.open(Principal("master", role="master"), "m", "key", "master")
-        opened = []
-        for _ in range(12):
-            now[0] += 1
-            opened.append(await sessions.open(Principal("k1"), "t", "key", "k1"))
-        assert await sessions.get(master.id) is not None
-        # the key keeps its two newest sessions, the older ones are its own that ended
-        alive = [s for s in opened if await sessions.get(s.id) is not None]
-        assert [s.id for s in alive] == [s.id for s in opened[-2:]]
-    finally:
-        await db.aclose()
+    sessions = Sessions(db, ttl_s=600, limit=5, per_principal=2, clock=lambda: now[0])
+    master = await sessions.open(Principal("master", role="master"), "m", "key", "master")
+    opened = []
+    for _ in range(12):
+        now[0] += 1
+        opened.append(await sessions.open(Principal("k1"), "t", "key", "k1"))
+    assert await sessions.get(master.id) is not None
+    # the key keeps its two newest sessions, the older ones are its own that ended
+    alive = [s for s in opened if await sessions.get(s.id) is not None]
+    assert [s.id for s in alive] == [s.id for s in opened[-2:]]
 
 
 async def test_a_full_console_ends_the_biggest_holders_session_or_refuses_the_sign_in(
-    db_url: str, tmp_path: Path
+    db: Database,
 ) -> None:
     """Past ``limit`` the principal holding the most sessions gives one up; when everyone holds
     one, the new sign-in is refused and no one's only session ends."""
-    db = Database.from_url(db_url, tmp_path)
     now = [1000.0]
-    try:
-        await db.migrate()
-        sessions = Sessions(db, ttl_s=600, limit=3, per_principal=5, clock=lambda: now[0])
-        master = await sessions.open(Principal("master", role="master"), "m", "key", "master")
-        now[0] += 1
-        k1_old = await sessions.open(Principal("k1"), "t", "key", "k1")
-        now[0] += 1
-        k1_new = await sessions.open(Principal("k1"), "t", "key", "k1")
-        now[0] += 1
-        k2 = await sessions.open(Principal("k2"), "t", "key", "k2")  # full: k1 gives one up
-        assert await sessions.get(k1_old.id) is None
-        for kept in (master, k1_new, k2):
-            assert await sessions.get(kept.id) is not None
-        now[0] += 1
-        with pytest.raises(SessionsFull) as refused:  # everyone holds one: no one is ended
-            await sessions.open(Principal("k3"), "t", "key", "k3")
-        assert refused.value.status == 503 and refused.value.code == "console_sessions_full"
-        for kept in (master, k1_new, k2):
-            assert await sessions.get(kept.id) is not None
-        assert await sessions.count() == 3
-    finally:
-        await db.aclose()
+    sessions = Sessions(db, ttl_s=600, limit=3, per_principal=5, clock=lambda: now[0])
+    master = await sessions.open(Principal("master", role="master"), "m", "key", "master")
+    now[0] += 1
+    k1_old = await sessions.open(Principal("k1"), "t", "key", "k1")
+    now[0] += 1
+    k1_new = await sessions.open(Principal("k1"), "t", "key", "k1")
+    now[0] += 1
+    k2 = await sessions.open(Principal("k2"), "t", "key", "k2")  # full: k1 gives one up
+    assert await sessions.get(k1_old.id) is None
+    for kept in (master, k1_new, k2):
+        assert await sessions.get(kept.id) is not None
+    now[0] += 1
+    with pytest.raises(SessionsFull) as refused:  # everyone holds one: no one is ended
+        await sessions.open(Principal("k3"), "t", "key", "k3")
+    assert refused.value.status == 503 and refused.value.code == "console_sessions_full"
+    for kept in (master, k1_new, k2):
+        assert await sessions.get(kept.id) is not None
+    assert await sessions.count() == 3
 
 
 async def test_signing_in_with_a_key_many_times_leaves_the_masters_browser_signed_in(
@@ -171,10 +157,7 @@ async def test_signing_in_with_a_key_many_times_leaves_the_masters_browser_signe
     async with running_console(
         fake.url, tmp_path, max_sessions=4, max_sessions_per_principal=2
     ) as console:
-        status, team = await console.admin("POST", "/admin/teams", json={"name": "search"})
-        assert status == 201, team
-        status, key = await console.admin("POST", "/admin/keys", json={"team": team["id"]})
-        assert status == 201, key
+        _, key = await console.team_and_key("search")
         master = await console.signed_in(MASTER)
         try:
             for _ in range(6):
