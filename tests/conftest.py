@@ -75,6 +75,16 @@ async def gateway(tmp_path: Path) -> AsyncIterator[GatewayFactory]:
         await client.close()
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def database_url(request: pytest.FixtureRequest) -> AsyncIterator[str | None]:
+    """The gateway's default SQLite file, or a fresh PostgreSQL database (which, unlike SQLite,
+    refuses values longer than their column, NUL characters and integers past the column)."""
+    from tests.tenancy.support import database_for
+
+    async with database_for(request.param, None) as url:
+        yield url
+
+
 @pytest.fixture
 def shared_pg_url() -> Iterator[str]:
     """A fresh PostgreSQL database for gateway processes to share (dropped afterwards)."""

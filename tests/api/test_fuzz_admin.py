@@ -9,7 +9,6 @@ validation) and has some of its parts replaced by hostile values.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -32,7 +31,6 @@ from tests.api.fuzz_support import (
 )
 from tests.conftest import MASTER, GatewayFactory
 from tests.fakes import FakeUpstream
-from tests.tenancy.support import create_pg_database, drop_pg_database
 
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
 
@@ -160,20 +158,6 @@ def _config(up: FakeUpstream) -> dict[str, Any]:
         },
         "multimodal": {"prompts": {"tiny": {"retrieval": {"top_k": 1}}}},
     }
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def database_url(request: pytest.FixtureRequest) -> AsyncIterator[str | None]:
-    """The gateway's default SQLite file, or a fresh PostgreSQL database (which, unlike SQLite,
-    refuses values longer than their column, NUL characters and integers past the column)."""
-    if request.param == "sqlite":
-        yield None
-        return
-    url = await create_pg_database()
-    try:
-        yield url
-    finally:
-        await drop_pg_database(url)
 
 
 @pytest.fixture

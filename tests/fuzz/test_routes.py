@@ -10,7 +10,6 @@ concurrent ticker measures it). ``pytest -s`` prints the size and time of the ru
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +27,6 @@ from tests.console.support import csrf_of
 from tests.fakes import FakeUpstream
 from tests.fuzz.cases import Case, Ids, route_cases, routes_of
 from tests.fuzz.support import GENERIC, everything_on, run_cases, valid_bodies, version_body
-from tests.tenancy.support import create_pg_database, drop_pg_database
 
 BATCH_LINE = (
     b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": '
@@ -71,18 +69,6 @@ async def _console_session(client: TestClient[Any, Any]) -> list[tuple[bytes, by
     cookie = next(c.value for c in client.session.cookie_jar if c.key == COOKIE)
     csrf = csrf_of(await (await client.get("/ui/teams")).text())
     return [(b"Cookie", f"{COOKIE}={cookie}".encode()), (b"X-CSRF-Token", csrf.encode())]
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def database_url(request: pytest.FixtureRequest) -> AsyncIterator[str | None]:
-    if request.param == "sqlite":
-        yield None
-        return
-    url = await create_pg_database()
-    try:
-        yield url
-    finally:
-        await drop_pg_database(url)
 
 
 async def _ok(client: TestClient[Any, Any], method: str, path: str, key: str, **kw: Any) -> Any:

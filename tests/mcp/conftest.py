@@ -29,8 +29,7 @@ from fleetgate.config.settings import Settings
 from tests.tenancy.support import (
     MASTER,
     Gateway,
-    create_pg_database,
-    drop_pg_database,
+    database_for,
     free_port,
     served,
     wait_for,
@@ -240,14 +239,8 @@ async def start_gateway(tmp_path: Path) -> AsyncIterator[StartGateway]:
 @pytest_asyncio.fixture(params=["sqlite", "postgres"], loop_scope="module")
 async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     """A fresh store: SQLite, and a new database on the local PostgreSQL."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'spend.db'}"
-        return
-    url = await create_pg_database()
-    try:
+    async with database_for(request.param, f"sqlite:///{tmp_path / 'spend.db'}") as url:
         yield url
-    finally:
-        await drop_pg_database(url)
 
 
 @asynccontextmanager

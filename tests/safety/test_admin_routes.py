@@ -9,16 +9,13 @@ import pytest
 from tests.conftest import AUTH, GatewayFactory
 from tests.fakes import FakeUpstream
 from tests.safety.gwtools import gateway_config
-from tests.tenancy.support import create_pg_database, drop_pg_database
+from tests.tenancy.support import pg_database
 
 
 @pytest.fixture
 async def pg_url() -> AsyncIterator[str]:
-    url = await create_pg_database()
-    try:
+    async with pg_database() as url:
         yield url
-    finally:
-        await drop_pg_database(url)
 
 
 @pytest.mark.postgres

@@ -14,7 +14,7 @@ from sqlalchemy.exc import DBAPIError
 from fleetgate.store.errors import is_unreachable
 from tests.conftest import AUTH, GatewayFactory, one_alias
 from tests.fakes import FakeUpstream
-from tests.tenancy.support import PG_ADMIN_DSN, create_pg_database, drop_pg_database
+from tests.tenancy.support import PG_ADMIN_DSN, pg_database
 
 
 class _DriverError(Exception):
@@ -51,12 +51,11 @@ async def fake() -> AsyncIterator[FakeUpstream]:
 
 @pytest.fixture
 async def throwaway_pg() -> AsyncIterator[str]:
-    url = await create_pg_database()
-    try:
-        yield url
-    finally:
-        await _allow_connections(url, True)
-        await drop_pg_database(url)
+    async with pg_database() as url:
+        try:
+            yield url
+        finally:
+            await _allow_connections(url, True)
 
 
 async def _allow_connections(url: str, allow: bool) -> None:

@@ -9,19 +9,13 @@ from pathlib import Path
 import pytest
 
 from fleetgate.sim import SimConfig, running_sim
-from tests.tenancy.support import create_pg_database, drop_pg_database
+from tests.tenancy.support import database_for
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'fleetgate.db'}"
-        return
-    url = await create_pg_database()
-    try:
+    async with database_for(request.param, f"sqlite:///{tmp_path / 'fleetgate.db'}") as url:
         yield url
-    finally:
-        await drop_pg_database(url)
 
 
 @pytest.fixture

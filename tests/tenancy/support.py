@@ -9,10 +9,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import asyncpg
+import pytest
 from aiohttp import web
 
 from fleetgate.api.state import GATEWAY
@@ -20,6 +21,7 @@ from fleetgate.app import create_app
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.http.serving import served
+from fleetgate.store import Database
 from fleetgate.tenancy.runtime import Tenancy
 from fleetgate.tenancy.writer import RecordWriter
 
@@ -27,6 +29,10 @@ PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS_URL = "redis://127.0.0.1:6379/0"
 MASTER = "sk-master-test"
 PRICE = {"input_per_mtok": 0.15, "output_per_mtok": 0.6, "cached_input_per_mtok": 0.075}
+# The params of a fixture over both stores; the PostgreSQL one carries the ``postgres`` marker.
+STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+_SqliteUrl = TypeVar("_SqliteUrl", str, None)
 
 
 async def create_pg_database() -> str:
@@ -47,6 +53,39 @@ async def drop_pg_database(url: str) -> None:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await conn.close()
+
+
+@asynccontextmanager
+async def pg_database() -> AsyncIterator[str]:
+    """The URL of a fresh PostgreSQL database, dropped on the way out."""
+    url = await create_pg_database()
+    try:
+        yield url
+    finally:
+        await drop_pg_database(url)
+
+
+@asynccontextmanager
+async def database_for(kind: str, sqlite_url: _SqliteUrl) -> AsyncIterator[_SqliteUrl | str]:
+    """``sqlite_url`` for ``kind`` "sqlite" (None: the gateway's default file); for "postgres"
+    a fresh PostgreSQL database (`pg_database`)."""
+    if kind == "sqlite":
+        yield sqlite_url
+        return
+    async with pg_database() as url:
+        yield url
+
+
+@asynccontextmanager
+async def migrated_database(kind: str, tmp_path: Path) -> AsyncIterator[Database]:
+    """A migrated `Database` of ``kind`` ("sqlite": a file under ``tmp_path``, "postgres")."""
+    async with database_for(kind, None) as url:
+        db = Database.from_url(url, tmp_path)
+        try:
+            await db.migrate()
+            yield db
+        finally:
+            await db.aclose()
 
 
 def free_port() -> int:

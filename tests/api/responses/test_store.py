@@ -11,20 +11,13 @@ import pytest
 from fleetgate.api.responses.store import ResponseStore
 from fleetgate.errors import NotFound
 from fleetgate.store import Database
-from tests.tenancy.support import create_pg_database, drop_pg_database
+from tests.tenancy.support import migrated_database
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
-    url = None if request.param == "sqlite" else await create_pg_database()
-    database = Database.from_url(url, tmp_path)
-    await database.migrate()
-    try:
+    async with migrated_database(request.param, tmp_path) as database:
         yield database
-    finally:
-        await database.aclose()
-        if url is not None:
-            await drop_pg_database(url)
 
 
 class Clock:

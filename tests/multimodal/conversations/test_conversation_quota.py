@@ -5,34 +5,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tests.tenancy.support import create_pg_database, drop_pg_database
+from tests.tenancy.support import STORES, migrated_database
 
 from fleetgate.errors import NotFound
 from fleetgate.multimodal.conversations.sql import SqlConversationStore
 from fleetgate.multimodal.conversations.store import StoredTurn
-from fleetgate.store import Database
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=STORES)
 async def store(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[SqlConversationStore]:
     """A store keeping 4 turns a conversation and 3 conversations an owner."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'conv.db'}"
-    else:
-        try:
-            url = await create_pg_database()
-        except Exception as exc:  # noqa: BLE001 - any connection failure means "no PostgreSQL here"
-            pytest.skip(f"PostgreSQL not reachable: {exc}")
-    db = Database.from_url(url, tmp_path)
-    try:
-        await db.migrate()
+    async with migrated_database(request.param, tmp_path) as db:
         yield SqlConversationStore(db.engine, max_turns=4, max_conversations=3)
-    finally:
-        await db.aclose()
-        if request.param == "postgres":
-            await drop_pg_database(url)
 
 
 async def test_a_conversation_keeps_its_newest_turns(store: SqlConversationStore) -> None:
