@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-__all__ = ["cancel_and_wait", "cancelling", "retry_forever"]
+__all__ = ["Background", "cancel_and_wait", "cancelling", "every", "retry_forever"]
 
 log = logging.getLogger("fleetgate.tasks")
 
@@ -57,3 +57,36 @@ async def retry_forever(
                 raise asyncio.CancelledError from exc
             on_error(exc)
             await asyncio.sleep(retry_s)
+
+
+async def every(
+    interval_s: Callable[[], float],
+    step: Callable[[], Awaitable[object]],
+    logger: logging.Logger,
+    failed: str,
+) -> None:
+    """Run ``step`` every ``interval_s()`` seconds (read again before each wait) until
+    cancelled; a step that raises is logged on ``logger`` as ``failed`` and the loop goes on."""
+    while True:
+        await asyncio.sleep(interval_s())
+        try:
+            await step()
+        except Exception:  # a bug in one step must not stop the loop
+            logger.exception(failed)
+
+
+class Background:
+    """A component's one background task: ``start`` runs ``run`` once (again only after
+    ``aclose``), ``aclose`` stops it with `cancel_and_wait`."""
+
+    def __init__(self, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self._run = run
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        await cancel_and_wait(task)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from fleetgate.config.schema import HealthConfig
 from fleetgate.errors import UpstreamConnectError, UpstreamError, UpstreamStatusError
 from fleetgate.routing.deployment import Deployment
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import Background, every
 from fleetgate.telemetry.metrics import GatewayMetrics
 
 __all__ = ["HealthTracker"]
@@ -36,7 +36,7 @@ class HealthTracker:
         self.config = config
         self._metrics = metrics
         self._deployments = deployments
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Background(self._run)
 
     def success(self, dep: Deployment) -> None:
         state = dep.state
@@ -83,17 +83,12 @@ class HealthTracker:
             return False
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.probe_interval_s)
-            try:
-                await self.probe_once()
-            except Exception:  # a probe bug must not kill the loop
-                log.exception("health probe failed")
+        await every(
+            lambda: self.config.probe_interval_s, self.probe_once, log, "health probe failed"
+        )
 
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        self._loop.start()
 
     async def aclose(self) -> None:
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+        await self._loop.aclose()

@@ -28,7 +28,7 @@ import aiohttp
 from fleetgate.errors import UpstreamConnectError
 from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.routing.deployment import Deployment
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import Background, cancel_and_wait, every
 from fleetgate.telemetry.metrics import GatewayMetrics
 
 __all__ = ["Waker", "engine_root"]
@@ -60,7 +60,7 @@ class Waker:
         self._idle_check_s = idle_check_s
         self._waking: dict[int, asyncio.Task[bool]] = {}
         self._probing: dict[int, asyncio.Task[bool]] = {}  # one probe at a time per deployment
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Background(self._run)
 
     # -- holding requests while a pool scales up from zero ------------------------------------
 
@@ -201,19 +201,12 @@ class Waker:
     async def _run(self) -> None:
         with contextlib.suppress(Exception):
             await self.sync_sleeping()
-        while True:
-            await asyncio.sleep(self._idle_check_s)
-            try:
-                await self.sleep_idle()
-            except Exception:  # a bug here must not stop the loop
-                log.exception("sleep-mode check failed")
+        await every(lambda: self._idle_check_s, self.sleep_idle, log, "sleep-mode check failed")
 
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        self._loop.start()
 
     async def aclose(self) -> None:
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+        await self._loop.aclose()
         for running in (*self._waking.values(), *self._probing.values()):
             await cancel_and_wait(running)

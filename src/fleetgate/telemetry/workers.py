@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import Background
 from fleetgate.telemetry.registry import Registry
 
 __all__ = ["WorkerMetrics"]
@@ -26,7 +26,7 @@ class WorkerMetrics:
         self.directory = directory
         self.interval = interval
         self._path = directory / f"worker-{os.getpid()}.json"
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Background(self._run)
 
     def _write(self, data: bytes) -> None:
         tmp = self._path.with_suffix(".tmp")
@@ -59,10 +59,8 @@ class WorkerMetrics:
 
     async def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        self._loop.start()
 
     async def aclose(self) -> None:
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+        await self._loop.aclose()
         self._path.unlink(missing_ok=True)
