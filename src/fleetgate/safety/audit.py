@@ -36,7 +36,14 @@ from typing import Any
 import aiohttp
 
 from fleetgate.resources.outbound import OutboundHttp
-from fleetgate.safety.base import Check, CheckContext, CheckPoint, TextTurn, Verdict
+from fleetgate.safety.base import (
+    Check,
+    CheckContext,
+    CheckPoint,
+    TextTurn,
+    Verdict,
+    flagged_categories,
+)
 from fleetgate.safety.metrics import SafetyMetrics
 from fleetgate.safety.strikes import StrikeCounter
 
@@ -77,11 +84,7 @@ class AuditRecord:
 
     @property
     def categories(self) -> list[str]:
-        out: list[str] = []
-        for v in self.verdicts:
-            if v.flagged:
-                out.extend(c for c in v.categories if c not in out)
-        return out
+        return flagged_categories(self.verdicts)
 
     def to_dict(self) -> dict[str, Any]:
         return {

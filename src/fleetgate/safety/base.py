@@ -31,6 +31,8 @@ __all__ = [
     "PolicyDecision",
     "TextTurn",
     "Verdict",
+    "close_check",
+    "flagged_categories",
     "strongest",
 ]
 
@@ -148,11 +150,7 @@ class PolicyDecision:
 
     @property
     def categories(self) -> list[str]:
-        out: list[str] = []
-        for v in self.verdicts:
-            if v.flagged:
-                out.extend(c for c in v.categories if c not in out)
-        return out
+        return flagged_categories(self.verdicts)
 
     def raise_if_blocked(self) -> None:
         """Raise ContentBlocked (400, code ``content_filter``) when a check blocked."""
@@ -180,3 +178,23 @@ def strongest(verdicts: Iterable[Verdict]) -> Verdict | None:
         if best is None or v.action.rank > best.action.rank:
             best = v
     return best
+
+
+def flagged_categories(verdicts: Iterable[Verdict]) -> list[str]:
+    """The categories of the flagged ``verdicts``, each once, in the order they came."""
+    out: list[str] = []
+    for v in verdicts:
+        if v.flagged:
+            out.extend(c for c in v.categories if c not in out)
+    return out
+
+
+async def close_check(check: Check) -> None:
+    """Close ``check``'s clients and worker threads: its ``aclose`` or its ``close``, if any."""
+    aclose = getattr(check, "aclose", None)
+    if aclose is not None:
+        await aclose()
+        return
+    close = getattr(check, "close", None)
+    if close is not None:
+        close()

@@ -22,6 +22,7 @@ from fleetgate.safety.base import (
     CheckPoint,
     PolicyDecision,
     Verdict,
+    close_check,
 )
 from fleetgate.safety.config import PolicyConfig, SafetyConfig, StreamConfig
 from fleetgate.safety.metrics import SafetyMetrics
@@ -165,10 +166,4 @@ class Guardrails:
     async def aclose(self) -> None:
         """Close clients and worker threads of the checks."""
         for check in self.checks.values():
-            aclose = getattr(check, "aclose", None)
-            if aclose is not None:
-                await aclose()
-                continue
-            close = getattr(check, "close", None)
-            if close is not None:
-                close()
+            await close_check(check)

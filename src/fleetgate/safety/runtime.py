@@ -43,7 +43,7 @@ from pydantic import ValidationError
 from fleetgate.errors import ConfigError
 from fleetgate.resources import MiniLMEmbedder, Resources
 from fleetgate.safety.audit import AuditQueue, Hook
-from fleetgate.safety.base import Check
+from fleetgate.safety.base import Check, close_check
 from fleetgate.safety.config import CheckConfig, PolicyConfig, SafetyConfig
 from fleetgate.safety.metrics import SafetyMetrics
 from fleetgate.safety.offload import TextWorker
@@ -325,10 +325,4 @@ async def _close_checks(checks: list[Check]) -> None:
     """Close each check's clients and worker threads; one failing does not stop the rest."""
     for check in checks:
         with contextlib.suppress(Exception):
-            aclose = getattr(check, "aclose", None)
-            if aclose is not None:
-                await aclose()
-                continue
-            close = getattr(check, "close", None)
-            if close is not None:
-                close()
+            await close_check(check)
