@@ -35,6 +35,17 @@ def _count(rate: float, duration: float, cap: int) -> int:
     return max(1, min(cap, int(rate * duration) + 1))
 
 
+def _at_rate(base: LoadPoint, rate: float, duration: float) -> LoadPoint:
+    """``base`` sent at ``rate`` requests a second for ``duration`` seconds."""
+    return replace(
+        base,
+        kind="rate",
+        value=rate,
+        duration=duration,
+        max_requests=_count(rate, duration, base.max_requests),
+    )
+
+
 def stepped(
     opts: PointOptions,
     rates: Sequence[float],
@@ -45,14 +56,7 @@ def stepped(
     """Each rate for ``step_duration`` seconds (at most ``base.max_requests`` requests each)."""
     out = ProfileResult("stepped")
     for rate in rates:
-        point = replace(
-            base,
-            kind="rate",
-            value=rate,
-            duration=step_duration,
-            max_requests=_count(rate, step_duration, base.max_requests),
-        )
-        out.points.append(runner(opts, point))
+        out.points.append(runner(opts, _at_rate(base, rate, step_duration)))
     return out
 
 
@@ -79,14 +83,7 @@ def sweep(
         rate = lo + (hi - lo) * i / (middle + 1)
         if rate <= 0:
             continue
-        point = replace(
-            base,
-            kind="rate",
-            value=rate,
-            duration=step_duration,
-            max_requests=_count(rate, step_duration, base.max_requests),
-        )
-        out.points.append(runner(opts, point))
+        out.points.append(runner(opts, _at_rate(base, rate, step_duration)))
     out.points.append(sat)
     return out
 
