@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fleetgate.bench.metrics import RATE_FIELDS
+
 __all__ = ["COMPARE_FIELDS", "compare", "format_comparison"]
 
 COMPARE_FIELDS = (
-    "request_throughput",
-    "output_throughput",
-    "total_token_throughput",
-    "request_goodput",
+    *RATE_FIELDS,
     "mean_ttft_ms",
     "p50_ttft_ms",
     "p99_ttft_ms",

@@ -25,7 +25,22 @@ import numpy as np
 
 from fleetgate.bench.spec import RequestRecord
 
-__all__ = ["DEFAULT_PERCENTILES", "per_token_itl", "stat_fields", "summarize", "windows"]
+__all__ = [
+    "DEFAULT_PERCENTILES",
+    "RATE_FIELDS",
+    "per_token_itl",
+    "stat_fields",
+    "summarize",
+    "windows",
+]
+
+# The summary's rates (per second of the run), in the order every table of them shows them.
+RATE_FIELDS = (
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "request_goodput",
+)
 
 DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)
 

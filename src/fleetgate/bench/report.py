@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from fleetgate.bench.knee import knee_index
+from fleetgate.bench.metrics import RATE_FIELDS
 from fleetgate.bench.point import PointResult
 from fleetgate.bench.profiles import ProfileResult
 from fleetgate.csv_export import inert_cell
@@ -33,10 +34,7 @@ POINT_COLUMNS = (
     "completed",
     "failed",
     "duration",
-    "request_throughput",
-    "output_throughput",
-    "total_token_throughput",
-    "request_goodput",
+    *RATE_FIELDS,
     "mean_ttft_ms",
     "p50_ttft_ms",
     "p95_ttft_ms",

@@ -46,6 +46,7 @@ from fleetgate.bench import (
     write_html,
     write_json,
 )
+from fleetgate.bench.metrics import RATE_FIELDS
 from fleetgate.bench.spec import RequestSpec
 from fleetgate.errors import FleetgateError, InvalidRequest
 from fleetgate.extras import require
@@ -280,10 +281,7 @@ def _print_summary(res: PointResult) -> None:
         "completed",
         "failed",
         "duration",
-        "request_throughput",
-        "output_throughput",
-        "total_token_throughput",
-        "request_goodput",
+        *RATE_FIELDS,
         "mean_ttft_ms",
         "p99_ttft_ms",
         "mean_tpot_ms",
