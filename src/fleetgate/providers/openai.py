@@ -57,31 +57,27 @@ class OpenAIProvider:
         url = self.url(call.endpoint)
         payload = orjson.dumps(call.body)
         if not call.stream:
-            resp, body = await self._http.post(
-                url,
-                payload,
-                self._headers,
-                call.timeouts,
-                stream=False,
-                extra_headers=call.headers,
-            )
+            resp, body = await self._post(url, payload, call)
             out = UpstreamResponse(status=resp.status, body=body)
             out.json()  # garbage in a 200 is an upstream failure, and retryable
             return out
         return await self._open_stream(url, payload, call)
 
+    async def _post(
+        self, url: str, payload: bytes, call: UpstreamCall
+    ) -> tuple[PooledResponse, bytes | None]:
+        """POST ``payload`` to ``url`` with ``call``'s timeouts and headers, streamed when the
+        call is (then the body is the caller's to read)."""
+        return await self._http.post(
+            url, payload, self._headers, call.timeouts, stream=call.stream,
+            extra_headers=call.headers,
+        )  # fmt: skip
+
     async def _open_stream(self, url: str, payload: bytes, call: UpstreamCall) -> UpstreamResponse:
         resp: PooledResponse | None = None
         try:
             async with asyncio.timeout(call.timeouts.first_token):
-                resp, _ = await self._http.post(
-                    url,
-                    payload,
-                    self._headers,
-                    call.timeouts,
-                    stream=True,
-                    extra_headers=call.headers,
-                )
+                resp, _ = await self._post(url, payload, call)
                 batches = iter_sse_batches(resp.iter_chunks())
                 try:
                     first, *rest = await anext(batches)

@@ -80,15 +80,7 @@ class AnthropicProvider:
         payload["stream"] = call.stream
         data = orjson.dumps(payload)
         if not call.stream:
-            _, body = await self._http.post(
-                self._url,
-                data,
-                self._headers,
-                call.timeouts,
-                stream=False,
-                on_error=_error,
-                extra_headers=_trace_only(call.headers),
-            )
+            _, body = await self._post(data, call)
             try:
                 message = orjson.loads(body or b"")
             except orjson.JSONDecodeError:
@@ -100,21 +92,21 @@ class AnthropicProvider:
         translator = AnthropicStreamTranslator(model, include_usage, created=int(time.time()))
         return await self._open_stream(data, call, translator)
 
+    async def _post(self, data: bytes, call: UpstreamCall) -> tuple[PooledResponse, bytes | None]:
+        """POST ``data`` with ``call``'s timeouts and trace headers, streamed when the call is
+        (then the body is the caller's to read); error statuses as Anthropic words them."""
+        return await self._http.post(
+            self._url, data, self._headers, call.timeouts, stream=call.stream, on_error=_error,
+            extra_headers=_trace_only(call.headers),
+        )  # fmt: skip
+
     async def _open_stream(
         self, data: bytes, call: UpstreamCall, translator: AnthropicStreamTranslator
     ) -> UpstreamResponse:
         resp: PooledResponse | None = None
         try:
             async with asyncio.timeout(call.timeouts.first_token):
-                resp, _ = await self._http.post(
-                    self._url,
-                    data,
-                    self._headers,
-                    call.timeouts,
-                    stream=True,
-                    on_error=_error,
-                    extra_headers=_trace_only(call.headers),
-                )
+                resp, _ = await self._post(data, call)
                 batches = _translate(resp, translator)
                 try:
                     first, *leftover = await anext(batches)
