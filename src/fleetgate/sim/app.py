@@ -71,8 +71,6 @@ async def _metrics(request: web.Request) -> web.Response:
 async def _tokenize(request: web.Request) -> web.Response:
     state = request.app[SIM_STATE]
     body = await read_json(request)
-    if not isinstance(body, dict):
-        raise InvalidRequest("request body must be a JSON object")
     check_model(body, state.config)
     if isinstance(body.get("messages"), list):
         ids = state.tokenizer.encode_chat(body["messages"]).ids

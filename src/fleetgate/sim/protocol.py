@@ -31,8 +31,11 @@ class ParsedRequest:
     image_tokens: int = 0
 
 
-def check_model(body: Mapping[str, Any], config: SimConfig) -> str:
-    """The served model name; 404 ``model_not_found`` for another model."""
+def check_model(body: Any, config: SimConfig) -> str:
+    """The served model name; 404 ``model_not_found`` for another model, 400 for a body that
+    is not a JSON object."""
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
     model = body.get("model")
     if model is None:
         return config.model
@@ -128,8 +131,6 @@ def parse_chat(
     body: Any, config: SimConfig, tokenizer: Tokenizer, rng: random.Random
 ) -> ParsedRequest:
     """Validate a ``/v1/chat/completions`` body."""
-    if not isinstance(body, dict):
-        raise InvalidRequest("request body must be a JSON object")
     model = check_model(body, config)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -168,8 +169,6 @@ def parse_completion(
     body: Any, config: SimConfig, tokenizer: Tokenizer, rng: random.Random
 ) -> ParsedRequest:
     """Validate a ``/v1/completions`` body (one or several prompts)."""
-    if not isinstance(body, dict):
-        raise InvalidRequest("request body must be a JSON object")
     model = check_model(body, config)
     prompts = _completion_prompts(body.get("prompt"), tokenizer)
     stream, include_usage, _, _ = _common(body)
