@@ -36,8 +36,14 @@ from typing import Any
 import aiohttp
 
 from fleetgate.resources.outbound import OutboundHttp
-from fleetgate.safety import base
-from fleetgate.safety.base import Check, CheckContext, CheckPoint, TextTurn, Verdict
+from fleetgate.safety.base import (
+    Check,
+    CheckContext,
+    CheckPoint,
+    TextTurn,
+    Verdict,
+    flagged_categories,
+)
 from fleetgate.safety.metrics import SafetyMetrics
 from fleetgate.safety.strikes import StrikeCounter
 
@@ -78,7 +84,7 @@ class AuditRecord:
 
     @property
     def categories(self) -> list[str]:
-        return base.flagged_categories(self.verdicts)
+        return flagged_categories(self.verdicts)
 
     def to_dict(self) -> dict[str, Any]:
         return {
