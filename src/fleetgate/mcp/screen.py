@@ -216,10 +216,6 @@ def safety_row(call: McpCall, alias: str, created_ms: int) -> dict[str, Any]:
         "alias": alias,
         "flagged": True,
         "categories": decision.categories,
-        "verdicts": [
-            {"check": v.check, "action": v.action.value, "categories": list(v.categories),
-             "error": v.error, "detail": v.detail}
-            for v in decision.verdicts
-        ],
+        "verdicts": [v.to_dict() for v in decision.verdicts],
         "failed": any(v.error for v in decision.verdicts),
     }  # fmt: skip

@@ -95,11 +95,7 @@ class AuditRecord:
             "created_at": self.item.created_at,
             "flagged": self.flagged,
             "categories": self.categories,
-            "verdicts": [
-                {"check": v.check, "action": v.action.value, "categories": list(v.categories),
-                 "error": v.error, "detail": v.detail}
-                for v in self.verdicts
-            ],
+            "verdicts": [v.to_dict() for v in self.verdicts],
         }  # fmt: skip
 
 

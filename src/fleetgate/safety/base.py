@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from fleetgate.errors import ContentBlocked
 
@@ -131,6 +131,16 @@ class Verdict:
 
     def with_action(self, action: Action) -> Verdict:
         return replace(self, action=action)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The verdict as audit records and their sinks show it (no score, no masked text)."""
+        return {
+            "check": self.check,
+            "action": self.action.value,
+            "categories": list(self.categories),
+            "error": self.error,
+            "detail": self.detail,
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,11 +40,7 @@ def audit_row(record: AuditRecord) -> dict[str, Any]:
         "alias": item.alias,
         "flagged": record.flagged,
         "categories": record.categories,
-        "verdicts": [
-            {"check": v.check, "action": v.action.value, "categories": list(v.categories),
-             "error": v.error, "detail": v.detail}
-            for v in record.verdicts
-        ],
+        "verdicts": [v.to_dict() for v in record.verdicts],
         "failed": record.failed,
     }  # fmt: skip
 
