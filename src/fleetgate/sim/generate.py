@@ -31,6 +31,7 @@ __all__ = [
     "completions",
     "guard",
     "read_json",
+    "write_frames",
 ]
 
 Parser = Callable[[Any, SimConfig, Tokenizer, Any], ParsedRequest]
@@ -55,6 +56,19 @@ def abort_connection(request: web.Request) -> None:
     if transport is not None:
         transport.abort()
     raise Aborted
+
+
+async def write_frames(
+    request: web.Request, resp: web.StreamResponse, frames: list[bytes], sent: int, cut: int
+) -> int:
+    """Write ``frames``, ``sent`` frames having gone out before; once ``cut`` frames are out
+    (a mid-stream fault; -1: never) the rest is dropped and the connection aborted. Returns
+    how many frames are out."""
+    if 0 <= cut <= sent + len(frames):
+        await resp.write(b"".join(frames[: cut - sent]))
+        abort_connection(request)
+    await resp.write(b"".join(frames))
+    return sent + len(frames)
 
 
 def _error_response(state: SimState, plan: FaultPlan) -> web.Response:
@@ -145,11 +159,7 @@ async def _stream(
     remaining = len(seqs)
     while True:
         if frames:
-            if 0 <= limit <= sent + len(frames):
-                await resp.write(b"".join(frames[: limit - sent]))
-                abort_connection(request)
-            sent += len(frames)
-            await resp.write(b"".join(frames))
+            sent = await write_frames(request, resp, frames, sent, limit)
             frames = []
         if not remaining:
             break

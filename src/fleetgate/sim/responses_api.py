@@ -34,7 +34,13 @@ from aiohttp import web
 
 from fleetgate.errors import InvalidRequest, UpstreamError
 from fleetgate.sim.faults import choose_fault
-from fleetgate.sim.generate import abort_connection, before_first_token, guard, read_json
+from fleetgate.sim.generate import (
+    abort_connection,
+    before_first_token,
+    guard,
+    read_json,
+    write_frames,
+)
 from fleetgate.sim.protocol import check_model, specs_for
 from fleetgate.sim.sequence import SeqEvent, Sequence
 from fleetgate.sim.state import SIM_STATE
@@ -308,11 +314,7 @@ async def _stream(
         if ev.finish_reason not in (None, "abort"):
             status = "incomplete" if ev.finish_reason == "length" else "completed"
             frames.extend(writer.closing("".join(text), status, _usage(prompt, seq)))
-        if 0 <= cut <= sent + len(frames):
-            await resp.write(b"".join(frames[: cut - sent]))
-            abort_connection(request)
-        sent += len(frames)
-        await resp.write(b"".join(frames))
+        sent = await write_frames(request, resp, frames, sent, cut)
         frames = []
         if ev.finish_reason is not None:
             break
