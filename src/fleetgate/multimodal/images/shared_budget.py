@@ -180,11 +180,8 @@ class SharedImageBudget:
         self, deployment_id: str, image_tokens: int, *, owner: str = ""
     ) -> AsyncIterator[None]:
         """Hold ``image_tokens`` of ``deployment_id``'s budget for the body of the block."""
-        if image_tokens <= 0:
-            yield
-            return
-        lease = await self._enter(deployment_id, image_tokens, owner)
-        if lease is None:
+        lease = await self._enter(deployment_id, image_tokens, owner) if image_tokens > 0 else None
+        if lease is None:  # nothing to hold (the local budget lets it in at once), or Redis down
             async with self.local.admit(deployment_id, image_tokens, owner=owner):
                 yield
             return
