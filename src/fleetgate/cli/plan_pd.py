@@ -64,29 +64,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _speed(args: argparse.Namespace) -> EngineSpeed:
+    """The engine's speed: measured at ``--engine-url``, or as the flags give it."""
+    speed: EngineSpeed | argparse.Namespace = args
     if args.engine_url:
-        measured = asyncio.run(probe_engine(args.engine_url, args.model, api_key=args.api_key))
-        return EngineSpeed(
-            prefill_ms_per_token=measured.prefill_ms_per_token,
-            decode_ms_per_step=measured.decode_ms_per_step,
-            decode_batch_factor=measured.decode_batch_factor,
-            request_overhead_ms=measured.request_overhead_ms,
-            max_num_seqs=args.max_num_seqs,
-            kv_transfer_ms_per_token=args.kv_transfer_ms_per_token,
-            kv_cache_tokens=args.kv_cache_tokens,
-        )
-    if args.prefill_ms_per_token is None or args.decode_ms_per_step is None:
+        speed = asyncio.run(probe_engine(args.engine_url, args.model, api_key=args.api_key))
+    elif args.prefill_ms_per_token is None or args.decode_ms_per_step is None:
         raise InvalidRequest(
             "give --engine-url, or --prefill-ms-per-token and --decode-ms-per-step"
         )
     return EngineSpeed(
-        prefill_ms_per_token=args.prefill_ms_per_token,
-        decode_ms_per_step=args.decode_ms_per_step,
-        decode_batch_factor=args.decode_batch_factor,
+        prefill_ms_per_token=speed.prefill_ms_per_token,
+        decode_ms_per_step=speed.decode_ms_per_step,
+        decode_batch_factor=speed.decode_batch_factor,
+        request_overhead_ms=speed.request_overhead_ms,
         max_num_seqs=args.max_num_seqs,
         kv_transfer_ms_per_token=args.kv_transfer_ms_per_token,
         kv_cache_tokens=args.kv_cache_tokens,
-        request_overhead_ms=args.request_overhead_ms,
     )
 
 
