@@ -136,3 +136,12 @@ def test_threads_share_the_traced_encoder() -> None:
     for a, b in zip(alone, together, strict=True):
         assert np.allclose(a, b, atol=1e-6)
     assert minilm.quantizations == 1
+
+
+def test_load_reads_the_weights_before_the_first_text(loads: list[str]) -> None:
+    minilm = MiniLM()
+    cache = MiniLMEmbedder(minilm)
+    cache.load()
+    cache.load()
+    assert minilm.loaded and len(loads) == 1  # read once, at load, not at the first request
+    assert cache.encode(["abc"]).shape == (1, 2) and len(loads) == 1

@@ -15,8 +15,8 @@ import pytest
 from fleetgate.app import SECTIONS
 from fleetgate.config.loader import parse_config
 from fleetgate.errors import ConfigError
+from fleetgate.resources.embedder import Vectors
 from fleetgate.routing.semantic_config import SemanticConfig
-from fleetgate.routing.semantic_encoder import Vectors
 from fleetgate.routing.semantic_stage import SemanticStage, request_text
 from tests.conftest import AUTH, GatewayFactory
 from tests.fakes import FakeUpstream
@@ -25,7 +25,7 @@ from tests.fakes import FakeUpstream
 class HashingEncoder:
     """Bag of words and character bigrams hashed into 512 dims; counts its calls."""
 
-    identity = "hashing-512"
+    name, dim = "hashing-512", 512
 
     def __init__(self) -> None:
         self.batches: list[int] = []

@@ -29,7 +29,7 @@ def trained(
     encoder = MiniLMEncoder()
     encoder.load()
     texts = [e.text for e in router.examples]
-    router.fit(cached_embeddings(encoder.identity, texts, encoder.encode,
+    router.fit(cached_embeddings(encoder.name, texts, encoder.encode,
                                  tmp_path_factory.mktemp("semantic")))  # fmt: skip
     yield router, encoder
 

@@ -14,12 +14,11 @@ import logging
 from fleetgate.cache.config import CACHE_SECTION, CacheConfig
 from fleetgate.cache.exact import ExactStore, MemoryExactStore, RedisExactStore
 from fleetgate.cache.semantic import SemanticIndex
-from fleetgate.cache.stage import CacheStage, Embedder
+from fleetgate.cache.stage import CacheStage
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.feature import BaseFeature
-from fleetgate.resources import Resources
-from fleetgate.resources.minilm import MiniLMEmbedder
+from fleetgate.resources import Embedder, MiniLMEmbedder, Resources
 from fleetgate.tasks import cancel_and_wait
 from fleetgate.telemetry.registry import Registry
 

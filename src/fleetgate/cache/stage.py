@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -31,21 +30,16 @@ from fleetgate.cache.keys import context_hash, deterministic, exact_key, last_us
 from fleetgate.cache.semantic import SemanticIndex
 from fleetgate.config.schema import Price
 from fleetgate.contract.request import Endpoint, GatewayRequest, Outcome
+from fleetgate.resources.embedder import Embedder
 from fleetgate.telemetry.registry import Registry
 
-__all__ = ["HEADER", "CacheStage", "Embedder"]
+__all__ = ["HEADER", "CacheStage"]
 
 log = logging.getLogger("fleetgate.cache")
 
 HEADER = "x-fleetgate-cache"
 _STATE = "cache"
 _FINISHED = ("stop", "length")
-
-
-class Embedder(Protocol):
-    """Texts to unit-length vectors (`fleetgate.resources.minilm.MiniLMEmbedder`); blocking."""
-
-    def encode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]: ...
 
 
 @dataclass(slots=True)

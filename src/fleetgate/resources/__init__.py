@@ -4,6 +4,7 @@ See `fleetgate.resources.owner.Resources`.
 """
 
 from fleetgate.resources.databases import Databases
+from fleetgate.resources.embedder import Embedder
 from fleetgate.resources.minilm import MiniLM, MiniLMEmbedder
 from fleetgate.resources.outbound import JsonService, OutboundHttp
 from fleetgate.resources.owner import Resources
@@ -12,6 +13,7 @@ from fleetgate.resources.shared import SharedStates
 
 __all__ = [
     "Databases",
+    "Embedder",
     "JsonService",
     "MiniLM",
     "MiniLMEmbedder",

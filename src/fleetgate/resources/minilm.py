@@ -7,7 +7,7 @@ wait for that one load), and hands the same model to everyone. Its int8 copy (dy
 quantisation of the linear layers, about 3x faster on a CPU) is likewise made once and shared:
 the router and the safety classifier both run it, as one TorchScript trace (`MiniLM.encoder`:
 the same numbers without eager mode's per-module Python overhead, half the time per short
-text). `MiniLMEmbedder` is the embedding interface
+text). `MiniLMEmbedder` is the `fleetgate.resources.embedder.Embedder` that the response cache,
 retrieval and the classifier use.
 
 Example::
@@ -27,11 +27,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
+
+from fleetgate.resources.embedder import Vectors
 
 __all__ = ["MiniLM", "MiniLMEmbedder", "mean_pooled"]
-
-Vectors = npt.NDArray[np.float32]
 
 
 class MiniLM:
@@ -204,8 +203,17 @@ class MiniLMEmbedder:
         if quantize:
             self.name += f"/int8/{max_tokens}" + ("/mean+max" if with_max else "")
 
+    def load(self) -> None:
+        """Read the weights (and the tokenizer and int8 trace when quantised) now."""
+        if not self.quantize:
+            self.minilm.model()
+            return
+        if self._tokenizer is None:
+            self._tokenizer = _tokenizer(self._max_tokens)
+        self.minilm.encoder(quantize=True)
+
     def encode(self, texts: Sequence[str]) -> Vectors:
-        """``(len(texts), 384)`` float32, each row of unit length."""
+        """``(len(texts), dim)`` float32, each row of unit length."""
         if self.quantize:
             return self._encode_int8(texts)
         vectors = self.minilm.model().encode(

@@ -4,12 +4,12 @@ Rules (case-insensitive substrings and regular expressions per intent) are tried
 configured intent order; the first match decides. Otherwise a softmax regression trained on
 the sentence embeddings of labelled examples scores each intent; below ``min_score`` the
 default intent is used. Example embeddings are cached on disk, keyed by a hash of the
-encoder identity and the examples, so a restart does not re-embed them.
+encoder's name and the examples, so a restart does not re-embed them.
 
 Example::
 
     router = IntentRouter.from_config(cfg)                  # cfg: SemanticConfig
-    router.fit(cached_embeddings(encoder.identity, [e.text for e in router.examples],
+    router.fit(cached_embeddings(encoder.name, [e.text for e in router.examples],
                                  encoder.encode, data_dir / "semantic"))
     decision = router.by_rule(text) or router.by_vector(encoder.encode([text])[0])
 """
@@ -28,8 +28,8 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetgate.errors import ConfigError
+from fleetgate.resources.embedder import Vectors
 from fleetgate.routing.semantic_config import SemanticConfig
-from fleetgate.routing.semantic_encoder import Vectors
 
 __all__ = [
     "IntentModel",

@@ -21,39 +21,23 @@ import asyncio
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
+from fleetgate.resources.embedder import Embedder, Vectors
 from fleetgate.resources.minilm import MiniLM, mean_pooled
 from fleetgate.tasks import cancel_and_wait
 
-__all__ = ["BatchingEncoder", "MiniLMEncoder", "TextEncoder", "Vectors"]
-
-Vectors = npt.NDArray[np.float32]
-
-
-class TextEncoder(Protocol):
-    """Turns texts into L2-normalised vectors; blocking (call it from a worker thread)."""
-
-    @property
-    def identity(self) -> str:
-        """Names the model and its numerics: embeddings cached under one identity match."""
-        ...
-
-    def load(self) -> None: ...
-
-    def encode(self, texts: Sequence[str]) -> Vectors:
-        """``(len(texts), dim)`` float32, each row of unit length."""
-        ...
+__all__ = ["BatchingEncoder", "MiniLMEncoder"]
 
 
 class MiniLMEncoder:
-    """all-MiniLM-L6-v2 (mean pooling, normalised), optionally int8-quantised for CPU speed.
+    """all-MiniLM-L6-v2 (mean pooling, normalised), optionally int8-quantised for CPU speed:
+    an `Embedder` that sets torch's threads to the router's own setting when it loads.
 
     ``minilm``: the shared loader (without one, a loader of its own).
     """
+
+    dim = MiniLM.dim
 
     def __init__(
         self,
@@ -72,7 +56,7 @@ class MiniLMEncoder:
         self._tokenizer: Any = None
 
     @property
-    def identity(self) -> str:
+    def name(self) -> str:
         return f"all-MiniLM-L6-v2/{'int8' if self._quantize else 'fp32'}/{self._max_tokens}"
 
     def load(self) -> None:
@@ -99,9 +83,9 @@ class MiniLMEncoder:
 
 
 class BatchingEncoder:
-    """Runs a `TextEncoder` on one worker thread; concurrent requests share a batch."""
+    """Runs an `Embedder` on one worker thread; concurrent requests share a batch."""
 
-    def __init__(self, encoder: TextEncoder, *, max_batch: int = 16) -> None:
+    def __init__(self, encoder: Embedder, *, max_batch: int = 16) -> None:
         self.encoder = encoder
         self._max_batch = max_batch
         self._pool: ThreadPoolExecutor | None = None

@@ -12,7 +12,7 @@ The model loads in a worker thread after startup; until it is ready a request wa
 Example::
 
     stage = SemanticStage(SEMANTIC_SECTION.of(config), settings.data_dir)
-    feature = SemanticFeature(stage)   # fleetgate.routing.features: starts and stops it
+    feature = SemanticFeature(stage)   # fleetgate.routing.semantic_feature: starts and stops it
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import orjson
 from fleetgate.contract.request import Endpoint, GatewayRequest, Outcome
 from fleetgate.errors import InvalidRequest, PermissionDenied
 from fleetgate.messages_text import content_text
+from fleetgate.resources.embedder import Embedder
 from fleetgate.resources.minilm import MiniLM
 from fleetgate.routing.semantic import (
     IntentRouter,
@@ -39,7 +40,7 @@ from fleetgate.routing.semantic import (
     load_examples,
 )
 from fleetgate.routing.semantic_config import SemanticConfig
-from fleetgate.routing.semantic_encoder import BatchingEncoder, MiniLMEncoder, TextEncoder
+from fleetgate.routing.semantic_encoder import BatchingEncoder, MiniLMEncoder
 from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["ROUTE_HEADER", "SemanticStage", "request_text"]
@@ -83,7 +84,7 @@ class SemanticStage:
         config: SemanticConfig,
         data_dir: Path,
         *,
-        encoder: TextEncoder | None = None,
+        encoder: Embedder | None = None,
         extra_examples: Sequence[LabelledText] = (),
         minilm: MiniLM | None = None,
     ) -> None:
@@ -131,11 +132,11 @@ class SemanticStage:
             raw = self.encoder.encoder
             texts = [e.text for e in self.router.examples]
             vectors = await self.encoder.run(
-                cached_embeddings, raw.identity, texts, raw.encode, self._cache_dir
+                cached_embeddings, raw.name, texts, raw.encode, self._cache_dir
             )
             await self.encoder.run(self.router.fit, vectors)
             log.info("semantic router ready in %.1fs (%d examples, %s)",
-                     time.perf_counter() - started, len(texts), raw.identity)  # fmt: skip
+                     time.perf_counter() - started, len(texts), raw.name)  # fmt: skip
         except Exception as exc:
             self._error = exc
             log.error("semantic router could not load its model, routing by rules: %s", exc)

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.errors import ConfigError
+from fleetgate.resources.embedder import Embedder
 from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.safety.base import Action, Check
-from fleetgate.safety.classifier.embed import Embedder
 from fleetgate.safety.classifier.gloss import Glosser
 from fleetgate.safety.config import CheckConfig
 from fleetgate.safety.offload import TextWorker

@@ -1,7 +1,8 @@
 """A small embedding index over a team's uploaded documents (cosine top-k), kept in the
 database by `fleetgate.multimodal.prompt.documents.DocumentStore` when given one.
 
-The gateway's embedder is `fleetgate.resources.MiniLMEmbedder` over the process's one
+The index embeds with a `fleetgate.resources.Embedder`, in the gateway
+`fleetgate.resources.MiniLMEmbedder` over the process's one
 all-MiniLM-L6-v2 (shared with the semantic router and the safety classifier). Embedding runs in
 an executor.
 """
@@ -14,26 +15,17 @@ import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from fleetgate.errors import PayloadTooLarge
 from fleetgate.multimodal.prompt.documents import DocumentStore
+from fleetgate.resources.embedder import Embedder, Vectors
 
-__all__ = ["DocumentIndex", "DocumentSet", "Embedder", "RetrievedChunk", "split_text"]
-
-Vectors = npt.NDArray[np.float32]
+__all__ = ["DocumentIndex", "DocumentSet", "RetrievedChunk", "split_text"]
 
 log = logging.getLogger("fleetgate.multimodal.retrieval")
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """Maps texts to L2-normalised vectors (blocking; called from a worker)."""
-
-    def encode(self, texts: Sequence[str]) -> Vectors: ...
 
 
 def split_text(text: str, *, max_chars: int = 600) -> list[str]:

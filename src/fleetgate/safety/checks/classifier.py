@@ -25,10 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetgate.resources.minilm import MiniLMEmbedder
+from fleetgate.resources import Embedder, MiniLMEmbedder
 from fleetgate.safety.base import CheckContext, Verdict
 from fleetgate.safety.classifier.chunks import scored_pieces
-from fleetgate.safety.classifier.embed import Embedder
 from fleetgate.safety.classifier.examples import BENIGN, Example
 from fleetgate.safety.classifier.features import featurize, shipped_head_path, uses_gloss
 from fleetgate.safety.classifier.gloss import Glosser

@@ -3,7 +3,7 @@ English glosses) and character n-grams under a small softmax model with a hidden
 from a fitted file. Training, the training corpus and evaluation are tooling: the
 ``fleetgate-training`` distribution (``training/`` in the repository)."""
 
-from fleetgate.safety.classifier.embed import Embedder, text_features
+from fleetgate.safety.classifier.embed import text_features
 from fleetgate.safety.classifier.examples import BENIGN, Example, load_examples
 from fleetgate.safety.classifier.features import featurize, shipped_head_path, uses_gloss
 from fleetgate.safety.classifier.model import SoftmaxModel
@@ -11,7 +11,6 @@ from fleetgate.safety.classifier.trainer import default_cache_path, load_or_trai
 
 __all__ = [
     "BENIGN",
-    "Embedder",
     "Example",
     "SoftmaxModel",
     "default_cache_path",

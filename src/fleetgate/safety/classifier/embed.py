@@ -1,7 +1,7 @@
 """Feature extraction: MiniLM sentence embeddings plus hashed character n-grams.
 
 The embedder is `fleetgate.resources.MiniLMEmbedder` (the process's one MiniLM, shared with
-the semantic router and retrieval); `Embedder` is what the classifier needs of it.
+the semantic router and retrieval), taken as a `fleetgate.resources.Embedder`.
 
 all-MiniLM-L6-v2 has an English vocabulary (most Chinese characters become ``[UNK]``), so the
 embedding is concatenated with hashed character 1-3-grams of the normalised text, which carry
@@ -14,26 +14,17 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from fleetgate.safety.normalize import Normalizer, is_cjk
 
-__all__ = ["HASH_DIM", "Embedder", "text_features", "text_features_sparse"]
+__all__ = ["HASH_DIM", "text_features", "text_features_sparse"]
 
 HASH_DIM = 16384  # 4,096 until 2026-12-02: fewer collisions lifted validation AUC (en .84 -> .87)
 Floats = npt.NDArray[np.float32]
-
-
-class Embedder(Protocol):
-    """Turns texts into fixed-size, L2-normalised vectors. Called from a worker thread."""
-
-    name: str
-    dim: int
-
-    def encode(self, texts: Sequence[str]) -> Floats: ...
 
 
 def _ngrams(text: str) -> list[str]:

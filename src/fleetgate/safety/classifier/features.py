@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetgate.safety.classifier.embed import HASH_DIM, Embedder, Floats, text_features
+from fleetgate.resources.embedder import Embedder
+from fleetgate.safety.classifier.embed import HASH_DIM, Floats, text_features
 from fleetgate.safety.classifier.gloss import Glosser
 from fleetgate.safety.classifier.model import SoftmaxModel
 from fleetgate.safety.normalize import Normalizer

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol, cast
 
 from fleetgate.errors import MissingExtra
-from fleetgate.safety.classifier.embed import Embedder
+from fleetgate.resources.embedder import Embedder
 from fleetgate.safety.classifier.examples import Example
 from fleetgate.safety.classifier.gloss import Glosser
 from fleetgate.safety.classifier.model import SoftmaxModel

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from fleetgate.errors import ConfigError
-from fleetgate.safety.classifier.embed import HASH_DIM, Embedder, Floats, text_features_sparse
+from fleetgate.resources.embedder import Embedder
+from fleetgate.safety.classifier.embed import HASH_DIM, Floats, text_features_sparse
 from fleetgate.safety.classifier.examples import BENIGN, Example, parse_lines
 from fleetgate.safety.classifier.features import FEATURE_VERSION, NGRAM_WEIGHT, embed_texts
 from fleetgate.safety.classifier.gloss import Glosser
