@@ -4,6 +4,7 @@ to roles and teams; JWT bearer tokens for API callers, limited and billed as the
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -232,3 +233,27 @@ def test_the_sealed_sign_in_opens_only_with_its_state_and_before_it_expires() ->
     assert open_pending("state-1", None) is None
     stale = _Pending("verifier", "nonce", None, "http://gw/ui/oidc/callback", 1.0)
     assert open_pending("state-1", seal_pending("state-1", stale)) is None  # expired
+
+
+async def test_sign_in_and_bearers_go_out_on_the_owners_one_session(
+    console: Console, idp: LocalIdP, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened_by: list[str] = []
+    init = aiohttp.ClientSession.__init__
+
+    def counted(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> None:
+        opened_by.append(sys._getframe(1).f_globals.get("__name__", ""))
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(aiohttp.ClientSession, "__init__", counted)
+    idp.user = {"sub": "u-9", "email": "cy@example.com", "groups": ["platform"]}
+    session, resp = await sso_sign_in(console)  # discovery, JWKS and the code exchange
+    async with session:
+        assert resp.status == 200 and resp.url.path == "/ui/overview"
+    assert await _chat(console, idp.access_token(team="ads", sub="svc")) == 200
+    # the gateway's own calls opened no session beside the resource owner's
+    assert [m for m in opened_by if m.startswith("fleetgate.")] in (
+        [],
+        ["fleetgate.resources.outbound"],
+    )
+    assert console.gw.resources.http.sessions_opened == 1

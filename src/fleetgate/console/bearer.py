@@ -20,13 +20,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import aiohttp
 import jwt
 
 from fleetgate.console.config import JwtConfig
 from fleetgate.console.jwks import JwksKeys, validate
 from fleetgate.contract.principal import Principal
 from fleetgate.errors import AuthenticationFailed
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.tasks import cancel_and_wait
 from fleetgate.tenancy.cache import KeyCache
 from fleetgate.tenancy.model import TeamEntry, jwt_key_id
@@ -39,18 +39,24 @@ log = logging.getLogger("fleetgate.console.bearer")
 class JwtBearer:
     """An `fleetgate.contract.principal.Authenticator` for JWTs (see the module docstring)."""
 
-    def __init__(self, config: JwtConfig, cache: KeyCache) -> None:
+    def __init__(self, config: JwtConfig, cache: KeyCache, http: OutboundHttp) -> None:
+        """``http``: the process's outbound session, for the JWKS (the resource owner closes
+        it)."""
         self.config = config
         self.cache = cache
         self.keys = JwksKeys(config.jwks_url)
-        self.http: aiohttp.ClientSession | None = None
+        self._http = http
         self._task: asyncio.Task[None] | None = None
 
     def authenticate(self, token: str) -> Principal:
         cfg = self.config
         try:
             claims = validate(
-                token, self.keys, audience=cfg.audience, issuer=cfg.issuer, http=self.http
+                token,
+                self.keys,
+                audience=cfg.audience,
+                issuer=cfg.issuer,
+                http=self._http.session(),
             )
         except jwt.ExpiredSignatureError:
             raise AuthenticationFailed("This token has expired.", code="expired_api_key") from None
@@ -84,9 +90,8 @@ class JwtBearer:
         return found
 
     async def start(self) -> None:
-        self.http = aiohttp.ClientSession()
         try:
-            await self.keys.refresh(self.http)
+            await self.keys.refresh(self._http.session())
         except Exception as exc:  # the gateway starts; JWTs are refused until a fetch works
             log.warning("jwt: JWKS %s not fetched at start: %s", self.config.jwks_url, exc)
         self._task = asyncio.create_task(self._refresh_forever(), name="console-jwks")
@@ -95,16 +100,13 @@ class JwtBearer:
         while True:
             await asyncio.sleep(self.config.refresh_s)
             try:
-                assert self.http is not None
-                await self.keys.refresh(self.http)
+                await self.keys.refresh(self._http.session())
             except Exception as exc:
                 log.warning("jwt: JWKS refresh failed: %s", exc)
 
     async def aclose(self) -> None:
         await cancel_and_wait(self._task)
-        if self.http is not None:
-            await self.http.close()
-            self.http = None
+        self._task = None
 
 
 def _expires_ms(exp: object) -> int | None:

@@ -63,11 +63,12 @@ class ConsoleFeature(BaseFeature):
     ) -> None:
         self.console = Console(gw, config)
         self.window = MetricWindow(gw.metrics)
-        self.playground = Playground(self.console)
-        self.oidc = OidcPages(self.console)
+        http = gw.resources.http  # the owner's outbound session; the owner closes it
+        self.playground = Playground(self.console, http)
+        self.oidc = OidcPages(self.console, http)
         # JWT bearer tokens for API callers (`fleetgate.app` puts it before the key cache)
         self.bearer = (
-            JwtBearer(config.jwt, gw.tenancy.cache)
+            JwtBearer(config.jwt, gw.tenancy.cache, http)
             if config.jwt is not None and gw.tenancy is not None
             else None
         )
@@ -155,5 +156,3 @@ class ConsoleFeature(BaseFeature):
             self._task = None
         if self.bearer is not None:
             await self.bearer.aclose()
-        await self.oidc.aclose()
-        await self.playground.aclose()

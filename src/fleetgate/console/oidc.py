@@ -41,6 +41,7 @@ from fleetgate.errors import (
     PermissionDenied,
     ServiceUnavailable,
 )
+from fleetgate.resources.outbound import OutboundHttp
 
 __all__ = ["OidcPages", "map_groups"]
 
@@ -99,11 +100,13 @@ def map_groups(config: OidcConfig, groups: list[str]) -> tuple[str, str | None] 
 
 
 class OidcPages:
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, http: OutboundHttp) -> None:
+        """``http``: the process's outbound session, for the identity provider (the resource
+        owner closes it)."""
         self.console = console
         self._discovery: dict[str, Any] | None = None
         self._keys: JwksKeys | None = None
-        self.http: aiohttp.ClientSession | None = None
+        self._http = http
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -119,17 +122,16 @@ class OidcPages:
 
     async def _provider(self, config: OidcConfig) -> dict[str, Any]:
         """The provider's discovery document (fetched once) and its JWKS."""
-        if self.http is None:
-            self.http = aiohttp.ClientSession()
+        http = self._http.session()
         if self._discovery is None or self._discovery.get("issuer") != config.issuer:
             url = config.issuer.rstrip("/") + "/.well-known/openid-configuration"
             try:
                 timeout = aiohttp.ClientTimeout(total=config.discovery_timeout_s)
-                async with self.http.get(url, timeout=timeout) as resp:
+                async with http.get(url, timeout=timeout) as resp:
                     resp.raise_for_status()
                     doc = await resp.json(content_type=None)
                 self._keys = JwksKeys(str(doc["jwks_uri"]))
-                await self._keys.refresh(self.http)
+                await self._keys.refresh(http)
             except (aiohttp.ClientError, TimeoutError, KeyError, ValueError) as exc:
                 raise ServiceUnavailable(
                     f"The identity provider could not be reached: {exc}"
@@ -185,7 +187,7 @@ class OidcPages:
                 self._keys,
                 audience=config.client_id,
                 issuer=config.issuer,
-                http=self.http,
+                http=self._http.session(),
             )
         except (jwt.PyJWTError, ValueError) as exc:
             raise AuthenticationFailed(f"The ID token is not valid: {exc}.") from None
@@ -209,10 +211,9 @@ class OidcPages:
                 "code_verifier": pending.verifier}  # fmt: skip
         if config.client_secret:
             form["client_secret"] = config.client_secret
-        assert self.http is not None
         try:
             timeout = aiohttp.ClientTimeout(total=config.discovery_timeout_s)
-            async with self.http.post(
+            async with self._http.session().post(
                 str(provider["token_endpoint"]), data=form, timeout=timeout
             ) as resp:
                 body = await resp.json(content_type=None)
@@ -244,8 +245,3 @@ class OidcPages:
             user_id=subject[:100] or None,
         )
         return principal, name
-
-    async def aclose(self) -> None:
-        if self.http is not None:
-            await self.http.close()
-            self.http = None

@@ -10,6 +10,7 @@ from aiohttp import web
 from fleetgate.console.core import Console
 from fleetgate.errors import InvalidRequest, ServiceUnavailable
 from fleetgate.http import read_json
+from fleetgate.resources.outbound import OutboundHttp
 
 __all__ = ["Playground"]
 
@@ -17,20 +18,16 @@ PLAYGROUND_ROLES = ("master", "team_admin", "user")
 
 
 class Playground:
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, http: OutboundHttp) -> None:
+        """``http``: the process's outbound session (the resource owner closes it)."""
         self.console = console
-        self.client: aiohttp.ClientSession | None = None
+        self._http = http
 
     def routes(self) -> list[web.RouteDef]:
         return [
             web.get("/ui/playground", self.page),
             web.post("/ui/playground/chat", self.chat),
         ]
-
-    async def aclose(self) -> None:
-        if self.client is not None:
-            await self.client.close()
-            self.client = None
 
     def _aliases(self, request: web.Request) -> list[str]:
         return sorted({d.alias for d in self.console.gw.tables.table.deployments()})
@@ -54,9 +51,7 @@ class Playground:
             raise ServiceUnavailable("The playground could not find the gateway's own address.")
         host = sockname[0]
         host = f"[{host}]" if ":" in host else host
-        if self.client is None:
-            self.client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
-        upstream = await self.client.post(
+        upstream = await self._http.session().post(
             f"http://{host}:{sockname[1]}/v1/chat/completions",
             json={
                 "model": model,
@@ -68,6 +63,7 @@ class Playground:
                 "Authorization": f"Bearer {session.token}",
                 "X-Request-Source": "console-playground",
             },  # fmt: skip
+            timeout=aiohttp.ClientTimeout(total=None),  # a long answer streams as long as it takes
         )
         async with upstream:
             response = web.StreamResponse(status=upstream.status)
