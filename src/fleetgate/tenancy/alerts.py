@@ -48,14 +48,13 @@ class AlertNotifier:
         webhook: str | None,
         *,
         attempts: int = 5,
-        http: OutboundHttp | None = None,
+        http: OutboundHttp,
     ) -> None:
-        """``http``: the shared session (without one the notifier opens and closes its own)."""
+        """``http``: the process's outbound session (the resource owner closes it)."""
         self.db = db
         self.webhook = webhook
         self.attempts = attempts
-        self._own_http = http is None
-        self._http = http or OutboundHttp()
+        self._http = http
         self._timeout = aiohttp.ClientTimeout(total=5)
         self._queue: asyncio.Queue[BudgetAlert] = asyncio.Queue(maxsize=10_000)
         self._task: asyncio.Task[None] | None = None
@@ -77,8 +76,6 @@ class AlertNotifier:
                     await self._queue.join()
             await cancel_and_wait(self._task)
             self._task = None
-        if self._own_http:
-            await self._http.aclose()
 
     async def _run(self) -> None:
         while True:
