@@ -13,7 +13,7 @@ from fleetgate.config.loader import parse_config
 from fleetgate.config.settings import Settings
 from fleetgate.contract.stages import Stage
 from fleetgate.feature import Feature, StageFeature
-from fleetgate.routing.features import SemanticFeature
+from fleetgate.routing.semantic_feature import SemanticFeature
 from fleetgate.routing.semantic_stage import SemanticStage
 from tests.fakes import FakeUpstream
 

@@ -46,21 +46,18 @@ from fleetgate.providers.transport import HttpClient
 from fleetgate.releases.config import RELEASES_SECTION
 from fleetgate.releases.feature import ReleasesFeature
 from fleetgate.resources import Resources
+from fleetgate.routing.canary_feature import CanaryFeature
 from fleetgate.routing.dispatch import Dispatcher
 from fleetgate.routing.encoder import EncoderStep
+from fleetgate.routing.engine_routing_feature import EngineRoutingFeature, engine_routing
 from fleetgate.routing.fallback_limits import FallbackLimits
-from fleetgate.routing.features import (
-    CanaryFeature,
-    EngineRoutingFeature,
-    SemanticFeature,
-    WakeFeature,
-    engine_routing,
-)
 from fleetgate.routing.health import HealthTracker
 from fleetgate.routing.reload import TableManager
 from fleetgate.routing.semantic_config import SEMANTIC_SECTION
+from fleetgate.routing.semantic_feature import SemanticFeature
 from fleetgate.routing.strategies import StrategyRegistry
 from fleetgate.routing.table import RouteTable
+from fleetgate.routing.wake_feature import WakeFeature
 from fleetgate.safety.config import SAFETY_SECTION
 from fleetgate.safety.feature import SafetyFeature
 from fleetgate.scheduling.config import SCHEDULING_SECTION

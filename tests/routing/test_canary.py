@@ -154,7 +154,7 @@ async def test_a_replica_that_could_not_read_the_stored_splits_is_not_ready(
     from fleetgate.resources import Databases
     from fleetgate.resources.shared import SharedStates
     from fleetgate.routing.admin_routes import CanaryAdmin
-    from fleetgate.routing.features import CanaryFeature
+    from fleetgate.routing.canary_feature import CanaryFeature
 
     def unused() -> Any:
         raise AssertionError("not called by this test")

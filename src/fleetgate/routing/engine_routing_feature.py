@@ -1,12 +1,10 @@
-"""Routing's gateway features: the semantic router, canary splits and engine-aware routing.
+"""The ``engine-routing`` feature: engine-aware routing's background work and routes (always on).
 
-- `SemanticFeature` (when the config has ``semantic:``): its stage resolves the virtual alias
-  (``auto``) to a configured one by intent. See docs/routing.md.
-- `CanaryFeature` (always): traffic splits per deployment version, followed by the dispatcher,
-  stored in the database and followed by every replica; the ``/admin/aliases/{alias}/split``
-  routes.
-- `EngineRoutingFeature` (always): engine stats scraping, the prefix index and its sharing
-  between replicas, the decision log; the ``/admin/routing`` routes.
+`engine_routing` builds, with the core (the strategies and the dispatcher need it), the engine
+stats that scrape the engines of engine-aware aliases, the prefix index and its sharing between
+replicas, and the decision log. `EngineRoutingFeature` runs their background work, follows the
+engines' KV events, learns which engines take ``cache_salt``, and serves the ``/admin/routing``
+routes.
 """
 
 from __future__ import annotations
@@ -20,96 +18,25 @@ from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig, RoutingConfig
 from fleetgate.config.settings import Settings
-from fleetgate.contract.stages import Stage
 from fleetgate.feature import BaseFeature
 from fleetgate.http import AdminAccess
 from fleetgate.resources import Resources
 from fleetgate.resources.outbound import OutboundHttp
-from fleetgate.routing.admin_routes import CanaryAdmin, EngineRoutingAdmin
-from fleetgate.routing.canary import CanarySplits
+from fleetgate.routing.admin_routes import EngineRoutingAdmin
 from fleetgate.routing.deployment import Deployment
-from fleetgate.routing.dispatch import Dispatcher
 from fleetgate.routing.engine_stats import EngineStats, engine_key
 from fleetgate.routing.kv_aware import EngineAwareRouting
 from fleetgate.routing.load_share import RedisLoadShare
 from fleetgate.routing.prefix_share import PrefixShare
 from fleetgate.routing.salt import TenantSalt, engine_of_models
-from fleetgate.routing.semantic_config import SEMANTIC_SECTION
-from fleetgate.routing.semantic_stage import SemanticStage
 from fleetgate.routing.table import RouteTable
-from fleetgate.routing.wake import Waker
 from fleetgate.tasks import cancel_and_wait
-from fleetgate.telemetry.metrics import GatewayMetrics
 from fleetgate.telemetry.registry import Registry
 
 # Strategies that read engine stats and KV events (their engines are scraped and subscribed).
 ENGINE_AWARE = ("kv-aware", "pd-disagg")
 
-__all__ = ["CanaryFeature", "EngineRoutingFeature", "SemanticFeature", "engine_routing"]
-
-
-class SemanticFeature(BaseFeature):
-    """The intent router's stage; it loads its model in the background after ``start``."""
-
-    name = "semantic"
-
-    def __init__(self, stage: SemanticStage) -> None:
-        self.router = stage
-        self.stage: Stage | None = stage
-
-    @classmethod
-    def build(
-        cls, settings: Settings, config: GatewayConfig, resources: Resources
-    ) -> SemanticFeature | None:
-        section = SEMANTIC_SECTION.of(config)
-        if section is None:
-            return None
-        return cls(SemanticStage(section, settings.data_dir, minilm=resources.minilm))
-
-    @property
-    def alias(self) -> str:
-        """The virtual alias this router resolves (``auto``)."""
-        return self.router.alias
-
-    async def start(self) -> None:
-        await self.router.start()
-
-    async def aclose(self) -> None:
-        await self.router.aclose()
-
-
-class CanaryFeature(BaseFeature):
-    name = "canary"
-
-    def __init__(self, splits: CanarySplits, admin: CanaryAdmin) -> None:
-        self.splits = splits
-        self._admin = admin
-
-    @classmethod
-    def build(
-        cls,
-        settings: Settings,
-        config: GatewayConfig,
-        table: Callable[[], RouteTable],
-        access: AdminAccess,
-        resources: Resources,
-    ) -> CanaryFeature:
-        database = resources.databases.get(settings.database_url, settings.data_dir)
-        splits = CanarySplits(resources.shared, database)
-        admin = CanaryAdmin(splits, table, access, config.server.max_request_bytes)
-        return cls(splits, admin)
-
-    def routes(self) -> Iterable[web.AbstractRouteDef]:
-        return self._admin.routes()
-
-    def missing(self) -> list[str]:
-        return [] if self.splits.loaded else ["database"]
-
-    async def start(self) -> None:
-        await self.splits.start()
-
-    async def aclose(self) -> None:
-        await self.splits.aclose()
+__all__ = ["EngineRoutingFeature", "engine_routing"]
 
 
 class EngineRoutingFeature(BaseFeature):
@@ -244,38 +171,3 @@ async def _identify(salt: TenantSalt, deployments: list[Deployment], http: Outbo
 
     found = await asyncio.gather(*(one(d) for d in deployments))
     salt.remember((base, kind) for base, kind in found if kind)
-
-
-class WakeFeature(BaseFeature):
-    """Scale-to-zero holds and vLLM sleep mode (routing/wake.py): the dispatcher's waker and
-    the loop that puts idle sleep-mode deployments to sleep."""
-
-    name = "wake"
-
-    def __init__(self, waker: Waker) -> None:
-        self.waker = waker
-
-    @classmethod
-    def build(
-        cls,
-        dispatcher: Dispatcher,
-        table: Callable[[], RouteTable],
-        http: OutboundHttp,
-        metrics: GatewayMetrics,
-    ) -> WakeFeature:
-        waker = Waker(http, metrics, lambda: table().deployments())
-        dispatcher.waker = waker
-
-        def asleep() -> Iterable[tuple[tuple[str, str, str], bool]]:
-            for d in table().deployments():
-                if d.config.wake is not None:
-                    yield (d.alias, d.id, d.version), d.state.asleep
-
-        metrics.bind_asleep_gauge(asleep)
-        return cls(waker)
-
-    async def start(self) -> None:
-        await self.waker.start()
-
-    async def aclose(self) -> None:
-        await self.waker.aclose()
