@@ -8,9 +8,13 @@ from typing import Any
 import aiohttp
 from openai import AsyncOpenAI
 
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.routing.disagg import prefill_body
 from fleetgate.sim import SimConfig, running_sim
 from tests.conftest import AUTH, MASTER, GatewayFactory
+from tests.resources.support import outbound
+
+__all__ = ["outbound"]
 
 LONG = "Contract text. " + " ".join(f"term{i} holds" for i in range(400))
 SIM = dict(model="m", prefill_ms_per_token=0.001, decode_ms_per_step=0.1, output_len=5,
@@ -77,7 +81,9 @@ async def test_long_prompts_prefill_on_one_pool_and_stream_from_the_other(
         await sdk.close()
 
 
-def test_decode_goes_where_the_request_fits_then_to_the_smallest_batch() -> None:
+def test_decode_goes_where_the_request_fits_then_to_the_smallest_batch(
+    outbound: OutboundHttp,
+) -> None:
     import random
 
     from fleetgate.config.schema import DeploymentConfig, RoutingConfig
@@ -90,7 +96,11 @@ def test_decode_goes_where_the_request_fits_then_to_the_smallest_batch() -> None
 
     config = RoutingConfig()
     shared = EngineAwareRouting(
-        config, EngineStats(config, lambda: ()), secret=b"k", rng=random.Random(1)
+        config,
+        EngineStats(config, lambda: (), http=outbound),
+        secret=b"k",
+        rng=random.Random(1),
+        http=outbound,
     )
     provider: Any = None
     full, busy, idle = (
@@ -114,7 +124,9 @@ def test_decode_goes_where_the_request_fits_then_to_the_smallest_batch() -> None
     assert strategy.pick([full, busy, idle], ctx).extra_body is None
 
 
-def test_a_request_served_aggregated_goes_to_the_decode_pool_not_a_prefill_engine() -> None:
+def test_a_request_served_aggregated_goes_to_the_decode_pool_not_a_prefill_engine(
+    outbound: OutboundHttp,
+) -> None:
     import random
 
     from fleetgate.config.schema import DeploymentConfig, RoutingConfig
@@ -126,7 +138,11 @@ def test_a_request_served_aggregated_goes_to_the_decode_pool_not_a_prefill_engin
 
     config = RoutingConfig()
     shared = EngineAwareRouting(
-        config, EngineStats(config, lambda: ()), secret=b"k", rng=random.Random(1)
+        config,
+        EngineStats(config, lambda: (), http=outbound),
+        secret=b"k",
+        rng=random.Random(1),
+        http=outbound,
     )
     provider: Any = None
     prefill, decode = (

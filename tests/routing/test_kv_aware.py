@@ -9,6 +9,7 @@ import pytest
 
 from fleetgate.config.schema import DeploymentConfig, KvAwareConfig, RoutingConfig
 from fleetgate.contract.principal import Principal
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.routing.context import Pick, RouteContext
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.engine_metrics import EngineSnapshot
@@ -16,7 +17,10 @@ from fleetgate.routing.engine_stats import EngineStats, EngineView, engine_key
 from fleetgate.routing.kv_aware import EngineAwareRouting, KvAwareStrategy, expected_ttft
 from fleetgate.routing.strategies import StrategyRegistry
 from fleetgate.tokens import estimate_prompt_tokens
+from tests.resources.support import outbound
 from tests.routing.support import route_ctx
+
+__all__ = ["outbound"]
 
 SYSTEM = "You are the billing assistant of a large telecom company. " * 60
 TEAM_A = Principal("key-a", team_id="team-a")
@@ -32,11 +36,10 @@ def deps(n: int) -> list[Deployment]:
     ]  # fmt: skip
 
 
-def routing(**overrides: Any) -> EngineAwareRouting:
+def routing(http: OutboundHttp, **overrides: Any) -> EngineAwareRouting:
     config = RoutingConfig(**overrides)
-    shared = EngineAwareRouting(
-        config, EngineStats(config, lambda: ()), secret=b"s3cret", rng=random.Random(1)
-    )
+    stats = EngineStats(config, lambda: (), http=http)
+    shared = EngineAwareRouting(config, stats, secret=b"s3cret", rng=random.Random(1), http=http)
     return shared
 
 
@@ -61,8 +64,8 @@ def test_cost_is_seconds_of_queue_prefill_and_decode_interference() -> None:
     assert inter_s == pytest.approx(0.02)
 
 
-def test_follow_ups_of_a_shared_prefix_go_where_it_is_cached() -> None:
-    shared = routing()
+def test_follow_ups_of_a_shared_prefix_go_where_it_is_cached(outbound: OutboundHttp) -> None:
+    shared = routing(outbound)
     strategy = KvAwareStrategy(shared, "chat")
     candidates = deps(4)
     first = strategy.pick(candidates, ctx("How do I read my bill?")).deployment
@@ -81,8 +84,8 @@ def test_follow_ups_of_a_shared_prefix_go_where_it_is_cached() -> None:
     assert ratio is not None and ratio > 0.6
 
 
-def test_a_long_queue_outweighs_a_cached_prefix() -> None:
-    shared = routing()
+def test_a_long_queue_outweighs_a_cached_prefix(outbound: OutboundHttp) -> None:
+    shared = routing(outbound)
     strategy = KvAwareStrategy(shared, "chat")
     candidates = deps(2)
     home = strategy.pick(candidates, ctx("first")).deployment
@@ -96,8 +99,9 @@ def test_a_long_queue_outweighs_a_cached_prefix() -> None:
     assert shared.decisions.query(limit=1)[0].reason in ("load", "hotspot-guard")
 
 
-def test_hotspot_guard_excludes_a_replica_far_above_the_rest() -> None:
-    shared = routing(kv_aware=KvAwareConfig(prefill_ms_per_token=0.001, decode_ms_per_step=0.0,
+def test_hotspot_guard_excludes_a_replica_far_above_the_rest(outbound: OutboundHttp) -> None:
+    shared = routing(outbound,
+                     kv_aware=KvAwareConfig(prefill_ms_per_token=0.001, decode_ms_per_step=0.0,
                                             hotspot_slack=4, hotspot_ratio=2.0))  # fmt: skip
     strategy = KvAwareStrategy(shared, "chat")
     candidates = deps(2)
@@ -112,8 +116,8 @@ def test_hotspot_guard_excludes_a_replica_far_above_the_rest() -> None:
     assert [x.excluded for x in decision.candidates if x.deployment == home.id] == ["hotspot"]
 
 
-def test_without_shared_prefixes_it_balances_load() -> None:
-    shared = routing()
+def test_without_shared_prefixes_it_balances_load(outbound: OutboundHttp) -> None:
+    shared = routing(outbound)
     strategy = KvAwareStrategy(shared, "chat")
     candidates = deps(3)
     counts = {d.id: 0 for d in candidates}
@@ -127,8 +131,8 @@ def test_without_shared_prefixes_it_balances_load() -> None:
     assert sorted(counts.values()) == [10, 10, 10]
 
 
-def test_session_affinity_counts_the_previous_turn_as_cached() -> None:
-    shared = routing()
+def test_session_affinity_counts_the_previous_turn_as_cached(outbound: OutboundHttp) -> None:
+    shared = routing(outbound)
     strategy = KvAwareStrategy(shared, "chat")
     candidates = deps(3)
     img = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}
@@ -152,8 +156,8 @@ def _salted(shared: Any, strategy: KvAwareStrategy, candidates: Any, c: Any) -> 
     return shared.tenant_salt.apply(strategy.pick(candidates, c), c)
 
 
-def test_tenants_do_not_share_prefixes_and_get_their_own_salt() -> None:
-    shared = routing(cache_salt="always")
+def test_tenants_do_not_share_prefixes_and_get_their_own_salt(outbound: OutboundHttp) -> None:
+    shared = routing(outbound, cache_salt="always")
     strategy = KvAwareStrategy(shared, "chat")
     candidates = deps(4)
     a = _salted(shared, strategy, candidates, ctx("hello", TEAM_A))
@@ -167,8 +171,8 @@ def test_tenants_do_not_share_prefixes_and_get_their_own_salt() -> None:
     assert shared.decisions.query(limit=1)[0].cached_tokens > 0
 
 
-def test_public_prefixes_are_shared_and_unsalted() -> None:
-    shared = routing(cache_salt="always", public_prefixes=(SYSTEM[:40],))
+def test_public_prefixes_are_shared_and_unsalted(outbound: OutboundHttp) -> None:
+    shared = routing(outbound, cache_salt="always", public_prefixes=(SYSTEM[:40],))
     strategy = KvAwareStrategy(shared, "chat")
     candidates = deps(4)
     strategy.pick(candidates, ctx("hello", TEAM_A))
@@ -177,8 +181,8 @@ def test_public_prefixes_are_shared_and_unsalted() -> None:
     assert shared.decisions.query(limit=1)[0].reason == "prefix-hit"
 
 
-def test_salt_only_goes_to_vllm_engines_in_auto_mode() -> None:
-    shared = routing()
+def test_salt_only_goes_to_vllm_engines_in_auto_mode(outbound: OutboundHttp) -> None:
+    shared = routing(outbound)
     strategy = KvAwareStrategy(shared, "chat")
     [only] = deps(1)
     picked = _salted(shared, strategy, [only], ctx("hi"))
@@ -189,13 +193,13 @@ def test_salt_only_goes_to_vllm_engines_in_auto_mode() -> None:
     assert shared.decisions.query(limit=1)[0].reason == "only-candidate"
 
 
-def test_registry_knows_kv_aware_and_round_robin() -> None:
-    registry = StrategyRegistry.with_builtins()
+def test_registry_knows_kv_aware_and_round_robin(outbound: OutboundHttp) -> None:
+    registry = StrategyRegistry.with_builtins(EngineAwareRouting.standalone(outbound))
     assert {"kv-aware", "round-robin"} <= set(registry.names())
 
 
-def test_affinity_does_not_pin_a_session_whose_prompt_changed() -> None:
-    shared = routing()
+def test_affinity_does_not_pin_a_session_whose_prompt_changed(outbound: OutboundHttp) -> None:
+    shared = routing(outbound)
     strategy = KvAwareStrategy(shared, "chat")
     candidates = deps(3)
     counts = {d.id: 0 for d in candidates}
@@ -210,8 +214,8 @@ def test_affinity_does_not_pin_a_session_whose_prompt_changed() -> None:
     assert sorted(counts.values()) == [10, 10, 10]
 
 
-def test_a_full_kv_cache_counts_against_an_engine() -> None:
-    shared = routing()
+def test_a_full_kv_cache_counts_against_an_engine(outbound: OutboundHttp) -> None:
+    shared = routing(outbound)
     strategy = KvAwareStrategy(shared, "chat")
     full, free = deps(2)
     shared.stats.record(engine_key(full), EngineSnapshot("vllm", at=1e18, kv_usage=0.99))
@@ -223,8 +227,10 @@ def test_a_full_kv_cache_counts_against_an_engine() -> None:
     assert costs[full.id] > costs[free.id] + 1.0
 
 
-async def test_tokenization_is_asked_of_the_least_loaded_engine_not_always_the_first() -> None:
-    shared = routing(kv_aware=KvAwareConfig(exact_tokenize=True))
+async def test_tokenization_is_asked_of_the_least_loaded_engine_not_always_the_first(
+    outbound: OutboundHttp,
+) -> None:
+    shared = routing(outbound, kv_aware=KvAwareConfig(exact_tokenize=True))
     asked: list[str] = []
 
     async def tokenize(dep: Deployment, body: Any) -> list[int]:

@@ -8,12 +8,15 @@ from typing import Any
 import pytest
 
 from fleetgate.config.schema import DeploymentConfig, RoutingConfig
-from fleetgate.resources import RedisConnections
+from fleetgate.resources import OutboundHttp, RedisConnections
 from fleetgate.routing.context import Pick
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.engine_stats import EngineStats
 from fleetgate.routing.load_share import RedisLoadShare
+from tests.resources.support import outbound
 from tests.routing.support import route_ctx
+
+__all__ = ["outbound"]
 
 pytestmark = pytest.mark.redis
 
@@ -24,7 +27,7 @@ def _dep() -> Deployment:
     return Deployment("e1", "chat", config, provider)
 
 
-async def test_replicas_route_on_each_others_load(redis_url: str) -> None:
+async def test_replicas_route_on_each_others_load(redis_url: str, outbound: OutboundHttp) -> None:
     d = _dep()
     config = RoutingConfig()
     redis_a, redis_b = RedisConnections(), RedisConnections()  # one owner per replica
@@ -35,8 +38,8 @@ async def test_replicas_route_on_each_others_load(redis_url: str) -> None:
     def share(redis: RedisConnections, replica: str) -> RedisLoadShare:
         return RedisLoadShare(redis.client(redis_url), replica, prefix=prefix, ttl_s=60.0)
 
-    a = EngineStats(config, lambda: [], share=share(redis_a, "a"))
-    b = EngineStats(config, lambda: [], share=share(redis_b, "b"))
+    a = EngineStats(config, lambda: [], share=share(redis_a, "a"), http=outbound)
+    b = EngineStats(config, lambda: [], share=share(redis_b, "b"), http=outbound)
     try:
         ctx = route_ctx(prompt_tokens=400)
         tickets = [a.dispatched(Pick(d), ctx) for _ in range(3)]

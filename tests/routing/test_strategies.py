@@ -8,7 +8,9 @@ import pytest
 from fleetgate.config.schema import AliasConfig, DeploymentConfig, Price
 from fleetgate.errors import ConfigError
 from fleetgate.providers.base import UpstreamCall, UpstreamResponse
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.routing.deployment import Deployment
+from fleetgate.routing.kv_aware import EngineAwareRouting
 from fleetgate.routing.strategies import (
     CostStrategy,
     LatencyStrategy,
@@ -18,7 +20,10 @@ from fleetgate.routing.strategies import (
 )
 from tests.conftest import AUTH, GatewayFactory
 from tests.fakes import FakeUpstream
+from tests.resources.support import outbound
 from tests.routing.support import route_ctx
+
+__all__ = ["outbound"]
 
 
 class _NoProvider:
@@ -74,8 +79,8 @@ def test_cost_picks_cheapest_then_least_loaded() -> None:
     assert CostStrategy().pick(deps, CTX).deployment.id == "d2"
 
 
-def test_registry_refuses_unknown_names() -> None:
-    reg = StrategyRegistry.with_builtins()
+def test_registry_refuses_unknown_names(outbound: OutboundHttp) -> None:
+    reg = StrategyRegistry.with_builtins(EngineAwareRouting.standalone(outbound))
     alias = AliasConfig.model_validate(
         {
             "alias": "a",

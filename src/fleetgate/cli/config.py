@@ -10,6 +10,8 @@ from typing import Any
 from fleetgate.app import SECTIONS
 from fleetgate.cli.reference import run_reference
 from fleetgate.config.loader import load_config
+from fleetgate.resources.outbound import OutboundHttp
+from fleetgate.routing.kv_aware import EngineAwareRouting
 from fleetgate.routing.strategies import StrategyRegistry
 
 __all__ = ["register", "run_check"]
@@ -30,7 +32,8 @@ def register(sub: Any) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     config = load_config(args.file, sections=SECTIONS)
-    strategies = StrategyRegistry.with_builtins()
+    # building the strategies sends nothing: the session is never opened
+    strategies = StrategyRegistry.with_builtins(EngineAwareRouting.standalone(OutboundHttp()))
     for alias in config.models:
         strategies.create(alias)
     deployments = sum(len(a.deployments) for a in config.models)

@@ -11,7 +11,7 @@ aliases served by one engine share its queue and its cache.
 
 Example::
 
-    stats = EngineStats(config.routing, lambda: table.deployments())
+    stats = EngineStats(config.routing, lambda: table.deployments(), http=resources.http)
     await stats.start()                # inside the running loop (the app's lifespan)
     view = stats.view(deployment)      # EngineView(queued=2.0, running=14.0, kv_usage=0.61, ...)
     await stats.aclose()
@@ -89,11 +89,12 @@ class EngineStats:
         config: RoutingConfig,
         targets: Callable[[], Iterable[Deployment]],
         *,
+        http: OutboundHttp,
         share: LoadShare | None = None,
         clock: Callable[[], float] = time.monotonic,
-        http: OutboundHttp | None = None,
     ) -> None:
-        """``http``: the shared side-service session (without one, a session of its own)."""
+        """``http``: the process's outbound session, for the scrapes (the resource owner closes
+        it)."""
         self.config = config
         self._targets = targets
         self._share = share
@@ -102,8 +103,7 @@ class EngineStats:
         self._state: dict[str, _Target] = {}
         self._remote: dict[str, LocalLoad] = {}
         self._task: asyncio.Task[None] | None = None
-        self._own_http = http is None
-        self._http = http or OutboundHttp()
+        self._http = http
         self.scrapes = 0
 
     # ------------------------------------------------------------------ observer
@@ -260,8 +260,6 @@ class EngineStats:
     async def aclose(self) -> None:
         task, self._task = self._task, None
         await cancel_and_wait(task)
-        if self._own_http:
-            await self._http.aclose()
         if self._share is not None:
             with contextlib.suppress(Exception):
                 await self._share.aclose()

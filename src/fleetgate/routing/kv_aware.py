@@ -104,9 +104,10 @@ class EngineAwareRouting:
         secret: bytes,
         registry: Registry | None = None,
         rng: random.Random | None = None,
-        http: OutboundHttp | None = None,
+        http: OutboundHttp,
     ) -> None:
-        """``http``: the shared side-service session for ``/tokenize`` (else one of its own)."""
+        """``http``: the process's outbound session, for ``/tokenize`` (the resource owner
+        closes it)."""
         self.config = config
         self.stats = stats
         self.index = PrefixIndex()
@@ -117,8 +118,7 @@ class EngineAwareRouting:
         # Every strategy's pick gets the tenant's cache_salt through this (the dispatcher).
         self.tenant_salt = TenantSalt(config, secret, lambda dep: self.stats.view(dep).engine)
         self.rng = rng or random.Random()
-        self._own_http = http is None
-        self._http = http or OutboundHttp()
+        self._http = http
         self.prefix_share: PrefixShare | None = None  # the index shared between replicas
         # What engines that publish KV events report they hold (trusted over `index`).
         self.kv_events = EventBlockIndex(config.kv_aware.events_resync_s)
@@ -138,10 +138,14 @@ class EngineAwareRouting:
         )
 
     @classmethod
-    def standalone(cls, config: RoutingConfig | None = None) -> EngineAwareRouting:
-        """Local tracking only: no scraper targets, a random salt secret (tests, embedding)."""
+    def standalone(
+        cls, http: OutboundHttp, config: RoutingConfig | None = None
+    ) -> EngineAwareRouting:
+        """Local tracking only: no scraper targets, a random salt secret (tests, embedding,
+        checking a config)."""
         cfg = config or RoutingConfig()
-        return cls(cfg, EngineStats(cfg, lambda: ()), secret=os.urandom(16))
+        stats = EngineStats(cfg, lambda: (), http=http)
+        return cls(cfg, stats, secret=os.urandom(16), http=http)
 
     def update_config(self, config: RoutingConfig) -> None:
         self.config = config
@@ -172,8 +176,6 @@ class EngineAwareRouting:
         await self.stats.aclose()
         if self.prefix_share is not None:
             await self.prefix_share.aclose()
-        if self._own_http:
-            await self._http.aclose()
 
     @property
     def http(self) -> OutboundHttp:

@@ -2,9 +2,9 @@
 
 A strategy (`fleetgate.routing.context.Strategy`) picks one deployment among healthy
 candidates that fit the request and returns it as a `Pick`. Built-ins register themselves in
-`StrategyRegistry.with_builtins()` exactly as a third party would::
+`StrategyRegistry.with_builtins(engine_aware)` exactly as a third party would::
 
-    registry = StrategyRegistry.with_builtins()
+    registry = StrategyRegistry.with_builtins(engine_aware)
     registry.register("my-strategy", lambda alias_config: MyStrategy())
 """
 
@@ -136,21 +136,21 @@ class StrategyRegistry:
         return factory(alias)
 
     @classmethod
-    def with_builtins(cls, engine_aware: EngineAwareRouting | None = None) -> StrategyRegistry:
+    def with_builtins(cls, engine_aware: EngineAwareRouting) -> StrategyRegistry:
         """Every built-in strategy. ``engine_aware`` is the app's shared engine state for
-        ``kv-aware`` (without it each kv-aware alias keeps a private one: local tracking only).
+        ``kv-aware`` and ``pd-disagg`` (`EngineAwareRouting.standalone` where there is no app:
+        local tracking only).
         """
         registry = cls()
         registry.register("round-robin", lambda _: RoundRobinStrategy())
-        shared = engine_aware
 
         def kv_aware(alias: AliasConfig) -> Strategy:
-            return KvAwareStrategy(shared or EngineAwareRouting.standalone(), alias.alias)
+            return KvAwareStrategy(engine_aware, alias.alias)
 
         registry.register("kv-aware", kv_aware)
 
         def pd_disagg(alias: AliasConfig) -> Strategy:
-            return DisaggStrategy(shared or EngineAwareRouting.standalone(), alias.alias)
+            return DisaggStrategy(engine_aware, alias.alias)
 
         registry.register("pd-disagg", pd_disagg)
         registry.register("weighted", lambda _: WeightedStrategy())
