@@ -29,16 +29,15 @@ class SideServiceClient:
         api_key: str | None = None,
         concurrency: int = 8,
         timeout_s: float = 60.0,
-        http: OutboundHttp | None = None,
+        http: OutboundHttp,
     ) -> None:
-        """``http``: the shared session; without one the client opens (and closes) its own."""
+        """``http``: the process's outbound session (the resource owner closes it)."""
         self.url = base_url.rstrip("/") + self.path
         self.model = model
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._limit = asyncio.Semaphore(concurrency)
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self._own_http = http is None
-        self._http = http or OutboundHttp()
+        self._http = http
 
     async def _post(self, **kwargs: Any) -> bytes:
         """POST (``data=`` or ``json=``) within the concurrency cap; the body of a 2xx answer."""
@@ -67,6 +66,4 @@ class SideServiceClient:
         return data.decode(errors="replace")
 
     async def aclose(self) -> None:
-        """Close the HTTP session if this client opened its own."""
-        if self._own_http:
-            await self._http.aclose()
+        """Nothing of its own to close: the session is the resource owner's."""

@@ -6,9 +6,13 @@ import numpy as np
 import pytest
 import soundfile as sf
 from aiohttp import web
+from tests.resources.support import outbound
 
 from fleetgate.errors import UpstreamStatusError
 from fleetgate.multimodal.audio.openai_asr import OpenAITranscriber
+from fleetgate.resources.outbound import OutboundHttp
+
+__all__ = ["outbound"]
 
 
 @pytest.fixture
@@ -44,11 +48,11 @@ async def upstream() -> AsyncIterator[tuple[str, list[dict[str, object]]]]:
 
 
 async def test_segments_are_sent_concurrently_as_wav_and_kept_in_order(
-    upstream: tuple[str, list[dict[str, object]]],
+    upstream: tuple[str, list[dict[str, object]]], outbound: OutboundHttp
 ) -> None:
     url, seen = upstream
     segments = [np.zeros(n, np.float32) for n in (1600, 3200, 4800)]
-    asr = OpenAITranscriber(url, model="whisper", concurrency=3)
+    asr = OpenAITranscriber(url, model="whisper", concurrency=3, http=outbound)
     try:
         texts = await asr.transcribe_segments(segments, language="en")
     finally:
@@ -58,9 +62,11 @@ async def test_segments_are_sent_concurrently_as_wav_and_kept_in_order(
     assert max(int(str(s["max_active"])) for s in seen) > 1
 
 
-async def test_upstream_4xx_keeps_its_status(upstream: tuple[str, list[dict[str, object]]]) -> None:
+async def test_upstream_4xx_keeps_its_status(
+    upstream: tuple[str, list[dict[str, object]]], outbound: OutboundHttp
+) -> None:
     url, _ = upstream
-    asr = OpenAITranscriber(url, model="broken")
+    asr = OpenAITranscriber(url, model="broken", http=outbound)
     try:
         with pytest.raises(UpstreamStatusError) as info:
             await asr.transcribe_segments([np.zeros(160, np.float32)])

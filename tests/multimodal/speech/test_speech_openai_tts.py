@@ -3,10 +3,14 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 from aiohttp import web
+from tests.resources.support import outbound
 
 from fleetgate.errors import UpstreamStatusError
 from fleetgate.multimodal.speech.openai_tts import OpenAISynthesizer
 from fleetgate.multimodal.speech.streamer import SpeechStreamer
+from fleetgate.resources.outbound import OutboundHttp
+
+__all__ = ["outbound"]
 
 
 @pytest.fixture
@@ -34,10 +38,10 @@ async def upstream() -> AsyncIterator[tuple[str, list[dict[str, object]]]]:
 
 
 async def test_upstream_pcm_through_the_streamer(
-    upstream: tuple[str, list[dict[str, object]]],
+    upstream: tuple[str, list[dict[str, object]]], outbound: OutboundHttp
 ) -> None:
     url, bodies = upstream
-    tts = OpenAISynthesizer(url, model="tts-1")
+    tts = OpenAISynthesizer(url, model="tts-1", http=outbound)
     streamer = SpeechStreamer(tts, voice="nova")
     try:
         streamer.feed("Good morning, everyone. Today we ship the release.")
@@ -52,9 +56,11 @@ async def test_upstream_pcm_through_the_streamer(
         assert len(piece.audio.pcm) == 2 * 240 * len(piece.transcript)
 
 
-async def test_upstream_error_keeps_status(upstream: tuple[str, list[dict[str, object]]]) -> None:
+async def test_upstream_error_keeps_status(
+    upstream: tuple[str, list[dict[str, object]]], outbound: OutboundHttp
+) -> None:
     url, _ = upstream
-    tts = OpenAISynthesizer(url, model="tts-1")
+    tts = OpenAISynthesizer(url, model="tts-1", http=outbound)
     try:
         with pytest.raises(UpstreamStatusError) as info:
             await tts.synthesize("hi", voice="bad")

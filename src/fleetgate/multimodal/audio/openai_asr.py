@@ -38,7 +38,8 @@ class OpenAITranscriber(SideServiceClient):
 
     Example::
 
-        asr = OpenAITranscriber("http://whisper:8000/v1", model="openai/whisper-large-v3")
+        asr = OpenAITranscriber("http://whisper:8000/v1", model="openai/whisper-large-v3",
+                                http=resources.http)
         texts = await asr.transcribe_segments(segments)
         await asr.aclose()
     """

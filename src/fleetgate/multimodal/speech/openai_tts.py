@@ -13,7 +13,8 @@ class OpenAISynthesizer(SideServiceClient):
 
     Example::
 
-        tts = OpenAISynthesizer("https://api.openai.com/v1", model="gpt-4o-mini-tts", api_key=k)
+        tts = OpenAISynthesizer("https://api.openai.com/v1", model="gpt-4o-mini-tts", api_key=k,
+                                http=resources.http)
         audio = await tts.synthesize("Hello", voice="alloy")
         await tts.aclose()
     """
