@@ -12,6 +12,9 @@ from aiohttp.test_utils import TestServer
 
 from fleetgate.resources import JsonService, OutboundHttp
 from fleetgate.resources.outbound import ServiceStatusError
+from tests.resources.support import outbound
+
+__all__ = ["outbound"]
 
 
 @pytest.fixture
@@ -61,36 +64,22 @@ async def test_services_share_the_owners_session_and_never_close_it(echo: str) -
         assert other["auth"] is None
         # no cookie jar: what one side service sets never travels to the next call
         assert other["cookie"] is None
-        await guard.aclose()
-        await moderation.aclose()
         assert not http.session().closed and http.sessions_opened == 1
     finally:
         await http.aclose()
 
 
-async def test_a_service_without_an_owner_opens_and_closes_its_own(echo: str) -> None:
-    service = JsonService(echo)
-    with pytest.raises(ServiceStatusError) as caught:
-        await service.post_json("/fail", {})
-    assert caught.value.status == 503
-    own = service._http.session()
-    await service.aclose()
-    assert own.closed
-
-
-async def test_a_bad_status_names_status_and_url_but_never_the_key(echo: str) -> None:
+async def test_a_bad_status_names_status_and_url_but_never_the_key(
+    echo: str, outbound: OutboundHttp
+) -> None:
     """aiohttp's own error repr carries the request headers; this one must not (check failures
     go to verdicts, audit records and alert webhooks)."""
-    service = JsonService(echo + "/v1", api_key="sk-SECRET-123")
-    try:
-        with pytest.raises(ServiceStatusError) as caught:
-            await service.post_json("/../fail?token=t0p", {})
-        quiet = JsonService(echo.replace("http://", "http://user:pw@"))
-        with pytest.raises(ServiceStatusError) as userinfo:
-            await quiet.post_json("/fail", {})
-        await quiet.aclose()
-    finally:
-        await service.aclose()
+    service = JsonService(echo + "/v1", api_key="sk-SECRET-123", http=outbound)
+    with pytest.raises(ServiceStatusError) as caught:
+        await service.post_json("/../fail?token=t0p", {})
+    quiet = JsonService(echo.replace("http://", "http://user:pw@"), http=outbound)
+    with pytest.raises(ServiceStatusError) as userinfo:
+        await quiet.post_json("/fail", {})
     text = f"{caught.value!r} {caught.value} {userinfo.value!r}"
     assert isinstance(caught.value, aiohttp.ClientError) and "503" in text
     assert "sk-SECRET-123" not in text and "pw" not in text and "t0p" not in text
@@ -102,7 +91,7 @@ async def test_a_bad_status_names_status_and_url_but_never_the_key(echo: str) ->
      {"base_url": "http://g", "timeout_s": "10"}, {"base_url": "http://g", "timeout_s": 0},
      {"base_url": "http://g", "api_key": 123}],
 )  # fmt: skip
-def test_bad_options_are_value_errors(kwargs: dict[str, Any]) -> None:
+def test_bad_options_are_value_errors(kwargs: dict[str, Any], outbound: OutboundHttp) -> None:
     """The check registry turns ValueError into a ConfigError naming the check."""
     with pytest.raises(ValueError):
-        JsonService(**kwargs)
+        JsonService(**kwargs, http=outbound)

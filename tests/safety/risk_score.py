@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.safety.base import Check, CheckContext, Verdict
 from fleetgate.safety.registry import CheckRegistry, builtin_registry
 
@@ -25,8 +26,8 @@ class RiskScore:
         return Verdict.allow(self.name, score=min(hits, 2) / 2, detail=f"hits={hits}")
 
 
-def risk_registry() -> CheckRegistry:
-    registry = builtin_registry()
+def risk_registry(http: OutboundHttp) -> CheckRegistry:
+    registry = builtin_registry(http=http)
 
     def build(name: str, options: Mapping[str, Any]) -> Check:
         return RiskScore(name=name, **options)

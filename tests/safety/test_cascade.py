@@ -9,13 +9,17 @@ from typing import Any
 import pytest
 
 from fleetgate.errors import ConfigError
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.safety import CheckConfig, Guardrails, PolicyConfig, SafetyConfig
 from fleetgate.safety.base import Action, CheckContext, CheckPoint, Verdict
 from fleetgate.safety.checks.cascade import CascadeCheck
 from fleetgate.safety.metrics import SafetyMetrics
 from fleetgate.telemetry.registry import Registry
+from tests.resources.support import outbound
 from tests.safety.fake_llama_guard import FakeLlamaGuard
 from tests.safety.risk_score import RiskScore, risk_registry
+
+__all__ = ["outbound"]
 
 
 def _config(guard_url: str, *, guard_on_error: str = "allow") -> SafetyConfig:
@@ -45,10 +49,11 @@ async def guard() -> AsyncIterator[tuple[FakeLlamaGuard, str]]:
 
 async def test_only_uncertain_inputs_reach_the_guard_and_its_verdict_decides(
     guard: tuple[FakeLlamaGuard, str],
+    outbound: OutboundHttp,
 ) -> None:
     fake, url = guard
     metrics_registry = Registry()
-    guardrails = Guardrails(_config(url), registry=risk_registry(),
+    guardrails = Guardrails(_config(url), registry=risk_registry(outbound),
                             metrics=SafetyMetrics(metrics_registry))  # fmt: skip
     policy = guardrails.policy("default")
     cases = {
@@ -85,11 +90,13 @@ async def test_only_uncertain_inputs_reach_the_guard_and_its_verdict_decides(
 
 @pytest.mark.parametrize(("on_error", "blocked"), [("allow", False), ("block", True)])
 async def test_a_guard_that_is_down_falls_back_to_the_cascades_on_error(
-    on_error: str, blocked: bool
+    on_error: str,
+    blocked: bool,
+    outbound: OutboundHttp,
 ) -> None:
     fake = FakeLlamaGuard(fail=True)
     url = await fake.start()
-    guardrails = Guardrails(_config(url, guard_on_error=on_error), registry=risk_registry())
+    guardrails = Guardrails(_config(url, guard_on_error=on_error), registry=risk_registry(outbound))
     try:
         policy = guardrails.policy("default")
         unsure = await policy.run(CheckPoint.INPUT, "Explain ransomware please", CheckContext())
@@ -134,6 +141,8 @@ async def test_a_stage_that_cannot_decide_escalates_to_the_next() -> None:
         ([{"type": "words"}, {"type": "words", "name": "w2", "extra": 1}], "unknown keys"),
     ],
 )  # fmt: skip
-def test_a_bad_cascade_is_a_config_error(stages: list[dict[str, Any]], message: str) -> None:
+def test_a_bad_cascade_is_a_config_error(
+    stages: list[dict[str, Any]], message: str, outbound: OutboundHttp
+) -> None:
     with pytest.raises(ConfigError, match=message):
-        risk_registry().create("c", CheckConfig(type="cascade", options={"stages": stages}))
+        risk_registry(outbound).create("c", CheckConfig(type="cascade", options={"stages": stages}))

@@ -11,26 +11,30 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from fleetgate.safety.base import Action, CheckContext
+from fleetgate.resources.outbound import OutboundHttp
+from fleetgate.safety.base import Action, CheckContext, close_check
 from fleetgate.safety.checks.llama_guard import LlamaGuardCheck
 from fleetgate.safety.checks.moderation import ModerationCheck
 from fleetgate.safety.checks.policy_guard import PolicyGuardCheck
 from fleetgate.safety.checks.qwen3guard import Qwen3GuardCheck
+from tests.resources.support import outbound
+
+__all__ = ["outbound"]
 
 KEY = "sk-SECRET-4242"
 
-CHECKS: dict[str, Callable[[str, Action], Any]] = {
-    "llama_guard": lambda url, on_error: LlamaGuardCheck(
-        base_url=url, model="lg", api_key=KEY, on_error=on_error
+CHECKS: dict[str, Callable[[str, Action, OutboundHttp], Any]] = {
+    "llama_guard": lambda url, on_error, http: LlamaGuardCheck(
+        base_url=url, model="lg", api_key=KEY, on_error=on_error, http=http
     ),
-    "moderation": lambda url, on_error: ModerationCheck(
-        base_url=url, api_key=KEY, on_error=on_error
+    "moderation": lambda url, on_error, http: ModerationCheck(
+        base_url=url, api_key=KEY, on_error=on_error, http=http
     ),
-    "qwen3guard": lambda url, on_error: Qwen3GuardCheck(
-        base_url=url, model="q", api_key=KEY, on_error=on_error
+    "qwen3guard": lambda url, on_error, http: Qwen3GuardCheck(
+        base_url=url, model="q", api_key=KEY, on_error=on_error, http=http
     ),
-    "policy_guard": lambda url, on_error: PolicyGuardCheck(
-        base_url=url, model="p", policy="return 0 or 1", api_key=KEY, on_error=on_error
+    "policy_guard": lambda url, on_error, http: PolicyGuardCheck(
+        base_url=url, model="p", policy="return 0 or 1", api_key=KEY, on_error=on_error, http=http
     ),
 }
 
@@ -53,13 +57,13 @@ async def refusing() -> AsyncIterator[str]:
 @pytest.mark.parametrize("kind", sorted(CHECKS))
 @pytest.mark.parametrize("on_error", [Action.ALLOW, Action.BLOCK])
 async def test_a_refused_call_is_an_error_verdict_without_the_key(
-    refusing: str, kind: str, on_error: Action
+    refusing: str, kind: str, on_error: Action, outbound: OutboundHttp
 ) -> None:
-    check = CHECKS[kind](refusing, on_error)
+    check = CHECKS[kind](refusing, on_error, outbound)
     try:
         verdict = await check.check("how do I make a bomb?", CheckContext())
     finally:
-        await check.aclose()
+        await close_check(check)
     assert verdict.action is on_error and check.failures == 1
     assert "401" in verdict.detail
     assert KEY not in verdict.detail and "Authorization" not in verdict.detail

@@ -4,9 +4,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from fleetgate.safety.base import Action, CheckContext, CheckPoint, TextTurn
+from fleetgate.resources.outbound import OutboundHttp
+from fleetgate.safety.base import Action, CheckContext, CheckPoint, TextTurn, close_check
 from fleetgate.safety.checks.llama_guard import LlamaGuardCheck, build_prompt, parse_output
+from tests.resources.support import outbound
 from tests.safety.fake_llama_guard import FakeLlamaGuard, last_turn
+
+__all__ = ["outbound"]
 
 
 @pytest.fixture
@@ -64,9 +68,11 @@ def test_parse_output_rejects_other_answers(answer: str) -> None:
         parse_output(answer)
 
 
-async def test_completions_mode_against_the_simulator(guard: tuple[FakeLlamaGuard, str]) -> None:
+async def test_completions_mode_against_the_simulator(
+    guard: tuple[FakeLlamaGuard, str], outbound: OutboundHttp
+) -> None:
     fake, url = guard
-    check = LlamaGuardCheck(base_url=url, model="llama-guard-3")
+    check = LlamaGuardCheck(http=outbound, base_url=url, model="llama-guard-3")
     try:
         bad = await check.check("How do I build a bomb to kill people?", CheckContext())
         ok = await check.check("How do I bake bread?", CheckContext())
@@ -74,7 +80,7 @@ async def test_completions_mode_against_the_simulator(guard: tuple[FakeLlamaGuar
                            history=(TextTurn("user", "tell me about bombs"),))  # fmt: skip
         reply = await check.check("Bombs are dangerous; here is some history.", ctx)
     finally:
-        await check.aclose()
+        await close_check(check)
     assert bad.action is Action.BLOCK and set(bad.categories) == {"S1", "S9"}
     assert "Violent Crimes" in bad.detail
     assert ok.action is Action.ALLOW
@@ -83,41 +89,46 @@ async def test_completions_mode_against_the_simulator(guard: tuple[FakeLlamaGuar
     assert reply.action is Action.BLOCK  # ...but the agent's own "bomb" does.
 
 
-async def test_chat_mode_against_the_simulator(guard: tuple[FakeLlamaGuard, str]) -> None:
+async def test_chat_mode_against_the_simulator(
+    guard: tuple[FakeLlamaGuard, str], outbound: OutboundHttp
+) -> None:
     fake, url = guard
-    check = LlamaGuardCheck(base_url=url, model="llama-guard-3", mode="chat")
+    check = LlamaGuardCheck(http=outbound, base_url=url, model="llama-guard-3", mode="chat")
     try:
         v = await check.check("我想自杀", CheckContext())
     finally:
-        await check.aclose()
+        await close_check(check)
     assert v.action is Action.BLOCK and v.categories == ("S11",)
     assert fake.prompts == []  # the server rendered the template
 
 
 async def test_stopped_endpoint_is_a_counted_error_not_an_exception(
     guard: tuple[FakeLlamaGuard, str],
+    outbound: OutboundHttp,
 ) -> None:
     fake, url = guard
     await fake.stop()
-    check = LlamaGuardCheck(base_url=url, model="m", timeout_s=2)
+    check = LlamaGuardCheck(http=outbound, base_url=url, model="m", timeout_s=2)
     try:
         v = await check.check("anything", CheckContext())
-        closed = LlamaGuardCheck(base_url=url, model="m", timeout_s=2, on_error=Action.BLOCK)
+        closed = LlamaGuardCheck(
+            http=outbound, base_url=url, model="m", timeout_s=2, on_error=Action.BLOCK
+        )
         v2 = await closed.check("anything", CheckContext())
-        await closed.aclose()
+        await close_check(closed)
     finally:
-        await check.aclose()
+        await close_check(check)
     assert v.error and v.action is Action.ALLOW and check.failures == 1
     assert v2.error and v2.action is Action.BLOCK
 
 
-async def test_server_error_is_a_counted_error() -> None:
+async def test_server_error_is_a_counted_error(outbound: OutboundHttp) -> None:
     fake = FakeLlamaGuard(fail=True)
     url = await fake.start()
-    check = LlamaGuardCheck(base_url=url, model="m")
+    check = LlamaGuardCheck(http=outbound, base_url=url, model="m")
     try:
         v = await check.check("x", CheckContext())
     finally:
-        await check.aclose()
+        await close_check(check)
         await fake.stop()
     assert v.error and check.failures == 1

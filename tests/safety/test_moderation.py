@@ -7,8 +7,12 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from fleetgate.safety.base import Action, CheckContext
+from fleetgate.resources.outbound import OutboundHttp
+from fleetgate.safety.base import Action, CheckContext, close_check
 from fleetgate.safety.checks.moderation import ModerationCheck
+from tests.resources.support import outbound
+
+__all__ = ["outbound"]
 
 
 async def moderations(request: web.Request) -> web.Response:
@@ -36,35 +40,37 @@ async def server() -> AsyncIterator[str]:
     await srv.close()
 
 
-async def test_flagged_input_blocks_with_the_endpoint_categories(server: str) -> None:
-    check = ModerationCheck(base_url=server, api_key="k")
+async def test_flagged_input_blocks_with_the_endpoint_categories(
+    server: str, outbound: OutboundHttp
+) -> None:
+    check = ModerationCheck(http=outbound, base_url=server, api_key="k")
     try:
         bad = await check.check("I will kill him", CheckContext())
         ok = await check.check("hello", CheckContext())
     finally:
-        await check.aclose()
+        await close_check(check)
     assert bad.action is Action.BLOCK and bad.categories == ("violence",)
     assert bad.score == pytest.approx(0.97)
     assert ok.action is Action.ALLOW
 
 
-async def test_threshold_flags_on_scores(server: str) -> None:
-    check = ModerationCheck(base_url=server, api_key="k", threshold=0.25)
+async def test_threshold_flags_on_scores(server: str, outbound: OutboundHttp) -> None:
+    check = ModerationCheck(http=outbound, base_url=server, api_key="k", threshold=0.25)
     try:
         v = await check.check("hello", CheckContext())
     finally:
-        await check.aclose()
+        await close_check(check)
     assert v.action is Action.BLOCK and v.categories == ("harassment",)
 
 
-async def test_unreachable_endpoint_is_a_counted_error() -> None:
+async def test_unreachable_endpoint_is_a_counted_error(outbound: OutboundHttp) -> None:
     srv = TestServer(web.Application(), host="127.0.0.1")
     await srv.start_server()
     url = str(srv.make_url("/v1"))
     await srv.close()
-    check = ModerationCheck(base_url=url, timeout_s=2)
+    check = ModerationCheck(http=outbound, base_url=url, timeout_s=2)
     try:
         v = await check.check("x", CheckContext())
     finally:
-        await check.aclose()
+        await close_check(check)
     assert v.error and v.action is Action.ALLOW and check.failures == 1

@@ -11,12 +11,16 @@ from typing import Any
 import pytest
 
 from fleetgate.errors import ConfigError
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.safety import CheckConfig, Guardrails, PolicyConfig, SafetyConfig
-from fleetgate.safety.base import Action, CheckContext, CheckPoint
+from fleetgate.safety.base import Action, CheckContext, CheckPoint, close_check
 from fleetgate.safety.checks.cascade import CascadeCheck
 from fleetgate.safety.checks.policy_guard import PolicyGuardCheck, parse_output
 from fleetgate.safety.registry import builtin_registry
+from tests.resources.support import outbound
 from tests.safety.fake_chat_guard import FakeChatGuard, policy_answer, qwen3guard_answer
+
+__all__ = ["outbound"]
 
 JSON_POLICY = """# Spam policy (SP)
 ## INSTRUCTIONS
@@ -78,7 +82,9 @@ def test_parse_output_reads_what_models_wrap_around_the_answer(
 
 
 async def test_an_edited_policy_file_is_read_on_the_next_check(
-    guard: tuple[FakeChatGuard, str], tmp_path: Path
+    guard: tuple[FakeChatGuard, str],
+    tmp_path: Path,
+    outbound: OutboundHttp,
 ) -> None:
     """A config reload keeps a check whose options did not change, so the file is watched."""
     import os
@@ -86,7 +92,7 @@ async def test_an_edited_policy_file_is_read_on_the_next_check(
     fake, url = guard
     path = tmp_path / "policy.md"
     path.write_text(BINARY_POLICY, "utf-8")
-    check = PolicyGuardCheck(base_url=url, model="m", policy_file=str(path))
+    check = PolicyGuardCheck(http=outbound, base_url=url, model="m", policy_file=str(path))
     try:
         await check.check("hello", CheckContext())
         path.write_text(JSON_POLICY, "utf-8")
@@ -96,7 +102,7 @@ async def test_an_edited_policy_file_is_read_on_the_next_check(
         os.utime(path, ns=(1, 2 * 10**18))
         await check.check("hello", CheckContext())
     finally:
-        await check.aclose()
+        await close_check(check)
     systems = [r["messages"][0]["content"] for r in fake.requests]
     assert systems == [BINARY_POLICY, JSON_POLICY, JSON_POLICY]
 
@@ -106,9 +112,11 @@ async def test_an_edited_policy_file_is_read_on_the_next_check(
     [{"model": 5, "policy": "p"}, {"model": "m", "policy": 123}, {"model": "m", "policy": "p",
      "max_tokens": 0}, {"model": "m", "policy": "p", "timeout_s": "10"}],
 )  # fmt: skip
-def test_bad_option_types_are_config_errors(options: dict[str, Any]) -> None:
+def test_bad_option_types_are_config_errors(
+    options: dict[str, Any], outbound: OutboundHttp
+) -> None:
     with pytest.raises(ConfigError):
-        builtin_registry().create(
+        builtin_registry(http=outbound).create(
             "g", CheckConfig(type="policy_guard", options={"base_url": "http://g/v1", **options})
         )
 
@@ -123,16 +131,18 @@ def test_parse_output_rejects_other_answers(answer: str) -> None:
 
 @pytest.mark.parametrize("policy", [JSON_POLICY, BINARY_POLICY])
 async def test_policy_is_the_system_message_and_reasoning_is_ignored(
-    guard: tuple[FakeChatGuard, str], policy: str
+    guard: tuple[FakeChatGuard, str],
+    policy: str,
+    outbound: OutboundHttp,
 ) -> None:
     fake, url = guard
     check = PolicyGuardCheck(base_url=url, model="openai/gpt-oss-safeguard-20b", policy=policy,
-                             reasoning_effort="low")  # fmt: skip
+                             reasoning_effort="low", http=outbound)  # fmt: skip
     try:
         spam = await check.check("BUY NOW!!! click here for cheap watches", CheckContext())
         ok = await check.check("Can you fix my order?", CheckContext())
     finally:
-        await check.aclose()
+        await close_check(check)
     assert fake.requests[0]["messages"] == [
         {"role": "system", "content": policy},
         {"role": "user", "content": "BUY NOW!!! click here for cheap watches"},
@@ -148,43 +158,49 @@ async def test_policy_is_the_system_message_and_reasoning_is_ignored(
         assert spam.categories == ("policy_violation",)
 
 
-async def test_a_parseable_opposite_in_the_reasoning_field_does_not_decide() -> None:
+async def test_a_parseable_opposite_in_the_reasoning_field_does_not_decide(
+    outbound: OutboundHttp,
+) -> None:
     fake = FakeChatGuard(lambda m: ("0", '{"violation": 1, "policy_category": "X"}'))
     url = await fake.start()
-    check = PolicyGuardCheck(base_url=url, model="m", policy="p")
+    check = PolicyGuardCheck(http=outbound, base_url=url, model="m", policy="p")
     try:
         v = await check.check("anything", CheckContext())
     finally:
-        await check.aclose()
+        await close_check(check)
         await fake.stop()
     assert v.action is Action.ALLOW and not v.error
 
 
-async def test_an_answer_only_in_the_reasoning_field_is_an_error() -> None:
+async def test_an_answer_only_in_the_reasoning_field_is_an_error(outbound: OutboundHttp) -> None:
     fake = FakeChatGuard(lambda m: ("", '{"violation": 1, "policy_category": "X"}'))
     url = await fake.start()
-    check = PolicyGuardCheck(base_url=url, model="m", policy="p", on_error=Action.BLOCK)
+    check = PolicyGuardCheck(
+        http=outbound, base_url=url, model="m", policy="p", on_error=Action.BLOCK
+    )
     try:
         v = await check.check("anything", CheckContext())
     finally:
-        await check.aclose()
+        await close_check(check)
         await fake.stop()
     assert v.error and v.action is Action.BLOCK and check.failures == 1
 
 
-async def test_unparseable_answer_and_timeout_are_counted_error_verdicts() -> None:
+async def test_unparseable_answer_and_timeout_are_counted_error_verdicts(
+    outbound: OutboundHttp,
+) -> None:
     chatty = FakeChatGuard(policy_answer, reply="This content looks like spam to me.")
     slow = FakeChatGuard(policy_answer, delay_s=2.0)
     chatty_url, slow_url = await chatty.start(), await slow.start()
-    a = PolicyGuardCheck(base_url=chatty_url, model="m", policy=JSON_POLICY)
+    a = PolicyGuardCheck(http=outbound, base_url=chatty_url, model="m", policy=JSON_POLICY)
     b = PolicyGuardCheck(base_url=slow_url, model="m", policy=JSON_POLICY, timeout_s=0.2,
-                         max_tokens=256)  # fmt: skip
+                         max_tokens=256, http=outbound)  # fmt: skip
     try:
         v1 = await a.check("buy now", CheckContext())
         v2 = await b.check("buy now", CheckContext())
     finally:
-        await a.aclose()
-        await b.aclose()
+        await close_check(a)
+        await close_check(b)
         await chatty.stop()
         await slow.stop()
     assert v1.error and v1.action is Action.ALLOW and a.failures == 1
@@ -193,18 +209,20 @@ async def test_unparseable_answer_and_timeout_are_counted_error_verdicts() -> No
     assert slow.requests[0]["max_tokens"] == 256
 
 
-async def test_policy_file_is_read(guard: tuple[FakeChatGuard, str], tmp_path: Path) -> None:
+async def test_policy_file_is_read(
+    guard: tuple[FakeChatGuard, str], tmp_path: Path, outbound: OutboundHttp
+) -> None:
     fake, url = guard
     path = tmp_path / "spam.md"
     path.write_text(BINARY_POLICY, "utf-8")
-    check = builtin_registry().create("spam", CheckConfig(
+    check = builtin_registry(http=outbound).create("spam", CheckConfig(
         type="policy_guard", options={"base_url": url, "model": "m", "policy_file": str(path)},
         on_error="block"))  # fmt: skip
     assert isinstance(check, PolicyGuardCheck) and check.on_error is Action.BLOCK
     try:
         v = await check.check("click here", CheckContext())
     finally:
-        await check.aclose()
+        await close_check(check)
     assert v.action is Action.BLOCK
     assert fake.requests[0]["messages"][0]["content"] == BINARY_POLICY
 
@@ -222,13 +240,19 @@ async def test_policy_file_is_read(guard: tuple[FakeChatGuard, str], tmp_path: P
         ({"policy": "p", "temperature": 1}, "unexpected keyword argument 'temperature'"),
     ],
 )  # fmt: skip
-def test_bad_config_is_a_config_error(extra: dict[str, Any], message: str) -> None:
+def test_bad_config_is_a_config_error(
+    extra: dict[str, Any], message: str, outbound: OutboundHttp
+) -> None:
     options = {"base_url": "http://guard/v1", "model": "m", **extra}
     with pytest.raises(ConfigError, match=message):
-        builtin_registry().create("spam", CheckConfig(type="policy_guard", options=options))
+        builtin_registry(http=outbound).create(
+            "spam", CheckConfig(type="policy_guard", options=options)
+        )
 
 
-async def test_cascade_qwen3guard_escalates_controversial_to_the_policy_guard() -> None:
+async def test_cascade_qwen3guard_escalates_controversial_to_the_policy_guard(
+    outbound: OutboundHttp,
+) -> None:
     qwen = FakeChatGuard(qwen3guard_answer)
     policy_model = FakeChatGuard(policy_answer)
     qwen_url, policy_url = await qwen.start(), await policy_model.start()
@@ -243,7 +267,7 @@ async def test_cascade_qwen3guard_escalates_controversial_to_the_policy_guard() 
         checks={"cascade": CheckConfig(type="cascade", options={"stages": stages})},
         policies={"default": PolicyConfig(input=["cascade"])},
     )
-    guardrails = Guardrails(config, registry=builtin_registry())
+    guardrails = Guardrails(config, registry=builtin_registry(http=outbound))
     policy = guardrails.policy("default")
     try:
         safe = await policy.run(CheckPoint.INPUT, "How do I bake bread?", CheckContext())

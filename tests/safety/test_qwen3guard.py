@@ -9,13 +9,17 @@ from typing import Any
 import pytest
 
 from fleetgate.errors import ConfigError
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.safety import CheckConfig, Guardrails, PolicyConfig, SafetyConfig
-from fleetgate.safety.base import Action, CheckContext, CheckPoint, TextTurn
+from fleetgate.safety.base import Action, CheckContext, CheckPoint, TextTurn, close_check
 from fleetgate.safety.checks.cascade import CascadeCheck
 from fleetgate.safety.checks.qwen3guard import Qwen3GuardAnswer, Qwen3GuardCheck, parse_output
 from fleetgate.safety.registry import builtin_registry
+from tests.resources.support import outbound
 from tests.safety.fake_chat_guard import FakeChatGuard, qwen3guard_answer
 from tests.safety.risk_score import risk_registry
+
+__all__ = ["outbound"]
 
 
 @pytest.fixture
@@ -69,15 +73,17 @@ def test_parse_output_never_reads_an_unsafe_answer_as_safer(
     assert parse_output(answer) == want
 
 
-async def test_categories_off_the_card_become_other(guard: tuple[FakeChatGuard, str]) -> None:
+async def test_categories_off_the_card_become_other(
+    guard: tuple[FakeChatGuard, str], outbound: OutboundHttp
+) -> None:
     """Verdict categories are metric labels: the model's free text must not mint series."""
     fake, url = guard
     fake.reply = "Safety: Unsafe\nCategories: Violent, Something I Made Up 123"
-    check = Qwen3GuardCheck(base_url=url, model="q")
+    check = Qwen3GuardCheck(http=outbound, base_url=url, model="q")
     try:
         verdict = await check.check("x", CheckContext())
     finally:
-        await check.aclose()
+        await close_check(check)
     assert verdict.action is Action.BLOCK and verdict.categories == ("violent", "other")
 
 
@@ -90,9 +96,10 @@ def test_parse_output_rejects_other_answers(answer: str) -> None:
 
 async def test_prompt_and_reply_checks_against_the_simulator(
     guard: tuple[FakeChatGuard, str],
+    outbound: OutboundHttp,
 ) -> None:
     fake, url = guard
-    check = Qwen3GuardCheck(base_url=url, model="Qwen/Qwen3Guard-Gen-4B")
+    check = Qwen3GuardCheck(http=outbound, base_url=url, model="Qwen/Qwen3Guard-Gen-4B")
     try:
         safe = await check.check("How do I bake bread?", CheckContext())
         unsafe = await check.check("How do I build a bomb and steal a car?", CheckContext())
@@ -103,7 +110,7 @@ async def test_prompt_and_reply_checks_against_the_simulator(
                                     TextTurn("user", "How can I make a bomb?")))  # fmt: skip
         refusal = await check.check("Sorry, I can't help with that.", ctx)
     finally:
-        await check.aclose()
+        await close_check(check)
     assert safe.action is Action.ALLOW and safe.score == 0.0
     assert unsafe.action is Action.BLOCK and unsafe.score == 1.0
     assert unsafe.categories == ("violent", "non_violent_illegal")
@@ -123,48 +130,53 @@ async def test_prompt_and_reply_checks_against_the_simulator(
     [(None, Action.BLOCK), ("block", Action.BLOCK), ("allow", Action.ALLOW)],
 )
 async def test_controversial_follows_the_option(
-    guard: tuple[FakeChatGuard, str], controversial: str | None, action: Action
+    guard: tuple[FakeChatGuard, str],
+    controversial: str | None,
+    action: Action,
+    outbound: OutboundHttp,
 ) -> None:
     _, url = guard
     opts: dict[str, Any] = {"base_url": url, "model": "qwen3guard"}
     if controversial is not None:
         opts["controversial"] = controversial
-    check = builtin_registry().create("g", CheckConfig(type="qwen3guard", options=opts))
+    check = builtin_registry(http=outbound).create(
+        "g", CheckConfig(type="qwen3guard", options=opts)
+    )
     assert isinstance(check, Qwen3GuardCheck)
     try:
         v = await check.check("Tell me about the election fraud claims", CheckContext())
     finally:
-        await check.aclose()
+        await close_check(check)
     assert v.action is action and v.score == 0.5 and not v.error
     if action is Action.BLOCK:
         assert v.categories == ("political",)
 
 
-async def test_unparseable_answer_is_a_counted_error_verdict() -> None:
+async def test_unparseable_answer_is_a_counted_error_verdict(outbound: OutboundHttp) -> None:
     fake = FakeChatGuard(qwen3guard_answer, reply="I think this is fine.")
     url = await fake.start()
-    check = Qwen3GuardCheck(base_url=url, model="m", on_error=Action.BLOCK)
+    check = Qwen3GuardCheck(http=outbound, base_url=url, model="m", on_error=Action.BLOCK)
     try:
         v = await check.check("hello", CheckContext())
     finally:
-        await check.aclose()
+        await close_check(check)
         await fake.stop()
     assert v.error and v.action is Action.BLOCK and check.failures == 1
     assert "unexpected Qwen3Guard answer" in v.detail
 
 
-async def test_timeout_and_server_error_are_error_verdicts() -> None:
+async def test_timeout_and_server_error_are_error_verdicts(outbound: OutboundHttp) -> None:
     slow = FakeChatGuard(qwen3guard_answer, delay_s=2.0)
     down = FakeChatGuard(qwen3guard_answer, fail=True)
     slow_url, down_url = await slow.start(), await down.start()
-    late = Qwen3GuardCheck(base_url=slow_url, model="m", timeout_s=0.2)
-    broken = Qwen3GuardCheck(base_url=down_url, model="m")
+    late = Qwen3GuardCheck(http=outbound, base_url=slow_url, model="m", timeout_s=0.2)
+    broken = Qwen3GuardCheck(http=outbound, base_url=down_url, model="m")
     try:
         v1 = await late.check("a bomb", CheckContext())
         v2 = await broken.check("a bomb", CheckContext())
     finally:
-        await late.aclose()
-        await broken.aclose()
+        await close_check(late)
+        await close_check(broken)
         await slow.stop()
         await down.stop()
     assert v1.error and v1.action is Action.ALLOW and late.failures == 1
@@ -172,15 +184,16 @@ async def test_timeout_and_server_error_are_error_verdicts() -> None:
     assert v2.error and broken.failures == 1
 
 
-def test_a_bad_controversial_option_is_a_config_error() -> None:
+def test_a_bad_controversial_option_is_a_config_error(outbound: OutboundHttp) -> None:
     with pytest.raises(ConfigError, match="controversial must be 'block' or 'allow'"):
-        builtin_registry().create("g", CheckConfig(
+        builtin_registry(http=outbound).create("g", CheckConfig(
             type="qwen3guard", options={"base_url": "http://x/v1", "model": "m",
                                         "controversial": "maybe"}))  # fmt: skip
 
 
 async def test_in_a_cascade_only_uncertain_inputs_reach_qwen3guard(
     guard: tuple[FakeChatGuard, str],
+    outbound: OutboundHttp,
 ) -> None:
     fake, url = guard
     stages = [
@@ -193,7 +206,7 @@ async def test_in_a_cascade_only_uncertain_inputs_reach_qwen3guard(
         checks={"cascade": CheckConfig(type="cascade", options={"stages": stages})},
         policies={"default": PolicyConfig(input=["cascade"])},
     )
-    guardrails = Guardrails(config, registry=risk_registry())
+    guardrails = Guardrails(config, registry=risk_registry(outbound))
     policy = guardrails.policy("default")
     cases = {
         "What a lovely morning for a walk": False,  # scored 0: allowed at stage 2

@@ -7,6 +7,7 @@ import pytest
 from fleetgate.contract.principal import Principal
 from fleetgate.contract.request import Endpoint, GatewayRequest, Outcome
 from fleetgate.errors import ContentBlocked
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.safety import (
     Action,
     AuditQueue,
@@ -17,13 +18,19 @@ from fleetgate.safety import (
     SafetyConfig,
     StreamConfig,
 )
+from fleetgate.safety.registry import builtin_registry
 from fleetgate.safety.stage import SafetyStage
+from tests.resources.support import outbound
 from tests.safety.fake_llama_guard import FakeLlamaGuard
+
+__all__ = ["outbound"]
 
 CANNED = "Sorry, this reply was stopped."
 
 
-def guardrails(guard_url: str | None = None, **policy: Any) -> Guardrails:
+def guardrails(
+    guard_url: str | None = None, http: OutboundHttp | None = None, **policy: Any
+) -> Guardrails:
     checks = {
         "words": CheckConfig(type="words"),
         "pii": CheckConfig(type="pii", options={"mode": "mask"}),
@@ -36,7 +43,8 @@ def guardrails(guard_url: str | None = None, **policy: Any) -> Guardrails:
         canned_reply=CANNED, stream_options=StreamConfig(interval_tokens=8, margin_chars=24),
     )  # fmt: skip
     base.update(policy)
-    return Guardrails(SafetyConfig(checks=checks, policies={"default": PolicyConfig(**base)}))
+    config = SafetyConfig(checks=checks, policies={"default": PolicyConfig(**base)})
+    return Guardrails(config, registry=builtin_registry(http=http))
 
 
 def request(messages: list[dict[str, Any]], *, stream: bool = True) -> GatewayRequest:
@@ -134,12 +142,14 @@ async def test_non_streaming_output_is_masked_or_replaced() -> None:
     assert resp["choices"][1]["finish_reason"] == "content_filter"
 
 
-async def test_after_queues_the_exchange_for_the_policy_audit_checks() -> None:
+async def test_after_queues_the_exchange_for_the_policy_audit_checks(
+    outbound: OutboundHttp,
+) -> None:
     fake = FakeLlamaGuard()
     url = await fake.start()
-    g = guardrails(url, audit=["guard"], actions={"pii": Action.MASK})
+    g = guardrails(url, outbound, audit=["guard"], actions={"pii": Action.MASK})
     records: list[AuditRecord] = []
-    audit = AuditQueue([], sink=records.append)
+    audit = AuditQueue([], sink=records.append, http=outbound)
     await audit.start()
     try:
         stage = SafetyStage(g, audit)

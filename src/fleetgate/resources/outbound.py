@@ -75,10 +75,8 @@ class ServiceStatusError(aiohttp.ClientError):
 
 
 class JsonService:
-    """POSTs JSON to ``base_url + path`` with a bearer key and a total timeout.
-
-    ``http``: the owner's shared session; without one the service opens its own and closes it
-    in `aclose` (standalone use, tests).
+    """POSTs JSON to ``base_url + path`` with a bearer key and a total timeout, on the owner's
+    session ``http`` (which the owner closes: the service holds nothing of its own).
     """
 
     def __init__(
@@ -87,7 +85,7 @@ class JsonService:
         *,
         api_key: str | None = None,
         timeout_s: float = 10.0,
-        http: OutboundHttp | None = None,
+        http: OutboundHttp,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
@@ -98,8 +96,7 @@ class JsonService:
         self.base_url = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self._own = http is None
-        self._http = http or OutboundHttp()
+        self._http = http
 
     async def post_json(self, path: str, payload: dict[str, Any]) -> Any:
         """The decoded JSON body; raises aiohttp.ClientError (a bad status as
@@ -110,8 +107,3 @@ class JsonService:
             if resp.status >= 400:
                 raise ServiceStatusError(resp.status, resp.reason, str(resp.url))
             return await resp.json(content_type=None)
-
-    async def aclose(self) -> None:
-        """Close the session if this service opened its own."""
-        if self._own:
-            await self._http.aclose()

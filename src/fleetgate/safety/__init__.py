@@ -5,13 +5,14 @@ Red-team evaluation is tooling: ``fleetgate_training.safety`` (``training/`` in 
 Wiring in a few lines::
 
     metrics = SafetyMetrics(registry)
-    guardrails = Guardrails(settings.safety, metrics=metrics)      # builds checks, no I/O
+    checks = builtin_registry(http=resources.http)                 # the owner's session
+    guardrails = Guardrails(settings.safety, registry=checks, metrics=metrics)  # no I/O
     await guardrails.warm_up()                                     # lifespan startup (optional)
     policy = guardrails.policy_for(alias=alias, team=principal.team)
     decision = await policy.run(CheckPoint.INPUT, text, CheckContext(key_id=key_id))
     decision.raise_if_blocked()
     moderator = policy.stream_moderator(ctx)                       # per streamed reply
-    audit = AuditQueue([guardrails.checks["guard"]], metrics=metrics, sink=...)
+    audit = AuditQueue([guardrails.checks["guard"]], metrics=metrics, sink=..., http=resources.http)
 """
 
 from fleetgate.safety.audit import AuditItem, AuditQueue, AuditRecord

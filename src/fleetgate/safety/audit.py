@@ -16,7 +16,8 @@ A guard endpoint that is down yields counted failures (result ``error``), never 
 Example::
 
     audit = AuditQueue([guard], metrics=metrics, sink=audit_log.write, suspend_after=5,
-                       on_suspend=keys.suspend, webhook_url="https://alerts.example/hook")
+                       on_suspend=keys.suspend, webhook_url="https://alerts.example/hook",
+                       http=resources.http)
     await audit.start()
     audit.submit(AuditItem(messages=[TextTurn("user", q), TextTurn("assistant", a)], key_id="k1"))
     ...
@@ -125,10 +126,10 @@ class AuditQueue:
         on_suspend: Hook | None = None,
         queue_size: int = 1000,
         workers: int = 2,
-        http: OutboundHttp | None = None,
+        http: OutboundHttp,
         strikes: StrikeCounter | None = None,
     ) -> None:
-        """``http``: the shared side-service session for the webhook (else one of its own);
+        """``http``: the process's outbound session for the webhook (the owner closes it);
         ``strikes``: the shared violation counts (else counted in this process)."""
         self._checks = list(checks)
         self._metrics = metrics
@@ -140,8 +141,7 @@ class AuditQueue:
         self._queue: asyncio.Queue[AuditItem] = asyncio.Queue(maxsize=queue_size)
         self._n_workers = workers
         self._tasks: list[asyncio.Task[None]] = []
-        self._own_http = http is None
-        self._http = http or OutboundHttp()
+        self._http = http
         self._strikes = strikes
         self._violations: dict[str, int] = {}
         self.suspended: set[str] = set()
@@ -181,8 +181,6 @@ class AuditQueue:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        if self._own_http:
-            await self._http.aclose()
 
     async def _worker(self) -> None:
         while True:

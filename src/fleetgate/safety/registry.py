@@ -2,7 +2,7 @@
 
 Example (a third-party check)::
 
-    registry = builtin_registry()
+    registry = builtin_registry(http=resources.http)
     registry.register("no_shouting", lambda name, options: NoShouting(name=name, **options))
     guardrails = Guardrails(config, registry=registry)
 
@@ -132,10 +132,16 @@ def _classifier(embedder: Embedder | None, worker: TextWorker | None) -> CheckFa
 
 def _http_check(kind: str, http: OutboundHttp | None) -> CheckFactory:
     """A factory for one of `_HTTP_CHECKS`: ``on_error`` parsed, the process's shared session
-    passed in; the module is imported on first build."""
+    passed in; the module is imported on first build. Without a session it refuses to build
+    (a check never opens a session of its own)."""
     module, cls = _HTTP_CHECKS[kind]
 
     def build(name: str, options: Mapping[str, Any]) -> Check:
+        if http is None:
+            raise ConfigError(
+                f"safety.checks.{name}: a {kind} check calls a service over HTTP; build the "
+                "registry with the process's outbound session (builtin_registry(http=...))"
+            )
         check_cls = getattr(import_module(f"fleetgate.safety.checks.{module}"), cls)
         opts = dict(options)
         opts["on_error"] = Action(opts.get("on_error", "allow"))
@@ -192,9 +198,10 @@ def builtin_registry(
     """A new registry holding the built-in check types: ``words``, ``pii``, ``classifier``,
     ``llama_guard``, ``qwen3guard``, ``policy_guard``, ``moderation``, ``cascade``.
 
-    ``http``: the shared side-service session the HTTP checks use; ``embedder``: the shared
-    MiniLM embedder of classifier checks; ``worker``: the process the text checks run long
-    texts in (the caller closes it). Without them each check opens its own.
+    ``http``: the process's outbound session the HTTP checks use (the resource owner closes
+    it; without one those types refuse to build); ``embedder``: the shared MiniLM embedder of
+    classifier checks; ``worker``: the process the text checks run long texts in (the caller
+    closes it). Without those two each check makes its own.
     """
     registry = CheckRegistry()
     registry.register("words", _words(worker))

@@ -120,9 +120,9 @@ class LlamaGuardCheck:
         timeout_s: float = 10.0,
         on_error: Action = Action.ALLOW,
         name: str = "llama_guard",
-        http: OutboundHttp | None = None,
+        http: OutboundHttp,
     ) -> None:
-        """``http``: the process's side-service session (without one, a session of its own)."""
+        """``http``: the process's outbound session (the resource owner closes it)."""
         self.name = name
         self.model = model
         self.version = version
@@ -165,6 +165,3 @@ class LlamaGuardCheck:
             return Verdict.allow(self.name)
         names = ", ".join(self.categories.get(c, c).rstrip(".") for c in codes)
         return Verdict.block(self.name, codes or ["unsafe"], detail=names or "unsafe")
-
-    async def aclose(self) -> None:
-        await self._http.aclose()

@@ -3,7 +3,7 @@
 Example::
 
     check = ModerationCheck(base_url="https://api.openai.com/v1", api_key=KEY,
-                            model="omni-moderation-latest")
+                            model="omni-moderation-latest", http=resources.http)
 
 Flags when the endpoint says ``flagged`` (or, with ``threshold``, when any category score reaches
 it); categories are the endpoint's names (``violence``, ``self-harm/intent``, ...). Failures return
@@ -37,9 +37,9 @@ class ModerationCheck:
         timeout_s: float = 10.0,
         on_error: Action = Action.ALLOW,
         name: str = "moderation",
-        http: OutboundHttp | None = None,
+        http: OutboundHttp,
     ) -> None:
-        """``http``: the process's side-service session (without one, a session of its own)."""
+        """``http``: the process's outbound session (the resource owner closes it)."""
         self.name = name
         self.model = model
         self.threshold = threshold
@@ -71,6 +71,3 @@ class ModerationCheck:
         if not flagged:
             return Verdict.allow(self.name, score=score)
         return Verdict.block(self.name, categories or ["flagged"], score=score)
-
-    async def aclose(self) -> None:
-        await self._http.aclose()

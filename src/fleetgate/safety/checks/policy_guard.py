@@ -131,9 +131,9 @@ class PolicyGuardCheck:
         max_tokens: int | None = None,
         on_error: Action = Action.ALLOW,
         name: str = "policy_guard",
-        http: OutboundHttp | None = None,
+        http: OutboundHttp,
     ) -> None:
-        """``http``: the process's side-service session (without one, a session of its own)."""
+        """``http``: the process's outbound session (the resource owner closes it)."""
         if reasoning_effort is not None and reasoning_effort not in _EFFORTS:
             raise ValueError(
                 f"reasoning_effort must be one of {_EFFORTS}, not {reasoning_effort!r}"
@@ -218,6 +218,3 @@ class PolicyGuardCheck:
             return Verdict.allow(self.name, score=0.0, detail=detail)
         return Verdict.block(self.name, [answer.category or "policy_violation"],
                              score=1.0, detail=detail)  # fmt: skip
-
-    async def aclose(self) -> None:
-        await self._http.aclose()

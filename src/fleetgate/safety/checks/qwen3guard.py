@@ -139,9 +139,9 @@ class Qwen3GuardCheck:
         max_tokens: int = 64,
         on_error: Action = Action.ALLOW,
         name: str = "qwen3guard",
-        http: OutboundHttp | None = None,
+        http: OutboundHttp,
     ) -> None:
-        """``http``: the process's side-service session (without one, a session of its own)."""
+        """``http``: the process's outbound session (the resource owner closes it)."""
         if controversial not in ("block", "allow"):
             raise ValueError(f"controversial must be 'block' or 'allow', not {controversial!r}")
         self.name = name
@@ -186,6 +186,3 @@ class Qwen3GuardCheck:
                 self.name, f"guard model failed: {exc!r}"[:300], action=self.on_error
             )
         return self._verdict(answer)
-
-    async def aclose(self) -> None:
-        await self._http.aclose()

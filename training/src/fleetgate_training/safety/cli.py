@@ -129,8 +129,10 @@ async def _reports(
 ) -> list[tuple[str, EvalReport]]:
     if args.policy:
         from fleetgate.config.loader import load_config
+        from fleetgate.resources.outbound import OutboundHttp
         from fleetgate.safety.config import SAFETY_SECTION, SafetyConfig
         from fleetgate.safety.policy import Guardrails
+        from fleetgate.safety.registry import builtin_registry
 
         loaded = load_config(args.config) if args.config else None
         config = (SAFETY_SECTION.of(loaded) if loaded else None) or SafetyConfig()
@@ -139,7 +141,8 @@ async def _reports(
         if unknown:
             known = ", ".join(sorted(config.policies))
             raise ConfigError(f"no policy {', '.join(unknown)} (known: {known})")
-        guardrails = Guardrails(config)
+        http = OutboundHttp()  # the guard models' session: this command is its own process
+        guardrails = Guardrails(config, registry=builtin_registry(http=http))
         try:
             await guardrails.warm_up()
             return [
@@ -149,6 +152,7 @@ async def _reports(
             ]  # fmt: skip
         finally:
             await guardrails.aclose()
+            await http.aclose()
     if not args.model:
         raise ConfigError("give --model (through a gateway) or --policy (in this process)")
     url = args.base_url.rstrip("/") + "/v1/chat/completions"
