@@ -49,14 +49,13 @@ class EngineRoutingFeature(BaseFeature):
         routing: EngineAwareRouting | None,
         table: Callable[[], RouteTable],
         access: AdminAccess,
-        http: OutboundHttp | None = None,
+        http: OutboundHttp,
     ) -> None:
-        """``http``: the shared side-service session for asking engines what they are (without
-        one, a session of its own, closed with the feature)."""
+        """``http``: the process's outbound session, for asking engines what they are (the
+        resource owner closes it)."""
         self.routing = routing
         self._table = table
-        self._own_http = http is None
-        self._http = http or OutboundHttp()
+        self._http = http
         self._identifying: asyncio.Task[None] | None = None
         self._admin = EngineRoutingAdmin(routing, table, access)
 
@@ -79,8 +78,6 @@ class EngineRoutingFeature(BaseFeature):
         await cancel_and_wait(self._identifying)
         if self.routing is not None:
             await self.routing.aclose()
-        if self._own_http:
-            await self._http.aclose()
 
     def _subscribe(self) -> None:
         """Follow the KV events of the engines of kv-aware aliases that publish them."""
