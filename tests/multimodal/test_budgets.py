@@ -6,11 +6,15 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from tests.resources.support import resources
 
 from fleetgate.config.settings import Settings
 from fleetgate.multimodal.budgets import InputBudget
 from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.multimodal.runtime import MultimodalRuntime
+from fleetgate.resources import Resources
+
+__all__ = ["resources"]
 
 
 def test_defaults_bound_every_input() -> None:
@@ -38,11 +42,13 @@ def test_older_fields_fill_the_budget_unless_it_is_set() -> None:
     assert both.inputs.audio_bytes == 2000
 
 
-def test_the_runtime_takes_its_limits_from_the_budget(tmp_path: Path) -> None:
+def test_the_runtime_takes_its_limits_from_the_budget(tmp_path: Path, resources: Resources) -> None:
     cfg = MultimodalConfig.model_validate(
         {"inputs": {"audio_seconds": 12, "audio_samples": 1000, "image_pixels": 777}}
     )
-    runtime = MultimodalRuntime(cfg, Settings(master_key="sk-x", data_dir=tmp_path))
+    runtime = MultimodalRuntime(
+        cfg, Settings(master_key="sk-x", data_dir=tmp_path), resources=resources
+    )
     assert runtime.processor.params.max_decode_pixels == 777
     limits = runtime.transcriber.limits
     assert (limits.max_seconds, limits.max_samples) == (12, 1000)

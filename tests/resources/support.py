@@ -1,5 +1,6 @@
-"""The outbound session a test hands to what it builds, as the resource owner does in the
-gateway (`fleetgate.resources.Resources.http`), and closes afterwards as the owner would."""
+"""What a test hands to what it builds, as the gateway does: the resource owner
+(`fleetgate.resources.Resources`) or just its outbound session; both closed after the test, as
+the owner closes them."""
 
 from __future__ import annotations
 
@@ -7,13 +8,22 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from fleetgate.resources.outbound import OutboundHttp
+from fleetgate.resources import OutboundHttp, Resources
 
-__all__ = ["outbound"]
+__all__ = ["outbound", "resources"]
 
 
 @pytest.fixture
 async def outbound() -> AsyncIterator[OutboundHttp]:
+    """The owner's outbound session alone, for what takes only that."""
     http = OutboundHttp()
     yield http
     await http.aclose()
+
+
+@pytest.fixture
+async def resources() -> AsyncIterator[Resources]:
+    """The resource owner a test builds a runtime on, closed after it as the app closes it."""
+    owner = Resources()
+    yield owner
+    await owner.aclose()

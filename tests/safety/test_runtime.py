@@ -14,6 +14,9 @@ from fleetgate.safety import CheckPoint, SafetyConfig
 from fleetgate.safety.runtime import OVERRIDES_FILE, SafetyRuntime
 from fleetgate.store import Database
 from fleetgate.telemetry.registry import Registry
+from tests.resources.support import resources
+
+__all__ = ["resources"]
 
 BASE: dict[str, Any] = {
     "checks": {"words": {"type": "words"}, "pii": {"type": "pii"}},
@@ -22,12 +25,16 @@ BASE: dict[str, Any] = {
 }
 
 
-def _runtime(tmp_path: Path, config: dict[str, Any] = BASE) -> SafetyRuntime:
-    return SafetyRuntime(SafetyConfig.model_validate(config), Registry(), data_dir=tmp_path)
+def _runtime(tmp_path: Path, resources: Resources, config: dict[str, Any] = BASE) -> SafetyRuntime:
+    return SafetyRuntime(
+        SafetyConfig.model_validate(config), Registry(), data_dir=tmp_path, resources=resources
+    )
 
 
-async def test_policy_change_swaps_guardrails_and_reuses_unchanged_checks(tmp_path: Path) -> None:
-    rt = _runtime(tmp_path)
+async def test_policy_change_swaps_guardrails_and_reuses_unchanged_checks(
+    tmp_path: Path, resources: Resources
+) -> None:
+    rt = _runtime(tmp_path, resources)
     words = rt.guardrails.checks["words"]
     await rt.put_policy("strict", {"input": ["words", "pii"], "actions": {"pii": "block"}})
     await rt.map_alias("tiny", "strict")
@@ -42,8 +49,8 @@ async def test_policy_change_swaps_guardrails_and_reuses_unchanged_checks(tmp_pa
     await rt.aclose()
 
 
-async def test_config_reload_keeps_admin_overrides(tmp_path: Path) -> None:
-    rt = _runtime(tmp_path)
+async def test_config_reload_keeps_admin_overrides(tmp_path: Path, resources: Resources) -> None:
+    rt = _runtime(tmp_path, resources)
     await rt.put_policy("strict", {"input": ["pii"], "actions": {"pii": "block"}})
     await rt.map_alias("tiny", "strict")
     reloaded = {**BASE, "policies": {"default": {"input": []}}}
@@ -120,19 +127,21 @@ async def test_a_change_the_database_cannot_store_is_refused_and_not_in_force(
     await down.aclose()
 
 
-async def test_overlong_names_are_refused(tmp_path: Path) -> None:
-    rt = _runtime(tmp_path)
+async def test_overlong_names_are_refused(tmp_path: Path, resources: Resources) -> None:
+    rt = _runtime(tmp_path, resources)
     with pytest.raises(ConfigError):
         await rt.put_policy("p" * 129, {"input": []})
     await rt.aclose()
 
 
 async def test_replaced_checks_are_closed_after_a_grace_period_not_kept_forever(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    resources: Resources,
 ) -> None:
     import fleetgate.safety.runtime as runtime_module
 
-    rt = _runtime(tmp_path)
+    rt = _runtime(tmp_path, resources)
     closed: list[str] = []
     for i in range(50):  # a policy edited over and over: each edit replaces the words check
         options = {"lists": {"custom": [f"word{i}"]}}

@@ -76,16 +76,15 @@ class MultimodalRuntime:
         settings: Settings,
         registry: Registry | None = None,
         *,
-        resources: Resources | None = None,
+        resources: Resources,
         redis_prefix: str = "fg:",
     ) -> None:
-        """``resources``: the process's shared owner; without one the runtime makes its own
-        and closes it in `aclose`. ``redis_prefix``: the start of the Redis keys of the shared
+        """``resources``: the process's shared owner (which closes what it holds after the
+        runtime's `aclose`). ``redis_prefix``: the start of the Redis keys of the shared
         image budget (the gateway passes ``tenancy.redis_prefix``)."""
         self.config = config
         self.settings = settings
-        self._own_resources = resources is None
-        self.resources = resources or Resources()
+        self.resources = resources
         registry = registry or Registry()
         self.inputs = config.inputs
         self._worker_failures = registry.counter(
@@ -190,8 +189,6 @@ class MultimodalRuntime:
             await self._transcriber.aclose()
         if self._synthesizer is not None:
             await self._synthesizer.aclose()
-        if self._own_resources:
-            await self.resources.aclose()
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run ``coro`` in the background (off the request path); awaited by `aclose`."""

@@ -102,16 +102,15 @@ class SafetyRuntime:
         on_suspend: Hook | None = None,
         team_name: Callable[[str], str | None] | None = None,
         checks: Mapping[str, Check] | None = None,
-        resources: Resources | None = None,
+        resources: Resources,
         database: Database | None = None,
     ) -> None:
         """``checks``: pre-built instances used for those names (tests, embedding);
-        ``resources``: the process's shared owner (without one the runtime makes its own and
-        closes it in `aclose`); ``database``: where overrides and strike counts are shared
+        ``resources``: the process's shared owner (which closes what it holds after the
+        runtime's `aclose`); ``database``: where overrides and strike counts are shared
         between replicas (None: this process only)."""
         self.base = config
-        self._own_resources = resources is None
-        self.resources = resources or Resources()
+        self.resources = resources
         # long texts are checked in one worker process shared by all checks (off the loop)
         self.text_worker = TextWorker()
         self._registry = builtin_registry(
@@ -317,8 +316,6 @@ class SafetyRuntime:
         self._retired.clear()
         await _close_checks(list(unique.values()))
         self.text_worker.close()
-        if self._own_resources:
-            await self.resources.aclose()
 
 
 async def _close_checks(checks: list[Check]) -> None:

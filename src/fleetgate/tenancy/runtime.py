@@ -9,8 +9,7 @@
     await tenancy.aclose()
 
 The database, the limiter's Redis connection and the change feed's Redis pool come from the
-process's `fleetgate.resources.Resources` (which closes them); without one, the tenancy makes
-its own and closes it in `aclose`.
+process's `fleetgate.resources.Resources` (which closes them, after the tenancy's `aclose`).
 """
 
 from __future__ import annotations
@@ -51,11 +50,10 @@ class Tenancy:
         config: TenancyConfig,
         registry: Registry,
         *,
-        resources: Resources | None = None,
+        resources: Resources,
     ) -> None:
         self.config = config
-        self._own_resources = resources is None
-        self.resources = resources or Resources()
+        self.resources = resources
         self._store_ready = False
         self._store_task: asyncio.Task[None] | None = None
         self.db = self.resources.databases.get(settings.database_url, settings.data_dir)
@@ -221,5 +219,3 @@ class Tenancy:
         await self.writer.aclose()
         await self.alerts.aclose()
         await self.limiter.aclose()
-        if self._own_resources:
-            await self.resources.aclose()

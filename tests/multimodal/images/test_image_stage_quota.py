@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.multimodal.images.conftest import make_png
+from tests.resources.support import resources
 
 from fleetgate.config.settings import Settings
 from fleetgate.contract.principal import Principal
@@ -15,7 +16,10 @@ from fleetgate.multimodal.config import MultimodalConfig
 from fleetgate.multimodal.images.process import ImageProcessor
 from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.multimodal.stage import MultimodalStage
+from fleetgate.resources import Resources
 from fleetgate.routing.table import RouteTable
+
+__all__ = ["resources"]
 
 
 def _request(team: str, url: str) -> GatewayRequest:
@@ -41,12 +45,14 @@ def _url(i: int) -> str:
     return "data:image/png;base64," + base64.b64encode(make_png(color=(i, 7, 7))).decode()
 
 
-async def test_one_team_flooding_the_cache_does_not_evict_the_others(tmp_path: Path) -> None:
+async def test_one_team_flooding_the_cache_does_not_evict_the_others(
+    tmp_path: Path, resources: Resources
+) -> None:
     size = ImageProcessor().process(make_png(color=(1, 7, 7))).nbytes
     cfg = MultimodalConfig.model_validate(
         {"images": {"cache": {"max_bytes": 4 * size + 8, "tenant_quota_bytes": 2 * size + 4}}}
     )
-    runtime = MultimodalRuntime(cfg, Settings(data_dir=tmp_path))
+    runtime = MultimodalRuntime(cfg, Settings(data_dir=tmp_path), resources=resources)
     stage = MultimodalStage(runtime, _no_table)
     for i in (1, 2):
         await stage.before(_request("team-a", _url(i)))
