@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import json
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
@@ -291,3 +292,24 @@ async def test_the_spend_csv_marks_tab_and_cr_led_cells_as_text(console: Console
                 break
             await asyncio.sleep(0.05)
     assert sorted(r["tag"] for r in rows) == ["'\t=HYPERLINK(1)=x", "'\r@SUM(1)=y", "plain=-2"]
+
+
+async def test_the_playground_streams_an_answer_through_the_gateway(console: Console) -> None:
+    s = await console.signed_in(MASTER)
+    async with s:
+        async with s.get(console.url + "/ui/playground") as resp:
+            token = csrf_of(await resp.text())
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+        async with s.post(
+            console.url + "/ui/playground/chat", json=body, headers={"X-CSRF-Token": token}
+        ) as resp:
+            assert resp.status == 200
+            assert resp.content_type == "text/event-stream"
+            text = await resp.text()
+    events = [e.removeprefix("data: ") for e in text.split("\n\n") if e.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    said = "".join(c["delta"].get("content") or "" for k in chunks for c in k["choices"])
+    assert said == "Hello there." and chunks[-1]["usage"]["completion_tokens"] > 0
+    # relayed on the resource owner's outbound session, not one of the console's own
+    assert console.gw.resources.http.sessions_opened == 1
