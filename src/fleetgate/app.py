@@ -36,7 +36,6 @@ from fleetgate.cost.feature import CostFeature
 from fleetgate.errors import ConfigError
 from fleetgate.feature import Feature, Features
 from fleetgate.http import AdminAccess
-from fleetgate.http.text import refuse_unstorable_text
 from fleetgate.mcp.config import MCP_SECTION
 from fleetgate.mcp.feature import McpFeature
 from fleetgate.multimodal.config import MULTIMODAL_SECTION
@@ -266,7 +265,7 @@ def create_app(
     gw.tables.add_check(lambda new: check_sections(new, SECTIONS))  # a bad section: refused
     gw.stages = features.stages()
     app = web.Application(
-        middlewares=[error_middleware, refuse_unstorable_text],
+        middlewares=[error_middleware],
         client_max_size=gw.max_request_bytes + 1,
     )
     app[GATEWAY] = gw

@@ -13,6 +13,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from fleetgate.errors import FleetgateError
+from fleetgate.http.text import refuse_unstorable_request
 from fleetgate.store.errors import is_unreachable, store_unavailable
 
 __all__ = ["error_middleware", "error_response"]
@@ -57,6 +58,7 @@ def _http_exception(exc: web.HTTPException) -> web.Response:
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
+        refuse_unstorable_request(request)  # a NUL in a path id or the query: 400, any route
         return await handler(request)
     except FleetgateError as exc:
         if exc.status >= 500:

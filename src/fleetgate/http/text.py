@@ -3,7 +3,7 @@
 PostgreSQL refuses a NUL character in text and UTF-8 cannot encode a lone surrogate, so a
 request carrying either (in a JSON body, a query string or a path id) would fail deep inside a
 route with a database error. Both are refused at parse time instead, with a 400 naming the
-parameter: `refuse_unstorable_text` checks path ids and the query string of every request, and
+parameter: `refuse_unstorable_request` checks path ids and the query string of every request, and
 `fleetgate.http.body.read_json` checks every JSON body with `check_json_text`. (orjson already
 refuses a lone surrogate escape in JSON; a path or query value is decoded by yarl, which keeps
 invalid UTF-8 percent-encoded or replaces it, so only NUL can arrive there.)
@@ -16,16 +16,14 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from aiohttp import web
 
 from fleetgate.errors import InvalidRequest
 
-__all__ = ["WALK_BUDGET", "check_json_text", "refuse_unstorable_text", "unstorable"]
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+__all__ = ["WALK_BUDGET", "check_json_text", "refuse_unstorable_request", "unstorable"]
 
 
 def unstorable(text: str) -> str | None:
@@ -111,9 +109,11 @@ def check_json_text(raw: bytes, value: Any) -> None:
 
 
 @web.middleware
-async def refuse_unstorable_text(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """400 for a path id or query parameter (name or value) holding text no store can hold."""
-    _check(request.match_info.items(), "The path parameter")
+def refuse_unstorable_request(request: web.Request) -> None:
+    """400 for a path id or query parameter (name or value) holding text no store can hold.
+    Called by the error middleware before every handler (a middleware of its own cost every
+    request a layer of calls)."""
+    if request.match_info:
+        _check(request.match_info.items(), "The path parameter")
     if request.query_string:
         _check(request.query.items(), "The query parameter")
-    return await handler(request)
