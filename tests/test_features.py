@@ -17,6 +17,9 @@ from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.contract.request import GatewayRequest, Outcome
 from fleetgate.feature import BaseFeature, Features
+from fleetgate.multimodal.ports import MULTIMODAL
+from fleetgate.safety.ports import SAFETY
+from fleetgate.tenancy.ports import TENANCY
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 
@@ -82,7 +85,11 @@ def test_features_that_are_off_keep_their_admin_routes_but_no_stage(tmp_path: Pa
     assert "/admin/teams" in paths and "/admin/safety/policies" in paths
     assert "/admin/queues" in paths and "/admin/registry/models" in paths
     assert "/v1/audio/speech" not in paths
-    assert state.tenancy is None and state.safety is None and state.multimodal is None
+    assert (
+        state.core.ports.get(TENANCY) is None
+        and state.core.ports.get(SAFETY) is None
+        and state.core.ports.get(MULTIMODAL) is None
+    )
 
 
 class Recorder(BaseFeature):

@@ -15,7 +15,10 @@ run background work:
 
 `fleetgate.app.create_app` builds one tuple of features; that tuple *is* the stage order:
 stages run ``before`` in tuple order and ``after`` in reverse. Features that need each other
-receive each other (typed) when they are built; none looks another up at request time.
+meet through typed ports (`fleetgate.core.Port`) when they are built: one provides
+(``core.ports.provide``), a later one asks (``core.ports.get``); none looks another up at
+request time. Every feature class has the same constructor for the app: ``build(core)``
+(`BuildsFeature`), None when it is off.
 
 Example, a feature that counts requests and serves the count::
 
@@ -49,8 +52,9 @@ from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.contract.stages import Stage
+from fleetgate.core import Core
 
-__all__ = ["BaseFeature", "Feature", "Features", "StageFeature"]
+__all__ = ["BaseFeature", "BuildsFeature", "Feature", "Features", "StageFeature"]
 
 log = logging.getLogger("fleetgate.features")
 
@@ -75,6 +79,14 @@ class Feature(Protocol):
     async def start(self) -> None: ...
 
     async def aclose(self) -> None: ...
+
+
+class BuildsFeature(Protocol):
+    """A feature class as `fleetgate.app.FEATURES` lists it: ``build(core)`` makes the feature
+    from the core and the ports earlier features provided (and provides its own), or returns
+    None when it is switched off (its config section absent or ``enabled: false``)."""
+
+    def build(self, core: Core) -> Feature | None: ...
 
 
 class BaseFeature:

@@ -29,6 +29,7 @@ from fleetgate.errors import FleetgateError, InvalidRequest
 from fleetgate.http.body import read_json
 from fleetgate.multimodal.audio.formats import FORMATS as TRANSCRIPT_FORMATS
 from fleetgate.multimodal.audio.formats import render_transcript
+from fleetgate.multimodal.ports import MULTIMODAL
 from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.multimodal.speech.encode import AudioStreamEncoder
 from fleetgate.multimodal.speech.espeak import OPENAI_VOICES
@@ -52,13 +53,12 @@ def audio_routes() -> list[web.RouteDef]:
 
 
 def _runtime(gw: GatewayState) -> MultimodalRuntime:
-    assert gw.multimodal is not None  # the routes exist only when it is on
-    return gw.multimodal
+    return gw.core.ports.require(MULTIMODAL)  # the routes exist only when it is on
 
 
 def _principal(request: web.Request) -> Principal:
     gw = request.app[GATEWAY]
-    return gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    return gw.core.auth.authenticate(bearer_token(request.headers.get("Authorization")))
 
 
 def _gateway_request(
@@ -68,7 +68,7 @@ def _gateway_request(
     require_fits(model, spend.c.alias, "model")  # stored with the spend of the request
     gw.check_model(principal, model, routed=False)  # audio engines are not route aliases
     req = GatewayRequest(
-        request_id=gw.request_ids.next(),
+        request_id=gw.core.request_ids.next(),
         endpoint=endpoint,
         principal=principal,
         body=body,

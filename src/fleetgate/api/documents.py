@@ -22,6 +22,7 @@ from fleetgate.api.state import GATEWAY
 from fleetgate.contract.principal import bearer_token
 from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied
 from fleetgate.http.body import read_json
+from fleetgate.multimodal.ports import MULTIMODAL
 from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.store.errors import store_unavailable_is_503
 from fleetgate.store.fields import require_fits
@@ -40,7 +41,7 @@ def document_routes() -> list[web.RouteDef]:
 
 def _authorized(request: web.Request) -> tuple[MultimodalRuntime, str]:
     gw = request.app[GATEWAY]
-    principal = gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    principal = gw.core.auth.authenticate(bearer_token(request.headers.get("Authorization")))
     team = request.match_info["team"]
     if not (principal.is_master or (principal.role == "team_admin" and principal.team_id == team)):
         raise PermissionDenied(
@@ -48,7 +49,7 @@ def _authorized(request: web.Request) -> tuple[MultimodalRuntime, str]:
         )
     require_fits(team, documents.c.team, "team")
     require_fits(request.match_info["doc_id"], documents.c.doc_id, "doc_id")
-    runtime = gw.multimodal
+    runtime = gw.core.ports.get(MULTIMODAL)
     if runtime is None:
         raise NotFound("Retrieval is off: the multimodal pipeline is disabled in the config.")
     return runtime, team
@@ -82,7 +83,7 @@ async def delete_document(request: web.Request) -> web.Response:
 
 async def document_kv(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
-    principal = gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    principal = gw.core.auth.authenticate(bearer_token(request.headers.get("Authorization")))
     team = request.query.get("team") or None
     if not principal.is_master:
         if principal.role != "team_admin" or principal.team_id is None:
@@ -90,7 +91,7 @@ async def document_kv(request: web.Request) -> web.Response:
         if team is not None and team != principal.team_id:
             raise PermissionDenied("A team admin key reads its own team's KV hit rates only.")
         team = principal.team_id
-    runtime = gw.multimodal
+    runtime = gw.core.ports.get(MULTIMODAL)
     if runtime is None or runtime.document_kv is None:
         raise NotFound("Retrieval is off: the multimodal pipeline is disabled in the config.")
     out = {"data": runtime.document_kv.snapshot(team)}
