@@ -18,12 +18,9 @@ from aiohttp import web
 from fleetgate.api import unsupported
 from fleetgate.api.errors import error_middleware
 from fleetgate.api.feature import CoreFeature
-from fleetgate.api.responses.config import RESPONSES_SECTION
 from fleetgate.api.responses.feature import ResponsesFeature
 from fleetgate.api.state import GATEWAY, GATEWAY_STATE, GatewayState
-from fleetgate.batches.config import BATCHES_SECTION
 from fleetgate.batches.feature import BatchesFeature
-from fleetgate.cache.config import CACHE_SECTION
 from fleetgate.cache.feature import CacheFeature
 from fleetgate.config.loader import load_config
 from fleetgate.config.schema import GatewayConfig
@@ -35,13 +32,10 @@ from fleetgate.cost.feature import CostFeature
 from fleetgate.errors import ConfigError
 from fleetgate.feature import BuildsFeature, Feature, Features
 from fleetgate.http.text import refuse_unstorable_text
-from fleetgate.mcp.config import MCP_SECTION
 from fleetgate.mcp.feature import McpFeature
-from fleetgate.multimodal.config import MULTIMODAL_SECTION
 from fleetgate.multimodal.feature import MultimodalFeature
 from fleetgate.providers.registry import ProviderRegistry
 from fleetgate.providers.transport import HttpClient
-from fleetgate.releases.config import RELEASES_SECTION
 from fleetgate.releases.feature import ReleasesFeature
 from fleetgate.resources import Resources
 from fleetgate.routing.canary_feature import CanaryFeature
@@ -51,13 +45,10 @@ from fleetgate.routing.engine_routing_feature import EngineRoutingFeature, engin
 from fleetgate.routing.health import HealthTracker
 from fleetgate.routing.ports import DISPATCHER, ENGINE_ROUTING, TABLES, plug_dispatcher
 from fleetgate.routing.reload import TableManager
-from fleetgate.routing.semantic_config import SEMANTIC_SECTION
 from fleetgate.routing.semantic_feature import SemanticFeature
 from fleetgate.routing.strategies import StrategyRegistry
 from fleetgate.routing.wake_feature import WakeFeature
-from fleetgate.safety.config import SAFETY_SECTION
 from fleetgate.safety.feature import SafetyFeature
-from fleetgate.scheduling.config import SCHEDULING_SECTION
 from fleetgate.scheduling.feature import SchedulingFeature
 from fleetgate.telemetry.access_log import AccessLog
 from fleetgate.telemetry.metrics import GatewayMetrics
@@ -66,21 +57,6 @@ from fleetgate.telemetry.workers import WorkerMetrics
 from fleetgate.tenancy.feature import TenancyFeature
 
 __all__ = ["FEATURES", "SECTIONS", "build_features", "build_state", "create_app"]
-
-SECTIONS: tuple[Declared, ...] = (
-    SEMANTIC_SECTION,
-    MULTIMODAL_SECTION,
-    SAFETY_SECTION,
-    CACHE_SECTION,
-    SCHEDULING_SECTION,
-    RELEASES_SECTION,
-    BATCHES_SECTION,
-    RESPONSES_SECTION,
-    MCP_SECTION,
-)
-"""The built-in features' config sections (each declared in its package): validated when the
-config is loaded or reloaded; a top-level key none of them (nor the ground floor) names is
-refused. Plug-in features read ``extensions.<name>``."""
 
 FEATURES: tuple[BuildsFeature, ...] = (
     CoreFeature,  # routes, health, access log, config watch; closes the shared last
@@ -103,6 +79,11 @@ FEATURES: tuple[BuildsFeature, ...] = (
 """The built-in features. **The order of this tuple is the order of the request path**: stages
 run ``before`` in this order and ``after`` in reverse; features are built and started in this
 order (a port is provided before a later feature asks for it) and close in reverse."""
+
+SECTIONS: tuple[Declared, ...] = tuple(d for cls in FEATURES for d in cls.sections)
+"""The built-in features' config sections (each declared by its feature class): validated when
+the config is loaded or reloaded; a top-level key none of them (nor the ground floor) names is
+refused. Plug-in features read ``extensions.<name>``."""
 
 
 def _config(settings: Settings, config: GatewayConfig | None) -> GatewayConfig:

@@ -46,11 +46,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig
+from fleetgate.config.sections import Declared
 from fleetgate.contract.stages import Stage
 from fleetgate.core import Core
 
@@ -84,7 +85,11 @@ class Feature(Protocol):
 class BuildsFeature(Protocol):
     """A feature class as `fleetgate.app.FEATURES` lists it: ``build(core)`` makes the feature
     from the core and the ports earlier features provided (and provides its own), or returns
-    None when it is switched off (its config section absent or ``enabled: false``)."""
+    None when it is switched off (its config section absent or ``enabled: false``).
+    ``sections``: the config sections it declares (validated when the config is loaded)."""
+
+    @property
+    def sections(self) -> tuple[Declared, ...]: ...
 
     def build(self, core: Core) -> Feature | None: ...
 
@@ -94,6 +99,7 @@ class BaseFeature:
 
     name = "feature"
     stage: Stage | None = None
+    sections: ClassVar[tuple[Declared, ...]] = ()  # the config sections it declares
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         return ()

@@ -36,6 +36,7 @@ __all__ = ["BatchesFeature"]
 
 class BatchesFeature(BaseFeature):
     name = "batches"
+    sections = (BATCHES_SECTION,)
 
     def __init__(
         self,

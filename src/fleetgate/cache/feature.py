@@ -37,6 +37,7 @@ def _max_entries(aliases: dict[str, CacheConfig]) -> int:
 
 class CacheFeature(BaseFeature):
     name = "cache"
+    sections = (CACHE_SECTION,)
 
     def __init__(self, stage: CacheStage, resources: Resources | None = None) -> None:
         # On the request path only when an alias has a cache at start: a config without one

@@ -32,6 +32,7 @@ class McpFeature(BaseFeature):
     """``runtime``: the servers, the tool gateway and the endpoint."""
 
     name = "mcp"
+    sections = (MCP_SECTION,)
 
     def __init__(self, runtime: McpRuntime) -> None:
         self.runtime = runtime

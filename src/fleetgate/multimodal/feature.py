@@ -24,6 +24,7 @@ __all__ = ["MultimodalFeature"]
 
 class MultimodalFeature(BaseFeature):
     name = "multimodal"
+    sections = (MULTIMODAL_SECTION,)
 
     def __init__(self, runtime: MultimodalRuntime, stage: Stage) -> None:
         self.runtime = runtime

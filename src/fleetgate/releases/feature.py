@@ -54,6 +54,7 @@ RELEASES: Port[ReleasesFeature] = Port("releases")
 
 class ReleasesFeature(BaseFeature):
     name = "releases"
+    sections = (RELEASES_SECTION,)
 
     def __init__(
         self,

@@ -20,6 +20,7 @@ class SemanticFeature(BaseFeature):
     """The intent router's stage; it loads its model in the background after ``start``."""
 
     name = "semantic"
+    sections = (SEMANTIC_SECTION,)
 
     def __init__(self, stage: SemanticStage) -> None:
         self.router = stage

@@ -70,6 +70,7 @@ class SafetyFeature(BaseFeature):
     """``runtime`` and ``audit_log`` are None when safety is not configured."""
 
     name = "safety"
+    sections = (SAFETY_SECTION,)
 
     def __init__(
         self, runtime: SafetyRuntime | None, audit_log: AuditLog | None, access: AdminAccess

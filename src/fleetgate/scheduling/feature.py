@@ -28,6 +28,7 @@ __all__ = ["SchedulingFeature"]
 
 class SchedulingFeature(BaseFeature):
     name = "scheduling"
+    sections = (SCHEDULING_SECTION,)
 
     def __init__(self, scheduler: Scheduler | None, access: AdminAccess) -> None:
         self.scheduler = scheduler

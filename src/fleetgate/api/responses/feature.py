@@ -31,6 +31,7 @@ log = logging.getLogger("fleetgate.responses")
 
 class ResponsesFeature(BaseFeature):
     name = "responses"
+    sections = (RESPONSES_SECTION,)
 
     def __init__(self, gw: GatewayState, config: GatewayConfig) -> None:
         self._databases = gw.resources.databases
