@@ -29,7 +29,7 @@ __all__ = ["CoreFeature"]
 class CoreFeature(BaseFeature):
     name = "core"
 
-    def __init__(self, gw: GatewayState, ports: Ports | None = None) -> None:
+    def __init__(self, gw: GatewayState, ports: Ports) -> None:
         self.gw = gw
         self._ports = ports
 
@@ -40,9 +40,10 @@ class CoreFeature(BaseFeature):
     def _multimodal_routes(self) -> list[web.RouteDef]:
         """Audio and documents, when the multimodal pipeline is on (asked once the app's
         features are built, when the routes are registered)."""
-        if self._ports is None or self._ports.get(MULTIMODAL) is None:
+        runtime = self._ports.get(MULTIMODAL)
+        if runtime is None:
             return []
-        return [*audio_routes(), *document_routes()]
+        return [*audio_routes(runtime), *document_routes(runtime)]
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         return [
