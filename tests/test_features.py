@@ -11,12 +11,16 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from fleetgate.api.state import GATEWAY
-from fleetgate.app import build_state, create_app
+from fleetgate.app import FEATURES, build_state, create_app
 from fleetgate.config.loader import parse_config
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.contract.request import GatewayRequest, Outcome
 from fleetgate.feature import BaseFeature, Features
+from fleetgate.multimodal.ports import MULTIMODAL
+from fleetgate.routing.ports import SEMANTIC, VERSION_PICKER, WAKER
+from fleetgate.safety.ports import SAFETY
+from fleetgate.tenancy.ports import TENANCY
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 
@@ -55,6 +59,23 @@ def test_the_stage_order_is_the_feature_tuple(tmp_path: Path) -> None:
     assert state.stages == state.features.stages()
 
 
+def test_features_meet_through_the_ports_they_provide_when_built(tmp_path: Path) -> None:
+    state = build_state(_settings(tmp_path), parse_config(EVERYTHING))
+    create_app(state.settings, state=state)
+    ports, dispatcher = state.core.ports, state.dispatcher
+    tenancy, safety = ports.require(TENANCY), ports.require(SAFETY)
+    assert ports.require(SEMANTIC) is state.features.all[1].stage  # the semantic router
+    assert "auto" in state.core.virtual_aliases  # the alias it resolves: accepted as a model
+    # the dispatcher took its ports: rollouts then canary splits, the waker, tenancy's limits
+    assert dispatcher.versions is ports.require(VERSION_PICKER)
+    assert dispatcher.waker is ports.require(WAKER)
+    assert dispatcher.fallback_gate is not None
+    # the authenticator chain: the master key, then tenancy's keys
+    assert state.core.auth.authenticate("sk-m").is_master
+    assert tenancy.stage is state.stages[1] and safety.stage is state.stages[3]
+    assert all(hasattr(cls, "build") for cls in FEATURES)  # one constructor: build(core)
+
+
 def test_docs_architecture_lists_the_features_in_order(tmp_path: Path) -> None:
     state = build_state(_settings(tmp_path), parse_config(EVERYTHING))
     create_app(state.settings, state=state)
@@ -82,7 +103,11 @@ def test_features_that_are_off_keep_their_admin_routes_but_no_stage(tmp_path: Pa
     assert "/admin/teams" in paths and "/admin/safety/policies" in paths
     assert "/admin/queues" in paths and "/admin/registry/models" in paths
     assert "/v1/audio/speech" not in paths
-    assert state.tenancy is None and state.safety is None and state.multimodal is None
+    assert (
+        state.core.ports.get(TENANCY) is None
+        and state.core.ports.get(SAFETY) is None
+        and state.core.ports.get(MULTIMODAL) is None
+    )
 
 
 class Recorder(BaseFeature):

@@ -17,9 +17,13 @@ from typing import Any
 import pytest
 
 from fleetgate.api.state import GATEWAY
+from fleetgate.multimodal.ports import MULTIMODAL
 from fleetgate.resources import MiniLMEmbedder
+from fleetgate.routing.ports import SEMANTIC as SEMANTIC_PORT
 from fleetgate.safety.checks.classifier import ClassifierCheck
 from fleetgate.safety.classifier import Example
+from fleetgate.safety.ports import SAFETY
+from fleetgate.tenancy.ports import TENANCY
 from fleetgate_training.classifier import train
 from tests.conftest import AUTH, GatewayFactory
 from tests.fakes import FakeUpstream
@@ -135,11 +139,16 @@ async def test_every_feature_on_opens_each_shared_resource_once(
     app = client.app
     assert app is not None
     gw = app[GATEWAY]
-    assert gw.tenancy is not None and gw.safety is not None and gw.multimodal is not None
-    assert gw.semantic is not None
+    assert (
+        gw.core.ports.get(TENANCY) is not None
+        and gw.core.ports.get(SAFETY) is not None
+        and gw.core.ports.get(MULTIMODAL) is not None
+    )
+    assert gw.core.ports.get(SEMANTIC_PORT) is not None
 
     # the semantic router loads MiniLM at startup and embeds its examples
-    assert await gw.semantic.wait_ready(120), "semantic router did not load"
+    router = gw.core.ports.require(SEMANTIC_PORT)
+    assert await router.wait_ready(120), "semantic router did not load"
     body = {"model": "auto", "messages": [{"role": "user", "content": "do you like music?"}]}
     resp = await client.post("/v1/chat/completions", headers=AUTH, json=body)  # + classifier
     assert resp.status == 200, await resp.text()
@@ -151,7 +160,7 @@ async def test_every_feature_on_opens_each_shared_resource_once(
     assert resp.status == 200, await resp.text()
     assert (await resp.json())["chunks"] == 1
     # a stored conversation (the multimodal side of the database)
-    conversations = gw.multimodal.conversations
+    conversations = gw.core.ports.require(MULTIMODAL).conversations
     assert conversations is not None
     cid = await conversations.create(tenant="t1")
     assert await conversations.history(cid, tenant="t1") == []
@@ -164,7 +173,7 @@ async def test_every_feature_on_opens_each_shared_resource_once(
     await asyncio.sleep(0.2)  # a few load-share publishes
 
     minilm = gw.resources.minilm
-    classifier = gw.safety.guardrails.checks["clf"]
+    classifier = gw.core.ports.require(SAFETY).guardrails.checks["clf"]
     assert isinstance(classifier, ClassifierCheck)
     assert isinstance(classifier._embedder, MiniLMEmbedder)
     assert classifier._embedder.minilm is minilm

@@ -16,73 +16,72 @@ from collections.abc import Callable, Iterable, Sequence
 from aiohttp import web
 
 from fleetgate.api import unsupported
-from fleetgate.api.audio import audio_routes
-from fleetgate.api.documents import document_routes
 from fleetgate.api.errors import error_middleware
 from fleetgate.api.feature import CoreFeature
-from fleetgate.api.responses.config import RESPONSES_SECTION
 from fleetgate.api.responses.feature import ResponsesFeature
-from fleetgate.api.state import GATEWAY, GatewayState
-from fleetgate.batches.config import BATCHES_SECTION
+from fleetgate.api.state import GATEWAY, GATEWAY_STATE, GatewayState
 from fleetgate.batches.feature import BatchesFeature
-from fleetgate.cache.config import CACHE_SECTION
 from fleetgate.cache.feature import CacheFeature
 from fleetgate.config.loader import load_config
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.sections import Declared, check_sections
 from fleetgate.config.settings import Settings
 from fleetgate.console import ConsoleFeature
+from fleetgate.core import Core
 from fleetgate.cost.feature import CostFeature
 from fleetgate.errors import ConfigError
-from fleetgate.feature import Feature, Features
-from fleetgate.http import AdminAccess
-from fleetgate.mcp.config import MCP_SECTION
+from fleetgate.feature import BuildsFeature, Feature, Features
 from fleetgate.mcp.feature import McpFeature
-from fleetgate.multimodal.config import MULTIMODAL_SECTION
 from fleetgate.multimodal.feature import MultimodalFeature
 from fleetgate.providers.registry import ProviderRegistry
 from fleetgate.providers.transport import HttpClient
-from fleetgate.releases.config import RELEASES_SECTION
 from fleetgate.releases.feature import ReleasesFeature
 from fleetgate.resources import Resources
 from fleetgate.routing.canary_feature import CanaryFeature
 from fleetgate.routing.dispatch import Dispatcher
 from fleetgate.routing.encoder import EncoderStep
 from fleetgate.routing.engine_routing_feature import EngineRoutingFeature, engine_routing
-from fleetgate.routing.fallback_limits import FallbackLimits
 from fleetgate.routing.health import HealthTracker
+from fleetgate.routing.ports import DISPATCHER, ENGINE_ROUTING, TABLES, plug_dispatcher
 from fleetgate.routing.reload import TableManager
-from fleetgate.routing.semantic_config import SEMANTIC_SECTION
 from fleetgate.routing.semantic_feature import SemanticFeature
 from fleetgate.routing.strategies import StrategyRegistry
-from fleetgate.routing.table import RouteTable
 from fleetgate.routing.wake_feature import WakeFeature
-from fleetgate.safety.config import SAFETY_SECTION
 from fleetgate.safety.feature import SafetyFeature
-from fleetgate.scheduling.config import SCHEDULING_SECTION
 from fleetgate.scheduling.feature import SchedulingFeature
 from fleetgate.telemetry.access_log import AccessLog
 from fleetgate.telemetry.metrics import GatewayMetrics
 from fleetgate.telemetry.tracing import GenAITracer
 from fleetgate.telemetry.workers import WorkerMetrics
-from fleetgate.tenancy.auth import JwtOrKey, MasterKeyAuthenticator
 from fleetgate.tenancy.feature import TenancyFeature
 
-__all__ = ["SECTIONS", "build_features", "build_state", "create_app"]
+__all__ = ["FEATURES", "SECTIONS", "build_features", "build_state", "create_app"]
 
-SECTIONS: tuple[Declared, ...] = (
-    SEMANTIC_SECTION,
-    MULTIMODAL_SECTION,
-    SAFETY_SECTION,
-    CACHE_SECTION,
-    SCHEDULING_SECTION,
-    RELEASES_SECTION,
-    BATCHES_SECTION,
-    RESPONSES_SECTION,
-    MCP_SECTION,
+FEATURES: tuple[BuildsFeature, ...] = (
+    CoreFeature,  # routes, health, access log, config watch; closes the shared last
+    SemanticFeature,  # `model: auto` -> an alias, before everything that depends on the alias
+    TenancyFeature,  # may this key use the alias, within limits; settles and bills after
+    MultimodalFeature,  # images, audio, prompt assembly (checks below see transcripts)
+    SafetyFeature,  # input, output and stream guardrails
+    CacheFeature,  # answers from response caches
+    SchedulingFeature,  # admission into the alias's pool, last: only the engine is left after it
+    CanaryFeature,  # version splits the dispatcher follows
+    EngineRoutingFeature,  # engine stats, prefix index, decision log
+    WakeFeature,  # holds requests for pools scaled to zero or asleep; puts idle engines to sleep
+    ReleasesFeature,  # model registry: aliases that follow a stage, evaluations, gates
+    CostFeature,  # GPU cost (extensions.cost)
+    BatchesFeature,  # Files + Batch APIs; lines run the path above
+    ResponsesFeature,  # /v1/responses: bridged to the chat path, stored per tenant
+    ConsoleFeature,  # the web console at /ui and sign-in
+    McpFeature,  # the MCP gateway, when `mcp.servers` is set: tools behind the same keys and checks
 )
-"""The built-in features' config sections (each declared in its package): validated when the
-config is loaded or reloaded; a top-level key none of them (nor the ground floor) names is
+"""The built-in features. **The order of this tuple is the order of the request path**: stages
+run ``before`` in this order and ``after`` in reverse; features are built and started in this
+order (a port is provided before a later feature asks for it) and close in reverse."""
+
+SECTIONS: tuple[Declared, ...] = tuple(d for cls in FEATURES for d in cls.sections)
+"""The built-in features' config sections (each declared by its feature class): validated when
+the config is loaded or reloaded; a top-level key none of them (nor the ground floor) names is
 refused. Plug-in features read ``extensions.<name>``."""
 
 
@@ -101,12 +100,12 @@ def build_state(
     *,
     strategies: StrategyRegistry | None = None,
 ) -> GatewayState:
-    """Build the gateway's parts (no I/O, no tasks started)."""
+    """Build the gateway's core parts (no I/O, no tasks started) and provide their ports."""
     cfg = _config(settings, config)
-    resources = Resources()  # shared connections, databases, side-service HTTP, MiniLM
+    core = Core(settings, cfg, Resources(), GatewayMetrics())  # Resources: the shared owner
+    resources, metrics = core.resources, core.metrics
     http = HttpClient()  # the upstream providers' data-path pool
     providers = ProviderRegistry.with_builtins(http)
-    metrics = GatewayMetrics()
     engine_aware = engine_routing(
         settings, cfg.routing, metrics.registry, lambda: tables.table, resources
     )
@@ -127,14 +126,12 @@ def build_state(
 
     metrics.bind_deployment_gauges(deployment_gauges)
     access_path = settings.data_dir / "access.log" if cfg.server.access_log else None
-    return GatewayState(
-        settings=settings,
+    gw = GatewayState(
+        core=core,
         tables=tables,
         dispatcher=dispatcher,
         health=health,
-        metrics=metrics,
         http=http,
-        auth=MasterKeyAuthenticator(settings.master_key),
         access_log=AccessLog(
             access_path,
             max_bytes=cfg.server.access_log_max_bytes,
@@ -144,92 +141,22 @@ def build_state(
         tracer=GenAITracer(cfg.server.otel_exporter, cfg.server.otel_endpoint),
         max_request_bytes=cfg.server.max_request_bytes,
         body_timeout_s=cfg.server.body_timeout_s,
-        resources=resources,
-        engine_routing=engine_aware,
     )
+    core.ports.provide(GATEWAY_STATE, gw)
+    core.ports.provide(TABLES, tables)
+    core.ports.provide(DISPATCHER, dispatcher)
+    if engine_aware is not None:
+        core.ports.provide(ENGINE_ROUTING, engine_aware)
+    return gw
 
 
-def build_features(gw: GatewayState, extra: Sequence[Feature] = ()) -> tuple[Feature, ...]:
-    """The gateway's features. **The order of this tuple is the order of the request path**:
-    stages run ``before`` in this order and ``after`` in reverse; features start in this order
-    and close in reverse. ``extra`` (plug-ins, tests) comes after the built-in ones, except that
-    one named like a built-in feature takes its place.
-
-    Sets the typed feature attributes of ``gw`` (``gw.tenancy``, ``gw.safety``, ...).
-    """
-    settings, cfg, registry = gw.settings, gw.tables.table.config, gw.metrics.registry
-    resources = gw.resources
-
-    def table() -> RouteTable:
-        return gw.tables.table
-
-    access = gw.access = AdminAccess(lambda: gw.auth)
-    tenancy = TenancyFeature.build(settings, cfg, registry, access, resources)
-    if tenancy.runtime is not None:
-        gw.auth = MasterKeyAuthenticator(settings.master_key, next=tenancy.runtime.cache)
-    gw.tenancy = tenancy.runtime
-    gw.dispatcher.fallback_gate = FallbackLimits.of(tenancy.runtime)  # fallbacks pass limits
-    multimodal = MultimodalFeature.build(
-        settings,
-        cfg,
-        registry,
-        table,
-        [*audio_routes(), *document_routes()],
-        resources,
-        gw.engine_routing,
-    )
-    gw.multimodal = multimodal.runtime if multimodal is not None else None
-    safety = SafetyFeature.build(settings, cfg, registry, access, tenancy.runtime, resources)
-    gw.safety = safety.runtime
-    semantic = SemanticFeature.build(settings, cfg, resources)
-    canary = CanaryFeature.build(settings, cfg, table, access, resources)
-    gw.canary = canary.splits
-    engine = EngineRoutingFeature(gw.engine_routing, table, access, http=resources.http)
-    wake = WakeFeature.build(gw.dispatcher, table, resources.http, gw.metrics)
-    stats = gw.engine_routing.stats if gw.engine_routing is not None else None
-    scheduling = SchedulingFeature.build(
-        cfg,
-        registry,
-        table,
-        access,
-        stats.fresh_snapshot if stats is not None else None,
-        gw.engine_routing.decisions if gw.engine_routing is not None else None,
-    )
-    gw.scheduler = scheduling.scheduler
-    releases = ReleasesFeature.build(settings, cfg, gw.tables, access, resources)
-    gw.dispatcher.versions = releases.picker(canary.splits)  # rollouts, then canary splits
-    console = ConsoleFeature.build(
-        gw, cfg, rollouts=releases.rollouts, guardrails=safety.audit_log, releases=releases
-    )
-    if console is not None and console.bearer is not None and tenancy.runtime is not None:
-        keys = JwtOrKey(console.bearer, tenancy.runtime.cache)  # JWT bearers, then keys
-        gw.auth = MasterKeyAuthenticator(settings.master_key, next=keys)
-    features = (
-        CoreFeature(gw),  # routes, health, access log, config watch; closes the shared last
-        semantic,  # `model: auto` -> an alias, before everything that depends on the alias
-        tenancy,  # may this key use the alias, within limits; settles and bills after
-        multimodal,  # images, audio, prompt assembly (checks below see transcripts)
-        safety,  # input, output and stream guardrails
-        CacheFeature.build(settings, cfg, registry, resources),  # answers from response caches
-        scheduling,  # admission into the alias's pool, last: only the engine is left after it
-        canary,  # version splits the dispatcher follows
-        engine,  # engine stats, prefix index, decision log
-        wake,  # holds requests for pools scaled to zero or asleep; puts idle engines to sleep
-        releases,  # model registry: aliases that follow a stage, evaluations, gates
-        CostFeature.build(settings, cfg, access, resources),  # GPU cost (extensions.cost)
-        BatchesFeature(gw, access, cfg),  # Files + Batch APIs; lines run the path above
-        ResponsesFeature(gw, cfg),  # /v1/responses: bridged to the chat path, stored per tenant
-        console,  # the web console at /ui and sign-in
-        McpFeature.build(
-            cfg, registry, access, gw.request_ids.next, tenancy.runtime, safety.runtime
-        ),  # the MCP gateway, when `mcp.servers` is set: tools behind the same keys and checks
-    )
-    built = _with_extra(tuple(f for f in features if f is not None), extra)
-    router = next((f for f in built if isinstance(f, SemanticFeature)), None)
-    if router is not None:
-        gw.semantic = router.router
-        gw.virtual_aliases.add(router.alias)
-    return built
+def build_features(core: Core, extra: Sequence[Feature] = ()) -> tuple[Feature, ...]:
+    """Build every feature of `FEATURES` in order (``cls.build(core)``; None: switched off),
+    then let the dispatcher read its ports. ``extra`` (plug-ins, tests) comes after the
+    built-in ones, except that one named like a built-in feature takes its place."""
+    built = tuple(f for f in (cls.build(core) for cls in FEATURES) if f is not None)
+    plug_dispatcher(core.ports)
+    return _with_extra(built, extra)
 
 
 def _with_extra(features: tuple[Feature, ...], extra: Sequence[Feature]) -> tuple[Feature, ...]:
@@ -259,7 +186,7 @@ def create_app(
 ) -> web.Application:
     """The gateway as an aiohttp application; run it with ``handler_cancellation=True``."""
     gw = state or build_state(settings, config)
-    gw.features = features = Features(build_features(gw, extra))
+    gw.features = features = Features(build_features(gw.core, extra))
     _known_extensions(features.names())(gw.tables.table.config)
     gw.tables.add_check(_known_extensions(features.names()))  # a reload naming none: refused
     gw.tables.add_check(lambda new: check_sections(new, SECTIONS))  # a bad section: refused

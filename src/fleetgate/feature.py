@@ -15,7 +15,10 @@ run background work:
 
 `fleetgate.app.create_app` builds one tuple of features; that tuple *is* the stage order:
 stages run ``before`` in tuple order and ``after`` in reverse. Features that need each other
-receive each other (typed) when they are built; none looks another up at request time.
+meet through typed ports (`fleetgate.core.Port`) when they are built: one provides
+(``core.ports.provide``), a later one asks (``core.ports.get``); none looks another up at
+request time. Every feature class has the same constructor for the app: ``build(core)``
+(`BuildsFeature`), None when it is off.
 
 Example, a feature that counts requests and serves the count::
 
@@ -43,14 +46,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig
+from fleetgate.config.sections import Declared
 from fleetgate.contract.stages import Stage
+from fleetgate.core import Core
 
-__all__ = ["BaseFeature", "Feature", "Features", "StageFeature"]
+__all__ = ["BaseFeature", "BuildsFeature", "Feature", "Features", "StageFeature"]
 
 log = logging.getLogger("fleetgate.features")
 
@@ -77,11 +82,24 @@ class Feature(Protocol):
     async def aclose(self) -> None: ...
 
 
+class BuildsFeature(Protocol):
+    """A feature class as `fleetgate.app.FEATURES` lists it: ``build(core)`` makes the feature
+    from the core and the ports earlier features provided (and provides its own), or returns
+    None when it is switched off (its config section absent or ``enabled: false``).
+    ``sections``: the config sections it declares (validated when the config is loaded)."""
+
+    @property
+    def sections(self) -> tuple[Declared, ...]: ...
+
+    def build(self, core: Core) -> Feature | None: ...
+
+
 class BaseFeature:
     """Defaults for a `Feature`: no stage, no routes, nothing to reconfigure, start or close."""
 
     name = "feature"
     stage: Stage | None = None
+    sections: ClassVar[tuple[Declared, ...]] = ()  # the config sections it declares
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         return ()

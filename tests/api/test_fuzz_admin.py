@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fleetgate.api.state import GATEWAY
+from fleetgate.multimodal.ports import MULTIMODAL
 from fleetgate.multimodal.prompt.retrieval import DocumentIndex
 from tests.api.fuzz_support import (
     HashEmbedder,
@@ -167,7 +168,7 @@ async def fuzzed(
     """A gateway with tenancy, safety, canary versions, kv-aware routing and retrieval, a team
     with a team admin key and a user key, another team, and one document."""
     client = await gateway(_config(upstream), database_url=database_url)
-    runtime = client.app[GATEWAY].multimodal
+    runtime = client.app[GATEWAY].core.ports.require(MULTIMODAL)
     assert runtime is not None
     inputs = runtime.inputs  # the same bounds as the index it replaces
     runtime.index = DocumentIndex(

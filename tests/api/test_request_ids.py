@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetgate.api.state import RequestIds
+from fleetgate.core import RequestIds
 from tests.conftest import AUTH, GatewayFactory, one_alias
 from tests.fakes import FakeUpstream
 

@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from fleetgate.api.state import GATEWAY
 from fleetgate.store.tables import spend
+from fleetgate.tenancy.ports import TENANCY
 from tests.conftest import AUTH, GatewayFactory
 from tests.fakes import FakeUpstream, Reply
 
@@ -45,7 +46,7 @@ async def _hang_up_after(url: str, path: str, body: dict[str, Any], chunks: int)
 
 
 async def _spend_rows(client: Any) -> list[Any]:
-    tenancy = client.app[GATEWAY].tenancy
+    tenancy = client.app[GATEWAY].core.ports.require(TENANCY)
     for _ in range(50):
         await tenancy.writer.flush()
         async with tenancy.db.engine.connect() as conn:

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from fleetgate.api.state import GATEWAY
+from fleetgate.scheduling.ports import SCHEDULER
 from fleetgate.store.tables import batch_results, spend
 from tests.batches.support import chat_line, config, finished, jsonl, records, running_gateway
 
@@ -212,7 +213,7 @@ async def test_bad_input_is_a_4xx(upstream: str, tmp_path: Path) -> None:
 
 async def test_lines_run_only_on_idle_capacity(upstream: str, tmp_path: Path) -> None:
     async with running_gateway(config(upstream, max_num_seqs=1), tmp_path) as gw:
-        scheduler = gw.app[GATEWAY].scheduler
+        scheduler = gw.app[GATEWAY].core.ports.require(SCHEDULER)
         assert scheduler is not None
         pool = scheduler.pool("tiny")
         assert pool is not None

@@ -20,6 +20,7 @@ from fleetgate.config.loader import parse_config
 from fleetgate.cost.feature import parse_cost_config
 from fleetgate.errors import ConfigError
 from fleetgate.sim import SimConfig, running_sim
+from fleetgate.tenancy.ports import TENANCY
 from tests.conftest import AUTH, MASTER, GatewayFactory
 
 SIM = SimConfig(mode="random", decode_ms_per_step=4.0, output_len=40, max_num_seqs=8)
@@ -78,8 +79,8 @@ async def test_cost_report_pools_teams_and_recommendations(
             await _post(client, "/v1/chat/completions", chat, key)
         await _load(a, 1.0)  # sim a busy for a second while the feature scrapes every 50 ms
         gw = client.server.app[GATEWAY]
-        assert gw.tenancy is not None
-        await gw.tenancy.writer.flush()
+        assert gw.core.ports.get(TENANCY) is not None
+        await gw.core.ports.require(TENANCY).writer.flush()
 
         resp = await client.get("/admin/cost", headers=AUTH)
         assert resp.status == 200

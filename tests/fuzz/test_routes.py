@@ -20,6 +20,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from fleetgate.api.errors import error_middleware
 from fleetgate.api.state import GATEWAY
 from fleetgate.console.sessions import COOKIE
+from fleetgate.multimodal.ports import MULTIMODAL
 from fleetgate.multimodal.prompt.retrieval import DocumentIndex
 from tests.api.fuzz_support import HashEmbedder
 from tests.conftest import MASTER, GatewayFactory
@@ -84,7 +85,7 @@ async def fuzzed(
     """The gateway, a team with a team admin key and a user key, a key to revoke, a file, a
     batch, a stored response, a team document and a registry model with a version."""
     client = await gateway(everything_on(upstream.url), database_url=database_url)
-    runtime = client.app[GATEWAY].multimodal
+    runtime = client.app[GATEWAY].core.ports.require(MULTIMODAL)
     assert runtime is not None
     inputs = runtime.inputs  # the sentence model takes longer to load than the whole run
     runtime.index = DocumentIndex(

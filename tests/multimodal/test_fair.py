@@ -21,6 +21,7 @@ from fleetgate.multimodal.audio.limits import AudioLimits
 from fleetgate.multimodal.audio.prepare import PreparedAudio
 from fleetgate.multimodal.audio.vad import VadConfig
 from fleetgate.multimodal.fair import FairShare
+from fleetgate.multimodal.ports import MULTIMODAL
 from fleetgate.multimodal.speech.tts import SynthesizedAudio
 
 
@@ -147,7 +148,7 @@ async def test_one_key_s_backlog_of_transcriptions_does_not_hold_up_another_key(
     config["multimodal"] = {"asr": {"workers": 1, "max_waiting_per_key": 2}}
     client = await gateway(config)
     key_a, key_b = await _keys(client)
-    runtime = client.server.app[GATEWAY].multimodal
+    runtime = client.server.app[GATEWAY].core.ports.require(MULTIMODAL)
     worker = OneWorker()
     runtime.transcriber.backend = runtime.transcriber.preparer = worker
 
@@ -191,7 +192,7 @@ async def test_speech_for_each_request_waits_for_its_key_s_turn(
     gateway: GatewayFactory, upstream: FakeUpstream
 ) -> None:
     client = await gateway(one_alias(upstream))
-    runtime = client.server.app[GATEWAY].multimodal
+    runtime = client.server.app[GATEWAY].core.ports.require(MULTIMODAL)
     spoken: list[str] = []
 
     class Voice:

@@ -23,6 +23,7 @@ import pytest
 
 from fleetgate.api.state import GATEWAY
 from fleetgate.routing.engine_metrics import parse_engine_metrics
+from fleetgate.tenancy.ports import TENANCY
 from tests.conftest import AUTH, GatewayFactory
 from tests.procs import free_port
 
@@ -167,7 +168,7 @@ async def test_responses_served_natively_by_a_real_vllm(
         assert again.output_text == second.output_text
     finally:
         await sdk.close()
-    tenancy = client.server.app[GATEWAY].tenancy
+    tenancy = client.server.app[GATEWAY].core.ports.require(TENANCY)
     await tenancy.writer.flush()
     resp = await client.get("/admin/spend?group_by=alias", headers=AUTH)
     (row,) = (await resp.json())["data"]

@@ -22,6 +22,7 @@ from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.http.serving import served
 from fleetgate.store import Database
+from fleetgate.tenancy.ports import TENANCY
 from fleetgate.tenancy.runtime import Tenancy
 from fleetgate.tenancy.writer import RecordWriter
 
@@ -136,9 +137,7 @@ class Gateway:
 
     @property
     def tenancy(self) -> Tenancy:
-        tenancy = self.app[GATEWAY].tenancy
-        assert tenancy is not None
-        return tenancy
+        return self.app[GATEWAY].core.ports.require(TENANCY)
 
     async def admin(
         self, method: str, path: str, key: str = MASTER, **kwargs: Any

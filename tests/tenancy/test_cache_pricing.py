@@ -15,6 +15,7 @@ from fleetgate.api.state import GATEWAY
 from fleetgate.config.schema import Price
 from fleetgate.sim import SimConfig, running_sim
 from fleetgate.tenancy.money import cost_nusd
+from fleetgate.tenancy.ports import TENANCY
 from tests.conftest import AUTH, MASTER, GatewayFactory
 from tests.fakes import FakeUpstream, Reply
 from tests.providers.anthropic.fake_anthropic import FakeAnthropic, text_message
@@ -61,7 +62,7 @@ def _cached_message() -> dict[str, Any]:
 
 
 async def _report(client: TestClient[Any, Any]) -> dict[str, Any]:
-    tenancy = client.server.app[GATEWAY].tenancy
+    tenancy = client.server.app[GATEWAY].core.ports.require(TENANCY)
     assert tenancy is not None
     await tenancy.writer.flush()
     resp = await client.get("/admin/spend?group_by=alias", headers=AUTH)
@@ -201,7 +202,7 @@ async def test_prefix_cache_hits_of_the_vllm_simulator_are_billed_as_cached(
             )  # fmt: skip
             usages.append([c.usage async for c in stream if c.usage is not None][-1])
             await sdk.close()
-        tenancy = client.server.app[GATEWAY].tenancy
+        tenancy = client.server.app[GATEWAY].core.ports.require(TENANCY)
         assert tenancy is not None
         await tenancy.writer.flush()
         resp = await client.get("/admin/spend?group_by=key", headers=AUTH)

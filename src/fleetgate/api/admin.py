@@ -16,8 +16,7 @@ __all__ = ["get_config", "reload_config"]
 
 def _master(request: web.Request) -> tuple[GatewayState, AdminAccess, Principal]:
     gw = request.app[GATEWAY]
-    assert gw.access is not None  # set by create_app
-    return gw, gw.access, gw.access.master(request)
+    return gw, gw.core.access, gw.core.access.master(request)
 
 
 async def reload_config(request: web.Request) -> web.Response:

@@ -43,22 +43,24 @@ __all__ = ["audio_routes", "speech", "transcriptions"]
 _SPEECH_FORMATS = ("wav", "pcm", "mp3", "flac", "opus")
 
 
-def audio_routes() -> list[web.RouteDef]:
-    """The audio endpoints (served when the multimodal pipeline is on)."""
+def audio_routes(runtime: MultimodalRuntime) -> list[web.RouteDef]:
+    """The audio endpoints over ``runtime`` (served when the multimodal pipeline is on)."""
+
+    async def transcribe(request: web.Request) -> web.Response:
+        return await transcriptions(runtime, request)
+
+    async def speak(request: web.Request) -> web.StreamResponse:
+        return await speech(runtime, request)
+
     return [
-        web.post("/v1/audio/transcriptions", transcriptions),
-        web.post("/v1/audio/speech", speech),
+        web.post("/v1/audio/transcriptions", transcribe),
+        web.post("/v1/audio/speech", speak),
     ]
-
-
-def _runtime(gw: GatewayState) -> MultimodalRuntime:
-    assert gw.multimodal is not None  # the routes exist only when it is on
-    return gw.multimodal
 
 
 def _principal(request: web.Request) -> Principal:
     gw = request.app[GATEWAY]
-    return gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    return gw.core.auth.authenticate(bearer_token(request.headers.get("Authorization")))
 
 
 def _gateway_request(
@@ -68,7 +70,7 @@ def _gateway_request(
     require_fits(model, spend.c.alias, "model")  # stored with the spend of the request
     gw.check_model(principal, model, routed=False)  # audio engines are not route aliases
     req = GatewayRequest(
-        request_id=gw.request_ids.next(),
+        request_id=gw.core.request_ids.next(),
         endpoint=endpoint,
         principal=principal,
         body=body,
@@ -116,13 +118,12 @@ async def _read_upload(
     return form, fields
 
 
-async def transcriptions(request: web.Request) -> web.Response:
+async def transcriptions(runtime: MultimodalRuntime, request: web.Request) -> web.Response:
     # Authenticated from the headers, and limited as soon as the model is known: the file is
     # read only after the stages have admitted the request (when, as the OpenAI SDKs do, the
     # client sends ``model`` before ``file``).
     principal = _principal(request)
     gw = request.app[GATEWAY]
-    runtime = _runtime(gw)
     form, fields = await _read_upload(request, gw, runtime)
     req = _gateway_request(gw, Endpoint.AUDIO_TRANSCRIPTIONS, principal, dict(fields), 0)
     async with StageRun(gw.stages, req) as outcome:
@@ -174,10 +175,9 @@ def _speech_request(
     return text, voice, str(fmt), float(speed)
 
 
-async def speech(request: web.Request) -> web.StreamResponse:
+async def speech(runtime: MultimodalRuntime, request: web.Request) -> web.StreamResponse:
     principal = _principal(request)
     gw = request.app[GATEWAY]
-    runtime = _runtime(gw)
     body = await read_json(request, gw.max_request_bytes, gw.body_timeout_s)
     text, voice, fmt, speed = _speech_request(body, runtime)
     tokens = estimate_prompt_tokens(body)

@@ -100,7 +100,7 @@ def _upstream_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:
 async def _serve(request: web.Request, endpoint: RoutedEndpoint) -> web.StreamResponse:
     started = time.perf_counter()
     gw = request.app[GATEWAY]
-    principal = gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    principal = gw.core.auth.authenticate(bearer_token(request.headers.get("Authorization")))
     body = await read_json(request, gw.max_request_bytes, gw.body_timeout_s)
     return await serve(request, gw, endpoint, principal, body, started)
 
@@ -125,7 +125,7 @@ async def serve(
         body,
         started,
         _selected_headers(request, gw.tables.table.affinity_headers),
-        gw.request_ids.next(),
+        gw.core.request_ids.next(),
         wire,
     )
     if bind is not None:

@@ -30,17 +30,28 @@ from fleetgate.store.tables import documents
 __all__ = ["document_routes"]
 
 
-def document_routes() -> list[web.RouteDef]:
+def document_routes(runtime: MultimodalRuntime) -> list[web.RouteDef]:
+    """The document routes over ``runtime`` (served when the multimodal pipeline is on)."""
+
+    async def put(request: web.Request) -> web.Response:
+        return await put_document(runtime, request)
+
+    async def delete(request: web.Request) -> web.Response:
+        return await delete_document(runtime, request)
+
+    async def kv(request: web.Request) -> web.Response:
+        return await document_kv(runtime, request)
+
     return [
-        web.put("/admin/teams/{team}/documents/{doc_id}", put_document),
-        web.delete("/admin/teams/{team}/documents/{doc_id}", delete_document),
-        web.get("/admin/documents/kv", document_kv),
+        web.put("/admin/teams/{team}/documents/{doc_id}", put),
+        web.delete("/admin/teams/{team}/documents/{doc_id}", delete),
+        web.get("/admin/documents/kv", kv),
     ]
 
 
-def _authorized(request: web.Request) -> tuple[MultimodalRuntime, str]:
+def _authorized(request: web.Request) -> str:
     gw = request.app[GATEWAY]
-    principal = gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    principal = gw.core.auth.authenticate(bearer_token(request.headers.get("Authorization")))
     team = request.match_info["team"]
     if not (principal.is_master or (principal.role == "team_admin" and principal.team_id == team)):
         raise PermissionDenied(
@@ -48,15 +59,12 @@ def _authorized(request: web.Request) -> tuple[MultimodalRuntime, str]:
         )
     require_fits(team, documents.c.team, "team")
     require_fits(request.match_info["doc_id"], documents.c.doc_id, "doc_id")
-    runtime = gw.multimodal
-    if runtime is None:
-        raise NotFound("Retrieval is off: the multimodal pipeline is disabled in the config.")
-    return runtime, team
+    return team
 
 
 @store_unavailable_is_503
-async def put_document(request: web.Request) -> web.Response:
-    runtime, team = _authorized(request)
+async def put_document(runtime: MultimodalRuntime, request: web.Request) -> web.Response:
+    team = _authorized(request)
     gw = request.app[GATEWAY]
     body = await read_json(request, gw.max_request_bytes, gw.body_timeout_s)
     text = body.get("text")
@@ -72,17 +80,17 @@ async def put_document(request: web.Request) -> web.Response:
 
 
 @store_unavailable_is_503
-async def delete_document(request: web.Request) -> web.Response:
-    runtime, team = _authorized(request)
+async def delete_document(runtime: MultimodalRuntime, request: web.Request) -> web.Response:
+    team = _authorized(request)
     doc_id = request.match_info["doc_id"]
     await runtime.index.remove(team, doc_id)
     out = {"team": team, "id": doc_id, "deleted": True}
     return web.Response(body=orjson.dumps(out), content_type="application/json")
 
 
-async def document_kv(request: web.Request) -> web.Response:
+async def document_kv(runtime: MultimodalRuntime, request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
-    principal = gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    principal = gw.core.auth.authenticate(bearer_token(request.headers.get("Authorization")))
     team = request.query.get("team") or None
     if not principal.is_master:
         if principal.role != "team_admin" or principal.team_id is None:
@@ -90,8 +98,7 @@ async def document_kv(request: web.Request) -> web.Response:
         if team is not None and team != principal.team_id:
             raise PermissionDenied("A team admin key reads its own team's KV hit rates only.")
         team = principal.team_id
-    runtime = gw.multimodal
-    if runtime is None or runtime.document_kv is None:
+    if runtime.document_kv is None:
         raise NotFound("Retrieval is off: the multimodal pipeline is disabled in the config.")
     out = {"data": runtime.document_kv.snapshot(team)}
     return web.Response(body=orjson.dumps(out), content_type="application/json")

@@ -15,9 +15,13 @@ from collections.abc import Iterable
 from aiohttp import web
 
 from fleetgate.api import admin, completions, health, messages, models, openapi
-from fleetgate.api.state import GatewayState
+from fleetgate.api.audio import audio_routes
+from fleetgate.api.documents import document_routes
+from fleetgate.api.state import GATEWAY_STATE, GatewayState
 from fleetgate.config.schema import GatewayConfig
+from fleetgate.core import Core, Ports
 from fleetgate.feature import BaseFeature
+from fleetgate.multimodal.ports import MULTIMODAL
 
 __all__ = ["CoreFeature"]
 
@@ -25,8 +29,21 @@ __all__ = ["CoreFeature"]
 class CoreFeature(BaseFeature):
     name = "core"
 
-    def __init__(self, gw: GatewayState) -> None:
+    def __init__(self, gw: GatewayState, ports: Ports) -> None:
         self.gw = gw
+        self._ports = ports
+
+    @classmethod
+    def build(cls, core: Core) -> CoreFeature:
+        return cls(core.ports.require(GATEWAY_STATE), core.ports)
+
+    def _multimodal_routes(self) -> list[web.RouteDef]:
+        """Audio and documents, when the multimodal pipeline is on (asked once the app's
+        features are built, when the routes are registered)."""
+        runtime = self._ports.get(MULTIMODAL)
+        if runtime is None:
+            return []
+        return [*audio_routes(runtime), *document_routes(runtime)]
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         return [
@@ -44,6 +61,7 @@ class CoreFeature(BaseFeature):
             web.get("/openapi.json", openapi.openapi_json),
             web.post("/admin/config/reload", admin.reload_config),
             web.get("/admin/config", admin.get_config),
+            *self._multimodal_routes(),
         ]
 
     def reconfigure(self, config: GatewayConfig) -> None:

@@ -22,7 +22,7 @@ def _entry(alias: str) -> dict[str, object]:
 
 async def list_models(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
-    principal = gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    principal = gw.core.auth.authenticate(bearer_token(request.headers.get("Authorization")))
     data = [_entry(a) for a in gw.tables.table.aliases() if principal.may_use(a)]
     return web.Response(
         body=orjson.dumps({"object": "list", "data": data}), content_type="application/json"
@@ -31,7 +31,7 @@ async def list_models(request: web.Request) -> web.Response:
 
 async def get_model(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
-    principal = gw.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    principal = gw.core.auth.authenticate(bearer_token(request.headers.get("Authorization")))
     alias = request.match_info["model"]
     if alias not in gw.tables.table.aliases() or not principal.may_use(alias):
         raise ModelNotFound(f"The model '{alias}' does not exist.", param="model")

@@ -23,6 +23,8 @@ from fleetgate.contract.principal import Principal
 from fleetgate.contract.request import Endpoint
 from fleetgate.errors import AuthenticationFailed
 from fleetgate.providers.base import RoutedEndpoint
+from fleetgate.scheduling.scheduler import Scheduler
+from fleetgate.tenancy.runtime import Tenancy
 
 __all__ = ["ENDPOINTS", "GatewaySender"]
 
@@ -36,13 +38,18 @@ _MASTER = Principal(key_id="master", role="master")
 
 
 class GatewaySender:
-    """Sends batch lines through ``gw``'s request path; asks its scheduler for idle capacity."""
+    """Sends batch lines through ``gw``'s request path; asks the scheduler (None: scheduling
+    off) for idle capacity and tenancy's key cache (None: tenancy off) for each line's key."""
 
-    def __init__(self, gw: GatewayState) -> None:
+    def __init__(
+        self, gw: GatewayState, scheduler: Scheduler | None, tenancy: Tenancy | None
+    ) -> None:
         self._gw = gw
+        self._scheduler = scheduler
+        self._tenancy = tenancy
 
     def idle(self, alias: str) -> bool:
-        scheduler = self._gw.scheduler
+        scheduler = self._scheduler
         return scheduler is None or scheduler.idle(alias, "batch")
 
     def _principal(self, key_id: str, grant: Grant | None) -> Principal:
@@ -58,7 +65,7 @@ class GatewaySender:
     def _entry(self, key_id: str) -> Principal:
         if key_id == _MASTER.key_id:
             return _MASTER
-        tenancy = self._gw.tenancy
+        tenancy = self._tenancy
         entry = tenancy.cache.entry(key_id) if tenancy is not None else None
         if entry is None:
             raise AuthenticationFailed("The key that created this batch no longer exists.")

@@ -18,23 +18,34 @@ from pathlib import Path
 from aiohttp import web
 from sqlalchemy.engine import make_url
 
-from fleetgate.api.state import GatewayState
+from fleetgate.api.state import GATEWAY_STATE, GatewayState
 from fleetgate.batches.config import BATCHES_SECTION, BatchesConfig
 from fleetgate.batches.execute import GatewaySender
 from fleetgate.batches.routes import BatchRoutes
 from fleetgate.batches.store import BatchStore
 from fleetgate.batches.worker import BatchWorker
 from fleetgate.config.schema import GatewayConfig
+from fleetgate.core import Core
 from fleetgate.feature import BaseFeature
 from fleetgate.http import AdminAccess
+from fleetgate.scheduling.ports import SCHEDULER
+from fleetgate.tenancy.ports import TENANCY
 
 __all__ = ["BatchesFeature"]
 
 
 class BatchesFeature(BaseFeature):
     name = "batches"
+    sections = (BATCHES_SECTION,)
 
-    def __init__(self, gw: GatewayState, access: AdminAccess, config: GatewayConfig) -> None:
+    def __init__(
+        self,
+        gw: GatewayState,
+        access: AdminAccess,
+        config: GatewayConfig,
+        sender: GatewaySender,
+    ) -> None:
+        """``sender``: how lines run (through ``gw``'s request path)."""
         resources = gw.resources
         self._databases = resources.databases
         self.db = resources.databases.get(gw.settings.database_url, gw.settings.data_dir)
@@ -45,7 +56,7 @@ class BatchesFeature(BaseFeature):
         self.worker = BatchWorker(
             self.store,
             lambda: self.config,
-            GatewaySender(gw),
+            sender,
             owner=f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"[:64],
             prepare=self._migrate,
             max_line_bytes=lambda: self.max_request_bytes,
@@ -59,6 +70,14 @@ class BatchesFeature(BaseFeature):
         await self._databases.migrate(self.db)
         if self.config.enabled:
             await self.worker.start()  # a batch may now exist (idempotent)
+
+    @classmethod
+    def build(cls, core: Core) -> BatchesFeature:
+        """Built even when ``batches.enabled`` is false: a reload may turn it on (its routes
+        are served only while it is on)."""
+        gw = core.ports.require(GATEWAY_STATE)
+        sender = GatewaySender(gw, core.ports.get(SCHEDULER), core.ports.get(TENANCY))
+        return cls(gw, core.access, core.config, sender)
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         return self.api.routes() if self.config.enabled else ()

@@ -16,11 +16,10 @@ from fleetgate.cache.exact import ExactStore, MemoryExactStore, RedisExactStore
 from fleetgate.cache.semantic import SemanticIndex
 from fleetgate.cache.stage import CacheStage
 from fleetgate.config.schema import GatewayConfig
-from fleetgate.config.settings import Settings
+from fleetgate.core import Core
 from fleetgate.feature import BaseFeature
-from fleetgate.resources import Embedder, MiniLMEmbedder, Resources
+from fleetgate.resources import MiniLMEmbedder, Resources
 from fleetgate.tasks import cancel_and_wait
-from fleetgate.telemetry.registry import Registry
 
 __all__ = ["CacheFeature"]
 
@@ -38,6 +37,7 @@ def _max_entries(aliases: dict[str, CacheConfig]) -> int:
 
 class CacheFeature(BaseFeature):
     name = "cache"
+    sections = (CACHE_SECTION,)
 
     def __init__(self, stage: CacheStage, resources: Resources | None = None) -> None:
         # On the request path only when an alias has a cache at start: a config without one
@@ -48,14 +48,8 @@ class CacheFeature(BaseFeature):
         self._warm: asyncio.Task[None] | None = None
 
     @classmethod
-    def build(
-        cls,
-        settings: Settings,
-        config: GatewayConfig,
-        registry: Registry,
-        resources: Resources,
-        embedder: Embedder | None = None,
-    ) -> CacheFeature:
+    def build(cls, core: Core) -> CacheFeature:
+        settings, config, resources = core.settings, core.config, core.resources
         aliases = _aliases(config)
         exact: ExactStore
         if settings.redis_url:
@@ -63,8 +57,8 @@ class CacheFeature(BaseFeature):
             exact = RedisExactStore(client, config.tenancy.redis_prefix + "cache:")
         else:
             exact = MemoryExactStore(_max_entries(aliases))
-        embedder = embedder or MiniLMEmbedder(resources.minilm)
-        stage = CacheStage(aliases, exact, SemanticIndex(), embedder, registry)
+        embedder = MiniLMEmbedder(resources.minilm)
+        stage = CacheStage(aliases, exact, SemanticIndex(), embedder, core.metrics.registry)
         return cls(stage, resources)
 
     def reconfigure(self, config: GatewayConfig) -> None:

@@ -57,7 +57,7 @@ def metric_catalog() -> Catalog:
         state = build_state(
             Settings(data_dir=Path(data_dir)), GatewayConfig.model_validate(_ALL_FEATURES)
         )
-        build_features(state)
+        build_features(state.core)
         gateway = state.metrics.registry.families()
     engine = Registry()
     SimMetrics(engine, "m")

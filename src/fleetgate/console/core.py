@@ -18,15 +18,18 @@ from fleetgate.console.config import ConsoleConfig
 from fleetgate.console.render import Renderer
 from fleetgate.console.sessions import COOKIE, Session, Sessions, cookie_is_secure, same_token
 from fleetgate.contract.principal import Principal
+from fleetgate.core import Ports
 from fleetgate.errors import (
     AuthenticationFailed,
     FleetgateError,
     PayloadTooLarge,
     PermissionDenied,
-    ServiceUnavailable,
 )
 from fleetgate.http.form import read_form
+from fleetgate.routing.ports import CANARY, ENGINE_ROUTING
+from fleetgate.scheduling.ports import SCHEDULER
 from fleetgate.store.errors import is_unreachable
+from fleetgate.tenancy.ports import TENANCY
 from fleetgate.tenancy.runtime import Tenancy
 
 __all__ = ["ADMINS", "ALL", "Console", "NAV"]
@@ -57,13 +60,17 @@ def home(role: str) -> str:
 
 
 class Console:
-    def __init__(self, gw: GatewayState, config: ConsoleConfig) -> None:
-        if gw.tenancy is None:
-            raise ValueError("the console needs tenancy (its keys, teams and database)")
+    def __init__(self, gw: GatewayState, config: ConsoleConfig, ports: Ports) -> None:
+        """Takes what it shows from the ports, once: `TENANCY` (needed), the `SCHEDULER`'s
+        queues, the `CANARY` splits and `ENGINE_ROUTING` (each None when off)."""
         self.gw = gw
         self.config = config
+        self._tenancy = ports.require(TENANCY)
+        self.scheduler = ports.get(SCHEDULER)
+        self.canary = ports.get(CANARY)
+        self.engine_routing = ports.get(ENGINE_ROUTING)
         self.sessions = Sessions(
-            gw.tenancy.db,
+            self._tenancy.db,
             config.session_ttl_s,
             config.max_sessions,
             per_principal=config.max_sessions_per_principal,
@@ -72,9 +79,7 @@ class Console:
 
     @property
     def tenancy(self) -> Tenancy:
-        if self.gw.tenancy is None:
-            raise ServiceUnavailable("Tenancy is disabled in this gateway's config.")
-        return self.gw.tenancy
+        return self._tenancy
 
     async def session(self, request: web.Request) -> Session | None:
         """The request's open session (from the database: any replica may have opened it),
@@ -83,7 +88,7 @@ class Console:
         if session is None or session.via != "key":
             return session
         try:
-            principal = self.gw.auth.authenticate(session.token)
+            principal = self.gw.core.auth.authenticate(session.token)
         except AuthenticationFailed:
             await self.sessions.close(session.id)
             return None
@@ -169,8 +174,7 @@ class Console:
 
     async def record(self, actor: Principal, action: str, target: str, detail: Any) -> None:
         """An entry in the admin audit log (when tenancy keeps one)."""
-        if self.gw.access is not None:
-            await self.gw.access.record(actor, action, target, detail)
+        await self.gw.core.access.record(actor, action, target, detail)
 
     def set_session_cookie(
         self, request: web.Request, response: web.StreamResponse, session: Session

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from aiohttp import web
 
-from fleetgate.api.state import GatewayState
+from fleetgate.api.state import GATEWAY_STATE, GatewayState
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.console.audit import AuditPages, GuardrailEvents
 from fleetgate.console.bearer import JwtBearer
@@ -32,10 +32,15 @@ from fleetgate.console.queues import QueuePage
 from fleetgate.console.registry import RegistryPages, Releases
 from fleetgate.console.routing import RoutingPage
 from fleetgate.console.spend import SpendPages
+from fleetgate.core import Core, Ports
 from fleetgate.errors import FleetgateError, NotFound
 from fleetgate.feature import BaseFeature
+from fleetgate.releases.feature import RELEASES
+from fleetgate.safety.ports import GUARDRAIL_EVENTS
 from fleetgate.store.errors import store_unavailable_is_503
 from fleetgate.tasks import cancel_and_wait
+from fleetgate.tenancy.auth import looks_like_jwt
+from fleetgate.tenancy.ports import TENANCY
 
 __all__ = ["HERE", "VENDOR", "ConsoleFeature"]
 
@@ -56,20 +61,21 @@ class ConsoleFeature(BaseFeature):
         self,
         gw: GatewayState,
         config: ConsoleConfig,
+        ports: Ports,
         *,
         rollouts: Rollouts | None = None,
         guardrails: GuardrailEvents | None = None,
         releases: Releases | None = None,
     ) -> None:
-        self.console = Console(gw, config)
+        self.console = Console(gw, config, ports)
         self.window = MetricWindow(gw.metrics)
         http = gw.resources.http  # the owner's outbound session; the owner closes it
         self.playground = Playground(self.console, http)
         self.oidc = OidcPages(self.console, http)
-        # JWT bearer tokens for API callers (`fleetgate.app` puts it before the key cache)
+        # JWT bearer tokens for API callers (`build` puts it in the authenticator chain)
         self.bearer = (
-            JwtBearer(config.jwt, gw.tenancy.cache, http)
-            if config.jwt is not None and gw.tenancy is not None
+            JwtBearer(config.jwt, self.console.tenancy.cache, http)
+            if config.jwt is not None
             else None
         )
         self._pages: list[_Pages] = [
@@ -88,20 +94,25 @@ class ConsoleFeature(BaseFeature):
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
-    def build(
-        cls,
-        gw: GatewayState,
-        config: GatewayConfig,
-        *,
-        rollouts: Rollouts | None = None,
-        guardrails: GuardrailEvents | None = None,
-        releases: Releases | None = None,
-    ) -> ConsoleFeature | None:
-        """The console, or None when it is off or tenancy (its data) is."""
-        cfg = console_config(config.extensions)
-        if not cfg.enabled or gw.tenancy is None:
+    def build(cls, core: Core) -> ConsoleFeature | None:
+        """The console, or None when it is off or tenancy (its data) is. Its JWT bearer (when
+        ``jwt`` is set) answers the tokens shaped like a JWT, before tenancy's keys."""
+        cfg = console_config(core.config.extensions)
+        ports = core.ports
+        if not cfg.enabled or TENANCY not in ports:
             return None
-        return cls(gw, cfg, rollouts=rollouts, guardrails=guardrails, releases=releases)
+        releases = ports.get(RELEASES)
+        feature = cls(
+            ports.require(GATEWAY_STATE),
+            cfg,
+            ports,
+            rollouts=releases.rollouts if releases is not None else None,
+            guardrails=ports.get(GUARDRAIL_EVENTS),
+            releases=releases,
+        )
+        if feature.bearer is not None:
+            core.auth.add(feature.bearer, claims=looks_like_jwt)
+        return feature
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         routes: list[web.AbstractRouteDef] = [

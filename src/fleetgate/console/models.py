@@ -64,7 +64,7 @@ class ModelPages:
 
     def _aliases(self, session: Session) -> list[dict[str, Any]]:
         table = self.console.gw.tables.table
-        canary = self.console.gw.canary
+        canary = self.console.canary
         now = time.monotonic()
         principal = session.principal
         aliases: dict[str, dict[str, Any]] = {}
@@ -91,7 +91,7 @@ class ModelPages:
         return self.console.page(
             request, session, "models.html", status, aliases=self._aliases(session),
             rollouts=await self._rollouts(), error=error,
-            controls=session.principal.is_master and self.console.gw.canary is not None,
+            controls=session.principal.is_master and self.console.canary is not None,
         )  # fmt: skip
 
     async def page(self, request: web.Request) -> web.Response:
@@ -110,7 +110,7 @@ class ModelPages:
 
     async def set_split(self, request: web.Request) -> web.Response:
         session = await self.console.require(request, ("master",))
-        canary = self.console.gw.canary
+        canary = self.console.canary
         if canary is None:
             raise ServiceUnavailable("Canary splits are off in this gateway's config.")
         alias, versions = self._alias(request)
@@ -131,7 +131,7 @@ class ModelPages:
 
     async def clear_split(self, request: web.Request) -> web.Response:
         session = await self.console.require(request, ("master",))
-        canary = self.console.gw.canary
+        canary = self.console.canary
         if canary is None:
             raise ServiceUnavailable("Canary splits are off in this gateway's config.")
         alias, _ = self._alias(request)

@@ -76,7 +76,7 @@ class QueuePage:
         return [web.get("/ui/queues", self.page)]
 
     def _pools(self, team: str | None) -> list[dict[str, Any]] | None:
-        scheduler = self.console.gw.scheduler
+        scheduler = self.console.scheduler
         if scheduler is None:
             return None
         now = time.monotonic()

@@ -28,7 +28,7 @@ class RoutingPage:
         reason = q.get("reason", "").strip() or None
         page = page_number(q.get("page"))
         size = self.console.config.page_size
-        routing = self.console.gw.engine_routing
+        routing = self.console.engine_routing
         found = []
         ratios: dict[str, float | None] = {}
         if routing is not None:  # the log keeps at most a few thousand: paging it is cheap

@@ -24,7 +24,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from fleetgate.config.schema import GatewayConfig
-from fleetgate.config.settings import Settings
+from fleetgate.core import Core
 from fleetgate.cost.config import CostConfig, PoolConfig
 from fleetgate.cost.dcgm import GpuSample, parse_dcgm
 from fleetgate.cost.ledger import CostLedger
@@ -33,7 +33,6 @@ from fleetgate.errors import ConfigError, InvalidRequest
 from fleetgate.feature import BaseFeature
 from fleetgate.http import AdminAccess, json_reply
 from fleetgate.resources.outbound import OutboundHttp
-from fleetgate.resources.owner import Resources
 from fleetgate.routing.engine_metrics import parse_engine_metrics
 from fleetgate.store.database import Database
 from fleetgate.store.errors import store_unavailable_is_503
@@ -90,9 +89,13 @@ class CostFeature(BaseFeature):
         self._warned: set[str] = set()
 
     @classmethod
-    def build(
-        cls, settings: Settings, config: GatewayConfig, access: AdminAccess, resources: Resources
-    ) -> CostFeature | None:
+    def build(cls, core: Core) -> CostFeature | None:
+        settings, config, resources, access = (
+            core.settings,
+            core.config,
+            core.resources,
+            core.access,
+        )
         cost = parse_cost_config(config)
         if cost is None:
             return None

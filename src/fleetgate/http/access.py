@@ -6,7 +6,7 @@ admin actions in the admin audit log (tenancy's, when it is on).
 
 Example::
 
-    access = AdminAccess(lambda: gw.auth)
+    access = AdminAccess(lambda: core.auth)   # the authenticator chain (fleetgate.core)
     actor = access.master(request)           # 401 / 403 unless the master key
     await access.record(actor, "config.reload", "applied", {"generation": 3})
 """

@@ -9,19 +9,18 @@ they apply the same tenancy and safety parts themselves (`fleetgate.mcp.gateway`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig
+from fleetgate.core import Core
 from fleetgate.extras import require
 from fleetgate.feature import BaseFeature
-from fleetgate.http import AdminAccess
 from fleetgate.mcp.config import MCP_SECTION
-from fleetgate.safety.runtime import SafetyRuntime
-from fleetgate.telemetry.registry import Registry
-from fleetgate.tenancy.runtime import Tenancy
+from fleetgate.safety.ports import SAFETY
+from fleetgate.tenancy.ports import TENANCY
 
 if TYPE_CHECKING:
     from fleetgate.mcp.runtime import McpRuntime
@@ -33,21 +32,16 @@ class McpFeature(BaseFeature):
     """``runtime``: the servers, the tool gateway and the endpoint."""
 
     name = "mcp"
+    sections = (MCP_SECTION,)
 
     def __init__(self, runtime: McpRuntime) -> None:
         self.runtime = runtime
 
     @classmethod
-    def build(
-        cls,
-        config: GatewayConfig,
-        registry: Registry,
-        access: AdminAccess,
-        request_id: Callable[[], str],
-        tenancy: Tenancy | None,
-        safety: SafetyRuntime | None,
-    ) -> McpFeature | None:
-        """The feature, or None when no MCP server is configured."""
+    def build(cls, core: Core) -> McpFeature | None:
+        """The feature, or None when no MCP server is configured. Tool calls pass the same
+        keys (`TENANCY`) and checks (`SAFETY`) as model calls."""
+        config = core.config
         if not MCP_SECTION.of(config).enabled:
             return None
         require("mcp", extra="mcp", purpose="the MCP gateway (mcp.servers)")
@@ -55,11 +49,11 @@ class McpFeature(BaseFeature):
 
         runtime = McpRuntime(
             MCP_SECTION.of(config),
-            request_id=request_id,
-            access=access,
-            registry=registry,
-            tenancy=tenancy,
-            safety=safety,
+            request_id=core.request_ids.next,
+            access=core.access,
+            registry=core.metrics.registry,
+            tenancy=core.ports.get(TENANCY),
+            safety=core.ports.get(SAFETY),
         )
         return cls(runtime)
 

@@ -9,48 +9,37 @@ document API. See docs/multimodal.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-
-from aiohttp import web
-
-from fleetgate.config.schema import GatewayConfig
-from fleetgate.config.settings import Settings
 from fleetgate.contract.stages import Stage
+from fleetgate.core import Core
 from fleetgate.feature import BaseFeature
 from fleetgate.multimodal.config import MULTIMODAL_SECTION
 from fleetgate.multimodal.document_kv import DocumentKv
+from fleetgate.multimodal.ports import MULTIMODAL
 from fleetgate.multimodal.runtime import MultimodalRuntime
-from fleetgate.resources import Resources
-from fleetgate.routing.kv_aware import EngineAwareRouting
+from fleetgate.routing.ports import ENGINE_ROUTING, TABLES
 from fleetgate.routing.table import RouteTable
-from fleetgate.telemetry.registry import Registry
 
 __all__ = ["MultimodalFeature"]
 
 
 class MultimodalFeature(BaseFeature):
     name = "multimodal"
+    sections = (MULTIMODAL_SECTION,)
 
-    def __init__(
-        self, runtime: MultimodalRuntime, stage: Stage, routes: Sequence[web.AbstractRouteDef]
-    ) -> None:
+    def __init__(self, runtime: MultimodalRuntime, stage: Stage) -> None:
         self.runtime = runtime
         self.stage: Stage | None = stage
-        self._routes = tuple(routes)
 
     @classmethod
-    def build(
-        cls,
-        settings: Settings,
-        config: GatewayConfig,
-        registry: Registry,
-        table: Callable[[], RouteTable],
-        routes: Sequence[web.AbstractRouteDef],
-        resources: Resources,
-        engine_routing: EngineAwareRouting | None = None,
-    ) -> MultimodalFeature | None:
-        """``engine_routing``: the kv-aware routing, for the prewarm of changed document sets
-        (without it their hit rates are still reported)."""
+    def build(cls, core: Core) -> MultimodalFeature | None:
+        """Provides `MULTIMODAL` (the core serves the audio and document routes over it). The
+        kv-aware routing (`ENGINE_ROUTING`, when there) prewarms changed document sets."""
+        config, settings, registry = core.config, core.settings, core.metrics.registry
+        resources, tables = core.resources, core.ports.require(TABLES)
+
+        def table() -> RouteTable:
+            return tables.table
+
         section = MULTIMODAL_SECTION.of(config)
         if not section.enabled:
             return None
@@ -67,14 +56,12 @@ class MultimodalFeature(BaseFeature):
             section.prompts,
             runtime.assembler,
             registry,
-            routing=engine_routing,
+            routing=core.ports.get(ENGINE_ROUTING),
             table=table,
         )
         runtime.index.listeners.append(runtime.document_kv.changed)
-        return cls(runtime, MultimodalStage(runtime, table), routes)
-
-    def routes(self) -> Iterable[web.AbstractRouteDef]:
-        return self._routes
+        core.ports.provide(MULTIMODAL, runtime)
+        return cls(runtime, MultimodalStage(runtime, table))
 
     async def start(self) -> None:
         await self.runtime.start()

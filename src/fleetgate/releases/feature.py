@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig
-from fleetgate.config.settings import Settings
+from fleetgate.core import Core, Port
 from fleetgate.feature import BaseFeature
 from fleetgate.http import AdminAccess
 from fleetgate.releases.admin_routes import RegistryAdmin
@@ -38,17 +38,23 @@ from fleetgate.releases.rollout_routes import RolloutAdmin
 from fleetgate.releases.rollouts import RolloutStore
 from fleetgate.resources import Resources
 from fleetgate.routing.dispatch import VersionPicker
+from fleetgate.routing.ports import CANARY, TABLES, VERSION_PICKER
 from fleetgate.routing.reload import TableManager
 from fleetgate.store.database import Database
 from fleetgate.tasks import cancel_and_wait
 
-__all__ = ["ReleasesFeature"]
+__all__ = ["RELEASES", "ReleasesFeature"]
 
 log = logging.getLogger("fleetgate.releases")
 
 
+RELEASES: Port[ReleasesFeature] = Port("releases")
+"""The registry and its rollouts (the console's registry and model pages)."""
+
+
 class ReleasesFeature(BaseFeature):
     name = "releases"
+    sections = (RELEASES_SECTION,)
 
     def __init__(
         self,
@@ -122,16 +128,14 @@ class ReleasesFeature(BaseFeature):
         self._connecting: asyncio.Task[None] | None = None
 
     @classmethod
-    def build(
-        cls,
-        settings: Settings,
-        config: GatewayConfig,
-        tables: TableManager,
-        access: AdminAccess,
-        resources: Resources,
-    ) -> ReleasesFeature:
+    def build(cls, core: Core) -> ReleasesFeature:
+        """Provides `VERSION_PICKER` (rollouts, then the `CANARY` splits) and `RELEASES`."""
+        settings, resources = core.settings, core.resources
         db = resources.databases.get(settings.database_url, settings.data_dir)
-        return cls(db, resources, tables, access, config)
+        feature = cls(db, resources, core.ports.require(TABLES), core.access, core.config)
+        core.ports.provide(VERSION_PICKER, feature.picker(core.ports.get(CANARY)))
+        core.ports.provide(RELEASES, feature)
+        return feature
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         return [*self.admin.routes(), *self.rollout_admin.routes(), *self.feedback.routes()]

@@ -18,7 +18,7 @@ Example::
     splits = CanarySplits(resources.shared, resources.databases.get(url, data_dir))
     await splits.start()                  # follows the stored splits
     await splits.set("chat", Split({"v1": 90, "v2": 10}, sticky=True))
-    dispatcher.versions = splits          # Dispatcher._candidates calls splits.narrow(...)
+    core.ports.provide(CANARY, splits)    # releases' version picker narrows with it after rollouts
 """
 
 from __future__ import annotations

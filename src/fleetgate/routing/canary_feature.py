@@ -6,18 +6,15 @@ The splits are stored in the database, followed by the dispatcher and by every r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from aiohttp import web
 
-from fleetgate.config.schema import GatewayConfig
-from fleetgate.config.settings import Settings
+from fleetgate.core import Core
 from fleetgate.feature import BaseFeature
-from fleetgate.http import AdminAccess
-from fleetgate.resources import Resources
 from fleetgate.routing.admin_routes import CanaryAdmin
 from fleetgate.routing.canary import CanarySplits
-from fleetgate.routing.table import RouteTable
+from fleetgate.routing.ports import CANARY, TABLES
 
 __all__ = ["CanaryFeature"]
 
@@ -30,17 +27,14 @@ class CanaryFeature(BaseFeature):
         self._admin = admin
 
     @classmethod
-    def build(
-        cls,
-        settings: Settings,
-        config: GatewayConfig,
-        table: Callable[[], RouteTable],
-        access: AdminAccess,
-        resources: Resources,
-    ) -> CanaryFeature:
+    def build(cls, core: Core) -> CanaryFeature:
+        """Provides `CANARY` (the version splits the dispatcher follows after rollouts)."""
+        settings, resources, tables = core.settings, core.resources, core.ports.require(TABLES)
         database = resources.databases.get(settings.database_url, settings.data_dir)
-        splits = CanarySplits(resources.shared, database)
-        admin = CanaryAdmin(splits, table, access, config.server.max_request_bytes)
+        splits = core.ports.provide(CANARY, CanarySplits(resources.shared, database))
+        admin = CanaryAdmin(
+            splits, lambda: tables.table, core.access, core.config.server.max_request_bytes
+        )
         return cls(splits, admin)
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:

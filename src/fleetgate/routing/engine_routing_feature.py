@@ -18,6 +18,7 @@ from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig, RoutingConfig
 from fleetgate.config.settings import Settings
+from fleetgate.core import Core
 from fleetgate.feature import BaseFeature
 from fleetgate.http import AdminAccess
 from fleetgate.resources import Resources
@@ -27,6 +28,7 @@ from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.engine_stats import EngineStats, engine_key
 from fleetgate.routing.kv_aware import EngineAwareRouting
 from fleetgate.routing.load_share import RedisLoadShare
+from fleetgate.routing.ports import ENGINE_ROUTING, TABLES
 from fleetgate.routing.prefix_share import PrefixShare
 from fleetgate.routing.salt import TenantSalt, engine_of_models
 from fleetgate.routing.table import RouteTable
@@ -58,6 +60,17 @@ class EngineRoutingFeature(BaseFeature):
         self._http = http
         self._identifying: asyncio.Task[None] | None = None
         self._admin = EngineRoutingAdmin(routing, table, access)
+
+    @classmethod
+    def build(cls, core: Core) -> EngineRoutingFeature:
+        """Over `ENGINE_ROUTING` (None: the admin routes say it is off)."""
+        tables = core.ports.require(TABLES)
+        return cls(
+            core.ports.get(ENGINE_ROUTING),
+            lambda: tables.table,
+            core.access,
+            http=core.resources.http,
+        )
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         return self._admin.routes()

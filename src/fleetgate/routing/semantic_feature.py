@@ -6,11 +6,10 @@ docs/routing.md and `fleetgate.routing.semantic_stage`.
 
 from __future__ import annotations
 
-from fleetgate.config.schema import GatewayConfig
-from fleetgate.config.settings import Settings
 from fleetgate.contract.stages import Stage
+from fleetgate.core import Core
 from fleetgate.feature import BaseFeature
-from fleetgate.resources import Resources
+from fleetgate.routing.ports import SEMANTIC
 from fleetgate.routing.semantic_config import SEMANTIC_SECTION
 from fleetgate.routing.semantic_stage import SemanticStage
 
@@ -21,19 +20,22 @@ class SemanticFeature(BaseFeature):
     """The intent router's stage; it loads its model in the background after ``start``."""
 
     name = "semantic"
+    sections = (SEMANTIC_SECTION,)
 
     def __init__(self, stage: SemanticStage) -> None:
         self.router = stage
         self.stage: Stage | None = stage
 
     @classmethod
-    def build(
-        cls, settings: Settings, config: GatewayConfig, resources: Resources
-    ) -> SemanticFeature | None:
-        section = SEMANTIC_SECTION.of(config)
+    def build(cls, core: Core) -> SemanticFeature | None:
+        """Provides `SEMANTIC`; its alias (``auto``) becomes one the core accepts."""
+        section = SEMANTIC_SECTION.of(core.config)
         if section is None:
             return None
-        return cls(SemanticStage(section, settings.data_dir, minilm=resources.minilm))
+        stage = SemanticStage(section, core.settings.data_dir, minilm=core.resources.minilm)
+        core.ports.provide(SEMANTIC, stage)
+        core.virtual_aliases.add(stage.alias)
+        return cls(stage)
 
     @property
     def alias(self) -> str:

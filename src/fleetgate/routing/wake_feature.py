@@ -6,14 +6,12 @@ The dispatcher's waker and the loop that puts idle sleep-mode deployments to sle
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
+from fleetgate.core import Core
 from fleetgate.feature import BaseFeature
-from fleetgate.resources.outbound import OutboundHttp
-from fleetgate.routing.dispatch import Dispatcher
-from fleetgate.routing.table import RouteTable
+from fleetgate.routing.ports import TABLES, WAKER
 from fleetgate.routing.wake import Waker
-from fleetgate.telemetry.metrics import GatewayMetrics
 
 __all__ = ["WakeFeature"]
 
@@ -28,18 +26,14 @@ class WakeFeature(BaseFeature):
         self.waker = waker
 
     @classmethod
-    def build(
-        cls,
-        dispatcher: Dispatcher,
-        table: Callable[[], RouteTable],
-        http: OutboundHttp,
-        metrics: GatewayMetrics,
-    ) -> WakeFeature:
-        waker = Waker(http, metrics, lambda: table().deployments())
-        dispatcher.waker = waker
+    def build(cls, core: Core) -> WakeFeature:
+        """Provides `WAKER`, which the dispatcher takes (`plug_dispatcher`)."""
+        tables, metrics = core.ports.require(TABLES), core.metrics
+        waker = Waker(core.resources.http, metrics, lambda: tables.table.deployments())
+        core.ports.provide(WAKER, waker)
 
         def asleep() -> Iterable[tuple[tuple[str, str, str], bool]]:
-            for d in table().deployments():
+            for d in tables.table.deployments():
                 if d.config.wake is not None:
                     yield (d.alias, d.id, d.version), d.state.asleep
 

@@ -18,18 +18,18 @@ from collections.abc import Awaitable, Callable, Iterable
 from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig
-from fleetgate.config.settings import Settings
 from fleetgate.contract.principal import Principal
 from fleetgate.contract.stages import Stage
+from fleetgate.core import Core
 from fleetgate.errors import FleetgateError
 from fleetgate.feature import BaseFeature
 from fleetgate.http import AdminAccess
-from fleetgate.resources import Resources
 from fleetgate.safety.admin_routes import SafetyAdmin
 from fleetgate.safety.config import SAFETY_SECTION
+from fleetgate.safety.ports import GUARDRAIL_EVENTS, SAFETY
 from fleetgate.safety.runtime import SafetyRuntime
 from fleetgate.safety.sinks import AuditLog, JsonlAuditLog, StoreAuditLog
-from fleetgate.telemetry.registry import Registry
+from fleetgate.tenancy.ports import TENANCY
 from fleetgate.tenancy.runtime import Tenancy
 
 __all__ = ["SAFETY_ACTOR", "SafetyFeature"]
@@ -70,6 +70,7 @@ class SafetyFeature(BaseFeature):
     """``runtime`` and ``audit_log`` are None when safety is not configured."""
 
     name = "safety"
+    sections = (SAFETY_SECTION,)
 
     def __init__(
         self, runtime: SafetyRuntime | None, audit_log: AuditLog | None, access: AdminAccess
@@ -80,18 +81,15 @@ class SafetyFeature(BaseFeature):
         self._admin = SafetyAdmin(runtime, audit_log, access)
 
     @classmethod
-    def build(
-        cls,
-        settings: Settings,
-        config: GatewayConfig,
-        registry: Registry,
-        access: AdminAccess,
-        tenancy: Tenancy | None,
-        resources: Resources,
-    ) -> SafetyFeature:
-        cfg = SAFETY_SECTION.of(config)
+    def build(cls, core: Core) -> SafetyFeature:
+        """Provides `SAFETY` (the input and output policy) and `GUARDRAIL_EVENTS`; records
+        in tenancy's store when `TENANCY` is provided, else in a JSONL file. Off, it provides
+        nothing and its admin routes answer 503."""
+        cfg = SAFETY_SECTION.of(core.config)
         if cfg is None or not cfg.enabled:
-            return cls(None, None, access)
+            return cls(None, None, core.access)
+        settings, resources, registry = core.settings, core.resources, core.metrics.registry
+        tenancy, access = core.ports.get(TENANCY), core.access
         audit_log: AuditLog
         if tenancy is not None:
             audit_log = StoreAuditLog(tenancy.writer, tenancy.db)
@@ -102,6 +100,8 @@ class SafetyFeature(BaseFeature):
             on_suspend=_suspender(tenancy), team_name=_team_name(tenancy), resources=resources,
             database=resources.databases.get(settings.database_url, settings.data_dir),
         )  # fmt: skip
+        core.ports.provide(SAFETY, runtime)
+        core.ports.provide(GUARDRAIL_EVENTS, audit_log)
         return cls(runtime, audit_log, access)
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:

@@ -7,28 +7,28 @@ and ``/admin/queues`` says so.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig
+from fleetgate.core import Core
 from fleetgate.feature import BaseFeature
 from fleetgate.http import AdminAccess
-from fleetgate.routing.decisions import DecisionLog
-from fleetgate.routing.table import RouteTable
+from fleetgate.routing.ports import ENGINE_ROUTING, TABLES
 from fleetgate.scheduling.admin_routes import SchedulingAdmin
 from fleetgate.scheduling.config import SCHEDULING_SECTION
 from fleetgate.scheduling.metrics import SchedulingMetrics
-from fleetgate.scheduling.pool import Snapshots
+from fleetgate.scheduling.ports import SCHEDULER
 from fleetgate.scheduling.scheduler import Scheduler
 from fleetgate.scheduling.stage import SchedulingStage
-from fleetgate.telemetry.registry import Registry
 
 __all__ = ["SchedulingFeature"]
 
 
 class SchedulingFeature(BaseFeature):
     name = "scheduling"
+    sections = (SCHEDULING_SECTION,)
 
     def __init__(self, scheduler: Scheduler | None, access: AdminAccess) -> None:
         self.scheduler = scheduler
@@ -36,24 +36,23 @@ class SchedulingFeature(BaseFeature):
         self._admin = SchedulingAdmin(scheduler, access)
 
     @classmethod
-    def build(
-        cls,
-        config: GatewayConfig,
-        registry: Registry,
-        table: Callable[[], RouteTable],
-        access: AdminAccess,
-        snapshots: Snapshots | None,
-        decisions: DecisionLog | None = None,
-    ) -> SchedulingFeature:
-        """``snapshots``: the engines' last scrapes (engine-aware routing), for the signals;
-        ``decisions``: the routing decision log, for the admission of each queued request."""
-        section = SCHEDULING_SECTION.of(config)
+    def build(cls, core: Core) -> SchedulingFeature:
+        """Provides `SCHEDULER`. With engine-aware routing (`ENGINE_ROUTING`), the engines'
+        last scrapes feed the signals and each queued admission goes to the decision log. Off,
+        it provides nothing and its admin routes answer 503."""
+        section = SCHEDULING_SECTION.of(core.config)
         if not section.enabled:
-            return cls(None, access)
+            return cls(None, core.access)
+        tables, routing = core.ports.require(TABLES), core.ports.get(ENGINE_ROUTING)
         scheduler = Scheduler(
-            section, table, SchedulingMetrics(registry), snapshots, decisions=decisions
+            section,
+            lambda: tables.table,
+            SchedulingMetrics(core.metrics.registry),
+            routing.stats.fresh_snapshot if routing is not None else None,
+            decisions=routing.decisions if routing is not None else None,
         )
-        return cls(scheduler, access)
+        core.ports.provide(SCHEDULER, scheduler)
+        return cls(scheduler, core.access)
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         return self._admin.routes()

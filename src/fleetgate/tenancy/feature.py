@@ -13,15 +13,14 @@ from typing import Any
 from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig
-from fleetgate.config.settings import Settings
 from fleetgate.contract.principal import Principal
 from fleetgate.contract.stages import Stage
+from fleetgate.core import Core
 from fleetgate.feature import BaseFeature
 from fleetgate.http import AdminAccess
-from fleetgate.resources import Resources
 from fleetgate.store.errors import store_unavailable_is_503
-from fleetgate.telemetry.registry import Registry
 from fleetgate.tenancy.admin_routes import TenancyAdmin
+from fleetgate.tenancy.ports import TENANCY
 from fleetgate.tenancy.runtime import Tenancy
 
 __all__ = ["TenancyFeature"]
@@ -40,17 +39,18 @@ class TenancyFeature(BaseFeature):
             access.audit = self
 
     @classmethod
-    def build(
-        cls,
-        settings: Settings,
-        config: GatewayConfig,
-        registry: Registry,
-        access: AdminAccess,
-        resources: Resources,
-    ) -> TenancyFeature:
-        if not config.tenancy.enabled:
-            return cls(None, access)
-        return cls(Tenancy(settings, config.tenancy, registry, resources=resources), access)
+    def build(cls, core: Core) -> TenancyFeature:
+        """Provides `TENANCY` and puts its key cache last in the authenticator chain (every
+        token but the master key and those a later feature claims). Off, it provides nothing
+        and its admin routes answer 503."""
+        if not core.config.tenancy.enabled:
+            return cls(None, core.access)
+        runtime = Tenancy(
+            core.settings, core.config.tenancy, core.metrics.registry, resources=core.resources
+        )
+        core.ports.provide(TENANCY, runtime)
+        core.auth.add(runtime.cache)
+        return cls(runtime, core.access)
 
     async def record_admin(
         self, actor: Principal, action: str, target: str, detail: Any, *, team_id: str | None = None

@@ -3,7 +3,7 @@
 `fleetgate.tenancy.feature.TenancyFeature` puts it on the request path (the first stage)::
 
     tenancy = Tenancy(settings, config.tenancy, metrics.registry, resources=resources)
-    gw.auth = MasterKeyAuthenticator(settings.master_key, next=tenancy.cache)
+    core.auth.add(tenancy.cache)   # virtual keys, after the master key (fleetgate.core)
     await tenancy.start()   # migrate, replay the spool, load keys, seed budgets
     ...
     await tenancy.aclose()

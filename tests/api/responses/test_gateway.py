@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient
 
 from fleetgate.api.state import GATEWAY
 from fleetgate.sim import SimConfig, running_sim
+from fleetgate.tenancy.ports import TENANCY
 from tests.api.responses.support import WEATHER, alias_config, create, sdk_for
 from tests.conftest import AUTH, GatewayFactory
 from tests.fakes import FakeUpstream, Reply
@@ -231,7 +232,7 @@ async def test_cached_prompt_tokens_are_reported_and_billed(
     await sdk.close()
     assert out.usage is not None and out.usage.input_tokens == 2006
     assert out.usage.input_tokens_details.cached_tokens == 1920
-    tenancy = client.server.app[GATEWAY].tenancy
+    tenancy = client.server.app[GATEWAY].core.ports.require(TENANCY)
     assert tenancy is not None
     await tenancy.writer.flush()
     resp = await client.get("/admin/spend?group_by=alias", headers=AUTH)

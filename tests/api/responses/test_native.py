@@ -18,6 +18,7 @@ from fleetgate.api.state import GATEWAY
 from fleetgate.sim import SimConfig
 from fleetgate.sim.runner import start_sim
 from fleetgate.sim.state import SIM_STATE, SimState
+from fleetgate.tenancy.ports import TENANCY
 from tests.api.responses.support import WEATHER, alias_config, create, sdk_for
 from tests.api.responses.test_gateway import CANNED, HARMFUL
 from tests.conftest import AUTH, GatewayFactory
@@ -46,7 +47,7 @@ def _native(url: str, **extra: Any) -> dict[str, Any]:
 
 
 async def _spend_rows(client: Any) -> list[dict[str, Any]]:
-    tenancy = client.server.app[GATEWAY].tenancy
+    tenancy = client.server.app[GATEWAY].core.ports.require(TENANCY)
     await tenancy.writer.flush()
     resp = await client.get("/admin/spend?group_by=alias", headers=AUTH)
     return list((await resp.json())["data"])
@@ -180,7 +181,7 @@ async def test_the_output_checks_stop_a_native_reply_as_a_content_filter(
     assert stored.status == "incomplete" and stored.output_text == out.output_text
     await sdk.close()
     assert [h["path"] for h in state.received_headers] == ["/v1/responses"]
-    await client.server.app[GATEWAY].tenancy.writer.flush()
+    await client.server.app[GATEWAY].core.ports.require(TENANCY).writer.flush()
     resp = await client.get("/admin/audit?kind=request", headers=AUTH)
     (row,) = (await resp.json())["data"]
     assert row["decision"] == "blocked"  # answered, but not audited as an allowed reply

@@ -20,6 +20,7 @@ from tests.multimodal.audio.conftest import declared_flac
 
 from fleetgate.api.state import GATEWAY
 from fleetgate.multimodal.audio.asr import PocketsphinxTranscriber
+from fleetgate.multimodal.ports import MULTIMODAL
 from fleetgate.multimodal.runtime import MultimodalRuntime
 
 # Same tolerance as the library round trip (tests/multimodal/audio/test_audio_roundtrip.py).
@@ -235,6 +236,6 @@ async def test_killed_recogniser_workers_are_replaced_and_the_next_upload_is_tra
 
 
 def _runtime(client: Any) -> MultimodalRuntime:
-    runtime = client.server.app[GATEWAY].multimodal
+    runtime = client.server.app[GATEWAY].core.ports.require(MULTIMODAL)
     assert runtime is not None
     return runtime

@@ -15,6 +15,7 @@ from tests.conftest import AUTH, GatewayFactory, one_alias
 from tests.fakes import FakeUpstream
 
 from fleetgate.api.state import GATEWAY
+from fleetgate.multimodal.ports import MULTIMODAL
 from fleetgate.multimodal.runtime import MultimodalRuntime
 from fleetgate.multimodal.speech import espeak
 from fleetgate.multimodal.speech.espeak import OPENAI_VOICES, EspeakSynthesizer
@@ -108,6 +109,6 @@ async def test_a_worker_lost_after_the_first_phrase_cuts_the_stream_instead_of_h
 
 
 def _runtime(client: Any) -> MultimodalRuntime:
-    runtime = client.server.app[GATEWAY].multimodal
+    runtime = client.server.app[GATEWAY].core.ports.require(MULTIMODAL)
     assert runtime is not None
     return runtime

@@ -77,7 +77,7 @@ def _principal(request: web.Request) -> Principal:
     key = request.headers.get("x-api-key")
     if key is None:
         key = bearer_token(request.headers.get("Authorization"))
-    return gw.auth.authenticate(key.strip())
+    return gw.core.auth.authenticate(key.strip())
 
 
 async def messages(request: web.Request) -> web.StreamResponse:

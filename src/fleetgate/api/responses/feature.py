@@ -18,8 +18,9 @@ from aiohttp import web
 from fleetgate.api.responses.config import RESPONSES_SECTION, ResponsesConfig
 from fleetgate.api.responses.handlers import ResponsesRoutes
 from fleetgate.api.responses.store import ResponseStore
-from fleetgate.api.state import GatewayState
+from fleetgate.api.state import GATEWAY_STATE, GatewayState
 from fleetgate.config.schema import GatewayConfig
+from fleetgate.core import Core
 from fleetgate.feature import BaseFeature
 from fleetgate.tasks import cancel_and_wait
 
@@ -30,6 +31,7 @@ log = logging.getLogger("fleetgate.responses")
 
 class ResponsesFeature(BaseFeature):
     name = "responses"
+    sections = (RESPONSES_SECTION,)
 
     def __init__(self, gw: GatewayState, config: GatewayConfig) -> None:
         self._databases = gw.resources.databases
@@ -39,6 +41,10 @@ class ResponsesFeature(BaseFeature):
         self.api = ResponsesRoutes(self.store, lambda: self.config, self._prepare)
         self._purger: asyncio.Task[None] | None = None
         self._closed = False
+
+    @classmethod
+    def build(cls, core: Core) -> ResponsesFeature:
+        return cls(core.ports.require(GATEWAY_STATE), core.config)
 
     async def _prepare(self) -> None:
         await self._databases.migrate(self.db)

@@ -142,7 +142,9 @@ class ResponsesRoutes:
 
 def _principal(gw: GatewayState, request: web.Request) -> Principal:
     """The caller, whose role must allow calls (a finance viewer's reads no stored answer)."""
-    return gw.auth.authenticate(bearer_token(request.headers.get("Authorization"))).require("call")
+    return gw.core.auth.authenticate(bearer_token(request.headers.get("Authorization"))).require(
+        "call"
+    )
 
 
 def _page(request: web.Request) -> tuple[int, str, str | None]:
