@@ -3,14 +3,15 @@
 PostgreSQL refuses a NUL character in text and UTF-8 cannot encode a lone surrogate, so a
 request carrying either (in a JSON body, a query string or a path id) would fail deep inside a
 route with a database error. Both are refused at parse time instead, with a 400 naming the
-parameter: `refuse_unstorable_request` checks path ids and the query string of every request, and
-`fleetgate.http.body.read_json` checks every JSON body with `check_json_text`. (orjson already
-refuses a lone surrogate escape in JSON; a path or query value is decoded by yarl, which keeps
-invalid UTF-8 percent-encoded or replaces it, so only NUL can arrive there.)
+parameter: `refuse_unstorable_request` (called by the error middleware) checks path ids and
+the query string of every request, and `fleetgate.http.body.read_json` checks every JSON body
+with `check_json_text`. (orjson already refuses a lone surrogate escape in JSON; a path or
+query value is decoded by yarl, which keeps invalid UTF-8 percent-encoded or replaces it, so
+only NUL can arrive there.)
 
 Example::
 
-    app = web.Application(middlewares=[error_middleware, refuse_unstorable_text])
+    refuse_unstorable_request(request)  # InvalidRequest(param="id") on a NUL in a path id
     check_json_text(raw, value)   # InvalidRequest(param="messages[0].content") on a NUL
 """
 
