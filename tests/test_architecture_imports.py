@@ -2,8 +2,9 @@
 
 The graph is read from the source with :mod:`ast` (nothing is imported): every ``import`` and
 ``from ... import`` anywhere in a module counts, function-level lazy imports included, except
-those under ``if TYPE_CHECKING:`` (they never run). ``from pkg import name`` points at
-``pkg.name`` when that is a module, else at ``pkg`` itself.
+those under ``if TYPE_CHECKING:`` (they never run). ``from pkg import name`` points at ``pkg``
+(whose ``__init__.py`` runs first) and also at ``pkg.name`` when that is a module, as
+``../shared/tools/imports.py`` counts it.
 
 ``python tests/test_architecture_imports.py`` prints the arrows between the top-level packages
 (``pytest -s`` shows them too).
@@ -75,12 +76,9 @@ def imports_of(module: str, source: str, known: set[str], *, is_package: bool = 
             out.update(a.name for a in node.names if a.name in known)
             continue
         base = _from_base(module, is_package, node)
-        for alias in node.names:
-            target = f"{base}.{alias.name}"
-            if target in known:
-                out.add(target)
-            elif base in known:
-                out.add(base)
+        if base in known:  # ``from pkg import mod`` runs pkg/__init__.py first: an edge to pkg
+            out.add(base)
+        out.update(t for alias in node.names if (t := f"{base}.{alias.name}") in known)
     out.discard(module)
     return out
 
@@ -215,6 +213,9 @@ def test_no_import_circles_beyond_the_known_ones() -> None:
 
 
 def test_the_graph_follows_lazy_relative_and_submodule_imports_but_not_type_checking() -> None:
+    # ``from pkg import mod`` counts pkg too: ``from fleetgate.safety import base`` in
+    # safety/audit.py made a circle through safety/__init__.py that this graph missed and
+    # ../shared/tools/imports.py reported.
     known = {"p", "p.a", "p.b", "p.c", "p.d", "p.e", "p.sub", "p.sub.x"}
     source = (
         "from typing import TYPE_CHECKING\n"
@@ -231,8 +232,10 @@ def test_the_graph_follows_lazy_relative_and_submodule_imports_but_not_type_chec
         "    from p.d import thing\n"  # lazy imports still run
         "    return thing\n"
     )
-    assert imports_of("p.a", source, known) == {"p.b", "p.sub", "p.sub.x", "p.d", "p.e"}
+    # ``from . import b`` runs p/__init__.py, then p.b: both are edges
+    assert imports_of("p.a", source, known) == {"p", "p.b", "p.sub", "p.sub.x", "p.d", "p.e"}
     assert imports_of("p.sub", "from .. import a\nfrom . import x\n", known, is_package=True) == {
+        "p",
         "p.a",
         "p.sub.x",
     }
