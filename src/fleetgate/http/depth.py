@@ -56,14 +56,17 @@ def nests_deeper(raw: bytes, limit: int) -> bool:
     return False
 
 
-def holds_more_values(raw: bytes, items: int, containers: int) -> str | None:
+def holds_more_values(
+    raw: bytes, items: int, containers: int, *, brackets: int | None = None
+) -> str | None:
     """What the JSON text ``raw`` holds too many of, if anything: ``"values"`` past ``items``
     (commas and opening brackets outside strings: every value but the first of each array or
     object follows a comma, and every array and object opens with a bracket), ``"arrays and
     objects"`` past ``containers`` (opening brackets outside strings: each one costs the parse
     a Python object of its own, ten times a number). Cheap enough to call before parsing; on
-    text that is not JSON the counts are only approximate."""
-    opening = raw.count(b"[") + raw.count(b"{")
+    text that is not JSON the counts are only approximate. ``brackets``: ``raw``'s count of
+    ``[`` and ``{``, when the caller has it already."""
+    opening = raw.count(b"[") + raw.count(b"{") if brackets is None else brackets
     if opening <= containers and opening + raw.count(b",") <= items:
         return None  # C-speed upper bounds: brackets and commas inside strings counted too
     text = raw.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_ITEMS)
