@@ -42,12 +42,15 @@ from fleetgate.tasks import cancel_and_wait
 from fleetgate.tenancy.auth import looks_like_jwt
 from fleetgate.tenancy.ports import TENANCY
 
-__all__ = ["HERE", "VENDOR", "ConsoleFeature"]
+__all__ = ["HERE", "NPM_SOURCES", "VENDOR", "ConsoleFeature"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 HERE = Path(__file__).parent
-# The npm packages' files the pages load, by the name they are served under.
-VENDOR = {"htmx.min.js": HERE / "node_modules" / "htmx.org" / "dist" / "htmx.min.js"}
+# The npm packages' files the pages load, by the name they are served under: copied from
+# node_modules/ into static/vendor/ (git-ignored) by `make` and by the image's console stage
+# (deploy/Dockerfile), so the wheel ships them (package data) and the image serves them.
+VENDOR = {"htmx.min.js": HERE / "static" / "vendor" / "htmx.min.js"}
+NPM_SOURCES = {"htmx.min.js": Path("htmx.org") / "dist" / "htmx.min.js"}  # under node_modules/
 
 
 class _Pages(Protocol):
