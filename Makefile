@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml training/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "fleetgate needs Python 3.11 or newer; run: make $(MAKECMDGOALS) PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,ml,audio,bench,mcp,kv-events]' -e training
+	$(BIN)/pip install --quiet -e '.[dev,ml,audio,bench,mcp,kv-events,epp]' -e training
 	touch $(STAMP)
 
 $(NODE_STAMP): $(CONSOLE)/package.json $(CONSOLE)/package-lock.json
