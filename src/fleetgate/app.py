@@ -22,6 +22,7 @@ from fleetgate.api.responses.feature import ResponsesFeature
 from fleetgate.api.state import GATEWAY, GATEWAY_STATE, GatewayState
 from fleetgate.batches.feature import BatchesFeature
 from fleetgate.cache.feature import CacheFeature
+from fleetgate.compat.litellm import LiteLLMFeature
 from fleetgate.config.loader import load_config
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.sections import Declared, check_sections
@@ -73,6 +74,7 @@ FEATURES: tuple[BuildsFeature, ...] = (
     BatchesFeature,  # Files + Batch APIs; lines run the path above
     ResponsesFeature,  # /v1/responses: bridged to the chat path, stored per tenant
     ConsoleFeature,  # the web console at /ui and sign-in
+    LiteLLMFeature,  # LiteLLM clients: root paths, its key headers, /key/info, /spend/logs
     McpFeature,  # the MCP gateway, when `mcp.servers` is set: tools behind the same keys and checks
 )
 """The built-in features. **The order of this tuple is the order of the request path**: stages

@@ -53,6 +53,10 @@ class AdminAccess:
         authenticator = self._authenticator()
         return authenticator.authenticate(authenticator.key_of(request.headers))
 
+    def presented_key(self, request: web.Request) -> str:
+        """The key the caller presented (401 when none), as the chain reads it."""
+        return self._authenticator().key_of(request.headers)
+
     def principal(self, request: web.Request) -> Principal:
         """The caller of a route that acts for it (files, batches, MCP tools, feedback): 401
         for a missing or unknown key, 403 for a role that may not call (a finance viewer)."""
