@@ -31,7 +31,7 @@ from fleetgate.console import ConsoleFeature
 from fleetgate.core import Core
 from fleetgate.cost.feature import CostFeature
 from fleetgate.errors import ConfigError
-from fleetgate.feature import BuildsFeature, Feature, Features
+from fleetgate.feature import BuildsFeature, Feature, Features, switched_off_routes
 from fleetgate.mcp.feature import McpFeature
 from fleetgate.multimodal.feature import MultimodalFeature
 from fleetgate.providers.registry import ProviderRegistry
@@ -70,7 +70,7 @@ FEATURES: tuple[BuildsFeature, ...] = (
     EngineRoutingFeature,  # engine stats, prefix index, decision log
     WakeFeature,  # holds requests for pools scaled to zero or asleep; puts idle engines to sleep
     ReleasesFeature,  # model registry: aliases that follow a stage, evaluations, gates
-    CostFeature,  # GPU cost (extensions.cost)
+    CostFeature,  # GPU cost (the `cost:` section)
     BatchesFeature,  # Files + Batch APIs; lines run the path above
     ResponsesFeature,  # /v1/responses: bridged to the chat path, stored per tenant
     ConsoleFeature,  # the web console at /ui and sign-in
@@ -84,7 +84,8 @@ order (a port is provided before a later feature asks for it) and close in rever
 SECTIONS: tuple[Declared, ...] = tuple(d for cls in FEATURES for d in cls.sections)
 """The built-in features' config sections (each declared by its feature class): validated when
 the config is loaded or reloaded; a top-level key none of them (nor the ground floor) names is
-refused. Plug-in features read ``extensions.<name>``."""
+refused. Plug-in features read ``extensions.<name>``; a built-in section written there (the old
+form) is still read, with a deprecation line."""
 
 
 def _config(settings: Settings, config: GatewayConfig | None) -> GatewayConfig:
@@ -153,12 +154,25 @@ def build_state(
 
 
 def build_features(core: Core, extra: Sequence[Feature] = ()) -> tuple[Feature, ...]:
-    """Build every feature of `FEATURES` in order (``cls.build(core)``; None: switched off),
-    then let the dispatcher read its ports. ``extra`` (plug-ins, tests) comes after the
-    built-in ones, except that one named like a built-in feature takes its place."""
-    built = tuple(f for f in (cls.build(core) for cls in FEATURES) if f is not None)
+    """Build every feature of `FEATURES` in order whose switch is on (``cls.build(core)``;
+    None: it cannot run), then let the dispatcher read its ports. ``extra`` (plug-ins, tests)
+    comes after the built-in ones, except that one named like a built-in feature takes its
+    place."""
+    built = tuple(
+        f
+        for f in (
+            cls.build(core) for cls in FEATURES if cls.switch is None or cls.switch.on(core.config)
+        )
+        if f is not None
+    )
     plug_dispatcher(core.ports)
     return _with_extra(built, extra)
+
+
+def switched_off(config: GatewayConfig) -> tuple[BuildsFeature, ...]:
+    """The features of `FEATURES` that ``config`` switches off (the one rule:
+    `fleetgate.feature.Switch`)."""
+    return tuple(cls for cls in FEATURES if cls.switch is not None and not cls.switch.on(config))
 
 
 def _with_extra(features: tuple[Feature, ...], extra: Sequence[Feature]) -> tuple[Feature, ...]:
@@ -169,7 +183,9 @@ def _with_extra(features: tuple[Feature, ...], extra: Sequence[Feature]) -> tupl
 
 
 def _known_extensions(names: Sequence[str]) -> Callable[[GatewayConfig], None]:
-    """A check that each ``extensions:`` section names one of the features ``names``."""
+    """A check that each ``extensions:`` section names one of the features ``names`` (or a
+    built-in feature's section in its old place, read with a deprecation line)."""
+    names = [*names, *(cls.name for cls in FEATURES), *(d.name for d in SECTIONS)]
 
     def check(config: GatewayConfig) -> None:
         unknown = sorted(set(config.extensions) - set(names))
@@ -199,6 +215,8 @@ def create_app(
     )
     app[GATEWAY] = gw
     app.router.add_routes(features.routes())
+    for cls in switched_off(gw.core.config):  # its admin routes say so, naming the switch
+        app.router.add_routes(switched_off_routes(cls, gw.core.access))
     app.router.add_routes([unsupported.route()])  # last: OpenAI APIs no route above serves
     gw.tables.subscribe(lambda table: features.reconfigure(table.config))
     if settings.workers > 1 and gw.worker_metrics is None:

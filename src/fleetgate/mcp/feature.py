@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from fleetgate.api.exchange import record_exchange
-from fleetgate.api.state import GATEWAY_STATE
+from fleetgate.api.path import REQUEST_PATH
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.contract.request import GatewayRequest
 from fleetgate.contract.stages import Stage
@@ -38,15 +37,8 @@ def _request_path(
 ) -> tuple[Callable[[], Sequence[Stage]], Callable[[GatewayRequest], None]]:
     """The request path's stages (read per call: the app sets them once every feature is
     built) and its record of a finished request (metrics, access log)."""
-    gw = core.ports.require(GATEWAY_STATE)
-
-    def stages() -> Sequence[Stage]:
-        return gw.stages
-
-    def record(req: GatewayRequest) -> None:
-        record_exchange(req, gw.metrics, gw.access_log)
-
-    return stages, record
+    path = core.ports.require(REQUEST_PATH)
+    return path.stages, path.record
 
 
 def _team_name(tenancy: Tenancy) -> Callable[[str], str | None]:
