@@ -8,8 +8,8 @@ data plane; the route stamps ``%UPSTREAM_HOST%`` and a header-to-metadata filter
 there), then the router to an ORIGINAL_DST cluster that dials the
 ``x-gateway-destination-endpoint`` header. With ``fallback_hosts`` the cluster is instead the
 listed engines with Envoy's override-host load balancing on the ``envoy.lb`` metadata, which
-walks the comma-separated list on retries. ``subset``: an ``envoy.lb.subset_hint`` the route
-sets (a list of ``ip:port``).
+walks the comma-separated list on retries. ``subset``: an ``envoy.lb.subset_hint`` a
+set-metadata filter puts in the request's dynamic metadata (a list of ``ip:port``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from fleetgate.epp.protocol import SERVED
+from fleetgate.epp.protocol import DESTINATION, SERVED, SUBSET, SUBSET_NAMESPACE
 
 from fleetgate.cli.processes import free_port, stop, wait_http
 
@@ -73,10 +73,13 @@ def envoy_config(
     subset: Sequence[str] | None = None,
     retries: int = 0,
     failure_open: bool = False,
+    access_log: Path | None = None,
 ) -> dict[str, Any]:
     """Envoy's bootstrap. ``epp_port`` None with ``round_robin_hosts``: no picker at all,
     Envoy's round robin over the engines (the benchmark's floor)."""
     filters: list[dict[str, Any]] = []
+    if subset is not None:  # as a gateway narrowing the pool would: dynamic metadata
+        filters.append(_subset_hint(subset))
     if epp_port is not None:
         filters.append(_ext_proc(epp_port, response_body, failure_open))
         filters.append(_served_to_metadata())
@@ -99,12 +102,6 @@ def envoy_config(
         route_entry["response_headers_to_add"] = [
             {"header": {"key": SERVED, "value": "%UPSTREAM_HOST%"}}
         ]
-    if subset is not None:
-        route_entry["metadata"] = {
-            "filter_metadata": {
-                "envoy.lb.subset_hint": {"x-gateway-destination-endpoint-subset": list(subset)}
-            }
-        }
     hcm = {
         "name": "envoy.filters.network.http_connection_manager",
         "typed_config": {
@@ -115,6 +112,7 @@ def envoy_config(
                 "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [route_entry]}]
             },
             "http_filters": filters,
+            **({"access_log": [_access_log(access_log)]} if access_log else {}),
         },
     }
     clusters = [_pool(fallback_hosts, round_robin_hosts)]
@@ -144,6 +142,42 @@ def envoy_config(
                 }
             ],
             "clusters": clusters,
+        },
+    }
+
+
+def _subset_hint(subset: Sequence[str]) -> dict[str, Any]:
+    return {
+        "name": "envoy.filters.http.set_metadata",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.set_metadata.v3.Config",
+            "metadata": [
+                {
+                    "metadata_namespace": SUBSET_NAMESPACE,
+                    "value": {SUBSET: list(subset)},
+                }
+            ],
+        },
+    }
+
+
+def _access_log(path: Path) -> dict[str, Any]:
+    """One JSON line per request: the pick as header and as metadata, who served, the status."""
+    return {
+        "name": "envoy.access_loggers.file",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+            "path": str(path),
+            "log_format": {
+                "json_format": {
+                    "header": f"%REQ({DESTINATION})%",
+                    "metadata": f"%DYNAMIC_METADATA(envoy.lb:{DESTINATION})%",
+                    "served": f"%DYNAMIC_METADATA(envoy.lb:{SERVED})%",
+                    "upstream": "%UPSTREAM_HOST%",
+                    "status": "%RESPONSE_CODE%",
+                    "attempts": "%UPSTREAM_REQUEST_ATTEMPT_COUNT%",
+                }
+            },
         },
     }
 
@@ -253,7 +287,7 @@ def envoy_process(tmp: Path, **config: Any) -> Iterator[str]:
     path.write_text(yaml.safe_dump(envoy_config(listen_port=listen, admin_port=admin, **config)))
     log = (tmp / f"envoy-{listen}.log").open("wb")
     cmd = [binary, "-c", str(path), "--concurrency", "1", "--base-id", str(listen),
-           "-l", "warning"]  # fmt: skip
+           "-l", "warning", "--file-flush-interval-msec", "50"]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_http(f"http://127.0.0.1:{admin}/ready", proc, timeout=30.0)
