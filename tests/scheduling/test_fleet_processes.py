@@ -181,7 +181,8 @@ async def test_a_killed_process_slots_are_back_within_the_lease_ttl(
         ]
 
         async def c_holds_all() -> bool:
-            return (await queues(session, c)).get("fleet", {}).get("in_flight_here") == SEQS
+            held = (await queues(session, c)).get("fleet", {}).get("in_flight_here")
+            return bool(held == SEQS)
 
         await until(c_holds_all, 20)
         c_proc.send_signal(signal.SIGKILL)
@@ -194,7 +195,7 @@ async def test_a_killed_process_slots_are_back_within_the_lease_ttl(
 
         async def all_back() -> bool:
             views = [await queues(session, url) for url in (a, b)]
-            return sum(v["fleet"]["in_flight_here"] for v in views) == SEQS
+            return bool(sum(v["fleet"]["in_flight_here"] for v in views) == SEQS)
 
         await until(all_back, 10)
         back = time.monotonic() - killed
