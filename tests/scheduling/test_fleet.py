@@ -20,6 +20,7 @@ from fleetgate.scheduling.pool import Pool
 from fleetgate.scheduling.quota import BORROWING, CAPPED, UNDER
 from fleetgate.scheduling.scheduler import Scheduler
 from fleetgate.telemetry.registry import Registry
+from tests.procs import metric_value
 from tests.scheduling.support import Clock, FakeOutcome, policy
 from tests.scheduling.test_state import OneAlias
 
@@ -44,6 +45,7 @@ class Fleetish:
         self.table = OneAlias(seqs)
         self.fleets: list[Fleet] = []
         self.schedulers: list[Scheduler] = []
+        self.registries: list[Registry] = []
         self.redis = redis
         for i in range(count):
             self.add(f"proc-{i}")
@@ -51,8 +53,10 @@ class Fleetish:
     def add(self, name: str, failure: Any = "fail_closed", redis: Any = None) -> int:
         fleet = Fleet(redis or self.redis, self.config.fleet, failure=failure, process=name)
         routes: Any = self.table
+        registry = Registry()
+        self.registries.append(registry)
         scheduler = Scheduler(
-            self.config, lambda: routes, SchedulingMetrics(Registry()), clock=Clock(), link=fleet
+            self.config, lambda: routes, SchedulingMetrics(registry), clock=Clock(), link=fleet
         )
         fleet.attach(scheduler)
         scheduler.pool("chat")  # made now, as a process's first request would
@@ -310,3 +314,18 @@ async def test_a_lease_held_survives_a_short_outage_and_a_redis_restart(
     fleet.fleets[0].redis = redis
     await fleet.sync()
     assert fleet.state(0).reachable and fleet.state(0).lease == 3
+
+
+async def test_metrics_and_the_queue_view_name_the_process(redis: RespClient) -> None:
+    fleet = Fleetish(redis, 2, seqs=8, fleet={"lease_slice": 2})
+    await fleet.sync()
+    assert fleet.admit(1, "a", 2) == 2
+    await fleet.sync(1)
+    await fleet.sync(0)
+    text = fleet.registries[0].render().decode()
+    assert metric_value(text, "fleetgate_scheduling_admitted", pool="chat") == 2  # the fleet's
+    assert metric_value(text, "fleetgate_scheduling_admitted_here", process="proc-0") == 0
+    assert metric_value(text, "fleetgate_scheduling_lease", pool="chat", process="proc-0") == 2
+    view = fleet.state(0).describe()
+    assert view is not None and view["process"] == "proc-0"
+    assert view["processes"] == {"proc-1": {"in_flight": 2, "lease": 4, "queued": 0}}
