@@ -17,7 +17,6 @@ pytest.importorskip("mcp")  # the `mcp` extra
 from mcp.shared.exceptions import MCPError
 from sqlalchemy import select
 
-from fleetgate.api.state import GATEWAY
 from fleetgate.store.tables import request_audit, safety_audit, spend
 from tests.fakes import FakeUpstream
 from tests.mcp.conftest import HttpUpstream, SharedGateway, StartGateway, mcp_client, mcp_section
@@ -194,33 +193,43 @@ async def test_an_abandoned_tool_call_is_settled_at_once_and_audited(
     section["servers"]["notes"]["max_parallel"] = 1
     gw = await start_gateway(section)
     _, key_id, key = await gw.team_and_key("research")
-    state = gw.app[GATEWAY]
-    caller = state.core.auth.authenticate(key)
-    tools = next(f for f in state.features.all if f.name == "mcp").runtime.gateway  # type: ignore[attr-defined]
-    slow = asyncio.create_task(tools.call(caller, "notes__sleep", {"seconds": 30}))
+    headers = {
+        "Authorization": f"Bearer {key}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    sleep = {"name": "notes__sleep", "arguments": {"seconds": 30}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": sleep}
 
-    async def slot_taken() -> bool:
-        assert not slow.done(), slow
-        try:
-            await tools.call(caller, "notes__echo", {"text": "x"})
-        except MCPError as exc:
-            return isinstance(exc.error.data, dict) and exc.error.data["reason"] == "parallel"
-        return False
+    async def post() -> None:
+        async with gw.session.post(f"{gw.url}/mcp", json=body, headers=headers) as resp:
+            await resp.read()
 
-    await asyncio.sleep(0.3)  # the slow call reserves the server's one slot first
-    await wait_for(slot_taken, timeout=10, interval=0.1)
-    slow.cancel()  # the caller goes away while the server works
-    with pytest.raises(asyncio.CancelledError):
-        await slow
+    slow = asyncio.create_task(post())
+    async with mcp_client(gw.url, key) as client:
 
-    async def slot_free() -> bool:
-        try:
-            return not (await tools.call(caller, "notes__echo", {"text": "y"})).is_error
-        except MCPError:
+        async def slot_taken() -> bool:
+            assert not slow.done(), slow
+            try:
+                await client.call_tool("notes__echo", {"text": "x"})
+            except MCPError as exc:
+                return isinstance(exc.error.data, dict) and exc.error.data["reason"] == "parallel"
             return False
 
-    await wait_for(slot_free, timeout=5, interval=0.1)  # well before the 30 s sleep ends
+        await asyncio.sleep(0.3)  # the slow call reserves the server's one slot first
+        await wait_for(slot_taken, timeout=10, interval=0.1)
+        slow.cancel()  # the client goes away (its connection closes) while the server works
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+
+        async def slot_free() -> bool:
+            try:
+                return not (await client.call_tool("notes__echo", {"text": "y"})).is_error
+            except MCPError:
+                return False
+
+        await wait_for(slot_free, timeout=5, interval=0.1)  # well before the 30 s sleep ends
     rows = await _wait_rows(gw, request_audit, key_id=key_id, status=499)
     assert (rows[0]["alias"], rows[0]["error_type"]) == ("mcp/notes", "client_disconnected")
-    tools_billed = [r["tags"]["mcp_tool"] for r in await _rows(gw, spend, key_id=key_id)]
-    assert "sleep" not in tools_billed and "echo" in tools_billed
+    billed = await _wait_rows(gw, spend, key_id=key_id)  # the echoes (spooled, then written)
+    assert {r["tags"]["mcp_tool"] for r in billed} == {"echo"}  # the abandoned call: not billed
