@@ -329,3 +329,36 @@ async def test_metrics_and_the_queue_view_name_the_process(redis: RespClient) ->
     view = fleet.state(0).describe()
     assert view is not None and view["process"] == "proc-0"
     assert view["processes"] == {"proc-1": {"in_flight": 2, "lease": 4, "queued": 0}}
+
+
+async def test_a_guarantee_over_the_limit_cancels_a_borrower_stream_of_another_process(
+    redis: RespClient,
+) -> None:
+    fleet = Fleetish(
+        redis,
+        2,
+        seqs=2,
+        fleet={"lease_slice": 2},
+        preempt_streams_for_claims="borrowers",
+        teams={
+            "a": {"quota": {"concurrency": {"nominal": 1}}},
+            "b": {"guaranteed": 1, "quota": {"concurrency": {"nominal": 1}}},
+        },
+    )
+    await fleet.sync(1)
+    s0, s1 = fleet.schedulers
+    cancelled: list[Any] = []
+    for _ in range(2):  # team a: one within its nominal, one borrowed
+        assert fleet.admit(1, "a", 1) == 1
+        running = s1.started(fleet.pool(1), policy("a"), FakeOutcome(), False)
+        running.abort = cancelled.append
+    await fleet.sync(1)
+    await fleet.sync(0)
+    b = policy("b")
+    b = type(b)(b.team, b.band, b.weight, b.reject, b.max_wait_s, b.deadline_s, 1)
+    assert s0.try_admit(fleet.pool(0), b, 1)  # within its guarantee: over the pool's limit
+    s0.started(fleet.pool(0), b, FakeOutcome(), True)  # a claim: nothing to cancel here
+    assert cancelled == []
+    await fleet.sync(0)  # the order goes to the process serving the borrower ...
+    await fleet.sync(1)
+    assert len(cancelled) == 1  # ... which cancels one of a's streams
