@@ -136,6 +136,7 @@ class ToolCallChecks:
         if decision.action is Action.MASK:
             _flag(req, decision)
             req.body = {call.kind: call.name, "arguments": _parsed(decision.text)}
+            req.outcome.decision = "masked"  # audited as masked (blocked, should the answer be)
 
     def after(self, req: GatewayRequest) -> None:
         """One guardrail-events record of the call's flagged decisions, if any."""
