@@ -107,3 +107,11 @@ def test_the_pickers_config_is_fleetgates_and_serves_the_pools_port(
     port = _one(docs, "InferencePool")["spec"]["targetPorts"][0]["number"]
     bases = [d.api_base for m in config.models for d in m.deployments]
     assert bases and all(b.rstrip("/").endswith(f":{port}/v1") for b in bases)
+
+
+def test_deploy_md_shows_the_picker_and_its_command_parses() -> None:
+    text = (ROOT / "docs/deploy.md").read_text()
+    assert "kubectl kustomize deploy/epp" in text
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("fleetgate epp ")]
+    args = build_parser().parse_args(line.split()[1:])
+    assert (args.command, args.response_body) == ("epp", "streamed")

@@ -18,6 +18,7 @@ used), or at ``header_only_output_tokens`` when the request set none; the outcom
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ from fleetgate.providers.base import RoutedEndpoint
 from fleetgate.telemetry.tracing import TRACE_HEADERS
 
 __all__ = ["EppOptions", "Exchange"]
+
+log = logging.getLogger("fleetgate.epp")
 
 ResponseBody = Literal["streamed", "none"]
 
@@ -94,8 +97,10 @@ class Exchange:
         picker: EndpointPicker,
         options: EppOptions,
         record: Callable[[GatewayRequest], None] | None = None,
+        warned: set[str] | None = None,
     ) -> None:
         self._gw = gw
+        self._warned = set() if warned is None else warned  # aliases warned about, shared
         self._picker = picker
         self._options = options
         self._record = record or _recorder(gw)
@@ -181,6 +186,8 @@ class Exchange:
         await run.__aenter__()  # a refusal here has ended the run (recorded, settled)
         if req.answer is not None:  # a response cache's answer: replayed without an engine
             return await self._cached(req.answer)
+        if req.stream_filters or req.response_filters:
+            _unapplied(req.alias, self._warned)
         try:
             choice = self._choice = await self._picker.choose(req, self._subset)
             await choice.hold()
@@ -292,6 +299,17 @@ class Exchange:
             await self._end(asyncio.CancelledError())
         elif self._choice is not None:
             await self._end(None)
+
+
+def _unapplied(alias: str, warned: set[str]) -> None:
+    """Output checks and speech need the answer relayed by fleetgate: said once per alias."""
+    if alias not in warned and len(warned) < 10_000:
+        warned.add(alias)
+        log.warning(
+            "epp: the output filters of alias %r (output checks, speech) do not run when "
+            "Envoy relays the answer; serve it through fleetgate's relay",
+            alias,
+        )
 
 
 def _engine_headers(req: GatewayRequest) -> dict[str, str]:

@@ -91,9 +91,10 @@ class EppServer:
         self._server: Any = None
         self._synced = False
         self._watch: asyncio.Task[None] | None = None
+        self._warned: set[str] = set()  # aliases whose output filters cannot run here
 
     def exchange(self) -> Exchange:
-        return Exchange(self.gw, self.picker, self.options)
+        return Exchange(self.gw, self.picker, self.options, warned=self._warned)
 
     @property
     def ready(self) -> bool:
