@@ -3,9 +3,10 @@
 One ``fleetgate sim`` engine (``max_num_seqs`` 16, vLLM v1's priority policy), ``P`` gateway
 processes sharing PostgreSQL (a fresh database per setup: the teams and keys) and Redis (the
 limiters and the fleet's shared admission, a fresh key prefix per setup). Teams A and B each
-have ``quota.concurrency.nominal: 8`` (``--sched`` adds scheduling fields; by default a starved
-request cancels a borrower's stream after 50 ms). Every client request goes to the processes
-in turn (a round-robin load balancer).
+have ``quota.concurrency.nominal: 8`` and ``guaranteed: 8`` (``--guaranteed``); ``--sched``
+adds scheduling fields (by default: a claim over the limit cancels a borrower's stream, a
+request starved 50 ms cancels one, ``queue_pacing: 1.25``, as in bench/scheduling/run.py).
+Every client request goes to the processes in turn (a round-robin load balancer).
 
 Per setup: B alone (Poisson, ``--rate``/s), then A flooding (closed loop, 40 outstanding)
 while B keeps its rate. Reported from the engine's own per-request records
@@ -79,8 +80,9 @@ async def _database(drop: str | None = None) -> str:
 
 @contextmanager
 def fleet(
-    procs: int, sim: str, tmp: Path, redis: str | None, db: str, sched: dict[str, Any]
-) -> Iterator[list[str]]:
+    procs: int, sim: str, tmp: Path, redis: str | None, db: str, sched: dict[str, Any],
+    guaranteed: int,
+) -> Iterator[list[str]]:  # fmt: skip
     """``procs`` gateways on one config; teams A and B made, the scheduling config applied."""
     tag = secrets.token_hex(4)
     dep = {"model": "tiny", "api_base": f"{sim}/v1", "engine": "vllm", "priority": True,
@@ -122,7 +124,7 @@ def fleet(
             team = _admin(urls[0], "POST", "/admin/teams", {"name": f"team-{name}-{tag}"})
             keys[name] = _admin(urls[0], "POST", "/admin/keys", {"team": team["id"]})["key"]
             teams[name] = team["id"]
-        quota = {"quota": {"concurrency": {"nominal": NOMINAL}}}
+        quota = {"quota": {"concurrency": {"nominal": NOMINAL}}, "guaranteed": guaranteed}
         full = {**sched, "teams": {teams["A"]: quota, teams["B"]: quota},
                 "fleet": {"key_prefix": f"fb{tag}:sched:"}}  # fmt: skip
         path.write_text(yaml.safe_dump({**base, "scheduling": full}))
@@ -241,7 +243,10 @@ async def setup(
 ) -> dict[str, Any]:  # fmt: skip
     db = await _database()
     try:
-        with sim_process(engine, tmp) as sim, fleet(procs, sim, tmp, redis, db, sched) as got:
+        with (
+            sim_process(engine, tmp) as sim,
+            fleet(procs, sim, tmp, redis, db, sched, a.guaranteed) as got,
+        ):
             *urls, key_a, key_b = got
             rate = a.rate
 
@@ -282,7 +287,12 @@ async def main() -> int:
     p.add_argument("--rate", type=float, default=6.0, help="B's requests per second")
     p.add_argument("--redis", default="redis://127.0.0.1:6379")
     p.add_argument("--local", action="store_true", help="also each process alone (no Redis)")
-    p.add_argument("--sched", default='{"preempt_in_flight_after_s": 0.05}')
+    p.add_argument("--guaranteed", type=int, default=NOMINAL, help="each team's guarantee")
+    p.add_argument(
+        "--sched",
+        default='{"preempt_streams_for_claims": "borrowers", "queue_pacing": 1.25,'
+        ' "preempt_in_flight_after_s": 0.05}',
+    )
     p.add_argument("--json", type=Path, help="write every round's results here")
     a = p.parse_args()
     counts = [int(c) for c in a.procs.split(",")]

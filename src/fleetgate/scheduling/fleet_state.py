@@ -186,8 +186,9 @@ class FleetState:
             quotas.set_elsewhere(self.elsewhere_teams, {})
         self._tree = self.quotas = quotas
 
-    def wants_room(self) -> None:
-        if self.lease is not None:
+    def wants_room(self, limit: int | None) -> None:
+        lease = self.lease
+        if lease is not None and (limit is None or lease < limit):
             self.wake()
 
     def ask_elsewhere(self, rank: int, team: str, owner: bool) -> bool:

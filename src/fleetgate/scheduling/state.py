@@ -124,8 +124,9 @@ class AdmissionState(Protocol):
         requests in flight now (token rates from 0)."""
         ...
 
-    def wants_room(self) -> None:
-        """A request of the pool has to queue (a shared state asks for room at once)."""
+    def wants_room(self, limit: int | None) -> None:
+        """A request of the pool (whose limit is ``limit``) has to queue (a shared state asks
+        for room at once, when its lease is below the limit)."""
         ...
 
     def ask_elsewhere(self, rank: int, team: str, owner: bool) -> bool:
@@ -200,7 +201,7 @@ class LocalState:
     def own(self) -> int:
         return self.admitted
 
-    def wants_room(self) -> None:
+    def wants_room(self, limit: int | None) -> None:
         return None
 
     def ask_elsewhere(self, rank: int, team: str, owner: bool) -> bool:
