@@ -184,6 +184,10 @@ async def test_the_output_checks_withhold_a_tool_result(
     assert {r["error_type"] for r in audit} == {"content_filter"}
     billed = await _wait_rows(gw, spend, 3, key_id=key_id)  # the server answered all three
     assert sorted(r["status"] for r in billed) == [200, 400, 400]
+    async with gw.session.get(f"{gw.url}/metrics") as resp:  # the path's own request metrics
+        metrics = await resp.text()
+    counted = 'fleetgate_requests_total{alias="mcp/notes",deployment="mcp:notes",version="",'
+    assert f'{counted}status="400"}} 2' in metrics and f'{counted}status="200"}} 1' in metrics
 
 
 async def test_an_abandoned_tool_call_is_settled_at_once_and_audited(
