@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -113,7 +114,10 @@ async def _load(url: str, body: dict[str, Any], connections: int, total: int) ->
 def _setups(tmp: Path) -> Iterator[dict[str, tuple[str, list[int]]]]:
     """Every setup started once: name -> (chat URL, pids of fleetgate's processes)."""
     with ExitStack() as stack:
-        sim_args = ("--model", "tiny", "--decode-ms-per-step", "0", "--prefill-ms-per-token", "0")
+        # one token per 1 ms decode step, each its own event on the wire as a real engine's
+        # are (an instant simulator writes many tokens per packet, which flatters a relay)
+        sim_args = ("--model", "tiny", "--decode-ms-per-step", "1", "--decode-batch-factor", "0",
+                    "--prefill-ms-per-token", "0")  # fmt: skip
         engines = [stack.enter_context(sim_process(*sim_args)) for _ in range(2)]
         hosts = [e.removeprefix("http://").removesuffix("/v1") for e in engines]
         config = {"models": [{"alias": "chat", "strategy": "round-robin", "deployments": [
@@ -154,6 +158,8 @@ def _median(results: list[Result]) -> Result:
 
 
 def main() -> None:
+    # a SIGTERM ends the run through the ExitStack: every process it started is stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--connections", default="16,64")
