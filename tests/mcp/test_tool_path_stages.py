@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 pytest.importorskip("mcp")  # the `mcp` extra
 
@@ -21,7 +24,7 @@ from fleetgate.store.tables import request_audit, safety_audit, spend
 from tests.fakes import FakeUpstream
 from tests.mcp.conftest import HttpUpstream, SharedGateway, StartGateway, mcp_client, mcp_section
 from tests.mcp.upstreams import INJECTION
-from tests.tenancy.support import Gateway, wait_for
+from tests.tenancy.support import REDIS_URL, Gateway, pg_database, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -90,6 +93,42 @@ async def test_a_keys_rate_limit_counts_model_and_tool_calls_and_refuses_both_al
     tool, model = by_alias["mcp/notes"], by_alias["tiny"]
     assert _shape(tool) == _shape(model)  # one audit row shape, written by one stage
     assert tool["status"] == 429 and tool["error_type"] == "rate_limit_error"
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def pg_url() -> AsyncIterator[str]:
+    """A fresh database on the local PostgreSQL (dropped after the test's gateways closed)."""
+    async with pg_database() as url:
+        yield url
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+async def test_one_limit_holds_for_tool_and_model_calls_across_two_replicas(
+    notes: HttpUpstream, pg_url: str, start_gateway: StartGateway
+) -> None:
+    """Two replicas on one PostgreSQL database and one Redis: a key's RPM counts tool calls
+    and model calls on either replica in the same shared counter."""
+    prefix = f"fgtest:mcp-replicas:{os.getpid()}:{os.urandom(4).hex()}:"
+    async with FakeUpstream() as up:
+        shared = {"database_url": pg_url, "redis_url": REDIS_URL, "redis_prefix": prefix}
+        a = await start_gateway(mcp_section(notes.url), models_url=up.url, replica="a", **shared)
+        b = await start_gateway(mcp_section(notes.url), models_url=up.url, replica="b", **shared)
+        _, key_id, key = await a.team_and_key("research", rpm=3)
+
+        async def b_knows_the_key() -> bool:
+            return b.tenancy.cache.entry(key_id) is not None
+
+        await wait_for(b_knows_the_key, timeout=10)
+        async with mcp_client(a.url, key) as on_a, mcp_client(b.url, key) as on_b:
+            assert not (await on_a.call_tool("notes__echo", {"text": "1 on a"})).is_error
+            assert (await _chat(b, key, "2 on b"))[0] == 200
+            assert not (await on_b.call_tool("notes__echo", {"text": "3 on b"})).is_error
+            for client in (on_a, on_b):
+                with pytest.raises(MCPError) as limited:
+                    await client.call_tool("notes__echo", {"text": "one too many"})
+                assert limited.value.error.code == -32011
+        assert (await _chat(a, key, "one too many"))[0] == 429
 
 
 async def test_a_tool_calls_price_is_spent_from_the_budget_model_calls_spend(
