@@ -35,7 +35,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import orjson
@@ -69,6 +69,11 @@ _MAX_PENDING = 20_000  # request rows kept while the store is away; older ones a
 
 def _bin(ms: float) -> int:
     return 0 if ms <= 1.0 else math.ceil(math.log(ms) / _GROWTH)
+
+
+def bin_lower_edge(k: int) -> float:
+    """The smallest value (ms, exclusive) bin ``k`` holds: bin k is (1.1^(k-1), 1.1^k]."""
+    return 0.0 if k <= 0 else math.exp((k - 1) * _GROWTH)
 
 
 def hist_percentile(hist: Mapping[Any, int], q: float) -> float | None:
@@ -119,12 +124,24 @@ class VersionWindow:
     tpot_samples: int = 0
     feedback: int = 0  # feedback on this version's requests in the window (filled by analysis)
     negative: int = 0
+    # the histograms (bin -> count, bins 10% wide) the p95s come from: the analysis's tests
+    hists: Mapping[str, Mapping[str, int]] = field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "hists"}
         return {
-            **asdict(self), "error_rate": round(self.error_rate, 4),
+            **out, "error_rate": round(self.error_rate, 4),
             "block_rate": round(self.block_rate, 4), "negative_rate": round(self.negative_rate, 4),
         }  # fmt: skip
+
+    def share_over(self, name: str, limit_ms: float) -> tuple[int, int] | None:
+        """(observations certainly over ``limit_ms``, all observations) of histogram ``name``
+        (``latency``, ``ttft``, ``tpot``); None when it was not kept."""
+        hist = self.hists.get(name)
+        if not hist:
+            return None
+        over = sum(n for k, n in hist.items() if bin_lower_edge(int(k)) >= limit_ms)
+        return over, sum(hist.values())
 
     @property
     def error_rate(self) -> float:
@@ -355,6 +372,7 @@ def window_of(rows: Iterable[Any]) -> VersionWindow:
         tpot_p95_ms=hist_percentile(hists["tpot"], 95),
         ttft_samples=sum(hists["ttft"].values()),
         tpot_samples=sum(hists["tpot"].values()),
+        hists=hists,
     )
 
 
