@@ -12,6 +12,7 @@ from google.protobuf import struct_pb2
 
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.epp import protocol
+from fleetgate.epp.endpoints import endpoint_of
 from fleetgate.epp.exchange import EppOptions, Exchange
 from fleetgate.epp.picker import EndpointPicker
 from fleetgate.errors import Overloaded
@@ -177,3 +178,23 @@ def test_a_shed_request_is_the_protocols_429() -> None:
     assert reply.immediate_response.status.code == 429
     sent = {h.header.key: h.header.raw_value for h in reply.immediate_response.headers.set_headers}
     assert sent["Retry-After"] == b"2"
+
+
+async def test_an_engines_5xx_behind_envoy_counts_towards_its_cool_down(
+    gateway: GatewayFactory,
+) -> None:
+    gw = await _gateway(gateway)
+    deps = {endpoint_of(d): d for d in gw.tables.table.deployments()}
+    ex = _exchange(gw)
+    await ex.handle(_headers(subset=[A]))
+    await ex.handle(_body(CHAT))
+    await ex.handle(_response(503, A, sse=False))
+    assert deps[A].state.consecutive_failures == 1
+    await ex.handle(_chunk(b'{"error":{"message":"overloaded"}}', True))
+    ok = _exchange(gw)
+    await ok.handle(_headers(subset=[A]))
+    await ok.handle(_body(CHAT))
+    await ok.handle(_response(200, A, sse=False))
+    assert deps[A].state.consecutive_failures == 0
+    await ok.close()
+    await ex.close()

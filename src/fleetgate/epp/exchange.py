@@ -235,7 +235,7 @@ class Exchange:
             out.served_by(dep)
         out.status = status
         out.upstream_s = time.perf_counter() - req.started
-        choice.answered(status < 500)
+        choice.answered(status)
         stream = req.stream and headers.get("content-type", "").startswith("text/event-stream")
         strip = not req.want_usage
         self._meter = ResponseMeter(out, stream=stream, strip_usage=strip)
