@@ -198,3 +198,22 @@ async def test_an_engines_5xx_behind_envoy_counts_towards_its_cool_down(
     assert deps[A].state.consecutive_failures == 0
     await ok.close()
     await ex.close()
+
+
+async def test_header_only_mode_bills_an_answer_at_max_tokens_and_a_failure_not_at_all(
+    gateway: GatewayFactory,
+) -> None:
+    gw = await _gateway(gateway)
+    outcomes = []
+    for status in (200, 502):
+        ex = _exchange(gw, response_body="none")
+        await ex.handle(_headers())
+        await ex.handle(_body({**CHAT, "stream": True, "max_tokens": 33}))
+        assert ex._req is not None
+        outcomes.append(ex._req.outcome)
+        await ex.handle(_response(status, None))
+        assert ex.done  # settled at the response's headers: no body follows
+    served, failed = outcomes
+    assert (served.completion_tokens, served.tags["epp_billing"][:11]) == (33, "header-only")
+    assert served.prompt_tokens > 0
+    assert (failed.deployment, failed.completion_tokens, failed.status) == (None, 0, 502)

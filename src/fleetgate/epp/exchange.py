@@ -267,12 +267,16 @@ class Exchange:
         if req is None or self.done:
             return
         out = req.outcome
-        if self._options.response_body == "none" and out.completion_tokens == 0:
+        if out.status >= 400:
+            # the engine refused or failed (or Envoy could not reach it): as with the relay's
+            # failed attempt, nothing was served and nothing is billed
+            out.error_type = out.error_type or "upstream_error"
+            if out.completion_tokens == 0:
+                out.deployment = None
+        elif self._options.response_body == "none" and out.completion_tokens == 0:
             out.prompt_tokens = out.prompt_tokens or req.prompt_tokens
             out.completion_tokens = req.max_tokens or self._options.header_only_output_tokens
             out.tags["epp_billing"] = "header-only: prompt estimated, output at max_tokens"
-        if out.status >= 400 and out.error_type is None:
-            out.error_type = "upstream_error"
         await self._end(None)
 
     async def _end(self, exc: BaseException | None) -> None:
