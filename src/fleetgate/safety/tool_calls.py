@@ -53,6 +53,12 @@ def _context(req: GatewayRequest, point: CheckPoint, role: str) -> CheckContext:
     )  # fmt: skip
 
 
+def _answer_context(req: GatewayRequest, point: CheckPoint) -> CheckContext:
+    """The answer is a tool's message to the model at the input check point, and this
+    request's reply (as a model's answer is) at the output check point."""
+    return _context(req, point, "tool" if point is CheckPoint.INPUT else "assistant")
+
+
 def _flag(req: GatewayRequest, decision: PolicyDecision) -> None:
     flags: list[PolicyDecision] = req.state.setdefault(_FLAGS, [])
     flags.append(decision)
@@ -72,7 +78,7 @@ class _AnswerFilter:
         """(text as the checks leave it, the decision that blocked, whether one masked)."""
         masked = False
         for point in self.points:
-            decision = await self.policy.run(point, text, _context(self.req, point, "tool"))
+            decision = await self.policy.run(point, text, _answer_context(self.req, point))
             if decision.blocked:
                 _flag(self.req, decision)
                 return text, decision, masked
@@ -94,7 +100,7 @@ class _AnswerFilter:
         if result.structured is None:
             return
         for point in self.points:
-            ctx = _context(self.req, point, "tool")
+            ctx = _answer_context(self.req, point)
             decision = await self.policy.run(point, result.structured, ctx)
             if decision.blocked or decision.action is Action.MASK:
                 # JSON cannot be masked in place without breaking its schema: withhold it all.
