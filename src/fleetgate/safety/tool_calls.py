@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -152,7 +153,7 @@ class ToolCallChecks:
         p = req.principal
         item = AuditItem(
             messages=(), key_id=p.key_id, team=p.team_id, alias=req.alias,
-            request_id=req.request_id, created_at=req.received_at,
+            request_id=req.request_id, created_at=req.received_at or time.time(),
         )  # fmt: skip
         written = self.events(AuditRecord(item, tuple(v for d in flags for v in d.verdicts)))
         if inspect.isawaitable(written):  # a file sink appends in a thread: keep the task
