@@ -207,18 +207,32 @@ async def test_team_quotas_count_every_process(redis: RespClient) -> None:
     assert fleet.admit(1, "b", 1) == 1  # b is under its own nominal
 
 
-async def test_guarantees_count_every_process(redis: RespClient) -> None:
+async def test_guarantees_count_every_process_and_each_holds_its_share(
+    redis: RespClient,
+) -> None:
     fleet = Fleetish(redis, 2, seqs=2, teams={"g": {"guaranteed": 2}})
+    pools = fleet.pool(0), fleet.pool(1)
+    assert not pools[0].within_guarantee("g", 2)  # before its first sync: no share known
+    await fleet.sync()
     await fleet.sync()
     g = policy("g")
     g = type(g)(g.team, g.band, g.weight, g.reject, g.max_wait_s, g.deadline_s, 2)
-    pools = fleet.pool(0), fleet.pool(1)
     assert pools[0].within_guarantee("g", 2)
-    fleet.schedulers[0].try_admit(pools[0], g, 1)
-    fleet.schedulers[0].try_admit(pools[0], g, 1)
+    assert fleet.schedulers[0].try_admit(pools[0], g, 1)
+    # Two live processes: each holds one of the two guaranteed slots.
+    assert not pools[0].within_guarantee("g", 2)
     await fleet.sync(0)
     await fleet.sync(1)
-    assert not pools[1].within_guarantee("g", 2)  # its two run in process 0
+    assert pools[1].within_guarantee("g", 2)
+    assert fleet.schedulers[1].try_admit(pools[1], g, 1)
+    await fleet.sync(1)
+    await fleet.sync(0)
+    assert pools[0].teams["g"] == 2 and not pools[0].within_guarantee("g", 2)
+    fleet.schedulers[0].release(pools[0], g, 0, 0.1)
+    await fleet.sync(0)
+    await fleet.sync(1)
+    assert not pools[1].within_guarantee("g", 2)  # its own share is in use
+    assert pools[0].within_guarantee("g", 2)
 
 
 async def test_fair_share_counters_are_the_fleet_s(redis: RespClient) -> None:

@@ -186,6 +186,12 @@ class FleetState:
             quotas.set_elsewhere(self.elsewhere_teams, {})
         self._tree = self.quotas = quotas
 
+    def guarantees(self, team: str, guaranteed: int) -> bool:
+        if self.synced_at is None or self.teams.get(team, 0) >= guaranteed:
+            return False  # (before its first sync a process does not know its share)
+        share = -(-guaranteed // (1 + len(self.peers)))  # ceil: the live processes' share
+        return self.own_teams.get(team, 0) < share
+
     def wants_room(self, limit: int | None) -> None:
         lease = self.lease
         if lease is not None and (limit is None or lease < limit):
