@@ -207,6 +207,21 @@ def test_the_cost_section_is_top_level_and_the_old_place_still_works(
         )
 
 
+@pytest.mark.parametrize(
+    "switch", [{"console": {"enabled": False}}, {"extensions": {"console": {"enabled": False}}}]
+)
+def test_the_console_is_switched_off_by_its_section_in_either_place(
+    tmp_path: Path, switch: dict[str, Any]
+) -> None:
+    on = build_state(_settings(tmp_path), parse_config({"models": OFF["models"]}))
+    create_app(on.settings, state=on)
+    assert "console" in on.features.names()
+    config = parse_config({"models": OFF["models"], **switch}, sections=SECTIONS)
+    off = build_state(_settings(tmp_path), config)
+    create_app(off.settings, state=off)
+    assert "console" not in off.features.names() and "tenancy" in off.features.names()
+
+
 def _names_read(module: str, source: str) -> set[str]:
     """What ``module`` takes from `fleetgate.api.state` (``GATEWAY_STATE``, ``GATEWAY``, ...)."""
     out: set[str] = set()
