@@ -45,6 +45,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from fleetgate.contract.request import GatewayRequest, Outcome
 from fleetgate.releases.tables import release_outcomes, release_requests
+from fleetgate.routing.dispatch import FAILED_VERSIONS
 from fleetgate.store.database import Database
 from fleetgate.tasks import cancel_and_wait
 
@@ -223,7 +224,7 @@ class OutcomeBook:
             out.error_type == "content_filter" and out.deployment is not None
         )
         if rollout and version is not None and out.status != 499:
-            self._count(alias, version, out, blocked)
+            self._count(alias, version, out, blocked, req.state.get(FAILED_VERSIONS) or ())
         if record:  # the digests are computed at the flush, off the request's path
             self._pending.append({
                 "request_id": req.request_id, "response_id": out.response_id,
@@ -237,18 +238,40 @@ class OutcomeBook:
                 del self._pending[:drop]
                 self.dropped += drop
 
-    def _count(self, alias: str, version: str, out: Outcome, blocked: bool) -> None:
-        now_ms = int(self._clock() * 1000)
+    def _bucket(self, alias: str, version: str, now_ms: int) -> _Bucket:
         key = (alias, version, now_ms - now_ms % BUCKET_MS)
         b = self._buckets.get(key)
         if b is None:
             b = self._buckets[key] = _Bucket()
         b.dirty = True
+        return b
+
+    def _count(
+        self,
+        alias: str,
+        version: str,
+        out: Outcome,
+        blocked: bool,
+        failed_on: Iterable[tuple[str, str]],
+    ) -> None:
+        """One request: counted on ``version``; each failed attempt on the alias and version
+        it failed on (``failed_on``, from the dispatcher: retries may have moved to another
+        version, a fallback to another alias)."""
+        now_ms = int(self._clock() * 1000)
+        b = self._bucket(alias, version, now_ms)
         b.requests += 1
         failed = out.status >= 500
-        attempts = max(out.attempts, 1)
-        b.attempts += attempts
-        b.failed_attempts += attempts if failed else attempts - 1
+        failed_on = list(failed_on)
+        for failed_alias, v in failed_on:
+            f = self._bucket(failed_alias, v, now_ms)
+            f.attempts += 1
+            f.failed_attempts += 1
+        if failed_on:
+            b.attempts += 0 if failed else 1  # the attempt that answered
+        else:
+            attempts = max(out.attempts, 1)
+            b.attempts += attempts
+            b.failed_attempts += attempts if failed else attempts - 1
         if failed:
             b.errors += 1
             return
