@@ -3,6 +3,8 @@
 Four ways to serve the same engines, measured in one run on this machine:
 
 - ``floor``: Envoy, round robin over the engines, no picker (nothing of fleetgate's runs);
+- ``null-picker``: Envoy + the cheapest grpc.aio picker (``null_picker.py``: the gRPC exchange
+  alone, response bodies not sent): what any Python picker pays before doing anything;
 - ``epp-headers``: Envoy + ``fleetgate epp``, response bodies not sent to the picker
   (``--response-body none``: output billed at max_tokens);
 - ``epp-streamed``: the same with every response chunk streamed to the picker (billed from
@@ -29,6 +31,7 @@ import json
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,10 +48,12 @@ sys.path.insert(0, str(ROOT))  # the tests' process helpers (Envoy's config, sta
 
 from tests.epp.envoy import envoy_process  # noqa: E402
 from tests.epp.procs import epp_process  # noqa: E402
-from tests.procs import serve_process, sim_process  # noqa: E402
+from tests.procs import free_port, serve_process, sim_process  # noqa: E402
+
+from fleetgate.cli.processes import stop  # noqa: E402
 
 KEY = "sk-bench-epp"
-SETUPS = ("floor", "epp-headers", "epp-streamed", "relay")
+SETUPS = ("floor", "null-picker", "epp-headers", "epp-streamed", "relay")
 WORKLOADS = {  # name: (body fields, requests per run at 16 connections)
     "stream": ({"stream": True, "max_tokens": 500}, 300),
     "short": ({"stream": False, "max_tokens": 16}, 2000),
@@ -125,6 +130,14 @@ def _setups(tmp: Path) -> Iterator[dict[str, tuple[str, list[int]]]]:
         out: dict[str, tuple[str, list[int]]] = {}
         floor = stack.enter_context(envoy_process(tmp, epp_port=None, round_robin_hosts=hosts))
         out["floor"] = (floor, [])
+        null_port = free_port()
+        script = str(Path(__file__).with_name("null_picker.py"))
+        null = subprocess.Popen([sys.executable, script, "--port", str(null_port),
+                                 "--endpoints", ",".join(hosts)])  # fmt: skip
+        stack.callback(stop, null)
+        time.sleep(2.0)  # grpc.aio is listening well within this
+        envoy = stack.enter_context(envoy_process(tmp, epp_port=null_port, response_body="none"))
+        out["null-picker"] = (envoy, [null.pid])
         for name, mode in (("epp-headers", "none"), ("epp-streamed", "streamed")):
             epp = stack.enter_context(epp_process(config, tmp, master_key=KEY,
                                                   args=("--response-body", mode)))  # fmt: skip
@@ -180,8 +193,9 @@ def main() -> None:
                 for _ in range(args.rounds):
                     for setup in SETUPS:
                         url, pids = setups[setup]
-                        # Envoy alone cannot rewrite the alias: it is sent the engine's name
-                        sent = {**body, "model": "tiny"} if setup == "floor" else body
+                        # no alias rewrite without fleetgate: these are sent the engine's name
+                        raw = setup in ("floor", "null-picker")
+                        sent = {**body, "model": "tiny"} if raw else body
                         runs[setup].append(_measure(url, pids, sent, c, n))
                 floor = _median(runs["floor"])
                 relay_cpu = _median(runs["relay"]).cpu_per_1k

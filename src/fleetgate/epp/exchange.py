@@ -296,6 +296,11 @@ class Exchange:
                 used = (out.prompt_tokens + out.completion_tokens) if out is not None else None
                 await choice.release(used or None)
 
+    @property
+    def open(self) -> bool:
+        """Something is still held (a stage run, a pick): `close` has work to do."""
+        return self._run is not None or self._choice is not None
+
     async def close(self) -> None:
         """The stream ended: a request not finished by then was abandoned (client gone) and is
         billed for what was relayed (`StageRun` marks it 499)."""

@@ -58,8 +58,9 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):  # type: ignor
             log.exception("ext_proc stream failed")
             await context.abort(grpc.StatusCode.INTERNAL, "the picker failed on this request")
         finally:
-            # shielded: a cancelled stream (client gone) still settles and bills
-            await asyncio.shield(exchange.close())
+            if exchange.open:  # the common stream has settled already: no task to make
+                # shielded: a cancelled stream (client gone) still settles and bills
+                await asyncio.shield(exchange.close())
 
 
 class EppServer:
