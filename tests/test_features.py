@@ -207,6 +207,27 @@ def test_the_cost_section_is_top_level_and_the_old_place_still_works(
         )
 
 
+class OwnTeams(BaseFeature):
+    name = "tenancy"
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.get("/admin/teams", self.teams)]
+
+    async def teams(self, request: web.Request) -> web.Response:
+        return web.json_response({"data": ["own"]})
+
+
+async def test_an_extra_feature_named_like_a_switched_off_one_serves_its_routes(
+    tmp_path: Path,
+) -> None:
+    settings = _settings(tmp_path)
+    state = build_state(settings, parse_config(OFF))
+    app = create_app(settings, state=state, extra=[OwnTeams()])
+    async with TestClient(TestServer(app)) as client:
+        resp = await client.get("/admin/teams")
+        assert resp.status == 200 and (await resp.json()) == {"data": ["own"]}
+
+
 @pytest.mark.parametrize(
     "switch", [{"console": {"enabled": False}}, {"extensions": {"console": {"enabled": False}}}]
 )

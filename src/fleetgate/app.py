@@ -217,7 +217,8 @@ def create_app(
     app[GATEWAY] = gw
     app.router.add_routes(features.routes())
     for cls in switched_off(gw.core.config):  # its admin routes say so, naming the switch
-        app.router.add_routes(switched_off_routes(cls, gw.core.access))
+        if cls.name not in features.names():  # unless an extra feature of its name serves
+            app.router.add_routes(switched_off_routes(cls, gw.core.access))
     app.router.add_routes([unsupported.route()])  # last: OpenAI APIs no route above serves
     gw.tables.subscribe(lambda table: features.reconfigure(table.config))
     if settings.workers > 1 and gw.worker_metrics is None:
