@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,11 @@ def test_a_bad_config_is_refused_before_any_port_is_bound(
     bad.write_text("models: [{alias: chat}]\n")
     assert main(["epp", "--config", str(bad), "--data-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("fleetgate: ")
+
+
+def test_without_the_extra_the_command_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "grpc", None)  # as if grpcio were not installed
+    assert main(["epp", "--config", str(_config(tmp_path)), "--data-dir", str(tmp_path)]) == 2
+    assert "pip install 'fleetgate[epp]'" in capsys.readouterr().err
