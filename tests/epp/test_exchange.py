@@ -15,7 +15,7 @@ from fleetgate.epp import protocol
 from fleetgate.epp.endpoints import endpoint_of
 from fleetgate.epp.exchange import EppOptions, Exchange
 from fleetgate.epp.picker import EndpointPicker
-from fleetgate.errors import Overloaded
+from fleetgate.errors import Overloaded, RateLimited
 from tests.conftest import MASTER, GatewayFactory
 
 A, B, C = "127.0.0.1:18001", "127.0.0.1:18002", "127.0.0.1:18003"
@@ -233,3 +233,34 @@ async def test_the_callers_trace_continues_to_the_engine(gateway: GatewayFactory
     assert headers["traceparent"].split("-")[1] == trace_id
     assert headers["x-request-id"]
     await ex.close()
+
+
+class _Refusing:
+    name = "refusing"
+
+    def __init__(self) -> None:
+        self.after_calls = 0
+
+    async def before(self, req: Any) -> None:
+        raise RateLimited("slow down", retry_after=3)
+
+    def after(self, req: Any, outcome: Any) -> None:
+        self.after_calls += 1
+
+
+async def test_a_stage_refusal_is_a_429_recorded_and_settled_once(
+    gateway: GatewayFactory,
+) -> None:
+    refusing = _Refusing()
+    client = await gateway(_config(), stages=[refusing])
+    gw = client.app[GATEWAY]
+    records: list[Any] = []
+    ex = Exchange(gw, EndpointPicker(gw.dispatcher, gw.tables, gw.health, 0), EppOptions(),
+                  record=records.append)  # fmt: skip
+    await ex.handle(_headers())
+    reply = await ex.handle(_body(CHAT))
+    assert reply.immediate_response.status.code == 429
+    await ex.close()
+    assert (len(records), refusing.after_calls) == (1, 0)  # its before failed: no after
+    assert records[0].outcome.status == 429
+    assert not ex.open

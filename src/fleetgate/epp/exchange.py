@@ -184,8 +184,13 @@ class Exchange:
                                gw.core.request_ids.next(), None)  # fmt: skip
         self._req = req
         self._trace = _trace(gw, req, endpoint)  # tracing on, or the caller's traceparent
-        run = self._run = StageRun(gw.stages, req, self._record)
-        await run.__aenter__()  # a refusal here has ended the run (recorded, settled)
+        run = StageRun(gw.stages, req, self._record)
+        try:
+            await run.__aenter__()
+        except BaseException:  # a refusal has ended the run itself (recorded, settled)
+            await self._end(None)
+            raise
+        self._run = run
         if req.answer is not None:  # a response cache's answer: replayed without an engine
             return await self._cached(req.answer)
         if req.stream_filters or req.response_filters:
