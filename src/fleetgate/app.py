@@ -24,12 +24,14 @@ from fleetgate.batches.feature import BatchesFeature
 from fleetgate.cache.feature import CacheFeature
 from fleetgate.compat.litellm import LiteLLMFeature
 from fleetgate.config.loader import load_config
+from fleetgate.config.reload import ReloadRules
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.sections import Declared, check_sections
 from fleetgate.config.settings import Settings
 from fleetgate.console import ConsoleFeature
 from fleetgate.core import Core
 from fleetgate.cost.feature import CostFeature
+from fleetgate.disclosure.feature import DisclosureFeature
 from fleetgate.errors import ConfigError
 from fleetgate.feature import BuildsFeature, Feature, Features, switched_off_routes
 from fleetgate.mcp.feature import McpFeature
@@ -61,6 +63,7 @@ __all__ = ["FEATURES", "SECTIONS", "build_features", "build_state", "create_app"
 FEATURES: tuple[BuildsFeature, ...] = (
     CoreFeature,  # routes, health, access log, config watch; closes the shared last
     SemanticFeature,  # `model: auto` -> an alias, before everything that depends on the alias
+    DisclosureFeature,  # the alias's registered model name and filing number on every answer
     TenancyFeature,  # may this key use the alias, within limits; settles and bills after
     MultimodalFeature,  # images, audio, prompt assembly (checks below see transcripts)
     SafetyFeature,  # input, output and stream guardrails
@@ -117,6 +120,7 @@ def build_state(
         providers.create,
         strategies or StrategyRegistry.with_builtins(engine_aware),
         path=settings.config_path if config is None else None,
+        reload_rules=ReloadRules.of(SECTIONS),
     )
     tables.on_reload = lambda source, result: metrics.config_reloads.labels(result, source).inc()
     health = HealthTracker(cfg.health, metrics, lambda: tables.table.deployments())
