@@ -34,6 +34,7 @@ from fleetgate.cost.feature import CostFeature
 from fleetgate.disclosure.feature import DisclosureFeature
 from fleetgate.errors import ConfigError
 from fleetgate.feature import BuildsFeature, Feature, Features, switched_off_routes
+from fleetgate.insights.feature import InsightsFeature
 from fleetgate.mcp.feature import McpFeature
 from fleetgate.multimodal.feature import MultimodalFeature
 from fleetgate.providers.registry import ProviderRegistry
@@ -74,6 +75,7 @@ FEATURES: tuple[BuildsFeature, ...] = (
     WakeFeature,  # holds requests for pools scaled to zero or asleep; puts idle engines to sleep
     ReleasesFeature,  # model registry: aliases that follow a stage, evaluations, gates
     CostFeature,  # GPU cost (the `cost:` section)
+    InsightsFeature,  # end users, sessions and plans per request; business metrics, key report
     BatchesFeature,  # Files + Batch APIs; lines run the path above
     ResponsesFeature,  # /v1/responses: bridged to the chat path, stored per tenant
     ConsoleFeature,  # the web console at /ui and sign-in
