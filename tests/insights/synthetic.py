@@ -43,9 +43,7 @@ def _user_days(rng: random.Random, start: int, days: int) -> tuple[int, list[int
     join = start + rng.randrange(days)
     stay = rng.choice((0.15, 0.35, 0.6))
     churn = join + rng.randrange(1, 40)
-    active = [join] + [
-        d for d in range(join + 1, min(churn, start + days)) if rng.random() < stay
-    ]
+    active = [join] + [d for d in range(join + 1, min(churn, start + days)) if rng.random() < stay]
     plan = rng.choices(("free", "paid", "enterprise"), (6, 3, 1))[0]
     upgrade = None
     if plan == "free" and rng.random() < 0.10:
