@@ -83,10 +83,10 @@ async def test_a_team_and_a_shorter_range_are_cut_exactly(tmp_path: Path) -> Non
     mine = [r for r in rows if r["team_id"] == "team-1" and start <= r["day"] <= end]
     users = {r["end_user"] for r in mine}
     assert report["active_users"] == len(users)
-    assert report["totals"]["requests"] == len(mine)  # type: ignore[index]
+    assert report["totals"]["requests"] == len(mine)
     by_day: dict[int, set[object]] = {}
     for r in mine:
-        by_day.setdefault(r["day"], set()).add(r["end_user"])  # type: ignore[arg-type]
-    got = [row["users"] for row in report["dau"]]  # type: ignore[attr-defined]
+        by_day.setdefault(r["day"], set()).add(r["end_user"])
+    got = [row["users"] for row in report["dau"]]
     assert got == [len(by_day.get(d, ())) for d in range(start, end + 1)]
     assert report["revenue_usd"] is None and report["cost_per_revenue"] is None
