@@ -5,6 +5,8 @@ a team admin sees only its team, bad input is a 400, and without the section the
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +18,7 @@ from sqlalchemy import select
 
 from fleetgate.api.state import GATEWAY
 from fleetgate.app import create_app
+from fleetgate.cli.main import main as cli_main
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.http.serving import served
@@ -61,7 +64,7 @@ async def _chat(gw: Gateway, key: str, user: str, session: str) -> str:
 
 
 async def test_requests_are_recorded_by_user_session_and_plan(
-    upstream: str, tmp_path: Path
+    upstream: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     app = await _gateway(upstream, tmp_path, {"revenue_usd_month": {"paid": 30}})
     async with served(app) as url, aiohttp.ClientSession() as session:
@@ -143,6 +146,15 @@ async def test_requests_are_recorded_by_user_session_and_plan(
         assert "unused" not in by_team[loud]["findings"]
         status, listed = await gw.admin("GET", "/admin/insights/keys")
         assert status == 200 and {k["id"] for k in listed["data"]} == {k["id"] for k in now}
+
+        # the CLI reads the same routes (in a thread: it blocks)
+        capsys.readouterr()
+        cli = ["--url", url, "--key", MASTER]
+        assert await asyncio.to_thread(cli_main, ["insights", "business", *cli]) == 0
+        out = capsys.readouterr().out
+        assert "MAU 2" in out and "paid" in out and "30.00" in out
+        assert await asyncio.to_thread(cli_main, ["insights", "keys", *cli, "-o", "json"]) == 0
+        assert {k["id"] for k in json.loads(capsys.readouterr().out)} == {k["id"] for k in now}
 
 
 async def test_without_the_section_its_routes_answer_503(upstream: str, tmp_path: Path) -> None:
