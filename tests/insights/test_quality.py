@@ -109,7 +109,7 @@ async def test_events_reviews_and_grounding_through_the_gateway(
         quiet, _, quiet_key = await gw.team_and_key("quiet")
         loud, _, loud_key = await gw.team_and_key("loud", team_fields={"log_payloads": True})
         feature = next(f for f in app[GATEWAY].features.all if f.name == "insights")
-        feature._scorer = GroundednessScorer(_Unit())  # type: ignore[attr-defined,arg-type]
+        feature._scorer = GroundednessScorer(_Unit())  # type: ignore[arg-type]
         answer = await _chat(gw, loud_key)
         await _chat(gw, quiet_key)
         rid = answer["id"]
