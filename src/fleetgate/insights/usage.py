@@ -6,6 +6,9 @@ the session and conversation come from ``x-session-id`` and ``x-conversation-id`
 team does not log payloads (``log_payloads: false``, the default), the three are replaced by a
 keyed hash (HMAC-SHA-256, scoped to the team): counts and joins stay exact, the ids are not
 stored. The last user message is only ever stored as a hash (regenerations are spotted by it).
+
+A ``review_share`` of an alias's requests (by a hash of the request id) from teams that log
+payloads is sampled for human review: its answer is captured and queued with the prompt.
 """
 
 from __future__ import annotations
