@@ -3,7 +3,8 @@ adoption, groundedness (a hallucination-rate estimate) and human review scores.
 
 - **Abandoned**: a streamed request the client cut (status 499) with no follow-up: no later
   request in the same session or conversation (``x-session-id`` / ``x-conversation-id``) within
-  ``follow_up_s``. A request without either id has no follow-up to see: a cut one counts.
+  ``follow_up_s`` of its arrival. A request without either id has no follow-up to see: a cut
+  one counts.
 - **Regeneration**: a request whose last user message is the same as the previous request's in
   the same conversation (else session): the user asked again for the same thing.
 - **Feedback** (up/down) and **adoption** (accepted/edited/rejected): events posted by
