@@ -1,7 +1,7 @@
 """The region test (issue #33 item 5): two regions on this machine, each two ``fleetgate serve``
 processes with their own Redis and simulated engine, sharing one fresh PostgreSQL database.
 A client resolves the service name the way a DNS health check would: it polls every
-gateway's ``/health/ready`` and sends to the ready gateways of the preferred region (eu), else
+gateway's ``/health/region`` and sends to the ready gateways of the preferred region (eu), else
 to the other (us); a connect error (the request never started) is retried on a fresh
 resolution. Under steady load every process of eu is SIGKILLed:
 
@@ -50,14 +50,15 @@ class Resolver:
     async def _ready(self, url: str) -> bool:
         try:
             timeout = aiohttp.ClientTimeout(total=0.5)
-            async with self.session.get(f"{url}/health/ready", timeout=timeout) as r:
+            async with self.session.get(f"{url}/health/region", timeout=timeout) as r:
                 return r.status == 200
         except (aiohttp.ClientError, TimeoutError):
             return False
 
     async def refresh(self) -> None:
         for name, urls in self.regions.items():
-            ready = [u for u, ok in zip(urls, await asyncio.gather(*map(self._ready, urls))) if ok]
+            answers = await asyncio.gather(*map(self._ready, urls))
+            ready = [u for u, ok in zip(urls, answers, strict=True) if ok]
             if ready:
                 self.answer = (name, ready)
                 return
@@ -90,9 +91,7 @@ async def worker(
         region, urls = answer
         url = random.choice(urls)
         try:
-            async with session.post(
-                f"{url}/v1/chat/completions", json=body, headers=headers
-            ) as r:
+            async with session.post(f"{url}/v1/chat/completions", json=body, headers=headers) as r:
                 await r.read()
                 if r.status == 200:
                     log.ok.append((r.headers["x-request-id"], region, time.monotonic()))
@@ -224,3 +223,43 @@ async def test_killing_a_region_under_load_fails_over_without_losing_records(
     assert not lost_us, f"{len(lost_us)} of us's 200s have no spend or audit row"
     assert late < 5.0, "a record completed long before the kill was still unwritten"
     assert not lost_eu_after, f"{len(lost_eu_after)} of eu's 200s unrecorded after the replay"
+
+
+async def test_region_readiness_names_lost_engines_and_a_lost_redis(
+    tmp_path: Path, shared_pg_url: str
+) -> None:
+    """``/health/ready`` and ``/health/region`` are 503 once the region's engines are gone
+    (health is passive: an idle gateway notices a dead engine with the first request sent to
+    it, a connection failure cools the deployment at once); ``/health/region`` also names a
+    Redis that does not answer."""
+    with ExitStack() as stack:
+        region = Region(stack, tmp_path, "eu", shared_pg_url, MASTER, gateways=1)
+        url = region.urls[0]
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+
+            async def get(path: str) -> tuple[int, dict[str, object]]:
+                async with session.get(f"{url}{path}") as r:
+                    return r.status, dict(await r.json())
+
+            status, body = await get("/health/region")
+            assert (status, body["redis"]) == (200, "ok"), body
+
+            region.engine_proc.kill()
+            region.engine_proc.wait()
+            assert (await get("/health/ready"))[0] == 200, "an idle gateway probes no engine"
+            chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+            headers = {"Authorization": f"Bearer {MASTER}"}
+            async with session.post(f"{url}/v1/chat/completions", json=chat, headers=headers) as r:
+                assert r.status >= 500, await r.text()
+            deadline = time.monotonic() + 15
+            while (seen := await get("/health/ready"))[0] != 503:
+                assert time.monotonic() < deadline, f"readiness never saw the engine go: {seen}"
+                await asyncio.sleep(0.2)
+            status, body = await get("/health/region")
+            assert status == 503 and body["unavailable_aliases"] == [MODEL], body
+            assert body["redis"] == "ok", body
+
+            region.redis.kill()
+            region.redis.wait()
+            status, body = await get("/health/region")
+            assert status == 503 and str(body["redis"]).startswith("down"), body

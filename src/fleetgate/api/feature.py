@@ -62,6 +62,7 @@ class CoreFeature(BaseFeature):
             web.get("/health", health.health),
             web.get("/health/live", health.live),
             web.get("/health/ready", health.ready),
+            web.get("/health/region", health.region),
             web.get("/metrics", health.metrics),
             web.get("/openapi.json", openapi.openapi_json),
             web.post("/admin/config/reload", admin.reload_config),

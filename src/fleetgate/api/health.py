@@ -7,10 +7,16 @@
   ``all``: each), else 503; the body names the unavailable aliases and healthy/total per alias.
   ``?alias=NAME`` asks about one alias (404 if unknown), so a regional failover can watch the
   models it cares about instead of the whole gateway.
+- ``GET /health/region``: for a global load balancer or DNS health check choosing a region:
+  200 when ``/health/ready`` is and the region's Redis (``FLEETGATE_REDIS_URL``, if any)
+  answers a PING within 1 s, else 503 with the reason (``redis``: ``ok``, ``none`` or the
+  error). ``/health/ready`` itself does not ask Redis: within a region the limiters'
+  ``fail_open``/``fail_closed`` policy decides what a Redis outage means.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from aiohttp import web
@@ -18,9 +24,12 @@ from aiohttp import web
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.errors import ModelNotFound
 from fleetgate.http import json_reply
+from fleetgate.resp import RespError
 from fleetgate.telemetry.registry import Registry
 
-__all__ = ["health", "live", "metrics", "ready"]
+__all__ = ["health", "live", "metrics", "ready", "region"]
+
+REDIS_PING_S = 1.0
 
 
 async def live(request: web.Request) -> web.Response:
@@ -44,6 +53,30 @@ def _alias_health(gw: GatewayState, aliases: list[str]) -> dict[str, dict[str, i
 
 async def ready(request: web.Request) -> web.Response:
     """Readiness of the gateway, or of one alias (``?alias=``)."""
+    ok, body = _readiness(request)
+    return json_reply(body, 200 if ok else 503)
+
+
+async def _redis_state(gw: GatewayState) -> str:
+    url = gw.settings.redis_url
+    if not url:
+        return "none"
+    try:
+        reply = await asyncio.wait_for(gw.resources.redis.commands(url).call("PING"), REDIS_PING_S)
+    except (OSError, TimeoutError, RespError) as exc:
+        return f"down: {exc or type(exc).__name__}"
+    return "ok" if reply in (b"PONG", "PONG") else f"down: PING answered {reply!r}"
+
+
+async def region(request: web.Request) -> web.Response:
+    """Readiness of this gateway as a member of its region (``/health/ready`` and Redis)."""
+    ok, body = _readiness(request)
+    redis = await _redis_state(request.app[GATEWAY])
+    ok = ok and redis in ("ok", "none")
+    return json_reply({**body, "ready": ok, "redis": redis}, 200 if ok else 503)
+
+
+def _readiness(request: web.Request) -> tuple[bool, dict[str, object]]:
     gw = request.app[GATEWAY]
     cfg = gw.tables.table.config.health
     known = gw.tables.table.aliases()
@@ -63,7 +96,7 @@ async def ready(request: web.Request) -> web.Response:
         ok = len(unavailable) < len(aliases) or not aliases
     missing = gw.features.missing() if one is None else []
     ok = ok and not missing
-    body = {
+    body: dict[str, object] = {
         "status": "ok" if not unavailable and not missing else "degraded",
         "ready": ok,
         "missing": missing,
@@ -71,7 +104,7 @@ async def ready(request: web.Request) -> web.Response:
         "unavailable_aliases": unavailable,
         "aliases": aliases,
     }
-    return json_reply(body, 200 if ok else 503)
+    return ok, body
 
 
 async def metrics(request: web.Request) -> web.Response:

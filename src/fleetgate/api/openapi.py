@@ -120,6 +120,7 @@ def build_openapi() -> dict[str, Any]:
             "/health": {"get": {"summary": "Health (as vLLM and LiteLLM)", "responses": ok}},
             "/health/live": {"get": {"summary": "Liveness", "responses": ok}},
             "/health/ready": {"get": {"summary": "Readiness", "responses": ok}},
+            "/health/region": {"get": {"summary": "Region readiness", "responses": ok}},
         },  # fmt: skip
         "components": {
             "schemas": schemas,
