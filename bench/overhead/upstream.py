@@ -42,8 +42,8 @@ def _chunk(delta: dict[str, str], finish: str | None) -> dict[str, object]:
     }
 
 
-def _usage() -> dict[str, int]:
-    return {"prompt_tokens": 8, "completion_tokens": len(WORDS), "total_tokens": 8 + len(WORDS)}
+def _usage(words: int) -> dict[str, int]:
+    return {"prompt_tokens": 8, "completion_tokens": words, "total_tokens": 8 + words}
 
 
 def _event(obj: object) -> bytes:
@@ -60,8 +60,10 @@ class Bodies:
     models: bytes
 
     @classmethod
-    def build(cls) -> Bodies:
-        """Encode the completion, the SSE events, and the model list."""
+    def build(cls, repeat: int = 1) -> Bodies:
+        """Encode the completion, the SSE events, and the model list; a stream carries the
+        words ``repeat`` times (``calls.py`` measures the cost of one chunk with a longer one)."""
+        words = WORDS * repeat
         completion = {
             "id": "chatcmpl-bench",
             "object": "chat.completion",
@@ -74,12 +76,12 @@ class Bodies:
                     "finish_reason": "stop",
                 }
             ],
-            "usage": _usage(),
+            "usage": _usage(len(WORDS)),
         }
         events = [_event(_chunk({"role": "assistant", "content": ""}, None))]
-        events += [_event(_chunk({"content": word}, None)) for word in WORDS]
+        events += [_event(_chunk({"content": word}, None)) for word in words]
         events.append(_event(_chunk({}, "stop")))
-        usage_chunk = {**_chunk({}, None), "choices": [], "usage": _usage()}
+        usage_chunk = {**_chunk({}, None), "choices": [], "usage": _usage(len(words))}
         models = {
             "object": "list",
             "data": [{"id": MODEL, "object": "model", "created": CREATED, "owned_by": "bench"}],
@@ -97,6 +99,7 @@ class Upstream:
     """The request handler; counts the completions it served for ``/metrics``."""
 
     bodies: Bodies = field(default_factory=Bodies.build)
+    gap_s: float = 0.0  # pause between two events of a stream (0: written back to back)
     served: int = 0
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -125,18 +128,21 @@ class Upstream:
         usage = isinstance(options, dict) and bool(options.get("include_usage"))
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
-        for event in self.bodies.sse_events:
-            await response.write(event)
+        events = [*self.bodies.sse_events]
         if usage:
-            await response.write(self.bodies.sse_usage_event)
-        await response.write(b"data: [DONE]\n\n")
+            events.append(self.bodies.sse_usage_event)
+        events.append(b"data: [DONE]\n\n")
+        for i, event in enumerate(events):
+            if self.gap_s and i:
+                await asyncio.sleep(self.gap_s)
+            await response.write(event)
         await response.write_eof()
         return response
 
 
-async def serve(sock: socket.socket) -> None:
+async def serve(sock: socket.socket, repeat: int = 1, gap_s: float = 0.0) -> None:
     """Serve on an already-bound socket until SIGTERM or SIGINT."""
-    upstream = Upstream()
+    upstream = Upstream(Bodies.build(repeat), gap_s)
     server = web.Server(upstream.handle, access_log=None)
     runner = web.ServerRunner(server, handle_signals=False)
     await runner.setup()
@@ -169,17 +175,19 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=1, help="a stream's words, N times")
+    parser.add_argument("--gap-ms", type=float, default=0.0, help="pause between SSE events")
     args = parser.parse_args()
     sock = bind(args.host, args.port)
     children: list[int] = []
     for _ in range(max(0, args.workers - 1)):
         pid = os.fork()
         if pid == 0:
-            uvloop.run(serve(sock))
+            uvloop.run(serve(sock, args.repeat, args.gap_ms / 1000))
             os._exit(0)
         children.append(pid)
     try:
-        uvloop.run(serve(sock))
+        uvloop.run(serve(sock, args.repeat, args.gap_ms / 1000))
     finally:
         for pid in children:
             os.kill(pid, signal.SIGTERM)

@@ -1,0 +1,233 @@
+"""The measured side of ``calls.py``: fleetgate served in this process, counted per request.
+
+Runs the gateway exactly as ``fleetgate serve --workers 1 --no-watch`` does
+(``fleetgate.cli.serve.serve_forever``: uvloop, logging at INFO, the frozen heap), from
+whichever source tree is first on ``PYTHONPATH``. Once it listens, it starts
+``calls_client.py`` (another process, so the client's work is not counted here), warms up, and
+for each mode sends ``--requests`` requests one after another, measuring in separate passes:
+
+- CPU time of this process per request (``time.process_time``), median of ``--reps`` passes;
+- Python function calls per request (cProfile: every call and every coroutine resumption, C
+  functions included) and the top functions by calls and by cumulative time;
+- allocations and requested bytes per request (``alloc_counter``), and tracemalloc's peak and
+  retained bytes over the pass.
+
+The gateway's background work (the shared-state poller, health checks, engine stats, the
+scheduler's tick) runs whether requests come or not; its rate is measured over ``--idle-s``
+seconds with no request in flight and subtracted from calls, allocations and CPU time for the
+wall time of each pass.
+
+Prints one line ``CALLS {json}`` and stops the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import json
+import os
+import pstats
+import signal
+import statistics
+import sys
+import time
+import tracemalloc
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import alloc_counter
+
+HERE = Path(__file__).resolve().parent
+MARKER = "CALLS "
+
+
+class Driver:
+    """The client process, told over its stdin how many requests of which mode to send."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self._proc = proc
+
+    @classmethod
+    async def start(cls, url: str, api_key: str) -> Driver:
+        argv = [sys.executable, str(HERE / "calls_client.py"), url, api_key]
+        pipe = asyncio.subprocess.PIPE
+        return cls(await asyncio.create_subprocess_exec(*argv, stdin=pipe, stdout=pipe))
+
+    async def send(self, mode: str, count: int) -> None:
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write(f"{mode} {count}\n".encode())
+        await self._proc.stdin.drain()
+        line = (await self._proc.stdout.readline()).decode().strip()
+        if line != "ok":
+            raise RuntimeError(f"client: {line or 'exited'}")
+
+    async def close(self) -> None:
+        assert self._proc.stdin is not None
+        self._proc.stdin.close()
+        await self._proc.wait()
+
+
+def _label(key: tuple[str, int, str]) -> str:
+    filename, line, name = key
+    if filename == "~":
+        return name
+    for marker in ("/fleetgate/", "/site-packages/", "/lib/python3"):
+        if marker in filename:
+            filename = filename.rsplit(marker, 1)[1]
+            break
+    return f"{filename}:{line}({name})"
+
+
+def _top(stats: pstats.Stats, field: int, count: int, n: int) -> list[tuple[str, float]]:
+    """The ``count`` functions with the most calls (field 1) or cumulative time (field 3)."""
+    table: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    ranked = sorted(table.items(), key=lambda kv: kv[1][field], reverse=True)[:count]
+    scale = n if field == 1 else n / 1e6  # calls per request, or microseconds per request
+    return [(_label(key), round(value[field] / scale, 2)) for key, value in ranked]
+
+
+@dataclass(frozen=True)
+class Background:
+    """What the gateway spends per second with no request in flight (pollers, health checks,
+    the scheduler's tick): subtracted from each pass for the time the pass took."""
+
+    cpu_s: float
+    calls: float
+    allocs: float
+    nbytes: float
+
+    @classmethod
+    async def measure(cls, counter: alloc_counter.AllocCounter | None, seconds: float) -> Any:
+        wall, cpu = time.perf_counter(), time.process_time()
+        before = counter.read() if counter else alloc_counter.Counts(0, 0)
+        await asyncio.sleep(seconds)
+        counted = (counter.read() if counter else before) - before
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        profile = cProfile.Profile()
+        profile.enable()
+        await asyncio.sleep(seconds)
+        profile.disable()
+        calls = pstats.Stats(profile).total_calls / seconds  # type: ignore[attr-defined]
+        return cls(cpu / wall, calls, counted.allocs / wall, counted.nbytes / wall)
+
+
+async def _timed(driver: Driver, mode: str, n: int) -> float:
+    """Send ``n`` requests; the wall time they took."""
+    start = time.perf_counter()
+    await driver.send(mode, n)
+    return time.perf_counter() - start
+
+
+async def _cpu(driver: Driver, mode: str, n: int, reps: int, idle: Background) -> float:
+    times = []
+    for _ in range(reps):
+        start = time.process_time()
+        wall = await _timed(driver, mode, n)
+        times.append((time.process_time() - start - idle.cpu_s * wall) / n * 1e6)
+    return statistics.median(times)
+
+
+async def _calls(driver: Driver, mode: str, n: int, top: int, idle: Background) -> Any:
+    profile = cProfile.Profile()
+    profile.enable()
+    wall = await _timed(driver, mode, n)
+    profile.disable()
+    stats = pstats.Stats(profile)
+    total: int = stats.total_calls  # type: ignore[attr-defined]
+    return {
+        "calls": (total - idle.calls * wall) / n,
+        "raw_calls": total / n,
+        "top_calls": _top(stats, 1, top, n),
+        "top_cumulative_us": _top(stats, 3, top, n),
+    }
+
+
+async def _allocations(
+    driver: Driver, mode: str, n: int, counter: alloc_counter.AllocCounter | None, idle: Background
+) -> dict[str, float | None]:
+    out: dict[str, float | None] = {"allocs": None, "alloc_bytes": None}
+    if counter is not None:
+        gc.collect()
+        before = counter.read()
+        wall = await _timed(driver, mode, n)
+        counted = counter.read() - before
+        out["allocs"] = (counted.allocs - idle.allocs * wall) / n
+        out["alloc_bytes"] = (counted.nbytes - idle.nbytes * wall) / n
+    gc.collect()
+    tracemalloc.start()
+    await driver.send(mode, n)
+    gc.collect()
+    retained, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return {**out, "peak_bytes": float(peak), "retained_bytes": retained / n}
+
+
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    url = f"http://127.0.0.1:{args.port}"
+    counter = alloc_counter.load()
+    driver = await Driver.start(url, os.environ["FLEETGATE_MASTER_KEY"])
+    results: dict[str, Any] = {}
+    try:
+        await driver.send(args.modes.split(",")[0], args.warmup)
+        idle = await Background.measure(counter, args.idle_s)
+        results["idle_per_s"] = asdict(idle)
+        for mode in args.modes.split(","):
+            await driver.send(mode, args.warmup)
+            cpu = await _cpu(driver, mode, args.requests, args.reps, idle)
+            calls = await _calls(driver, mode, args.requests, args.top, idle)
+            allocs = await _allocations(driver, mode, args.requests, counter, idle)
+            results[mode] = {"cpu_us": cpu, **calls, **allocs}
+    finally:
+        await driver.close()
+    return results
+
+
+def main() -> None:
+    # fleetgate from whichever tree PYTHONPATH names; imported here so that calls.py, which
+    # runs under another tree, can import this module's marker
+    from fleetgate.cli.logs import configure as configure_logging
+    from fleetgate.cli.serve import _use_uvloop, serve_forever, settings_from_args
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--modes", default="json,sse")
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--idle-s", type=float, default=3.0, help="background cost window")
+    args = parser.parse_args()
+    ns = argparse.Namespace(
+        config=args.config, host="127.0.0.1", port=args.port, workers=1,
+        data_dir=args.data_dir, no_watch=True,
+    )  # fmt: skip
+    settings = settings_from_args(ns)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    configure_logging("INFO")
+    _use_uvloop()
+    outcome: dict[str, Any] = {}
+
+    def listening() -> None:
+        task = asyncio.get_running_loop().create_task(measure(args))
+
+        def done(t: asyncio.Task[dict[str, Any]]) -> None:
+            outcome["error" if t.exception() else "results"] = (
+                repr(t.exception()) if t.exception() else t.result()
+            )
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        task.add_done_callback(done)
+        outcome["task"] = task
+
+    asyncio.run(serve_forever(settings, on_listening=listening))
+    outcome.pop("task", None)
+    print(MARKER + json.dumps(outcome), flush=True)
+
+
+if __name__ == "__main__":
+    main()
