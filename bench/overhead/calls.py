@@ -12,8 +12,11 @@ requested bytes (``alloc_counter``), tracemalloc's peak and retained bytes, and 
 (median of ``--reps`` passes), with ratios this/baseline. Call and allocation counts do not
 depend on how busy the machine is; CPU time does, so judge it only on an idle machine.
 
-The cost of one streamed chunk is measured apart: SSE requests against a second upstream whose
-streams carry ``--long-repeat`` times as many chunks, minus the short stream, per extra chunk.
+The upstream and the client are one other process (``calls_peer.py``) that sends each stream in
+lockstep: an event goes out once the client has received the one before, so each reaches the
+gateway on a read of its own, as an engine's tokens do, and the counts do not depend on timing.
+The cost of one streamed chunk: SSE requests whose streams carry ``--long-repeat`` times the
+words, minus the short stream, per extra event.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import calls_probe
 from procs import Proc, free_port, http_ok
 from targets import fleetgate_config
 from upstream import WORDS
@@ -37,6 +39,7 @@ from wrkrun import request_body
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 MASTER_KEY = "sk-fleetgate-calls-0000"
+MARKER = "CALLS "  # calls_probe.MARKER (that module imports fleetgate from the tree measured)
 METRICS = (  # key, label, digits
     ("calls", "calls", 0),
     ("allocs", "allocations", 0),
@@ -57,14 +60,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--top", type=int, default=15, help="functions listed by calls and time")
     p.add_argument("--idle-s", type=float, default=3.0, help="background-cost window (s)")
     p.add_argument("--long-repeat", type=int, default=4, help="the long stream: words x N")
-    p.add_argument(
-        "--gap-ms",
-        type=float,
-        default=1.0,
-        help="the upstream's pause between SSE events: 1 ms lets each event arrive on its own "
-        "read, as an engine's tokens do, so counts per chunk do not depend on timing; 0 sends "
-        "them back to back as run.py's upstream does",
-    )
     p.add_argument("--json-out", type=Path, help="also write every figure here")
     args = p.parse_args(argv)
     for src in (args.src, args.baseline_src):
@@ -80,44 +75,39 @@ def sse_chunks(repeat: int) -> int:
     return 1 + len(WORDS) * repeat + 1 + 1 + 1
 
 
-def start_upstream(stack: ExitStack, log_dir: Path, repeat: int, gap_ms: float) -> str:
-    """The instant upstream, its streams carrying the words ``repeat`` times; its base URL."""
+def start_peer(stack: ExitStack, log_dir: Path) -> int:
+    """``calls_peer.py`` (the upstream and the client); its port."""
     port = free_port()
-    argv = [sys.executable, str(HERE / "upstream.py"), "--port", str(port)]
-    argv += ["--repeat", str(repeat), "--gap-ms", str(gap_ms)]
-    proc = Proc.start(f"upstream-x{repeat}", argv, log_dir)
+    argv = [sys.executable, str(HERE / "calls_peer.py"), "--port", str(port)]
+    proc = Proc.start("peer", argv, log_dir)
     stack.callback(proc.stop)
     url = f"http://127.0.0.1:{port}"
     proc.wait_ready(lambda: http_ok(url + "/v1/chat/completions", request_body(False)), 30)
-    return url
+    return port
 
 
-def probe(src: Path, upstream: str, modes: str, work: Path, args: argparse.Namespace) -> Any:
-    """Run ``calls_probe.py`` with ``src`` first on the path; its results."""
-    name = f"{src.resolve().parent.name}-{modes.replace(',', '-')}-{os.urandom(3).hex()}"
-    config = fleetgate_config(work / f"{name}.yaml", upstream, None)
+def probe(src: Path, peer_port: int, work: Path, args: argparse.Namespace) -> Any:
+    """Run ``calls_probe.py`` with ``src`` first on the path; its results, with the cost of
+    one chunk (long stream minus short stream, per extra event)."""
+    name = f"{src.resolve().parent.name}-{os.urandom(3).hex()}"
+    config = fleetgate_config(work / f"{name}.yaml", f"http://127.0.0.1:{peer_port}", None)
     argv = [sys.executable, str(HERE / "calls_probe.py"), "--config", str(config)]
     argv += ["--data-dir", str(work / f"{name}-data"), "--port", str(free_port())]
-    argv += ["--modes", modes, "--requests", str(args.requests), "--warmup", str(args.warmup)]
+    argv += ["--peer-port", str(peer_port), "--long-repeat", str(args.long_repeat)]
+    argv += ["--requests", str(args.requests), "--warmup", str(args.warmup)]
     argv += ["--reps", str(args.reps), "--top", str(args.top), "--idle-s", str(args.idle_s)]
     env = {**os.environ, "PYTHONPATH": f"{src}:{HERE}", "FLEETGATE_MASTER_KEY": MASTER_KEY}
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=work, check=False)
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(calls_probe.MARKER)]
-    outcome = json.loads(lines[-1][len(calls_probe.MARKER) :]) if lines else {}
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(MARKER)]
+    outcome = json.loads(lines[-1][len(MARKER) :]) if lines else {}
     if "results" not in outcome:
         tail = "\n".join(done.stderr.splitlines()[-15:])
         raise RuntimeError(f"probe of {src} failed: {outcome.get('error')}\n{tail}")
-    return outcome["results"]
-
-
-def measure(src: Path, upstreams: tuple[str, str], work: Path, args: argparse.Namespace) -> Any:
-    """JSON and SSE per request, and SSE per chunk (long minus short stream) for one tree."""
-    short = probe(src, upstreams[0], "json,sse", work, args)
-    long = probe(src, upstreams[1], "sse", work, args)["sse"]
+    results = outcome["results"]
     extra = sse_chunks(args.long_repeat) - sse_chunks(1)
-    chunk = {k: _per(long.get(k), short["sse"].get(k), extra) for k, _, _ in METRICS}
-    idle = short["idle_per_s"]
-    return {"json": short["json"], "sse": short["sse"], "sse_chunk": chunk, "idle_per_s": idle}
+    long, short = results.pop("sse_long"), results["sse"]
+    results["sse_chunk"] = {k: _per(long.get(k), short.get(k), extra) for k, _, _ in METRICS}
+    return results
 
 
 def _per(long: float | None, short: float | None, extra: int) -> float | None:
@@ -165,20 +155,17 @@ def main(argv: list[str] | None = None) -> int:
         trees["baseline"] = args.baseline_src
     with ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fg-calls-")))
-        upstreams = (
-            start_upstream(stack, work, 1, args.gap_ms),
-            start_upstream(stack, work, args.long_repeat, args.gap_ms),
-        )
-        results = {name: measure(src, upstreams, work, args) for name, src in trees.items()}
+        peer = start_peer(stack, work)
+        results = {name: probe(src, peer, work, args) for name, src in trees.items()}
     names = list(trees)
     print(f"per request, {args.requests} requests per pass, sequential (c=1); ", end="")
-    print(f"SSE chunk: ({sse_chunks(args.long_repeat)} - {sse_chunks(1)} events), ", end="")
-    print(f"{args.gap_ms} ms apart")
+    print(f"SSE chunk: ({sse_chunks(args.long_repeat)} - {sse_chunks(1)} events), lockstep")
     print(table(results, names))
     for name in names:
         idle = results[name]["idle_per_s"]
         print(f"{name}: background per second (subtracted above): {idle['calls']:,.0f} calls, ", end="")
-        print(f"{idle['allocs']:,.0f} allocations, {idle['cpu_s'] * 1e3:.1f} ms CPU")
+        print(f"{idle['allocs']:,.0f} allocations, {idle['cpu_s'] * 1e3:.1f} ms CPU; ", end="")
+        print(f"lockstep stalls: {results[name]['stalls']}")
     print(top_lists(results, names))
     if args.json_out is not None:
         args.json_out.write_text(json.dumps(results, indent=1))

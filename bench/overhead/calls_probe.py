@@ -2,9 +2,9 @@
 
 Runs the gateway exactly as ``fleetgate serve --workers 1 --no-watch`` does
 (``fleetgate.cli.serve.serve_forever``: uvloop, logging at INFO, the frozen heap), from
-whichever source tree is first on ``PYTHONPATH``. Once it listens, it starts
-``calls_client.py`` (another process, so the client's work is not counted here), warms up, and
-for each mode sends ``--requests`` requests one after another, measuring in separate passes:
+whichever source tree is first on ``PYTHONPATH``. Once it listens, it has ``calls_peer.py``
+(another process: the upstream and the client, so their work is not counted here) warm it up
+and send ``--requests`` requests of each mode one after another, measuring in separate passes:
 
 - CPU time of this process per request (``time.process_time``), median of ``--reps`` passes;
 - Python function calls per request (cProfile: every call and every coroutine resumption, C
@@ -31,7 +31,6 @@ import os
 import pstats
 import signal
 import statistics
-import sys
 import time
 import tracemalloc
 from dataclasses import asdict, dataclass
@@ -40,34 +39,36 @@ from typing import Any
 
 import alloc_counter
 
-HERE = Path(__file__).resolve().parent
 MARKER = "CALLS "
 
 
 class Driver:
-    """The client process, told over its stdin how many requests of which mode to send."""
+    """The peer process (``calls_peer.py``: upstream and client), told over ``POST /drive``
+    to send this gateway ``count`` requests; a raw socket, so that this side stays small."""
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self._proc = proc
-
-    @classmethod
-    async def start(cls, url: str, api_key: str) -> Driver:
-        argv = [sys.executable, str(HERE / "calls_client.py"), url, api_key]
-        pipe = asyncio.subprocess.PIPE
-        return cls(await asyncio.create_subprocess_exec(*argv, stdin=pipe, stdout=pipe))
+    def __init__(self, peer_port: int, gateway_url: str, api_key: str, long_repeat: int) -> None:
+        self._peer_port = peer_port
+        self._order = {"url": gateway_url, "key": api_key}
+        self._long_repeat = long_repeat
+        self.stalls = 0
 
     async def send(self, mode: str, count: int) -> None:
-        assert self._proc.stdin is not None and self._proc.stdout is not None
-        self._proc.stdin.write(f"{mode} {count}\n".encode())
-        await self._proc.stdin.drain()
-        line = (await self._proc.stdout.readline()).decode().strip()
-        if line != "ok":
-            raise RuntimeError(f"client: {line or 'exited'}")
-
-    async def close(self) -> None:
-        assert self._proc.stdin is not None
-        self._proc.stdin.close()
-        await self._proc.wait()
+        """``json``, ``sse``, or ``sse_long`` (streams ``--long-repeat`` times as long)."""
+        repeat = self._long_repeat if mode == "sse_long" else 1
+        order = {**self._order, "mode": mode.removesuffix("_long"), "repeat": repeat}
+        body = json.dumps({**order, "count": count}).encode()
+        head = (
+            f"POST /drive HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n"
+            "Content-Type: application/json\r\nConnection: close\r\n\r\n"
+        )
+        reader, writer = await asyncio.open_connection("127.0.0.1", self._peer_port)
+        writer.write(head.encode() + body)
+        answer = await reader.read()
+        writer.close()
+        outcome = json.loads(answer.split(b"\r\n\r\n", 1)[1])
+        if not outcome.get("ok"):
+            raise RuntimeError(f"peer: {outcome.get('error')}")
+        self.stalls += outcome["stalls"]
 
 
 def _label(key: tuple[str, int, str]) -> str:
@@ -168,20 +169,18 @@ async def _allocations(
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     url = f"http://127.0.0.1:{args.port}"
     counter = alloc_counter.load()
-    driver = await Driver.start(url, os.environ["FLEETGATE_MASTER_KEY"])
+    driver = Driver(args.peer_port, url, os.environ["FLEETGATE_MASTER_KEY"], args.long_repeat)
     results: dict[str, Any] = {}
-    try:
-        await driver.send(args.modes.split(",")[0], args.warmup)
-        idle = await Background.measure(counter, args.idle_s)
-        results["idle_per_s"] = asdict(idle)
-        for mode in args.modes.split(","):
-            await driver.send(mode, args.warmup)
-            cpu = await _cpu(driver, mode, args.requests, args.reps, idle)
-            calls = await _calls(driver, mode, args.requests, args.top, idle)
-            allocs = await _allocations(driver, mode, args.requests, counter, idle)
-            results[mode] = {"cpu_us": cpu, **calls, **allocs}
-    finally:
-        await driver.close()
+    await driver.send("json", args.warmup)
+    idle = await Background.measure(counter, args.idle_s)
+    results["idle_per_s"] = asdict(idle)
+    for mode in args.modes.split(","):
+        await driver.send(mode, args.warmup)
+        cpu = await _cpu(driver, mode, args.requests, args.reps, idle)
+        calls = await _calls(driver, mode, args.requests, args.top, idle)
+        allocs = await _allocations(driver, mode, args.requests, counter, idle)
+        results[mode] = {"cpu_us": cpu, **calls, **allocs}
+    results["stalls"] = driver.stalls
     return results
 
 
@@ -195,7 +194,9 @@ def main() -> None:
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--modes", default="json,sse")
+    parser.add_argument("--peer-port", type=int, required=True)
+    parser.add_argument("--modes", default="json,sse,sse_long")
+    parser.add_argument("--long-repeat", type=int, default=4)
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--reps", type=int, default=5)

@@ -99,7 +99,6 @@ class Upstream:
     """The request handler; counts the completions it served for ``/metrics``."""
 
     bodies: Bodies = field(default_factory=Bodies.build)
-    gap_s: float = 0.0  # pause between two events of a stream (0: written back to back)
     served: int = 0
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -128,21 +127,18 @@ class Upstream:
         usage = isinstance(options, dict) and bool(options.get("include_usage"))
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
-        events = [*self.bodies.sse_events]
-        if usage:
-            events.append(self.bodies.sse_usage_event)
-        events.append(b"data: [DONE]\n\n")
-        for i, event in enumerate(events):
-            if self.gap_s and i:
-                await asyncio.sleep(self.gap_s)
+        for event in self.bodies.sse_events:
             await response.write(event)
+        if usage:
+            await response.write(self.bodies.sse_usage_event)
+        await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
 
 
-async def serve(sock: socket.socket, repeat: int = 1, gap_s: float = 0.0) -> None:
+async def serve(sock: socket.socket) -> None:
     """Serve on an already-bound socket until SIGTERM or SIGINT."""
-    upstream = Upstream(Bodies.build(repeat), gap_s)
+    upstream = Upstream()
     server = web.Server(upstream.handle, access_log=None)
     runner = web.ServerRunner(server, handle_signals=False)
     await runner.setup()
@@ -175,19 +171,17 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--repeat", type=int, default=1, help="a stream's words, N times")
-    parser.add_argument("--gap-ms", type=float, default=0.0, help="pause between SSE events")
     args = parser.parse_args()
     sock = bind(args.host, args.port)
     children: list[int] = []
     for _ in range(max(0, args.workers - 1)):
         pid = os.fork()
         if pid == 0:
-            uvloop.run(serve(sock, args.repeat, args.gap_ms / 1000))
+            uvloop.run(serve(sock))
             os._exit(0)
         children.append(pid)
     try:
-        uvloop.run(serve(sock, args.repeat, args.gap_ms / 1000))
+        uvloop.run(serve(sock))
     finally:
         for pid in children:
             os.kill(pid, signal.SIGTERM)
