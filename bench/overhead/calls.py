@@ -39,7 +39,6 @@ from wrkrun import request_body
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 MASTER_KEY = "sk-fleetgate-calls-0000"
-MARKER = "CALLS "  # calls_probe.MARKER (that module imports fleetgate from the tree measured)
 METRICS = (  # key, label, digits
     ("calls", "calls", 0),
     ("allocs", "allocations", 0),
@@ -61,6 +60,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--idle-s", type=float, default=3.0, help="background-cost window (s)")
     p.add_argument("--long-repeat", type=int, default=4, help="the long stream: words x N")
     p.add_argument("--json-out", type=Path, help="also write every figure here")
+    p.add_argument(
+        "--profile-dir",
+        type=Path,
+        help="keep the profiles here (<tree>-<mode>.pstats: python -m pstats FILE)",
+    )
     args = p.parse_args(argv)
     for src in (args.src, args.baseline_src):
         if src is not None and not (src / "fleetgate" / "__init__.py").is_file():
@@ -86,20 +90,23 @@ def start_peer(stack: ExitStack, log_dir: Path) -> int:
     return port
 
 
-def probe(src: Path, peer_port: int, work: Path, args: argparse.Namespace) -> Any:
+def probe(src: Path, name: str, peer_port: int, work: Path, args: argparse.Namespace) -> Any:
     """Run ``calls_probe.py`` with ``src`` first on the path; its results, with the cost of
     one chunk (long stream minus short stream, per extra event)."""
-    name = f"{src.resolve().parent.name}-{os.urandom(3).hex()}"
     config = fleetgate_config(work / f"{name}.yaml", f"http://127.0.0.1:{peer_port}", None)
     argv = [sys.executable, str(HERE / "calls_probe.py"), "--config", str(config)]
+    out = work / f"{name}.json"
     argv += ["--data-dir", str(work / f"{name}-data"), "--port", str(free_port())]
+    argv += ["--out", str(out)]
+    if args.profile_dir is not None:
+        args.profile_dir.mkdir(parents=True, exist_ok=True)
+        argv += ["--profile-out", str(args.profile_dir.resolve() / name)]
     argv += ["--peer-port", str(peer_port), "--long-repeat", str(args.long_repeat)]
     argv += ["--requests", str(args.requests), "--warmup", str(args.warmup)]
     argv += ["--reps", str(args.reps), "--top", str(args.top), "--idle-s", str(args.idle_s)]
     env = {**os.environ, "PYTHONPATH": f"{src}:{HERE}", "FLEETGATE_MASTER_KEY": MASTER_KEY}
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=work, check=False)
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(MARKER)]
-    outcome = json.loads(lines[-1][len(MARKER) :]) if lines else {}
+    outcome = json.loads(out.read_text()) if out.exists() else {}
     if "results" not in outcome:
         tail = "\n".join(done.stderr.splitlines()[-15:])
         raise RuntimeError(f"probe of {src} failed: {outcome.get('error')}\n{tail}")
@@ -156,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fg-calls-")))
         peer = start_peer(stack, work)
-        results = {name: probe(src, peer, work, args) for name, src in trees.items()}
+        results = {name: probe(src, name, peer, work, args) for name, src in trees.items()}
     names = list(trees)
     print(f"per request, {args.requests} requests per pass, sequential (c=1); ", end="")
     print(f"SSE chunk: ({sse_chunks(args.long_repeat)} - {sse_chunks(1)} events), lockstep")

@@ -17,7 +17,7 @@ scheduler's tick) runs whether requests come or not; its rate is measured over `
 seconds with no request in flight and subtracted from calls, allocations and CPU time for the
 wall time of each pass.
 
-Prints one line ``CALLS {json}`` and stops the server.
+Writes the results to ``--out`` (JSON) and stops the server.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from typing import Any
 
 import alloc_counter
 
-MARKER = "CALLS "
 
 
 class Driver:
@@ -131,12 +130,16 @@ async def _cpu(driver: Driver, mode: str, n: int, reps: int, idle: Background) -
     return statistics.median(times)
 
 
-async def _calls(driver: Driver, mode: str, n: int, top: int, idle: Background) -> Any:
+async def _calls(
+    driver: Driver, mode: str, n: int, top: int, idle: Background, dump: Path | None
+) -> Any:
     profile = cProfile.Profile()
     profile.enable()
     wall = await _timed(driver, mode, n)
     profile.disable()
     stats = pstats.Stats(profile)
+    if dump is not None:
+        stats.dump_stats(dump.with_name(f"{dump.name}-{mode}.pstats"))
     total: int = stats.total_calls  # type: ignore[attr-defined]
     return {
         "calls": (total - idle.calls * wall) / n,
@@ -177,7 +180,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     for mode in args.modes.split(","):
         await driver.send(mode, args.warmup)
         cpu = await _cpu(driver, mode, args.requests, args.reps, idle)
-        calls = await _calls(driver, mode, args.requests, args.top, idle)
+        calls = await _calls(driver, mode, args.requests, args.top, idle, args.profile_out)
         allocs = await _allocations(driver, mode, args.requests, counter, idle)
         results[mode] = {"cpu_us": cpu, **calls, **allocs}
     results["stalls"] = driver.stalls
@@ -195,6 +198,8 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--peer-port", type=int, required=True)
+    parser.add_argument("--out", type=Path, required=True, help="where the results go (JSON)")
+    parser.add_argument("--profile-out", type=Path, help="PREFIX: PREFIX-<mode>.pstats")
     parser.add_argument("--modes", default="json,sse,sse_long")
     parser.add_argument("--long-repeat", type=int, default=4)
     parser.add_argument("--requests", type=int, default=200)
@@ -227,7 +232,7 @@ def main() -> None:
 
     asyncio.run(serve_forever(settings, on_listening=listening))
     outcome.pop("task", None)
-    print(MARKER + json.dumps(outcome), flush=True)
+    args.out.write_text(json.dumps(outcome))
 
 
 if __name__ == "__main__":
