@@ -31,10 +31,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from procs import Proc, free_port, http_ok
 from targets import fleetgate_config
 from upstream import WORDS
 from wrkrun import request_body
+
+from procs import Proc, free_port, http_ok
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -170,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results, names))
     for name in names:
         idle = results[name]["idle_per_s"]
-        print(f"{name}: background per second (subtracted above): {idle['calls']:,.0f} calls, ", end="")
+        print(
+            f"{name}: background per second (subtracted above): {idle['calls']:,.0f} calls, ",
+            end="",
+        )
         print(f"{idle['allocs']:,.0f} allocations, {idle['cpu_s'] * 1e3:.1f} ms CPU; ", end="")
         print(f"lockstep stalls: {results[name]['stalls']}")
     print(top_lists(results, names))

@@ -95,7 +95,9 @@ class Peer(Upstream):
                 return web.json_response({"error": problem})
         return web.json_response({"ok": True, "stalls": self.progress.stalls - stalls})
 
-    async def _one(self, url: str, body: bytes, headers: dict[str, str], stream: bool) -> str | None:
+    async def _one(
+        self, url: str, body: bytes, headers: dict[str, str], stream: bool
+    ) -> str | None:
         assert self.session is not None
         self.progress.seen = 0
         async with self.session.post(url, data=body, headers=headers) as response:

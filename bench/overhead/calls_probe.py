@@ -40,7 +40,6 @@ from typing import Any
 import alloc_counter
 
 
-
 class Driver:
     """The peer process (``calls_peer.py``: upstream and client), told over ``POST /drive``
     to send this gateway ``count`` requests; a raw socket, so that this side stays small."""

@@ -16,7 +16,7 @@ import asyncio
 import ssl as ssl_module
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -96,7 +96,11 @@ class _Connection(asyncio.Protocol):
         if self._buffered > _HIGH_WATER and not self._paused and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
-        self._wake()
+        waiter = self._waiter  # _wake, inline: once per upstream read of a stream
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def on_message_complete(self) -> None:
         self.done = True
@@ -176,8 +180,20 @@ class PooledResponse:
         return self._headers
 
     async def read(self) -> bytes:
-        parts = [chunk async for chunk in self.iter_chunks()]
+        conn = self._conn
+        if conn is None:
+            return b""
+        parts = []
+        while chunk := await conn.read_chunk():
+            parts.append(chunk)
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def reader(self) -> Callable[[], Awaitable[bytes]]:
+        """The body's reads for a reader that pulls them itself (`fleetgate.sse.SSEBatches`),
+        one frame less per read than `iter_chunks`: each returns what was received so far (at
+        least one byte), ``b""`` at the end."""
+        conn = self._conn
+        return conn.read_chunk if conn is not None else _nothing
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
         conn = self._conn
@@ -213,6 +229,10 @@ class PooledResponse:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+
+async def _nothing() -> bytes:
+    return b""
 
 
 def _unique(headers: Mapping[str, str]) -> Mapping[str, str]:

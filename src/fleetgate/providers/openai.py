@@ -16,7 +16,7 @@ from fleetgate.providers.base import RoutedEndpoint, UpstreamCall, UpstreamRespo
 from fleetgate.providers.connections import PooledResponse
 from fleetgate.providers.responses import NativeResponses
 from fleetgate.providers.transport import HttpClient, raise_upstream_error, streamed_response
-from fleetgate.sse import iter_sse_batches
+from fleetgate.sse import SSEBatches
 
 # After [DONE] only the chunked-encoding terminator is left: wait this long for it.
 
@@ -78,7 +78,7 @@ class OpenAIProvider:
         try:
             async with asyncio.timeout(call.timeouts.first_token):
                 resp, _ = await self._post(url, payload, call)
-                batches = iter_sse_batches(resp.iter_chunks())
+                batches = SSEBatches(resp.reader())
                 try:
                     first, *rest = await anext(batches)
                 except StopAsyncIteration:

@@ -73,6 +73,33 @@ def raise_upstream_error(exc: BaseException, resp: PooledResponse | None, where:
     raise map_client_error(exc, where) from None
 
 
+class _Batches:
+    """A stream's batches after the first, read errors mapped into the error tree;
+    ``finished``: read to the end. A class, not an async generator: one resumed frame per
+    batch fewer."""
+
+    __slots__ = ("_next", "_where", "finished")
+
+    def __init__(self, batches: AsyncIterator[list[bytes]], where: str) -> None:
+        self._next = batches.__anext__
+        self._where = where
+        self.finished = False
+
+    def __aiter__(self) -> _Batches:
+        return self
+
+    async def __anext__(self) -> list[bytes]:
+        try:
+            return await self._next()
+        except StopAsyncIteration:
+            self.finished = True
+            raise
+        except FleetgateError:
+            raise
+        except Exception as exc:
+            raise map_client_error(exc, self._where) from None
+
+
 def streamed_response(
     resp: PooledResponse,
     first_batch: list[bytes],
@@ -85,22 +112,11 @@ def streamed_response(
     ``first_batch``) with read errors mapped into the error tree; its closer keeps the
     connection for the next request when the stream was read to its end (or drains within
     half a second), and drops it otherwise, so the upstream sees the abort."""
-    finished = False
-
-    async def more() -> AsyncIterator[list[bytes]]:
-        nonlocal finished
-        try:
-            async for batch in batches:
-                yield batch
-        except FleetgateError:
-            raise
-        except Exception as exc:
-            raise map_client_error(exc, where) from None
-        finished = True
+    rest = _Batches(batches, where)
 
     async def closer(graceful: bool) -> None:
         try:
-            kept = finished or (graceful and await resp.drain(_DRAIN_S))
+            kept = rest.finished or (graceful and await resp.drain(_DRAIN_S))
         except BaseException:  # cancelled while draining (the client went away): drop it
             resp.close()
             raise
@@ -109,7 +125,7 @@ def streamed_response(
         else:
             resp.close()  # drop the connection: the upstream sees the abort
 
-    return UpstreamResponse(status=status, first_batch=first_batch, batches=more(), closer=closer)
+    return UpstreamResponse(status=status, first_batch=first_batch, batches=rest, closer=closer)
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
