@@ -121,14 +121,20 @@ class SSEBatches:
     one list per read that completed any, never decoding them. ``read`` returns the bytes
     received so far (at least one byte) and ``b""`` at the end of the stream; a last event
     without its blank line is completed then. ``ended``: the stream was read to its end.
+    ``errors`` translates what ``read`` raises (an ``Exception``; a cancellation passes).
 
     A class rather than an async generator: an event costs one resumed frame here instead of
     one per generator stacked above the connection (``__anext__`` calls ``read`` directly)."""
 
-    __slots__ = ("_buf", "_read", "ended")
+    __slots__ = ("_buf", "_errors", "_read", "ended")
 
-    def __init__(self, read: Callable[[], Awaitable[bytes]]) -> None:
+    def __init__(
+        self,
+        read: Callable[[], Awaitable[bytes]],
+        errors: Callable[[Exception], BaseException] | None = None,
+    ) -> None:
         self._read = read
+        self._errors = errors
         self._buf = b""
         self.ended = False
 
@@ -138,12 +144,21 @@ class SSEBatches:
     async def __anext__(self) -> list[bytes]:
         buf = self._buf
         while not self.ended:
-            chunk = await self._read()
+            try:
+                chunk = await self._read()
+            except Exception as exc:
+                if self._errors is None:
+                    raise
+                raise self._errors(exc) from None
             if not chunk:
                 self.ended = True
                 break
             buf = buf + chunk if buf else chunk
-            if _SEP not in buf:
+            at = buf.find(_SEP)
+            if at > 0 and at == len(buf) - 2:  # one whole event, as an engine sends a token
+                self._buf = b""
+                return [buf]
+            if at < 0:
                 if b"\r\n\r\n" in buf:
                     buf = buf.replace(b"\r\n", b"\n")
                 else:

@@ -61,7 +61,8 @@ class GatewayState:
     def check_model(self, principal: Principal, model: str, *, routed: bool = True) -> None:
         """404 unless ``principal`` may use ``model`` and (``routed``) an alias serves it; 403
         for a role that may call no model (a finance viewer)."""
-        if not principal.require("call").may_use(model):
+        if not principal.may_use(model):  # and only then the 403 of a role that may not call
+            principal.require("call")
             raise ModelNotFound(
                 f"The model '{model}' does not exist or you do not have access to it.",
                 param="model",

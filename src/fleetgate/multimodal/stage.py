@@ -285,6 +285,8 @@ class MultimodalStage:
             req.response_filters.append(debug)
 
     def after(self, req: GatewayRequest, outcome: Outcome) -> None:
+        if not req.state:  # `before` kept nothing for later (a plain text chat)
+            return
         spoken = req.state.get(_SPOKEN)
         if isinstance(spoken, SpokenStreamFilter):
             self.runtime.spawn(spoken.aclose())

@@ -41,7 +41,7 @@ class _Connection(asyncio.Protocol):
         self.requests = 0
         self._loop = asyncio.get_running_loop()
         self.parser = httptools.HttpResponseParser(self)  # parses message after message
-        self._chunks: deque[bytes] = deque()
+        self._chunks: list[bytes] = []
         self._error: BaseException | None = None
         self._reset()
 
@@ -138,7 +138,7 @@ class _Connection(asyncio.Protocol):
         while True:
             if self._chunks:
                 chunks = self._chunks
-                chunk = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+                chunk = b"".join(chunks)  # one piece: that same bytes object, not a copy
                 chunks.clear()
                 self._buffered = 0
                 if self._paused and self._buffered < _LOW_WATER and self.transport is not None:

@@ -15,7 +15,12 @@ from fleetgate.providers.azure_openai import azure_url
 from fleetgate.providers.base import RoutedEndpoint, UpstreamCall, UpstreamResponse
 from fleetgate.providers.connections import PooledResponse
 from fleetgate.providers.responses import NativeResponses
-from fleetgate.providers.transport import HttpClient, raise_upstream_error, streamed_response
+from fleetgate.providers.transport import (
+    HttpClient,
+    raise_upstream_error,
+    read_errors,
+    streamed_response,
+)
 from fleetgate.sse import SSEBatches
 
 # After [DONE] only the chunked-encoding terminator is left: wait this long for it.
@@ -78,7 +83,7 @@ class OpenAIProvider:
         try:
             async with asyncio.timeout(call.timeouts.first_token):
                 resp, _ = await self._post(url, payload, call)
-                batches = SSEBatches(resp.reader())
+                batches = SSEBatches(resp.reader(), read_errors(url))
                 try:
                     first, *rest = await anext(batches)
                 except StopAsyncIteration:

@@ -26,12 +26,14 @@ from fleetgate.errors import (
 )
 from fleetgate.providers.base import UpstreamResponse
 from fleetgate.providers.connections import ConnectionPool, PooledResponse
+from fleetgate.sse import SSEBatches
 
 __all__ = [
     "ErrorMapper",
     "HttpClient",
     "map_client_error",
     "raise_upstream_error",
+    "read_errors",
     "status_error",
     "streamed_response",
 ]
@@ -75,15 +77,15 @@ def raise_upstream_error(exc: BaseException, resp: PooledResponse | None, where:
 
 class _Batches:
     """A stream's batches after the first, read errors mapped into the error tree;
-    ``finished``: read to the end. A class, not an async generator: one resumed frame per
+    ``ended``: read to the end. A class, not an async generator: one resumed frame per
     batch fewer."""
 
-    __slots__ = ("_next", "_where", "finished")
+    __slots__ = ("_next", "_where", "ended")
 
     def __init__(self, batches: AsyncIterator[list[bytes]], where: str) -> None:
         self._next = batches.__anext__
         self._where = where
-        self.finished = False
+        self.ended = False
 
     def __aiter__(self) -> _Batches:
         return self
@@ -92,7 +94,7 @@ class _Batches:
         try:
             return await self._next()
         except StopAsyncIteration:
-            self.finished = True
+            self.ended = True
             raise
         except FleetgateError:
             raise
@@ -100,23 +102,34 @@ class _Batches:
             raise map_client_error(exc, self._where) from None
 
 
+def read_errors(where: str) -> Callable[[Exception], BaseException]:
+    """What a stream's read errors become (`fleetgate.sse.SSEBatches`'s ``errors``): errors of
+    the tree as they are, anything else as `map_client_error` translates it."""
+
+    def translate(exc: Exception) -> BaseException:
+        return exc if isinstance(exc, FleetgateError) else map_client_error(exc, where)
+
+    return translate
+
+
 def streamed_response(
     resp: PooledResponse,
     first_batch: list[bytes],
-    batches: AsyncIterator[list[bytes]],
+    batches: AsyncIterator[list[bytes]] | SSEBatches,
     where: str,
     *,
     status: int = 200,
 ) -> UpstreamResponse:
     """A streamed `UpstreamResponse` over a pooled connection: ``batches`` (the events after
-    ``first_batch``) with read errors mapped into the error tree; its closer keeps the
-    connection for the next request when the stream was read to its end (or drains within
-    half a second), and drops it otherwise, so the upstream sees the abort."""
-    rest = _Batches(batches, where)
+    ``first_batch``) with read errors mapped into the error tree (an `SSEBatches` made with
+    `read_errors` maps them itself); its closer keeps the connection for the next request
+    when the stream was read to its end (or drains within half a second), and drops it
+    otherwise, so the upstream sees the abort."""
+    rest = batches if isinstance(batches, SSEBatches) else _Batches(batches, where)
 
     async def closer(graceful: bool) -> None:
         try:
-            kept = rest.finished or (graceful and await resp.drain(_DRAIN_S))
+            kept = rest.ended or (graceful and await resp.drain(_DRAIN_S))
         except BaseException:  # cancelled while draining (the client went away): drop it
             resp.close()
             raise

@@ -151,7 +151,8 @@ class _Sending:
         except BaseException:
             _settle_fallbacks(ctx, 0)
             raise
-        _settle_fallbacks(ctx, 0, keep=sent.route.name)  # the fallbacks that did not answer
+        if ctx.fallbacks:  # the fallbacks that did not answer (most requests hold none)
+            _settle_fallbacks(ctx, 0, keep=sent.route.name)
         req = ctx.request
         if req.gate is not None:  # a reservation overlapped the upstream call: it decides now
             try:
