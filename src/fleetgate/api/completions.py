@@ -17,7 +17,6 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from fleetgate.api.capture import ResponseCapture, response_text
-from fleetgate.api.exchange import record_exchange
 from fleetgate.api.relay import relay_stream
 from fleetgate.api.replay import replay_answer
 from fleetgate.api.schemas import (
@@ -130,10 +129,11 @@ async def serve(
     )
     if bind is not None:
         bind(req)
-    trace = _trace(gw, req, endpoint)
+    traced = gw.tracer.enabled or "traceparent" in req.headers  # rarely: no call otherwise
+    trace = _trace(gw, req, endpoint) if traced else None
     try:
         # overlap: a reservation still in flight is waited for once the upstream call is sent
-        async with StageRun(gw.stages, req, _recorder(gw), overlap=True):
+        async with StageRun(gw.stages, req, gw.record, overlap=True):
             return await _dispatch(request, gw, req, endpoint)
     finally:
         if trace is not None:
@@ -167,7 +167,7 @@ async def answer(
         req.outcome.batch = batch
         trace = _trace(gw, req, endpoint)
         try:
-            async with StageRun(gw.stages, req, _recorder(gw), overlap=True):
+            async with StageRun(gw.stages, req, gw.record, overlap=True):
                 response = await _dispatch(None, gw, req, endpoint)
         finally:
             if trace is not None:
@@ -194,7 +194,9 @@ def _gateway_request(
     request_id: str,
     wire: ResponseWire | None,
 ) -> GatewayRequest:
-    validate_request(_SCHEMAS[endpoint], body)
+    validate_request(
+        ChatCompletionRequest if endpoint is Endpoint.CHAT else _SCHEMAS[endpoint], body
+    )
     alias: str = body["model"]
     gw.check_model(principal, alias)
     stream = endpoint is not Endpoint.EMBEDDINGS and body.get("stream") is True
@@ -236,13 +238,6 @@ def _trace(gw: GatewayState, req: GatewayRequest, endpoint: RoutedEndpoint) -> R
         req.outcome.span = trace
         trace.activate()
     return trace
-
-
-def _recorder(gw: GatewayState) -> Callable[[GatewayRequest], None]:
-    def record(req: GatewayRequest) -> None:
-        record_exchange(req, gw.metrics, gw.access_log)
-
-    return record
 
 
 def _dispatch(

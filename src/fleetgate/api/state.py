@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from fleetgate.api.exchange import record_exchange
 from fleetgate.config.settings import Settings
 from fleetgate.contract.principal import Principal
+from fleetgate.contract.request import GatewayRequest
 from fleetgate.contract.stages import Stage
 from fleetgate.core import Core, Port
 from fleetgate.errors import ModelNotFound
@@ -57,6 +59,10 @@ class GatewayState:
     @property
     def resources(self) -> Resources:
         return self.core.resources
+
+    def record(self, req: GatewayRequest) -> None:
+        """Metrics, access log and trace of a finished request (`StageRun`'s ``record``)."""
+        record_exchange(req, self.core.metrics, self.access_log)
 
     def check_model(self, principal: Principal, model: str, *, routed: bool = True) -> None:
         """404 unless ``principal`` may use ``model`` and (``routed``) an alias serves it; 403

@@ -235,16 +235,19 @@ async def _nothing() -> bytes:
     return b""
 
 
-def _unique(headers: Mapping[str, str]) -> Mapping[str, str]:
-    """Headers without case-insensitive duplicates (the last wins), Host and Content-Length."""
-    lowered = {k.lower() for k in headers}
-    if len(lowered) == len(headers) and not lowered & {"host", "content-length"}:
-        return headers
+def _header_lines(headers: Mapping[str, str]) -> str:
+    """``Name: value`` lines of ``headers`` without case-insensitive duplicates (the last
+    value wins, in the place of the first), Host and Content-Length; one loop, no
+    comprehension: this runs for every request's own headers."""
     out: dict[str, tuple[str, str]] = {}
     for k, v in headers.items():
-        if k.lower() not in ("host", "content-length"):
-            out[k.lower()] = (k, v)
-    return dict(out.values())
+        lowered = k.lower()
+        if lowered != "host" and lowered != "content-length":
+            out[lowered] = (k, v)
+    lines = ""
+    for k, v in out.values():
+        lines += f"{k}: {v}\r\n"
+    return lines
 
 
 class ConnectionPool:
@@ -270,7 +273,7 @@ class ConnectionPool:
             host_header = host if default else f"{host}:{port}"
             if ":" in host and not host.startswith("["):
                 host_header = f"[{host}]" if default else f"[{host}]:{port}"
-            lines = "".join(f"{k}: {v}\r\n" for k, v in _unique(headers).items())
+            lines = _header_lines(headers)
             head = f"POST {path} HTTP/1.1\r\nHost: {host_header}\r\n{lines}".encode("latin-1")
             hit = self._targets[url] = (headers, (host, port, tls), head)
         return hit[1], hit[2]
@@ -328,7 +331,7 @@ class ConnectionPool:
         ``extra`` are this request's own."""
         key, head = self._target(url, headers)
         if extra:
-            lines = "".join(f"{k}: {v}\r\n" for k, v in _unique(extra).items())
+            lines = _header_lines(extra)
             data = b"".join((head, f"{lines}Content-Length: {len(body)}\r\n\r\n".encode(), body))
         else:
             data = b"".join((head, b"Content-Length: %d\r\n\r\n" % len(body), body))

@@ -219,7 +219,7 @@ def _pool(
     healthy = [d for d in fitting if d.state.healthy(now)]
     if not healthy:
         return []
-    fresh = [d for d in healthy if id(d) not in tried]
+    fresh = [d for d in healthy if id(d) not in tried] if tried else healthy
     pool = fresh or healthy
     if regions.active:  # the local region while it has one, else the next region
         pool = regions.narrow(pool)
@@ -262,7 +262,9 @@ class Dispatcher:
         self, route: AliasRoute, ctx: RouteContext, local_only: bool
     ) -> tuple[list[Deployment], bool]:
         """Deployments allowed for this hop, and whether any was dropped for its window."""
-        allowed = [d for d in route.deployments if d.is_local or not local_only]
+        allowed = route.deployments
+        if local_only:
+            allowed = [d for d in allowed if d.is_local]
         req = ctx.request
         fitting = [
             d
