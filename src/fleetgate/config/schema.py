@@ -254,6 +254,13 @@ class DeploymentConfig(_Model):
     # Requests the engine runs at once (vLLM's --max-num-seqs): the scheduler's saturation
     # point for the alias's pool (scheduling/); None: unbounded.
     max_num_seqs: int | None = Field(None, ge=1)
+    # Requests per minute this deployment takes (an upstream's quota, LiteLLM's per-deployment
+    # `rpm`): at it, the router picks the alias's other deployments, then its fallbacks, then
+    # answers 429 until the minute ends. Counted per gateway process; None: no cap.
+    rpm: int | None = Field(None, ge=1)
+    # Prompt tokens per minute this deployment takes (as `rpm`; a request counts its prompt
+    # estimate when it is sent, its answer is not known before); None: no cap.
+    tpm: int | None = Field(None, ge=1)
     # The engine schedules by vLLM's request ``priority`` field (--scheduling-policy priority):
     # the scheduler sends each request's band in it.
     priority: bool = False
@@ -348,6 +355,11 @@ class AliasConfig(_Sectioned):
     def local_only(self) -> bool:
         """All deployments tagged ``local``: never fall back to anything that is not."""
         return bool(self.deployments) and all(d.is_local for d in self.deployments)
+
+    def deployment_ids(self) -> list[tuple[str, DeploymentConfig]]:
+        """Each deployment with the id metrics, spend rows and logs name it by: its ``name``,
+        else ``<alias>/<position>``."""
+        return [(d.name or f"{self.alias}/{i}", d) for i, d in enumerate(self.deployments)]
 
 
 class RouterConfig(_Model):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fleetgate.contract.stages import Stage
 from fleetgate.core import Core
-from fleetgate.feature import BaseFeature
+from fleetgate.feature import BaseFeature, Switch
 from fleetgate.multimodal.config import MULTIMODAL_SECTION
 from fleetgate.multimodal.document_kv import DocumentKv
 from fleetgate.multimodal.ports import MULTIMODAL
@@ -25,6 +25,7 @@ __all__ = ["MultimodalFeature"]
 class MultimodalFeature(BaseFeature):
     name = "multimodal"
     sections = (MULTIMODAL_SECTION,)
+    switch = Switch("multimodal")  # on unless `multimodal.enabled: false`
 
     def __init__(self, runtime: MultimodalRuntime, stage: Stage) -> None:
         self.runtime = runtime
@@ -41,8 +42,6 @@ class MultimodalFeature(BaseFeature):
             return tables.table
 
         section = MULTIMODAL_SECTION.of(config)
-        if not section.enabled:
-            return None
         from fleetgate.multimodal.stage import MultimodalStage
 
         runtime = MultimodalRuntime(

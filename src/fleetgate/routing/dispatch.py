@@ -28,6 +28,7 @@ from fleetgate.errors import (
     ContextWindowExceeded,
     FleetgateError,
     NoHealthyDeployment,
+    RateLimited,
     ServiceUnavailable,
     UpstreamConnectError,
     UpstreamContextExceeded,
@@ -50,6 +51,7 @@ __all__ = [
     "Dispatch",
     "DispatchObserver",
     "Dispatcher",
+    "FAILED_VERSIONS",
     "FallbackGate",
     "VersionPicker",
 ]
@@ -59,12 +61,22 @@ CallBuilder = Callable[[Pick], UpstreamCall]
 Prepare = Callable[[Sequence[Deployment], RouteContext], Awaitable[None]]
 
 
+FAILED_VERSIONS = "routing.failed_versions"
+"""``request.state`` key: ``(alias, version)`` of each failed attempt of the request, in order
+(a rollout's analysis counts each against the version that failed, whoever answered at last)."""
+
+
 class VersionPicker(Protocol):
     """Narrows an alias's candidates to one deployment version (a canary split)."""
 
     def narrow(
         self, alias: str, candidates: Sequence[Deployment], ctx: RouteContext
     ) -> list[Deployment]: ...
+
+    def retry_version(self, alias: str, failed: Deployment) -> str | None:
+        """The version the request's next attempts go to after ``failed`` failed (a rollout's
+        baseline after its candidate failed), or None to stay on the narrowed deployments."""
+        ...
 
 
 class FallbackGate(Protocol):
@@ -207,6 +219,17 @@ def _with_hook_fields(hooks: Sequence[DispatchHook[Deployment]], pick: Pick) -> 
     return Pick(pick.deployment, {**(pick.extra_body or {}), **fields}, pick.uncached_tokens)
 
 
+def _failed_version(ctx: RouteContext, alias: str, dep: Deployment) -> None:
+    state = getattr(ctx.request, "state", None)
+    if state is not None:
+        state.setdefault(FAILED_VERSIONS, []).append((alias, dep.version))
+
+
+def _within_rate(fitting: list[Deployment], req: RoutedRequest) -> list[Deployment]:
+    """The deployments whose ``rpm`` / ``tpm`` leave room this minute for ``req``."""
+    return [d for d in fitting if d.within_rate(d.prompt_tokens(req.body, req.prompt_tokens))]
+
+
 def _pool(
     fitting: Sequence[Deployment],
     tried: set[int],
@@ -276,6 +299,28 @@ class Dispatcher:
             fitting = self.versions.narrow(route.name, fitting, ctx)
         return fitting, dropped
 
+    def _retry_deployments(
+        self, route: AliasRoute, fitting: list[Deployment], failed: Deployment, ctx: RouteContext
+    ) -> list[Deployment]:
+        """After ``failed`` failed: the deployments of the version the version picker moves the
+        retries to (those that fit the prompt, local ones only when only local ones were
+        allowed), else ``fitting`` unchanged."""
+        if self.versions is None:
+            return fitting
+        version = self.versions.retry_version(route.name, failed)
+        if version is None or version == failed.version:
+            return fitting
+        req = ctx.request
+        local_only = all(d.is_local for d in fitting)
+        moved = [
+            d
+            for d in route.deployments
+            if d.version == version
+            and (d.is_local or not local_only)
+            and d.fits(d.prompt_tokens(req.body, req.prompt_tokens), req.max_tokens)
+        ]
+        return moved or fitting
+
     def _finish_pick(
         self, pick: Pick, ctx: RouteContext, hooks: Sequence[DispatchHook[Deployment]]
     ) -> Pick:
@@ -330,9 +375,13 @@ class Dispatcher:
         last_error: FleetgateError | None = None
         refusal: FleetgateError | None = None  # of a fallback alias
         too_long = False
+        capped = False  # a hop whose every deployment was at its rpm / tpm this minute
         for hop, route in enumerate(chain):
             fitting, dropped = self._candidates(route, ctx, local_only)
             too_long = too_long or (dropped and not fitting)
+            if fitting and any(d.rate_capped for d in fitting):
+                fitting = _within_rate(fitting, req)
+                capped = capped or not fitting
             if not fitting:
                 continue
             if hop > 0:
@@ -353,6 +402,12 @@ class Dispatcher:
                 f"(prompt {req.prompt_tokens} + max_tokens {req.max_tokens}), more than the "
                 f"context window of every deployment of '{req.alias}' and its fallbacks.",
                 param="messages",
+            )
+        if capped:
+            raise RateLimited(
+                f"Every deployment of '{req.alias}' (and of its fallbacks) is at its requests or "
+                "tokens per minute.",
+                retry_after=60 - time.monotonic() % 60,
             )
         if refusal is not None:  # nothing else could serve: a direct call's refusal
             raise refusal
@@ -424,6 +479,7 @@ class Dispatcher:
                 await self._backoff(attempt)
             dep.state.in_flight += 1
             dep.state.last_request_at = time.monotonic()
+            dep.count_rate(ctx.request.body, ctx.request.prompt_tokens)  # rpm / tpm caps
             ticket = observer.dispatched(pick, ctx)
             started = time.perf_counter()
             try:
@@ -442,9 +498,11 @@ class Dispatcher:
                     fitting = [d for d in fitting if d is not dep]
                 else:
                     self._health.failure(dep, exc)
+                _failed_version(ctx, route.name, dep)
                 if not exc.retryable:
                     raise
                 last_error = exc
+                fitting = self._retry_deployments(route, fitting, dep, ctx)
                 if regions.active and isinstance(exc, UpstreamConnectError) and free < len(tried):
                     free += 1  # the engine is gone (refused, reset): a dying region costs no retry
                 self._metrics.retries.labels(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fleetgate.config.sections import Section
 
@@ -34,6 +34,7 @@ __all__ = [
     "Band",
     "BandWaits",
     "ConcurrencyQuota",
+    "FleetConfig",
     "HighWater",
     "KeyPolicy",
     "OrgPolicy",
@@ -148,6 +149,51 @@ class TeamPolicy(KeyPolicy):
     quota: Quotas | None = None  # its own quota (None: nominal 0, it only borrows)
 
 
+class FleetConfig(_Model):
+    """Admission shared by every gateway process of a deployment through Redis (the settings'
+    ``redis_url``; see docs/scheduling.md, "One fleet"). Without Redis each process admits
+    into its own share, as before."""
+
+    # share pools, quotas, guarantees and fair-share counters between processes when Redis is
+    # configured; false: every process admits alone
+    enabled: bool = True
+    # spare slots a process leases beyond the requests it runs (its fast path's room)
+    lease_slice: int = Field(2, ge=1, le=1024)
+    # a lease not renewed this long returns to the pool (a dead process's slots come back)
+    lease_ttl_s: float = Field(2.0, ge=0.1, le=60)
+    # how often a process renews its leases and reads the fleet's counts (at once when a
+    # request has to queue)
+    sync_interval_s: float = Field(0.02, gt=0, le=5)
+    # Redis unreachable past a lease's TTL: fail_open admits on this process's view alone,
+    # fail_closed admits nothing new until Redis answers; none: `tenancy.limiter_failure`
+    redis_failure: Literal["fail_open", "fail_closed"] | None = None
+    # prefix of the scheduler's Redis keys (processes sharing it share the pools)
+    key_prefix: str = Field("fg:sched:", min_length=1, max_length=64)
+
+
+class KueueConfig(_Model):
+    """``scheduling.kueue``: how the teams' request quotas become GPU quotas."""
+
+    # GPUs one engine slot (one request in flight) stands for: GPUs per engine / max_num_seqs
+    gpus_per_slot: float = Field(gt=0, le=64)
+    # the ResourceFlavor the GPUs are (its node labels pick the nodes)
+    flavor: str = Field("gpu", min_length=1, max_length=63)
+    # the node labels of that flavor (e.g. `nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3`)
+    flavor_node_labels: dict[str, str] = Field(default_factory=dict)
+    # the namespace of each team's LocalQueue (default: the team's id, as a DNS label)
+    namespaces: dict[str, str] = Field(default_factory=dict)
+    # the WorkloadPriorityClasses' values, highest first: production inference, evaluation,
+    # experimental training
+    priorities: tuple[int, int, int] = (1000, 500, 100)
+
+    @field_validator("priorities")
+    @classmethod
+    def _descending(cls, value: tuple[int, int, int]) -> tuple[int, int, int]:
+        if not value[0] > value[1] > value[2]:
+            raise ValueError("production inference > evaluation > experimental training")
+        return value
+
+
 class SchedulingConfig(_Model):
     """Saturation detection and admission queues per deployment pool (an alias's deployments)."""
 
@@ -190,6 +236,10 @@ class SchedulingConfig(_Model):
     # one stream in flight without a claim: of a lower band (``lower_band``), or also, for a
     # guarantee, a borrowing team's stream of its own band (``borrowers``); None: never.
     preempt_streams_for_claims: Literal["lower_band", "borrowers"] | None = None
+    # admission shared between the gateway processes through Redis
+    fleet: FleetConfig = FleetConfig()
+    # GPU quotas for Kueue rendered from the teams' quotas (`fleetgate kube kueue`)
+    kueue: KueueConfig | None = None
 
     @model_validator(mode="after")
     def _orgs_exist(self) -> SchedulingConfig:

@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any
 
 from fleetgate.contract.request import GatewayRequest, Outcome
+from fleetgate.contract.tool import ToolCall
 from fleetgate.errors import BudgetExceeded, FleetgateError, LimiterUnavailable, RateLimited
 from fleetgate.limits.base import Denial, Limiter, Reservation, Scope
 from fleetgate.telemetry.registry import Counter
@@ -27,6 +28,7 @@ from fleetgate.tenancy.budgets import Budgets
 from fleetgate.tenancy.cache import KeyCache
 from fleetgate.tenancy.headers import duration, ratelimit_headers
 from fleetgate.tenancy.headroom import Headroom
+from fleetgate.tenancy.key_use import KeyUse
 from fleetgate.tenancy.money import cost_nusd
 from fleetgate.tenancy.scopes import ScopeBook
 from fleetgate.tenancy.settles import Settles
@@ -41,6 +43,15 @@ _RESERVATION = "tenancy.reservation"
 _ENDED = "tenancy.ended"  # (tokens, cost) for an overlapped reservation answered after the end
 _REFUSED = "tenancy.refused"  # an overlapped reservation was refused (its audit row written)
 _NEVER_MS = 400 * 86_400_000  # longer than any calendar period: the budget never resets
+
+
+def _call_scopes(call: ToolCall) -> tuple[Scope, ...]:
+    """The scopes of a tool call's own limits (`fleetgate.contract.tool.CallLimit`)."""
+    return tuple(
+        Scope(limit.scope, limit.rpm, None, limit.max_parallel)
+        for limit in call.limits
+        if limit.rpm is not None or limit.max_parallel is not None
+    )
 
 
 class TenancyStage:
@@ -58,6 +69,7 @@ class TenancyStage:
         *,
         audit_requests: bool = True,
         settles: Settles | None = None,
+        key_use: KeyUse | None = None,
         usage: SpendMetrics | None = None,
         overlap: bool = True,
         overlapped: Counter | None = None,
@@ -70,6 +82,7 @@ class TenancyStage:
         self.audit_requests = audit_requests
         self.settles = settles or Settles(limiter, budgets.settled)
         self.usage = usage
+        self.key_use = key_use  # keys' last use, noted in memory (written in the background)
         # Overlap the reservation's round trip with the upstream call where `Headroom` says a
         # refusal is unlikely (`tenancy.overlap_reserve`); False: always reserve, then send.
         self.overlap = overlap
@@ -78,16 +91,22 @@ class TenancyStage:
 
     async def before(self, req: GatewayRequest) -> None:
         entry = self.cache.entry(req.principal.key_id)
+        if entry is not None and self.key_use is not None:
+            self.key_use.seen(entry.id)
         team_id = req.principal.team_id
         if self.audit_requests and team_id:
             team = self.cache.team(team_id)
             req.capture_response = team is not None and team.log_payloads
         scopes = self.scopes.scopes(entry, req.alias)
+        if req.tool is not None:  # a tool call: no tokens, and its server's own limits too
+            scopes = (*scopes, *_call_scopes(req.tool))
+            tokens = 0
+        else:
+            # The prompt estimate is a heuristic; pad it (chat template, tokenizer differences)
+            # so a reservation covers the real count and TPM overshoots by at most one request.
+            tokens = req.prompt_tokens + req.prompt_tokens // 4 + 16 + req.max_tokens
         if not scopes:
             return
-        # The prompt estimate is a heuristic; pad it (chat template, tokenizer differences) so a
-        # reservation covers the real count and TPM overshoots by at most one request.
-        tokens = req.prompt_tokens + req.prompt_tokens // 4 + 16 + req.max_tokens
         # The request id is the gateway's own (a random per-process prefix and a counter), so
         # it names the reservation uniquely across replicas without a random suffix.
         if self.overlap and self.room.allows(scopes, tokens):
@@ -230,6 +249,7 @@ class TenancyStage:
         decision = "allowed" if outcome.status < 400 else "error"
         if decision == "allowed" and outcome.finish_reason == "content_filter":
             decision = "blocked"  # an output check (or the upstream's filter) stopped the reply
+        decision = outcome.decision or decision  # named by the path (a tool call's mask)
         audit = self._audit_row(req, decision, outcome.status, outcome.error_type, outcome)
         if audit is not None:
             records.append(("audit", audit))
