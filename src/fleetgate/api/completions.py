@@ -85,12 +85,17 @@ _FORWARDED = frozenset(
 
 
 def _selected_headers(request: web.Request, affinity: frozenset[str]) -> dict[str, str]:
-    """The request headers stages and the router read, with lower-case names."""
+    """The request headers stages and the router read, with lower-case names (the last value
+    of a repeated one). Looked up by name (case-insensitive, no copy of each name lowered):
+    most requests carry none of them."""
+    headers = request.headers
     out = {}
-    for name, value in request.headers.items():
-        lowered = name.lower()
-        if lowered in _FORWARDED or lowered in affinity:
-            out[lowered] = value
+    for name in _FORWARDED:
+        if name in headers:
+            out[name] = headers.getall(name)[-1]
+    for name in affinity:  # lower-case already (`RouteTable.affinity_headers`)
+        if name not in out and name in headers:
+            out[name] = headers.getall(name)[-1]
     return out
 
 
@@ -246,50 +251,65 @@ def _dispatch(
     """The answer after the stages: a stage's own (a response cache hit) replayed, else the
     upstream's, sent again after a requeue (`fleetgate.contract.flow.respond`). Not a
     coroutine itself: the caller awaits `respond` directly, a frame fewer for every event."""
-
-    def replay() -> Awaitable[web.StreamResponse]:
-        return replay_answer(request, req, gw.metrics)
-
-    return respond(req, _upstream(request, gw, req, endpoint), replay)
+    upstream = _Upstream(request, gw, req, endpoint)
+    return respond(req, upstream.send, upstream.replay)
 
 
-def _upstream(
-    request: web.Request | None, gw: GatewayState, req: GatewayRequest, endpoint: RoutedEndpoint
-) -> Callable[[], Awaitable[web.StreamResponse]]:
-    """The send upstream (routing, retries, fallbacks, relay); each call dispatches again."""
-    out = req.outcome
-    base = _upstream_body(req.body, req.stream)
-    timeouts = gw.dispatcher.config.timeouts
-    forward = {"x-request-id": req.request_id}
-    stream = req.stream
-    trace: RequestTrace | None = out.span
-    attempts = 0
-    routing = False
+class _Upstream:
+    """One request's send upstream (routing, retries, fallbacks, relay): `send` dispatches
+    again on each call, `build` makes each attempt's call, `replay` sends a stage's own
+    answer. One object per request where closures needed a cell per variable they shared."""
 
-    def build(pick: Pick) -> UpstreamCall:
-        nonlocal attempts
+    __slots__ = ("attempts", "base", "endpoint", "gw", "req", "request", "routing", "timeouts")
+
+    def __init__(
+        self,
+        request: web.Request | None,
+        gw: GatewayState,
+        req: GatewayRequest,
+        endpoint: RoutedEndpoint,
+    ) -> None:
+        self.request = request
+        self.gw = gw
+        self.req = req
+        self.endpoint = endpoint
+        self.base = _upstream_body(req.body, req.stream)
+        self.timeouts = gw.dispatcher.config.timeouts
+        self.attempts = 0
+        self.routing = False
+
+    def build(self, pick: Pick) -> UpstreamCall:
+        req = self.req
         dep = pick.deployment
-        call_body = dict(base)
+        call_body = dict(self.base)
         call_body["model"] = dep.config.model
         if pick.extra_body:  # fields the strategy chose for this deployment (e.g. cache_salt)
             call_body.update(pick.extra_body)
-        headers = forward
+        headers = {"x-request-id": req.request_id}
+        trace: RequestTrace | None = req.outcome.span
         if trace is not None:  # this attempt's span travels to the engine as traceparent
-            attempts += 1
+            self.attempts += 1
             cfg = dep.config
-            headers = {**forward, **trace.attempt(dep.id, cfg.model, cfg.api_base, attempts)}
+            headers.update(trace.attempt(dep.id, cfg.model, cfg.api_base, self.attempts))
         return UpstreamCall(
-            endpoint, call_body, stream, dep.config.timeouts or timeouts, headers, req.responses
+            self.endpoint,
+            call_body,
+            req.stream,
+            dep.config.timeouts or self.timeouts,
+            headers,
+            req.responses,
         )
 
-    def send() -> Awaitable[web.StreamResponse]:  # `respond` awaits the dispatch itself
-        nonlocal routing
-        if trace is not None and not routing:  # once, however often it is sent
-            routing = True
+    def send(self) -> Awaitable[web.StreamResponse]:  # `respond` awaits the dispatch itself
+        req = self.req
+        trace: RequestTrace | None = req.outcome.span
+        if trace is not None and not self.routing:  # once, however often it is sent
+            self.routing = True
             trace.routing_started(req.alias)
-        return _dispatch_upstream(request, gw, req, build, timeouts)
+        return _dispatch_upstream(self.request, self.gw, req, self.build, self.timeouts)
 
-    return send
+    def replay(self) -> Awaitable[web.StreamResponse]:
+        return replay_answer(self.request, self.req, self.gw.metrics)
 
 
 async def _dispatch_upstream(

@@ -121,14 +121,25 @@ class _Connection(asyncio.Protocol):
         self.close()
 
     # used by the pool and the response
-    async def send(self, data: bytes) -> None:
-        """Write a request and wait for the response headers."""
+    def send(self, data: bytes) -> asyncio.Future[None]:
+        """Write a request; the future is done when the response headers arrived (awaited by
+        the caller: no coroutine of its own per request)."""
         self._reset()
         self.requests += 1
-        self._headers = self._loop.create_future()
+        headers = self._headers = self._loop.create_future()
         assert self.transport is not None
         self.transport.write(data)
-        await self._headers
+        return headers
+
+    def take_whole(self) -> bytes | None:
+        """The whole body when all of it has arrived (reading never paused), else None."""
+        if not self.done or self._error is not None or self._paused:
+            return None
+        chunks = self._chunks
+        body = b"".join(chunks)
+        chunks.clear()
+        self._buffered = 0
+        return body
 
     async def read_chunk(self) -> bytes:
         """Everything of the body received so far (at least one byte), ``b""`` at its end.
@@ -183,6 +194,9 @@ class PooledResponse:
         conn = self._conn
         if conn is None:
             return b""
+        whole = conn.take_whole()  # most answers: the whole body came with the headers
+        if whole is not None:
+            return whole
         parts = []
         while chunk := await conn.read_chunk():
             parts.append(chunk)

@@ -195,20 +195,20 @@ class _Sending:
                     _settle_fallbacks(self._ctx, used or None)
 
 
-async def _send_gated(
+def _send_gated(
     dep: Deployment, call: UpstreamCall, gate: asyncio.Future[None] | None
-) -> UpstreamResponse:
+) -> Awaitable[UpstreamResponse]:
     """``dep.provider.send(call)``, stopped at once if ``gate`` (a reservation still in
     flight) closes with a refusal meanwhile: the upstream call is aborted (for a request that
     is not streamed, before the engine has generated the whole answer) and the refusal raised.
     A gate refused already (while the request waited for a wake, a retry's backoff or a
     fallback) sends nothing: the refusal is raised at once.
     """
-    if gate is None:
-        return await dep.provider.send(call)
+    if gate is None:  # most requests: the provider's send itself, no coroutine between
+        return dep.provider.send(call)
     if refused(gate):
         gate.result()  # raises the refusal
-    return await until_refused(gate, dep.provider.send(call))
+    return until_refused(gate, dep.provider.send(call))
 
 
 def _with_hook_fields(hooks: Sequence[DispatchHook[Deployment]], pick: Pick) -> Pick:
