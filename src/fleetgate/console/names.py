@@ -34,7 +34,7 @@ class Names:
 
     def team_name(self, team_id: str | None) -> str:
         """Plain text: the team's name, "master key" for none, the id for an unknown team."""
-        if not team_id:
+        if not team_id or team_id == "master":  # the scheduler's tenant of master-key traffic
             return MASTER_KEY
         team = self._snapshot.teams.get(team_id)
         return team.name if team is not None else team_id
@@ -52,7 +52,7 @@ class Names:
         return f"{user} ({team})" if user else f"{team} key …{key_id[-4:]}"
 
     def team(self, team_id: str | None) -> Markup:
-        if not team_id:
+        if not team_id or team_id == "master":
             return Markup(MASTER_KEY)
         return _named(self.team_name(team_id), team_id)
 
