@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleetgate.sse import SSEParser, encode_sse, iter_sse_batches
+from fleetgate.sse import SSEBatches, SSEParser, encode_sse, iter_sse_batches
 
 STREAM = (
     b": a comment the parser must skip\n"
@@ -132,3 +133,25 @@ async def test_framer_accepts_crlf_and_a_last_frame_without_blank_line() -> None
     reads = (b"data: 1\r\n\r\ndata: 2\r\n\r\n", b"data: 3\n")
     batches = [batch async for batch in iter_sse_batches(_pieces(*reads))]
     assert batches == [[b"data: 1\n\n", b"data: 2\n\n"], [b"data: 3\n\n"]]
+
+
+async def test_framer_reading_a_connection_maps_its_errors_and_notes_the_end() -> None:
+    reads = [b'data: {"a":1}\n\n', b'data: {"b"', b':2}\n\ndata: {"c":3}\n\n', b""]
+
+    async def read() -> bytes:
+        return reads.pop(0)
+
+    batches = SSEBatches(read)
+    assert [b async for b in batches] == [
+        [b'data: {"a":1}\n\n'],
+        [b'data: {"b":2}\n\n', b'data: {"c":3}\n\n'],
+    ]
+    assert batches.ended
+
+    async def broken() -> bytes:
+        raise ConnectionResetError("gone")
+
+    mapped = SSEBatches(broken, errors=lambda exc: LookupError(f"mapped: {exc}"))
+    with pytest.raises(LookupError, match="mapped: gone"):
+        await anext(mapped)
+    assert not mapped.ended

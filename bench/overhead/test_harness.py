@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import alloc_counter
+import calls
 import memory
 import report
 import run
@@ -134,3 +136,27 @@ def test_upstream_streams_usage_only_when_asked() -> None:
 def test_reproducing_command_leaves_out_the_note() -> None:
     shown = run.shown_args(["--reps", "2", "--note", "noisy box", "--write-docs", "--note=x"])
     assert shown == ["--reps", "2", "--write-docs"]
+
+
+def test_a_chunk_costs_the_long_stream_minus_the_short_per_extra_event() -> None:
+    assert calls.sse_chunks(1) == 10  # role, six words, finish, usage, [DONE]
+    assert calls.sse_chunks(4) == 28
+    assert calls._per(1000.0, 460.0, 18) == 30.0
+    assert calls._per(None, 460.0, 18) is None
+    results = {
+        "this": {"json": {"calls": 90.0}, "sse": {}, "sse_chunk": {}},
+        "baseline": {"json": {"calls": 100.0}, "sse": {}, "sse_chunk": {}},
+    }
+    row = next(r for r in calls.table(results, ["this", "baseline"]).splitlines() if "calls" in r)
+    assert row.split()[-3:] == ["90", "100", "0.900"]
+
+
+def test_the_allocation_counter_counts_what_is_allocated() -> None:
+    counter = alloc_counter.load()
+    if counter is None:  # no C compiler here: calls.py prints n/a
+        return
+    before = counter.read()
+    made = [bytes(100) for _ in range(1000)]
+    counted = counter.read() - before
+    assert len(made) == 1000
+    assert counted.allocs >= 1000 and counted.nbytes >= 100_000

@@ -42,8 +42,8 @@ def _chunk(delta: dict[str, str], finish: str | None) -> dict[str, object]:
     }
 
 
-def _usage() -> dict[str, int]:
-    return {"prompt_tokens": 8, "completion_tokens": len(WORDS), "total_tokens": 8 + len(WORDS)}
+def _usage(words: int) -> dict[str, int]:
+    return {"prompt_tokens": 8, "completion_tokens": words, "total_tokens": 8 + words}
 
 
 def _event(obj: object) -> bytes:
@@ -60,8 +60,10 @@ class Bodies:
     models: bytes
 
     @classmethod
-    def build(cls) -> Bodies:
-        """Encode the completion, the SSE events, and the model list."""
+    def build(cls, repeat: int = 1) -> Bodies:
+        """Encode the completion, the SSE events, and the model list; a stream carries the
+        words ``repeat`` times (``calls.py`` measures the cost of one chunk with a longer one)."""
+        words = WORDS * repeat
         completion = {
             "id": "chatcmpl-bench",
             "object": "chat.completion",
@@ -74,12 +76,12 @@ class Bodies:
                     "finish_reason": "stop",
                 }
             ],
-            "usage": _usage(),
+            "usage": _usage(len(WORDS)),
         }
         events = [_event(_chunk({"role": "assistant", "content": ""}, None))]
-        events += [_event(_chunk({"content": word}, None)) for word in WORDS]
+        events += [_event(_chunk({"content": word}, None)) for word in words]
         events.append(_event(_chunk({}, "stop")))
-        usage_chunk = {**_chunk({}, None), "choices": [], "usage": _usage()}
+        usage_chunk = {**_chunk({}, None), "choices": [], "usage": _usage(len(words))}
         models = {
             "object": "list",
             "data": [{"id": MODEL, "object": "model", "created": CREATED, "owned_by": "bench"}],

@@ -8,9 +8,9 @@
   including inside a multi-byte UTF-8 character. Every reader of events uses it (the Anthropic
   provider, the benchmark client and scripts).
 - :func:`encode_sse` writes one frame.
-- :func:`iter_sse_batches` only cuts a byte stream into whole frames, never decoding them: it
-  is the relay's fast path for OpenAI-style upstreams, whose frames go to the client as the
-  bytes that came in.
+- :class:`SSEBatches` (and :func:`iter_sse_batches` over an iterator of reads) only cuts a
+  byte stream into whole frames, never decoding them: it is the relay's fast path for
+  OpenAI-style upstreams, whose frames go to the client as the bytes that came in.
 
 Example::
 
@@ -22,12 +22,12 @@ Example::
 from __future__ import annotations
 
 import codecs
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
 
-__all__ = ["SSEParser", "encode_sse", "iter_sse_batches"]
+__all__ = ["SSEBatches", "SSEParser", "encode_sse", "iter_sse_batches"]
 
 _SEP = b"\n\n"
 
@@ -116,20 +116,72 @@ def encode_sse(event: str | None, data: Any) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + payload + b"\n\n"
 
 
-async def iter_sse_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
+class SSEBatches:
+    """The relay's framer: complete SSE events (each ending in a blank line) from ``read``,
+    one list per read that completed any, never decoding them. ``read`` returns the bytes
+    received so far (at least one byte) and ``b""`` at the end of the stream; a last event
+    without its blank line is completed then. ``ended``: the stream was read to its end.
+    ``errors`` translates what ``read`` raises (an ``Exception``; a cancellation passes).
+
+    A class rather than an async generator: an event costs one resumed frame here instead of
+    one per generator stacked above the connection (``__anext__`` calls ``read`` directly)."""
+
+    __slots__ = ("_buf", "_errors", "_read", "ended")
+
+    def __init__(
+        self,
+        read: Callable[[], Awaitable[bytes]],
+        errors: Callable[[Exception], BaseException] | None = None,
+    ) -> None:
+        self._read = read
+        self._errors = errors
+        self._buf = b""
+        self.ended = False
+
+    def __aiter__(self) -> SSEBatches:
+        return self
+
+    async def __anext__(self) -> list[bytes]:
+        buf = self._buf
+        while not self.ended:
+            try:
+                chunk = await self._read()
+            except Exception as exc:
+                if self._errors is None:
+                    raise
+                raise self._errors(exc) from None
+            if not chunk:
+                self.ended = True
+                break
+            buf = buf + chunk if buf else chunk
+            at = buf.find(_SEP)
+            if at > 0 and at == len(buf) - 2:  # one whole event, as an engine sends a token
+                self._buf = b""
+                return [buf]
+            if at < 0:
+                if b"\r\n\r\n" in buf:
+                    buf = buf.replace(b"\r\n", b"\n")
+                else:
+                    continue
+            *events, buf = buf.split(_SEP)
+            batch = [event + _SEP for event in events if event]
+            if batch:
+                self._buf = buf
+                return batch
+        self._buf = b""
+        if buf.strip():
+            return [buf.rstrip(b"\n") + _SEP]
+        raise StopAsyncIteration
+
+
+def iter_sse_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
     """Split a byte stream into complete SSE events (each ending in a blank line), yielding
-    the events completed by each read together."""
-    buf = b""
-    async for chunk in chunks:
-        buf = buf + chunk if buf else chunk
-        if _SEP not in buf:
-            if b"\r\n\r\n" in buf:
-                buf = buf.replace(b"\r\n", b"\n")
-            else:
-                continue
-        *events, buf = buf.split(_SEP)
-        batch = [event + _SEP for event in events if event]
-        if batch:
-            yield batch
-    if buf.strip():
-        yield [buf.rstrip(b"\n") + _SEP]
+    the events completed by each read together (`SSEBatches` over an iterator of reads)."""
+
+    async def read() -> bytes:
+        async for chunk in chunks:
+            if chunk:
+                return chunk
+        return b""
+
+    return SSEBatches(read)

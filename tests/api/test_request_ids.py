@@ -3,7 +3,11 @@ tell it a neighbour's, and ids stay unique across replicas and sort by when they
 
 from __future__ import annotations
 
+import copy
+import os
 from typing import Any
+
+import pytest
 
 from fleetgate.core import RequestIds
 from tests.conftest import AUTH, GatewayFactory, one_alias
@@ -44,3 +48,14 @@ async def test_a_callers_next_answer_is_not_a_step_from_its_last(
     for a, b in zip(ids, ids[1:], strict=False):
         assert _random_part(a)[:6] != _random_part(b)[:6]
         assert int(_random_part(b), 16) - int(_random_part(a), 16) not in range(-1024, 1025)
+
+
+def test_ids_stay_unique_past_one_read_of_randomness_and_after_a_fork(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ids = RequestIds(clock=lambda: 1_700_000_000.0)
+    issued = [_random_part(ids.next()) for _ in range(3 * 256 + 5)]  # several reads of the CSPRNG
+    assert len(set(issued)) == len(issued)
+    child = copy.copy(ids)  # what a fork would leave in the child: the same unused randomness
+    monkeypatch.setattr(os, "getpid", lambda: -1)  # the child's pid: another process
+    assert _random_part(child.next()) != _random_part(ids.next())  # the child read anew

@@ -148,3 +148,28 @@ async def test_close_mid_body_and_garbage(server: Callable[[Handler], Awaitable[
     with pytest.raises(OSError):
         await pool.post("http://127.0.0.1:9/x", b"{}", {}, connect_timeout=1)
     await pool.aclose()
+
+
+async def test_request_headers_go_out_once_each_with_the_last_value(
+    server: Callable[[Handler], Awaitable[str]],
+) -> None:
+    seen: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await _read_request(reader))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+
+    url = await server(handler)
+    pool = ConnectionPool()
+    extra = {"X-Trace": "a", "x-trace": "b", "Host": "evil", "content-length": "9"}
+    resp = await pool.post(
+        url, b"{}", {"Content-Type": "application/json"}, connect_timeout=5, extra=extra
+    )
+    assert await resp.read() == b"{}"
+    resp.release()
+    await pool.aclose()
+    head = seen[0].split(b"\r\n\r\n")[0].lower().split(b"\r\n")
+    assert [h for h in head if h.startswith(b"x-trace")] == [b"x-trace: b"]
+    assert sum(h.startswith(b"host:") for h in head) == 1 and b"host: evil" not in head
+    assert [h for h in head if h.startswith(b"content-length")] == [b"content-length: 2"]

@@ -17,7 +17,6 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from fleetgate.api.capture import ResponseCapture, response_text
-from fleetgate.api.exchange import record_exchange
 from fleetgate.api.relay import relay_stream
 from fleetgate.api.replay import replay_answer
 from fleetgate.api.schemas import (
@@ -49,16 +48,24 @@ _SCHEMAS: dict[RoutedEndpoint, type[BaseModel]] = {
 }
 
 
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _serve(request, Endpoint.CHAT)
+def _handler(endpoint: RoutedEndpoint) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The route handler of ``endpoint``: authenticate, read the body, `serve` (one frame,
+    which every event of a stream resumes, instead of a handler calling a helper)."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        gw = request.app[GATEWAY]
+        principal = gw.core.auth.authenticate_request(request.headers)
+        body = await read_json(request, gw.max_request_bytes, gw.body_timeout_s)
+        return await serve(request, gw, endpoint, principal, body, started)
+
+    handle.__name__ = handle.__qualname__ = f"{endpoint.name.lower()}_handler"
+    return handle
 
 
-async def completions(request: web.Request) -> web.StreamResponse:
-    return await _serve(request, Endpoint.COMPLETIONS)
-
-
-async def embeddings(request: web.Request) -> web.StreamResponse:
-    return await _serve(request, Endpoint.EMBEDDINGS)
+chat_completions = _handler(Endpoint.CHAT)
+completions = _handler(Endpoint.COMPLETIONS)
+embeddings = _handler(Endpoint.EMBEDDINGS)
 
 
 # Request headers that stages may read (session affinity, conversation ids, debug flags, the
@@ -78,12 +85,17 @@ _FORWARDED = frozenset(
 
 
 def _selected_headers(request: web.Request, affinity: frozenset[str]) -> dict[str, str]:
-    """The request headers stages and the router read, with lower-case names."""
+    """The request headers stages and the router read, with lower-case names (the last value
+    of a repeated one). Looked up by name (case-insensitive, no copy of each name lowered):
+    most requests carry none of them."""
+    headers = request.headers
     out = {}
-    for name, value in request.headers.items():
-        lowered = name.lower()
-        if lowered in _FORWARDED or lowered in affinity:
-            out[lowered] = value
+    for name in _FORWARDED:
+        if name in headers:
+            out[name] = headers.getall(name)[-1]
+    for name in affinity:  # lower-case already (`RouteTable.affinity_headers`)
+        if name not in out and name in headers:
+            out[name] = headers.getall(name)[-1]
     return out
 
 
@@ -95,14 +107,6 @@ def _upstream_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:
     options = body.get("stream_options")
     out["stream_options"] = {**(options or {}), "include_usage": True}
     return out
-
-
-async def _serve(request: web.Request, endpoint: RoutedEndpoint) -> web.StreamResponse:
-    started = time.perf_counter()
-    gw = request.app[GATEWAY]
-    principal = gw.core.auth.authenticate_request(request.headers)
-    body = await read_json(request, gw.max_request_bytes, gw.body_timeout_s)
-    return await serve(request, gw, endpoint, principal, body, started)
 
 
 async def serve(
@@ -130,10 +134,11 @@ async def serve(
     )
     if bind is not None:
         bind(req)
-    trace = _trace(gw, req, endpoint)
+    traced = gw.tracer.enabled or "traceparent" in req.headers  # rarely: no call otherwise
+    trace = _trace(gw, req, endpoint) if traced else None
     try:
         # overlap: a reservation still in flight is waited for once the upstream call is sent
-        async with StageRun(gw.stages, req, _recorder(gw), overlap=True):
+        async with StageRun(gw.stages, req, gw.record, overlap=True):
             return await _dispatch(request, gw, req, endpoint)
     finally:
         if trace is not None:
@@ -167,7 +172,7 @@ async def answer(
         req.outcome.batch = batch
         trace = _trace(gw, req, endpoint)
         try:
-            async with StageRun(gw.stages, req, _recorder(gw), overlap=True):
+            async with StageRun(gw.stages, req, gw.record, overlap=True):
                 response = await _dispatch(None, gw, req, endpoint)
         finally:
             if trace is not None:
@@ -194,7 +199,9 @@ def _gateway_request(
     request_id: str,
     wire: ResponseWire | None,
 ) -> GatewayRequest:
-    validate_request(_SCHEMAS[endpoint], body)
+    validate_request(
+        ChatCompletionRequest if endpoint is Endpoint.CHAT else _SCHEMAS[endpoint], body
+    )
     alias: str = body["model"]
     gw.check_model(principal, alias)
     stream = endpoint is not Endpoint.EMBEDDINGS and body.get("stream") is True
@@ -238,62 +245,71 @@ def _trace(gw: GatewayState, req: GatewayRequest, endpoint: RoutedEndpoint) -> R
     return trace
 
 
-def _recorder(gw: GatewayState) -> Callable[[GatewayRequest], None]:
-    def record(req: GatewayRequest) -> None:
-        record_exchange(req, gw.metrics, gw.access_log)
-
-    return record
-
-
-async def _dispatch(
+def _dispatch(
     request: web.Request | None, gw: GatewayState, req: GatewayRequest, endpoint: RoutedEndpoint
-) -> web.StreamResponse:
+) -> Awaitable[web.StreamResponse]:
     """The answer after the stages: a stage's own (a response cache hit) replayed, else the
-    upstream's, sent again after a requeue (`fleetgate.contract.flow.respond`)."""
-
-    async def replay() -> web.StreamResponse:
-        return await replay_answer(request, req, gw.metrics)
-
-    return await respond(req, _upstream(request, gw, req, endpoint), replay)
+    upstream's, sent again after a requeue (`fleetgate.contract.flow.respond`). Not a
+    coroutine itself: the caller awaits `respond` directly, a frame fewer for every event."""
+    upstream = _Upstream(request, gw, req, endpoint)
+    return respond(req, upstream.send, upstream.replay)
 
 
-def _upstream(
-    request: web.Request | None, gw: GatewayState, req: GatewayRequest, endpoint: RoutedEndpoint
-) -> Callable[[], Awaitable[web.StreamResponse]]:
-    """The send upstream (routing, retries, fallbacks, relay); each call dispatches again."""
-    out = req.outcome
-    base = _upstream_body(req.body, req.stream)
-    timeouts = gw.dispatcher.config.timeouts
-    forward = {"x-request-id": req.request_id}
-    stream = req.stream
-    trace: RequestTrace | None = out.span
-    attempts = 0
-    routing = False
+class _Upstream:
+    """One request's send upstream (routing, retries, fallbacks, relay): `send` dispatches
+    again on each call, `build` makes each attempt's call, `replay` sends a stage's own
+    answer. One object per request where closures needed a cell per variable they shared."""
 
-    def build(pick: Pick) -> UpstreamCall:
-        nonlocal attempts
+    __slots__ = ("attempts", "base", "endpoint", "gw", "req", "request", "routing", "timeouts")
+
+    def __init__(
+        self,
+        request: web.Request | None,
+        gw: GatewayState,
+        req: GatewayRequest,
+        endpoint: RoutedEndpoint,
+    ) -> None:
+        self.request = request
+        self.gw = gw
+        self.req = req
+        self.endpoint = endpoint
+        self.base = _upstream_body(req.body, req.stream)
+        self.timeouts = gw.dispatcher.config.timeouts
+        self.attempts = 0
+        self.routing = False
+
+    def build(self, pick: Pick) -> UpstreamCall:
+        req = self.req
         dep = pick.deployment
-        call_body = dict(base)
+        call_body = dict(self.base)
         call_body["model"] = dep.config.model
         if pick.extra_body:  # fields the strategy chose for this deployment (e.g. cache_salt)
             call_body.update(pick.extra_body)
-        headers = forward
+        headers = {"x-request-id": req.request_id}
+        trace: RequestTrace | None = req.outcome.span
         if trace is not None:  # this attempt's span travels to the engine as traceparent
-            attempts += 1
+            self.attempts += 1
             cfg = dep.config
-            headers = {**forward, **trace.attempt(dep.id, cfg.model, cfg.api_base, attempts)}
+            headers.update(trace.attempt(dep.id, cfg.model, cfg.api_base, self.attempts))
         return UpstreamCall(
-            endpoint, call_body, stream, dep.config.timeouts or timeouts, headers, req.responses
+            self.endpoint,
+            call_body,
+            req.stream,
+            dep.config.timeouts or self.timeouts,
+            headers,
+            req.responses,
         )
 
-    async def send() -> web.StreamResponse:
-        nonlocal routing
-        if trace is not None and not routing:  # once, however often it is sent
-            routing = True
+    def send(self) -> Awaitable[web.StreamResponse]:  # `respond` awaits the dispatch itself
+        req = self.req
+        trace: RequestTrace | None = req.outcome.span
+        if trace is not None and not self.routing:  # once, however often it is sent
+            self.routing = True
             trace.routing_started(req.alias)
-        return await _dispatch_upstream(request, gw, req, build, timeouts)
+        return _dispatch_upstream(self.request, self.gw, req, self.build, self.timeouts)
 
-    return send
+    def replay(self) -> Awaitable[web.StreamResponse]:
+        return replay_answer(self.request, self.req, self.gw.metrics)
 
 
 async def _dispatch_upstream(

@@ -39,7 +39,7 @@ def record_exchange(req: GatewayRequest, metrics: GatewayMetrics, access_log: Ac
             "ts": time.time(),
             "request_id": req.request_id,
             "client_request_id": req.headers.get("x-request-id"),
-            "endpoint": req.endpoint.value,
+            "endpoint": req.endpoint._value_,  # the value, without the enum's descriptor
             "key": req.principal.key_id,
             "team": req.principal.team_id,
             "alias": out.alias,

@@ -28,7 +28,6 @@ from fleetgate.telemetry.metrics import GatewayMetrics
 __all__ = ["OpenAIStreamEncoder", "relay_stream", "sse_headers"]
 
 _DONE = b"data: [DONE]"
-_USAGE_MARKERS = (b'"usage":{', b'"usage": {')
 _EMPTY_CHOICES = (b'"choices":[]', b'"choices": []')
 
 
@@ -45,7 +44,7 @@ def sse_headers(dispatch: Dispatch, req: GatewayRequest) -> dict[str, str]:
 
 def _inspect(event: bytes, out: Outcome, want_usage: bool) -> bool:
     """Record what the event tells us; False when the event must not reach the client."""
-    if not any(m in event for m in _USAGE_MARKERS):
+    if b'"usage":{' not in event and b'"usage": {' not in event:  # _USAGE_MARKERS, no genexpr
         if b'"finish_reason":"' in event or b'"finish_reason": "' in event:
             _take_finish(event, out)
         return True
@@ -89,19 +88,19 @@ class _IdleTimer:
     as events arrive, at most every tenth of ``idle_s`` (a busy stream pays a float comparison
     per read; a silent one ends after 0.9-1x ``idle_s``)."""
 
-    __slots__ = ("_cm", "_end", "_idle", "_rearm_at")
+    __slots__ = ("_cm", "_end", "_idle", "rearm_at")
 
     def __init__(self, cm: asyncio.Timeout, total_s: float, idle_s: float) -> None:
         self._cm = cm
         self._idle = idle_s
         self._end = asyncio.get_running_loop().time() + total_s
-        self._rearm_at = time.perf_counter() + idle_s / 10
+        self.rearm_at = time.perf_counter() + idle_s / 10  # callers skip `touch` before
 
     def touch(self, now: float) -> None:
-        if now >= self._rearm_at:
+        if now >= self.rearm_at:
             loop_now = asyncio.get_running_loop().time()
             self._cm.reschedule(min(self._end, loop_now + self._idle))
-            self._rearm_at = now + self._idle / 10
+            self.rearm_at = now + self._idle / 10
 
 
 async def relay_stream(
@@ -183,9 +182,12 @@ async def _relay_bytes(
     last = dispatch.upstream_answered
     first = True
     chunks = 0
-    async for batch in _all_batches(dispatch):
+    batch = dispatch.response.first_batch
+    more = dispatch.response.batches().__anext__  # called directly: no generator in between
+    while True:
         now = time.perf_counter()
-        idle.touch(now)
+        if now >= idle.rearm_at:
+            idle.touch(now)
         send = []
         done = False
         for event in batch:
@@ -205,17 +207,15 @@ async def _relay_bytes(
                 send.append(event)
         out.relayed = chunks
         if send:
-            await resp.write(send[0] if len(send) == 1 else b"".join(send))
+            await resp.write(b"".join(send))  # one event: the same bytes, not a copy
         if done:
+            break
+        try:
+            batch = await more()
+        except StopAsyncIteration:
             break
     dispatch.upstream_done = True
     out.last_token_at = last
-
-
-async def _all_batches(dispatch: Dispatch) -> AsyncIterator[list[bytes]]:
-    yield dispatch.response.first_batch
-    async for batch in dispatch.response.batches():
-        yield batch
 
 
 def _decode(event: bytes) -> dict[str, Any] | None:
@@ -280,7 +280,9 @@ class _FilteredRelay:
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         """Decoded upstream chunks; usage-only chunks are kept aside."""
         async for event in self.dispatch.response.events():
-            self.idle.touch(time.perf_counter())
+            now = time.perf_counter()
+            if now >= self.idle.rearm_at:
+                self.idle.touch(now)
             if event.startswith(_DONE):
                 return
             chunk = self._take(event)

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from fleetgate.api.exchange import record_exchange
 from fleetgate.config.settings import Settings
 from fleetgate.contract.principal import Principal
+from fleetgate.contract.request import GatewayRequest
 from fleetgate.contract.stages import Stage
 from fleetgate.core import Core, Port
 from fleetgate.errors import ModelNotFound
@@ -60,10 +62,15 @@ class GatewayState:
     def resources(self) -> Resources:
         return self.core.resources
 
+    def record(self, req: GatewayRequest) -> None:
+        """Metrics, access log and trace of a finished request (`StageRun`'s ``record``)."""
+        record_exchange(req, self.core.metrics, self.access_log)
+
     def check_model(self, principal: Principal, model: str, *, routed: bool = True) -> None:
         """404 unless ``principal`` may use ``model`` and (``routed``) an alias serves it; 403
         for a role that may call no model (a finance viewer)."""
-        if not principal.require("call").may_use(model):
+        if not principal.may_use(model):  # and only then the 403 of a role that may not call
+            principal.require("call")
             raise ModelNotFound(
                 f"The model '{model}' does not exist or you do not have access to it.",
                 param="model",

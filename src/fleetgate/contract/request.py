@@ -250,6 +250,14 @@ class Outcome:
         details = details if isinstance(details, dict) else {}
         self.prompt_tokens = prompt
         self.completion_tokens = completion
+        if (
+            not details
+            and "cache_read_input_tokens" not in usage
+            and "cache_creation_input_tokens" not in usage
+            and "completion_tokens_details" not in usage
+        ):  # counts only (most upstreams): none of the fields below to look for
+            self.cached_tokens = self.cache_write_tokens = 0
+            return
         self.cached_tokens = _count(
             details.get("cached_tokens"), usage.get("cache_read_input_tokens")
         )

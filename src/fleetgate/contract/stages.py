@@ -99,11 +99,13 @@ class StageRun:
                 streams = tuple(req.stream_filters) if req.stream_filters else ()
                 responses = tuple(req.response_filters) if req.response_filters else ()
                 # a refusal that comes while a stage waits (the admission queue) ends the wait
-                if trace is None:
-                    await _before(stage, req)
-                else:
+                if trace is not None:
                     with trace.stage(stage.name):  # one span per stage, under the request's
                         await _before(stage, req)
+                elif req.gate is None:  # no check in flight (most requests): no frame between
+                    await stage.before(req)
+                else:
+                    await _before(stage, req)
                 self._ran.append(stage)
                 if streams and len(req.stream_filters) != len(streams):
                     _inner_first(req.stream_filters, streams)

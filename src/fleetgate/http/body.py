@@ -70,13 +70,19 @@ def decode_object(
     JSON, not an object, or nests deeper than ``max_depth``. The one check of an HTTP body and
     of a batch line (``what`` names it in the message; a line is one level deeper than its
     body)."""
-    if len(raw) > max_bytes:
+    size = len(raw)
+    if size > max_bytes:
         raise PayloadTooLarge(f"{what} exceeds the {max_bytes} byte limit.")
     if not raw:
         raise InvalidRequest(f"{what} is empty; expected a JSON object.")
     # counted before the parse that would build them
     brackets = raw.count(b"[") + raw.count(b"{")  # C-speed; both checks below start from it
-    if over := holds_more_values(raw, max_values, max_containers, brackets=brackets):
+    # every value and every bracket takes a byte at least: a body no longer than both limits
+    # cannot hold more (most bodies; no call to count them)
+    over = None
+    if size > max_values or size > max_containers:
+        over = holds_more_values(raw, max_values, max_containers, brackets=brackets)
+    if over:
         limit = max_values if over == "values" else max_containers
         raise PayloadTooLarge(f"{what} holds more than {limit} JSON {over}.")
     try:
@@ -90,5 +96,6 @@ def decode_object(
     # from its bytes (walking the parsed value held the event loop ~2 s for 16 MiB).
     if brackets > max_depth and nests_deeper(raw, max_depth):
         raise InvalidRequest(f"{what} nests deeper than {MAX_DEPTH} levels.")
-    check_json_text(raw, value)  # a NUL no store can hold: 400 naming where it is
+    if b"\\u0000" in raw:  # maybe a NUL no store can hold: 400 naming where it is
+        check_json_text(raw, value)
     return value

@@ -88,6 +88,14 @@ def _may_debug(rule: str, principal: Principal) -> bool:
     return principal.is_master or (rule == "admins" and principal.role == "team_admin")
 
 
+def _plain_text(messages: list[Any]) -> bool:
+    """Every message's content is text or none (a loop: no generator per request)."""
+    for m in messages:
+        if not isinstance(m.get("content"), str | None):
+            return False
+    return True
+
+
 class MultimodalStage:
     """The `fleetgate.contract.stages.Stage` of the multimodal pipeline.
 
@@ -115,7 +123,7 @@ class MultimodalStage:
             and not debug
             and not _EXTRA_FIELDS & req.body.keys()
             and req.alias not in rt.config.prompts
-            and all(isinstance(m.get("content"), str | None) for m in req.body["messages"])
+            and _plain_text(req.body["messages"])
         ):
             return  # plain text chat: nothing to fetch, transcribe, assemble or speak
         profile = req.body.get("user_profile")
@@ -285,6 +293,8 @@ class MultimodalStage:
             req.response_filters.append(debug)
 
     def after(self, req: GatewayRequest, outcome: Outcome) -> None:
+        if not req.state:  # `before` kept nothing for later (a plain text chat)
+            return
         spoken = req.state.get(_SPOKEN)
         if isinstance(spoken, SpokenStreamFilter):
             self.runtime.spawn(spoken.aclose())

@@ -16,7 +16,7 @@ import asyncio
 import ssl as ssl_module
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -41,7 +41,7 @@ class _Connection(asyncio.Protocol):
         self.requests = 0
         self._loop = asyncio.get_running_loop()
         self.parser = httptools.HttpResponseParser(self)  # parses message after message
-        self._chunks: deque[bytes] = deque()
+        self._chunks: list[bytes] = []
         self._error: BaseException | None = None
         self._reset()
 
@@ -96,7 +96,11 @@ class _Connection(asyncio.Protocol):
         if self._buffered > _HIGH_WATER and not self._paused and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
-        self._wake()
+        waiter = self._waiter  # _wake, inline: once per upstream read of a stream
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def on_message_complete(self) -> None:
         self.done = True
@@ -117,14 +121,25 @@ class _Connection(asyncio.Protocol):
         self.close()
 
     # used by the pool and the response
-    async def send(self, data: bytes) -> None:
-        """Write a request and wait for the response headers."""
+    def send(self, data: bytes) -> asyncio.Future[None]:
+        """Write a request; the future is done when the response headers arrived (awaited by
+        the caller: no coroutine of its own per request)."""
         self._reset()
         self.requests += 1
-        self._headers = self._loop.create_future()
+        headers = self._headers = self._loop.create_future()
         assert self.transport is not None
         self.transport.write(data)
-        await self._headers
+        return headers
+
+    def take_whole(self) -> bytes | None:
+        """The whole body when all of it has arrived (reading never paused), else None."""
+        if not self.done or self._error is not None or self._paused:
+            return None
+        chunks = self._chunks
+        body = b"".join(chunks)
+        chunks.clear()
+        self._buffered = 0
+        return body
 
     async def read_chunk(self) -> bytes:
         """Everything of the body received so far (at least one byte), ``b""`` at its end.
@@ -134,7 +149,7 @@ class _Connection(asyncio.Protocol):
         while True:
             if self._chunks:
                 chunks = self._chunks
-                chunk = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+                chunk = b"".join(chunks)  # one piece: that same bytes object, not a copy
                 chunks.clear()
                 self._buffered = 0
                 if self._paused and self._buffered < _LOW_WATER and self.transport is not None:
@@ -176,8 +191,23 @@ class PooledResponse:
         return self._headers
 
     async def read(self) -> bytes:
-        parts = [chunk async for chunk in self.iter_chunks()]
+        conn = self._conn
+        if conn is None:
+            return b""
+        whole = conn.take_whole()  # most answers: the whole body came with the headers
+        if whole is not None:
+            return whole
+        parts = []
+        while chunk := await conn.read_chunk():
+            parts.append(chunk)
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def reader(self) -> Callable[[], Awaitable[bytes]]:
+        """The body's reads for a reader that pulls them itself (`fleetgate.sse.SSEBatches`),
+        one frame less per read than `iter_chunks`: each returns what was received so far (at
+        least one byte), ``b""`` at the end."""
+        conn = self._conn
+        return conn.read_chunk if conn is not None else _nothing
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
         conn = self._conn
@@ -215,16 +245,23 @@ class PooledResponse:
             conn.close()
 
 
-def _unique(headers: Mapping[str, str]) -> Mapping[str, str]:
-    """Headers without case-insensitive duplicates (the last wins), Host and Content-Length."""
-    lowered = {k.lower() for k in headers}
-    if len(lowered) == len(headers) and not lowered & {"host", "content-length"}:
-        return headers
+async def _nothing() -> bytes:
+    return b""
+
+
+def _header_lines(headers: Mapping[str, str]) -> str:
+    """``Name: value`` lines of ``headers`` without case-insensitive duplicates (the last
+    value wins, in the place of the first), Host and Content-Length; one loop, no
+    comprehension: this runs for every request's own headers."""
     out: dict[str, tuple[str, str]] = {}
     for k, v in headers.items():
-        if k.lower() not in ("host", "content-length"):
-            out[k.lower()] = (k, v)
-    return dict(out.values())
+        lowered = k.lower()
+        if lowered != "host" and lowered != "content-length":
+            out[lowered] = (k, v)
+    lines = ""
+    for k, v in out.values():
+        lines += f"{k}: {v}\r\n"
+    return lines
 
 
 class ConnectionPool:
@@ -250,7 +287,7 @@ class ConnectionPool:
             host_header = host if default else f"{host}:{port}"
             if ":" in host and not host.startswith("["):
                 host_header = f"[{host}]" if default else f"[{host}]:{port}"
-            lines = "".join(f"{k}: {v}\r\n" for k, v in _unique(headers).items())
+            lines = _header_lines(headers)
             head = f"POST {path} HTTP/1.1\r\nHost: {host_header}\r\n{lines}".encode("latin-1")
             hit = self._targets[url] = (headers, (host, port, tls), head)
         return hit[1], hit[2]
@@ -308,7 +345,7 @@ class ConnectionPool:
         ``extra`` are this request's own."""
         key, head = self._target(url, headers)
         if extra:
-            lines = "".join(f"{k}: {v}\r\n" for k, v in _unique(extra).items())
+            lines = _header_lines(extra)
             data = b"".join((head, f"{lines}Content-Length: {len(body)}\r\n\r\n".encode(), body))
         else:
             data = b"".join((head, b"Content-Length: %d\r\n\r\n" % len(body), body))

@@ -70,10 +70,11 @@ def client_fields(body: Mapping[str, Any]) -> dict[str, Any]:
 def sealed(call: UpstreamCall, gateway: Mapping[str, Any] | None) -> UpstreamCall:
     """``call`` with the engine's fields exactly as the gateway set them (``gateway``: the
     attempt's `Pick.extra_body`), whatever the client put in its body or Responses fields."""
-    body = client_fields(call.body)
-    if gateway:
-        body.update((k, v) for k, v in gateway.items() if k in ENGINE_ONLY)
-    call.body = body
+    if gateway or not ENGINE_ONLY.isdisjoint(call.body):  # else nothing to drop or set
+        body = client_fields(call.body)
+        if gateway:
+            body.update((k, v) for k, v in gateway.items() if k in ENGINE_ONLY)
+        call.body = body
     if call.responses:
         call.responses = client_fields(call.responses)
     return call

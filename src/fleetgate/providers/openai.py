@@ -10,13 +10,19 @@ import asyncio
 import orjson
 
 from fleetgate.config.schema import DeploymentConfig
+from fleetgate.contract.request import Endpoint
 from fleetgate.errors import UpstreamBadResponse
 from fleetgate.providers.azure_openai import azure_url
 from fleetgate.providers.base import RoutedEndpoint, UpstreamCall, UpstreamResponse
 from fleetgate.providers.connections import PooledResponse
 from fleetgate.providers.responses import NativeResponses
-from fleetgate.providers.transport import HttpClient, raise_upstream_error, streamed_response
-from fleetgate.sse import iter_sse_batches
+from fleetgate.providers.transport import (
+    HttpClient,
+    raise_upstream_error,
+    read_errors,
+    streamed_response,
+)
+from fleetgate.sse import SSEBatches
 
 # After [DONE] only the chunked-encoding terminator is left: wait this long for it.
 
@@ -34,6 +40,7 @@ class OpenAIProvider:
         self._headers = {"Content-Type": "application/json", **config.extra_headers}
         if config.api_key:
             self._headers.update(self._auth_headers(config.api_key))
+        self._chat_url = self.url(Endpoint.CHAT)
         self._native: NativeResponses | None = None
         if config.responses_api == "native":
             self._native = NativeResponses(f"{config.api_base}/responses", self._headers, http)
@@ -54,31 +61,28 @@ class OpenAIProvider:
     async def send(self, call: UpstreamCall) -> UpstreamResponse:
         if call.responses is not None and self._native is not None:
             return await self._native.send(call)
-        url = self.url(call.endpoint)
+        # the chat URL is made once (an enum's value costs a call to read)
+        url = self._chat_url if call.endpoint is Endpoint.CHAT else self.url(call.endpoint)
         payload = orjson.dumps(call.body)
         if not call.stream:
-            resp, body = await self._post(url, payload, call)
+            resp, body = await self._http.post(
+                url, payload, self._headers, call.timeouts, stream=False,
+                extra_headers=call.headers,
+            )  # fmt: skip
             out = UpstreamResponse(status=resp.status, body=body)
             out.json()  # garbage in a 200 is an upstream failure, and retryable
             return out
         return await self._open_stream(url, payload, call)
 
-    async def _post(
-        self, url: str, payload: bytes, call: UpstreamCall
-    ) -> tuple[PooledResponse, bytes | None]:
-        """POST ``payload`` to ``url`` with ``call``'s timeouts and headers, streamed when the
-        call is (then the body is the caller's to read)."""
-        return await self._http.post(
-            url, payload, self._headers, call.timeouts, stream=call.stream,
-            extra_headers=call.headers,
-        )  # fmt: skip
-
     async def _open_stream(self, url: str, payload: bytes, call: UpstreamCall) -> UpstreamResponse:
         resp: PooledResponse | None = None
         try:
             async with asyncio.timeout(call.timeouts.first_token):
-                resp, _ = await self._post(url, payload, call)
-                batches = iter_sse_batches(resp.iter_chunks())
+                resp, _ = await self._http.post(
+                    url, payload, self._headers, call.timeouts, stream=True,
+                    extra_headers=call.headers,
+                )  # fmt: skip
+                batches = SSEBatches(resp.reader(), read_errors(url))
                 try:
                     first, *rest = await anext(batches)
                 except StopAsyncIteration:

@@ -26,12 +26,14 @@ from fleetgate.errors import (
 )
 from fleetgate.providers.base import UpstreamResponse
 from fleetgate.providers.connections import ConnectionPool, PooledResponse
+from fleetgate.sse import SSEBatches
 
 __all__ = [
     "ErrorMapper",
     "HttpClient",
     "map_client_error",
     "raise_upstream_error",
+    "read_errors",
     "status_error",
     "streamed_response",
 ]
@@ -73,34 +75,61 @@ def raise_upstream_error(exc: BaseException, resp: PooledResponse | None, where:
     raise map_client_error(exc, where) from None
 
 
+class _Batches:
+    """A stream's batches after the first, read errors mapped into the error tree;
+    ``ended``: read to the end. A class, not an async generator: one resumed frame per
+    batch fewer."""
+
+    __slots__ = ("_next", "_where", "ended")
+
+    def __init__(self, batches: AsyncIterator[list[bytes]], where: str) -> None:
+        self._next = batches.__anext__
+        self._where = where
+        self.ended = False
+
+    def __aiter__(self) -> _Batches:
+        return self
+
+    async def __anext__(self) -> list[bytes]:
+        try:
+            return await self._next()
+        except StopAsyncIteration:
+            self.ended = True
+            raise
+        except FleetgateError:
+            raise
+        except Exception as exc:
+            raise map_client_error(exc, self._where) from None
+
+
+def read_errors(where: str) -> Callable[[Exception], BaseException]:
+    """What a stream's read errors become (`fleetgate.sse.SSEBatches`'s ``errors``): errors of
+    the tree as they are, anything else as `map_client_error` translates it."""
+
+    def translate(exc: Exception) -> BaseException:
+        return exc if isinstance(exc, FleetgateError) else map_client_error(exc, where)
+
+    return translate
+
+
 def streamed_response(
     resp: PooledResponse,
     first_batch: list[bytes],
-    batches: AsyncIterator[list[bytes]],
+    batches: AsyncIterator[list[bytes]] | SSEBatches,
     where: str,
     *,
     status: int = 200,
 ) -> UpstreamResponse:
     """A streamed `UpstreamResponse` over a pooled connection: ``batches`` (the events after
-    ``first_batch``) with read errors mapped into the error tree; its closer keeps the
-    connection for the next request when the stream was read to its end (or drains within
-    half a second), and drops it otherwise, so the upstream sees the abort."""
-    finished = False
-
-    async def more() -> AsyncIterator[list[bytes]]:
-        nonlocal finished
-        try:
-            async for batch in batches:
-                yield batch
-        except FleetgateError:
-            raise
-        except Exception as exc:
-            raise map_client_error(exc, where) from None
-        finished = True
+    ``first_batch``) with read errors mapped into the error tree (an `SSEBatches` made with
+    `read_errors` maps them itself); its closer keeps the connection for the next request
+    when the stream was read to its end (or drains within half a second), and drops it
+    otherwise, so the upstream sees the abort."""
+    rest = batches if isinstance(batches, SSEBatches) else _Batches(batches, where)
 
     async def closer(graceful: bool) -> None:
         try:
-            kept = finished or (graceful and await resp.drain(_DRAIN_S))
+            kept = rest.ended or (graceful and await resp.drain(_DRAIN_S))
         except BaseException:  # cancelled while draining (the client went away): drop it
             resp.close()
             raise
@@ -109,7 +138,7 @@ def streamed_response(
         else:
             resp.close()  # drop the connection: the upstream sees the abort
 
-    return UpstreamResponse(status=status, first_batch=first_batch, batches=more(), closer=closer)
+    return UpstreamResponse(status=status, first_batch=first_batch, batches=rest, closer=closer)
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

@@ -163,7 +163,8 @@ class _Sending:
         except BaseException:
             _settle_fallbacks(ctx, 0)
             raise
-        _settle_fallbacks(ctx, 0, keep=sent.route.name)  # the fallbacks that did not answer
+        if ctx.fallbacks:  # the fallbacks that did not answer (most requests hold none)
+            _settle_fallbacks(ctx, 0, keep=sent.route.name)
         req = ctx.request
         if req.gate is not None:  # a reservation overlapped the upstream call: it decides now
             try:
@@ -194,20 +195,20 @@ class _Sending:
                     _settle_fallbacks(self._ctx, used or None)
 
 
-async def _send_gated(
+def _send_gated(
     dep: Deployment, call: UpstreamCall, gate: asyncio.Future[None] | None
-) -> UpstreamResponse:
+) -> Awaitable[UpstreamResponse]:
     """``dep.provider.send(call)``, stopped at once if ``gate`` (a reservation still in
     flight) closes with a refusal meanwhile: the upstream call is aborted (for a request that
     is not streamed, before the engine has generated the whole answer) and the refusal raised.
     A gate refused already (while the request waited for a wake, a retry's backoff or a
     fallback) sends nothing: the refusal is raised at once.
     """
-    if gate is None:
-        return await dep.provider.send(call)
+    if gate is None:  # most requests: the provider's send itself, no coroutine between
+        return dep.provider.send(call)
     if refused(gate):
         gate.result()  # raises the refusal
-    return await until_refused(gate, dep.provider.send(call))
+    return until_refused(gate, dep.provider.send(call))
 
 
 def _with_hook_fields(hooks: Sequence[DispatchHook[Deployment]], pick: Pick) -> Pick:
@@ -241,7 +242,7 @@ def _pool(
     healthy = [d for d in fitting if d.state.healthy(now)]
     if not healthy:
         return []
-    fresh = [d for d in healthy if id(d) not in tried]
+    fresh = [d for d in healthy if id(d) not in tried] if tried else healthy
     pool = fresh or healthy
     if regions.active:  # the local region while it has one, else the next region
         pool = regions.narrow(pool)
@@ -284,7 +285,9 @@ class Dispatcher:
         self, route: AliasRoute, ctx: RouteContext, local_only: bool
     ) -> tuple[list[Deployment], bool]:
         """Deployments allowed for this hop, and whether any was dropped for its window."""
-        allowed = [d for d in route.deployments if d.is_local or not local_only]
+        allowed = route.deployments
+        if local_only:
+            allowed = [d for d in allowed if d.is_local]
         req = ctx.request
         fitting = [
             d

@@ -105,8 +105,9 @@ class AccessLog:
     async def flush(self) -> None:
         if not self._buffer or self.path is None:
             return
-        batch = [self._buffer.popleft() for _ in range(len(self._buffer))]
-        data = b"".join(orjson.dumps(e) + b"\n" for e in batch)
+        batch = list(self._buffer)
+        self._buffer.clear()
+        data = b"".join([orjson.dumps(e, option=orjson.OPT_APPEND_NEWLINE) for e in batch])
         try:
             await asyncio.to_thread(self._write, data)
         except OSError:
