@@ -39,6 +39,7 @@ __all__ = [
     "PoolStates",
     "QuotaLedger",
     "StateLink",
+    "add_one",
     "drop_one",
     "quota_tree_holding",
 ]
@@ -182,8 +183,7 @@ class LocalState:
 
     def take(self, team: str) -> None:
         self.admitted += 1
-        teams = self.teams
-        teams[team] = teams.get(team, 0) + 1
+        add_one(self.teams, team)
         if self.quotas is not None:
             self.quotas.take(team)
 
@@ -211,6 +211,11 @@ class LocalState:
 
     def describe(self) -> dict[str, object] | None:
         return None
+
+
+def add_one(counts: dict[str, int], team: str) -> None:
+    """One more for ``team`` in ``counts``."""
+    counts[team] = counts.get(team, 0) + 1
 
 
 def drop_one(counts: dict[str, int], team: str) -> None:
