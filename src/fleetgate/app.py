@@ -24,14 +24,17 @@ from fleetgate.batches.feature import BatchesFeature
 from fleetgate.cache.feature import CacheFeature
 from fleetgate.compat.litellm import LiteLLMFeature
 from fleetgate.config.loader import load_config
+from fleetgate.config.reload import ReloadRules
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.sections import Declared, check_sections
 from fleetgate.config.settings import Settings
 from fleetgate.console import ConsoleFeature
 from fleetgate.core import Core
 from fleetgate.cost.feature import CostFeature
+from fleetgate.disclosure.feature import DisclosureFeature
 from fleetgate.errors import ConfigError
 from fleetgate.feature import BuildsFeature, Feature, Features, switched_off_routes
+from fleetgate.insights.feature import InsightsFeature
 from fleetgate.mcp.feature import McpFeature
 from fleetgate.multimodal.feature import MultimodalFeature
 from fleetgate.providers.registry import ProviderRegistry
@@ -61,6 +64,7 @@ __all__ = ["FEATURES", "SECTIONS", "build_features", "build_state", "create_app"
 FEATURES: tuple[BuildsFeature, ...] = (
     CoreFeature,  # routes, health, access log, config watch; closes the shared last
     SemanticFeature,  # `model: auto` -> an alias, before everything that depends on the alias
+    DisclosureFeature,  # the alias's registered model name and filing number on every answer
     TenancyFeature,  # may this key use the alias, within limits; settles and bills after
     MultimodalFeature,  # images, audio, prompt assembly (checks below see transcripts)
     SafetyFeature,  # input, output and stream guardrails
@@ -71,6 +75,7 @@ FEATURES: tuple[BuildsFeature, ...] = (
     WakeFeature,  # holds requests for pools scaled to zero or asleep; puts idle engines to sleep
     ReleasesFeature,  # model registry: aliases that follow a stage, evaluations, gates
     CostFeature,  # GPU cost (the `cost:` section)
+    InsightsFeature,  # end users, sessions and plans per request; business metrics, key report
     BatchesFeature,  # Files + Batch APIs; lines run the path above
     ResponsesFeature,  # /v1/responses: bridged to the chat path, stored per tenant
     ConsoleFeature,  # the web console at /ui and sign-in
@@ -117,6 +122,7 @@ def build_state(
         providers.create,
         strategies or StrategyRegistry.with_builtins(engine_aware),
         path=settings.config_path if config is None else None,
+        reload_rules=ReloadRules.of(SECTIONS),
     )
     tables.on_reload = lambda source, result: metrics.config_reloads.labels(result, source).inc()
     health = HealthTracker(cfg.health, metrics, lambda: tables.table.deployments())

@@ -27,6 +27,8 @@ __all__ = ["config_from_args", "register", "run"]
 _ENGINE_FLAGS: dict[str, str | None] = {
     "corrupt_fraction": "echo mode: this fraction of prompts (chosen by a hash of the prompt, "
     "so always the same ones) is answered with wrong words instead",
+    "corrupt_after_tokens": "with --corrupt-fraction: a corrupted answer is right for its first "
+    "N tokens and wrong after them (a build that degrades only on long generations)",
     "max_num_seqs": None,
     "max_num_batched_tokens": None,
     "max_model_len": None,

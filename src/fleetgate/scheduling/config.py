@@ -257,5 +257,7 @@ class SchedulingConfig(_Model):
         )
 
 
-SCHEDULING_SECTION = Section("scheduling", SchedulingConfig)
+SCHEDULING_SECTION = Section(
+    "scheduling", SchedulingConfig, reload={"": "live", "enabled": "restart"}
+)
 """The ``scheduling`` section: admission queues."""

@@ -110,6 +110,7 @@ api_keys = Table(
     Column("expires_ms", BigInteger),
     Column("revoked_ms", BigInteger),
     Column("created_ms", BigInteger, nullable=False),
+    Column("last_used_ms", BigInteger),  # at most a minute stale per process (tenancy.key_use)
 )
 
 spend = Table(
@@ -283,6 +284,7 @@ console_sessions = Table(
     Column("sealed_token", LargeBinary, nullable=False),
     Column("created_ms", BigInteger, nullable=False),
     Column("expires_ms", BigInteger, nullable=False),
+    Column("flash", LargeBinary),  # a one-time message for the next page, sealed (0013)
     Index("ix_fg_console_sessions_expires", "expires_ms"),
     Index("ix_fg_console_sessions_created", "created_ms"),
 )
