@@ -37,6 +37,7 @@ EVERYTHING: dict[str, Any] = {
     "safety": {},
     "semantic": {"intents": {"chitchat": {"alias": "tiny"}}},
     "extensions": {"cost": {"pools": [{"alias": "tiny", "dcgm": ["http://127.0.0.1:9/metrics"]}]}},
+    "insights": {},
 }  # fmt: skip
 
 
@@ -56,11 +57,11 @@ def test_the_stage_order_is_the_feature_tuple(tmp_path: Path) -> None:
     names = state.features.names()
     assert names == [
         "core", "semantic", "tenancy", "multimodal", "safety", "cache", "scheduling", "canary",
-        "engine-routing", "wake", "releases", "cost", "batches", "responses", "console",
+        "engine-routing", "wake", "releases", "cost", "insights", "batches", "responses", "console",
         "litellm",
     ]  # fmt: skip
     assert [s.name for s in state.stages] == [
-        "semantic", "tenancy", "multimodal", "safety", "scheduling"
+        "semantic", "tenancy", "multimodal", "safety", "scheduling", "insights"
     ]  # fmt: skip
     assert state.stages == state.features.stages()
 

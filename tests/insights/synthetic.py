@@ -4,7 +4,7 @@ events (sets of user-days), independently of `fleetgate.insights.business`.
 Users join on a day of the month on a plan (free 60%, paid 30%, enterprise 10%), come back each
 later day with a probability of their own until they churn (a churn day drawn per user), and
 10% of free users upgrade to ``paid`` on a day after they joined. Each active day has 1-3
-requests at random times of the day.
+requests (``per_day``) at random times of the day.
 """
 
 from __future__ import annotations
@@ -52,7 +52,12 @@ def _user_days(rng: random.Random, start: int, days: int) -> tuple[int, list[int
 
 
 def synthetic_month(
-    seed: int = 7, users: int = 10_000, start: int = 20_400, days: int = 30, teams: int = 3
+    seed: int = 7,
+    users: int = 10_000,
+    start: int = 20_400,
+    days: int = 30,
+    teams: int = 3,
+    per_day: tuple[int, int] = (1, 3),
 ) -> tuple[list[dict[str, Any]], Truth]:
     """The ``fg_insight_requests`` rows of the month (shuffled) and its truth."""
     rng = random.Random(seed)
@@ -77,7 +82,7 @@ def synthetic_month(
                 if day == join + n:
                     kept = truth.retained.setdefault(n, {})
                     kept[join] = kept.get(join, 0) + 1
-            for _ in range(rng.randint(1, 3)):
+            for _ in range(rng.randint(*per_day)):
                 inp, out = rng.randint(10, 2000), rng.randint(1, 800)
                 cost = inp * 150 + out * 600  # nano-USD
                 truth.plan_requests[now] = truth.plan_requests.get(now, 0) + 1
