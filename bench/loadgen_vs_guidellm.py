@@ -16,7 +16,7 @@ processes sharing the port with SO_REUSEPORT), then in the same run:
 
 Prints both side by side and the ratio of achieved send rates. Raw results go to ``--out``
 (default /tmp/loadgen_vs_guidellm.json); ``--write-docs`` replaces the "Load generator vs
-GuideLLM" section of docs/benchmarks.md (and nothing else).
+GuideLLM" section of docs/results/benchmarks.md (and nothing else).
 
     .venv/bin/python bench/loadgen_vs_guidellm.py --write-docs               # full run
     .venv/bin/python bench/loadgen_vs_guidellm.py --rate 500 --seconds 5     # short check
@@ -322,7 +322,7 @@ HEADING = "## Load generator vs GuideLLM"
 
 
 def section(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    """The ``## Load generator vs GuideLLM`` section of docs/benchmarks.md."""
+    """The ``## Load generator vs GuideLLM`` section of docs/results/benchmarks.md."""
     fg = results[0]
     lines = [
         HEADING,
@@ -429,9 +429,11 @@ def main() -> int:
     ap.add_argument("--skip-guidellm", action="store_true")
     ap.add_argument("--venv", type=Path, default=Path("/tmp/guidellm-venv"))
     ap.add_argument("--out", type=Path, default=Path("/tmp/loadgen_vs_guidellm.json"))
-    ap.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
+    ap.add_argument("--write-docs", action="store_true", help="update docs/results/benchmarks.md")
     ap.add_argument(
-        "--docs", type=Path, default=Path(__file__).parent.parent / "docs" / "benchmarks.md"
+        "--docs",
+        type=Path,
+        default=Path(__file__).parent.parent / "docs" / "results" / "benchmarks.md",
     )
     ap.add_argument("--note", default="", help="a sentence to add to the docs section")
     args = ap.parse_args()

@@ -4,7 +4,7 @@ JSON list through HTTP (signed in with the master key).
 
     .venv/bin/python bench/console/run.py                     # 1,000,000 rows, both stores
     .venv/bin/python bench/console/run.py --rows 200000 --backends sqlite
-    .venv/bin/python bench/console/run.py --write-docs        # also docs/benchmarks.md, console.md
+    .venv/bin/python bench/console/run.py --write-docs  # + docs/results/benchmarks.md, console.md
 
 Rows are spread over the last 30 days across 50 teams, 500 keys, 20 aliases and 40
 deployments, one tag each. Each page is fetched 5 times (after one warm-up); the median is
@@ -322,7 +322,7 @@ def section(results: dict[str, dict[str, float]], n: int, runs: int, note: str) 
 
 
 def write_docs(benchmarks: Path, console: Path, text: str) -> None:
-    """The section into docs/benchmarks.md (replacing one of the same title, else at the end
+    """The section into docs/results/benchmarks.md (replacing one of the same title, else at the end
     of the console section) and the table between the markers of docs/console.md."""
     heading = text.splitlines()[0]
     doc = benchmarks.read_text("utf-8")
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
     text = section(results, args.rows, args.runs, args.note)
     print(text)
     if args.write_docs:
-        write_docs(REPO / "docs" / "benchmarks.md", REPO / "docs" / "console.md", text)
+        write_docs(REPO / "docs" / "results" / "benchmarks.md", REPO / "docs" / "console.md", text)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from fleetgate.cli.processes import free_port, stop, wait_http  # noqa: E402
 __all__ = ["MASTER", "REPO", "Sim", "gateway_process", "sim_fleet", "write_section"]
 
 MASTER = "sk-bench-master"
-DOCS = REPO / "docs" / "benchmarks.md"
+DOCS = REPO / "docs" / "results" / "benchmarks.md"
 SECTION = "## Disaggregated serving and KV events"
 
 

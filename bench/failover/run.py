@@ -26,7 +26,7 @@ Measured per run:
   in the second after the kill) against the steady TTFT before the kill, the baseline measured
   in the same run.
 
-Prints the median of the runs and the per-run numbers; docs/benchmarks.md holds the results.
+Prints the median of the runs and the per-run numbers; docs/results/benchmarks.md holds the results.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ median over rounds.
 
     PYTHONPATH=src python bench/mcp/run.py                      # 5 rounds of 200 calls
     PYTHONPATH=src python bench/mcp/run.py --calls 50 --runs 3  # short check
-    PYTHONPATH=src python bench/mcp/run.py --write-docs         # the docs/benchmarks.md section
+    PYTHONPATH=src python bench/mcp/run.py --write-docs  # docs/results/benchmarks.md
 
 Not a throughput test: one call at a time, so the numbers are the added latency per call.
 """
@@ -38,7 +38,7 @@ from fleetgate.cli.processes import free_port, stop, wait_http
 
 MASTER = "sk-bench-master"
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs" / "benchmarks.md"
+DOCS = ROOT / "docs" / "results" / "benchmarks.md"
 SECTION = "## MCP gateway"
 
 

@@ -171,7 +171,7 @@ def table(med: dict[Cell, dict[str, float]], targets: list[str]) -> list[str]:
 
 
 def update_docs(path: Path, section: str) -> None:
-    """Replace (or append) this benchmark's section of ``docs/benchmarks.md``."""
+    """Replace (or append) this benchmark's section of ``docs/results/benchmarks.md``."""
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.strip() == HEADING), None)

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/overhead/run.py                      # full run, ~10 minutes
     .venv/bin/python bench/overhead/run.py --duration 3 --reps 1 --targets direct,bare
-    .venv/bin/python bench/overhead/run.py --write-docs         # also update docs/benchmarks.md
+    .venv/bin/python bench/overhead/run.py --write-docs  # + docs/results/benchmarks.md
     .venv/bin/python bench/overhead/run.py --targets direct,bare,fleetgate \
         --baseline-src /tmp/old/src                             # this tree vs another, same run
 
@@ -64,8 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"'{BASELINE}', same config, interleaved with the others",
     )
     p.add_argument("--results-dir", type=Path, default=REPO / "bench" / "results")
-    p.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
-    p.add_argument("--docs", type=Path, default=REPO / "docs" / "benchmarks.md")
+    p.add_argument("--write-docs", action="store_true", help="update docs/results/benchmarks.md")
+    p.add_argument("--docs", type=Path, default=REPO / "docs" / "results" / "benchmarks.md")
     p.add_argument("--note", default="", help="a sentence to print in the docs section")
     args = p.parse_args(argv)
     args.targets = [t for t in args.targets.split(",") if t]
@@ -157,7 +157,7 @@ def measure(
 
 
 def section(results: dict[str, object], lines: list[str], command: str, note: str) -> str:
-    """The ``## Gateway overhead`` section of docs/benchmarks.md."""
+    """The ``## Gateway overhead`` section of docs/results/benchmarks.md."""
     info = results["machine"]
     assert isinstance(info, dict)
     return "\n".join(

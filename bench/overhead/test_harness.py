@@ -51,6 +51,14 @@ def test_docs_update_appends_when_the_section_is_absent(tmp_path: Path) -> None:
     assert docs.read_text().endswith("keep me\n\n## Gateway overhead\n\nnumbers\n")
 
 
+def test_docs_default_is_the_results_log_section() -> None:
+    """`--write-docs` writes into the dated results log (docs/results/benchmarks.md), where this
+    benchmark's section already is, not into the short current-figures page."""
+    docs = run.parse_args([]).docs
+    assert docs == run.REPO / "docs" / "results" / "benchmarks.md"
+    assert "\n## Gateway overhead\n" in docs.read_text(encoding="utf-8")
+
+
 def _result(rps: float, p50_ms: float) -> wrkrun.WrkResult:
     return wrkrun.WrkResult(100, 0, 1.0, rps, p50_ms, p50_ms, p50_ms, p50_ms, p50_ms)
 

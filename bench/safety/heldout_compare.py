@@ -18,8 +18,9 @@ The default set is the latest blind test set (bench/safety/data/heldout_blind4.j
 once for the twelfth version and the tenth; a next version needs a fifth, written before its
 run): run a blind set to report figures, once per version, never to choose anything, and only
 after the paired comparisons on the dev sets (``--set``; the four joined, with ``--head`` a
-candidate's head file and ``--previous`` another's) have been read (docs/safety.md). The dev
-sets (bench/safety/data/heldout_dev.jsonl, the held-out set of the first to eighth versions,
+candidate's head file and ``--previous`` another's) have been read
+(docs/results/safety-evaluations.md). The dev sets (bench/safety/data/heldout_dev.jsonl,
+the held-out set of the first to eighth versions,
 and heldout_blind.jsonl, heldout_blind2.jsonl and heldout_blind3.jsonl, the earlier blind sets)
 are for looking at errors and choosing thresholds. ``--previous 97f5be8`` is the eleventh,
 tried and not kept.
@@ -51,8 +52,9 @@ from fleetgate_training.safety.evaluate import (
 ROOT = Path(__file__).resolve().parents[2]
 HELDOUT = ROOT / "bench" / "safety" / "data" / "heldout_blind4.jsonl"
 DATA = "src/fleetgate/safety/data"
-# The previous shipped classifier (docs/safety.md lists every version's commit: 5078de1 the
-# seventh, 813eec6 the sixth, 70bde59 the fifth, cc8b01c the first, 4f70545 the eighth; the
+# The previous shipped classifier (docs/results/safety-evaluations.md lists every
+# version's commit: 5078de1 the seventh, 813eec6 the sixth, 70bde59 the fifth, cc8b01c the
+# first, 4f70545 the eighth; the
 # ninth is d1221f6; 97f5be8 the eleventh, tried and not kept; the twelfth, shipped, 97dcf15).
 PREVIOUS = "5851b8d"  # the tenth classifier of 2026-12-03
 

@@ -36,7 +36,7 @@
    training data's hash and the out-of-fold and dev figures.
 
 The latest blind set (heldout_blind4.jsonl, run once for the twelfth) is not read here, see
-docs/safety.md.
+docs/results/safety-evaluations.md.
 Embeddings are cached in ``--cache`` (keyed by text) so reruns skip the embedding. Each fold
 draws its own frames for every core, so a cold cache embeds about 150,000 new texts per fold
 and for the final model (about 25 minutes each in one of two processes on the 2-core VM; two

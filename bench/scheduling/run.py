@@ -258,7 +258,7 @@ BEGIN, END = "<!-- scheduling: begin -->", "<!-- scheduling: end -->"
 
 
 def _write_docs(text: str) -> None:
-    path = REPO / "docs" / "benchmarks.md"
+    path = REPO / "docs" / "results" / "benchmarks.md"
     page = path.read_text()
     section = f"{BEGIN}\n{text}\n{END}"
     if BEGIN in page:

@@ -18,7 +18,14 @@ from typing import Any
 import pytest
 
 from fleetgate.config.schema import GatewayConfig
-from tests.console.browser import SHOTS, browser_page, chromium_path, new_page, screenshot
+from tests.console.browser import (
+    SHOTS,
+    accessibility_violations,
+    browser_page,
+    chromium_path,
+    new_page,
+    screenshot,
+)
 from tests.console.support import MASTER, Console, console_config, csrf_of, running_console
 from tests.console.test_browser import eventually, sign_in
 from tests.fakes import FakeUpstream, Reply
@@ -139,6 +146,7 @@ async def test_forms_redirect_keep_values_ask_first_and_fit(gw: Console) -> None
         await page.goto(url + f"/ui/teams/{team_id}")
         await page.get_by_role("button", name=f"Revoke key {key_id}").click()
         await page.wait_for_selector(f"h1:text('Revoke key {key_id}?')")
+        assert await accessibility_violations(page) == []
         await page.get_by_role("link", name="Cancel").click()
         await page.wait_for_url(f"**/ui/teams/{team_id}")
         assert await gw.chat(key) == 200
@@ -199,6 +207,7 @@ async def test_names_spend_over_time_queues_and_playground(gw: Console, fake: Fa
         assert any(t.startswith("master key ") for t in legend), legend
         for svg in await page.locator("svg").all():  # both charts: labels at least 11 px
             assert await svg.evaluate(SMALLEST_LABEL) >= 11
+        assert await accessibility_violations(page) == []
         await page.set_viewport_size({"width": 700, "height": 860})  # a narrow window
         for svg in await page.locator("svg").all():
             assert await svg.evaluate(SMALLEST_LABEL) >= 11
@@ -255,6 +264,7 @@ async def test_names_spend_over_time_queues_and_playground(gw: Console, fake: Fa
                 "document.getElementById('chat-status').textContent.startsWith('Done')"
             )
         assert (await page.locator("#reply").inner_text()).strip() == "About two million"
+        assert await accessibility_violations(page) == []
         turns = await page.locator("#conversation li").all_inner_texts()
         assert turns == ["You: Capital of France?", "Assistant: Paris", "You: How many live there?"]
         second = fake.seen[-1].body

@@ -400,7 +400,7 @@ class KvAwareConfig(_Model):
     """Tunables of ``strategy: kv-aware``: the engine's speed, used to turn work into seconds.
 
     Expected time to first token on a replica = queue wait + uncached prefill + interference
-    with its running decodes, each from these numbers (see docs/benchmarks.md, "Routing").
+    with its running decodes, each from these numbers (see docs/results/benchmarks.md, "Routing").
     """
 
     # the engine's prefill time per uncached prompt token

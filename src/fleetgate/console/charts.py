@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from html import escape
 
@@ -48,6 +49,16 @@ def _money(unit: str, value: float) -> str:
     return f"{unit}{value:,.6f}" if 0 < value < 0.01 else f"{unit}{value:,.2f}"
 
 
+def _nice_step(raw: float) -> tuple[float, int]:
+    """A round axis step (1, 2 or 5 times a power of ten) of at least ``raw``, and the
+    decimals that write its multiples exactly (2 at least, as for money)."""
+    if raw <= 0:
+        return 0.25, 2
+    power = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw * (1 - 1e-9))
+    return step, max(2, -math.floor(math.log10(step)))
+
+
 def line_chart(
     title: str,
     ticks: Sequence[str],
@@ -63,7 +74,8 @@ def line_chart(
     plot_w, plot_h = max(360, min(900, 28 * len(ticks))), 240
     legend_h = 22 * len(lines)
     width, height = left + plot_w + right, top + plot_h + bottom + legend_h
-    peak = max((max(values, default=0.0) for _, values in lines), default=0.0) or 1.0
+    step, decimals = _nice_step(max((max(v, default=0.0) for _, v in lines), default=0.0) / 4)
+    peak = step * 4
     n = max(len(ticks), 1)
 
     def x(i: int) -> float:
@@ -80,15 +92,17 @@ def line_chart(
         f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
         f'stroke="#4a5058"/>',
     ]
-    for k in range(5):  # y axis: 0, 1/4, ..., peak
-        v = peak * k / 4
+    for k in range(5):  # y axis: 0, step, ..., peak (round numbers)
+        v = step * k
         parts.append(
             f'<text class="tick" x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">'
-            f"{escape(_money(unit, v))}</text>"
+            f"{escape(unit)}{v:,.{decimals}f}</text>"
             f'<line x1="{left}" y1="{y(v):.1f}" x2="{left + plot_w}" y2="{y(v):.1f}" '
             f'stroke="#c9ced6" stroke-width="0.5"/>'
         )
-    every = max(1, -(-len(ticks) // 12))  # at most about 12 period labels
+    # every how many periods a label fits (12 px text: about 7 px a character, 12 px apart)
+    widest = 7.0 * max((len(t) for t in ticks), default=1) + 12
+    every = max(1, math.ceil(widest / (plot_w / n)))
     for i, tick in enumerate(ticks):
         if i % every == 0:
             parts.append(

@@ -16,7 +16,7 @@ Example::
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fleetgate.config.sections import OptionalSection
 
@@ -65,6 +65,13 @@ class InsightsConfig(_Model):
     max_buffered: int = Field(100_000, ge=100, le=10_000_000)
     # how often buffered rows are written, seconds
     flush_interval_s: float = Field(2.0, gt=0, le=300)
+
+    @field_validator("review_share")
+    @classmethod
+    def _shares(cls, value: dict[str, float]) -> dict[str, float]:
+        if any(not 0 <= share <= 1 for share in value.values()):
+            raise ValueError("each review_share is a share from 0 to 1")
+        return value
 
     def plan_of(self, team_id: str | None, key_id: str) -> str:
         """The plan a request of ``key_id`` (of ``team_id``) is on."""

@@ -14,9 +14,12 @@ from fleetgate.config.schema import GatewayConfig
 from fleetgate.core import Core
 from fleetgate.feature import BaseFeature, Switch
 from fleetgate.insights.config import INSIGHTS_SECTION, InsightsConfig
+from fleetgate.insights.grounding import GroundednessScorer
+from fleetgate.insights.quality_routes import QualityRoutes
 from fleetgate.insights.routes import InsightsAdmin
 from fleetgate.insights.usage import Pseudonyms, UsageRecorder
 from fleetgate.insights.writer import InsightsWriter
+from fleetgate.resources.minilm import MiniLMEmbedder
 from fleetgate.tenancy.ports import TENANCY
 from fleetgate.tenancy.runtime import Tenancy
 
@@ -29,7 +32,15 @@ class InsightsFeature(BaseFeature):
     name = "insights"
     sections = (INSIGHTS_SECTION,)
     switch = Switch("insights", opt_in=True)
-    admin_routes = (("GET", "/admin/insights/business"), ("GET", "/admin/insights/keys"))
+    admin_routes = (
+        ("GET", "/admin/insights/business"),
+        ("GET", "/admin/insights/keys"),
+        ("GET", "/admin/insights/quality"),
+        ("GET", "/admin/insights/reviews"),
+        ("POST", "/admin/insights/reviews/{request_id}"),
+        ("POST", "/v1/insights/events"),
+        ("POST", "/v1/insights/grounding"),
+    )
 
     def __init__(self, core: Core, config: InsightsConfig, tenancy: Tenancy) -> None:
         self.config = config
@@ -47,6 +58,15 @@ class InsightsFeature(BaseFeature):
         self._admin = InsightsAdmin(
             tenancy.db, core.access, lambda: self.config, lambda: self._aliases
         )
+        minilm = core.resources.minilm
+        self._scorer: GroundednessScorer | None = None
+
+        def scorer() -> GroundednessScorer:  # MiniLM is loaded on the first sample only
+            if self._scorer is None:
+                self._scorer = GroundednessScorer(MiniLMEmbedder(minilm))
+            return self._scorer
+
+        self._quality = QualityRoutes(self.writer, core.access, lambda: self.config, scorer)
 
     @staticmethod
     def _logs_payloads(tenancy: Tenancy) -> Callable[[str | None], bool]:
@@ -69,7 +89,7 @@ class InsightsFeature(BaseFeature):
         self._aliases = [m.alias for m in config.models]
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
-        return self._admin.routes()
+        return [*self._admin.routes(), *self._quality.routes()]
 
     async def start(self) -> None:
         self.writer.start()

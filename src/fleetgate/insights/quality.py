@@ -3,11 +3,13 @@ adoption, groundedness (a hallucination-rate estimate) and human review scores.
 
 - **Abandoned**: a streamed request the client cut (status 499) with no follow-up: no later
   request in the same session or conversation (``x-session-id`` / ``x-conversation-id``) within
-  ``follow_up_s``. A request without either id has no follow-up to see: a cut one counts.
+  ``follow_up_s`` of its arrival. A request without either id has no follow-up to see: a cut
+  one counts.
 - **Regeneration**: a request whose last user message is the same as the previous request's in
   the same conversation (else session): the user asked again for the same thing.
 - **Feedback** (up/down) and **adoption** (accepted/edited/rejected): events posted by
-  ``response_id`` (`record_event`), one of each per answer, the last one wins.
+  ``response_id`` (`record_event`), one of each per answer, the last one wins; counted with
+  the answer's time.
 - **Hallucination rate**: 1 - the share of sampled RAG answers scored grounded
   (`insights.grounding`). **Review score**: the mean rubric score of reviewed samples.
 """
@@ -41,7 +43,7 @@ async def answer_of(
     if team_id is not None:
         query = query.where(requests.c.team_id == team_id)
     row = (await conn.execute(query.limit(1))).first()
-    return None if row is None else dict(row._mapping)
+    return None if row is None else row._asdict()
 
 
 async def record_event(
@@ -114,9 +116,10 @@ async def quality_report(
     _paths([row async for row in rows], out, int(follow_up_s * 1000))
     team = [] if team_id is None else [events.c.team_id == team_id]
     e = events.c
-    for alias, version, value, n in await conn.execute(
+    for alias, version, value, n in await conn.execute(  # events of the answers in the range
         select(e.alias, e.version, e.value, func.count())
-        .where(e.created_ms >= start_ms, e.created_ms < end_ms, *team)
+        .select_from(events.join(requests, r.request_id == e.request_id))
+        .where(r.created_ms >= start_ms, r.created_ms < end_ms, *team)
         .group_by(e.alias, e.version, e.value)
     ):
         name = {"up": "feedback_up", "down": "feedback_down"}.get(value, value)

@@ -6,6 +6,9 @@ the session and conversation come from ``x-session-id`` and ``x-conversation-id`
 team does not log payloads (``log_payloads: false``, the default), the three are replaced by a
 keyed hash (HMAC-SHA-256, scoped to the team): counts and joins stay exact, the ids are not
 stored. The last user message is only ever stored as a hash (regenerations are spotted by it).
+
+A ``review_share`` of an alias's requests (by a hash of the request id) from teams that log
+payloads is sampled for human review: its answer is captured and queued with the prompt.
 """
 
 from __future__ import annotations
@@ -22,10 +25,18 @@ from fleetgate.insights.writer import InsightsWriter
 from fleetgate.messages_text import content_text
 from fleetgate.tenancy.money import outcome_cost_nusd
 
-__all__ = ["DAY_MS", "Pseudonyms", "UsageRecorder", "prompt_hash"]
+__all__ = ["DAY_MS", "Pseudonyms", "UsageRecorder", "prompt_hash", "sampled"]
 
 DAY_MS = 86_400_000
 _MAX_ID = 200
+_REVIEW = "insights.review"
+
+
+def sampled(request_id: str, share: float) -> bool:
+    """Whether ``request_id`` falls in a ``share`` of all ids (the same answer on every replica:
+    a hash of the id, which the gateway drew at random)."""
+    digest = hashlib.sha256(request_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big") < share * 2**64
 
 
 class Pseudonyms:
@@ -84,12 +95,28 @@ class UsageRecorder:
         self._logs_payloads = logs_payloads
 
     async def before(self, req: GatewayRequest) -> None:
-        return None
+        share = self._config().review_share.get(req.alias, 0.0)
+        if (
+            share > 0
+            and sampled(req.request_id, share)
+            and self._logs_payloads(req.principal.team_id)
+        ):
+            req.state[_REVIEW] = True  # a team that does not log payloads is never sampled
+            req.capture_response = True
 
     def after(self, req: GatewayRequest, outcome: Outcome) -> None:
         if outcome.deployment is None:
             return  # refused before any upstream: no spend row either
-        self._writer.add(self.row(req, outcome))
+        row = self.row(req, outcome)
+        self._writer.add(row)
+        if req.state.get(_REVIEW) and outcome.status < 400:
+            self._writer.add_review({
+                "request_id": row["request_id"], "created_ms": row["created_ms"],
+                "team_id": row["team_id"], "alias": row["alias"], "version": row["version"],
+                "prompt": req.body.get("messages", req.body.get("prompt")),
+                "response": outcome.response_text, "scores": None, "score": None,
+                "reviewer": None, "scored_ms": None,
+            })  # fmt: skip
 
     def row(self, req: GatewayRequest, outcome: Outcome) -> dict[str, Any]:
         """The ``fg_insight_requests`` row of a finished request."""

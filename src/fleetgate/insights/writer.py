@@ -22,7 +22,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fleetgate.insights.tables import requests, user_days, users
+from fleetgate.insights.tables import requests, reviews, user_days, users
 from fleetgate.store.database import Database
 from fleetgate.tasks import cancel_and_wait
 
@@ -128,6 +128,7 @@ class InsightsWriter:
         self.db = db
         self._paid = paid
         self._rows: deque[dict[str, Any]] = deque()
+        self._reviews: deque[dict[str, Any]] = deque(maxlen=10_000)  # sampled for review
         self.max_buffered = max_buffered
         self.interval_s = interval_s
         self.dropped = 0
@@ -140,14 +141,26 @@ class InsightsWriter:
             self.dropped += 1
         self._rows.append(row)
 
+    def add_review(self, row: dict[str, Any]) -> None:
+        """A request sampled for human review (``fg_insight_reviews``), written with the rest."""
+        self._reviews.append(row)
+
     def pending(self) -> int:
-        return len(self._rows)
+        return len(self._rows) + len(self._reviews)
 
     async def flush(self) -> int:
         """Write what is buffered, ``_BATCH`` rows to a transaction; how many were new.
         A failure puts the unwritten rows back (ahead of newer ones) and raises."""
         written = 0
         async with self._lock:
+            if self._reviews:
+                queued = list(self._reviews)
+                self._reviews.clear()
+                try:
+                    await self.db.insert_ignore(reviews, queued)
+                except BaseException:
+                    self._reviews.extend(queued)
+                    raise
             while self._rows:
                 batch = [self._rows.popleft() for _ in range(min(_BATCH, len(self._rows)))]
                 try:

@@ -74,10 +74,11 @@ class PipelinesConfig(_Model):
     start_timeout_s: float = Field(300.0, gt=0, le=7200)
     # local launcher: where engine logs go (default: <data dir>/engines)
     log_dir: str | None = None
-    # kubernetes launcher: the engine base manifests, namespace and fleetgate image (simulator
-    # builds)
+    # kubernetes launcher: the engine base manifests (deployment.yaml, service.yaml)
     kube_base_dir: str = "deploy/kubernetes/engines/base"
+    # kubernetes launcher: the namespace of the engines' Deployments and Services
     kube_namespace: str = "default"
+    # kubernetes launcher: the image that runs simulator builds (`fleetgate sim`)
     fleetgate_image: str = "ghcr.io/fleetgate/fleetgate:latest"
     # versions registered at most this long ago without a run get one (auto models)
     auto_window_s: float = Field(86400.0, gt=0)

@@ -45,7 +45,7 @@ class MiniLM:
         # torch's intra-op threads, set process-wide when the weights load (None: torch's own
         # default, one per core). One: a gateway embeds one short text per call, which int8
         # MiniLM does fastest on one thread (the input check: 9.9 ms p50 against 13.4 ms on two,
-        # docs/benchmarks.md), and the other cores stay with the event loop and other workers.
+        # docs/results/benchmarks.md), the other cores stay with the event loop and other workers.
         self.threads = threads
         self._model: Any = None
         self._fp32: Any = None
@@ -103,7 +103,7 @@ class MiniLM:
         states``, traced once per kind and shared. The same numbers as the module (a test
         compares them over lengths 1 to 128 and padded batches) in half the time for a short
         text: eager mode pays Python's dispatch per submodule, about as long as int8's
-        arithmetic at 20 tokens (docs/benchmarks.md, input check latency)."""
+        arithmetic at 20 tokens (docs/results/benchmarks.md, input check latency)."""
         key = "int8" if quantize else "fp32"
         traced = self._traced.get(key)
         if traced is not None:

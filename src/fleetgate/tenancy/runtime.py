@@ -224,8 +224,8 @@ class Tenancy:
         await self.sync.aclose()
         await self.stage.drain()
         await cancel_and_wait(self._key_use_task)
-        try:  # the last minute's uses
-            await self.key_use.flush()
+        try:  # the last minute's uses (a store that does not answer does not hold shutdown)
+            await asyncio.wait_for(self.key_use.flush(), timeout=5.0)
         except Exception as exc:
             log.warning("keys' last use not written at shutdown: %s", exc)
         await self.budgets.aclose()

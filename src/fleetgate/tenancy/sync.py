@@ -4,8 +4,9 @@ With Redis, a change is published on ``<prefix>tenancy:changed`` and every repli
 the message (and after any reconnect, in case it missed one). The feed is pinged every second;
 while it is down or silent, and always when there is no Redis, each replica instead runs a
 cheap version query every ``poll_interval_s`` and reloads when the version moved, so a revoked
-key stops working everywhere within a second even while Redis is away. Either way the request
-path never waits on this.
+key stops working everywhere within a second even while Redis is away. While the feed is up the
+version is still checked every ``backstop_s`` (5 s): replicas on another Redis (a second region
+sharing the database) see a change within that. Either way the request path never waits on this.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class CacheSync:
         self.reloads = 0
         self.feed_up = False  # the Redis feed answered within the last few seconds
         self.feed_timeout_s = 3.0
+        # the version is checked this often even while the feed is up: a change published on
+        # another Redis (a second region sharing the database) or a missed message still lands
+        self.backstop_s = 5.0
 
     async def start(self) -> None:
         if self._tasks:
@@ -74,10 +78,12 @@ class CacheSync:
             self.reloads += 1
 
     async def _poll(self) -> None:
+        checked = time.monotonic()
         while True:
             await asyncio.sleep(self.poll_interval_s)
-            if self.feed_up:
+            if self.feed_up and time.monotonic() - checked < self.backstop_s:
                 continue
+            checked = time.monotonic()
             try:
                 if await self.cache.version() != self.cache.snapshot.version:
                     await self._reload()

@@ -20,6 +20,41 @@ from fleetgate.safety.classifier.model import Blocks, Floats, Hidden, SoftmaxMod
 __all__ = ["fit_hidden"]
 
 
+def _start_from(
+    init: SoftmaxModel,
+    classes: Sequence[str],
+    first: Any,
+    rest: Any,
+    into: Any,
+    out_of: Any,
+    torch: Any,
+) -> None:
+    """Copy ``init``'s weights into the layers (a warm start: fine-tuning a shipped model on
+    new data); a class ``init`` lacks starts at zero weights and the lowest bias it has."""
+    if init.hidden is None or init.hidden.w1.shape[1] != into.out_features:
+        raise ValueError("a warm start needs a model with a hidden layer of the same width")
+    e = into.in_features
+    cols = [init.classes.index(c) if c in init.classes else -1 for c in classes]
+
+    def pick(matrix: Floats, fill: float) -> Any:
+        out = np.full((matrix.shape[0], len(cols)), fill, dtype=np.float32)
+        for j, c in enumerate(cols):
+            if c >= 0:
+                out[:, j] = matrix[:, c]
+        return torch.from_numpy(out)
+
+    first.weight.copy_(pick(init.weights[:e], 0.0).T)
+    first.bias.copy_(pick(init.bias[None, :], float(init.bias.min()))[0])
+    start = e
+    for w in rest:
+        w.copy_(pick(init.weights[start : start + w.shape[0]], 0.0))
+        start += w.shape[0]
+    into.weight.copy_(torch.from_numpy(init.hidden.w1.T.copy()))
+    into.bias.copy_(torch.from_numpy(init.hidden.b1.copy()))
+    out_of.weight.copy_(pick(init.hidden.w2, 0.0).T)
+    out_of.bias.zero_()
+
+
 def _rows(block: Any, index: Any, torch: Any) -> Any:
     """Rows ``index`` of one block as a torch tensor (sparse for a ``scipy.sparse`` block)."""
     if not hasattr(block, "tocsr"):
@@ -42,6 +77,7 @@ def fit_hidden(
     weight_decay: float = 1e-4,
     dropout: float = 0.2,
     seed: int = 0,
+    init: SoftmaxModel | None = None,
 ) -> SoftmaxModel:
     """Train on ``blocks`` (column blocks, the first the dense embedding, the rest dense or
     ``scipy.sparse``) and return the model; deterministic for a ``seed`` on one machine."""
@@ -55,7 +91,7 @@ def fit_hidden(
     n, e = first.shape
     if any(int(p.shape[0]) != n for p in rest) or len(labels) != n:
         raise ValueError("the blocks and labels must have the same number of rows")
-    classes = sorted(set(labels))
+    classes = sorted(set(labels) | set(init.classes if init is not None else ()))
     k = len(classes)
     index = {c: i for i, c in enumerate(classes)}
     y = torch.tensor([index[c] for c in labels])
@@ -78,6 +114,8 @@ def fit_hidden(
                 bound = 1.0 / float(np.sqrt(layer.in_features))
                 layer.weight.uniform_(-bound, bound, generator=generator)
                 layer.bias.uniform_(-bound, bound, generator=generator)
+            if init is not None:
+                _start_from(init, classes, linear_first, linear_rest, into, out_of, torch)
         params = [*linear_first.parameters(), *linear_rest, *mlp.parameters()]
         optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
         order = np.random.default_rng(seed)

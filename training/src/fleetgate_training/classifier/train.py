@@ -40,8 +40,10 @@ from fleetgate.safety.classifier.model import SoftmaxModel
 from fleetgate.safety.normalize import Normalizer
 from fleetgate_training.classifier.corpus import corpus_examples
 from fleetgate_training.classifier.fit_softmax import fit_softmax
+from fleetgate_training.classifier.hazards import hazard_examples
 
 __all__ = [
+    "HAZARD_REPEAT",
     "benign_vs_harm_weights",
     "data_sha256",
     "featurize_blocks",
@@ -53,6 +55,13 @@ __all__ = [
 ]
 
 
+# how many times each training author's prompt of the hazard set is in the shipped examples
+# (issue #38). 0: the shipped model (the twelfth) was trained without it; the versions tried
+# with it took 10 (about 1,000 plain requests beside some 150,000 framed corpus texts) and none
+# was kept (docs/safety.md, "The hazard set"). A model trained with another value ships with it.
+HAZARD_REPEAT = 0
+
+
 def legacy_examples() -> list[Example]:
     """The first hand-written examples (``fleetgate_training/data/classifier_train.jsonl``)."""
     data = resources.files("fleetgate_training").joinpath("data/classifier_train.jsonl")
@@ -60,9 +69,11 @@ def legacy_examples() -> list[Example]:
 
 
 def shipped_examples() -> list[Example]:
-    """Everything the shipped model is trained on: the hand-written examples and the corpus
-    (`fleetgate_training.classifier.corpus`), English and Chinese."""
-    return legacy_examples() + corpus_examples("all")
+    """Everything the shipped model is trained on: the hand-written examples, the corpus
+    (`fleetgate_training.classifier.corpus`), English and Chinese, and the hazard set's
+    training authors (`fleetgate_training.classifier.hazards`: never its held-out ones)."""
+    hazards = hazard_examples("train", repeat=HAZARD_REPEAT)
+    return legacy_examples() + corpus_examples("all") + hazards
 
 
 def data_sha256(examples: Sequence[Example]) -> str:

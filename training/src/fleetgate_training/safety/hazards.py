@@ -84,18 +84,18 @@ class HazardReport:
         return out
 
     def format(self) -> str:
-        head = f"{'category':<62}" + "".join(f"{'blocked ' + lang:<26}" for lang in LANGS)
+        head = f"{'category':<66}" + "".join(f"{'blocked ' + lang:<26}" for lang in LANGS)
         lines = [head]
         for blocks, title in ((True, "blocked by default"), (False, "flagged only")):
             lines.append(f"-- {title}")
             for hz in (h for h in HAZARDS if h.blocks == blocks):
                 cells = "".join(f"{self.harmful.get((hz.code, lg), Count()).cell():<26}"
                                 for lg in LANGS)  # fmt: skip
-                lines.append(f"{hz.code + ' ' + hz.name:<62}{cells}")
+                lines.append(f"{hz.code + ' ' + hz.name:<66}{cells}")
             cells = "".join(f"{self.total(self.harmful, lg, blocks).cell():<26}" for lg in LANGS)
-            lines.append(f"{'all ' + title:<62}{cells}")
+            lines.append(f"{'all ' + title:<66}{cells}")
         cells = "".join(f"{self.total(self.lookalike, lg, None).cell():<26}" for lg in LANGS)
-        lines.append(f"{'look-alike safe prompts refused (all categories)':<62}{cells}")
+        lines.append(f"{'look-alike safe prompts refused (all categories)':<66}{cells}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
