@@ -16,6 +16,7 @@ minute of audio, zero when unset).
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -45,16 +46,9 @@ _SPEECH_FORMATS = ("wav", "pcm", "mp3", "flac", "opus")
 
 def audio_routes(runtime: MultimodalRuntime) -> list[web.RouteDef]:
     """The audio endpoints over ``runtime`` (served when the multimodal pipeline is on)."""
-
-    async def transcribe(request: web.Request) -> web.Response:
-        return await transcriptions(runtime, request)
-
-    async def speak(request: web.Request) -> web.StreamResponse:
-        return await speech(runtime, request)
-
     return [
-        web.post("/v1/audio/transcriptions", transcribe),
-        web.post("/v1/audio/speech", speak),
+        web.post("/v1/audio/transcriptions", partial(transcriptions, runtime)),
+        web.post("/v1/audio/speech", partial(speech, runtime)),
     ]
 
 

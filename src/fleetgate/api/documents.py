@@ -15,6 +15,8 @@ master key sees every team, a team admin key its own.
 
 from __future__ import annotations
 
+from functools import partial
+
 import orjson
 from aiohttp import web
 
@@ -31,20 +33,10 @@ __all__ = ["document_routes"]
 
 def document_routes(runtime: MultimodalRuntime) -> list[web.RouteDef]:
     """The document routes over ``runtime`` (served when the multimodal pipeline is on)."""
-
-    async def put(request: web.Request) -> web.Response:
-        return await put_document(runtime, request)
-
-    async def delete(request: web.Request) -> web.Response:
-        return await delete_document(runtime, request)
-
-    async def kv(request: web.Request) -> web.Response:
-        return await document_kv(runtime, request)
-
     return [
-        web.put("/admin/teams/{team}/documents/{doc_id}", put),
-        web.delete("/admin/teams/{team}/documents/{doc_id}", delete),
-        web.get("/admin/documents/kv", kv),
+        web.put("/admin/teams/{team}/documents/{doc_id}", partial(put_document, runtime)),
+        web.delete("/admin/teams/{team}/documents/{doc_id}", partial(delete_document, runtime)),
+        web.get("/admin/documents/kv", partial(document_kv, runtime)),
     ]
 
 

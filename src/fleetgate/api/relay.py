@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -243,6 +243,19 @@ async def _run_filters(
     return chunks, stop
 
 
+async def _finish_filters(
+    filters: list[StreamFilter], emit: Callable[[list[dict[str, Any]]], Awaitable[None]]
+) -> None:
+    """At the end of the stream, flush each filter in order: what one held back runs through
+    the filters after it and is emitted; the first that stops ends the flush."""
+    for i, f in enumerate(filters):
+        result = await f.finish()
+        out, stop = await _run_filters(filters, result.chunks, i + 1)
+        await emit(out)
+        if result.stop or stop:
+            break
+
+
 class _FilteredRelay:
     """Decoded path: each chunk goes through the request's stream filters."""
 
@@ -312,12 +325,7 @@ class _FilteredRelay:
                 break
         if not stopped:
             self.dispatch.upstream_done = True
-            for i, f in enumerate(filters):
-                result = await f.finish()
-                out, stop = await _run_filters(filters, result.chunks, i + 1)
-                await self.emit(out)
-                if result.stop or stop:
-                    break
+            await _finish_filters(filters, self.emit)
         self.out.settled = True  # complete: no preemption from here on
         await self.resp.write(self.encoder.end(self.usage))
         self.out.last_token_at = self.last

@@ -13,7 +13,7 @@ import orjson
 from aiohttp import web
 
 from fleetgate.api.capture import response_text
-from fleetgate.api.relay import OpenAIStreamEncoder, _run_filters
+from fleetgate.api.relay import OpenAIStreamEncoder, _finish_filters, _run_filters
 from fleetgate.contract.request import GatewayRequest, StreamEncoder
 from fleetgate.telemetry.metrics import GatewayMetrics
 
@@ -113,12 +113,7 @@ class _Replay:
             if stopped:
                 break
         else:
-            for i, f in enumerate(filters):
-                result = await f.finish()
-                sent, stop = await _run_filters(filters, result.chunks, i + 1)
-                await self.emit(sent)
-                if result.stop or stop:
-                    break
+            await _finish_filters(filters, self.emit)
         usage = {k: v for k, v in data.items() if k != "choices"}
         usage.update(object="chat.completion.chunk", choices=[])
         await self.resp.write(self.encoder.end(usage))

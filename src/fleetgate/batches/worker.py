@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fleetgate.batches.config import BatchesConfig
@@ -154,30 +154,26 @@ class BatchWorker:
             self._runs.pop(run.batch_id, None)
 
 
+@dataclass(eq=False, repr=False)
 class BatchRun:
     """One replica driving one batch while it holds the lease."""
 
-    def __init__(
-        self,
-        store: BatchStore,
-        config: BatchesConfig,
-        sender: LineSender,
-        owner: str,
-        batch_id: str,
-    ) -> None:
-        self.store = store
-        self.config = config
-        self.sender = sender
-        self.owner = owner
-        self.batch_id = batch_id
-        self.max_line_bytes = _MAX_LINE_BYTES
-        self.row: dict[str, Any] = {}
-        self.grant: Grant | None = None
-        # why sending stopped: cancelling, expired, lease, store, credentials
-        self.stop: str | None = None
-        self.refusal: dict[str, Any] = {}  # the credentials' error, when they stopped it
-        self.attempts: dict[int, int] = {}  # sends of each line not yet recorded
-        self._sent_here: set[int] = set()  # lines sent by this run and not yet recorded
+    store: BatchStore
+    config: BatchesConfig
+    sender: LineSender
+    owner: str
+    batch_id: str
+    max_line_bytes: int = field(default=_MAX_LINE_BYTES, init=False)
+    row: dict[str, Any] = field(default_factory=dict, init=False)
+    grant: Grant | None = field(default=None, init=False)
+    # why sending stopped: cancelling, expired, lease, store, credentials
+    stop: str | None = field(default=None, init=False)
+    # the credentials' error, when they stopped it
+    refusal: dict[str, Any] = field(default_factory=dict, init=False)
+    # sends of each line not yet recorded
+    attempts: dict[int, int] = field(default_factory=dict, init=False)
+    # lines sent by this run and not yet recorded
+    _sent_here: set[int] = field(default_factory=set, init=False)
 
     async def run(self) -> None:
         self.row = row = await self.store.batch(self.batch_id, None)

@@ -29,6 +29,7 @@ from typing import Any, Literal
 import orjson
 
 from fleetgate.bench.spec import RequestRecord, RequestSpec
+from fleetgate.closing import AsyncClosing
 from fleetgate.providers.connections import ConnectionPool, PooledResponse
 from fleetgate.sse import SSEParser
 
@@ -124,7 +125,7 @@ async def send_request(
             resp.close()  # no-op once released
 
 
-class BenchClient:
+class BenchClient(AsyncClosing):
     """The load generator's HTTP client: fleetgate's lean HTTP/1.1 pool (so the client's own
     cost stays small at thousands of requests per second), an optional cap on connections in
     use, and a per-request time limit."""
@@ -137,10 +138,7 @@ class BenchClient:
     def slot(self) -> contextlib.AbstractAsyncContextManager[object]:
         return self._sem if self._sem is not None else contextlib.nullcontext()
 
-    async def __aenter__(self) -> BenchClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
+    async def aclose(self) -> None:
         await self.pool.aclose()
 
 

@@ -51,6 +51,7 @@ from fleetgate.bench import (
 from fleetgate.bench.metrics import RATE_FIELDS
 from fleetgate.bench.point import checked_point
 from fleetgate.bench.spec import RequestSpec
+from fleetgate.cli.parsers import add_command
 from fleetgate.errors import FleetgateError, InvalidRequest
 from fleetgate.extras import require
 
@@ -59,12 +60,7 @@ __all__ = ["register", "run"]
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``bench`` sub-command."""
-    p = sub.add_parser(
-        "bench",
-        help="load-test an OpenAI-compatible endpoint",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(sub, "bench", "load-test an OpenAI-compatible endpoint", __doc__)
     p.add_argument("target", nargs="+", help="base URL (…/v1), or: compare A.json B.json")
     p.add_argument("--model", help="model name (default: the first of GET {URL}/models)")
     p.add_argument(

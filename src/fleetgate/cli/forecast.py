@@ -25,6 +25,7 @@ import orjson
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetgate.bench.slo import parse_slo
+from fleetgate.cli.parsers import add_command
 from fleetgate.config.settings import Settings
 from fleetgate.errors import FleetgateError, InvalidRequest
 from fleetgate.plan import PlanInputs, calibrate
@@ -47,11 +48,11 @@ __all__ = ["register", "run"]
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``forecast`` under ``fleetgate plan``."""
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "forecast",
-        help="forecast from the gateway's history, GPUs per month, purchase plan",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "forecast from the gateway's history, GPUs per month, purchase plan",
+        __doc__,
     )
     src = p.add_argument_group("history")
     src.add_argument("--history", type=Path, help="CSV export (default: the gateway's store)")

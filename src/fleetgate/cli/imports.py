@@ -17,9 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from fleetgate.config.loader import load_config
+from fleetgate.config.loader import load_config, read_yaml
 from fleetgate.config.settings import Settings
 from fleetgate.errors import ConfigError
 from fleetgate.importers.litellm_config import convert_litellm_config
@@ -55,15 +53,7 @@ def register(sub: Any) -> None:
 
 
 def run_config(args: argparse.Namespace) -> int:
-    try:
-        text = args.file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read {args.file}: {exc.strerror}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{args.file}: not valid YAML: {exc}") from None
-    result = convert_litellm_config(raw)
+    result = convert_litellm_config(read_yaml(args.file))
     if args.out is not None:
         args.out.write_text(result.yaml(), encoding="utf-8")
         print(f"wrote {args.out} ({len(result.config['models'])} aliases)", file=sys.stderr)

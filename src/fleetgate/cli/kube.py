@@ -39,6 +39,7 @@ from typing import Any
 
 import yaml
 
+from fleetgate.cli.parsers import add_command
 from fleetgate.config.loader import load_config
 from fleetgate.errors import ConfigError
 from fleetgate.scheduling.config import SCHEDULING_SECTION
@@ -160,11 +161,8 @@ def ensure_secret(
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser("kube", help="Kubernetes helpers")
     actions = parser.add_subparsers(dest="action", required=True)
-    ensure = actions.add_parser(
-        "ensure-secret",
-        help="create a Secret with generated values unless it exists",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    ensure = add_command(
+        actions, "ensure-secret", "create a Secret with generated values unless it exists", __doc__
     )
     ensure.add_argument("--name", required=True)
     ensure.add_argument("--namespace", help="default: the pod's own namespace")

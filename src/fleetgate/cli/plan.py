@@ -17,6 +17,7 @@ import orjson
 
 from fleetgate.bench.slo import parse_slo
 from fleetgate.cli import forecast, plan_pd
+from fleetgate.cli.parsers import add_command
 from fleetgate.errors import FleetgateError, InvalidRequest
 from fleetgate.extras import require
 from fleetgate.plan import PlanInputs, calibrate, make_plan, plan_table, plot_plan
@@ -28,12 +29,7 @@ PLOT_PURPOSE = "plotting the plan (--plot)"
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``plan`` sub-command."""
-    p = sub.add_parser(
-        "plan",
-        help="capacity plan: traffic -> QPS -> GPUs -> cost",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(sub, "plan", "capacity plan: traffic -> QPS -> GPUs -> cost", __doc__)
     p.add_argument("--dau", type=float, help="daily active users (required without a sub-command)")
     p.add_argument("--conversations", type=float, default=3.0, help="per user per day")
     p.add_argument("--turns", type=float, default=5.0, help="requests per conversation")

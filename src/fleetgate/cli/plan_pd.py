@@ -19,6 +19,7 @@ from pathlib import Path
 
 import orjson
 
+from fleetgate.cli.parsers import add_command
 from fleetgate.errors import FleetgateError, InvalidRequest
 from fleetgate.plan.engine_probe import probe_engine
 from fleetgate.plan.pd import EngineSpeed, PdWorkload, size_pd
@@ -28,12 +29,7 @@ __all__ = ["register", "run"]
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``pd`` under ``fleetgate plan``."""
-    p = sub.add_parser(
-        "pd",
-        help="size prefill and decode pools for a workload and its SLOs",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(sub, "pd", "size prefill and decode pools for a workload and its SLOs", __doc__)
     w = p.add_argument_group("workload")
     w.add_argument("--rate", type=float, required=True, help="requests per second")
     w.add_argument("--prompt-tokens", type=float, required=True)

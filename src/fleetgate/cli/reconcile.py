@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fleetgate.cli.parsers import add_command
 from fleetgate.config.loader import load_config
 from fleetgate.config.settings import Settings
 from fleetgate.cost.reconcile import (
@@ -35,11 +36,11 @@ __all__ = ["register", "run"]
 
 
 def register(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
+    p = add_command(
+        sub,
         "reconcile",
-        help="compare the gateway's spend with a provider's bill, per day and model",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "compare the gateway's spend with a provider's bill, per day and model",
+        __doc__,
     )
     p.add_argument("bill", type=Path, help="the provider's export (JSON, JSON lines or CSV)")
     p.add_argument("--provider", required=True, choices=sorted(BILLING_HOSTS))

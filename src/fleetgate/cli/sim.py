@@ -13,6 +13,7 @@ import signal
 import sys
 from typing import Any
 
+from fleetgate.cli.parsers import add_command
 from fleetgate.errors import ConfigError
 from fleetgate.sim.config import FaultConfig, SimConfig
 from fleetgate.sim.runner import start_sim
@@ -20,45 +21,74 @@ from fleetgate.sim.runner import start_sim
 __all__ = ["config_from_args", "register", "run"]
 
 
+# ``SimConfig`` fields set straight from a flag of the same name (``--max-num-seqs`` for
+# ``max_num_seqs``), in ``--help`` order, with their help (None: the name says it); each flag
+# takes the field's default and its type.
+_ENGINE_FLAGS: dict[str, str | None] = {
+    "corrupt_fraction": "echo mode: this fraction of prompts (chosen by a hash of the prompt, "
+    "so always the same ones) is answered with wrong words instead",
+    "corrupt_after_tokens": "with --corrupt-fraction: a corrupted answer is right for its first "
+    "N tokens and wrong after them (a build that degrades only on long generations)",
+    "max_num_seqs": None,
+    "max_num_batched_tokens": None,
+    "max_model_len": None,
+    "prefill_ms_per_token": None,
+    "decode_ms_per_step": None,
+    "decode_batch_factor": "decode step = decode-ms-per-step * (1 + factor * (running - 1))",
+    "kv_blocks": None,
+    "block_size": None,
+    "seed": None,
+    "output_len": None,
+    "image_tokens": None,
+    "embedding_dim": None,
+    "wake_up_s": "sleep mode: seconds POST /wake_up takes",
+    "kv_transfer_ms_per_token": "disaggregated decode: time to pull a prompt token's KV from "
+    "the prefill engine",
+    "encode_ms_per_image_token": "vision encoder time per image token (0: encoding is free)",
+    "encoder_cache_items": None,
+    "ec_transfer_ms_per_token": "a consumer's time to pull a remotely encoded image, per "
+    "encoder token",
+}
+# ``FaultConfig`` fields, the same way.
+_FAULT_FLAGS: dict[str, str | None] = dict.fromkeys(
+    (
+        "error_rate",
+        "error_status",
+        "retry_after",
+        "spike_rate",
+        "spike_ms",
+        "hang_rate",
+        "reset_rate",
+        "garbage_rate",
+        "midstream_rate",
+        "midstream_after",
+    )
+)
+
+
+def _add_field_flags(
+    p: argparse.ArgumentParser, defaults: object, flags: dict[str, str | None]
+) -> None:
+    for name, help in flags.items():
+        default = getattr(defaults, name)
+        flag = "--" + name.replace("_", "-")
+        p.add_argument(flag, type=type(default), default=default, help=help)
+
+
+def _field_values(args: argparse.Namespace, flags: dict[str, str | None]) -> dict[str, Any]:
+    return {name: getattr(args, name) for name in flags}
+
+
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``sim`` sub-command to the ``fleetgate`` parser."""
     d = SimConfig()
-    f = FaultConfig()
-    p = sub.add_parser(
-        "sim",
-        help="run a simulated vLLM engine (OpenAI-compatible, no GPU)",
-        description=SimConfig.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_command(
+        sub, "sim", "run a simulated vLLM engine (OpenAI-compatible, no GPU)", SimConfig.__doc__
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     p.add_argument("--model", default=d.model, help="served model name")
     p.add_argument("--mode", choices=["echo", "random"], default=d.mode)
-    p.add_argument(
-        "--corrupt-fraction",
-        type=float,
-        default=d.corrupt_fraction,
-        help="echo mode: this fraction of prompts (chosen by a hash of the prompt, so always "
-        "the same ones) is answered with wrong words instead",
-    )
-    p.add_argument(
-        "--corrupt-after-tokens",
-        type=int,
-        default=d.corrupt_after_tokens,
-        help="with --corrupt-fraction: a corrupted answer is right for its first N tokens and "
-        "wrong after them (a build that degrades only on long generations)",
-    )
-    p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
-    p.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens)
-    p.add_argument("--max-model-len", type=int, default=d.max_model_len)
-    p.add_argument("--prefill-ms-per-token", type=float, default=d.prefill_ms_per_token)
-    p.add_argument("--decode-ms-per-step", type=float, default=d.decode_ms_per_step)
-    p.add_argument(
-        "--decode-batch-factor",
-        type=float,
-        default=d.decode_batch_factor,
-        help="decode step = decode-ms-per-step * (1 + factor * (running - 1))",
-    )
     p.add_argument(
         "--scheduling-policy",
         choices=["fcfs", "priority"],
@@ -72,18 +102,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="with --scheduling-policy priority: also preempt the least important running "
         "request for a more important waiting one when max-num-seqs are running (vLLM V0)",
     )
-    p.add_argument("--kv-blocks", type=int, default=d.kv_blocks)
-    p.add_argument("--block-size", type=int, default=d.block_size)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--output-len", type=int, default=d.output_len)
-    p.add_argument("--image-tokens", type=int, default=d.image_tokens)
-    p.add_argument("--embedding-dim", type=int, default=d.embedding_dim)
-    p.add_argument(
-        "--wake-up-s",
-        type=float,
-        default=d.wake_up_s,
-        help="sleep mode: seconds POST /wake_up takes",
-    )
     p.add_argument(
         "--kv-events-config",
         default=None,
@@ -91,57 +109,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         '"endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": ""}',
     )
     p.add_argument(
-        "--kv-transfer-ms-per-token",
-        type=float,
-        default=d.kv_transfer_ms_per_token,
-        help="disaggregated decode: time to pull a prompt token's KV from the prefill engine",
-    )
-    p.add_argument(
-        "--encode-ms-per-image-token",
-        type=float,
-        default=d.encode_ms_per_image_token,
-        help="vision encoder time per image token (0: encoding is free)",
-    )
-    p.add_argument("--encoder-cache-items", type=int, default=d.encoder_cache_items)
-    p.add_argument(
         "--ec-transfer-config",
         default=None,
         help='vLLM\'s encoder disaggregation flag: JSON {"ec_role": "ec_producer"} (an encoder '
         'instance) or {"ec_role": "ec_consumer"} (a language-model instance)',
     )
-    p.add_argument(
-        "--ec-transfer-ms-per-token",
-        type=float,
-        default=d.ec_transfer_ms_per_token,
-        help="a consumer's time to pull a remotely encoded image, per encoder token",
-    )
-    p.add_argument("--error-rate", type=float, default=f.error_rate)
-    p.add_argument("--error-status", type=int, default=f.error_status)
-    p.add_argument("--retry-after", type=float, default=f.retry_after)
-    p.add_argument("--spike-rate", type=float, default=f.spike_rate)
-    p.add_argument("--spike-ms", type=float, default=f.spike_ms)
-    p.add_argument("--hang-rate", type=float, default=f.hang_rate)
-    p.add_argument("--reset-rate", type=float, default=f.reset_rate)
-    p.add_argument("--garbage-rate", type=float, default=f.garbage_rate)
-    p.add_argument("--midstream-rate", type=float, default=f.midstream_rate)
-    p.add_argument("--midstream-after", type=int, default=f.midstream_after)
+    _add_field_flags(p, d, _ENGINE_FLAGS)
+    _add_field_flags(p, FaultConfig(), _FAULT_FLAGS)
     p.set_defaults(func=run)
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     """The ``SimConfig`` the parsed flags describe."""
-    faults = FaultConfig(
-        error_rate=args.error_rate,
-        error_status=args.error_status,
-        retry_after=args.retry_after,
-        spike_rate=args.spike_rate,
-        spike_ms=args.spike_ms,
-        hang_rate=args.hang_rate,
-        reset_rate=args.reset_rate,
-        garbage_rate=args.garbage_rate,
-        midstream_rate=args.midstream_rate,
-        midstream_after=args.midstream_after,
-    )
     events = _kv_events(args.kv_events_config)
     return SimConfig(
         kv_events_endpoint=events.get("endpoint"),
@@ -149,29 +128,11 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         kv_events_topic=events.get("topic") or "",
         model=args.model,
         mode=args.mode,
-        corrupt_fraction=args.corrupt_fraction,
-        corrupt_after_tokens=args.corrupt_after_tokens,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_model_len=args.max_model_len,
-        prefill_ms_per_token=args.prefill_ms_per_token,
-        decode_ms_per_step=args.decode_ms_per_step,
-        decode_batch_factor=args.decode_batch_factor,
         scheduling_policy=args.scheduling_policy,
         preempt_for_priority=args.preempt_for_priority,
-        kv_blocks=args.kv_blocks,
-        block_size=args.block_size,
-        seed=args.seed,
-        output_len=args.output_len,
-        image_tokens=args.image_tokens,
-        embedding_dim=args.embedding_dim,
-        wake_up_s=args.wake_up_s,
-        kv_transfer_ms_per_token=args.kv_transfer_ms_per_token,
-        encode_ms_per_image_token=args.encode_ms_per_image_token,
-        encoder_cache_items=args.encoder_cache_items,
         ec_role=_ec_role(args.ec_transfer_config),
-        ec_transfer_ms_per_token=args.ec_transfer_ms_per_token,
-        faults=faults,
+        faults=FaultConfig(**_field_values(args, _FAULT_FLAGS)),
+        **_field_values(args, _ENGINE_FLAGS),
     )
 
 

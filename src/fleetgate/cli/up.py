@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from fleetgate.cli.parsers import add_command
 from fleetgate.cli.processes import free_port, stop, wait_http
 from fleetgate.cli.serve import _use_uvloop, listen_error, serve_forever
 from fleetgate.config.settings import Settings
@@ -41,11 +42,8 @@ ENGINES: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def register(sub: Any) -> None:
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "up",
-        help="run the embedded default: gateway + simulated engines + SQLite",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = add_command(
+        sub, "up", "run the embedded default: gateway + simulated engines + SQLite", __doc__
     )
     parser.add_argument("--port", type=int, default=4000, help="gateway port (default: 4000)")
     parser.add_argument(

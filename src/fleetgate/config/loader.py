@@ -15,7 +15,7 @@ from fleetgate.config.schema import GatewayConfig, field_path
 from fleetgate.config.sections import Declared, check_sections
 from fleetgate.errors import ConfigError
 
-__all__ = ["load_config", "parse_config"]
+__all__ = ["load_config", "parse_config", "read_yaml"]
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -63,12 +63,17 @@ def load_config(
 ) -> GatewayConfig:
     """Load and validate a config file (and the feature ``sections``); raises `ConfigError`
     naming each bad field."""
+    return parse_config(read_yaml(path, f"config {path}"), env, sections)
+
+
+def read_yaml(path: str | Path, described: str | None = None) -> Any:
+    """The YAML document in file ``path``; a missing file or bad YAML raises `ConfigError`
+    (``described`` names the file in the first message: the path by default)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+        raise ConfigError(f"cannot read {described or path}: {exc.strerror}") from None
     try:
-        raw = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    return parse_config(raw, env, sections)

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import aiohttp
@@ -65,6 +66,7 @@ def parse_cost_config(config: GatewayConfig) -> CostConfig | None:
     return cost
 
 
+@dataclass(eq=False, repr=False)
 class CostFeature(BaseFeature):
     """The scraper loop, its ledger and the admin route."""
 
@@ -73,26 +75,20 @@ class CostFeature(BaseFeature):
     switch = Switch(NAME, opt_in=True)
     admin_routes = (("GET", "/admin/cost"),)
 
-    def __init__(
-        self,
-        cost: CostConfig,
-        config: GatewayConfig,
-        access: AdminAccess,
-        http: OutboundHttp,
-        db: Database | None,
-        *,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.cost = cost
-        self.config = config
-        self.access = access
-        self.http = http
-        self.db = db
-        self.clock = clock
-        self.ledger = CostLedger(cost.window_h * 3600.0)
-        self.scrapes = 0
-        self._task: asyncio.Task[None] | None = None
-        self._warned: set[str] = set()
+    cost: CostConfig
+    config: GatewayConfig
+    access: AdminAccess
+    http: OutboundHttp
+    db: Database | None
+    _: KW_ONLY
+    clock: Callable[[], float] = time.time
+    ledger: CostLedger = field(init=False)
+    scrapes: int = field(default=0, init=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False)
+    _warned: set[str] = field(default_factory=set, init=False)
+
+    def __post_init__(self) -> None:
+        self.ledger = CostLedger(self.cost.window_h * 3600.0)
 
     @classmethod
     def build(cls, core: Core) -> CostFeature | None:

@@ -22,23 +22,12 @@ from fleetgate.epp.endpoints import endpoint_of
 from fleetgate.errors import NoHealthyDeployment, UpstreamStatusError
 from fleetgate.routing.context import Pick, RouteContext
 from fleetgate.routing.deployment import Deployment
-from fleetgate.routing.dispatch import Dispatcher, DispatchObserver
+from fleetgate.routing.dispatch import Dispatcher, DispatchObserver, _NoObserver
 from fleetgate.routing.dispatch import _pool as healthy_pool
 from fleetgate.routing.health import HealthTracker
 from fleetgate.routing.reload import TableManager
 
 __all__ = ["Choice", "EndpointPicker"]
-
-
-class _NoObserver:
-    def dispatched(self, pick: Pick, ctx: RouteContext) -> object:
-        return None
-
-    def first_token(self, ticket: object) -> None:
-        pass
-
-    def finished(self, ticket: object) -> None:
-        pass
 
 
 @dataclass(eq=False)

@@ -23,7 +23,7 @@ from fleetgate.contract.request import GatewayRequest, Outcome
 from fleetgate.insights.config import InsightsConfig
 from fleetgate.insights.writer import InsightsWriter
 from fleetgate.messages_text import content_text
-from fleetgate.tenancy.money import cost_nusd
+from fleetgate.tenancy.money import outcome_cost_nusd
 
 __all__ = ["DAY_MS", "Pseudonyms", "UsageRecorder", "prompt_hash", "sampled"]
 
@@ -125,16 +125,7 @@ class UsageRecorder:
         hashed = not self._logs_payloads(p.team_id)
         ids = self._pseudonyms
         created = int((req.received_at or time.time()) * 1000)
-        cost = outcome.cost_nusd
-        if cost is None:
-            cost = cost_nusd(
-                outcome.price,
-                outcome.prompt_tokens,
-                outcome.completion_tokens,
-                outcome.cached_tokens,
-                cache_write=outcome.cache_write_tokens,
-                batch=outcome.batch,
-            )
+        cost = outcome_cost_nusd(outcome)
         return {
             "request_id": req.request_id,
             "created_ms": created,

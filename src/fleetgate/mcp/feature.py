@@ -10,7 +10,7 @@ tenancy the MCP limits are counted in this process (`fleetgate.mcp.limits.LocalL
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -22,20 +22,11 @@ from fleetgate.extras import require
 from fleetgate.feature import BaseFeature
 from fleetgate.mcp.config import MCP_SECTION
 from fleetgate.tenancy.ports import TENANCY
-from fleetgate.tenancy.runtime import Tenancy
 
 if TYPE_CHECKING:
     from fleetgate.mcp.runtime import McpRuntime
 
 __all__ = ["McpFeature"]
-
-
-def _team_name(tenancy: Tenancy) -> Callable[[str], str | None]:
-    def name(team_id: str) -> str | None:
-        team = tenancy.cache.team(team_id)
-        return team.name if team is not None else None
-
-    return name
 
 
 class McpFeature(BaseFeature):
@@ -68,7 +59,7 @@ class McpFeature(BaseFeature):
             stages=path.stages,
             record=path.record,
             registry=core.metrics.registry,
-            team_name=_team_name(tenancy) if tenancy is not None else None,
+            team_name=tenancy.cache.team_name if tenancy is not None else None,
             limits=LocalLimits() if tenancy is None else None,
         )
         return cls(runtime)

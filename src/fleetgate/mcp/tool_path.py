@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, TypeVar
 
 from mcp.shared.exceptions import MCPError
@@ -70,6 +70,7 @@ class Target:
     upstream: Upstream
 
 
+@dataclass(eq=False, repr=False)
 class ToolPath:
     """Runs calls to MCP servers through the request path's stages (module docstring).
 
@@ -78,18 +79,11 @@ class ToolPath:
     ``after``); ``observe(server, decision, seconds)``: the MCP metrics of each call (seconds:
     None for a refused one); ``request_id``: the gateway's request ids."""
 
-    def __init__(
-        self,
-        stages: Callable[[], Sequence[Stage]],
-        *,
-        request_id: Callable[[], str],
-        record: Record | None = None,
-        observe: Observe | None = None,
-    ) -> None:
-        self.stages = stages
-        self.request_id = request_id
-        self.record = record
-        self.observe = observe
+    stages: Callable[[], Sequence[Stage]]
+    _: KW_ONLY
+    request_id: Callable[[], str]
+    record: Record | None = None
+    observe: Observe | None = None
 
     async def run(
         self,

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,22 +37,14 @@ class PipelineSpec(BaseModel):
     version: str = Field(pattern=NAME_PATTERN)
 
 
+@dataclass(eq=False, repr=False)
 class PipelineAdmin:
-    def __init__(
-        self,
-        store: PipelineStore,
-        registry: Registry,
-        access: AdminAccess,
-        config: Callable[[], PipelinesConfig],
-        prepare: Callable[[], Awaitable[None]],
-        max_body_bytes: int,
-    ) -> None:
-        self.store = store
-        self.registry = registry
-        self.access = access
-        self.config = config
-        self.prepare = prepare
-        self.max_body_bytes = max_body_bytes
+    store: PipelineStore
+    registry: Registry
+    access: AdminAccess
+    config: Callable[[], PipelinesConfig]
+    prepare: Callable[[], Awaitable[None]]
+    max_body_bytes: int
 
     def routes(self) -> list[web.RouteDef]:
         r = store_unavailable_is_503

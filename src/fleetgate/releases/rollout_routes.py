@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -53,24 +54,15 @@ class RolloutSpec(BaseModel):
         return steps
 
 
+@dataclass(eq=False, repr=False)
 class RolloutAdmin:
-    def __init__(
-        self,
-        store: RolloutStore,
-        registry_admin: RegistryAdmin,
-        access: AdminAccess,
-        config: Callable[[], GatewayConfig],
-        changed: Callable[[], Awaitable[None]],
-        prepare: Callable[[], Awaitable[None]],
-        max_body_bytes: int,
-    ) -> None:
-        self.store = store
-        self.registry_admin = registry_admin
-        self.access = access
-        self.config = config  # the config as written (aliases and their registry stage)
-        self.changed = changed
-        self.prepare = prepare
-        self.max_body_bytes = max_body_bytes
+    store: RolloutStore
+    registry_admin: RegistryAdmin
+    access: AdminAccess
+    config: Callable[[], GatewayConfig]  # the config as written (aliases and their stage)
+    changed: Callable[[], Awaitable[None]]
+    prepare: Callable[[], Awaitable[None]]
+    max_body_bytes: int
 
     def routes(self) -> list[web.RouteDef]:
         r = store_unavailable_is_503

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from typing import Any
 
 from sqlalchemy import delete, insert, or_, select, update
@@ -70,10 +70,11 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+@dataclass(eq=False, repr=False)
 class RolloutStore:
-    def __init__(self, db: Database, *, clock: Callable[[], int] = _now_ms) -> None:
-        self.db = db
-        self.clock = clock
+    db: Database
+    _: KW_ONLY
+    clock: Callable[[], int] = _now_ms
 
     async def start(
         self,

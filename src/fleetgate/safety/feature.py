@@ -56,17 +56,6 @@ def _suspender(tenancy: Tenancy | None) -> Callable[[str], Awaitable[None]]:
     return suspend
 
 
-def _team_name(tenancy: Tenancy | None) -> Callable[[str], str | None] | None:
-    if tenancy is None:
-        return None
-
-    def name(team_id: str) -> str | None:
-        entry = tenancy.cache.team(team_id)
-        return entry.name if entry is not None else None
-
-    return name
-
-
 class SafetyFeature(BaseFeature):
     name = "safety"
     sections = (SAFETY_SECTION,)
@@ -100,7 +89,8 @@ class SafetyFeature(BaseFeature):
             audit_log = JsonlAuditLog(settings.data_dir / "safety-audit.jsonl")
         runtime = SafetyRuntime(
             cfg, registry, data_dir=settings.data_dir, sink=audit_log.write,
-            on_suspend=_suspender(tenancy), team_name=_team_name(tenancy), resources=resources,
+            on_suspend=_suspender(tenancy), resources=resources,
+            team_name=tenancy.cache.team_name if tenancy is not None else None,
             database=resources.databases.get(settings.database_url, settings.data_dir),
         )  # fmt: skip
         core.ports.provide(SAFETY, runtime)

@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from fleetgate.scheduling.config import BANDS, FleetConfig, SchedulingConfig
 from fleetgate.scheduling.quota import BORROWING, QuotaTree
-from fleetgate.scheduling.state import QuotaLedger
+from fleetgate.scheduling.state import QuotaLedger, add_one, drop_one, quota_tree_holding
 from fleetgate.scheduling.vtc import VirtualTokenCounters
 
 __all__ = ["FleetFairShare", "FleetState", "Peer", "SyncCall"]
@@ -155,10 +155,8 @@ class FleetState:
     def take(self, team: str) -> None:
         self.admitted += 1
         self.own += 1
-        own = self.own_teams
-        own[team] = own.get(team, 0) + 1
-        teams = self.teams
-        teams[team] = teams.get(team, 0) + 1
+        add_one(self.own_teams, team)
+        add_one(self.teams, team)
         if self.quotas is not None:
             self.quotas.take(team)
 
@@ -171,18 +169,11 @@ class FleetState:
         if self.quotas is not None:
             self.quotas.give_back(team)
         for counts in (self.own_teams, self.teams):
-            left = counts.get(team, 0) - 1
-            if left > 0:
-                counts[team] = left
-            else:
-                counts.pop(team, None)
+            drop_one(counts, team)
 
     def configure(self, config: SchedulingConfig) -> None:
-        quotas = QuotaTree(config, self._clock) if config.has_quotas else None
+        quotas = quota_tree_holding(config, self._clock, self.own_teams)
         if quotas is not None:
-            for team, count in self.own_teams.items():
-                for _ in range(count):
-                    quotas.take(team)
             quotas.set_elsewhere(self.elsewhere_teams, {})
         self._tree = self.quotas = quotas
 

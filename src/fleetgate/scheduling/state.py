@@ -39,6 +39,9 @@ __all__ = [
     "PoolStates",
     "QuotaLedger",
     "StateLink",
+    "add_one",
+    "drop_one",
+    "quota_tree_holding",
 ]
 
 
@@ -180,8 +183,7 @@ class LocalState:
 
     def take(self, team: str) -> None:
         self.admitted += 1
-        teams = self.teams
-        teams[team] = teams.get(team, 0) + 1
+        add_one(self.teams, team)
         if self.quotas is not None:
             self.quotas.take(team)
 
@@ -189,20 +191,10 @@ class LocalState:
         self.admitted -= 1
         if self.quotas is not None:
             self.quotas.give_back(team)
-        teams = self.teams
-        left = teams.get(team, 0) - 1
-        if left > 0:
-            teams[team] = left
-        else:
-            teams.pop(team, None)
+        drop_one(self.teams, team)
 
     def configure(self, config: SchedulingConfig) -> None:
-        quotas = QuotaTree(config, self._clock) if config.has_quotas else None
-        if quotas is not None:
-            for team, count in self.teams.items():
-                for _ in range(count):
-                    quotas.take(team)
-        self.quotas = quotas
+        self.quotas = quota_tree_holding(config, self._clock, self.teams)
 
     @property
     def own(self) -> int:
@@ -219,3 +211,31 @@ class LocalState:
 
     def describe(self) -> dict[str, object] | None:
         return None
+
+
+def add_one(counts: dict[str, int], team: str) -> None:
+    """One more for ``team`` in ``counts``."""
+    counts[team] = counts.get(team, 0) + 1
+
+
+def drop_one(counts: dict[str, int], team: str) -> None:
+    """One fewer for ``team`` in ``counts``; a team at zero leaves the map."""
+    left = counts.get(team, 0) - 1
+    if left > 0:
+        counts[team] = left
+    else:
+        counts.pop(team, None)
+
+
+def quota_tree_holding(
+    config: SchedulingConfig, clock: Callable[[], float], held: Mapping[str, int]
+) -> QuotaTree | None:
+    """A fresh quota tree for ``config`` (None without quotas) that already holds the slots
+    ``held`` counts per team, so a reload keeps what is admitted."""
+    if not config.has_quotas:
+        return None
+    quotas = QuotaTree(config, clock)
+    for team, count in held.items():
+        for _ in range(count):
+            quotas.take(team)
+    return quotas

@@ -60,6 +60,11 @@ class KeyCache:
     def team(self, team_id: str) -> TeamEntry | None:
         return self.snapshot.teams.get(team_id)
 
+    def team_name(self, team_id: str) -> str | None:
+        """The team's name, or None for a team the snapshot does not hold."""
+        team = self.team(team_id)
+        return team.name if team is not None else None
+
     async def version(self) -> int:
         """The store's change counter (one cheap query; background only)."""
         async with self._db.engine.connect() as conn:

@@ -10,9 +10,16 @@ from __future__ import annotations
 from decimal import ROUND_HALF_EVEN, Decimal
 from functools import lru_cache
 
-from fleetgate.contract.request import Prices
+from fleetgate.contract.request import Outcome, Prices
 
-__all__ = ["NANO", "cost_nusd", "nusd_to_usd", "unit_cost_nusd", "usd_to_nusd"]
+__all__ = [
+    "NANO",
+    "cost_nusd",
+    "nusd_to_usd",
+    "outcome_cost_nusd",
+    "unit_cost_nusd",
+    "usd_to_nusd",
+]
 
 NANO = 1_000_000_000
 _PER_TOKEN = Decimal(NANO) / Decimal(1_000_000)  # nano-USD per token at 1 USD per Mtok
@@ -87,6 +94,21 @@ def _rates(
 def _per_token(per_mtok: float) -> int | Decimal:
     rate = _dec(per_mtok) * _PER_TOKEN
     return int(rate) if rate == rate.to_integral_value() else rate
+
+
+def outcome_cost_nusd(outcome: Outcome) -> int:
+    """A finished request's cost: the one already set on ``outcome`` (a priced unit such as
+    audio minutes), else its tokens at its price (`cost_nusd`)."""
+    if outcome.cost_nusd is not None:
+        return outcome.cost_nusd
+    return cost_nusd(
+        outcome.price,
+        outcome.prompt_tokens,
+        outcome.completion_tokens,
+        outcome.cached_tokens,
+        cache_write=outcome.cache_write_tokens,
+        batch=outcome.batch,
+    )
 
 
 def unit_cost_nusd(usd_per_block: float | None, units: float, block: float) -> int:

@@ -29,7 +29,7 @@ from fleetgate.tenancy.cache import KeyCache
 from fleetgate.tenancy.headers import duration, ratelimit_headers
 from fleetgate.tenancy.headroom import Headroom
 from fleetgate.tenancy.key_use import KeyUse
-from fleetgate.tenancy.money import cost_nusd
+from fleetgate.tenancy.money import outcome_cost_nusd
 from fleetgate.tenancy.scopes import ScopeBook
 from fleetgate.tenancy.settles import Settles
 from fleetgate.tenancy.usage_metrics import SpendMetrics
@@ -216,16 +216,7 @@ class TenancyStage:
         )
 
     def after(self, req: GatewayRequest, outcome: Outcome) -> None:
-        cost = outcome.cost_nusd
-        if cost is None:
-            cost = cost_nusd(
-                outcome.price,
-                outcome.prompt_tokens,
-                outcome.completion_tokens,
-                outcome.cached_tokens,
-                cache_write=outcome.cache_write_tokens,
-                batch=outcome.batch,
-            )
+        cost = outcome_cost_nusd(outcome)
         reservation = req.state.pop(_RESERVATION, None)
         used = outcome.prompt_tokens + outcome.completion_tokens
         if isinstance(reservation, Reservation):

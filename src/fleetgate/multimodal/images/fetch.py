@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-from types import TracebackType
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 from aiohttp.resolver import DefaultResolver
 from pydantic import BaseModel, Field
 
+from fleetgate.closing import AsyncClosing
 from fleetgate.errors import InvalidRequest
 from fleetgate.multimodal.images.netguard import AddressPolicy, GuardedResolver, parse_ip_literal
 
@@ -56,7 +56,7 @@ def decode_data_url(url: str, *, max_bytes: int, param: str | None = None) -> by
     return data
 
 
-class ImageFetcher:
+class ImageFetcher(AsyncClosing):
     """Fetches image bytes safely. Use as ``async with ImageFetcher(policy) as fetcher``.
 
     Example::
@@ -69,17 +69,6 @@ class ImageFetcher:
         self.policy = policy or FetchPolicy()
         self._addresses = AddressPolicy(self.policy.allow_cidrs)
         self._session: aiohttp.ClientSession | None = None
-
-    async def __aenter__(self) -> ImageFetcher:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the HTTP session (idempotent)."""
