@@ -14,7 +14,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "routing"))
 
 from fleet import REPO, _env, gateway_process  # noqa: E402
-
 from fleetgate.cli.processes import free_port, stop, wait_http  # noqa: E402
 
 __all__ = ["MASTER", "REPO", "Sim", "gateway_process", "sim_fleet", "write_section"]

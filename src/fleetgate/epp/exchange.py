@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import orjson
 
-from fleetgate.api.completions import _gateway_request, _recorder, _trace, _upstream_body
+from fleetgate.api.completions import _gateway_request, _trace, _upstream_body
 from fleetgate.api.state import GatewayState
 from fleetgate.contract.principal import bearer_token
 from fleetgate.contract.request import Endpoint, GatewayRequest
@@ -103,7 +103,7 @@ class Exchange:
         self._warned = set() if warned is None else warned  # aliases warned about, shared
         self._picker = picker
         self._options = options
-        self._record = record or _recorder(gw)
+        self._record = record or gw.record
         self._headers: dict[str, str] = {}
         self._subset: list[str] | None = None
         self._body: list[bytes] = []
