@@ -30,7 +30,7 @@ from fleetgate.console import ConsoleFeature
 from fleetgate.core import Core
 from fleetgate.cost.feature import CostFeature
 from fleetgate.errors import ConfigError
-from fleetgate.feature import BuildsFeature, Feature, Features
+from fleetgate.feature import BuildsFeature, Feature, Features, migration_folders
 from fleetgate.mcp.feature import McpFeature
 from fleetgate.multimodal.feature import MultimodalFeature
 from fleetgate.providers.registry import ProviderRegistry
@@ -55,7 +55,7 @@ from fleetgate.telemetry.tracing import GenAITracer
 from fleetgate.telemetry.workers import WorkerMetrics
 from fleetgate.tenancy.feature import TenancyFeature
 
-__all__ = ["FEATURES", "SECTIONS", "build_features", "build_state", "create_app"]
+__all__ = ["FEATURES", "MIGRATIONS", "SECTIONS", "build_features", "build_state", "create_app"]
 
 FEATURES: tuple[BuildsFeature, ...] = (
     CoreFeature,  # routes, health, access log, config watch; closes the shared last
@@ -84,6 +84,10 @@ SECTIONS: tuple[Declared, ...] = tuple(d for cls in FEATURES for d in cls.sectio
 the config is loaded or reloaded; a top-level key none of them (nor the ground floor) names is
 refused. Plug-in features read ``extensions.<name>``."""
 
+MIGRATIONS = migration_folders(FEATURES)
+"""The built-in features' Alembic revision folders (each declared by its feature class, on or
+off): every database the gateway, the CLI and the importers open is migrated with them."""
+
 
 def _config(settings: Settings, config: GatewayConfig | None) -> GatewayConfig:
     if config is not None:
@@ -102,8 +106,9 @@ def build_state(
 ) -> GatewayState:
     """Build the gateway's core parts (no I/O, no tasks started) and provide their ports."""
     cfg = _config(settings, config)
-    core = Core(settings, cfg, Resources(), GatewayMetrics())  # Resources: the shared owner
-    resources, metrics = core.resources, core.metrics
+    resources = Resources(migrations=MIGRATIONS)  # the shared owner
+    core = Core(settings, cfg, resources, GatewayMetrics())
+    metrics = core.metrics
     http = HttpClient()  # the upstream providers' data-path pool
     providers = ProviderRegistry.with_builtins(http)
     engine_aware = engine_routing(

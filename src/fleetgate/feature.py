@@ -20,6 +20,18 @@ meet through typed ports (`fleetgate.core.Port`) when they are built: one provid
 request time. Every feature class has the same constructor for the app: ``build(core)``
 (`BuildsFeature`), None when it is off.
 
+A feature that keeps tables defines them in its own ``tables.py`` (on
+`fleetgate.store.tables.metadata`) and names the folder of the Alembic revisions that create
+them in ``migrations`` (a class attribute: the app collects them from the classes, built or
+not, so a feature switched off still has its tables when it is turned on later)::
+
+    class Notes(BaseFeature):
+        migrations = (Path(__file__).parent / "migrations",)
+
+A feature's first revision starts its own branch (``down_revision = None``,
+``branch_labels = ("notes",)``, ``depends_on`` a revision it needs, if any); the store upgrades
+to every branch's head.
+
 Example, a feature that counts requests and serves the count::
 
     class Counting(BaseFeature):
@@ -46,6 +58,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
 from aiohttp import web
@@ -55,7 +68,14 @@ from fleetgate.config.sections import Declared
 from fleetgate.contract.stages import Stage
 from fleetgate.core import Core
 
-__all__ = ["BaseFeature", "BuildsFeature", "Feature", "Features", "StageFeature"]
+__all__ = [
+    "BaseFeature",
+    "BuildsFeature",
+    "Feature",
+    "Features",
+    "StageFeature",
+    "migration_folders",
+]
 
 log = logging.getLogger("fleetgate.features")
 
@@ -86,10 +106,14 @@ class BuildsFeature(Protocol):
     """A feature class as `fleetgate.app.FEATURES` lists it: ``build(core)`` makes the feature
     from the core and the ports earlier features provided (and provides its own), or returns
     None when it is switched off (its config section absent or ``enabled: false``).
-    ``sections``: the config sections it declares (validated when the config is loaded)."""
+    ``sections``: the config sections it declares (validated when the config is loaded);
+    ``migrations``: the folders of the Alembic revisions creating its tables (none: no tables)."""
 
     @property
     def sections(self) -> tuple[Declared, ...]: ...
+
+    @property
+    def migrations(self) -> tuple[Path, ...]: ...
 
     def build(self, core: Core) -> Feature | None: ...
 
@@ -100,6 +124,7 @@ class BaseFeature:
     name = "feature"
     stage: Stage | None = None
     sections: ClassVar[tuple[Declared, ...]] = ()  # the config sections it declares
+    migrations: ClassVar[tuple[Path, ...]] = ()  # folders of its tables' Alembic revisions
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         return ()
@@ -115,6 +140,15 @@ class BaseFeature:
 
     async def aclose(self) -> None:
         return None
+
+
+def migration_folders(features: Iterable[BuildsFeature]) -> tuple[Path, ...]:
+    """The revision folders of ``features`` (feature classes), in order, each once: what the
+    store migrates a database with (`fleetgate.store.Database`)."""
+    folders: dict[Path, None] = {}
+    for feature in features:
+        folders.update(dict.fromkeys(feature.migrations))
+    return tuple(folders)
 
 
 class StageFeature(BaseFeature):

@@ -36,6 +36,7 @@ __all__ = ["BatchesFeature"]
 
 class BatchesFeature(BaseFeature):
     name = "batches"
+    migrations = (Path(__file__).parent / "migrations",)  # its tables' revisions
     sections = (BATCHES_SECTION,)
 
     def __init__(

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.config.loader import load_config
 from fleetgate.config.settings import Settings
 from fleetgate.errors import ConfigError
@@ -101,7 +102,7 @@ def _redis_prefix(settings: Settings) -> str:
 
 
 async def _import(url: str, settings: Settings, spend: bool, prefix: str) -> Any:
-    db = Database.from_url(settings.database_url, settings.data_dir)
+    db = Database.from_url(settings.database_url, settings.data_dir, migrations=MIGRATIONS)
     try:
         return await import_litellm_db(
             url, db, spend_history=spend, redis_url=settings.redis_url, redis_prefix=prefix

@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 from collections.abc import Iterable
+from pathlib import Path
 
 from aiohttp import web
 
@@ -54,6 +55,7 @@ RELEASES: Port[ReleasesFeature] = Port("releases")
 
 class ReleasesFeature(BaseFeature):
     name = "releases"
+    migrations = (Path(__file__).parent / "migrations",)  # its tables' revisions
     sections = (RELEASES_SECTION,)
 
     def __init__(

@@ -8,6 +8,7 @@ audit API (503 when tenancy is off). See docs/tenancy.md.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -30,6 +31,7 @@ class TenancyFeature(BaseFeature):
     """``runtime`` is None when ``tenancy.enabled`` is false."""
 
     name = "tenancy"
+    migrations = (Path(__file__).parent / "migrations",)  # its tables' revisions
 
     def __init__(self, runtime: Tenancy | None, access: AdminAccess) -> None:
         self.runtime = runtime

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from pathlib import Path
 
 from aiohttp import web
 
@@ -31,6 +32,7 @@ log = logging.getLogger("fleetgate.responses")
 
 class ResponsesFeature(BaseFeature):
     name = "responses"
+    migrations = (Path(__file__).parent / "migrations",)  # its tables' revisions
     sections = (RESPONSES_SECTION,)
 
     def __init__(self, gw: GatewayState, config: GatewayConfig) -> None:
