@@ -41,7 +41,7 @@ from fleetgate.app import MIGRATIONS, create_app  # noqa: E402
 from fleetgate.config.schema import GatewayConfig  # noqa: E402
 from fleetgate.config.settings import Settings  # noqa: E402
 from fleetgate.store import Database  # noqa: E402
-from fleetgate.store.rollup import rollup_statement  # noqa: E402
+from fleetgate.tenancy.rollup import rollup_statement  # noqa: E402
 from fleetgate.tenancy.spend_query import raw_spend_query  # noqa: E402
 
 MASTER = "sk-bench-master"

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Table, inspect, insert, select, text
+from sqlalchemy import Connection, Table, insert, inspect, select, text
 
 import fleetgate
 from fleetgate.app import FEATURES, MIGRATIONS

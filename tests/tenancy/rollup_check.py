@@ -11,9 +11,9 @@ from sqlalchemy import and_, func, select
 
 from fleetgate.contract.principal import Principal
 from fleetgate.store import Database
-from fleetgate.store.rollup import DAY_MS, HOUR_MS
 from fleetgate.tenancy.records import TABLES, rows_by_table
 from fleetgate.tenancy.reports import spend_report
+from fleetgate.tenancy.rollup import DAY_MS, HOUR_MS
 from fleetgate.tenancy.tables import spend, spend_tags
 
 MASTER = Principal("master", role="master")

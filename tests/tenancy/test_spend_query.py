@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from fleetgate.app import MIGRATIONS
 from fleetgate.store import Database
-from fleetgate.store.rollup import DAY_MS, HOUR_MS
+from fleetgate.tenancy.rollup import DAY_MS, HOUR_MS
 from fleetgate.tenancy.spend_query import pieces
 from fleetgate.tenancy.tables import spend_rollup
 from tests.tenancy.rollup_check import (

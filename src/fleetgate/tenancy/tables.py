@@ -24,7 +24,9 @@ from sqlalchemy import (
     Text,
 )
 
+from fleetgate.store.after_insert import after_insert
 from fleetgate.store.tables import metadata
+from fleetgate.tenancy.rollup import SPEND_ROLLUP
 
 __all__ = [
     "admin_audit",
@@ -107,6 +109,7 @@ spend = Table(
     Index("ix_fg_spend_team_time", "team_id", "created_ms"),
     Index("ix_fg_spend_key_time", "key_id", "created_ms"),
     Index("ix_fg_spend_time", "created_ms"),  # the partial hours at a report's edges
+    info=after_insert(SPEND_ROLLUP),  # every bulk insert adds its new rows to the rollup
 )
 
 spend_tags = Table(
@@ -119,7 +122,7 @@ spend_tags = Table(
 # Spend summed per hour and per UTC day (``period_ms``), one row per dimension value: ``dim``
 # is team, key, alias, deployment, version or tag, ``group_value`` the key id, alias, ... ('' for
 # the team dimension and for a missing deployment, version, tag or team). Written with the spend
-# rows in their transaction (`fleetgate.store.rollup`); reports read it (`tenancy/spend_query.py`).
+# rows in their transaction (`fleetgate.tenancy.rollup`); reports read it (`spend_query`).
 spend_rollup = Table(
     "fg_spend_rollup",
     metadata,
