@@ -8,6 +8,8 @@ STAMP  := $(VENV)/.installed
 # the console's front-end packages (htmx; axe-core for the tests) from the npm registry
 CONSOLE := src/fleetgate/console
 NODE_STAMP := $(CONSOLE)/node_modules/.installed
+# the files the pages load, copied beside the console's static files (the wheel ships them)
+VENDOR_JS := $(CONSOLE)/static/vendor/htmx.min.js
 
 .PHONY: run test check lint format typecheck bench clean
 
@@ -15,14 +17,18 @@ $(STAMP): pyproject.toml training/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "fleetgate needs Python 3.11 or newer; run: make $(MAKECMDGOALS) PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,ml,audio,bench,mcp,kv-events]' -e training
+	$(BIN)/pip install --quiet -e '.[dev,ml,audio,bench,mcp,kv-events,epp]' -e training
 	touch $(STAMP)
 
 $(NODE_STAMP): $(CONSOLE)/package.json $(CONSOLE)/package-lock.json
 	cd $(CONSOLE) && npm ci --no-audit --no-fund --loglevel=error
 	touch $(NODE_STAMP)
 
-run: $(STAMP) $(NODE_STAMP)
+$(VENDOR_JS): $(NODE_STAMP)
+	mkdir -p $(CONSOLE)/static/vendor
+	cp $(CONSOLE)/node_modules/htmx.org/dist/htmx.min.js $(VENDOR_JS)
+
+run: $(STAMP) $(NODE_STAMP) $(VENDOR_JS)
 	$(BIN)/fleetgate up
 
 # Two workers, each taking whole test files (module fixtures and per-file resources stay on one
@@ -30,7 +36,7 @@ run: $(STAMP) $(NODE_STAMP)
 # The real-vLLM tests (marker `vllm`, skipped without /opt/fleetgate-vllm) run afterwards on
 # their own: starting vLLM engines takes every core for a minute or two.
 PYTEST_PARALLEL := -n 2 --dist loadfile -m "not vllm"
-test: $(STAMP) $(NODE_STAMP)
+test: $(STAMP) $(NODE_STAMP) $(VENDOR_JS)
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
 	$(BIN)/python -m pytest -m vllm
 
@@ -43,7 +49,7 @@ format: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-check: $(STAMP) $(NODE_STAMP)
+check: $(STAMP) $(NODE_STAMP) $(VENDOR_JS)
 	$(BIN)/ruff format --check src training tests bench
 	$(BIN)/ruff check src training tests bench
 	$(BIN)/mypy

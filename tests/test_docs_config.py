@@ -187,5 +187,5 @@ def test_the_reference_covers_every_section() -> None:
         if name in ("sections", "extensions", "cache"):
             continue
         assert f"## `{name}`" in text, name
-    assert "`models[].cache.exact`" in text and "## `extensions.console`" in text
+    assert "`models[].cache.exact`" in text and "## `console`" in text
     assert "](config-reference.md)" in (ROOT / "docs/configuration.md").read_text()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -10,17 +12,20 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from fleetgate.api.path import REQUEST_PATH
 from fleetgate.api.state import GATEWAY
-from fleetgate.app import FEATURES, build_state, create_app
+from fleetgate.app import FEATURES, SECTIONS, build_state, create_app, switched_off
 from fleetgate.config.loader import parse_config
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.contract.request import GatewayRequest, Outcome
-from fleetgate.feature import BaseFeature, Features
+from fleetgate.errors import ConfigError
+from fleetgate.feature import BaseFeature, Features, Switch
 from fleetgate.multimodal.ports import MULTIMODAL
 from fleetgate.routing.ports import SEMANTIC, VERSION_PICKER, WAKER
 from fleetgate.safety.ports import SAFETY
 from fleetgate.tenancy.ports import TENANCY
+from tests.conftest import MASTER
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 
@@ -52,6 +57,7 @@ def test_the_stage_order_is_the_feature_tuple(tmp_path: Path) -> None:
     assert names == [
         "core", "semantic", "tenancy", "multimodal", "safety", "cache", "scheduling", "canary",
         "engine-routing", "wake", "releases", "cost", "batches", "responses", "console",
+        "litellm",
     ]  # fmt: skip
     assert [s.name for s in state.stages] == [
         "semantic", "tenancy", "multimodal", "safety", "scheduling"
@@ -94,20 +100,152 @@ def test_features_that_are_off_keep_their_admin_routes_but_no_stage(tmp_path: Pa
     config.pop("extensions")  # no `cost` section: no cost feature
     state = build_state(_settings(tmp_path), parse_config(config))
     app = create_app(state.settings, state=state)
-    assert state.features.names() == [
-        "core", "tenancy", "safety", "cache", "scheduling", "canary", "engine-routing", "wake",
-        "releases", "batches", "responses",
-    ]  # fmt: skip
+    names = state.features.names()
+    # switched off (the one rule): not built at all
+    assert not {"tenancy", "safety", "scheduling", "multimodal", "semantic", "cost"} & set(names)
+    assert {"core", "cache", "canary", "releases", "batches", "responses"} <= set(names)
     assert state.stages == []
     paths = {r.resource.canonical for r in app.router.routes() if r.resource is not None}
     assert "/admin/teams" in paths and "/admin/safety/policies" in paths
     assert "/admin/queues" in paths and "/admin/registry/models" in paths
+    assert "/admin/cost" in paths
     assert "/v1/audio/speech" not in paths
     assert (
         state.core.ports.get(TENANCY) is None
         and state.core.ports.get(SAFETY) is None
         and state.core.ports.get(MULTIMODAL) is None
     )
+
+
+OFF = {
+    "models": [{"alias": "tiny", "deployments": [
+        {"provider": "openai", "model": "m", "api_base": "http://127.0.0.1:9/v1"}]}],
+    "tenancy": {"enabled": False},
+    "scheduling": {"enabled": False},
+    "safety": {"enabled": False},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "section", "hint"),
+    [
+        ("GET", "/admin/teams", "tenancy", "set 'tenancy.enabled: true'"),
+        ("DELETE", "/admin/keys/k1", "tenancy", "set 'tenancy.enabled: true'"),
+        ("GET", "/admin/queues", "scheduling", "set 'scheduling.enabled: true'"),
+        ("PUT", "/admin/safety/policies/p", "safety", "add a 'safety:' section"),
+        ("GET", "/admin/cost", "cost", "add a 'cost:' section"),
+    ],
+)
+async def test_a_switched_off_features_admin_routes_answer_one_503_naming_its_section(
+    gateway: Any, method: str, path: str, section: str, hint: str
+) -> None:
+    client = await gateway(OFF)
+    resp = await client.request(method, path, headers={"Authorization": f"Bearer {MASTER}"})
+    error = (await resp.json())["error"]
+    assert resp.status == 503, error
+    assert error["code"] == "feature_disabled" and error["type"] == "service_unavailable"
+    assert error["param"] == section and hint in error["message"]
+    assert f"{method} " in error["message"]
+    anonymous = await client.request(method, path)
+    assert anonymous.status == 401  # nothing said about the config to a caller without a key
+
+
+def test_each_declared_admin_route_is_served_when_the_feature_is_on(tmp_path: Path) -> None:
+    """The routes a class declares for when it is off are the ones it serves when on."""
+    state = build_state(_settings(tmp_path), parse_config(EVERYTHING))
+    create_app(state.settings, state=state)
+    built = {type(f): f for f in state.features.all}
+    declared = [cls for cls in FEATURES if cls.admin_routes]
+    assert {c.name for c in declared} >= {"tenancy", "safety", "scheduling", "cost"}
+    for cls in declared:
+        served = {(r.method, r.path) for r in built[cls].routes() if isinstance(r, web.RouteDef)}
+        assert set(cls.admin_routes) <= served, cls.name
+
+
+def test_every_switch_follows_one_rule(tmp_path: Path) -> None:
+    """Off: ``enabled: false``, or an opt-in section absent; on otherwise."""
+    base = parse_config({"models": OFF["models"]})
+    assert Switch("batches").on(base) and not Switch("safety", opt_in=True).on(base)
+    assert Switch("tenancy").on(base)
+    pools = [{"alias": "tiny", "dcgm": ["http://127.0.0.1:9/m"]}]
+    off = parse_config(
+        {**OFF, "batches": {"enabled": False}, "cost": {"enabled": False, "pools": pools}}
+    )
+    assert not Switch("batches").on(off) and not Switch("tenancy").on(off)
+    assert not Switch("safety", opt_in=True).on(off)  # present, but enabled: false
+    assert not Switch("cost", opt_in=True).on(off)
+    switched = {cls.name for cls in switched_off(off)}
+    assert {"tenancy", "scheduling", "safety", "batches", "cost", "semantic"} <= switched
+    state = build_state(_settings(tmp_path), off)
+    create_app(state.settings, state=state)
+    assert not switched & set(state.features.names())
+
+
+def test_the_cost_section_is_top_level_and_the_old_place_still_works(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pools = {"pools": [{"alias": "tiny", "dcgm": ["http://127.0.0.1:9/metrics"]}]}
+    new = {"models": OFF["models"], "cost": pools}
+    state = build_state(_settings(tmp_path), parse_config(new, sections=SECTIONS))
+    create_app(state.settings, state=state)
+    assert "cost" in state.features.names() and not caplog.records
+    with caplog.at_level(logging.WARNING, logger="fleetgate.config"):
+        old = parse_config(
+            {"models": OFF["models"], "extensions": {"cost": pools}}, sections=SECTIONS
+        )
+    assert "'extensions.cost' is deprecated" in caplog.text
+    state = build_state(_settings(tmp_path), old)
+    create_app(state.settings, state=state)
+    assert "cost" in state.features.names()
+    with pytest.raises(ConfigError, match="also given as the top-level 'cost:'"):
+        parse_config({**new, "extensions": {"cost": pools}}, sections=SECTIONS)
+    with pytest.raises(ConfigError, match=r"cost.pools\[0\]\(alias=tiny\).dcgm"):
+        parse_config(
+            {**new, "cost": {"pools": [{"alias": "tiny", "dcgm": ["x"]}]}}, sections=SECTIONS
+        )
+
+
+def _names_read(module: str, source: str) -> set[str]:
+    """What ``module`` takes from `fleetgate.api.state` (``GATEWAY_STATE``, ``GATEWAY``, ...)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module == "fleetgate.api.state":
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("fleetgate.api.state"))
+        elif isinstance(node, ast.ImportFrom) and node.module == "fleetgate.api":
+            out.update(f"fleetgate.api.{a.name}" for a in node.names if a.name == "state")
+    return out
+
+
+def test_only_the_core_feature_reads_the_gateway_state() -> None:
+    """Features take what they need as typed ports (`REQUEST_PATH`, `TABLES`, ...): no module
+    of a feature's package but the core feature's (``api/``, less the Responses feature
+    inside it) imports `GatewayState`, its port `GATEWAY_STATE` or its app key."""
+    src = Path(__file__).resolve().parents[1] / "src"
+    packages = {cls.__module__.rsplit(".", 1)[0] for cls in FEATURES} - {"fleetgate.api"}
+    assert {"fleetgate.batches", "fleetgate.api.responses", "fleetgate.console"} <= packages
+    readers: dict[str, set[str]] = {}
+    for path in sorted((src / "fleetgate").rglob("*.py")):
+        module = ".".join(path.relative_to(src).with_suffix("").parts).removesuffix(".__init__")
+        if any(module == p or module.startswith(p + ".") for p in packages):
+            names = _names_read(module, path.read_text("utf-8"))
+            if names:
+                readers[module] = names
+    assert readers == {}
+    # the scan sees what it looks for
+    planted = "from fleetgate.api.state import GATEWAY_STATE\nfrom fleetgate.api import state\n"
+    assert _names_read("x", planted) == {"GATEWAY_STATE", "fleetgate.api.state"}
+
+
+def test_the_request_path_is_a_port_the_core_provides(tmp_path: Path) -> None:
+    state = build_state(_settings(tmp_path), parse_config(EVERYTHING))
+    create_app(state.settings, state=state)
+    path = state.core.ports.require(REQUEST_PATH)
+    by_name = {f.name: f for f in state.features.all}
+    assert by_name["responses"].api.path is path  # type: ignore[attr-defined]
+    assert by_name["batches"].worker.sender._path is path  # type: ignore[attr-defined]
+    assert by_name["console"].console.tables is state.tables  # type: ignore[attr-defined]
 
 
 class Recorder(BaseFeature):
@@ -204,8 +342,6 @@ async def test_a_plugged_in_feature_runs_its_stage_serves_routes_and_reloads(
 
 
 def test_an_extensions_section_naming_no_feature_is_refused(tmp_path: Path) -> None:
-    from fleetgate.errors import ConfigError
-
     config = {**EVERYTHING, "extensions": {"region-tagg": {"region": "eu"}}}
     state = build_state(_settings(tmp_path), parse_config(config))
     with pytest.raises(ConfigError, match="region-tagg"):

@@ -22,6 +22,7 @@ from fleetgate.api.responses.feature import ResponsesFeature
 from fleetgate.api.state import GATEWAY, GATEWAY_STATE, GatewayState
 from fleetgate.batches.feature import BatchesFeature
 from fleetgate.cache.feature import CacheFeature
+from fleetgate.compat.litellm import LiteLLMFeature
 from fleetgate.config.loader import load_config
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.sections import Declared, check_sections
@@ -30,7 +31,13 @@ from fleetgate.console import ConsoleFeature
 from fleetgate.core import Core
 from fleetgate.cost.feature import CostFeature
 from fleetgate.errors import ConfigError
-from fleetgate.feature import BuildsFeature, Feature, Features, migration_folders
+from fleetgate.feature import (
+    BuildsFeature,
+    Feature,
+    Features,
+    migration_folders,
+    switched_off_routes,
+)
 from fleetgate.mcp.feature import McpFeature
 from fleetgate.multimodal.feature import MultimodalFeature
 from fleetgate.providers.registry import ProviderRegistry
@@ -69,10 +76,11 @@ FEATURES: tuple[BuildsFeature, ...] = (
     EngineRoutingFeature,  # engine stats, prefix index, decision log
     WakeFeature,  # holds requests for pools scaled to zero or asleep; puts idle engines to sleep
     ReleasesFeature,  # model registry: aliases that follow a stage, evaluations, gates
-    CostFeature,  # GPU cost (extensions.cost)
+    CostFeature,  # GPU cost (the `cost:` section)
     BatchesFeature,  # Files + Batch APIs; lines run the path above
     ResponsesFeature,  # /v1/responses: bridged to the chat path, stored per tenant
     ConsoleFeature,  # the web console at /ui and sign-in
+    LiteLLMFeature,  # LiteLLM clients: root paths, its key headers, /key/info, /spend/logs
     McpFeature,  # the MCP gateway, when `mcp.servers` is set: tools behind the same keys and checks
 )
 """The built-in features. **The order of this tuple is the order of the request path**: stages
@@ -82,7 +90,8 @@ order (a port is provided before a later feature asks for it) and close in rever
 SECTIONS: tuple[Declared, ...] = tuple(d for cls in FEATURES for d in cls.sections)
 """The built-in features' config sections (each declared by its feature class): validated when
 the config is loaded or reloaded; a top-level key none of them (nor the ground floor) names is
-refused. Plug-in features read ``extensions.<name>``."""
+refused. Plug-in features read ``extensions.<name>``; a built-in section written there (the old
+form) is still read, with a deprecation line."""
 
 MIGRATIONS = migration_folders(FEATURES)
 """The built-in features' Alembic revision folders (each declared by its feature class, on or
@@ -156,12 +165,25 @@ def build_state(
 
 
 def build_features(core: Core, extra: Sequence[Feature] = ()) -> tuple[Feature, ...]:
-    """Build every feature of `FEATURES` in order (``cls.build(core)``; None: switched off),
-    then let the dispatcher read its ports. ``extra`` (plug-ins, tests) comes after the
-    built-in ones, except that one named like a built-in feature takes its place."""
-    built = tuple(f for f in (cls.build(core) for cls in FEATURES) if f is not None)
+    """Build every feature of `FEATURES` in order whose switch is on (``cls.build(core)``;
+    None: it cannot run), then let the dispatcher read its ports. ``extra`` (plug-ins, tests)
+    comes after the built-in ones, except that one named like a built-in feature takes its
+    place."""
+    built = tuple(
+        f
+        for f in (
+            cls.build(core) for cls in FEATURES if cls.switch is None or cls.switch.on(core.config)
+        )
+        if f is not None
+    )
     plug_dispatcher(core.ports)
     return _with_extra(built, extra)
+
+
+def switched_off(config: GatewayConfig) -> tuple[BuildsFeature, ...]:
+    """The features of `FEATURES` that ``config`` switches off (the one rule:
+    `fleetgate.feature.Switch`)."""
+    return tuple(cls for cls in FEATURES if cls.switch is not None and not cls.switch.on(config))
 
 
 def _with_extra(features: tuple[Feature, ...], extra: Sequence[Feature]) -> tuple[Feature, ...]:
@@ -172,7 +194,9 @@ def _with_extra(features: tuple[Feature, ...], extra: Sequence[Feature]) -> tupl
 
 
 def _known_extensions(names: Sequence[str]) -> Callable[[GatewayConfig], None]:
-    """A check that each ``extensions:`` section names one of the features ``names``."""
+    """A check that each ``extensions:`` section names one of the features ``names`` (or a
+    built-in feature's section in its old place, read with a deprecation line)."""
+    names = [*names, *(cls.name for cls in FEATURES), *(d.name for d in SECTIONS)]
 
     def check(config: GatewayConfig) -> None:
         unknown = sorted(set(config.extensions) - set(names))
@@ -202,6 +226,8 @@ def create_app(
     )
     app[GATEWAY] = gw
     app.router.add_routes(features.routes())
+    for cls in switched_off(gw.core.config):  # its admin routes say so, naming the switch
+        app.router.add_routes(switched_off_routes(cls, gw.core.access))
     app.router.add_routes([unsupported.route()])  # last: OpenAI APIs no route above serves
     gw.tables.subscribe(lambda table: features.reconfigure(table.config))
     if settings.workers > 1 and gw.worker_metrics is None:

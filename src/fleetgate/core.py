@@ -28,13 +28,13 @@ from __future__ import annotations
 import hmac
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
-from fleetgate.contract.principal import Authenticator, Principal
+from fleetgate.contract.principal import Authenticator, Principal, bearer_token
 from fleetgate.errors import AuthenticationFailed
 from fleetgate.http import AdminAccess
 from fleetgate.resources import Resources
@@ -98,6 +98,32 @@ class AuthChain:
         self._principal = Principal(key_id="master", role="master")
         self._claimed: list[tuple[Callable[[str], bool], Authenticator]] = []
         self._rest: Authenticator | None = None
+        self._before: tuple[str, ...] = ()  # key headers read before ``Authorization``
+        self._after: tuple[str, ...] = ()  # and after it
+
+    def read_key_headers(self, *, before: tuple[str, ...], after: tuple[str, ...]) -> None:
+        """Also take the key from these headers (a compatibility feature's clients send it
+        there: ``x-litellm-api-key``, Azure's ``api-key``): ``before`` win over
+        ``Authorization``, ``after`` are read when it is absent. A value may carry ``Bearer ``."""
+        self._before += before
+        self._after += after
+
+    def key_of(self, headers: Mapping[str, str]) -> str:
+        """The key a request presents: the first key header that is set (`read_key_headers`),
+        else ``Authorization: Bearer``; a 401 when there is none."""
+        for name in self._before:
+            if value := headers.get(name):
+                return _strip_bearer(value)
+        authorization = headers.get("Authorization")
+        if not authorization:
+            for name in self._after:
+                if value := headers.get(name):
+                    return _strip_bearer(value)
+        return bearer_token(authorization)
+
+    def authenticate_request(self, headers: Mapping[str, str]) -> Principal:
+        """The caller of a request with ``headers`` (`key_of`, then `authenticate`)."""
+        return self.authenticate(self.key_of(headers))
 
     def add(self, auth: Authenticator, *, claims: Callable[[str], bool] | None = None) -> None:
         if claims is not None:
@@ -120,6 +146,11 @@ class AuthChain:
         if self._rest is not None:
             return self._rest.authenticate(token)
         raise AuthenticationFailed("Invalid API key.")
+
+
+def _strip_bearer(value: str) -> str:
+    scheme, sep, rest = value.strip().partition(" ")
+    return rest.strip() if sep and scheme.lower() == "bearer" else value.strip()
 
 
 class RequestIds:

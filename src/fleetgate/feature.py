@@ -18,7 +18,13 @@ stages run ``before`` in tuple order and ``after`` in reverse. Features that nee
 meet through typed ports (`fleetgate.core.Port`) when they are built: one provides
 (``core.ports.provide``), a later one asks (``core.ports.get``); none looks another up at
 request time. Every feature class has the same constructor for the app: ``build(core)``
-(`BuildsFeature`), None when it is off.
+(`BuildsFeature`), None when it cannot run (a port it needs is not provided).
+
+One rule switches a feature off (`Switch`, declared on the class): its config section says
+``enabled: false``, or, for an opt-in feature (``Switch("safety", opt_in=True)``), the
+section is absent. The app then does not build it: no stage, no port, no task; the admin
+routes the class declares (``admin_routes``) answer one OpenAI-style 503
+(``code: feature_disabled``) that names the section to set (`switched_off_routes`).
 
 A feature that keeps tables defines them in its own ``tables.py`` (on
 `fleetgate.store.tables.metadata`) and names the folder of the Alembic revisions that create
@@ -57,16 +63,19 @@ Example, a feature that counts requests and serves the count::
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
 from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig
-from fleetgate.config.sections import Declared
+from fleetgate.config.sections import Declared, switched_on
 from fleetgate.contract.stages import Stage
 from fleetgate.core import Core
+from fleetgate.errors import ServiceUnavailable
+from fleetgate.http import AdminAccess
 
 __all__ = [
     "BaseFeature",
@@ -74,7 +83,9 @@ __all__ = [
     "Feature",
     "Features",
     "StageFeature",
+    "Switch",
     "migration_folders",
+    "switched_off_routes",
 ]
 
 log = logging.getLogger("fleetgate.features")
@@ -102,18 +113,50 @@ class Feature(Protocol):
     async def aclose(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class Switch:
+    """The config section that switches a feature off (the one rule: see the module doc).
+
+    ``Switch("batches")``: on unless ``batches.enabled: false``; ``Switch("safety",
+    opt_in=True)``: off unless a ``safety:`` section is there (and not ``enabled: false``).
+    """
+
+    section: str
+    opt_in: bool = False
+
+    def on(self, config: GatewayConfig) -> bool:
+        return switched_on(config, self.section, opt_in=self.opt_in)
+
+    def hint(self) -> str:
+        """What to write in the config to switch it on."""
+        if self.opt_in:
+            return f"add a '{self.section}:' section (without 'enabled: false')"
+        return f"set '{self.section}.enabled: true'"
+
+
 class BuildsFeature(Protocol):
     """A feature class as `fleetgate.app.FEATURES` lists it: ``build(core)`` makes the feature
     from the core and the ports earlier features provided (and provides its own), or returns
-    None when it is switched off (its config section absent or ``enabled: false``).
+    None when it cannot run. The app builds it only while its ``switch`` is on (None: always);
+    off, its declared ``admin_routes`` answer 503 ``feature_disabled``.
     ``sections``: the config sections it declares (validated when the config is loaded);
-    ``migrations``: the folders of the Alembic revisions creating its tables (none: no tables)."""
+    ``migrations``: the folders of the Alembic revisions creating its tables (none: no tables;
+    collected from every class, on or off)."""
+
+    @property
+    def name(self) -> str: ...
 
     @property
     def sections(self) -> tuple[Declared, ...]: ...
 
     @property
     def migrations(self) -> tuple[Path, ...]: ...
+
+    @property
+    def switch(self) -> Switch | None: ...
+
+    @property
+    def admin_routes(self) -> tuple[tuple[str, str], ...]: ...
 
     def build(self, core: Core) -> Feature | None: ...
 
@@ -125,6 +168,9 @@ class BaseFeature:
     stage: Stage | None = None
     sections: ClassVar[tuple[Declared, ...]] = ()  # the config sections it declares
     migrations: ClassVar[tuple[Path, ...]] = ()  # folders of its tables' Alembic revisions
+    switch: ClassVar[Switch | None] = None  # the section that switches it off (None: never)
+    # (method, path) of its admin routes: switched off, each answers 503 feature_disabled
+    admin_routes: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         return ()
@@ -149,6 +195,36 @@ def migration_folders(features: Iterable[BuildsFeature]) -> tuple[Path, ...]:
     for feature in features:
         folders.update(dict.fromkeys(feature.migrations))
     return tuple(folders)
+
+
+def switched_off_routes(feature: BuildsFeature, access: AdminAccess) -> list[web.RouteDef]:
+    """The admin routes ``feature`` declares, each answering the one 503 of a switched-off
+    feature to an authenticated caller (401 to anyone else, as when it is on)::
+
+        503 {"error": {"message": "The tenancy feature is switched off in this gateway's
+             config: set 'tenancy.enabled: true' and restart to serve GET /admin/teams.",
+             "type": "service_unavailable", "param": "tenancy", "code": "feature_disabled"}}
+    """
+    switch = feature.switch
+    if switch is None:
+        return []
+    message = (
+        f"The {feature.name} feature is switched off in this gateway's config: "
+        f"{switch.hint()} and restart to serve"
+    )
+
+    def answer(where: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def off(request: web.Request) -> web.StreamResponse:
+            access.authenticated(request)
+            raise ServiceUnavailable(
+                f"{message} {where}.", param=switch.section, code="feature_disabled"
+            )
+
+        return off
+
+    return [
+        web.route(method, path, answer(f"{method} {path}")) for method, path in feature.admin_routes
+    ]
 
 
 class StageFeature(BaseFeature):

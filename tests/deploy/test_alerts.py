@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fleetgate.telemetry.monitoring.alerts import ALERTS
+from fleetgate.telemetry.monitoring.alerts import ALERTS, Slos
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "monitoring" / "alerts.yaml"
@@ -24,11 +24,20 @@ _DEP = 'deployment="d1",version="v1"'
 CASES: list[tuple[str, dict[str, str], str, list[dict[str, str]]]] = []
 
 
-def _ttft(alias: str, good: int) -> dict[str, str]:
+def _latency(histogram: str, le: str, alias: str, good: int) -> dict[str, str]:
+    """``good`` of every 100 observations per minute within the SLO's bucket ``le``."""
     return {
-        f'fleetgate_ttft_seconds_bucket{{alias="{alias}",{_DEP},le="2.5"}}': f"0+{good}x400",
-        f'fleetgate_ttft_seconds_count{{alias="{alias}",{_DEP}}}': "0+100x400",
+        f'{histogram}_bucket{{alias="{alias}",{_DEP},le="{le}"}}': f"0+{good}x400",
+        f'{histogram}_count{{alias="{alias}",{_DEP}}}': "0+100x400",
     }
+
+
+def _ttft(alias: str, good: int) -> dict[str, str]:
+    return _latency("fleetgate_ttft_seconds", "1", alias, good)  # the seeds' P95 < 1 s
+
+
+def _tpot(alias: str, good: int) -> dict[str, str]:
+    return _latency("fleetgate_time_per_output_token_seconds", "0.05", alias, good)  # < 50 ms
 
 
 def _requests(alias: str, ok: int, failed: int) -> dict[str, str]:
@@ -38,15 +47,27 @@ def _requests(alias: str, ok: int, failed: int) -> dict[str, str]:
     }
 
 
-BURN_TTFT = {**_ttft("a", 80), **_ttft("b", 95)}  # 20% slow (fires), 5% slow (silent)
-BURN_ERRORS = {**_requests("a", 90, 10), **_requests("b", 999, 1)}  # 10% vs 0.1% failed
+# P95 SLOs: a 5% budget; fast burn pages over 72% slow, slow burn over 30%.
+BURN_TTFT = {**_ttft("a", 20), **_ttft("b", 96)}  # 80% slow (fires), 4% slow (silent)
+BURN_TPOT = {**_tpot("a", 20), **_tpot("b", 96)}
+# 99.9% availability: fast burn pages over 1.44% failed, slow over 0.6%.
+BURN_ERRORS = {**_requests("a", 95, 5), **_requests("b", 9995, 5)}  # 5% vs 0.05% failed
 for speed in ("Fast", "Slow"):
     CASES += [
         (f"FleetgateTTFTBudgetBurn{speed}", BURN_TTFT, "70m", [{"alias": "a"}]),
-        (f"FleetgateTTFTBudgetBurn{speed}", {**_ttft("a", 99), **_ttft("b", 100)}, "70m", []),
+        (f"FleetgateTTFTBudgetBurn{speed}", {**_ttft("a", 95), **_ttft("b", 100)}, "70m", []),
+        (f"FleetgateTPOTBudgetBurn{speed}", BURN_TPOT, "70m", [{"alias": "a"}]),
+        (f"FleetgateTPOTBudgetBurn{speed}", {**_tpot("a", 95), **_tpot("b", 100)}, "70m", []),
         (f"FleetgateErrorBudgetBurn{speed}", BURN_ERRORS, "70m", [{"alias": "a"}]),
-        (f"FleetgateErrorBudgetBurn{speed}", _requests("a", 1000, 1), "70m", []),
+        (f"FleetgateErrorBudgetBurn{speed}", _requests("a", 10000, 5), "70m", []),
     ]
+# Between the two windows: 50% slow burns 10x (slow fires, fast does not); 1% failed burns 10x.
+CASES += [
+    ("FleetgateTTFTBudgetBurnSlow", _ttft("a", 50), "70m", [{"alias": "a"}]),
+    ("FleetgateTTFTBudgetBurnFast", _ttft("a", 50), "70m", []),
+    ("FleetgateErrorBudgetBurnSlow", _requests("a", 99, 1), "70m", [{"alias": "a"}]),
+    ("FleetgateErrorBudgetBurnFast", _requests("a", 99, 1), "70m", []),
+]
 CASES.append(("FleetgateTTFTBudgetBurnFast", BURN_TTFT, "1m", []))  # `for` not yet reached
 
 BUDGET = {
@@ -157,3 +178,12 @@ def test_promtool_notices_a_wrong_expectation(tmp_path: Path) -> None:
     spec = tmp_path / "wrong.test.yaml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     assert _promtool("test", "rules", str(spec)).returncode != 0
+
+
+def test_the_default_slos_are_the_seeds() -> None:
+    """Q1: TTFT P95 < 1 s, TPOT P95 < 50 ms, availability > 99.9%."""
+    assert Slos() == Slos(ttft_s=1.0, ttft=0.95, tpot_s=0.05, tpot=0.95, availability=0.999)
+    with pytest.raises(ValueError, match="bucket bound"):
+        Slos(ttft_s=0.9)  # no bucket at 0.9 s: the alert could not be computed
+    with pytest.raises(ValueError, match="share"):
+        Slos(availability=99.9)

@@ -28,6 +28,7 @@ from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from tests.tenancy.support import (
     MASTER,
+    PRICE,
     Gateway,
     database_for,
     free_port,
@@ -125,13 +126,20 @@ def mcp_section(notes_url: str, **overrides: Any) -> dict[str, Any]:
     return section
 
 
-def gateway_config(mcp: dict[str, Any], safety: bool = True) -> GatewayConfig:
+def gateway_config(
+    mcp: dict[str, Any],
+    safety: bool = True,
+    models_url: str = "http://127.0.0.1:9/v1",
+    safety_section: dict[str, Any] | None = None,
+) -> GatewayConfig:
+    """``models_url``: the model alias ``tiny``'s upstream (by default none answers);
+    ``safety_section``: a ``safety:`` section of the test's own instead of the default one."""
     data: dict[str, Any] = {
         "models": [
             {
                 "alias": "tiny",
                 "deployments": [
-                    {"provider": "openai", "model": "tiny", "api_base": "http://127.0.0.1:9/v1"}
+                    {"provider": "openai", "model": "tiny", "api_base": models_url, "price": PRICE}
                 ],
             }
         ],
@@ -139,7 +147,9 @@ def gateway_config(mcp: dict[str, Any], safety: bool = True) -> GatewayConfig:
         "tenancy": {"spend_flush_interval_s": 0.05, "poll_interval_s": 0.2},
         "mcp": mcp,
     }
-    if safety:
+    if safety_section is not None:
+        data["safety"] = safety_section
+    elif safety:
         data["safety"] = {
             "checks": {"words": {"type": "words"}, "pii": {"type": "pii"}},
             "policies": {"default": {"input": ["words", "pii"], "actions": {"pii": "mask"}}},
@@ -158,6 +168,7 @@ async def _start_gateway(
     database_url: str | None = None,
     redis_url: str | None = None,
     tenancy: bool = True,
+    **options: Any,
 ) -> Gateway:
     settings = Settings(
         master_key=MASTER,
@@ -166,7 +177,7 @@ async def _start_gateway(
         redis_url=redis_url,
         watch_config=False,
     )
-    config = gateway_config(mcp, safety)
+    config = gateway_config(mcp, safety, **options)
     if not tenancy:
         off = config.tenancy.model_copy(update={"enabled": False})
         config = config.model_copy(update={"tenancy": off})
@@ -229,8 +240,12 @@ async def start_gateway(tmp_path: Path) -> AsyncIterator[StartGateway]:
         database_url: str | None = None,
         redis_url: str | None = None,
         tenancy: bool = True,
+        **options: Any,
     ) -> Gateway:
-        return await _start_gateway(stack, tmp_path, mcp, safety, database_url, redis_url, tenancy)
+        """``options``: `gateway_config`'s ``models_url`` and ``safety_section``."""
+        return await _start_gateway(
+            stack, tmp_path, mcp, safety, database_url, redis_url, tenancy, **options
+        )
 
     async with stack:
         yield start

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.api.uploads import UploadForm
-from fleetgate.contract.principal import Principal, bearer_token
+from fleetgate.contract.principal import Principal
 from fleetgate.contract.request import Endpoint, GatewayRequest
 from fleetgate.contract.stages import StageRun
 from fleetgate.errors import FleetgateError, InvalidRequest
@@ -60,7 +60,7 @@ def audio_routes(runtime: MultimodalRuntime) -> list[web.RouteDef]:
 
 def _principal(request: web.Request) -> Principal:
     gw = request.app[GATEWAY]
-    return gw.core.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    return gw.core.auth.authenticate_request(request.headers)
 
 
 def _gateway_request(

@@ -29,7 +29,7 @@ from fleetgate.api.schemas import (
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.config.schema import TimeoutConfig
 from fleetgate.contract.flow import respond
-from fleetgate.contract.principal import Principal, bearer_token
+from fleetgate.contract.principal import Principal
 from fleetgate.contract.request import Endpoint, GatewayRequest, ResponseWire
 from fleetgate.contract.stages import StageRun
 from fleetgate.errors import FleetgateError, InvalidRequest, UpstreamBadResponse
@@ -100,7 +100,7 @@ def _upstream_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:
 async def _serve(request: web.Request, endpoint: RoutedEndpoint) -> web.StreamResponse:
     started = time.perf_counter()
     gw = request.app[GATEWAY]
-    principal = gw.core.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    principal = gw.core.auth.authenticate_request(request.headers)
     body = await read_json(request, gw.max_request_bytes, gw.body_timeout_s)
     return await serve(request, gw, endpoint, principal, body, started)
 

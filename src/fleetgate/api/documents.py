@@ -19,7 +19,6 @@ import orjson
 from aiohttp import web
 
 from fleetgate.api.state import GATEWAY
-from fleetgate.contract.principal import bearer_token
 from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied
 from fleetgate.http.body import read_json
 from fleetgate.multimodal.runtime import MultimodalRuntime
@@ -51,7 +50,7 @@ def document_routes(runtime: MultimodalRuntime) -> list[web.RouteDef]:
 
 def _authorized(request: web.Request) -> str:
     gw = request.app[GATEWAY]
-    principal = gw.core.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    principal = gw.core.auth.authenticate_request(request.headers)
     team = request.match_info["team"]
     if not (principal.is_master or (principal.role == "team_admin" and principal.team_id == team)):
         raise PermissionDenied(
@@ -90,7 +89,7 @@ async def delete_document(runtime: MultimodalRuntime, request: web.Request) -> w
 
 async def document_kv(runtime: MultimodalRuntime, request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
-    principal = gw.core.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    principal = gw.core.auth.authenticate_request(request.headers)
     team = request.query.get("team") or None
     if not principal.is_master:
         if principal.role != "team_admin" or principal.team_id is None:

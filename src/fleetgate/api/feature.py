@@ -17,6 +17,7 @@ from aiohttp import web
 from fleetgate.api import admin, completions, health, messages, models, openapi
 from fleetgate.api.audio import audio_routes
 from fleetgate.api.documents import document_routes
+from fleetgate.api.path import REQUEST_PATH, RequestPath
 from fleetgate.api.state import GATEWAY_STATE, GatewayState
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.core import Core, Ports
@@ -35,7 +36,11 @@ class CoreFeature(BaseFeature):
 
     @classmethod
     def build(cls, core: Core) -> CoreFeature:
-        return cls(core.ports.require(GATEWAY_STATE), core.ports)
+        """Provides `REQUEST_PATH`: the one feature that reads `GatewayState`, it hands the
+        others the request path, not the state."""
+        gw = core.ports.require(GATEWAY_STATE)
+        core.ports.provide(REQUEST_PATH, RequestPath(gw))
+        return cls(gw, core.ports)
 
     def _multimodal_routes(self) -> list[web.RouteDef]:
         """Audio and documents, when the multimodal pipeline is on (asked once the app's

@@ -8,7 +8,6 @@ import orjson
 from aiohttp import web
 
 from fleetgate.api.state import GATEWAY
-from fleetgate.contract.principal import bearer_token
 from fleetgate.errors import ModelNotFound
 
 __all__ = ["get_model", "list_models"]
@@ -22,7 +21,7 @@ def _entry(alias: str) -> dict[str, object]:
 
 async def list_models(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
-    principal = gw.core.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    principal = gw.core.auth.authenticate_request(request.headers)
     data = [_entry(a) for a in gw.tables.table.aliases() if principal.may_use(a)]
     return web.Response(
         body=orjson.dumps({"object": "list", "data": data}), content_type="application/json"
@@ -31,7 +30,7 @@ async def list_models(request: web.Request) -> web.Response:
 
 async def get_model(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
-    principal = gw.core.auth.authenticate(bearer_token(request.headers.get("Authorization")))
+    principal = gw.core.auth.authenticate_request(request.headers)
     alias = request.match_info["model"]
     if alias not in gw.tables.table.aliases() or not principal.may_use(alias):
         raise ModelNotFound(f"The model '{alias}' does not exist.", param="model")

@@ -15,8 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fleetgate.api.completions import answer
-from fleetgate.api.state import GatewayState
+from fleetgate.api.path import RequestPath
 from fleetgate.batches.grant import Grant
 from fleetgate.batches.worker import LineRequest
 from fleetgate.contract.principal import Principal
@@ -38,13 +37,14 @@ _MASTER = Principal(key_id="master", role="master")
 
 
 class GatewaySender:
-    """Sends batch lines through ``gw``'s request path; asks the scheduler (None: scheduling
-    off) for idle capacity and tenancy's key cache (None: tenancy off) for each line's key."""
+    """Sends batch lines through the gateway's request path (`REQUEST_PATH`); asks the
+    scheduler (None: scheduling off) for idle capacity and tenancy's key cache (None: tenancy
+    off) for each line's key."""
 
     def __init__(
-        self, gw: GatewayState, scheduler: Scheduler | None, tenancy: Tenancy | None
+        self, path: RequestPath, scheduler: Scheduler | None, tenancy: Tenancy | None
     ) -> None:
-        self._gw = gw
+        self._path = path
         self._scheduler = scheduler
         self._tenancy = tenancy
 
@@ -81,7 +81,7 @@ class GatewaySender:
             principal = self._principal(line.key_id, line.grant)
         except AuthenticationFailed as exc:
             return exc.status, exc.to_dict()
-        return await answer(
-            self._gw, ENDPOINTS[line.endpoint], principal, line.body, request_id=line.request_id,
+        return await self._path.answer(
+            ENDPOINTS[line.endpoint], principal, line.body, request_id=line.request_id,
             headers=dict(_HEADERS), batch=True,
         )  # fmt: skip

@@ -5,7 +5,8 @@ No stage of its own: each line of a batch is sent through the whole request path
 one shared by every replica); the store is migrated on the first call that needs it. The
 worker (every replica runs one; one drives each batch, by a lease) starts with the app when a
 database is configured or the embedded one exists, else on the first call of the API. With
-``batches.enabled: false`` it serves no routes and runs nothing.
+``batches.enabled: false`` it is not built (`fleetgate.feature`: the switch-off rule); its API
+paths answer the 404 that names the switch (`fleetgate.api.unsupported`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from aiohttp import web
 from sqlalchemy.engine import make_url
 
-from fleetgate.api.state import GATEWAY_STATE, GatewayState
+from fleetgate.api.path import REQUEST_PATH
 from fleetgate.batches.config import BATCHES_SECTION, BatchesConfig
 from fleetgate.batches.execute import GatewaySender
 from fleetgate.batches.routes import BatchRoutes
@@ -26,7 +27,7 @@ from fleetgate.batches.store import BatchStore
 from fleetgate.batches.worker import BatchWorker
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.core import Core
-from fleetgate.feature import BaseFeature
+from fleetgate.feature import BaseFeature, Switch
 from fleetgate.http import AdminAccess
 from fleetgate.scheduling.ports import SCHEDULER
 from fleetgate.tenancy.ports import TENANCY
@@ -38,19 +39,20 @@ class BatchesFeature(BaseFeature):
     name = "batches"
     migrations = (Path(__file__).parent / "migrations",)  # its tables' revisions
     sections = (BATCHES_SECTION,)
+    switch = Switch("batches")
 
     def __init__(
         self,
-        gw: GatewayState,
+        core: Core,
         access: AdminAccess,
         config: GatewayConfig,
         sender: GatewaySender,
     ) -> None:
-        """``sender``: how lines run (through ``gw``'s request path)."""
-        resources = gw.resources
+        """``sender``: how lines run (through the request path, `REQUEST_PATH`)."""
+        settings, resources = core.settings, core.resources
         self._databases = resources.databases
-        self.db = resources.databases.get(gw.settings.database_url, gw.settings.data_dir)
-        self._shared = gw.settings.database_url is not None
+        self.db = resources.databases.get(settings.database_url, settings.data_dir)
+        self._shared = settings.database_url is not None
         self.config: BatchesConfig = BATCHES_SECTION.of(config)
         self.max_request_bytes = config.server.max_request_bytes  # a line's limit too
         self.store = BatchStore(self.db)
@@ -74,14 +76,16 @@ class BatchesFeature(BaseFeature):
 
     @classmethod
     def build(cls, core: Core) -> BatchesFeature:
-        """Built even when ``batches.enabled`` is false: a reload may turn it on (its routes
-        are served only while it is on)."""
-        gw = core.ports.require(GATEWAY_STATE)
-        sender = GatewaySender(gw, core.ports.get(SCHEDULER), core.ports.get(TENANCY))
-        return cls(gw, core.access, core.config, sender)
+        """Lines run through `REQUEST_PATH`, wait for the `SCHEDULER`'s idle capacity (when
+        scheduling is on) and run as the key `TENANCY` knows (when tenancy is on)."""
+        ports = core.ports
+        sender = GatewaySender(
+            ports.require(REQUEST_PATH), ports.get(SCHEDULER), ports.get(TENANCY)
+        )
+        return cls(core, core.access, core.config, sender)
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
-        return self.api.routes() if self.config.enabled else ()
+        return self.api.routes()
 
     def reconfigure(self, config: GatewayConfig) -> None:
         # limits and pacing apply to the next tick and request

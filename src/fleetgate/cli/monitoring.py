@@ -20,8 +20,9 @@ import yaml
 from fleetgate.app import build_features, build_state
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
+from fleetgate.errors import ConfigError
 from fleetgate.sim.metrics import SimMetrics
-from fleetgate.telemetry.monitoring.alerts import prometheus_rule, rules
+from fleetgate.telemetry.monitoring.alerts import Slos, prometheus_rule, rules
 from fleetgate.telemetry.monitoring.catalog import Catalog
 from fleetgate.telemetry.monitoring.dashboards import dashboards
 from fleetgate.telemetry.registry import Registry
@@ -48,6 +49,25 @@ def register(sub: Any) -> None:
     export = actions.add_parser("export", help="write dashboards/*.json, alerts.yaml and more")
     export.add_argument("dir", type=Path, help="output folder (deploy/monitoring in the repo)")
     export.add_argument("--check", action="store_true", help="fail if the files differ")
+    defaults = Slos()
+    export.add_argument(
+        "--ttft-p95-s",
+        type=float,
+        default=defaults.ttft_s,
+        help="TTFT SLO: 95%% of first tokens within this (a bucket bound)",
+    )
+    export.add_argument(
+        "--tpot-p95-s",
+        type=float,
+        default=defaults.tpot_s,
+        help="TPOT SLO: 95%% of output tokens within this (a bucket bound)",
+    )
+    export.add_argument(
+        "--availability",
+        type=float,
+        default=defaults.availability,
+        help="share of requests without a 5xx (0.999: 99.9%%)",
+    )
     export.set_defaults(func=run)
 
 
@@ -68,19 +88,23 @@ def _yaml(data: Any) -> str:
     return _HEADER + yaml.safe_dump(data, sort_keys=False, width=100)
 
 
-def render(catalog: Catalog) -> dict[str, str]:
+def render(catalog: Catalog, slos: Slos | None = None) -> dict[str, str]:
     """File contents by path relative to the output folder."""
     files = {
         f"dashboards/{layer}.json": json.dumps(board, indent=2) + "\n"
         for layer, board in dashboards(catalog).items()
     }
-    files["alerts.yaml"] = _yaml(rules(catalog))
-    files["prometheusrule.yaml"] = _yaml(prometheus_rule(catalog))
+    files["alerts.yaml"] = _yaml(rules(catalog, slos))
+    files["prometheusrule.yaml"] = _yaml(prometheus_rule(catalog, slos))
     return files
 
 
 def run(args: argparse.Namespace) -> int:
-    files = render(metric_catalog())
+    try:
+        slos = Slos(ttft_s=args.ttft_p95_s, tpot_s=args.tpot_p95_s, availability=args.availability)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    files = render(metric_catalog(), slos)
     out: Path = args.dir
     if args.check:
         stale = [p for p, text in files.items() if _read(out / p) != text]

@@ -29,18 +29,14 @@ from pydantic_core import to_jsonable_python
 from fleetgate.app import SECTIONS
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.sections import AliasSection, OptionalSection
-from fleetgate.console.config import ConsoleConfig
-from fleetgate.cost.config import CostConfig
 
 __all__ = ["REGENERATE", "render", "run_reference"]
 
 REGENERATE = "fleetgate config reference --output docs/config-reference.md"
 
-EXTENSIONS: tuple[tuple[str, type[BaseModel]], ...] = (
-    ("console", ConsoleConfig),
-    ("cost", CostConfig),
-)
-"""The built-in plug-in features' sections under ``extensions``."""
+EXTENSIONS: tuple[tuple[str, type[BaseModel]], ...] = ()
+"""Plug-in features' sections under ``extensions`` documented here (the built-in features
+declare their own top-level sections: `fleetgate.app.SECTIONS`)."""
 
 _HEAD = f"""# Configuration reference
 

@@ -63,6 +63,12 @@ RULES: dict[str, Effect] = {
     "mcp.servers.*.max_parallel": "live",
     "responses": "live",
     "responses.enabled": "restart",  # its routes are registered at start
+    "console": "live",
+    "console.enabled": "restart",
+    "console.oidc": "restart",
+    "console.jwt": "restart",
+    "cost": "live",  # pools, prices, intervals (CostFeature.reconfigure)
+    "cost.enabled": "restart",
     "extensions": "live",  # each plug-in feature reads its own in reconfigure
     "extensions.console.enabled": "restart",
     "extensions.console.oidc": "restart",
@@ -72,7 +78,7 @@ RULES: dict[str, Effect] = {
 
 # Sections whose appearance or removal needs a restart whatever the rule of their fields
 # (a stage joins the request path, a server is connected, only when the gateway is built).
-_PRESENCE_RESTART = ("safety", "semantic", "mcp.servers.*")
+_PRESENCE_RESTART = ("safety", "semantic", "cost", "mcp.servers.*")
 
 
 @dataclass(frozen=True)

@@ -254,6 +254,13 @@ class DeploymentConfig(_Model):
     # Requests the engine runs at once (vLLM's --max-num-seqs): the scheduler's saturation
     # point for the alias's pool (scheduling/); None: unbounded.
     max_num_seqs: int | None = Field(None, ge=1)
+    # Requests per minute this deployment takes (an upstream's quota, LiteLLM's per-deployment
+    # `rpm`): at it, the router picks the alias's other deployments, then its fallbacks, then
+    # answers 429 until the minute ends. Counted per gateway process; None: no cap.
+    rpm: int | None = Field(None, ge=1)
+    # Prompt tokens per minute this deployment takes (as `rpm`; a request counts its prompt
+    # estimate when it is sent, its answer is not known before); None: no cap.
+    tpm: int | None = Field(None, ge=1)
     # The engine schedules by vLLM's request ``priority`` field (--scheduling-policy priority):
     # the scheduler sends each request's band in it.
     priority: bool = False

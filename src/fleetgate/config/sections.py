@@ -17,23 +17,77 @@ Example (a feature's ``config.py``)::
 
     SAFETY = OptionalSection("safety", SafetyConfig)  # absent: None (the feature is off)
     CACHE = AliasSection("cache", CacheConfig)         # per alias: models[].cache
+
+A built-in feature's section written under ``extensions.<name>`` (the old form, before the
+feature declared it) is still read, with a deprecation line in the log each time the config
+is loaded or reloaded; written both ways it is refused.
+
+`switched_on` is the one rule that switches a feature off (`fleetgate.feature.Switch`): its
+section says ``enabled: false``, or, for an opt-in feature, the section is absent.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from fleetgate.config.schema import AliasConfig, GatewayConfig
+from fleetgate.config.schema import AliasConfig, GatewayConfig, section_problems
 from fleetgate.errors import ConfigError
 
-__all__ = ["AliasSection", "Declared", "OptionalSection", "Section", "check_sections"]
+__all__ = [
+    "AliasSection",
+    "Declared",
+    "OptionalSection",
+    "Section",
+    "check_sections",
+    "switched_on",
+]
+
+log = logging.getLogger("fleetgate.config")
 
 M = TypeVar("M", bound=BaseModel)
+_BOOL = TypeAdapter(bool)
+
+
+def _legacy(config: GatewayConfig, name: str) -> Any:
+    """The section ``name`` as written under ``extensions`` (the old form), else None."""
+    return config.extensions.get(name) if name not in config.sections else None
+
+
+def _read_section(config: GatewayConfig, name: str, model: type[M], *, optional: bool) -> Any:
+    legacy = _legacy(config, name)
+    if legacy is None:
+        return config.read_section(name, model, optional=optional)
+    try:
+        return model.model_validate(legacy)
+    except ValidationError as exc:
+        problems = section_problems(f"extensions.{name}", legacy, exc)
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems)) from None
+
+
+def switched_on(config: GatewayConfig, name: str, *, opt_in: bool = False) -> bool:
+    """Whether the feature whose section is ``name`` is on: off when the section says
+    ``enabled: false``, or, with ``opt_in``, when it is absent; on otherwise. ``name`` may be
+    a ground-floor section (``tenancy``) or a feature's (``safety``, or the old
+    ``extensions.<name>`` form)."""
+    if name in type(config).model_fields:
+        return bool(getattr(getattr(config, name), "enabled", True))
+    raw = config.sections.get(name)
+    if raw is None:
+        raw = _legacy(config, name)
+    if raw is None:
+        return not opt_in
+    if not isinstance(raw, Mapping):
+        return True  # not a mapping: its declaration refuses it when the config is checked
+    try:
+        return _BOOL.validate_python(raw.get("enabled", True))
+    except ValidationError:
+        return True  # refused by its declaration, naming the field
 
 
 @dataclass(frozen=True)
@@ -54,7 +108,7 @@ class Section(_Declaration[M]):
     """A top-level section; absent: the model's defaults."""
 
     def of(self, config: GatewayConfig) -> M:
-        value: M = config.read_section(self.name, self.model, optional=False)
+        value: M = _read_section(config, self.name, self.model, optional=False)
         return value
 
 
@@ -67,7 +121,7 @@ class OptionalSection(_Declaration[M]):
         return True
 
     def of(self, config: GatewayConfig) -> M | None:
-        value: M | None = config.read_section(self.name, self.model, optional=True)
+        value: M | None = _read_section(config, self.name, self.model, optional=True)
         return value
 
 
@@ -98,7 +152,7 @@ def check_sections(config: GatewayConfig, declared: Iterable[Declared]) -> None:
             per_alias[d.name] = d
         else:
             top[d.name] = d
-    problems = _unknown("", config.sections, top)
+    problems = _unknown("", config.sections, top) + _moved(config, top)
     for section in top.values():
         problems += _read(partial(section.of, config))
     for i, alias in enumerate(config.models):
@@ -110,6 +164,21 @@ def check_sections(config: GatewayConfig, declared: Iterable[Declared]) -> None:
         problems += _cross_check(config, decl)
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+
+
+def _moved(config: GatewayConfig, top: Mapping[str, object]) -> list[str]:
+    """Log each built-in section still written under ``extensions`` (deprecated); a section
+    written both there and at the top level is a problem (which one would count?)."""
+    problems = []
+    for name in sorted(set(config.extensions) & set(top)):
+        if name in config.sections:
+            problems.append(f"extensions.{name}: also given as the top-level '{name}:'; keep one")
+        else:
+            log.warning(
+                "config: 'extensions.%s' is deprecated; write it as the top-level '%s:' section",
+                name, name,
+            )  # fmt: skip
+    return problems
 
 
 def _unknown(where: str, raw: dict[str, Any], known: Mapping[str, object]) -> list[str]:

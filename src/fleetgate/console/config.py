@@ -1,19 +1,19 @@
-"""The console's config section, ``extensions.console`` in the gateway's YAML.
+"""The console's config section, ``console:`` in the gateway's YAML (`CONSOLE_SECTION`; the
+old place, ``extensions.console``, is still read, with a deprecation line in the log).
 
 Example::
 
-    extensions:
-      console:
-        public_url: https://gateway.example.com   # as browsers reach it (needed with oidc)
-        session_ttl_s: 28800
-        oidc:                       # sign-in through an identity provider (optional)
-          issuer: https://idp.example.com
-          client_id: fleetgate
-          roles: {platform-admins: master, finance: finance_viewer}
-          teams: {team-search: search}      # group -> team (id or name): its team admin
-        jwt:                        # JWT bearer tokens for API callers (optional)
-          jwks_url: https://idp.example.com/jwks
-          audience: fleetgate
+    console:
+      public_url: https://gateway.example.com   # as browsers reach it (needed with oidc)
+      session_ttl_s: 28800
+      oidc:                       # sign-in through an identity provider (optional)
+        issuer: https://idp.example.com
+        client_id: fleetgate
+        roles: {platform-admins: master, finance: finance_viewer}
+        teams: {team-search: search}      # group -> team (id or name): its team admin
+      jwt:                        # JWT bearer tokens for API callers (optional)
+        jwks_url: https://idp.example.com/jwks
+        audience: fleetgate
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from fleetgate.config.sections import Section
 from fleetgate.errors import ConfigError
 
-__all__ = ["ConsoleConfig", "JwtConfig", "OidcConfig", "console_config"]
+__all__ = ["CONSOLE_SECTION", "ConsoleConfig", "JwtConfig", "OidcConfig", "console_config"]
 
 
 class OidcConfig(BaseModel):
@@ -137,8 +138,12 @@ class ConsoleConfig(BaseModel):
         return self
 
 
+CONSOLE_SECTION = Section("console", ConsoleConfig)
+"""The ``console`` section (absent: the defaults; ``enabled: false`` switches it off)."""
+
+
 def console_config(extensions: dict[str, Any]) -> ConsoleConfig:
-    """The ``console`` section of ``extensions`` (defaults when absent)."""
+    """The ``console`` section of a mapping of sections (defaults when absent)."""
     raw = extensions.get("console") or {}
     try:
         return ConsoleConfig.model_validate(raw)

@@ -13,12 +13,11 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from fleetgate.api.state import GatewayState
 from fleetgate.console.config import ConsoleConfig
 from fleetgate.console.render import Renderer
 from fleetgate.console.sessions import COOKIE, Session, Sessions, cookie_is_secure, same_token
 from fleetgate.contract.principal import Principal
-from fleetgate.core import Ports
+from fleetgate.core import Core, Ports
 from fleetgate.errors import (
     AuthenticationFailed,
     FleetgateError,
@@ -26,7 +25,7 @@ from fleetgate.errors import (
     PermissionDenied,
 )
 from fleetgate.http.form import read_form
-from fleetgate.routing.ports import CANARY, ENGINE_ROUTING
+from fleetgate.routing.ports import CANARY, ENGINE_ROUTING, TABLES
 from fleetgate.scheduling.ports import SCHEDULER
 from fleetgate.store.errors import is_unreachable
 from fleetgate.tenancy.ports import TENANCY
@@ -60,10 +59,14 @@ def home(role: str) -> str:
 
 
 class Console:
-    def __init__(self, gw: GatewayState, config: ConsoleConfig, ports: Ports) -> None:
-        """Takes what it shows from the ports, once: `TENANCY` (needed), the `SCHEDULER`'s
-        queues, the `CANARY` splits and `ENGINE_ROUTING` (each None when off)."""
-        self.gw = gw
+    def __init__(self, core: Core, config: ConsoleConfig, ports: Ports) -> None:
+        """Takes what it shows from the ports, once: `TENANCY` (needed), the route `TABLES`,
+        the `SCHEDULER`'s queues, the `CANARY` splits and `ENGINE_ROUTING` (each None when
+        off); signs callers in through ``core``'s authenticator chain and audits through its
+        admin access."""
+        self.core = core
+        self.tables = ports.require(TABLES)
+        self.max_request_bytes = core.config.server.max_request_bytes
         self.config = config
         self._tenancy = ports.require(TENANCY)
         self.scheduler = ports.get(SCHEDULER)
@@ -88,7 +91,7 @@ class Console:
         if session is None or session.via != "key":
             return session
         try:
-            principal = self.gw.core.auth.authenticate(session.token)
+            principal = self.core.auth.authenticate(session.token)
         except AuthenticationFailed:
             await self.sessions.close(session.id)
             return None
@@ -174,7 +177,7 @@ class Console:
 
     async def record(self, actor: Principal, action: str, target: str, detail: Any) -> None:
         """An entry in the admin audit log (when tenancy keeps one)."""
-        await self.gw.core.access.record(actor, action, target, detail)
+        await self.core.access.record(actor, action, target, detail)
 
     def set_session_cookie(
         self, request: web.Request, response: web.StreamResponse, session: Session

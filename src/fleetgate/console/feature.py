@@ -1,6 +1,7 @@
 """The console as a gateway feature: the ``/ui`` pages, their static files and sign-in.
 
-On by default (``extensions.console.enabled``); it needs tenancy (keys, teams, spend). Its
+On by default (``console.enabled: false`` switches it off; the old ``extensions.console`` is
+still read); it needs tenancy (keys, teams, spend). Its
 front-end package (htmx) comes from the npm registry into ``node_modules/`` beside this module
 (``npm ci``, run by ``make``); the pages work without it, htmx only makes paging and filtering
 swap in place.
@@ -16,11 +17,10 @@ from typing import Protocol
 
 from aiohttp import web
 
-from fleetgate.api.state import GATEWAY_STATE, GatewayState
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.console.audit import AuditPages, GuardrailEvents
 from fleetgate.console.bearer import JwtBearer
-from fleetgate.console.config import ConsoleConfig, console_config
+from fleetgate.console.config import CONSOLE_SECTION, ConsoleConfig
 from fleetgate.console.core import Console
 from fleetgate.console.keys import KeyPages
 from fleetgate.console.login import LoginPages
@@ -34,7 +34,7 @@ from fleetgate.console.routing import RoutingPage
 from fleetgate.console.spend import SpendPages
 from fleetgate.core import Core, Ports
 from fleetgate.errors import FleetgateError, NotFound
-from fleetgate.feature import BaseFeature
+from fleetgate.feature import BaseFeature, Switch
 from fleetgate.releases.feature import RELEASES
 from fleetgate.safety.ports import GUARDRAIL_EVENTS
 from fleetgate.store.errors import store_unavailable_is_503
@@ -42,12 +42,15 @@ from fleetgate.tasks import cancel_and_wait
 from fleetgate.tenancy.auth import looks_like_jwt
 from fleetgate.tenancy.ports import TENANCY
 
-__all__ = ["HERE", "VENDOR", "ConsoleFeature"]
+__all__ = ["HERE", "NPM_SOURCES", "VENDOR", "ConsoleFeature"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 HERE = Path(__file__).parent
-# The npm packages' files the pages load, by the name they are served under.
-VENDOR = {"htmx.min.js": HERE / "node_modules" / "htmx.org" / "dist" / "htmx.min.js"}
+# The npm packages' files the pages load, by the name they are served under: copied from
+# node_modules/ into static/vendor/ (git-ignored) by `make` and by the image's console stage
+# (deploy/Dockerfile), so the wheel ships them (package data) and the image serves them.
+VENDOR = {"htmx.min.js": HERE / "static" / "vendor" / "htmx.min.js"}
+NPM_SOURCES = {"htmx.min.js": Path("htmx.org") / "dist" / "htmx.min.js"}  # under node_modules/
 
 
 class _Pages(Protocol):
@@ -56,10 +59,12 @@ class _Pages(Protocol):
 
 class ConsoleFeature(BaseFeature):
     name = "console"
+    sections = (CONSOLE_SECTION,)
+    switch = Switch("console")
 
     def __init__(
         self,
-        gw: GatewayState,
+        core: Core,
         config: ConsoleConfig,
         ports: Ports,
         *,
@@ -67,9 +72,9 @@ class ConsoleFeature(BaseFeature):
         guardrails: GuardrailEvents | None = None,
         releases: Releases | None = None,
     ) -> None:
-        self.console = Console(gw, config, ports)
-        self.window = MetricWindow(gw.metrics)
-        http = gw.resources.http  # the owner's outbound session; the owner closes it
+        self.console = Console(core, config, ports)
+        self.window = MetricWindow(core.metrics)
+        http = core.resources.http  # the owner's outbound session; the owner closes it
         self.playground = Playground(self.console, http)
         self.oidc = OidcPages(self.console, http)
         # JWT bearer tokens for API callers (`build` puts it in the authenticator chain)
@@ -95,15 +100,15 @@ class ConsoleFeature(BaseFeature):
 
     @classmethod
     def build(cls, core: Core) -> ConsoleFeature | None:
-        """The console, or None when it is off or tenancy (its data) is. Its JWT bearer (when
-        ``jwt`` is set) answers the tokens shaped like a JWT, before tenancy's keys."""
-        cfg = console_config(core.config.extensions)
+        """The console, or None when tenancy (its data) is off. Its JWT bearer (when ``jwt``
+        is set) answers the tokens shaped like a JWT, before tenancy's keys."""
+        cfg = CONSOLE_SECTION.of(core.config)
         ports = core.ports
-        if not cfg.enabled or TENANCY not in ports:
+        if TENANCY not in ports:
             return None
         releases = ports.get(RELEASES)
         feature = cls(
-            ports.require(GATEWAY_STATE),
+            core,
             cfg,
             ports,
             rollouts=releases.rollouts if releases is not None else None,
@@ -150,7 +155,7 @@ class ConsoleFeature(BaseFeature):
         return web.FileResponse(path, headers={"Cache-Control": "public, max-age=3600"})
 
     def reconfigure(self, config: GatewayConfig) -> None:
-        cfg = console_config(config.extensions)
+        cfg = CONSOLE_SECTION.of(config)
         self.console.config = cfg
         self.console.sessions.ttl_s = cfg.session_ttl_s
         self.console.sessions.limit = cfg.max_sessions

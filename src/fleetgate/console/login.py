@@ -86,7 +86,7 @@ class LoginPages:
         form = await self.console.form(request)
         key = form.get("key", "").strip()
         try:
-            principal = self.console.gw.core.auth.authenticate(key)
+            principal = self.console.core.auth.authenticate(key)
         except AuthenticationFailed:
             return self.login_form(request, "That key is not valid.", 401)
         name = "master key" if principal.is_master else f"{principal.role} {principal.key_id}"

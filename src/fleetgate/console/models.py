@@ -63,7 +63,7 @@ class ModelPages:
             return {}
 
     def _aliases(self, session: Session) -> list[dict[str, Any]]:
-        table = self.console.gw.tables.table
+        table = self.console.tables.table
         canary = self.console.canary
         now = time.monotonic()
         principal = session.principal
@@ -101,9 +101,7 @@ class ModelPages:
     def _alias(self, request: web.Request) -> tuple[str, set[str]]:
         """The alias of the URL and its deployments' versions (404 for no such alias)."""
         alias = request.match_info["alias"]
-        versions = {
-            d.version for d in self.console.gw.tables.table.deployments() if d.alias == alias
-        }
+        versions = {d.version for d in self.console.tables.table.deployments() if d.alias == alias}
         if not versions:
             raise NotFound(f"No alias '{alias}'.", param="alias")
         return alias, versions

@@ -30,7 +30,7 @@ class Playground:
         ]
 
     def _aliases(self, request: web.Request) -> list[str]:
-        return sorted({d.alias for d in self.console.gw.tables.table.deployments()})
+        return sorted({d.alias for d in self.console.tables.table.deployments()})
 
     async def page(self, request: web.Request) -> web.Response:
         session = await self.console.require(request, PLAYGROUND_ROLES)
@@ -40,7 +40,7 @@ class Playground:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         """``{"model": alias, "messages": [...]}`` -> the gateway's SSE stream, relayed."""
         session = await self.console.require(request, PLAYGROUND_ROLES)
-        body = await read_json(request, self.console.gw.max_request_bytes)
+        body = await read_json(request, self.console.max_request_bytes)
         model, messages = body.get("model"), body.get("messages")
         if not isinstance(model, str) or not model:
             raise InvalidRequest("'model' must name an alias", param="model")

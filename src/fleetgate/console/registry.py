@@ -130,7 +130,7 @@ class RegistryPages:
                 if v["status"] == "ready" else None
             )  # fmt: skip
         following = sorted(
-            m.alias for m in self.console.gw.tables.source.models
+            m.alias for m in self.console.tables.source.models
             if m.registry is not None and m.registry.model == name
         )  # fmt: skip
         rollouts = [r.to_dict() for r in await releases.rollouts.all() if r.model == name]

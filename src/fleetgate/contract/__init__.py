@@ -7,6 +7,8 @@ names as a Protocol. Its modules:
   `bearer_token`);
 - `fleetgate.contract.request`: one request and what happened to it (`GatewayRequest`,
   `Outcome`, `Endpoint`, the stream and response filters, the client's wire format);
+- `fleetgate.contract.tool`: a call to a tool server instead of a model (`ToolCall`: its
+  limits, the text the checks see, `ToolResult`);
 - `fleetgate.contract.stages`: the steps around the upstream call (`Stage`, `StageRun`);
 - `fleetgate.contract.dispatch`: a stage's say in replica choice and sending (`DispatchHook`);
 - `fleetgate.contract.flow`: where a request turns (gate, interrupt, requeue, cached answer).

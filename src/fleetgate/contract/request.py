@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from fleetgate.contract.dispatch import DispatchHook
 from fleetgate.contract.principal import Principal
+from fleetgate.contract.tool import ToolCall
 from fleetgate.errors import FleetgateError
 
 __all__ = [
@@ -40,14 +41,16 @@ __all__ = [
 
 
 class Endpoint(enum.Enum):
-    """The gateway's model endpoints (the path under ``/v1``); the first three are routed to
-    providers, the audio ones to the multimodal engines."""
+    """The gateway's endpoints (the path under ``/v1``); the first three are routed to
+    providers, the audio ones to the multimodal engines; ``MCP``: a call to a tool server
+    (`fleetgate.contract.tool.ToolCall` in `GatewayRequest.tool`)."""
 
     CHAT = "chat/completions"
     COMPLETIONS = "completions"
     EMBEDDINGS = "embeddings"
     AUDIO_TRANSCRIPTIONS = "audio/transcriptions"
     AUDIO_SPEECH = "audio/speech"
+    MCP = "mcp"
 
 
 class Prices(Protocol):
@@ -190,6 +193,9 @@ class Outcome:
     overhead_s: float = 0.0  # the gateway's own time before that
     span: Any = None  # the request's `RequestTrace`: tracing on, or a caller's traceparent
     batch: bool = False  # a line of the batch lane: priced less the deployment's batch_discount
+    # The audit's word for how it ended where the path named one (a tool call's ``masked``,
+    # ``blocked`` or ``refused_tool``); None: from the status.
+    decision: str | None = None
 
     @property
     def cost_usd(self) -> float:
@@ -313,3 +319,6 @@ class GatewayRequest:
     # refusal is its exception. The dispatcher waits for it once the upstream call is sent (the
     # round trips overlap), `StageRun` before any other answer; whoever waits sets this None.
     gate: asyncio.Future[None] | None = None
+    # A call to a tool server instead of a model (endpoint ``MCP``): what the stages check,
+    # limit and bill (`fleetgate.contract.tool`).
+    tool: ToolCall | None = None

@@ -1,27 +1,32 @@
-"""The ``extensions.cost`` section: where the GPUs are, what they cost, what counts as idle.
+"""The ``cost:`` section: where the GPUs are, what they cost, what counts as idle.
+
+The feature is opt-in: absent (or ``enabled: false``), it is off. The old place of the
+section, ``extensions.cost``, is still read, with a deprecation line in the log.
 
 Example::
 
-    extensions:
-      cost:
-        gpu_price_per_hour: 2.5        # $ per GPU-hour, unless a pool says otherwise
-        scrape_interval_s: 15
-        idle_below_util_pct: 5         # a GPU under this DCGM_FI_DEV_GPU_UTIL is idle
-        target_util_pct: 60            # reclaim sizing keeps the p95 load under this
-        window_h: 24                   # samples kept (and reported by default)
-        pools:
-          - alias: chat                # the alias whose deployments run on these GPUs
-            dcgm: [http://gpu-node-1:9400/metrics]
-            gpus: ["GPU-5fd4...", "GPU-77a0..."]   # only these UUIDs (default: every GPU)
-            gpu_price_per_hour: 3.2
-            min_gpus: 1                # never recommend fewer
+    cost:
+      gpu_price_per_hour: 2.5        # $ per GPU-hour, unless a pool says otherwise
+      scrape_interval_s: 15
+      idle_below_util_pct: 5         # a GPU under this DCGM_FI_DEV_GPU_UTIL is idle
+      target_util_pct: 60            # reclaim sizing keeps the p95 load under this
+      window_h: 24                   # samples kept (and reported by default)
+      pools:
+        - alias: chat                # the alias whose deployments run on these GPUs
+          dcgm: [http://gpu-node-1:9400/metrics]
+          gpus: ["GPU-5fd4...", "GPU-77a0..."]   # only these UUIDs (default: every GPU)
+          gpu_price_per_hour: 3.2
+          min_gpus: 1                # never recommend fewer
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["CostConfig", "PoolConfig"]
+from fleetgate.config.schema import GatewayConfig
+from fleetgate.config.sections import OptionalSection
+
+__all__ = ["COST_SECTION", "CostConfig", "PoolConfig"]
 
 
 class _Model(BaseModel):
@@ -50,6 +55,8 @@ class PoolConfig(_Model):
 
 
 class CostConfig(_Model):
+    # `false`: the cost feature is off (as when the section is absent)
+    enabled: bool = True
     # USD per GPU-hour, unless a pool says otherwise
     gpu_price_per_hour: float = Field(3.0, ge=0)
     # seconds between scrapes of the DCGM exporters
@@ -77,3 +84,13 @@ class CostConfig(_Model):
         return (
             self.gpu_price_per_hour if pool.gpu_price_per_hour is None else pool.gpu_price_per_hour
         )
+
+
+def _pools_are_aliases(cost: CostConfig, config: GatewayConfig) -> None:
+    unknown = sorted(p.alias for p in cost.pools if config.alias(p.alias) is None)
+    if unknown:
+        raise ValueError(f"cost: pool {', '.join(unknown)} is not a configured alias")
+
+
+COST_SECTION = OptionalSection("cost", CostConfig, check=_pools_are_aliases)
+"""The ``cost`` section: GPU cost per pool (absent: the feature is off)."""

@@ -1,6 +1,7 @@
 """`CostFeature`: scrape DCGM exporters and the pools' engines, serve ``GET /admin/cost``.
 
-On when the config has an ``extensions.cost`` section (`fleetgate.cost.config`). Every
+On when the config has a ``cost:`` section (`fleetgate.cost.config`; the old place,
+``extensions.cost``, is still read). Every
 ``scrape_interval_s`` it reads each pool's dcgm-exporter endpoints and the ``/metrics`` of the
 alias's engines (requests running and waiting, as engine-aware routing reads them), and adds one
 tick per pool to the `CostLedger`. A reloaded config swaps the section in (pools no longer
@@ -25,12 +26,12 @@ from pydantic import ValidationError
 
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.core import Core
-from fleetgate.cost.config import CostConfig, PoolConfig
+from fleetgate.cost.config import COST_SECTION, CostConfig, PoolConfig
 from fleetgate.cost.dcgm import GpuSample, parse_dcgm
 from fleetgate.cost.ledger import CostLedger
 from fleetgate.cost.report import pool_report, team_rows, team_tokens
 from fleetgate.errors import ConfigError, InvalidRequest
-from fleetgate.feature import BaseFeature
+from fleetgate.feature import BaseFeature, Switch
 from fleetgate.http import AdminAccess, json_reply
 from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.routing.engine_metrics import parse_engine_metrics
@@ -45,8 +46,10 @@ NAME = "cost"
 
 
 def parse_cost_config(config: GatewayConfig) -> CostConfig | None:
-    """``extensions.cost`` validated (``ConfigError`` naming the field), or None when absent."""
-    raw = config.extensions.get(NAME)
+    """The ``cost:`` section (or the old ``extensions.cost``) validated (``ConfigError``
+    naming the field), or None when absent."""
+    place = NAME if NAME in config.sections else f"extensions.{NAME}"
+    raw = config.sections.get(NAME, config.extensions.get(NAME))
     if raw is None:
         return None
     try:
@@ -54,11 +57,11 @@ def parse_cost_config(config: GatewayConfig) -> CostConfig | None:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"extensions.cost.{where}: {first['msg']}") from None
+        raise ConfigError(f"{place}.{where}: {first['msg']}") from None
     aliases = {m.alias for m in config.models}
     unknown = sorted(p.alias for p in cost.pools if p.alias not in aliases)
     if unknown:
-        raise ConfigError(f"extensions.cost: pool {', '.join(unknown)} is not a configured alias")
+        raise ConfigError(f"{place}: pool {', '.join(unknown)} is not a configured alias")
     return cost
 
 
@@ -66,6 +69,9 @@ class CostFeature(BaseFeature):
     """The scraper loop, its ledger and the admin route."""
 
     name = NAME
+    sections = (COST_SECTION,)
+    switch = Switch(NAME, opt_in=True)
+    admin_routes = (("GET", "/admin/cost"),)
 
     def __init__(
         self,
@@ -202,7 +208,7 @@ class CostFeature(BaseFeature):
             raise InvalidRequest("'hours' must be a number", param="hours") from None
         if not 0 < hours <= self.cost.window_h:
             raise InvalidRequest(
-                f"'hours' must be within (0, {self.cost.window_h:g}] (extensions.cost.window_h)",
+                f"'hours' must be within (0, {self.cost.window_h:g}] (cost.window_h)",
                 param="hours",
             )
         return hours

@@ -1,6 +1,7 @@
 """Who may call an admin route, and where admin actions are recorded.
 
-`AdminAccess` authenticates a request from its ``Authorization`` header with the gateway's
+`AdminAccess` authenticates a request from its key headers (``Authorization``, and those a
+compatibility feature adds) with the gateway's
 current authenticator (the master key, then tenancy's key cache when tenancy is on) and records
 admin actions in the admin audit log (tenancy's, when it is on).
 
@@ -13,15 +14,21 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from aiohttp import web
 
-from fleetgate.contract.principal import Authenticator, Principal, bearer_token
+from fleetgate.contract.principal import Authenticator, Principal
 from fleetgate.errors import PermissionDenied
 
-__all__ = ["AdminAccess", "AdminAudit"]
+__all__ = ["AdminAccess", "AdminAudit", "RequestAuthenticator"]
+
+
+class RequestAuthenticator(Authenticator, Protocol):
+    """An authenticator that also finds the key in request headers (`fleetgate.core.AuthChain`)."""
+
+    def key_of(self, headers: Mapping[str, str]) -> str: ...
 
 
 class AdminAudit(Protocol):
@@ -36,15 +43,19 @@ class AdminAccess:
     """Authentication and audit for admin routes; ``audit`` is None when nothing records."""
 
     def __init__(
-        self, authenticator: Callable[[], Authenticator], audit: AdminAudit | None = None
+        self, authenticator: Callable[[], RequestAuthenticator], audit: AdminAudit | None = None
     ) -> None:
         self._authenticator = authenticator
         self.audit = audit
 
     def authenticated(self, request: web.Request) -> Principal:
         """The caller, whatever its role (401 for a missing or unknown key)."""
-        token = bearer_token(request.headers.get("Authorization"))
-        return self._authenticator().authenticate(token)
+        authenticator = self._authenticator()
+        return authenticator.authenticate(authenticator.key_of(request.headers))
+
+    def presented_key(self, request: web.Request) -> str:
+        """The key the caller presented (401 when none), as the chain reads it."""
+        return self._authenticator().key_of(request.headers)
 
     def principal(self, request: web.Request) -> Principal:
         """The caller of a route that acts for it (files, batches, MCP tools, feedback): 401

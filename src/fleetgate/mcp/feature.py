@@ -3,29 +3,50 @@
 Off while ``mcp.servers`` is empty. The SDK (extra ``mcp``) is imported only when servers are
 configured, so a gateway without the extra starts as before. Routes: the MCP endpoint
 (``mcp.path``, POST/GET/DELETE as the streamable-HTTP transport defines) and
-``GET /admin/mcp/servers``. No stage: tool calls do not go through the model request path,
-they apply the same tenancy and safety parts themselves (`fleetgate.mcp.gateway`).
+``GET /admin/mcp/servers``. No stage of its own: a tool call is a request on the gateway's
+request path and passes the same stages as a model call (`fleetgate.mcp.tool_path`); without
+tenancy the MCP limits are counted in this process (`fleetgate.mcp.limits.LocalLimits`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from fleetgate.api.path import REQUEST_PATH
 from fleetgate.config.schema import GatewayConfig
+from fleetgate.contract.request import GatewayRequest
+from fleetgate.contract.stages import Stage
 from fleetgate.core import Core
 from fleetgate.extras import require
 from fleetgate.feature import BaseFeature
 from fleetgate.mcp.config import MCP_SECTION
-from fleetgate.safety.ports import SAFETY
 from fleetgate.tenancy.ports import TENANCY
+from fleetgate.tenancy.runtime import Tenancy
 
 if TYPE_CHECKING:
     from fleetgate.mcp.runtime import McpRuntime
 
 __all__ = ["McpFeature"]
+
+
+def _request_path(
+    core: Core,
+) -> tuple[Callable[[], Sequence[Stage]], Callable[[GatewayRequest], None]]:
+    """The request path's stages (read per call: the app sets them once every feature is
+    built) and its record of a finished request (metrics, access log)."""
+    path = core.ports.require(REQUEST_PATH)
+    return path.stages, path.record
+
+
+def _team_name(tenancy: Tenancy) -> Callable[[str], str | None]:
+    def name(team_id: str) -> str | None:
+        team = tenancy.cache.team(team_id)
+        return team.name if team is not None else None
+
+    return name
 
 
 class McpFeature(BaseFeature):
@@ -39,21 +60,26 @@ class McpFeature(BaseFeature):
 
     @classmethod
     def build(cls, core: Core) -> McpFeature | None:
-        """The feature, or None when no MCP server is configured. Tool calls pass the same
-        keys (`TENANCY`) and checks (`SAFETY`) as model calls."""
+        """The feature, or None when no MCP server is configured. Tool calls run through the
+        request path's stages; `TENANCY` names teams for the allow-lists."""
         config = core.config
         if not MCP_SECTION.of(config).enabled:
             return None
         require("mcp", extra="mcp", purpose="the MCP gateway (mcp.servers)")
+        from fleetgate.mcp.limits import LocalLimits
         from fleetgate.mcp.runtime import McpRuntime
 
+        tenancy = core.ports.get(TENANCY)
+        stages, record = _request_path(core)
         runtime = McpRuntime(
             MCP_SECTION.of(config),
             request_id=core.request_ids.next,
             access=core.access,
+            stages=stages,
+            record=record,
             registry=core.metrics.registry,
-            tenancy=core.ports.get(TENANCY),
-            safety=core.ports.get(SAFETY),
+            team_name=_team_name(tenancy) if tenancy is not None else None,
+            limits=LocalLimits() if tenancy is None else None,
         )
         return cls(runtime)
 

@@ -8,7 +8,8 @@ any request and no session state needs sharing. aiohttp authenticates the bearer
 (401 with a JSON-RPC error body otherwise) and hands the principal to the handlers in the ASGI
 scope (`fleetgate.mcp.asgi`)::
 
-    rt = McpRuntime(MCP_SECTION.of(config), request_id=ids.next, tenancy=tenancy, safety=safety)
+    rt = McpRuntime(MCP_SECTION.of(config), request_id=ids.next, access=access,
+                    stages=lambda: gw.stages)   # the request path's stages
     await rt.start()          # connect the servers, start the session manager
     app.router.add_route("*", "/mcp", rt.handle)
     await rt.aclose()
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any
 
@@ -29,17 +30,19 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 
 from fleetgate.contract.principal import Principal
+from fleetgate.contract.request import GatewayRequest
+from fleetgate.contract.stages import Stage
 from fleetgate.errors import AuthenticationFailed, PermissionDenied
 from fleetgate.http import AdminAccess
 from fleetgate.mcp.asgi import serve_asgi
 from fleetgate.mcp.config import McpConfig
 from fleetgate.mcp.gateway import ToolGateway
+from fleetgate.mcp.limits import LocalLimits
 from fleetgate.mcp.metrics import ToolMetrics
+from fleetgate.mcp.tool_path import ToolPath
 from fleetgate.mcp.upstream import Upstream
-from fleetgate.safety.runtime import SafetyRuntime
 from fleetgate.tasks import cancel_and_wait
 from fleetgate.telemetry.registry import Registry
-from fleetgate.tenancy.runtime import Tenancy
 
 __all__ = ["PRINCIPAL", "McpRuntime"]
 
@@ -76,12 +79,19 @@ class McpRuntime:
         *,
         request_id: Callable[[], str],
         access: AdminAccess,
+        stages: Callable[[], Sequence[Stage]],
+        record: Callable[[GatewayRequest], None] | None = None,
         registry: Registry | None = None,
-        tenancy: Tenancy | None = None,
-        safety: SafetyRuntime | None = None,
+        team_name: Callable[[str], str | None] | None = None,
+        limits: LocalLimits | None = None,
     ) -> None:
+        """``stages()``: the request path's stages, which every call passes (read per call);
+        ``record``: the path's metrics and logs of a finished request; ``limits``: the MCP
+        limits counted in this process, first on the calls' path (only without tenancy,
+        whose stage counts them otherwise)."""
         self.config = config
         self.access = access
+        self.limits = limits
         self.upstreams = {
             name: Upstream(
                 name, server, reconnect_s=config.reconnect_s, ping_interval_s=config.ping_interval_s
@@ -93,14 +103,17 @@ class McpRuntime:
             metrics = ToolMetrics(
                 registry, lambda: [(n, up.connected) for n, up in self.upstreams.items()]
             )
-        self.gateway = ToolGateway(
-            config,
-            self.upstreams,
+
+        def path_stages() -> Sequence[Stage]:
+            return stages() if limits is None else (limits, *stages())
+
+        path = ToolPath(
+            path_stages,
             request_id=request_id,
-            tenancy=tenancy,
-            safety=safety,
-            metrics=metrics,
+            record=record,
+            observe=metrics.record if metrics is not None else None,
         )
+        self.gateway = ToolGateway(config, self.upstreams, path, team_name=team_name)
         self.server: Server[Any] = Server(
             "fleetgate",
             version=_version(),
@@ -215,4 +228,5 @@ class McpRuntime:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._manager_task), 5.0)
         await cancel_and_wait(self._manager_task)
-        await self.gateway.drain()
+        if self.limits is not None:
+            await self.limits.drain()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fleetgate.contract.stages import Stage
 from fleetgate.core import Core
-from fleetgate.feature import BaseFeature
+from fleetgate.feature import BaseFeature, Switch
 from fleetgate.multimodal.config import MULTIMODAL_SECTION
 from fleetgate.multimodal.document_kv import DocumentKv
 from fleetgate.multimodal.ports import MULTIMODAL
@@ -28,6 +28,7 @@ class MultimodalFeature(BaseFeature):
     name = "multimodal"
     migrations = (Path(__file__).parent / "migrations",)  # its tables' revisions
     sections = (MULTIMODAL_SECTION,)
+    switch = Switch("multimodal")  # on unless `multimodal.enabled: false`
 
     def __init__(self, runtime: MultimodalRuntime, stage: Stage) -> None:
         self.runtime = runtime
@@ -44,8 +45,6 @@ class MultimodalFeature(BaseFeature):
             return tables.table
 
         section = MULTIMODAL_SECTION.of(config)
-        if not section.enabled:
-            return None
         from fleetgate.multimodal.stage import MultimodalStage
 
         runtime = MultimodalRuntime(

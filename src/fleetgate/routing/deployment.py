@@ -31,6 +31,28 @@ class DeploymentState:
     requests: int = 0
     last_request_at: float = 0.0  # time.monotonic() of the last attempt sent (sleep mode)
     asleep: bool = False  # put to sleep by the gateway (routing/wake.py)
+    # the `rpm` / `tpm` window: the minute (monotonic seconds // 60) and what it counted
+    minute: int = -1
+    minute_requests: int = 0
+    minute_tokens: int = 0
+
+    def _window(self, now: float) -> None:
+        minute = int(now // 60)
+        if minute != self.minute:
+            self.minute, self.minute_requests, self.minute_tokens = minute, 0, 0
+
+    def within_rate(self, rpm: int | None, tpm: int | None, tokens: int, now: float) -> bool:
+        """Whether one more request of ``tokens`` prompt tokens fits this minute's caps."""
+        self._window(now)
+        if rpm is not None and self.minute_requests >= rpm:
+            return False
+        return tpm is None or self.minute_tokens + tokens <= tpm
+
+    def count_rate(self, tokens: int, now: float) -> None:
+        """Count one request sent (and its prompt tokens) in this minute's window."""
+        self._window(now)
+        self.minute_requests += 1
+        self.minute_tokens += tokens
 
     def healthy(self, now: float | None = None) -> bool:
         return self.cooldown_until <= (time.monotonic() if now is None else now)
@@ -88,6 +110,25 @@ class Deployment:
             return False
         window = self.config.context_window
         return window is None or prompt_tokens + max_tokens <= window
+
+    @property
+    def rate_capped(self) -> bool:
+        """Whether the deployment has a per-minute cap (``rpm`` / ``tpm``)."""
+        return self.config.rpm is not None or self.config.tpm is not None
+
+    def within_rate(self, prompt_tokens: int, now: float | None = None) -> bool:
+        """Whether this minute's ``rpm`` / ``tpm`` leave room for a request of
+        ``prompt_tokens`` (always, without caps)."""
+        if not self.rate_capped:
+            return True
+        now = time.monotonic() if now is None else now
+        return self.state.within_rate(self.config.rpm, self.config.tpm, prompt_tokens, now)
+
+    def count_rate(self, body: dict[str, Any], estimate: int) -> None:
+        """Count a request sent to this deployment in its ``rpm`` / ``tpm`` window (nothing
+        to count without caps)."""
+        if self.rate_capped:
+            self.state.count_rate(self.prompt_tokens(body, estimate), time.monotonic())
 
     def price_per_mtok(self) -> float:
         p = self.config.price

@@ -28,6 +28,7 @@ from fleetgate.errors import (
     ContextWindowExceeded,
     FleetgateError,
     NoHealthyDeployment,
+    RateLimited,
     ServiceUnavailable,
     UpstreamConnectError,
     UpstreamContextExceeded,
@@ -206,6 +207,11 @@ def _with_hook_fields(hooks: Sequence[DispatchHook[Deployment]], pick: Pick) -> 
     return Pick(pick.deployment, {**(pick.extra_body or {}), **fields}, pick.uncached_tokens)
 
 
+def _within_rate(fitting: list[Deployment], req: RoutedRequest) -> list[Deployment]:
+    """The deployments whose ``rpm`` / ``tpm`` leave room this minute for ``req``."""
+    return [d for d in fitting if d.within_rate(d.prompt_tokens(req.body, req.prompt_tokens))]
+
+
 def _pool(
     fitting: Sequence[Deployment],
     tried: set[int],
@@ -327,9 +333,13 @@ class Dispatcher:
         last_error: FleetgateError | None = None
         refusal: FleetgateError | None = None  # of a fallback alias
         too_long = False
+        capped = False  # a hop whose every deployment was at its rpm / tpm this minute
         for hop, route in enumerate(chain):
             fitting, dropped = self._candidates(route, ctx, local_only)
             too_long = too_long or (dropped and not fitting)
+            if fitting and any(d.rate_capped for d in fitting):
+                fitting = _within_rate(fitting, req)
+                capped = capped or not fitting
             if not fitting:
                 continue
             if hop > 0:
@@ -350,6 +360,12 @@ class Dispatcher:
                 f"(prompt {req.prompt_tokens} + max_tokens {req.max_tokens}), more than the "
                 f"context window of every deployment of '{req.alias}' and its fallbacks.",
                 param="messages",
+            )
+        if capped:
+            raise RateLimited(
+                f"Every deployment of '{req.alias}' (and of its fallbacks) is at its requests or "
+                "tokens per minute.",
+                retry_after=60 - time.monotonic() % 60,
             )
         if refusal is not None:  # nothing else could serve: a direct call's refusal
             raise refusal
@@ -421,6 +437,7 @@ class Dispatcher:
                 await self._backoff(attempt)
             dep.state.in_flight += 1
             dep.state.last_request_at = time.monotonic()
+            dep.count_rate(ctx.request.body, ctx.request.prompt_tokens)  # rpm / tpm caps
             ticket = observer.dispatched(pick, ctx)
             started = time.perf_counter()
             try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fleetgate.contract.stages import Stage
 from fleetgate.core import Core
-from fleetgate.feature import BaseFeature
+from fleetgate.feature import BaseFeature, Switch
 from fleetgate.routing.ports import SEMANTIC
 from fleetgate.routing.semantic_config import SEMANTIC_SECTION
 from fleetgate.routing.semantic_stage import SemanticStage
@@ -21,6 +21,7 @@ class SemanticFeature(BaseFeature):
 
     name = "semantic"
     sections = (SEMANTIC_SECTION,)
+    switch = Switch("semantic", opt_in=True)  # on when a `semantic:` section is there
 
     def __init__(self, stage: SemanticStage) -> None:
         self.router = stage

@@ -5,8 +5,9 @@ and image descriptions); its audit verdicts go to the store (``fg_safety_audit``
 tenancy's batched record writer) or, without tenancy, to ``<data_dir>/safety-audit.jsonl``; a key
 reaching ``audit.suspend_after`` violations is revoked through the tenancy service, which reloads
 every replica's key cache. Admin policy overrides and violation counts live in the database, so
-every replica applies the same policies and counts toward the same suspension. The
-``/admin/safety`` routes answer 503 when safety is not configured.
+every replica applies the same policies and counts toward the same suspension. Without a
+``safety:`` section (or with ``enabled: false``) it is not built and the app answers the
+``/admin/safety`` routes 503 ``feature_disabled`` (`fleetgate.feature.Switch`).
 See docs/safety.md.
 """
 
@@ -22,7 +23,7 @@ from fleetgate.contract.principal import Principal
 from fleetgate.contract.stages import Stage
 from fleetgate.core import Core
 from fleetgate.errors import FleetgateError
-from fleetgate.feature import BaseFeature
+from fleetgate.feature import BaseFeature, Switch
 from fleetgate.http import AdminAccess
 from fleetgate.safety.admin_routes import SafetyAdmin
 from fleetgate.safety.config import SAFETY_SECTION
@@ -67,27 +68,29 @@ def _team_name(tenancy: Tenancy | None) -> Callable[[str], str | None] | None:
 
 
 class SafetyFeature(BaseFeature):
-    """``runtime`` and ``audit_log`` are None when safety is not configured."""
-
     name = "safety"
     sections = (SAFETY_SECTION,)
+    switch = Switch("safety", opt_in=True)
+    admin_routes = (
+        ("GET", "/admin/safety/policies"), ("GET", "/admin/safety/policies/{name}"),
+        ("PUT", "/admin/safety/policies/{name}"), ("PUT", "/admin/safety/aliases/{target}"),
+        ("DELETE", "/admin/safety/aliases/{target}"), ("PUT", "/admin/safety/teams/{target}"),
+        ("DELETE", "/admin/safety/teams/{target}"), ("GET", "/admin/safety/audit"),
+    )  # fmt: skip
 
-    def __init__(
-        self, runtime: SafetyRuntime | None, audit_log: AuditLog | None, access: AdminAccess
-    ) -> None:
+    def __init__(self, runtime: SafetyRuntime, audit_log: AuditLog, access: AdminAccess) -> None:
         self.runtime = runtime
         self.audit_log = audit_log
-        self.stage: Stage | None = runtime.stage if runtime is not None else None
+        self.stage: Stage | None = runtime.stage
         self._admin = SafetyAdmin(runtime, audit_log, access)
 
     @classmethod
-    def build(cls, core: Core) -> SafetyFeature:
+    def build(cls, core: Core) -> SafetyFeature | None:
         """Provides `SAFETY` (the input and output policy) and `GUARDRAIL_EVENTS`; records
-        in tenancy's store when `TENANCY` is provided, else in a JSONL file. Off, it provides
-        nothing and its admin routes answer 503."""
+        in tenancy's store when `TENANCY` is provided, else in a JSONL file."""
         cfg = SAFETY_SECTION.of(core.config)
-        if cfg is None or not cfg.enabled:
-            return cls(None, None, core.access)
+        if cfg is None:  # the app builds it only when the section is there
+            return None
         settings, resources, registry = core.settings, core.resources, core.metrics.registry
         tenancy, access = core.ports.get(TENANCY), core.access
         audit_log: AuditLog
@@ -108,8 +111,6 @@ class SafetyFeature(BaseFeature):
         return self._admin.routes()
 
     def reconfigure(self, config: GatewayConfig) -> None:
-        if self.runtime is None:
-            return
         new = SAFETY_SECTION.of(config)
         if new is None or not new.enabled:
             log.warning("turning safety off takes a restart; the current policies stay")
@@ -117,9 +118,7 @@ class SafetyFeature(BaseFeature):
             self.runtime.set_base(new)
 
     async def start(self) -> None:
-        if self.runtime is not None:
-            await self.runtime.start()
+        await self.runtime.start()
 
     async def aclose(self) -> None:
-        if self.runtime is not None:
-            await self.runtime.aclose()
+        await self.runtime.aclose()

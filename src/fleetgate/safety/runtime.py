@@ -140,7 +140,7 @@ class SafetyRuntime:
                 http=self.resources.http,
                 strikes=StrikeCounter(database) if database is not None else None,
             )  # fmt: skip
-        self.stage = SafetyStage(self.guardrails, self.audit, team_name=team_name)
+        self.stage = SafetyStage(self.guardrails, self.audit, team_name=team_name, events=sink)
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- building and swapping ---------------------------------------------------------------

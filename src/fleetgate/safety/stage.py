@@ -11,7 +11,8 @@ multimodal stage::
 after the last assistant message; older turns were checked when they were sent) -- a block raises
 ``ContentBlocked`` (400 ``content_filter``), a mask rewrites the body; then adds a stream filter
 (stream checks) or a response filter (output checks). ``after``: queues the exchange for the
-policy's audit checks.
+policy's audit checks. A call to a tool server (``req.tool``) is checked by
+`fleetgate.safety.tool_calls`: its arguments before, its answer before anyone sees it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from fleetgate.safety.audit import AuditItem, AuditQueue
 from fleetgate.safety.base import Action, CheckContext, CheckPoint, TextTurn
 from fleetgate.safety.policy import Guardrails, Policy
 from fleetgate.safety.stream import Release, StreamModerator
+from fleetgate.safety.tool_calls import Events, ToolCallChecks
 
 __all__ = ["SafetyResponseFilter", "SafetyStage", "SafetyStreamFilter"]
 
@@ -146,14 +148,17 @@ class SafetyStage:
         audit: AuditQueue | None = None,
         *,
         team_name: Callable[[str], str | None] | None = None,
+        events: Events | None = None,
     ) -> None:
-        """``team_name`` maps a team id to its name, so policies may name teams either way.
+        """``team_name`` maps a team id to its name, so policies may name teams either way;
+        ``events``: where flagged tool calls are recorded (`fleetgate.safety.tool_calls`).
 
         ``guardrails`` may be replaced at any time (a policy change); each request uses the
         one in place when it started."""
         self.guardrails = guardrails
         self.audit = audit
         self.team_name = team_name
+        self.tool_calls = ToolCallChecks(self.policy_for, events)
 
     def policy_for(self, alias: str, team_id: str | None) -> Policy:
         """The team's policy (by id, then by name), else the alias's, else the default."""
@@ -182,6 +187,9 @@ class SafetyStage:
                         ).text
 
     async def before(self, req: GatewayRequest) -> None:
+        if req.tool is not None:  # a call to a tool server: its arguments and its answer
+            await self.tool_calls.before(req, req.tool)
+            return
         if req.endpoint is not Endpoint.CHAT or not isinstance(req.body.get("messages"), list):
             return
         policy = self.policy_for(req.alias, req.principal.team_id)
@@ -207,6 +215,9 @@ class SafetyStage:
             req.state[_STATE] = (policy, _turns(messages))
 
     def after(self, req: GatewayRequest, outcome: Outcome) -> None:
+        if req.tool is not None:
+            self.tool_calls.after(req)
+            return
         saved = req.state.get(_STATE)
         if self.audit is None or saved is None or not outcome.response_text:
             return

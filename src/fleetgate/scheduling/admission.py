@@ -79,9 +79,10 @@ class Admission:
         return quotas is not None and quotas.status(policy.team) == UNDER
 
     def idle(self, pool: Pool, band: Band) -> bool:
-        """Whether ``pool`` has idle capacity for a request of ``band``: nobody queued, the
-        engines not signalling saturation, and room below the limit."""
-        if pool.queue.size or pool.signal:
+        """Whether ``pool`` has idle capacity for a request of ``band``: nobody queued (in any
+        process of a fleet), the engines not signalling saturation, and room below the limit
+        (and in this process's lease)."""
+        if pool.queue.size or pool.signal or pool.state.queued_elsewhere:
             return False
         quotas = pool.state.quotas
         held = quotas.reserved_for("") if quotas is not None else 0

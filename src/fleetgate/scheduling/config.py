@@ -34,6 +34,7 @@ __all__ = [
     "Band",
     "BandWaits",
     "ConcurrencyQuota",
+    "FleetConfig",
     "HighWater",
     "KeyPolicy",
     "OrgPolicy",
@@ -148,6 +149,28 @@ class TeamPolicy(KeyPolicy):
     quota: Quotas | None = None  # its own quota (None: nominal 0, it only borrows)
 
 
+class FleetConfig(_Model):
+    """Admission shared by every gateway process of a deployment through Redis (the settings'
+    ``redis_url``; see docs/scheduling.md, "One fleet"). Without Redis each process admits
+    into its own share, as before."""
+
+    # share pools, quotas, guarantees and fair-share counters between processes when Redis is
+    # configured; false: every process admits alone
+    enabled: bool = True
+    # spare slots a process leases beyond the requests it runs (its fast path's room)
+    lease_slice: int = Field(2, ge=1, le=1024)
+    # a lease not renewed this long returns to the pool (a dead process's slots come back)
+    lease_ttl_s: float = Field(2.0, ge=0.1, le=60)
+    # how often a process renews its leases and reads the fleet's counts (at once when a
+    # request has to queue)
+    sync_interval_s: float = Field(0.02, gt=0, le=5)
+    # Redis unreachable past a lease's TTL: fail_open admits on this process's view alone,
+    # fail_closed admits nothing new until Redis answers; none: `tenancy.limiter_failure`
+    redis_failure: Literal["fail_open", "fail_closed"] | None = None
+    # prefix of the scheduler's Redis keys (processes sharing it share the pools)
+    key_prefix: str = Field("fg:sched:", min_length=1, max_length=64)
+
+
 class SchedulingConfig(_Model):
     """Saturation detection and admission queues per deployment pool (an alias's deployments)."""
 
@@ -190,6 +213,8 @@ class SchedulingConfig(_Model):
     # one stream in flight without a claim: of a lower band (``lower_band``), or also, for a
     # guarantee, a borrowing team's stream of its own band (``borrowers``); None: never.
     preempt_streams_for_claims: Literal["lower_band", "borrowers"] | None = None
+    # admission shared between the gateway processes through Redis
+    fleet: FleetConfig = FleetConfig()
 
     @model_validator(mode="after")
     def _orgs_exist(self) -> SchedulingConfig:

@@ -1,8 +1,8 @@
 """The ``scheduling`` feature: admission queues per deployment pool (stage ``scheduling``).
 
 Built with the app; its stage sits last on the request path (after tenancy, multimodal and
-safety; see `fleetgate.scheduling.stage`). With ``scheduling.enabled: false`` it has no stage
-and ``/admin/queues`` says so.
+safety; see `fleetgate.scheduling.stage`). With ``scheduling.enabled: false`` it is not built
+(`fleetgate.feature.Switch`) and the app answers ``/admin/queues`` 503 ``feature_disabled``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.core import Core
-from fleetgate.feature import BaseFeature
+from fleetgate.feature import BaseFeature, Switch
 from fleetgate.http import AdminAccess
 from fleetgate.routing.ports import ENGINE_ROUTING, TABLES
 from fleetgate.scheduling.admin_routes import SchedulingAdmin
@@ -29,20 +29,19 @@ __all__ = ["SchedulingFeature"]
 class SchedulingFeature(BaseFeature):
     name = "scheduling"
     sections = (SCHEDULING_SECTION,)
+    switch = Switch("scheduling")
+    admin_routes = (("GET", "/admin/queues"),)
 
-    def __init__(self, scheduler: Scheduler | None, access: AdminAccess) -> None:
+    def __init__(self, scheduler: Scheduler, access: AdminAccess) -> None:
         self.scheduler = scheduler
-        self.stage = SchedulingStage(scheduler) if scheduler is not None else None
+        self.stage = SchedulingStage(scheduler)
         self._admin = SchedulingAdmin(scheduler, access)
 
     @classmethod
     def build(cls, core: Core) -> SchedulingFeature:
         """Provides `SCHEDULER`. With engine-aware routing (`ENGINE_ROUTING`), the engines'
-        last scrapes feed the signals and each queued admission goes to the decision log. Off,
-        it provides nothing and its admin routes answer 503."""
+        last scrapes feed the signals and each queued admission goes to the decision log."""
         section = SCHEDULING_SECTION.of(core.config)
-        if not section.enabled:
-            return cls(None, core.access)
         tables, routing = core.ports.require(TABLES), core.ports.get(ENGINE_ROUTING)
         scheduler = Scheduler(
             section,
@@ -58,13 +57,10 @@ class SchedulingFeature(BaseFeature):
         return self._admin.routes()
 
     def reconfigure(self, config: GatewayConfig) -> None:
-        if self.scheduler is not None:
-            self.scheduler.reconfigure(SCHEDULING_SECTION.of(config))
+        self.scheduler.reconfigure(SCHEDULING_SECTION.of(config))
 
     async def start(self) -> None:
-        if self.scheduler is not None:
-            await self.scheduler.start()
+        await self.scheduler.start()
 
     async def aclose(self) -> None:
-        if self.scheduler is not None:
-            await self.scheduler.aclose()
+        await self.scheduler.aclose()

@@ -134,12 +134,16 @@ class Pool:
     def room(self, rank: int, held: int = 0) -> bool:
         """Whether a request of band ``rank`` may start now (rank 0, critical, may use the
         reserve); ``held``: slots reserved for others (quotas' unlent nominal)."""
+        state = self.state
+        lease = state.lease  # a fleet's: the slots this process may fill
+        if lease is not None and state.own >= lease:
+            return False
         limit = self.limit
         if limit is None:
             return True
         if rank == 0:
-            return self.state.admitted + held < limit
-        return self.state.admitted + held < limit - int(limit * self.reserve)
+            return state.admitted + held < limit
+        return state.admitted + held < limit - int(limit * self.reserve)
 
     def hold_reserve(self, now: float, hold_s: float | None) -> None:
         """``critical_reserve_hold_s``: hold the reserve while a critical request arrived

@@ -35,11 +35,10 @@ from fleetgate.scheduling.admission import Admission
 from fleetgate.scheduling.config import SchedulingConfig
 from fleetgate.scheduling.policy import RequestPolicy
 from fleetgate.scheduling.pool import Pool, Running
-from fleetgate.scheduling.queue import Waiter
 from fleetgate.scheduling.quota import BORROWING, UNDER
 from fleetgate.scheduling.record import Recorder
 
-__all__ = ["Preemption", "claim_victim"]
+__all__ = ["Preemption", "claim_victim", "starved_victim"]
 
 CANCEL_GRACE_S = 1.0  # a cancelled stream that has not ended by then no longer holds others
 
@@ -158,9 +157,21 @@ class Preemption:
             owner = quotas.status(head.team) == UNDER
         if now - head.enqueued < after_s:
             return
-        victim = _starved_victim(pool, head, owner)
+        victim = starved_victim(pool, head.rank, head.team, owner)
         if victim is not None:
             self._cancel(pool, victim, head.policy, now)
+        else:  # a fleet: a stream another process serves may be cancelled for it
+            pool.state.ask_elsewhere(head.rank, head.team, owner)
+
+    def obey(self, pool: Pool, by: RequestPolicy, owner: bool) -> bool:
+        """Another process's starved request ``by`` (``owner``: its team under its nominal)
+        asks this one to cancel a stream for it (`starved_victim`); False: none here now."""
+        now = self._clock()
+        victim = starved_victim(pool, by.rank, by.team, owner)
+        if victim is None:
+            return False
+        self._cancel(pool, victim, by, now)
+        return True
 
     def _cancel(self, pool: Pool, victim: Running, by: RequestPolicy, now: float) -> None:
         """End ``victim``'s request now with a retryable error (`Running.abort`), for ``by``;
@@ -187,21 +198,22 @@ class Preemption:
             )
 
 
-def _starved_victim(pool: Pool, head: Waiter, owner: bool) -> Running | None:
-    """The stream a starved ``head`` cancels: the newest of the lowest band below it, or,
-    with ``owner`` (its team under its nominal), also a borrowing team's of its band."""
+def starved_victim(pool: Pool, head_rank: int, head_team: str, owner: bool) -> Running | None:
+    """The stream a starved request (band ``head_rank`` of ``head_team``) cancels: the newest
+    of the lowest band below it, or, with ``owner`` (its team under its nominal), also a
+    borrowing team's of its band."""
     quotas = pool.quotas
     victim: Running | None = None
     for running in pool.running:
         if not running.cancellable or running.cancel is not None or running.outcome.settled:
             continue
         rank = running.policy.rank
-        lower = rank > head.rank
+        lower = rank > head_rank
         reclaim = (
             owner
             and quotas is not None
-            and rank >= head.rank
-            and running.policy.team != head.team
+            and rank >= head_rank
+            and running.policy.team != head_team
             and quotas.status(running.policy.team, 0) == BORROWING
         )
         if (lower or reclaim) and (

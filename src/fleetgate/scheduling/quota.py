@@ -39,17 +39,25 @@ UNDER, BORROWING, CAPPED = 0, 1, 2
 class QuotaNode:
     """One team or org of a pool: its quotas and its usage."""
 
-    __slots__ = ("_at", "_sum", "in_flight", "name", "quotas")
+    __slots__ = ("_at", "_sum", "elsewhere", "elsewhere_rate", "in_flight", "name", "quotas")
 
     def __init__(self, name: str, quotas: Quotas | None) -> None:
         self.name = name
         self.quotas = quotas
-        self.in_flight = 0
+        self.in_flight = 0  # in this process
+        # The other gateway processes' requests in flight and tokens/s (a fleet's shared
+        # state sets them at each sync; 0 alone).
+        self.elsewhere = 0
+        self.elsewhere_rate = 0.0
         self._sum = 0.0  # decayed tokens
         self._at = 0.0
 
     def rate(self, now: float, window: float) -> float:
-        """Tokens per second over about the last ``window`` seconds."""
+        """Tokens per second over about the last ``window`` seconds (the fleet's)."""
+        return self.own_rate(now, window) + self.elsewhere_rate
+
+    def own_rate(self, now: float, window: float) -> float:
+        """This process's share of `rate`."""
         if self._sum <= 0:
             return 0.0
         return self._sum * math.exp(-(now - self._at) / window) / window
@@ -64,7 +72,7 @@ class QuotaNode:
         c = quotas.concurrency if quotas is not None else None
         if c is None or c.lending_limit is None:
             return 0
-        return max(0, c.nominal - c.lending_limit - self.in_flight)
+        return max(0, c.nominal - c.lending_limit - self.in_flight - self.elsewhere)
 
 
 class QuotaTree:
@@ -142,7 +150,7 @@ class QuotaTree:
             owned = True  # some quota applies: the team owns a share
             c = quotas.concurrency
             if c is not None:
-                used = node.in_flight + extra
+                used = node.in_flight + node.elsewhere + extra
                 if extra and c.borrowing_limit is not None and used > c.nominal + c.borrowing_limit:
                     return CAPPED
                 over = over or used > c.nominal
@@ -175,12 +183,33 @@ class QuotaTree:
         return total
 
     def usage(self) -> dict[str, dict[str, float]]:
-        """Every node's requests in flight and token rate (for /admin/queues)."""
+        """Every node's requests in flight and token rate (for /admin/queues; a fleet's)."""
         now = self._clock()
         return {
-            name: {"in_flight": n.in_flight, "tokens_per_s": round(n.rate(now, self.window), 3)}
+            name: {
+                "in_flight": n.in_flight + n.elsewhere,
+                "tokens_per_s": round(n.rate(now, self.window), 3),
+            }
             for name, n in sorted(self.nodes.items())
         }
+
+    # ------------------------------------------------------------------ a fleet
+
+    def own_rates(self) -> dict[str, float]:
+        """This process's tokens/s per node with a rate quota (what it tells the others)."""
+        if not self.rates:
+            return {}
+        now = self._clock()
+        return {name: n.own_rate(now, self.window) for name, n in self.nodes.items()}
+
+    def set_elsewhere(self, teams: dict[str, int], rates: dict[str, float]) -> None:
+        """The other processes' requests in flight per team and tokens/s per node."""
+        for node in self.nodes.values():
+            node.elsewhere = 0
+            node.elsewhere_rate = rates.get(node.name, 0.0)
+        for team, count in teams.items():
+            for node in self._chains.get(team, ()):
+                node.elsewhere += count
 
 
 def _reserves(node: QuotaNode) -> bool:

@@ -10,7 +10,8 @@ A thin facade over the jobs of admission, each in its own module:
   flight cancelled for claims and starved requests;
 - `record.Recorder`: the metrics and the routing decision log;
 - `state.AdmissionState`: the counts each pool's admission decides by (in flight, quotas,
-  fair share), in this process by default (``states``) and shared between replicas later.
+  fair share), in this process by default (``states``) or shared between the processes of a
+  fleet through Redis (``link``: `fleet.Fleet`, `fleet_state.FleetState`).
 
 The scheduler owns the pools (`pool`, made on first use from the route table), and a poll
 every ``poll_interval_s`` that follows each pool's capacity (healthy deployments) and the
@@ -43,7 +44,7 @@ from fleetgate.scheduling.policy import Policies, RequestPolicy
 from fleetgate.scheduling.pool import Pool, Running, Snapshots, capacity_of, engines_saturated
 from fleetgate.scheduling.preempt import Preemption
 from fleetgate.scheduling.record import Recorder
-from fleetgate.scheduling.state import LocalState, PoolStates
+from fleetgate.scheduling.state import LocalState, PoolStates, StateLink
 from fleetgate.scheduling.waiting import WaitingRoom
 from fleetgate.tasks import cancel_and_wait
 
@@ -80,10 +81,13 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
         decisions: DecisionLog | None = None,
         states: PoolStates | None = None,
+        link: StateLink | None = None,
     ) -> None:
         """``decisions``: the routing decision log, where each queued request's admission
         (band, wait, admitted or the reason it was shed) and each cancelled stream go;
-        ``states``: each new pool's `AdmissionState` (`LocalState` when None)."""
+        ``states``: each new pool's `AdmissionState` (`LocalState` when None); ``link``: the
+        states shared with the other processes (`fleet.Fleet`; its ``state`` makes them),
+        started and stopped with the poll."""
         self.config = config
         self.decisions = decisions
         self.policies = Policies(config)  # each request's policy (cached per key)
@@ -91,6 +95,9 @@ class Scheduler:
         self.metrics = metrics
         self._snapshots = snapshots
         self._clock = clock
+        self._link = link
+        if link is not None:
+            states = link.state
         self._states: PoolStates = states or (lambda alias: LocalState(clock))
         self.pools: dict[str, Pool] = {}
         self._task: asyncio.Task[None] | None = None
@@ -165,7 +172,9 @@ class Scheduler:
         if pool.queue.size:
             self.admission.drain(pool)
             after = self.config.preempt_in_flight_after_s
-            if after is not None and pool.queue.size and pool.running:
+            # (a fleet's: the stream to cancel may be another process's)
+            fleet = pool.state.lease is not None
+            if after is not None and pool.queue.size and (pool.running or fleet):
                 self.preemption.relieve_starved(pool, after)
 
     def reconfigure(self, config: SchedulingConfig) -> None:
@@ -192,10 +201,14 @@ class Scheduler:
             self._task = asyncio.get_running_loop().create_task(
                 self._run(), name="fleetgate-scheduling"
             )
+            if self._link is not None:
+                await self._link.start(self)
 
     async def aclose(self) -> None:
         """Stop the poll; queued requests are cancelled (idempotent, safe without start)."""
         task, self._task = self._task, None
         await cancel_and_wait(task)
+        if self._link is not None:
+            await self._link.aclose()
         for pool in self.pools.values():
             self.waiting.cancel_all(pool)

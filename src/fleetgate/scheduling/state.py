@@ -7,11 +7,12 @@ teams' virtual token counters (the fair share). `AdmissionState` is that state f
 else of a pool stays in the process that owns it: its queue (futures of this event loop), its
 streams in flight, its limit as read from its engines, its pacing.
 
-Sharing the state between replicas (in Redis, issue #33) is a second implementation of
-`AdmissionState` handed to the scheduler (``Scheduler(..., states=...)``); nothing else in
-the scheduler changes. Its methods are synchronous on purpose: the fast path admits with no
-await, so a shared implementation answers from its own view of the counts and reconciles it
-with the shared store outside the request path (by the scheduler's poll, for instance).
+Sharing the state between replicas is `fleetgate.scheduling.fleet_state.FleetState` (in
+Redis), handed to the scheduler (``Scheduler(..., states=...)``). Its methods are synchronous
+on purpose: the fast path admits with no await, so the shared implementation answers from its
+own view of the counts (``admitted``, ``teams``: the fleet's as last synced plus this
+process's since) and from a *lease* (``lease``: the slots of the pool this process may fill),
+and reconciles both with Redis outside the request path.
 
 Example::
 
@@ -25,13 +26,20 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from fleetgate.scheduling.config import SchedulingConfig
 from fleetgate.scheduling.quota import QuotaNode, QuotaTree
 from fleetgate.scheduling.vtc import VirtualTokenCounters
 
-__all__ = ["AdmissionState", "FairShare", "LocalState", "PoolStates", "QuotaLedger"]
+__all__ = [
+    "AdmissionState",
+    "FairShare",
+    "LocalState",
+    "PoolStates",
+    "QuotaLedger",
+    "StateLink",
+]
 
 
 class FairShare(Protocol):
@@ -76,7 +84,22 @@ class QuotaLedger(Protocol):
 class AdmissionState(Protocol):
     """The counts one pool's admission decides by (see the module doc)."""
 
-    admitted: int  # requests admitted and not yet finished
+    admitted: int  # requests admitted and not yet finished (a fleet's: every process's)
+
+    @property
+    def own(self) -> int:
+        """Of those, this process's."""
+        ...
+
+    @property
+    def lease(self) -> int | None:
+        """Slots this process may fill now (None: the pool's limit alone decides)."""
+        ...
+
+    @property
+    def queued_elsewhere(self) -> int:
+        """Requests of the pool queued in other processes (as last synced)."""
+        ...
 
     @property
     def teams(self) -> Mapping[str, int]:
@@ -101,15 +124,44 @@ class AdmissionState(Protocol):
         requests in flight now (token rates from 0)."""
         ...
 
+    def wants_room(self) -> None:
+        """A request of the pool has to queue (a shared state asks for room at once)."""
+        ...
+
+    def ask_elsewhere(self, rank: int, team: str, owner: bool) -> bool:
+        """A starved request (band ``rank`` of ``team``; ``owner``: under its nominal) found
+        no stream to cancel here: ask another process to cancel one (False: none to ask)."""
+        ...
+
+    def describe(self) -> dict[str, object] | None:
+        """What `/admin/queues` shows of the sharing (None: this process alone)."""
+        ...
+
 
 # The admission state of the pool of an alias, made when the pool is first used.
 PoolStates = Callable[[str], AdmissionState]
+
+
+class StateLink(Protocol):
+    """What keeps shared pool states in step with the other processes (`fleet.Fleet`): the
+    scheduler makes each pool's state with `state` and starts and stops it with its poll."""
+
+    def state(self, alias: str) -> AdmissionState: ...
+
+    async def start(self, scheduler: Any) -> None:
+        """Start syncing ``scheduler``'s pools (a `Scheduler`)."""
+        ...
+
+    async def aclose(self) -> None: ...
 
 
 class LocalState:
     """`AdmissionState` in this process (one event loop: no locks)."""
 
     __slots__ = ("_clock", "admitted", "quotas", "teams", "vtc")
+
+    lease: int | None = None  # no lease: the pool's limit decides
+    queued_elsewhere = 0
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock  # the quotas' token rates decay by it
@@ -143,3 +195,16 @@ class LocalState:
                 for _ in range(count):
                     quotas.take(team)
         self.quotas = quotas
+
+    @property
+    def own(self) -> int:
+        return self.admitted
+
+    def wants_room(self) -> None:
+        return None
+
+    def ask_elsewhere(self, rank: int, team: str, owner: bool) -> bool:
+        return False
+
+    def describe(self) -> dict[str, object] | None:
+        return None

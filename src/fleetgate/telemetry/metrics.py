@@ -6,12 +6,12 @@ from collections.abc import Callable, Iterable
 
 from fleetgate.telemetry.registry import Registry
 
-__all__ = ["GatewayMetrics"]
+__all__ = ["TOKEN_BUCKETS", "GatewayMetrics"]
 
 _FAST_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 )  # fmt: skip
-_TOKEN_BUCKETS = (
+TOKEN_BUCKETS = (
     0.001, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5,
 )  # fmt: skip
 
@@ -34,13 +34,13 @@ class GatewayMetrics:
             "fleetgate_inter_token_latency_seconds",
             "Time between streamed chunks.",
             _DEP,
-            _TOKEN_BUCKETS,
+            TOKEN_BUCKETS,
         )
         self.tpot = r.histogram(
             "fleetgate_time_per_output_token_seconds",
             "Decode time per output token after the first.",
             _DEP,
-            _TOKEN_BUCKETS,
+            TOKEN_BUCKETS,
         )
         self.overhead = r.histogram(
             "fleetgate_overhead_seconds",

@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any
 
 from fleetgate.contract.request import GatewayRequest, Outcome
+from fleetgate.contract.tool import ToolCall
 from fleetgate.errors import BudgetExceeded, FleetgateError, LimiterUnavailable, RateLimited
 from fleetgate.limits.base import Denial, Limiter, Reservation, Scope
 from fleetgate.telemetry.registry import Counter
@@ -41,6 +42,15 @@ _RESERVATION = "tenancy.reservation"
 _ENDED = "tenancy.ended"  # (tokens, cost) for an overlapped reservation answered after the end
 _REFUSED = "tenancy.refused"  # an overlapped reservation was refused (its audit row written)
 _NEVER_MS = 400 * 86_400_000  # longer than any calendar period: the budget never resets
+
+
+def _call_scopes(call: ToolCall) -> tuple[Scope, ...]:
+    """The scopes of a tool call's own limits (`fleetgate.contract.tool.CallLimit`)."""
+    return tuple(
+        Scope(limit.scope, limit.rpm, None, limit.max_parallel)
+        for limit in call.limits
+        if limit.rpm is not None or limit.max_parallel is not None
+    )
 
 
 class TenancyStage:
@@ -83,11 +93,15 @@ class TenancyStage:
             team = self.cache.team(team_id)
             req.capture_response = team is not None and team.log_payloads
         scopes = self.scopes.scopes(entry, req.alias)
+        if req.tool is not None:  # a tool call: no tokens, and its server's own limits too
+            scopes = (*scopes, *_call_scopes(req.tool))
+            tokens = 0
+        else:
+            # The prompt estimate is a heuristic; pad it (chat template, tokenizer differences)
+            # so a reservation covers the real count and TPM overshoots by at most one request.
+            tokens = req.prompt_tokens + req.prompt_tokens // 4 + 16 + req.max_tokens
         if not scopes:
             return
-        # The prompt estimate is a heuristic; pad it (chat template, tokenizer differences) so a
-        # reservation covers the real count and TPM overshoots by at most one request.
-        tokens = req.prompt_tokens + req.prompt_tokens // 4 + 16 + req.max_tokens
         # The request id is the gateway's own (a random per-process prefix and a counter), so
         # it names the reservation uniquely across replicas without a random suffix.
         if self.overlap and self.room.allows(scopes, tokens):
@@ -230,6 +244,7 @@ class TenancyStage:
         decision = "allowed" if outcome.status < 400 else "error"
         if decision == "allowed" and outcome.finish_reason == "content_filter":
             decision = "blocked"  # an output check (or the upstream's filter) stopped the reply
+        decision = outcome.decision or decision  # named by the path (a tool call's mask)
         audit = self._audit_row(req, decision, outcome.status, outcome.error_type, outcome)
         if audit is not None:
             records.append(("audit", audit))

@@ -24,7 +24,7 @@ from fleetgate.api.messages.request import anthropic_request_to_openai
 from fleetgate.api.messages.response import openai_response_to_anthropic
 from fleetgate.api.messages.stream import OpenAIToAnthropicStream
 from fleetgate.api.state import GATEWAY
-from fleetgate.contract.principal import Principal, bearer_token
+from fleetgate.contract.principal import Principal
 from fleetgate.contract.request import Endpoint
 from fleetgate.errors import FleetgateError
 from fleetgate.http.body import read_json
@@ -76,7 +76,7 @@ def _principal(request: web.Request) -> Principal:
     gw = request.app[GATEWAY]
     key = request.headers.get("x-api-key")
     if key is None:
-        key = bearer_token(request.headers.get("Authorization"))
+        key = gw.core.auth.key_of(request.headers)
     return gw.core.auth.authenticate(key.strip())
 
 

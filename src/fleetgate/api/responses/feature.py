@@ -4,7 +4,8 @@ No stage of its own: a Responses request runs the chat request path (`handlers`)
 responses are in the database every replica shares (``fg_responses``), migrated on first use,
 so a gateway that never serves the Responses API creates no database; from then on the feature
 deletes expired responses every ``responses.purge_interval_s`` (each replica does; deleting is
-idempotent). With ``responses.enabled: false`` it serves no routes.
+idempotent). With ``responses.enabled: false`` it is not built (`fleetgate.feature`: the
+switch-off rule); its paths answer the 404 that names the switch (`fleetgate.api.unsupported`).
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from pathlib import Path
 
 from aiohttp import web
 
+from fleetgate.api.path import REQUEST_PATH, RequestPath
 from fleetgate.api.responses.config import RESPONSES_SECTION, ResponsesConfig
 from fleetgate.api.responses.handlers import ResponsesRoutes
 from fleetgate.api.responses.store import ResponseStore
-from fleetgate.api.state import GATEWAY_STATE, GatewayState
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.core import Core
-from fleetgate.feature import BaseFeature
+from fleetgate.feature import BaseFeature, Switch
 from fleetgate.tasks import cancel_and_wait
 
 __all__ = ["ResponsesFeature"]
@@ -34,19 +35,22 @@ class ResponsesFeature(BaseFeature):
     name = "responses"
     migrations = (Path(__file__).parent / "migrations",)  # its tables' revisions
     sections = (RESPONSES_SECTION,)
+    switch = Switch("responses")
 
-    def __init__(self, gw: GatewayState, config: GatewayConfig) -> None:
-        self._databases = gw.resources.databases
-        self.db = self._databases.get(gw.settings.database_url, gw.settings.data_dir)
-        self.config: ResponsesConfig = RESPONSES_SECTION.of(config)
+    def __init__(self, core: Core, path: RequestPath) -> None:
+        """``path``: the request path a Responses request runs (`REQUEST_PATH`)."""
+        settings = core.settings
+        self._databases = core.resources.databases
+        self.db = self._databases.get(settings.database_url, settings.data_dir)
+        self.config: ResponsesConfig = RESPONSES_SECTION.of(core.config)
         self.store = ResponseStore(self.db)
-        self.api = ResponsesRoutes(self.store, lambda: self.config, self._prepare)
+        self.api = ResponsesRoutes(self.store, lambda: self.config, self._prepare, path)
         self._purger: asyncio.Task[None] | None = None
         self._closed = False
 
     @classmethod
     def build(cls, core: Core) -> ResponsesFeature:
-        return cls(core.ports.require(GATEWAY_STATE), core.config)
+        return cls(core, core.ports.require(REQUEST_PATH))
 
     async def _prepare(self) -> None:
         await self._databases.migrate(self.db)
@@ -64,7 +68,7 @@ class ResponsesFeature(BaseFeature):
             await asyncio.sleep(self.config.purge_interval_s)
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
-        return self.api.routes() if self.config.enabled else ()
+        return self.api.routes()
 
     def reconfigure(self, config: GatewayConfig) -> None:
         self.config = RESPONSES_SECTION.of(config)

@@ -3,7 +3,7 @@ items of, and delete.
 
 ``POST`` validates the request (``request``), reads the conversation of
 ``previous_response_id`` (``store``, the caller's tenant only), and sends the chat request it
-translates to through the same path as ``/v1/chat/completions`` (`completions.serve`: keys,
+translates to through the same path as ``/v1/chat/completions`` (`REQUEST_PATH`: keys,
 limits, budgets, input/output/stream checks, routing, retries, spend, audit) with a
 `ResponsesWire` that answers in the Responses shape. A stored response (``store``, on by
 default) is written before the client gets its answer: the JSON body, or the stream's last
@@ -20,18 +20,16 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from fleetgate.api.completions import serve
+from fleetgate.api.path import RequestPath
 from fleetgate.api.responses.config import ResponsesConfig
 from fleetgate.api.responses.output import ResponseMeta, Turn, assistant_messages
 from fleetgate.api.responses.recorder import bind_recorder
 from fleetgate.api.responses.request import chat_body, parse_request
 from fleetgate.api.responses.store import ResponseStore
 from fleetgate.api.responses.wire import ResponsesWire, SaveResponse
-from fleetgate.api.state import GATEWAY, GatewayState
-from fleetgate.contract.principal import Principal, bearer_token
+from fleetgate.contract.principal import Principal
 from fleetgate.contract.request import Endpoint, GatewayRequest
 from fleetgate.errors import InvalidRequest
-from fleetgate.http.body import read_json
 from fleetgate.store.errors import store_unavailable_is_503
 
 __all__ = ["ResponsesRoutes"]
@@ -40,17 +38,20 @@ log = logging.getLogger("fleetgate.responses")
 
 
 class ResponsesRoutes:
-    """The route handlers; ``prepare`` migrates the store (once) before its first use."""
+    """The route handlers; ``prepare`` migrates the store (once) before its first use;
+    ``path``: the request path a create runs."""
 
     def __init__(
         self,
         store: ResponseStore,
         config: Callable[[], ResponsesConfig],
         prepare: Callable[[], Awaitable[None]],
+        path: RequestPath,
     ) -> None:
         self.store = store
         self.config = config
         self.prepare = prepare
+        self.path = path
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -62,10 +63,10 @@ class ResponsesRoutes:
 
     async def create(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
-        gw = request.app[GATEWAY]
-        principal = _principal(gw, request)
-        parsed = parse_request(await read_json(request, gw.max_request_bytes, gw.body_timeout_s))
-        gw.check_model(principal, parsed.model)
+        path = self.path
+        principal = self._principal(request)
+        parsed = parse_request(await path.read_body(request))
+        path.check_model(principal, parsed.model)
         config = self.config()
         history: list[dict[str, Any]] = []
         if parsed.previous_response_id is not None:
@@ -83,7 +84,7 @@ class ResponsesRoutes:
             req.responses = parsed.native  # a native upstream is sent /v1/responses
             record(req)
 
-        response = await serve(request, gw, Endpoint.CHAT, principal, body, started, wire, bind)
+        response = await path.serve(request, Endpoint.CHAT, principal, body, started, wire, bind)
         if not parsed.stream and wire.final is not None and response.status == 200:
             await wire.save(None)
         return response
@@ -105,8 +106,12 @@ class ResponsesRoutes:
 
         return save
 
+    def _principal(self, request: web.Request) -> Principal:
+        """The caller, whose role must allow calls (a finance viewer reads no stored answer)."""
+        return self.path.authenticate(request).require("call")
+
     async def retrieve(self, request: web.Request) -> web.Response:
-        principal = _principal(request.app[GATEWAY], request)
+        principal = self._principal(request)
         await self.prepare()
         found = await self.store.get(principal.tenant, request.match_info["id"])
         return _json(found)
@@ -114,7 +119,7 @@ class ResponsesRoutes:
     async def input_items(self, request: web.Request) -> web.Response:
         """A page of the response's input items (``limit`` 1-100, default 20; ``order``
         ``desc`` (default) or ``asc``; ``after``: the last id of the previous page)."""
-        principal = _principal(request.app[GATEWAY], request)
+        principal = self._principal(request)
         limit, order, after = _page(request)
         await self.prepare()
         items = await self.store.input_items(principal.tenant, request.match_info["id"])
@@ -133,18 +138,11 @@ class ResponsesRoutes:
         })  # fmt: skip
 
     async def delete(self, request: web.Request) -> web.Response:
-        principal = _principal(request.app[GATEWAY], request)
+        principal = self._principal(request)
         await self.prepare()
         response_id = request.match_info["id"]
         await self.store.delete(principal.tenant, response_id)
         return _json({"id": response_id, "object": "response", "deleted": True})
-
-
-def _principal(gw: GatewayState, request: web.Request) -> Principal:
-    """The caller, whose role must allow calls (a finance viewer's reads no stored answer)."""
-    return gw.core.auth.authenticate(bearer_token(request.headers.get("Authorization"))).require(
-        "call"
-    )
 
 
 def _page(request: web.Request) -> tuple[int, str, str | None]:

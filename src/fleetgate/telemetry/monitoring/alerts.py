@@ -1,10 +1,12 @@
 """Prometheus alert rules: SLO burn rates, budgets, engines, cooldowns, the spool, the limiter.
 
-The SLOs (docs/operations.md, "Dashboards and alerts"): 99% of first tokens within
-``TTFT_SLO_S`` seconds and 99.5% of requests without a 5xx, per alias. Burn-rate alerts follow
-the multi-window scheme of the Google SRE workbook: page when the error budget burns 14.4 times
-too fast over 1 h (confirmed over 5 min), open a ticket at 6 times over 6 h (confirmed over
-30 min). Every expression is checked against the :class:`Catalog`.
+The SLOs (docs/operations.md, "Dashboards and alerts") are the seeds' by default (Q1), per
+alias: 95% of first tokens within 1 s (TTFT P95 < 1 s), 95% of output tokens within 50 ms of
+the one before (TPOT P95 < 50 ms), 99.9% of requests without a 5xx; `Slos` changes them
+(``fleetgate monitoring export --ttft-p95-s ...``). Burn-rate alerts follow the multi-window
+scheme of the Google SRE workbook: page when the error budget burns 14.4 times too fast over
+1 h (confirmed over 5 min), open a ticket at 6 times over 6 h (confirmed over 30 min). Every
+expression is checked against the :class:`Catalog`.
 """
 
 from __future__ import annotations
@@ -12,14 +14,39 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fleetgate.telemetry.metrics import TOKEN_BUCKETS
 from fleetgate.telemetry.monitoring.catalog import Catalog
+from fleetgate.telemetry.registry import DEFAULT_LATENCY_BUCKETS
 
-__all__ = ["ALERTS", "ERROR_SLO", "TTFT_SLO", "TTFT_SLO_S", "Alert", "prometheus_rule", "rules"]
+__all__ = ["ALERTS", "Alert", "Slos", "alerts", "prometheus_rule", "rules"]
 
-TTFT_SLO_S = "2.5"  # a bucket bound of fleetgate_ttft_seconds, as the `le` label renders it
-TTFT_SLO = 0.99
-ERROR_SLO = 0.995
 _BURN = {"fast": (14.4, "1h", "5m", "critical", "2m"), "slow": (6.0, "6h", "30m", "warning", "15m")}
+
+
+def _le(bound: float) -> str:
+    """A bucket bound as the ``le`` label renders it (1.0 -> "1", 0.05 -> "0.05")."""
+    return str(int(bound)) if bound == int(bound) else repr(float(bound))
+
+
+@dataclass(frozen=True)
+class Slos:
+    """The service-level objectives the burn-rate alerts guard (the seeds' Q1 by default)."""
+
+    ttft_s: float = 1.0  # time to first token ...
+    ttft: float = 0.95  # ... met by this share of requests (P95)
+    tpot_s: float = 0.05  # time per output token ...
+    tpot: float = 0.95  # ... met by this share of tokens (P95)
+    availability: float = 0.999  # share of requests without a 5xx
+
+    def __post_init__(self) -> None:
+        for name, bound, buckets in (("ttft_s", self.ttft_s, DEFAULT_LATENCY_BUCKETS),
+                                     ("tpot_s", self.tpot_s, TOKEN_BUCKETS)):  # fmt: skip
+            if bound not in buckets:
+                raise ValueError(f"{name} {bound}: must be a bucket bound of its histogram, "
+                                 f"one of {', '.join(map(_le, buckets))}")  # fmt: skip
+        for name in ("ttft", "tpot", "availability"):
+            if not 0.5 <= getattr(self, name) < 1:
+                raise ValueError(f"{name}: a share between 0.5 and 1 (exclusive)")
 
 
 @dataclass(frozen=True)
@@ -32,10 +59,11 @@ class Alert:
     description: str
 
 
-def _ttft_bad(window: str) -> str:
+def _slow_share(histogram: str, bound: float, window: str) -> str:
+    """Share of observations over ``bound`` per alias (1 - the bucket's share)."""
     return (
-        f'(1 - sum by (alias) (rate(fleetgate_ttft_seconds_bucket{{le="{TTFT_SLO_S}"}}[{window}]))'
-        f" / sum by (alias) (rate(fleetgate_ttft_seconds_count[{window}])))"
+        f'(1 - sum by (alias) (rate({histogram}_bucket{{le="{_le(bound)}"}}[{window}]))'
+        f" / sum by (alias) (rate({histogram}_count[{window}])))"
     )
 
 
@@ -46,33 +74,44 @@ def _errors_bad(window: str) -> str:
     )
 
 
-def _burn_alerts() -> list[Alert]:
+def _burn_alerts(slos: Slos) -> list[Alert]:
+    latency = (
+        ("TTFT", "fleetgate_ttft_seconds", slos.ttft_s, slos.ttft, "time to first token",
+         "first tokens"),
+        ("TPOT", "fleetgate_time_per_output_token_seconds", slos.tpot_s, slos.tpot,
+         "time per output token", "output tokens"),
+    )  # fmt: skip
     out = []
     for speed, (factor, long, short, severity, for_) in _BURN.items():
-        ttft = round(factor * (1 - TTFT_SLO), 6)
-        err = round(factor * (1 - ERROR_SLO), 6)
-        out.append(Alert(
-            f"FleetgateTTFTBudgetBurn{speed.title()}",
-            f"{_ttft_bad(long)} > {ttft} and {_ttft_bad(short)} > {ttft}",
-            for_, severity,
-            "{{ $labels.alias }}: time to first token burns its SLO budget "
-            f"{factor}x too fast",
-            f"More than {ttft:.2%} of first tokens took over {TTFT_SLO_S}s over {long} and "
-            f"{short} (SLO: {TTFT_SLO:.0%}).",
-        ))  # fmt: skip
+        for key, histogram, bound, target, what, items in latency:
+            limit = round(factor * (1 - target), 6)
+            out.append(Alert(
+                f"Fleetgate{key}BudgetBurn{speed.title()}",
+                f"{_slow_share(histogram, bound, long)} > {limit} and "
+                f"{_slow_share(histogram, bound, short)} > {limit}",
+                for_, severity,
+                "{{ $labels.alias }}: " f"{what} burns its SLO budget {factor}x too fast",
+                f"More than {limit:.2%} of {items} took over {_le(bound)}s over {long} and "
+                f"{short} (SLO: P{target * 100:g} < {_le(bound)}s).",
+            ))  # fmt: skip
+        err = round(factor * (1 - slos.availability), 6)
         out.append(Alert(
             f"FleetgateErrorBudgetBurn{speed.title()}",
             f"{_errors_bad(long)} > {err} and {_errors_bad(short)} > {err}",
             for_, severity,
             "{{ $labels.alias }}: 5xx responses burn the error budget " f"{factor}x too fast",
             f"More than {err:.2%} of requests failed with a 5xx over {long} and {short} "
-            f"(SLO: {ERROR_SLO:.1%} succeed).",
+            f"(SLO: {slos.availability:.1%} succeed).",
         ))  # fmt: skip
     return out
 
 
-ALERTS: tuple[Alert, ...] = (
-    *_burn_alerts(),
+def alerts(slos: Slos) -> tuple[Alert, ...]:
+    """Every alert rule, the burn-rate ones for ``slos``."""
+    return (*_burn_alerts(slos), *_OTHER)
+
+
+_OTHER: tuple[Alert, ...] = (
     Alert("FleetgateTeamBudgetExhausted",
           "min by (team) (fleetgate_team_budget_remaining_usd) <= 0", "5m", "warning",
           "team {{ $labels.team }} has spent its budget",
@@ -114,8 +153,11 @@ ALERTS: tuple[Alert, ...] = (
           "without limits."),
 )  # fmt: skip
 
+ALERTS = alerts(Slos())
+"""The rules with the default (the seeds') SLOs."""
 
-def rules(catalog: Catalog) -> dict[str, Any]:
+
+def rules(catalog: Catalog, slos: Slos | None = None) -> dict[str, Any]:
     """The rule file (Prometheus' ``rule_files`` format); ValueError on an unknown metric."""
     return {
         "groups": [
@@ -129,18 +171,18 @@ def rules(catalog: Catalog) -> dict[str, Any]:
                         "labels": {"severity": a.severity},
                         "annotations": {"summary": a.summary, "description": a.description},
                     }
-                    for a in ALERTS
+                    for a in (ALERTS if slos is None else alerts(slos))
                 ],
             }
         ]
     }
 
 
-def prometheus_rule(catalog: Catalog) -> dict[str, Any]:
+def prometheus_rule(catalog: Catalog, slos: Slos | None = None) -> dict[str, Any]:
     """The same rules as a Prometheus Operator ``PrometheusRule`` object."""
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": {"name": "fleetgate"},
-        "spec": rules(catalog),
+        "spec": rules(catalog, slos),
     }

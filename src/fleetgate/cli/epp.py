@@ -1,0 +1,128 @@
+"""``fleetgate epp``: run fleetgate as the endpoint picker of an Envoy-based gateway.
+
+The gateway is built as ``fleetgate serve`` builds it (same config, same features: keys,
+limits, budgets, input checks, admission, routing) and serves its HTTP side (``/metrics``,
+``/health/*``, the admin API) on ``--port``; Envoy's ext_proc filter talks gRPC to
+``--grpc-port``. See docs/deploy.md, "fleetgate as the endpoint picker".
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from fleetgate.app import SECTIONS, build_state, create_app
+from fleetgate.cli.serve import listen_error, settle_heap
+from fleetgate.config.loader import load_config
+from fleetgate.config.settings import Settings
+from fleetgate.errors import ConfigError
+from fleetgate.extras import require
+
+__all__ = ["register", "run"]
+
+log = logging.getLogger("fleetgate.epp")
+
+
+def register(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "epp", help="run as the endpoint picker (Envoy ext_proc) of an inference gateway"
+    )
+    parser.add_argument("--config", type=Path, required=True, help="YAML config file")
+    parser.add_argument("--host", default="127.0.0.1", help="address of both listeners")
+    parser.add_argument("--port", type=int, default=4000, help="HTTP: metrics, health, admin")
+    parser.add_argument("--grpc-port", type=int, default=9002, help="ext_proc and gRPC health")
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument(
+        "--response-body",
+        choices=("streamed", "none"),
+        default="streamed",
+        help="what Envoy's response_body_mode sends: streamed (billed from usage) or none "
+        "(header-only: output billed at max_tokens)",
+    )
+    parser.add_argument(
+        "--fallbacks", type=int, default=0, help="endpoints listed after the pick for retries"
+    )
+    parser.add_argument(
+        "--header-only-output-tokens",
+        type=int,
+        default=256,
+        help="with --response-body none: output tokens billed for a request without max_tokens",
+    )
+    parser.add_argument(
+        "--lease-key",
+        default=None,
+        help="Redis key of the leader lease between replicas (needs FLEETGATE_REDIS_URL); "
+        "only the leader is ready",
+    )
+    parser.add_argument("--lease-ttl", type=float, default=10.0, help="lease seconds")
+    parser.add_argument("--no-watch", action="store_true", help="do not reload on file change")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    require("grpc", extra="epp", purpose="the endpoint picker")
+    require("envoy.service.ext_proc.v3", extra="epp", purpose="the endpoint picker")
+    settings = Settings.from_env(
+        config_path=args.config,
+        host=args.host,
+        port=args.port,
+        data_dir=args.data_dir,
+        watch_config=not args.no_watch,
+    )
+    load_config(args.config, sections=SECTIONS)  # fail fast on a bad config
+    if args.lease_key and not settings.redis_url:
+        raise ConfigError("--lease-key needs FLEETGATE_REDIS_URL: the lease lives in Redis")
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    asyncio.run(_serve(settings, args))
+    return 0
+
+
+async def _serve(settings: Settings, args: argparse.Namespace) -> None:
+    from fleetgate.epp.exchange import EppOptions
+    from fleetgate.epp.lease import LeaderLease
+    from fleetgate.epp.server import EppServer
+
+    state = build_state(settings)
+    app = create_app(settings, state=state)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    epp: EppServer | None = None
+    try:
+        site = web.TCPSite(runner, settings.host, settings.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise ConfigError(listen_error(settings.host, settings.port, exc)) from exc
+        options = EppOptions(
+            response_body=args.response_body,
+            fallbacks=args.fallbacks,
+            header_only_output_tokens=args.header_only_output_tokens,
+        )
+        lease = None
+        if args.lease_key:
+            redis = state.resources.redis.client(settings.redis_url or "")
+            key, ttl = args.lease_key, args.lease_ttl
+
+            def lease(on_change: Any) -> LeaderLease:
+                return LeaderLease(redis, key, ttl_s=ttl, on_change=on_change)
+
+        epp = EppServer(state, options, host=settings.host, port=args.grpc_port, lease=lease)
+        port = await epp.start()
+        settle_heap()
+        log.info("fleetgate epp: ext_proc on %s:%d, http on %s:%d",
+                 settings.host, port, settings.host, settings.port)  # fmt: skip
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+    finally:
+        if epp is not None:
+            await epp.aclose()
+        await runner.cleanup()

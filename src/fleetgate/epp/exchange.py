@@ -1,0 +1,312 @@
+"""One ext_proc stream: one HTTP request through Envoy, seen by fleetgate as the picker.
+
+The request path of `fleetgate.api.completions`, with Envoy sending and relaying instead of
+fleetgate: the key is authenticated and the body validated as for the gateway's own routes;
+the stages run ``before`` (limits and budgets reserved, input checks, prompt assembly,
+admission) when the body has arrived; the pick is answered with the body as the stages left it,
+the alias rewritten to the picked deployment's model (and a stream asked for its usage when
+Envoy sends the response body back); the response's headers say who served it and how it
+went; its body (when sent) gives the usage; the stages run ``after`` (settle, bill, audit)
+when the stream ends, however it ends.
+
+Billing when Envoy sends no response body (``response_body="none"``): the prompt is billed at
+fleetgate's estimate and the output at the request's ``max_tokens`` (the most it could have
+used), or at ``header_only_output_tokens`` when the request set none; the outcome's tag
+``epp_billing`` says so. Nothing is left unbilled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from fleetgate.api.completions import _gateway_request, _recorder, _upstream_body
+from fleetgate.api.state import GatewayState
+from fleetgate.contract.principal import bearer_token
+from fleetgate.contract.request import Endpoint, GatewayRequest
+from fleetgate.contract.stages import StageRun
+from fleetgate.epp import protocol
+from fleetgate.epp.endpoints import endpoint_of
+from fleetgate.epp.meter import ResponseMeter
+from fleetgate.epp.picker import Choice, EndpointPicker
+from fleetgate.errors import (
+    FleetgateError,
+    NoHealthyDeployment,
+    Overloaded,
+    PayloadTooLarge,
+    UnsupportedEndpoint,
+)
+from fleetgate.http.body import decode_object
+from fleetgate.providers.base import RoutedEndpoint
+from fleetgate.telemetry.tracing import TRACE_HEADERS
+
+__all__ = ["EppOptions", "Exchange"]
+
+ResponseBody = Literal["streamed", "none"]
+
+_PATHS: dict[str, RoutedEndpoint] = {
+    "/v1/chat/completions": Endpoint.CHAT,
+    "/v1/completions": Endpoint.COMPLETIONS,
+    "/v1/embeddings": Endpoint.EMBEDDINGS,
+}
+# Request headers stages and strategies read (as the gateway's routes forward them).
+_FORWARDED = frozenset(
+    {
+        "x-session-id",
+        "x-conversation-id",
+        "x-user-id",
+        "x-fleetgate-priority",
+        "x-fleetgate-ttft-deadline-ms",
+        *TRACE_HEADERS,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EppOptions:
+    """How the picker runs behind Envoy.
+
+    ``response_body``: what Envoy's ``processing_mode.response_body_mode`` sends (``streamed``:
+    every chunk, billed from usage; ``none``: headers only, billed as the module doc says).
+    ``fallbacks``: endpoints listed after the pick for Envoy's retries.
+    """
+
+    response_body: ResponseBody = "streamed"
+    fallbacks: int = 0
+    header_only_output_tokens: int = 256
+
+
+class _Ended(Exception):
+    """The stream ended before the response did (client gone, Envoy reset)."""
+
+
+class Exchange:
+    """The state of one ext_proc stream; `handle` answers each message, `close` settles."""
+
+    def __init__(
+        self,
+        gw: GatewayState,
+        picker: EndpointPicker,
+        options: EppOptions,
+        record: Callable[[GatewayRequest], None] | None = None,
+    ) -> None:
+        self._gw = gw
+        self._picker = picker
+        self._options = options
+        self._record = record or _recorder(gw)
+        self._headers: dict[str, str] = {}
+        self._subset: list[str] | None = None
+        self._body: list[bytes] = []
+        self._size = 0
+        self._req: GatewayRequest | None = None
+        self._run: StageRun | None = None
+        self._choice: Choice | None = None
+        self._meter: ResponseMeter | None = None
+        self._started = 0.0
+        self.done = False
+
+    async def handle(self, msg: Any) -> Any | None:
+        """The reply to one `ProcessingRequest` (None: no reply is due)."""
+        kind = msg.WhichOneof("request")
+        if kind == "request_headers":
+            return self._request_headers(msg)
+        if kind == "request_body":
+            return await self._request_body(msg.request_body)
+        if kind == "response_headers":
+            return await self._response_headers(msg)
+        if kind == "response_body":
+            return await self._response_body(msg.response_body)
+        if kind == "request_trailers":
+            return protocol.trailers(request=True)
+        if kind == "response_trailers":
+            return protocol.trailers(request=False)
+        return None
+
+    # ------------------------------------------------------------------ request
+
+    def _request_headers(self, msg: Any) -> Any:
+        self._started = time.perf_counter()
+        self._headers = protocol.header_map(msg.request_headers)
+        self._subset = protocol.subset_hint(msg.metadata_context)
+        if msg.request_headers.end_of_stream:  # no body (GET /v1/models): any eligible engine
+            return self._bodiless()
+        return protocol.continue_headers(request=True)
+
+    def _bodiless(self) -> Any:
+        self.done = True
+        table = self._gw.tables.table
+        seen = [endpoint_of(d) for d in table.deployments() if d.state.healthy()]
+        if self._subset is not None:
+            seen = [e for e in seen if e in self._subset]
+        if not seen:
+            return _refusal(NoHealthyDeployment("No endpoint of this pool is ready."))
+        return protocol.picked(seen[:1], None, {}, on_headers=True)
+
+    async def _request_body(self, part: Any) -> Any:
+        chunk: bytes = part.body
+        self._size += len(chunk)
+        limit = self._gw.max_request_bytes
+        if self._size > limit:
+            self.done = True
+            return _refusal(PayloadTooLarge(f"Request body exceeds the {limit} byte limit."))
+        self._body.append(chunk)
+        if not part.end_of_stream:  # streamed request body: wait for the rest
+            return protocol.continue_body(request=True)
+        try:
+            return await self._pick(b"".join(self._body))
+        except FleetgateError as exc:
+            self.done = True
+            return _refusal(exc)
+
+    async def _pick(self, raw: bytes) -> Any:
+        gw = self._gw
+        endpoint = _PATHS.get(self._headers.get(":path", "").partition("?")[0])
+        if endpoint is None:
+            raise UnsupportedEndpoint("The picker routes /v1/chat/completions, /v1/completions "
+                                      "and /v1/embeddings.")  # fmt: skip
+        principal = gw.core.auth.authenticate(bearer_token(self._headers.get("authorization")))
+        body = decode_object(raw, gw.max_request_bytes)
+        headers = {k: v for k, v in self._headers.items() if k in _FORWARDED}
+        affinity = gw.tables.table.affinity_headers
+        headers.update((k, v) for k, v in self._headers.items() if k in affinity)
+        req = _gateway_request(gw, endpoint, principal, body, self._started, headers,
+                               gw.core.request_ids.next(), None)  # fmt: skip
+        self._req = req
+        run = self._run = StageRun(gw.stages, req, self._record)
+        await run.__aenter__()  # a refusal here has ended the run (recorded, settled)
+        if req.answer is not None:  # a response cache's answer: replayed without an engine
+            return await self._cached(req.answer)
+        try:
+            choice = self._choice = await self._picker.choose(req, self._subset)
+            await choice.hold()
+        except BaseException as exc:
+            await self._end(exc)
+            raise
+        return protocol.picked(choice.endpoints, self._upstream(req, choice), _engine_headers(req))
+
+    def _upstream(self, req: GatewayRequest, choice: Choice) -> bytes:
+        """The body the engine gets: the stages' body, the deployment's model name, the
+        strategy's and hooks' fields, and a stream's usage asked for when it will be read."""
+        pick = choice.primary
+        ask_usage = req.stream and self._options.response_body == "streamed"
+        body = dict(_upstream_body(req.body, ask_usage))
+        body["model"] = pick.deployment.config.model
+        if pick.extra_body:
+            body.update(pick.extra_body)
+        req.outcome.served_by(pick.deployment)
+        return orjson.dumps(body)
+
+    async def _cached(self, answer: dict[str, Any]) -> Any:
+        """A cache hit answered at once; a stream as one SSE body."""
+        req = self._req
+        assert req is not None
+        req.outcome.take_usage(answer.get("usage"))
+        await self._end(None)
+        self.done = True
+        if req.stream:
+            data = orjson.dumps({**answer, "object": "chat.completion.chunk"})
+            body = b"data: " + data + b"\n\ndata: [DONE]\n\n"
+            return protocol.immediate(200, body, [("content-type", "text/event-stream")])
+        return protocol.immediate(200, orjson.dumps(answer), req.response_headers.items())
+
+    # ------------------------------------------------------------------ response
+
+    async def _response_headers(self, msg: Any) -> Any:
+        req, choice = self._req, self._choice
+        if req is None or choice is None:
+            return protocol.continue_headers(request=False)
+        headers = protocol.header_map(msg.response_headers)
+        status = _status(headers.get(":status"))
+        dep = choice.served(protocol.served_endpoint(msg.metadata_context))
+        out = req.outcome
+        if dep is not None:
+            out.served_by(dep)
+        out.status = status
+        out.upstream_s = time.perf_counter() - req.started
+        choice.answered(status < 500)
+        stream = req.stream and headers.get("content-type", "").startswith("text/event-stream")
+        strip = not req.want_usage
+        self._meter = ResponseMeter(out, stream=stream, strip_usage=strip)
+        reply = protocol.response_headers(
+            {
+                "x-request-id": req.request_id,
+                "x-fleetgate-deployment": out.deployment or "",
+                **req.response_headers,
+            }
+        )
+        if msg.response_headers.end_of_stream or self._options.response_body == "none":
+            await self._finish()
+        return reply
+
+    async def _response_body(self, part: Any) -> Any:
+        meter = self._meter
+        if meter is None:
+            return protocol.continue_body(request=False)
+        end = bool(part.end_of_stream)
+        changed = meter.feed(part.body, end)
+        if end:
+            await self._finish()
+        if changed is None:
+            return protocol.continue_body(request=False)
+        return protocol.body_reply(changed)
+
+    async def _finish(self) -> None:
+        req = self._req
+        if req is None or self.done:
+            return
+        out = req.outcome
+        if self._options.response_body == "none" and out.completion_tokens == 0:
+            out.prompt_tokens = out.prompt_tokens or req.prompt_tokens
+            out.completion_tokens = req.max_tokens or self._options.header_only_output_tokens
+            out.tags["epp_billing"] = "header-only: prompt estimated, output at max_tokens"
+        if out.status >= 400 and out.error_type is None:
+            out.error_type = "upstream_error"
+        await self._end(None)
+
+    async def _end(self, exc: BaseException | None) -> None:
+        """Settle: the stages' ``after`` (billing), the pick's counts; once."""
+        self.done = True
+        run, self._run = self._run, None
+        choice, self._choice = self._choice, None
+        try:
+            if run is not None:
+                try:
+                    await run.__aexit__(type(exc) if exc else None, exc, None)
+                except BaseException:
+                    pass  # the verdict is recorded on the outcome; the reply is ours to give
+        finally:
+            if choice is not None:
+                out = self._req.outcome if self._req is not None else None
+                used = (out.prompt_tokens + out.completion_tokens) if out is not None else None
+                await choice.release(used or None)
+
+    async def close(self) -> None:
+        """The stream ended: a request not finished by then was abandoned (client gone) and is
+        billed for what was relayed (`StageRun` marks it 499)."""
+        if not self.done and self._run is not None:
+            await self._end(asyncio.CancelledError())
+        elif self._choice is not None:
+            await self._end(None)
+
+
+def _engine_headers(req: GatewayRequest) -> dict[str, str]:
+    return {"x-request-id": req.request_id}
+
+
+def _status(value: str | None) -> int:
+    try:
+        return int(value or 200)
+    except ValueError:
+        return 502
+
+
+def _refusal(exc: FleetgateError) -> Any:
+    """The error as an immediate response: the protocol's 429 for a shed request (fleetgate's
+    own relay answers an overloaded pool with 503), every other status as the gateway's."""
+    status = 429 if isinstance(exc, Overloaded) else exc.status
+    return protocol.immediate(status, orjson.dumps(exc.to_dict()), exc.headers.items())

@@ -1,0 +1,348 @@
+"""`FleetState`: a pool's admission state shared by every gateway process through Redis.
+
+The request path never waits on Redis. Each process holds a *lease*: slots of the pool it
+may fill (`Pool.room` admits only while this process's own requests in flight are below it).
+The leases add up to at most the pool's limit (the Lua step of `fleet_script` grants them),
+so the engines never hold more than the limit, whichever process admits. A process leases
+what it runs plus ``lease_slice`` spare slots (its fast path) and returns the rest at its next
+sync; one with a queue asks for more at once (`wants_room`), and while the wants add up past
+the limit each process gets at most the max-min fair share of them (its running requests are
+never taken back: a process over its share shrinks as they end).
+
+Everything else admission decides by is the fleet's as last synced plus this process's own
+since: requests in flight per team (guarantees, quota status, lending), the quota nodes'
+tokens/s, the fair-share counters (their deltas are added in Redis; each process reads the
+totals back) and the requests queued in other processes (batch idleness). `fleet.Fleet` does
+the syncing; this class is the synchronous view and the bookkeeping of one sync.
+
+Example::
+
+    state = FleetState("proc-1", config.fleet, time.monotonic, "fail_closed")
+    state.configure(config)
+    state.take("team-a")                       # counted here at once, in Redis at the next sync
+    call = state.prepare(limit=16, queued=0)   # the arguments of one sync
+    state.apply(reply, call)                   # its answer: the lease and the fleet's counts
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fleetgate.scheduling.config import BANDS, FleetConfig, SchedulingConfig
+from fleetgate.scheduling.quota import BORROWING, QuotaTree
+from fleetgate.scheduling.state import QuotaLedger
+from fleetgate.scheduling.vtc import VirtualTokenCounters
+
+__all__ = ["FleetFairShare", "FleetState", "Peer", "SyncCall"]
+
+FailPolicy = Literal["fail_open", "fail_closed"]
+ORDER_EVERY_S = 1.0  # a pool asks other processes to cancel a stream at most this often
+
+
+class FleetFairShare(VirtualTokenCounters):
+    """Virtual token counters whose charges (and lifts) are also kept as deltas for Redis;
+    `settle` replaces the view by the fleet's totals."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: dict[str, float] = {}
+
+    def charge(self, team: str, tokens: float, weight: float = 1.0) -> None:
+        if tokens > 0:
+            delta = tokens / weight
+            self.counters[team] = self.counters.get(team, 0.0) + delta
+            self.pending[team] = self.pending.get(team, 0.0) + delta
+
+    def activate(self, team: str, backlogged: Iterable[str]) -> None:
+        before = self.value(team)
+        super().activate(team, backlogged)
+        lift = self.value(team) - before
+        if lift > 0:
+            self.pending[team] = self.pending.get(team, 0.0) + lift
+
+    def take_pending(self) -> list[tuple[str, float]]:
+        """Every team of the view with its delta since the last sync (0: only read back)."""
+        pending, self.pending = self.pending, {}
+        teams = set(self.counters) | set(pending)
+        return [(t, pending.get(t, 0.0)) for t in sorted(teams)]
+
+    def settle(self, totals: Mapping[str, float]) -> None:
+        """The fleet's totals for the teams sent, plus what was charged since."""
+        for team, total in totals.items():
+            self.counters[team] = total + self.pending.get(team, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """Another process of the pool, as it last published itself."""
+
+    in_flight: int
+    lease: int | None
+    teams: dict[str, int]
+    queued: tuple[int, ...]  # per band
+    victims: tuple[tuple[int, str], ...]  # (band rank, team) of its cancellable streams
+    rates: dict[str, float]  # tokens/s per quota node
+
+    @classmethod
+    def parse(cls, raw: Any) -> Peer | None:
+        try:
+            data = json.loads(raw)
+            return cls(
+                int(data["n"]),
+                None if data.get("l") is None else int(data["l"]),
+                {str(k): int(v) for k, v in data["t"].items()},
+                tuple(int(q) for q in data["q"]),
+                tuple((int(r), str(t)) for r, t in data["v"]),
+                {str(k): float(v) for k, v in data["r"].items()},
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class SyncCall:
+    """What one sync sends for a pool (`FleetState.prepare`)."""
+
+    limit: int | None
+    want: int
+    hold: int
+    counters: list[tuple[str, float]]
+    order: tuple[str, str] | None  # (target process, order JSON)
+    sent_at: float
+
+
+class FleetState:
+    """`AdmissionState` of one pool shared through Redis (see the module doc)."""
+
+    def __init__(
+        self,
+        process: str,
+        config: FleetConfig,
+        clock: Callable[[], float],
+        failure: FailPolicy,
+    ) -> None:
+        self.process = process
+        self.config = config
+        self._clock = clock
+        self.failure: FailPolicy = failure
+        self.admitted = 0  # the fleet's (as last synced, plus this process's since)
+        self.own = 0
+        self.own_teams: dict[str, int] = {}
+        self.teams: dict[str, int] = {}  # the fleet's per team
+        self.elsewhere = 0
+        self.elsewhere_teams: dict[str, int] = {}
+        self.queued_elsewhere = 0
+        self.lease: int | None = 0  # nothing leased before the first sync
+        self.fair = -1  # the fair level at the last sync (-1: no contention)
+        self.vtc = FleetFairShare()
+        self._tree: QuotaTree | None = None
+        self.quotas: QuotaLedger | None = None  # the tree, read by admission
+        self.peers: dict[str, Peer] = {}
+        self.synced_at: float | None = None  # when the last successful sync was sent
+        self.reachable = True
+        self.failed_syncs = 0
+        self.wake: Callable[[], None] = lambda: None  # the fleet's sync, now
+        self._order: tuple[str, str] | None = None
+        self._order_at = float("-inf")
+
+    # ------------------------------------------------------------------ the fast path
+
+    def take(self, team: str) -> None:
+        self.admitted += 1
+        self.own += 1
+        own = self.own_teams
+        own[team] = own.get(team, 0) + 1
+        teams = self.teams
+        teams[team] = teams.get(team, 0) + 1
+        if self.quotas is not None:
+            self.quotas.take(team)
+
+    def give_back(self, team: str) -> None:
+        self.admitted -= 1
+        self.own -= 1
+        lease, fair = self.lease, self.fair
+        if fair >= 0 and lease is not None and lease > self.own and lease > fair:
+            self.lease = lease - 1  # over its fair share: the slot goes back at the next sync
+        if self.quotas is not None:
+            self.quotas.give_back(team)
+        for counts in (self.own_teams, self.teams):
+            left = counts.get(team, 0) - 1
+            if left > 0:
+                counts[team] = left
+            else:
+                counts.pop(team, None)
+
+    def configure(self, config: SchedulingConfig) -> None:
+        quotas = QuotaTree(config, self._clock) if config.has_quotas else None
+        if quotas is not None:
+            for team, count in self.own_teams.items():
+                for _ in range(count):
+                    quotas.take(team)
+            quotas.set_elsewhere(self.elsewhere_teams, {})
+        self._tree = self.quotas = quotas
+
+    def wants_room(self) -> None:
+        if self.lease is not None:
+            self.wake()
+
+    def ask_elsewhere(self, rank: int, team: str, owner: bool) -> bool:
+        now = self._clock()
+        if self._order is not None or now - self._order_at < ORDER_EVERY_S:
+            return False
+        target = self._victim_process(rank, team, owner)
+        if target is None:
+            return False
+        order = {"rank": rank, "band": BANDS[rank], "team": team, "owner": owner}
+        self._order = (target, json.dumps(order))
+        self._order_at = now
+        self.wake()
+        return True
+
+    def _victim_process(self, rank: int, team: str, owner: bool) -> str | None:
+        """The process serving the stream a starved request would cancel (the lowest band)."""
+        quotas = self.quotas
+        best: tuple[int, str] | None = None
+        for process, peer in sorted(self.peers.items()):
+            for v_rank, v_team in peer.victims:
+                eligible = v_rank > rank or (
+                    owner
+                    and quotas is not None
+                    and v_rank >= rank
+                    and v_team != team
+                    and quotas.status(v_team, 0) == BORROWING
+                )
+                if eligible and (best is None or v_rank > best[0]):
+                    best = (v_rank, process)
+        return None if best is None else best[1]
+
+    def describe(self) -> dict[str, object] | None:
+        now = self._clock()
+        return {
+            "process": self.process,
+            "lease": self.lease,
+            "in_flight_here": self.own,
+            "redis": "ok" if self.reachable else "unreachable",
+            "on_redis_failure": self.failure,
+            "synced_s_ago": None if self.synced_at is None else round(now - self.synced_at, 4),
+            "processes": {
+                p: {"in_flight": peer.in_flight, "lease": peer.lease, "queued": sum(peer.queued)}
+                for p, peer in sorted(self.peers.items())
+            },
+        }
+
+    # ------------------------------------------------------------------ one sync
+
+    def prepare(self, limit: int | None, queued: int) -> SyncCall:
+        """The arguments of one sync; until its answer the lease is what it holds (``hold``:
+        never more than the lease, never less than what runs, and at contention no more)."""
+        own = self.own
+        # Spare slots for the fast path only while the pool is not contended; at contention
+        # a process wants what runs and what queues, and a request that finds no room queues
+        # and is granted at the next sync (at once: `wants_room`).
+        spare = 0 if self.fair >= 0 else self.config.lease_slice
+        want = own + max(spare, queued)
+        if limit is not None:
+            want = min(want, max(limit, 0))
+        current = self.lease if self.lease is not None else own
+        # At contention nothing starts on the fast path while the call is out (what queues
+        # starts at its answer), so the slots it holds beyond what runs can go to the others.
+        hold = max(0, min(current, own if self.fair >= 0 else max(own, want)))
+        if limit is not None and self.lease is not None:
+            self.lease = hold
+        order, self._order = self._order, None
+        return SyncCall(limit, want, hold, self.vtc.take_pending(), order, self._clock())
+
+    def status(self, queued: Iterable[int], victims: Iterable[tuple[int, str]]) -> str:
+        """This process's status for the others (JSON)."""
+        rates = self._tree.own_rates() if self._tree is not None else {}
+        return json.dumps(
+            {
+                "n": self.own,
+                "l": self.lease,
+                "t": self.own_teams,
+                "q": list(queued),
+                "v": sorted(set(victims)),
+                "r": {k: round(v, 3) for k, v in rates.items() if v > 0},
+            },
+            separators=(",", ":"),
+        )
+
+    def apply(self, reply: Any, call: SyncCall) -> list[dict[str, Any]]:
+        """The answer of a sync: the lease, the fleet's counts; returns the orders for this
+        process (streams to cancel for another process's starved request)."""
+        grant, fair, statuses, counted, orders = reply
+        self.fair = fair = int(fair)
+        if call.limit is None:
+            self.lease = None
+        else:  # over its fair share it fills no more than it runs (Redis's lease may be more)
+            self.lease = int(grant) if fair < 0 else min(int(grant), max(self.own, fair))
+        peers: dict[str, Peer] = {}
+        for i in range(0, len(statuses) - 1, 2):
+            peer = Peer.parse(statuses[i + 1])
+            if peer is not None:
+                peers[_text(statuses[i])] = peer
+        self._set_peers(peers)
+        totals = {
+            team: float(_text(value))
+            for (team, _), value in zip(call.counters, counted, strict=False)
+            if value is not None
+        }
+        self.vtc.settle(totals)
+        self.synced_at = call.sent_at
+        self.reachable = True
+        found: list[dict[str, Any]] = []
+        for raw in orders:
+            try:
+                order = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(order, dict):
+                found.append(order)
+        return found
+
+    def unreachable(self, call: SyncCall) -> None:
+        """A sync failed. Within the lease's TTL of the last good one the lease held stays;
+        past it the policy applies: ``fail_open`` admits on this process's view alone (the
+        others' counts forgotten), ``fail_closed`` admits nothing new (lease 0)."""
+        self.reachable = False
+        self.failed_syncs += 1
+        if call.order is not None and self._order is None:
+            self._order = call.order  # sent again once Redis answers
+        last = self.synced_at
+        if last is not None and call.sent_at - last < self.config.lease_ttl_s:
+            return
+        if self.failure == "fail_open":
+            self.lease = None
+            self.fair = -1
+            self._set_peers({})
+        elif call.limit is not None:
+            self.lease = 0
+
+    def _set_peers(self, peers: dict[str, Peer]) -> None:
+        self.peers = peers
+        elsewhere: dict[str, int] = {}
+        rates: dict[str, float] = {}
+        for peer in peers.values():
+            for team, count in peer.teams.items():
+                elsewhere[team] = elsewhere.get(team, 0) + count
+            for node, rate in peer.rates.items():
+                rates[node] = rates.get(node, 0.0) + rate
+        self.elsewhere_teams = elsewhere
+        self.elsewhere = sum(peer.in_flight for peer in peers.values())
+        self.queued_elsewhere = sum(sum(peer.queued) for peer in peers.values())
+        self.admitted = self.own + self.elsewhere
+        teams = dict(elsewhere)
+        for team, count in self.own_teams.items():
+            teams[team] = teams.get(team, 0) + count
+        self.teams = teams
+        if self._tree is not None:
+            self._tree.set_elsewhere(elsewhere, rates)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,312 @@
+"""A fleet's shared admission (`fleet.Fleet`, `fleet_state.FleetState`) against the real Redis:
+several schedulers in one event loop stand for several gateway processes; each test has its
+own key prefix. The syncs are called by the test (no background loop) so each step is seen."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from fleetgate.resp import RespClient
+from fleetgate.scheduling.config import SchedulingConfig
+from fleetgate.scheduling.fleet import Fleet
+from fleetgate.scheduling.fleet_state import FleetState
+from fleetgate.scheduling.metrics import SchedulingMetrics
+from fleetgate.scheduling.pool import Pool
+from fleetgate.scheduling.quota import BORROWING, CAPPED, UNDER
+from fleetgate.scheduling.scheduler import Scheduler
+from fleetgate.telemetry.registry import Registry
+from tests.scheduling.support import Clock, FakeOutcome, policy
+from tests.scheduling.test_state import OneAlias
+
+REDIS = "redis://127.0.0.1:6379"
+
+
+@pytest.fixture
+async def redis() -> AsyncIterator[RespClient]:
+    client = RespClient(REDIS)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+class Fleetish:
+    """``count`` processes of one fleet: a scheduler and a `Fleet` each, one alias ``chat``."""
+
+    def __init__(self, redis: RespClient, count: int, seqs: int, **config: Any) -> None:
+        fleet_cfg = {"key_prefix": f"t{secrets.token_hex(4)}:", **config.pop("fleet", {})}
+        self.config = SchedulingConfig.model_validate({**config, "fleet": fleet_cfg})
+        self.table = OneAlias(seqs)
+        self.fleets: list[Fleet] = []
+        self.schedulers: list[Scheduler] = []
+        self.redis = redis
+        for i in range(count):
+            self.add(f"proc-{i}")
+
+    def add(self, name: str, failure: Any = "fail_closed", redis: Any = None) -> int:
+        fleet = Fleet(redis or self.redis, self.config.fleet, failure=failure, process=name)
+        routes: Any = self.table
+        scheduler = Scheduler(
+            self.config, lambda: routes, SchedulingMetrics(Registry()), clock=Clock(), link=fleet
+        )
+        fleet.attach(scheduler)
+        scheduler.pool("chat")  # made now, as a process's first request would
+        self.fleets.append(fleet)
+        self.schedulers.append(scheduler)
+        return len(self.fleets) - 1
+
+    def pool(self, i: int) -> Pool:
+        pool = self.schedulers[i].pool("chat")
+        assert pool is not None
+        return pool
+
+    def state(self, i: int) -> FleetState:
+        state = self.pool(i).state
+        assert isinstance(state, FleetState)
+        return state
+
+    async def sync(self, *which: int) -> None:
+        for i in which or range(len(self.fleets)):
+            await self.fleets[i].sync()
+
+    def admit(self, i: int, team: str, n: int, band: Any = "interactive") -> int:
+        """Admit up to ``n`` requests of ``team`` at process ``i`` on the fast path."""
+        got = 0
+        for _ in range(n):
+            if self.schedulers[i].try_admit(self.pool(i), policy(team, band), 10):
+                got += 1
+        return got
+
+
+async def test_leases_never_add_up_past_the_pool_and_idle_slices_come_back(
+    redis: RespClient,
+) -> None:
+    fleet = Fleetish(redis, 3, seqs=8, fleet={"lease_slice": 2})
+    for i in range(3):
+        assert fleet.admit(i, "a", 1) == 0  # nothing leased before the first sync
+    await fleet.sync()
+    assert [fleet.state(i).lease for i in range(3)] == [2, 2, 2]
+    # Process 0 takes what it can; the others' spare slices stay theirs.
+    took = 0
+    for _ in range(6):
+        took += fleet.admit(0, "a", 8)
+        await fleet.sync(0)
+    assert took == 4  # 8 - the two slices of 2 held by the others
+    leases = [fleet.state(i).lease or 0 for i in range(3)]
+    assert sum(leases) <= 8
+    # The others see the fleet's count and process 0's teams.
+    await fleet.sync(1)
+    assert fleet.pool(1).admitted == 4 and fleet.pool(1).teams == {"a": 4}
+    # Process 0's requests end: at its next sync it keeps only a slice.
+    for _ in range(4):
+        fleet.schedulers[0].release(fleet.pool(0), policy("a"), 0, 0.1)
+    await fleet.sync(0)  # it saw contention (its wants past the pool): it keeps nothing spare
+    assert fleet.state(0).lease == 0
+    await fleet.sync(0)  # no contention now: a slice again
+    assert fleet.state(0).lease == 2
+
+
+async def test_a_queued_request_takes_a_slot_freed_in_another_process(redis: RespClient) -> None:
+    fleet = Fleetish(redis, 2, seqs=4, fleet={"lease_slice": 1})
+    await fleet.sync()
+    a, b = fleet.schedulers
+    for _ in range(4):
+        fleet.admit(0, "a", 4)
+        await fleet.sync(0)
+    assert fleet.state(0).own == 3 and fleet.state(1).lease == 1
+    assert fleet.admit(1, "b", 1) == 1  # its slice
+    waiting = asyncio.ensure_future(b.wait(fleet.pool(1), policy("b"), 10, 0.0))
+    await asyncio.sleep(0)
+    assert not waiting.done() and fleet.pool(1).queue.size == 1
+    await fleet.sync()  # the pool is full: nothing to grant
+    assert not waiting.done()
+    a.release(fleet.pool(0), policy("a"), 0, 0.1)
+    await fleet.sync(0)  # process 0, over its fair share, returns the slot freed...
+    await fleet.sync(1)  # ... and process 1 leases it for its queue and admits
+    await asyncio.wait_for(waiting, 1.0)
+    assert fleet.state(1).own == 2
+    assert sum(fleet.state(i).lease or 0 for i in range(2)) <= 4
+
+
+async def test_at_contention_each_process_gets_its_fair_share_as_its_requests_end(
+    redis: RespClient,
+) -> None:
+    fleet = Fleetish(redis, 2, seqs=16, fleet={"lease_slice": 16})
+    await fleet.sync(0)
+    assert fleet.admit(0, "a", 16) == 16  # alone, process 0 leased the whole pool
+    await fleet.sync(1)
+    assert fleet.state(1).lease == 0
+    waiters = [
+        asyncio.ensure_future(fleet.schedulers[1].wait(fleet.pool(1), policy("b"), 1, 0.0))
+        for _ in range(10)
+    ]
+    await asyncio.sleep(0)
+    await fleet.sync(1)
+    await fleet.sync(0)
+    assert fleet.state(0).fair == 8  # the max-min fair level of the two wants
+    # Process 0 keeps what runs, and gives a slot back each time one ends, down to 8.
+    for n in range(8):
+        fleet.schedulers[0].release(fleet.pool(0), policy("a"), 0, 0.1)
+        assert fleet.admit(0, "a", 1) == 0  # over its share: it does not refill
+        await fleet.sync(0)
+        await fleet.sync(1)
+        assert fleet.state(1).own == n + 1  # one more of its queue admitted
+    assert fleet.state(0).lease == 8 and fleet.state(1).own == 8
+    for w in waiters:
+        w.cancel()
+    await asyncio.gather(*waiters, return_exceptions=True)
+
+
+async def test_a_dead_process_slots_return_after_the_lease_ttl(redis: RespClient) -> None:
+    fleet = Fleetish(redis, 2, seqs=4, fleet={"lease_slice": 4, "lease_ttl_s": 0.3})
+    await fleet.sync(0)
+    assert fleet.admit(0, "a", 4) == 4
+    await fleet.sync()
+    assert fleet.state(1).lease == 0
+    # Process 0 dies: it never syncs again. Within the TTL its slots stay its own...
+    await asyncio.sleep(0.1)
+    await fleet.sync(1)
+    assert fleet.state(1).lease == 0
+    await asyncio.sleep(0.3)
+    await fleet.sync(1)  # ... past it they are purged and leased at the same step
+    assert fleet.state(1).lease == 4 and fleet.pool(1).admitted == 0
+    assert fleet.admit(1, "b", 4) == 4
+
+
+async def test_a_process_that_stops_hands_its_leases_back_at_once(redis: RespClient) -> None:
+    fleet = Fleetish(redis, 2, seqs=4, fleet={"lease_slice": 4, "lease_ttl_s": 30})
+    await fleet.sync(0)
+    assert fleet.state(0).lease == 4
+    await fleet.fleets[0].aclose()
+    await fleet.sync(1)
+    assert fleet.state(1).lease == 4
+
+
+async def test_team_quotas_count_every_process(redis: RespClient) -> None:
+    quota = {"concurrency": {"nominal": 2, "borrowing_limit": 1}}
+    fleet = Fleetish(redis, 2, seqs=16, teams={"a": {"quota": quota}, "b": {"quota": quota}})
+    await fleet.sync()
+    assert fleet.admit(0, "a", 2) == 2
+    quotas = fleet.pool(1).quotas
+    assert quotas is not None and quotas.status("a") == UNDER  # not synced yet
+    await fleet.sync(0)
+    await fleet.sync(1)
+    assert quotas.status("a") == BORROWING  # process 0's two count here
+    assert fleet.admit(1, "a", 5) == 1  # nominal 2 + borrowing 1, fleet-wide
+    assert quotas.status("a") == CAPPED
+    assert quotas.usage()["team:a"]["in_flight"] == 3
+    assert fleet.admit(1, "b", 1) == 1  # b is under its own nominal
+
+
+async def test_guarantees_count_every_process(redis: RespClient) -> None:
+    fleet = Fleetish(redis, 2, seqs=2, teams={"g": {"guaranteed": 2}})
+    await fleet.sync()
+    g = policy("g")
+    g = type(g)(g.team, g.band, g.weight, g.reject, g.max_wait_s, g.deadline_s, 2)
+    pools = fleet.pool(0), fleet.pool(1)
+    assert pools[0].within_guarantee("g", 2)
+    fleet.schedulers[0].try_admit(pools[0], g, 1)
+    fleet.schedulers[0].try_admit(pools[0], g, 1)
+    await fleet.sync(0)
+    await fleet.sync(1)
+    assert not pools[1].within_guarantee("g", 2)  # its two run in process 0
+
+
+async def test_fair_share_counters_are_the_fleet_s(redis: RespClient) -> None:
+    fleet = Fleetish(redis, 2, seqs=16)
+    await fleet.sync()
+    fleet.admit(0, "a", 1)  # charges 10 prompt tokens
+    fleet.pool(1).vtc.charge("a", 5)
+    await fleet.sync(0)
+    await fleet.sync(1)
+    await fleet.sync(0)
+    assert fleet.pool(0).vtc.value("a") == 15 and fleet.pool(1).vtc.value("a") == 15
+    assert fleet.pool(1).vtc.fairest(["a", "b"]) == "b"
+
+
+async def test_a_starved_request_cancels_a_lower_band_stream_of_another_process(
+    redis: RespClient,
+) -> None:
+    fleet = Fleetish(redis, 2, seqs=2, fleet={"lease_slice": 1}, preempt_in_flight_after_s=0.0)
+    await fleet.sync()
+    s0, s1 = fleet.schedulers
+    assert fleet.admit(1, "batchy", 1, band="batch") == 1
+    cancelled: list[Any] = []
+    running = s1.started(fleet.pool(1), policy("batchy", "batch"), FakeOutcome(), False)
+    running.abort = cancelled.append
+    assert fleet.admit(0, "x", 1) == 1
+    await fleet.sync(1)
+    await fleet.sync(0)
+    # Process 0's interactive request waits, the pool full; its poll finds no victim here.
+    waiting = asyncio.ensure_future(s0.wait(fleet.pool(0), policy("y"), 1, 0.0))
+    await asyncio.sleep(0)
+    s0.upkeep(fleet.pool(0))
+    await fleet.sync(0)  # the order goes to process 1 ...
+    await fleet.sync(1)  # ... which cancels its batch stream
+    assert len(cancelled) == 1 and cancelled[0].code == "preempted_in_flight"
+    s1.finish(fleet.pool(1), running, 0, None)
+    await fleet.sync(1)
+    await fleet.sync(0)
+    await asyncio.wait_for(waiting, 1.0)
+
+
+async def test_batch_lane_is_not_idle_while_another_process_queues(redis: RespClient) -> None:
+    fleet = Fleetish(redis, 2, seqs=2, fleet={"lease_slice": 1})
+    await fleet.sync()
+    assert fleet.schedulers[1].idle("chat")
+    fleet.admit(0, "a", 1)
+    fleet.admit(1, "a", 1)
+    waiting = asyncio.ensure_future(fleet.schedulers[0].wait(fleet.pool(0), policy("a"), 1, 0.0))
+    await asyncio.sleep(0)
+    await fleet.sync(0)
+    await fleet.sync(1)
+    assert not fleet.schedulers[1].idle("chat")
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+
+
+@pytest.mark.parametrize("failure", ["fail_open", "fail_closed"])
+async def test_redis_unreachable_past_the_ttl_applies_the_policy(
+    redis: RespClient, failure: str
+) -> None:
+    fleet = Fleetish(redis, 0, seqs=4, fleet={"lease_slice": 2, "lease_ttl_s": 0.2})
+    down = RespClient("redis://127.0.0.1:1", timeout_s=0.05)
+    try:
+        fleet.add("proc-x", failure=failure, redis=down)
+        await fleet.sync(0)  # never synced: the policy at once
+        state = fleet.state(0)
+        assert not state.reachable
+        if failure == "fail_open":
+            assert state.lease is None and fleet.admit(0, "a", 5) == 4  # the pool's limit
+        else:
+            assert state.lease == 0 and fleet.admit(0, "a", 1) == 0
+        view = fleet.schedulers[0].pools["chat"].state.describe()
+        assert view is not None and view["redis"] == "unreachable"
+    finally:
+        await down.aclose()
+
+
+async def test_a_lease_held_survives_a_short_outage_and_a_redis_restart(
+    redis: RespClient,
+) -> None:
+    fleet = Fleetish(redis, 1, seqs=4, fleet={"lease_slice": 2, "lease_ttl_s": 5})
+    await fleet.sync()
+    assert fleet.admit(0, "a", 1) == 1
+    await fleet.sync()
+    assert fleet.state(0).lease == 3
+    fleet.fleets[0].redis = RespClient("redis://127.0.0.1:1", timeout_s=0.05)
+    try:
+        await fleet.sync()
+    finally:
+        await fleet.fleets[0].redis.aclose()
+    assert fleet.state(0).lease == 3  # within the TTL it keeps what it held
+    # Redis comes back empty (its keys lost): the lease is granted again from nothing.
+    await redis.call("DEL", f"{fleet.config.fleet.key_prefix}chat:leases")
+    fleet.fleets[0].redis = redis
+    await fleet.sync()
+    assert fleet.state(0).reachable and fleet.state(0).lease == 3
