@@ -154,11 +154,13 @@ def test_each_declared_admin_route_is_served_when_the_feature_is_on(tmp_path: Pa
     """The routes a class declares for when it is off are the ones it serves when on."""
     state = build_state(_settings(tmp_path), parse_config(EVERYTHING))
     create_app(state.settings, state=state)
-    built = {type(f): f for f in state.features.all}
+    built = {f.name: f for f in state.features.all}
     declared = [cls for cls in FEATURES if cls.admin_routes]
     assert {c.name for c in declared} >= {"tenancy", "safety", "scheduling", "cost"}
     for cls in declared:
-        served = {(r.method, r.path) for r in built[cls].routes() if isinstance(r, web.RouteDef)}
+        served = {
+            (r.method, r.path) for r in built[cls.name].routes() if isinstance(r, web.RouteDef)
+        }
         assert set(cls.admin_routes) <= served, cls.name
 
 
@@ -203,6 +205,21 @@ def test_the_cost_section_is_top_level_and_the_old_place_still_works(
         parse_config(
             {**new, "cost": {"pools": [{"alias": "tiny", "dcgm": ["x"]}]}}, sections=SECTIONS
         )
+
+
+@pytest.mark.parametrize(
+    "switch", [{"console": {"enabled": False}}, {"extensions": {"console": {"enabled": False}}}]
+)
+def test_the_console_is_switched_off_by_its_section_in_either_place(
+    tmp_path: Path, switch: dict[str, Any]
+) -> None:
+    on = build_state(_settings(tmp_path), parse_config({"models": OFF["models"]}))
+    create_app(on.settings, state=on)
+    assert "console" in on.features.names()
+    config = parse_config({"models": OFF["models"], **switch}, sections=SECTIONS)
+    off = build_state(_settings(tmp_path), config)
+    create_app(off.settings, state=off)
+    assert "console" not in off.features.names() and "tenancy" in off.features.names()
 
 
 def _names_read(module: str, source: str) -> set[str]:

@@ -129,6 +129,7 @@ def build_state(
         strategies or StrategyRegistry.with_builtins(engine_aware),
         path=settings.config_path if config is None else None,
     )
+    tables.on_reload = lambda source, result: metrics.config_reloads.labels(result, source).inc()
     health = HealthTracker(cfg.health, metrics, lambda: tables.table.deployments())
     dispatcher = Dispatcher(cfg.router, health, metrics, observer=engine_aware)
     dispatcher.salt = engine_aware.tenant_salt

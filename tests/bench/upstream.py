@@ -25,6 +25,7 @@ class Upstream:
     gap_ms: float = 0.0
     tokens_per_chunk: int = 1
     fail_every: int = 0
+    require_key: str | None = None  # else 401, as a gateway answers a wrong key
     seen: list[dict[str, object]] = field(default_factory=list)
     count: int = 0
 
@@ -44,6 +45,8 @@ def make_app(up: Upstream) -> web.Application:
     async def handle(request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
         up.count += 1
+        if up.require_key and request.headers.get("Authorization") != f"Bearer {up.require_key}":
+            return web.json_response({"error": {"message": "Invalid API key."}}, status=401)
         if len(up.seen) < 50:
             up.seen.append(body)
         if up.fail_every and up.count % up.fail_every == 0:

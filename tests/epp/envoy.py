@@ -24,12 +24,13 @@ from typing import Any
 
 import yaml
 
-from fleetgate.epp.protocol import DESTINATION, SERVED, SUBSET, SUBSET_NAMESPACE
-
 from fleetgate.cli.processes import free_port, stop, wait_http
+from fleetgate.epp.protocol import DESTINATION, SERVED, SUBSET, SUBSET_NAMESPACE
 
 __all__ = ["envoy_binary", "envoy_config", "envoy_process"]
 
+_T = "type.googleapis.com/envoy."  # the prefix of every typed config's name
+_LB = "extensions.load_balancing_policies."
 
 
 def envoy_binary() -> str | None:
@@ -37,11 +38,11 @@ def envoy_binary() -> str | None:
     return str(found) if found.exists() else shutil.which("envoy")
 
 
-def _ext_proc(epp_port: int, response_body: str, failure_open: bool) -> dict[str, Any]:
+def _ext_proc(response_body: str, failure_open: bool) -> dict[str, Any]:
     return {
         "name": "envoy.filters.http.ext_proc",
         "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
+            "@type": _T + "extensions.filters.http.ext_proc.v3.ExternalProcessor",
             "grpc_service": {"envoy_grpc": {"cluster_name": "epp"}, "timeout": "10s"},
             "failure_mode_allow": failure_open,
             "message_timeout": "10s",
@@ -66,7 +67,7 @@ def envoy_config(
     *,
     listen_port: int,
     admin_port: int,
-    epp_port: int | None,
+    epp_port: int | Sequence[int] | None,
     response_body: str = "streamed",
     fallback_hosts: Sequence[str] = (),
     round_robin_hosts: Sequence[str] = (),
@@ -75,20 +76,20 @@ def envoy_config(
     failure_open: bool = False,
     access_log: Path | None = None,
 ) -> dict[str, Any]:
-    """Envoy's bootstrap. ``epp_port`` None with ``round_robin_hosts``: no picker at all,
+    """Envoy's bootstrap. ``epp_port``: the picker, or several replicas of it (Envoy spreads
+    the streams over them). None with ``round_robin_hosts``: no picker at all,
     Envoy's round robin over the engines (the benchmark's floor)."""
     filters: list[dict[str, Any]] = []
+    epp_ports = [epp_port] if isinstance(epp_port, int) else list(epp_port or ())
     if subset is not None:  # as a gateway narrowing the pool would: dynamic metadata
         filters.append(_subset_hint(subset))
-    if epp_port is not None:
-        filters.append(_ext_proc(epp_port, response_body, failure_open))
+    if epp_ports:
+        filters.append(_ext_proc(response_body, failure_open))
         filters.append(_served_to_metadata())
     filters.append(
         {
             "name": "envoy.filters.http.router",
-            "typed_config": {
-                "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
-            },
+            "typed_config": {"@type": _T + "extensions.filters.http.router.v3.Router"},
         }
     )
     route: dict[str, Any] = {"cluster": "pool", "timeout": "120s"}
@@ -98,14 +99,15 @@ def envoy_config(
             "num_retries": retries,
         }
     route_entry: dict[str, Any] = {"match": {"prefix": "/"}, "route": route}
-    if epp_port is not None:
+    if epp_ports:
         route_entry["response_headers_to_add"] = [
             {"header": {"key": SERVED, "value": "%UPSTREAM_HOST%"}}
         ]
     hcm = {
         "name": "envoy.filters.network.http_connection_manager",
         "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+            "@type": _T + "extensions.filters.network.http_connection_manager.v3."
+            "HttpConnectionManager",
             "stat_prefix": "ingress",
             "codec_type": "AUTO",
             "route_config": {
@@ -116,7 +118,7 @@ def envoy_config(
         },
     }
     clusters = [_pool(fallback_hosts, round_robin_hosts)]
-    if epp_port is not None:
+    if epp_ports:
         clusters.append(
             {
                 "name": "epp",
@@ -124,11 +126,11 @@ def envoy_config(
                 "connect_timeout": "1s",
                 "typed_extension_protocol_options": {
                     "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                        "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                        "@type": _T + "extensions.upstreams.http.v3.HttpProtocolOptions",
                         "explicit_http_config": {"http2_protocol_options": {}},
                     }
                 },
-                "load_assignment": _assignment("epp", [f"127.0.0.1:{epp_port}"]),
+                "load_assignment": _assignment("epp", [f"127.0.0.1:{p}" for p in epp_ports]),
             }
         )
     return {
@@ -150,7 +152,7 @@ def _subset_hint(subset: Sequence[str]) -> dict[str, Any]:
     return {
         "name": "envoy.filters.http.set_metadata",
         "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.filters.http.set_metadata.v3.Config",
+            "@type": _T + "extensions.filters.http.set_metadata.v3.Config",
             "metadata": [
                 {
                     "metadata_namespace": SUBSET_NAMESPACE,
@@ -166,7 +168,7 @@ def _access_log(path: Path) -> dict[str, Any]:
     return {
         "name": "envoy.access_loggers.file",
         "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+            "@type": _T + "extensions.access_loggers.file.v3.FileAccessLog",
             "path": str(path),
             "log_format": {
                 "json_format": {
@@ -188,7 +190,7 @@ def _served_to_metadata() -> dict[str, Any]:
     return {
         "name": "envoy.filters.http.header_to_metadata",
         "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
+            "@type": _T + "extensions.filters.http.header_to_metadata.v3.Config",
             "response_rules": [
                 {
                     "header": SERVED,
@@ -237,7 +239,7 @@ def _pool(fallback_hosts: Sequence[str], round_robin_hosts: Sequence[str]) -> di
                         "typed_extension_config": {
                             "name": "override_host",
                             "typed_config": {
-                                "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost",
+                                "@type": _T + _LB + "override_host.v3.OverrideHost",
                                 "override_host_sources": [
                                     {
                                         "metadata": {
@@ -252,7 +254,7 @@ def _pool(fallback_hosts: Sequence[str], round_robin_hosts: Sequence[str]) -> di
                                             "typed_extension_config": {
                                                 "name": "rr",
                                                 "typed_config": {
-                                                    "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin"
+                                                    "@type": _T + _LB + "round_robin.v3.RoundRobin"
                                                 },
                                             }
                                         }

@@ -15,7 +15,7 @@ from fleetgate.cli.main import main
 from fleetgate.config.loader import load_config
 from fleetgate.errors import ConfigError
 from fleetgate.importers.litellm_config import convert_litellm_config
-from tests.conftest import AUTH
+from tests.conftest import AUTH, GatewayFactory
 from tests.fakes import FakeUpstream
 
 # The quick-start shape: one alias load-balanced over two Azure deployments, an OpenAI model,
@@ -135,6 +135,7 @@ def test_quickstart_aliases_deployments_and_env_references() -> None:
         "api_base": "https://my-endpoint-europe.openai.azure.com/",
         "api_key": "${AZURE_API_KEY_EU}",
         "name": "gpt-4o-eu",
+        "rpm": 6,  # the deployment's own cap (usage-based routing: no rpm weights)
     }
     assert ca["timeouts"] == {"total": 30.0, "first_token": 10.0}
     gpt35 = models["gpt-3.5-turbo"]
@@ -143,14 +144,15 @@ def test_quickstart_aliases_deployments_and_env_references() -> None:
     assert gpt35["num_retries"] == 3
     assert gpt35["fallbacks"] == ["gpt-4o"]
     assert models["vllm-models"]["deployments"][0]["model"] == "facebook/opt-125m"
-    # model_group_alias: a copy of the target alias under the new name
+    # model_group_alias: the target's deployments under the new name (a copy, not a reference)
     assert models["gpt-4"]["deployments"] == models["gpt-4o"]["deployments"]
-    # rpm/tpm per deployment summed per alias
-    assert result.config["tenancy"]["alias_limits"] == {
-        "gpt-4o": {"rpm": 12},
-        "gpt-3.5-turbo": {"tpm": 100000},
-        "vllm-models": {"rpm": 1440},
-    }
+    assert models["gpt-4"]["deployments"] is not models["gpt-4o"]["deployments"]
+    assert models["gpt-4"].get("fallbacks") == models["gpt-4o"].get("fallbacks")
+    # rpm/tpm stay each deployment's own cap, never a cap on the alias
+    assert [d["rpm"] for d in models["gpt-4o"]["deployments"]] == [6, 6]
+    assert models["gpt-3.5-turbo"]["deployments"][0]["tpm"] == 100000
+    assert models["vllm-models"]["deployments"][0]["rpm"] == 1440
+    assert "tenancy" not in result.config
     # router_settings wins over litellm_settings where both set a field
     assert result.config["router"] == {"num_retries": 2, "timeouts": {"total": 30.0}}
     assert result.config["health"] == {"allowed_fails": 3, "cooldown_s": 30.0}
@@ -172,7 +174,7 @@ def test_quickstart_notes_name_everything_left_out() -> None:
         "general_settings.master_key: set FLEETGATE_MASTER_KEY",
         "general_settings.alerting: no equivalent",
         "environment_variables: no equivalent",
-        "model_list[0].litellm_params.rpm: per-deployment limit summed",
+        "router_settings.model_group_alias: 'gpt-4' serves 'gpt-4o''s deployments",
     ):
         assert expected in notes, expected
 
@@ -260,3 +262,48 @@ async def test_imported_config_serves(
     assert (await resp.json())["choices"][0]["message"]["content"]
     assert upstream.seen[-1].headers["Authorization"] == "Bearer sk-upstream-secret"
     assert upstream.seen[-1].body["model"] == "up-model"
+
+
+GROUPS_FIRST = """
+model_list:
+  - model_name: big
+    litellm_params: {model: openai/big, api_base: http://10.0.0.1:8000/v1, rpm: 100}
+  - model_name: big
+    litellm_params: {model: openai/big, api_base: http://10.0.0.2:8000/v1, rpm: 300}
+  - model_name: small
+    litellm_params: {model: openai/small, api_base: http://10.0.0.3:8000/v1}
+router_settings:
+  model_group_alias: {"gpt-4": "big"}
+  fallbacks: [{"big": ["small"]}]
+"""
+
+
+def test_group_aliases_get_what_their_target_has_whatever_the_order() -> None:
+    result = _convert(GROUPS_FIRST)
+    models = {m["alias"]: m for m in result.config["models"]}
+    assert models["gpt-4"]["fallbacks"] == ["small"]  # set after the copy was asked for
+    # simple-shuffle (the default) shares traffic by rpm: fleetgate's weights
+    assert [d["weight"] for d in models["big"]["deployments"]] == [100, 300]
+    assert [d["rpm"] for d in models["gpt-4"]["deployments"]] == [100, 300]
+    text = result.yaml()
+    assert "&id" not in text and "*id" not in text  # no anchors to edit around
+    assert yaml.safe_load(text) == result.config
+
+
+async def test_a_group_alias_shares_its_targets_deployment_caps(
+    gateway: GatewayFactory, upstream: FakeUpstream, upstream_b: FakeUpstream
+) -> None:
+    """The copy names the same upstreams: one rpm window for both names, as in LiteLLM."""
+    raw = yaml.safe_load(GROUPS_FIRST)
+    raw["model_list"] = [raw["model_list"][0], raw["model_list"][2]]
+    raw["model_list"][0]["litellm_params"].update(api_base=upstream.url, rpm=1)
+    raw["model_list"][1]["litellm_params"]["api_base"] = upstream_b.url
+    client = await gateway(convert_litellm_config(raw).config)
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    for model in ("big", "gpt-4"):
+        resp = await client.post(
+            "/v1/chat/completions", json={**body, "model": model}, headers=AUTH
+        )
+        assert resp.status == 200, await resp.text()
+    # the second, under the group's name, found the upstream at its cap: the fallback answered
+    assert (len(upstream.seen), len(upstream_b.seen)) == (1, 1)

@@ -168,11 +168,15 @@ async def _start_gateway(
     database_url: str | None = None,
     redis_url: str | None = None,
     tenancy: bool = True,
+    replica: str = "",
+    redis_prefix: str | None = None,
     **options: Any,
 ) -> Gateway:
+    """``replica``: a data directory of its own (a second replica of the same store);
+    ``redis_prefix``: the Redis key prefix (shared by replicas), else one of its own."""
     settings = Settings(
         master_key=MASTER,
-        data_dir=tmp_path,
+        data_dir=tmp_path / replica,
         database_url=database_url or f"sqlite:///{tmp_path / 'fleetgate.db'}",
         redis_url=redis_url,
         watch_config=False,
@@ -182,7 +186,7 @@ async def _start_gateway(
         off = config.tenancy.model_copy(update={"enabled": False})
         config = config.model_copy(update={"tenancy": off})
     if redis_url:  # a prefix of its own: counters never meet another test's
-        prefix = f"fgtest:mcp:{os.getpid()}:{os.urandom(4).hex()}:"
+        prefix = redis_prefix or f"fgtest:mcp:{os.getpid()}:{os.urandom(4).hex()}:"
         section = config.tenancy.model_copy(update={"redis_prefix": prefix})
         config = config.model_copy(update={"tenancy": section})
     app = create_app(settings, config)
@@ -242,7 +246,8 @@ async def start_gateway(tmp_path: Path) -> AsyncIterator[StartGateway]:
         tenancy: bool = True,
         **options: Any,
     ) -> Gateway:
-        """``options``: `gateway_config`'s ``models_url`` and ``safety_section``."""
+        """``options``: `gateway_config`'s ``models_url`` and ``safety_section``, and
+        `_start_gateway`'s ``replica`` and ``redis_prefix``."""
         return await _start_gateway(
             stack, tmp_path, mcp, safety, database_url, redis_url, tenancy, **options
         )

@@ -44,14 +44,34 @@ def test_worked_example_design_rounding_gives_2_16m() -> None:
 
 def test_autoscaled_cost_follows_the_diurnal_profile() -> None:
     plan = make_plan(PlanInputs(**WORKED, autoscale_headroom=1.0))  # type: ignore[arg-type]
-    # flat over the 8 active hours: 326 GPUs for 8 h, the 1-GPU floor for 16 h
-    assert plan["gpus_by_hour"].count(326) == 8
-    assert plan["cost_month_autoscaled_usd"] == pytest.approx((8 * 326 + 16) * 3 * 30)
+    # the 8 active hours: the middle one carries the 3x peak, the other 7 share the rest
+    hourly = plan["gpus_by_hour"]
+    assert hourly[12] == plan["gpus_peak"] == 977
+    rest = 325.5208 * (8 - 3) / 7  # 232.5 GPUs in each other active hour
+    assert [hourly[h] for h in (9, 10, 11, 13, 14, 15, 16)] == [233] * 7
+    assert hourly.count(1) == 16  # the 1-GPU floor outside the active hours
+    assert sum(plan["diurnal_weights"]) == pytest.approx(8)  # still qps_avg over 8 hours
+    assert plan["cost_month_autoscaled_usd"] == pytest.approx((977 + 7 * 233 + 16) * 3 * 30)
     assert plan["cost_month_autoscaled_usd"] < plan["cost_month_always_on_usd"]
+    assert rest < plan["gpus_avg_exact"] < plan["gpus_peak_exact"]
     peaky = [1.0] * 24
     peaky[12] = 5.0
     p2 = make_plan(PlanInputs(**WORKED, diurnal=peaky, autoscale_headroom=1.0))  # type: ignore[arg-type]
-    assert max(p2["gpus_by_hour"]) == p2["gpus_by_hour"][12]
+    assert max(p2["gpus_by_hour"]) == p2["gpus_by_hour"][12] == p2["gpus_peak"]
+
+
+def test_the_autoscaled_curve_reaches_the_peak_it_sizes_for() -> None:
+    """The 1M-DAU example as the README runs it: the busiest hour holds the peak fleet (the
+    always-on sizing), headroom never takes an hour past it, averages are over the day."""
+    plan = make_plan(PlanInputs(**WORKED, round_gpus_to=100))  # type: ignore[arg-type]
+    hourly = plan["gpus_by_hour"]
+    assert max(hourly) == plan["gpus_peak"] == 1000
+    assert sorted(set(hourly)) == [100, 300, 1000]  # floor, 232.5 x 1.2 = 279 -> 300, peak
+    assert plan["gpus_day_avg_exact"] == pytest.approx(325.5208 * 8 / 24, abs=1e-3)
+    assert plan["gpus_autoscaled_avg"] == pytest.approx(sum(hourly) / 24)
+    assert plan["cost_month_autoscaled_usd"] == pytest.approx(sum(hourly) * 3 * 30)
+    flat = make_plan(PlanInputs(**{**WORKED, "peak_factor": 1.0}))  # type: ignore[arg-type]
+    assert max(flat["gpus_by_hour"]) == flat["gpus_peak"]  # no peak: headroom capped at it
 
 
 def test_queueing_sizing_meets_the_ttft_target_and_grows_when_it_tightens() -> None:

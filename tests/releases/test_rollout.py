@@ -65,7 +65,7 @@ async def traffic(replicas: list[Gateway], key: str) -> AsyncIterator[Traffic]:
 
 @asynccontextmanager
 async def fleet(
-    tmp_path: Path, db_url: str, v2: SimConfig
+    tmp_path: Path, db_url: str, v2: SimConfig, router: dict[str, Any] | None = None
 ) -> AsyncIterator[tuple[list[Gateway], str]]:
     async with AsyncExitStack() as stack:
         v1_url = await stack.enter_async_context(
@@ -78,7 +78,7 @@ async def fleet(
                                       "max_ttft_ratio": 2.0, "flush_s": 0.2}  # fmt: skip
         # retries absorb the failing candidate's errors (clients see none); the analysis still
         # counts every failed attempt
-        cfg["router"] = {"num_retries": 4, "retry_backoff_s": 0.0}
+        cfg["router"] = router or {"num_retries": 4, "retry_backoff_s": 0.0}
         cfg["health"]["allowed_fails"] = 1000
         replicas = [
             await stack.enter_async_context(running_gateway(cfg, tmp_path / n, db_url))
@@ -206,3 +206,41 @@ async def test_a_healthy_candidate_reaches_production(db_url: str, tmp_path: Pat
             while (await gw.chat())[1] != "chat-v1":
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.05)
+
+
+async def test_retries_of_a_failing_candidate_go_to_the_baseline(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Half the candidate's attempts fail; with the default retries every client request is
+    answered (a retry goes to the baseline, not to the candidate again), and the analysis
+    still counts each failed attempt against the candidate."""
+    broken = SimConfig(mode="echo", prefill_ms_per_token=2.0, decode_ms_per_step=1.0,
+                       faults=FaultConfig(error_rate=0.5, error_status=500))  # fmt: skip
+    router = {"retry_backoff_s": 0.0}  # the default number of retries
+    async with fleet(tmp_path, db_url, broken, router) as (replicas, key):
+        a, b = replicas
+        start = {**START, "min_samples": 100_000, "interval_s": 0.5}  # judged, never decided
+        status, body = await a.admin("POST", "/admin/registry/rollouts", json=start)
+        assert status == 201, body
+        async with traffic(replicas, key) as load:
+            deadline = time.monotonic() + 30
+            while len(load.answers) < 120 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+        failed = [(status, dep) for _, status, dep in load.answers if status != 200]
+        assert len(load.answers) >= 120 and not failed, failed
+        assert {"chat-v1", "chat-v2"} <= {dep for _, _, dep in load.answers}
+        body = await until_decided(a)
+        candidate, baseline = body["decisions"][-1]["candidate"], body["decisions"][-1]["baseline"]
+        assert candidate["failed_attempts"] > 10, candidate  # counted where they failed
+        assert baseline["failed_attempts"] == 0, baseline
+        assert 0.3 < candidate["error_rate"] < 0.7, candidate
+
+
+async def until_decided(gw: Gateway, timeout: float = 10.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _, body = await gw.admin("GET", "/admin/registry/rollouts/chat")
+        if body["decisions"]:
+            return body  # type: ignore[no-any-return]
+        await asyncio.sleep(0.1)
+    raise AssertionError("no decision recorded")

@@ -20,6 +20,7 @@ from fleetgate.scheduling.pool import Pool
 from fleetgate.scheduling.quota import BORROWING, CAPPED, UNDER
 from fleetgate.scheduling.scheduler import Scheduler
 from fleetgate.telemetry.registry import Registry
+from tests.procs import metric_value
 from tests.scheduling.support import Clock, FakeOutcome, policy
 from tests.scheduling.test_state import OneAlias
 
@@ -44,6 +45,7 @@ class Fleetish:
         self.table = OneAlias(seqs)
         self.fleets: list[Fleet] = []
         self.schedulers: list[Scheduler] = []
+        self.registries: list[Registry] = []
         self.redis = redis
         for i in range(count):
             self.add(f"proc-{i}")
@@ -51,8 +53,10 @@ class Fleetish:
     def add(self, name: str, failure: Any = "fail_closed", redis: Any = None) -> int:
         fleet = Fleet(redis or self.redis, self.config.fleet, failure=failure, process=name)
         routes: Any = self.table
+        registry = Registry()
+        self.registries.append(registry)
         scheduler = Scheduler(
-            self.config, lambda: routes, SchedulingMetrics(Registry()), clock=Clock(), link=fleet
+            self.config, lambda: routes, SchedulingMetrics(registry), clock=Clock(), link=fleet
         )
         fleet.attach(scheduler)
         scheduler.pool("chat")  # made now, as a process's first request would
@@ -203,18 +207,32 @@ async def test_team_quotas_count_every_process(redis: RespClient) -> None:
     assert fleet.admit(1, "b", 1) == 1  # b is under its own nominal
 
 
-async def test_guarantees_count_every_process(redis: RespClient) -> None:
+async def test_guarantees_count_every_process_and_each_holds_its_share(
+    redis: RespClient,
+) -> None:
     fleet = Fleetish(redis, 2, seqs=2, teams={"g": {"guaranteed": 2}})
+    pools = fleet.pool(0), fleet.pool(1)
+    assert not pools[0].within_guarantee("g", 2)  # before its first sync: no share known
+    await fleet.sync()
     await fleet.sync()
     g = policy("g")
     g = type(g)(g.team, g.band, g.weight, g.reject, g.max_wait_s, g.deadline_s, 2)
-    pools = fleet.pool(0), fleet.pool(1)
     assert pools[0].within_guarantee("g", 2)
-    fleet.schedulers[0].try_admit(pools[0], g, 1)
-    fleet.schedulers[0].try_admit(pools[0], g, 1)
+    assert fleet.schedulers[0].try_admit(pools[0], g, 1)
+    # Two live processes: each holds one of the two guaranteed slots.
+    assert not pools[0].within_guarantee("g", 2)
     await fleet.sync(0)
     await fleet.sync(1)
-    assert not pools[1].within_guarantee("g", 2)  # its two run in process 0
+    assert pools[1].within_guarantee("g", 2)
+    assert fleet.schedulers[1].try_admit(pools[1], g, 1)
+    await fleet.sync(1)
+    await fleet.sync(0)
+    assert pools[0].teams["g"] == 2 and not pools[0].within_guarantee("g", 2)
+    fleet.schedulers[0].release(pools[0], g, 0, 0.1)
+    await fleet.sync(0)
+    await fleet.sync(1)
+    assert not pools[1].within_guarantee("g", 2)  # its own share is in use
+    assert pools[0].within_guarantee("g", 2)
 
 
 async def test_fair_share_counters_are_the_fleet_s(redis: RespClient) -> None:
@@ -310,3 +328,51 @@ async def test_a_lease_held_survives_a_short_outage_and_a_redis_restart(
     fleet.fleets[0].redis = redis
     await fleet.sync()
     assert fleet.state(0).reachable and fleet.state(0).lease == 3
+
+
+async def test_metrics_and_the_queue_view_name_the_process(redis: RespClient) -> None:
+    fleet = Fleetish(redis, 2, seqs=8, fleet={"lease_slice": 2})
+    await fleet.sync()
+    assert fleet.admit(1, "a", 2) == 2
+    await fleet.sync(1)
+    await fleet.sync(0)
+    text = fleet.registries[0].render().decode()
+    assert metric_value(text, "fleetgate_scheduling_admitted", pool="chat") == 2  # the fleet's
+    assert metric_value(text, "fleetgate_scheduling_admitted_here", process="proc-0") == 0
+    assert metric_value(text, "fleetgate_scheduling_lease", pool="chat", process="proc-0") == 2
+    view = fleet.state(0).describe()
+    assert view is not None and view["process"] == "proc-0"
+    assert view["processes"] == {"proc-1": {"in_flight": 2, "lease": 4, "queued": 0}}
+
+
+async def test_a_guarantee_over_the_limit_cancels_a_borrower_stream_of_another_process(
+    redis: RespClient,
+) -> None:
+    fleet = Fleetish(
+        redis,
+        2,
+        seqs=2,
+        fleet={"lease_slice": 2},
+        preempt_streams_for_claims="borrowers",
+        teams={
+            "a": {"quota": {"concurrency": {"nominal": 1}}},
+            "b": {"guaranteed": 1, "quota": {"concurrency": {"nominal": 1}}},
+        },
+    )
+    await fleet.sync(1)
+    s0, s1 = fleet.schedulers
+    cancelled: list[Any] = []
+    for _ in range(2):  # team a: one within its nominal, one borrowed
+        assert fleet.admit(1, "a", 1) == 1
+        running = s1.started(fleet.pool(1), policy("a"), FakeOutcome(), False)
+        running.abort = cancelled.append
+    await fleet.sync(1)
+    await fleet.sync(0)
+    b = policy("b")
+    b = type(b)(b.team, b.band, b.weight, b.reject, b.max_wait_s, b.deadline_s, 1)
+    assert s0.try_admit(fleet.pool(0), b, 1)  # within its guarantee: over the pool's limit
+    s0.started(fleet.pool(0), b, FakeOutcome(), True)  # a claim: nothing to cancel here
+    assert cancelled == []
+    await fleet.sync(0)  # the order goes to the process serving the borrower ...
+    await fleet.sync(1)
+    assert len(cancelled) == 1  # ... which cancels one of a's streams

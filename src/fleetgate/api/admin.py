@@ -27,13 +27,11 @@ async def reload_config(request: web.Request) -> web.Response:
     ``status`` is ``applied`` only when nothing waits or failed (`fleetgate.config.reload`)."""
     gw, access, actor = _master(request)
     try:
-        table = gw.tables.reload()
+        table = gw.tables.reload("admin")  # counted by the table manager's on_reload
     except ConfigError as exc:
-        gw.metrics.config_reloads.labels("refused").inc()
         await access.record(actor, "config.reload", "refused", {"error": exc.message})
         raise InvalidRequest(f"Config refused, the old one is kept: {exc.message}") from None
     change = gw.tables.change.as_json()
-    gw.metrics.config_reloads.labels(change["status"]).inc()
     await access.record(actor, "config.reload", change["status"],
                         {"generation": gw.tables.generation, **change})  # fmt: skip
     return json_reply({**change, "generation": gw.tables.generation,

@@ -2,7 +2,9 @@
 
 Built by `fleetgate.app.build_state`, stored on the app under `GATEWAY` (the only app key).
 It holds no feature: the request path's handlers take what features provide from the ports
-they read when the app is built (`fleetgate.core`), never from a slot here.
+they read when the app is built (`fleetgate.core`), never from a slot here. Only the core
+feature (``api/``) reads it; other features ask for what they use of the path as the typed
+port `fleetgate.api.path.REQUEST_PATH` (``tests/test_features.py`` keeps it so).
 """
 
 from __future__ import annotations
@@ -73,4 +75,4 @@ class GatewayState:
 GATEWAY = web.AppKey("fleetgate.gateway", GatewayState)
 
 GATEWAY_STATE: Port[GatewayState] = Port("gateway-state")
-"""The request path itself (the core routes; batch lines and responses run through it)."""
+"""The request path's state, for the core feature only (others: `REQUEST_PATH`)."""

@@ -44,6 +44,8 @@ _PLOTS = (("ttft", "Time to first token"), ("e2el", "End-to-end latency"),
 
 
 def _fmt(v: Any) -> str:
+    if v is None:  # not measured (goodput without an SLO): a dash, never Python's None
+        return "–"
     if isinstance(v, float):
         return f"{v:,.2f}"
     return html.escape(str(v))
@@ -102,7 +104,7 @@ def _cards(data: Mapping[str, Any], slo: Slo | None) -> list[tuple[str, str]]:
         at = f"{_fmt(load_axis(k))} req/s, p95 E2E {_fmt(k.get('p95_e2el_ms'))} ms"
         cards.append(("Knee (p95 E2E against throughput)", at))
     else:
-        cards.append(("Knee", "none found"))
+        cards.append(("Knee", "none: the run never saturated"))
     if best is not None:
         cards.append(("Highest load meeting the SLO", f"{_fmt(best.get('offered_load'))}"))
     elif slo is not None:

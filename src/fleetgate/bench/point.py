@@ -20,9 +20,12 @@ from fleetgate.bench.progress import NullProgress, ProgressSink
 from fleetgate.bench.runner import RunOutcome, run_closed_loop, run_open_loop, run_sync
 from fleetgate.bench.schedule import ArrivalKind, arrival_offsets, trace_offsets
 from fleetgate.bench.spec import RequestRecord, RequestSpec
-from fleetgate.errors import InvalidRequest
+from fleetgate.errors import InvalidRequest, UpstreamError
 
-__all__ = ["LoadPoint", "PointOptions", "PointResult", "describe", "run_point", "run_point_records"]
+__all__ = [
+    "AllRequestsFailed", "LoadPoint", "PointOptions", "PointResult", "checked_point", "describe",
+    "run_point", "run_point_records",
+]  # fmt: skip
 
 LoadKind = Literal["rate", "concurrency", "trace"]
 
@@ -145,6 +148,40 @@ class PointResult:
 
     summary: dict[str, Any]
     records: list[RequestRecord]
+
+
+class AllRequestsFailed(UpstreamError):
+    """Every request of a point failed: the target refused them all (a run stops sending
+    after the first `fleetgate.bench.runner.FAIL_FAST` such answers)."""
+
+
+def _all_failed(records: Sequence[RequestRecord]) -> AllRequestsFailed | None:
+    if not records or any(r.success for r in records):
+        return None
+    errors: dict[str, int] = {}
+    for r in records:
+        reason = r.error or f"HTTP {r.status}"
+        errors[reason] = errors.get(reason, 0) + 1
+    common = max(errors, key=lambda e: errors[e])
+    hint = ""
+    if any(e.startswith(("HTTP 401", "HTTP 403")) for e in errors):
+        hint = " Check the key: --api-key, or FLEETGATE_MASTER_KEY / OPENAI_API_KEY."
+    elif any(e.startswith("HTTP 404") for e in errors):
+        hint = " Check --model: it must be one the target serves (GET /v1/models)."
+    return AllRequestsFailed(
+        f"every request failed ({len(records)} sent, stopped early); most common error: "
+        f"{common[:300]}.{hint}"
+    )
+
+
+def checked_point(opts: PointOptions, point: LoadPoint) -> PointResult:
+    """`run_point`, raising `AllRequestsFailed` when no request of it succeeded (the CLI's
+    runner: a profile stops at such a point instead of running the next ones)."""
+    result = run_point(opts, point)
+    failure = _all_failed(result.records)
+    if failure is not None:
+        raise failure
+    return result
 
 
 def run_point(opts: PointOptions, point: LoadPoint) -> PointResult:

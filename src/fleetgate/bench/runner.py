@@ -6,7 +6,9 @@ sleeps while the next send is more than 1.5 ms away, then yields to the event lo
 timer tick nor delayed by responses. Every request records its intended and actual send time.
 
 Every run is bounded: at most ``len(offsets)`` requests, none sent after ``duration``, and
-requests still running ``drain_s`` after that are cancelled and counted as failed.
+requests still running ``drain_s`` after that are cancelled and counted as failed. A run whose
+first ``fail_fast`` answers all failed (a wrong key, a model the target does not serve, a
+target that is down) sends nothing more: `FailFast`.
 """
 
 from __future__ import annotations
@@ -22,10 +24,34 @@ from fleetgate.bench.client import BenchClient, Target, build_body, send_request
 from fleetgate.bench.progress import NullProgress, ProgressSink
 from fleetgate.bench.spec import RequestRecord, RequestSpec
 
-__all__ = ["RunOutcome", "run_closed_loop", "run_open_loop", "run_sync"]
+__all__ = ["FAIL_FAST", "FailFast", "RunOutcome", "run_closed_loop", "run_open_loop", "run_sync"]
 
 _SLEEP_MARGIN = 0.0015
 _T = TypeVar("_T")
+
+
+FAIL_FAST = 20  # answers, all failed, after which a run stops sending
+
+
+class FailFast:
+    """Trips once ``threshold`` requests have finished and none succeeded (None: never)."""
+
+    __slots__ = ("failed", "succeeded", "threshold")
+
+    def __init__(self, threshold: int | None = FAIL_FAST) -> None:
+        self.threshold = threshold
+        self.failed = 0
+        self.succeeded = 0
+
+    def observe(self, rec: RequestRecord) -> None:
+        if rec.success:
+            self.succeeded += 1
+        else:
+            self.failed += 1
+
+    @property
+    def tripped(self) -> bool:
+        return self.threshold is not None and self.succeeded == 0 and self.failed >= self.threshold
 
 
 @dataclass
@@ -74,6 +100,7 @@ async def run_open_loop(
     drain_s: float = 30.0,
     connections: int = 10_000,
     progress: ProgressSink | None = None,
+    fail_fast: int | None = FAIL_FAST,
 ) -> RunOutcome:
     """Send ``specs[k]`` at ``start + offsets[k]`` for each k in ``indices`` (default: all).
 
@@ -90,13 +117,16 @@ async def run_open_loop(
         t0 = time.perf_counter() + 0.02 if start is None else start
         limit = float("inf") if duration is None else duration
 
+        guard = FailFast(fail_fast)
+
         def finished(rec: RequestRecord, task: asyncio.Task[None]) -> None:
             pending.discard(task)
+            guard.observe(rec)
             sink.update(rec.success)
 
         for j, k in enumerate(ks):
             due = offsets[k]
-            if due >= limit:
+            if due >= limit or guard.tripped:
                 break
             await _wait_until(t0 + due)
             rec = RequestRecord(k, due, stream=specs[k].stream, prompt_tokens=specs[k].input_len)
@@ -138,6 +168,7 @@ async def run_closed_loop(
     duration: float | None = None,
     drain_s: float = 30.0,
     progress: ProgressSink | None = None,
+    fail_fast: int | None = FAIL_FAST,
 ) -> RunOutcome:
     """``concurrency`` users each send the next request as soon as their last one finished,
     until every spec was sent or ``duration`` passed. A request's intended time is the moment
@@ -148,19 +179,21 @@ async def run_closed_loop(
     records: list[RequestRecord] = []
     limit = float("inf") if duration is None else duration
     counter = iter(range(len(specs)))
+    guard = FailFast(fail_fast)
     async with _client(target, max(concurrency, 1)) as session:
         t0 = time.perf_counter()
 
         async def user() -> None:
             for k in counter:
                 now = time.perf_counter() - t0
-                if now >= limit:
+                if now >= limit or guard.tripped:
                     return
                 rec = RequestRecord(
                     k, now, stream=specs[k].stream, prompt_tokens=specs[k].input_len
                 )
                 records.append(rec)
                 await send_request(session, url, headers, bodies[k], rec, t0)
+                guard.observe(rec)
                 sink.update(rec.success)
 
         users = {asyncio.create_task(user()) for _ in range(max(concurrency, 1))}

@@ -1,13 +1,16 @@
 """``fleetgate bench URL`` (load test) and ``fleetgate bench compare A.json B.json``.
 
-Examples::
+Examples (against ``make run``'s gateway; the key is ``--api-key``, else
+``$FLEETGATE_MASTER_KEY``, else ``$OPENAI_API_KEY``)::
 
-    fleetgate bench http://127.0.0.1:4000/v1 --model tiny --rate 50 --duration 30
-    fleetgate bench http://127.0.0.1:4000/v1 --model tiny --steps 10,50,100 --step-duration 20 \\
-        --html report.html
-    fleetgate bench http://127.0.0.1:4000/v1 --model tiny --search rate \\
+    fleetgate bench http://127.0.0.1:4000/v1 --model fast-small --rate 50 --duration 30
+    fleetgate bench http://127.0.0.1:4000/v1 --model fast-small --steps 10,50,100 \\
+        --step-duration 20 --html report.html
+    fleetgate bench http://127.0.0.1:4000/v1 --model fast-small --search rate \\
         --slo ttft_p95_ms=500,tpot_p95_ms=50
     fleetgate bench compare before.json after.json
+
+A run whose first 20 answers all failed stops there and exits 2, naming the most common error.
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ from fleetgate.bench import (
     parse_length_dist,
     parse_slo,
     profile_json,
-    run_point,
     search,
     stepped,
     sweep,
@@ -47,6 +49,7 @@ from fleetgate.bench import (
     write_json,
 )
 from fleetgate.bench.metrics import RATE_FIELDS
+from fleetgate.bench.point import checked_point
 from fleetgate.bench.spec import RequestSpec
 from fleetgate.errors import FleetgateError, InvalidRequest
 from fleetgate.extras import require
@@ -64,7 +67,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("target", nargs="+", help="base URL (…/v1), or: compare A.json B.json")
     p.add_argument("--model", help="model name (default: the first of GET {URL}/models)")
-    p.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"))
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("FLEETGATE_MASTER_KEY") or os.environ.get("OPENAI_API_KEY"),
+        help="the key sent (default: $FLEETGATE_MASTER_KEY, else $OPENAI_API_KEY)",
+    )
     p.add_argument("--endpoint", choices=["chat", "completions"], default="chat")
     d = p.add_argument_group("dataset")
     d.add_argument(
@@ -208,9 +215,12 @@ def _run_bench(args: argparse.Namespace) -> int:
     multi: ProfileResult | None = None
     if args.steps:
         rates = [float(x) for x in args.steps.split(",") if x.strip()]
-        multi = stepped(opts, rates, args.step_duration, base)
+        multi = stepped(opts, rates, args.step_duration, base, runner=checked_point)
     elif args.sweep:
-        multi = sweep(opts, args.sweep, args.step_duration, base, args.saturation_concurrency)
+        multi = sweep(
+            opts, args.sweep, args.step_duration, base, args.saturation_concurrency,
+            runner=checked_point,
+        )  # fmt: skip
     elif args.search:
         if not args.slo:
             raise InvalidRequest("--search needs --slo", param="slo")
@@ -222,6 +232,7 @@ def _run_bench(args: argparse.Namespace) -> int:
             dimension=args.search,
             start=args.search_start,
             iterations=args.search_iterations,
+            runner=checked_point,
         )
     if multi is not None:
         data: dict[str, Any] = profile_json(multi)
@@ -229,7 +240,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         _print_points(multi)
     else:
         point = _single_point(args, base)
-        res = run_point(opts, point)
+        res = checked_point(opts, point)
         points = [res]
         data = dict(res.summary)
         if args.save_detailed:

@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from fleetgate.app import SECTIONS, build_state, create_app
-from fleetgate.cli.serve import listen_error, settle_heap
+from fleetgate.cli.serve import _use_uvloop, listen_error, settle_heap
 from fleetgate.config.loader import load_config
 from fleetgate.config.settings import Settings
 from fleetgate.errors import ConfigError
@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     if args.lease_key and not settings.redis_url:
         raise ConfigError("--lease-key needs FLEETGATE_REDIS_URL: the lease lives in Redis")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    _use_uvloop()
     asyncio.run(_serve(settings, args))
     return 0
 

@@ -114,7 +114,7 @@ async def serve_forever(
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, state.tables.try_reload)
+        loop.add_signal_handler(signal.SIGHUP, state.tables.try_reload, "sighup")
         log.info("fleetgate listening on http://%s:%d", settings.host, settings.port)
         if on_listening is not None:
             on_listening()

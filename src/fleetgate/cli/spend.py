@@ -23,6 +23,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--since", help="ISO-8601 time or epoch seconds")
     parser.add_argument("--until", help="ISO-8601 time or epoch seconds")
     parser.add_argument("--team", help="only this team (id or name)")
+    parser.add_argument(
+        "--ids", action="store_true", help="show team and key ids beside their names"
+    )
     add_client_args(parser)
     parser.set_defaults(func=run)
 
@@ -33,11 +36,27 @@ def run(args: argparse.Namespace) -> int:
     query = urllib.parse.urlencode({k: v for k, v in params.items() if v})
     data = call(args, "GET", f"/admin/spend?{query}")
     groups = data["group_by"]
-    columns = [*groups, "spend_usd", "requests", "input_tokens", "output_tokens"]
     rows = data["data"]
-    if args.output != "json":  # exact dollars, never 2.94e-05
-        rows = [{**r, "spend_usd": _usd(r)} for r in rows]
-    print(render(rows, args.output, None if args.output == "json" else columns))
+    if args.output == "json":
+        print(render(rows, "json"))
+        return 0
+    # people think in names: the team and key columns show a team's name, a key's user or
+    # hint ("master key" for its own traffic); --ids adds their ids beside them
+    named = [g for g in ("team", "key") if g in groups]
+    columns = []
+    for g in groups:
+        columns.append(g)
+        if g in named and args.ids:
+            columns.append(f"{g}_id")
+    columns += ["spend_usd", "requests", "input_tokens", "output_tokens"]
+    out = []
+    for r in rows:
+        row = {**r, "spend_usd": _usd(r)}  # exact dollars, never 2.94e-05
+        for g in named:
+            row[f"{g}_id"] = r.get(g) or ""
+            row[g] = r.get(f"{g}_name") or r.get(g) or ""
+        out.append(row)
+    print(render(out, args.output, columns))
     return 0
 
 

@@ -356,6 +356,11 @@ class AliasConfig(_Sectioned):
         """All deployments tagged ``local``: never fall back to anything that is not."""
         return bool(self.deployments) and all(d.is_local for d in self.deployments)
 
+    def deployment_ids(self) -> list[tuple[str, DeploymentConfig]]:
+        """Each deployment with the id metrics, spend rows and logs name it by: its ``name``,
+        else ``<alias>/<position>``."""
+        return [(d.name or f"{self.alias}/{i}", d) for i, d in enumerate(self.deployments)]
+
 
 class RouterConfig(_Model):
     # further attempts on an alias after a retryable failure (0-10); an alias's own `num_retries`

@@ -18,6 +18,7 @@ used), or at ``header_only_output_tokens`` when the request set none; the outcom
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ from fleetgate.providers.base import RoutedEndpoint
 from fleetgate.telemetry.tracing import TRACE_HEADERS
 
 __all__ = ["EppOptions", "Exchange"]
+
+log = logging.getLogger("fleetgate.epp")
 
 ResponseBody = Literal["streamed", "none"]
 
@@ -94,8 +97,10 @@ class Exchange:
         picker: EndpointPicker,
         options: EppOptions,
         record: Callable[[GatewayRequest], None] | None = None,
+        warned: set[str] | None = None,
     ) -> None:
         self._gw = gw
+        self._warned = set() if warned is None else warned  # aliases warned about, shared
         self._picker = picker
         self._options = options
         self._record = record or _recorder(gw)
@@ -181,6 +186,8 @@ class Exchange:
         await run.__aenter__()  # a refusal here has ended the run (recorded, settled)
         if req.answer is not None:  # a response cache's answer: replayed without an engine
             return await self._cached(req.answer)
+        if req.stream_filters or req.response_filters:
+            _unapplied(req.alias, self._warned)
         try:
             choice = self._choice = await self._picker.choose(req, self._subset)
             await choice.hold()
@@ -228,7 +235,7 @@ class Exchange:
             out.served_by(dep)
         out.status = status
         out.upstream_s = time.perf_counter() - req.started
-        choice.answered(status < 500)
+        choice.answered(status)
         stream = req.stream and headers.get("content-type", "").startswith("text/event-stream")
         strip = not req.want_usage
         self._meter = ResponseMeter(out, stream=stream, strip_usage=strip)
@@ -260,12 +267,16 @@ class Exchange:
         if req is None or self.done:
             return
         out = req.outcome
-        if self._options.response_body == "none" and out.completion_tokens == 0:
+        if out.status >= 400:
+            # the engine refused or failed (or Envoy could not reach it): as with the relay's
+            # failed attempt, nothing was served and nothing is billed
+            out.error_type = out.error_type or "upstream_error"
+            if out.completion_tokens == 0:
+                out.deployment = None
+        elif self._options.response_body == "none" and out.completion_tokens == 0:
             out.prompt_tokens = out.prompt_tokens or req.prompt_tokens
             out.completion_tokens = req.max_tokens or self._options.header_only_output_tokens
             out.tags["epp_billing"] = "header-only: prompt estimated, output at max_tokens"
-        if out.status >= 400 and out.error_type is None:
-            out.error_type = "upstream_error"
         await self._end(None)
 
     async def _end(self, exc: BaseException | None) -> None:
@@ -285,6 +296,11 @@ class Exchange:
                 used = (out.prompt_tokens + out.completion_tokens) if out is not None else None
                 await choice.release(used or None)
 
+    @property
+    def open(self) -> bool:
+        """Something is still held (a stage run, a pick): `close` has work to do."""
+        return self._run is not None or self._choice is not None
+
     async def close(self) -> None:
         """The stream ended: a request not finished by then was abandoned (client gone) and is
         billed for what was relayed (`StageRun` marks it 499)."""
@@ -292,6 +308,17 @@ class Exchange:
             await self._end(asyncio.CancelledError())
         elif self._choice is not None:
             await self._end(None)
+
+
+def _unapplied(alias: str, warned: set[str]) -> None:
+    """Output checks and speech need the answer relayed by fleetgate: said once per alias."""
+    if alias not in warned and len(warned) < 10_000:
+        warned.add(alias)
+        log.warning(
+            "epp: the output filters of alias %r (output checks, speech) do not run when "
+            "Envoy relays the answer; serve it through fleetgate's relay",
+            alias,
+        )
 
 
 def _engine_headers(req: GatewayRequest) -> dict[str, str]:

@@ -19,7 +19,7 @@ from typing import Any
 from fleetgate.contract.dispatch import admitted
 from fleetgate.contract.request import GatewayRequest
 from fleetgate.epp.endpoints import endpoint_of
-from fleetgate.errors import NoHealthyDeployment
+from fleetgate.errors import NoHealthyDeployment, UpstreamStatusError
 from fleetgate.routing.context import Pick, RouteContext
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch import Dispatcher, DispatchObserver
@@ -99,15 +99,22 @@ class Choice:
                 break
         return self.serving
 
-    def answered(self, ok: bool) -> None:
-        """The response's headers arrived (first token of a stream): health and observer."""
+    def answered(self, status: int) -> None:
+        """The response's headers arrived (first token of a stream): the observer hears of
+        it, and health: a 5xx or 429 from the engine (or Envoy's own 503 when it could not
+        connect) counts as the relay counts a failed attempt, towards its cool-down."""
         dep = self.serving
         if dep is None or self._first:
             return
         self._first = True
         self.observer.first_token(self._ticket)
-        if ok:
+        if status < 500 and status != 429:
             self.health.success(dep)
+        else:
+            failed = UpstreamStatusError(
+                f"{dep.id} answered {status} behind Envoy", upstream_status=status
+            )
+            self.health.failure(dep, failed)
 
     async def release(self, used: int | None) -> None:
         """The response ended: give back the count, the ticket, the hooks and the fallback

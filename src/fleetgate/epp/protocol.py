@@ -92,12 +92,18 @@ def served_endpoint(metadata: Any) -> str | None:
     return value.string_value.strip() or None
 
 
+# The replies that change nothing, built once: they are only serialized, never modified.
+_CONTINUE = {
+    "request_headers": ext_proc.ProcessingResponse(request_headers=ext_proc.HeadersResponse()),
+    "response_headers": ext_proc.ProcessingResponse(response_headers=ext_proc.HeadersResponse()),
+    "request_body": ext_proc.ProcessingResponse(request_body=ext_proc.BodyResponse()),
+    "response_body": ext_proc.ProcessingResponse(response_body=ext_proc.BodyResponse()),
+}
+
+
 def continue_headers(*, request: bool) -> Any:
     """Let the headers pass unchanged (the pick comes with the body)."""
-    reply = ext_proc.HeadersResponse()
-    if request:
-        return ext_proc.ProcessingResponse(request_headers=reply)
-    return ext_proc.ProcessingResponse(response_headers=reply)
+    return _CONTINUE["request_headers" if request else "response_headers"]
 
 
 def _mutation(set_headers: Mapping[str, str], remove: Sequence[str] = ()) -> Any:
@@ -158,10 +164,7 @@ def trailers(*, request: bool) -> Any:
 
 def continue_body(*, request: bool) -> Any:
     """Let a body chunk pass unchanged."""
-    reply = ext_proc.BodyResponse()
-    if request:
-        return ext_proc.ProcessingResponse(request_body=reply)
-    return ext_proc.ProcessingResponse(response_body=reply)
+    return _CONTINUE["request_body" if request else "response_body"]
 
 
 def body_reply(body: bytes) -> Any:

@@ -58,8 +58,9 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):  # type: ignor
             log.exception("ext_proc stream failed")
             await context.abort(grpc.StatusCode.INTERNAL, "the picker failed on this request")
         finally:
-            # shielded: a cancelled stream (client gone) still settles and bills
-            await asyncio.shield(exchange.close())
+            if exchange.open:  # the common stream has settled already: no task to make
+                # shielded: a cancelled stream (client gone) still settles and bills
+                await asyncio.shield(exchange.close())
 
 
 class EppServer:
@@ -91,9 +92,10 @@ class EppServer:
         self._server: Any = None
         self._synced = False
         self._watch: asyncio.Task[None] | None = None
+        self._warned: set[str] = set()  # aliases whose output filters cannot run here
 
     def exchange(self) -> Exchange:
-        return Exchange(self.gw, self.picker, self.options)
+        return Exchange(self.gw, self.picker, self.options, warned=self._warned)
 
     @property
     def ready(self) -> bool:

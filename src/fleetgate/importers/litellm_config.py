@@ -16,6 +16,7 @@ out with a note; an alias left without deployments is left out, and so are fallb
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -65,8 +66,18 @@ class ImportResult:
     env: list[str] = field(default_factory=list)  # environment variables the config reads
 
     def yaml(self) -> str:
+        """The config as YAML to edit by hand: no anchors or aliases (``&id001``)."""
         head = "# Imported from a LiteLLM proxy config by `fleetgate import litellm-config`.\n"
-        return head + yaml.safe_dump(self.config, sort_keys=False, allow_unicode=True)
+        return head + yaml.dump(
+            self.config, Dumper=_PlainDumper, sort_keys=False, allow_unicode=True
+        )
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Writes a value met twice out in full both times."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 class _AnyEnv(Mapping[str, str]):
@@ -154,7 +165,6 @@ class _Converter:
         self.notes: list[str] = []
         self.env: set[str] = set()
         self.aliases: dict[str, dict[str, Any]] = {}
-        self.alias_limits: dict[str, dict[str, int]] = {}
 
     def note(self, path: str, what: str) -> None:
         self.notes.append(f"{path}: {what}")
@@ -202,15 +212,10 @@ class _Converter:
                 continue
             target = self.aliases.setdefault(alias, {"alias": alias, "deployments": []})
             target["deployments"].append(deployment)
-            limits = self.alias_limits.setdefault(alias, {})
-            for field_name in ("rpm", "tpm"):
-                if isinstance(params.get(field_name), int):
-                    limits[field_name] = limits.get(field_name, 0) + params[field_name]
-                    self.note(
-                        f"{path}.litellm_params.{field_name}",
-                        "per-deployment limit summed into tenancy.alias_limits"
-                        f"[{alias}].{field_name} (fleetgate limits an alias, not one deployment)",
-                    )
+            for field_name in ("rpm", "tpm"):  # the deployment's own cap, as in LiteLLM
+                value = params.get(field_name)
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    deployment[field_name] = value
             for key in sorted(set(params) - _QUIET_PARAMS):
                 if key == "max_retries":
                     target["num_retries"] = min(int(params[key]), 10)
@@ -295,6 +300,7 @@ class _Converter:
         origin = {k: "router_settings" for k in router} | {
             k: "litellm_settings" for k in settings if k not in router
         }
+        groups: tuple[str, dict[str, Any]] | None = None
         for key, value in merged.items():
             path = f"{origin[key]}.{key}"
             if _router_field(key, value, rcfg, health) or key in ("cache", "cache_params"):
@@ -306,14 +312,32 @@ class _Converter:
             elif key == "default_fallbacks" and isinstance(value, list):
                 self.default_fallbacks(path, value)
             elif key == "model_group_alias" and isinstance(value, dict):
-                self.group_aliases(path, value)
+                groups = (path, value)  # after fallbacks and strategy: the copy gets them
             else:
                 self.note(path, "no equivalent (left out)")
+        self.rpm_weights(merged.get("routing_strategy"))
+        if groups is not None:
+            self.group_aliases(*groups)
         if rcfg:
             out["router"] = rcfg
         if health:
             out["health"] = health
         self.cache(settings, out)
+
+    def rpm_weights(self, strategy: Any) -> None:
+        """LiteLLM's simple-shuffle picks deployments in proportion to their ``rpm`` (else
+        ``tpm``) when they set one and no ``weight``: the same shares as fleetgate weights."""
+        if strategy not in (None, "simple-shuffle"):
+            return
+        for alias in self.aliases.values():
+            deps = alias["deployments"]
+            if len(deps) < 2 or any("weight" in d for d in deps):
+                continue
+            for field_name in ("rpm", "tpm"):
+                if all(field_name in d for d in deps):
+                    for d in deps:
+                        d["weight"] = d[field_name]
+                    break
 
     def strategy(self, path: str, value: str) -> None:
         mapped = _STRATEGIES.get(value)
@@ -347,7 +371,14 @@ class _Converter:
             if source is None or new in self.aliases:
                 self.note(path, f"{name!r} -> {group!r}: no such model or name taken (left out)")
                 continue
-            self.aliases[new] = {**source, "alias": new, "description": f"alias of {group}"}
+            # a copy, not a shared object: the YAML written has no anchors to edit around
+            self.aliases[new] = {**copy.deepcopy(source), "alias": new,
+                                 "description": f"alias of {group}"}  # fmt: skip
+            self.note(
+                path,
+                f"{name!r} serves {group!r}'s deployments under its own name (one upstream: "
+                "health and each deployment's rpm/tpm shared; key limits per name)",
+            )
             if isinstance(target, dict) and target.get("hidden"):
                 self.note(path, f"{name!r}: hidden has no equivalent (listed in /v1/models)")
 
@@ -391,13 +422,6 @@ class _Converter:
         if not self.aliases:
             raise ConfigError("model_list: no model fleetgate can serve (see the notes)")
         out = {"models": list(self.aliases.values()), **out}
-        limits = {a: v for a, v in self.alias_limits.items() if v and a in self.aliases}
-        for alias_cfg in self.aliases.values():  # copies made by model_group_alias
-            source = alias_cfg.get("description", "").removeprefix("alias of ")
-            if source in limits and alias_cfg["alias"] not in limits:
-                self.note(alias_cfg["alias"], f"shares no limit with {source} (limits per alias)")
-        if limits:
-            out["tenancy"] = {"alias_limits": limits}
         parse_config(out, env=_AnyEnv())  # the result must load; raises ConfigError if not
         return ImportResult(out, self.notes, sorted(self.env))
 

@@ -10,15 +10,13 @@ tenancy the MCP limits are counted in this process (`fleetgate.mcp.limits.LocalL
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from fleetgate.api.path import REQUEST_PATH
 from fleetgate.config.schema import GatewayConfig
-from fleetgate.contract.request import GatewayRequest
-from fleetgate.contract.stages import Stage
 from fleetgate.core import Core
 from fleetgate.extras import require
 from fleetgate.feature import BaseFeature
@@ -30,15 +28,6 @@ if TYPE_CHECKING:
     from fleetgate.mcp.runtime import McpRuntime
 
 __all__ = ["McpFeature"]
-
-
-def _request_path(
-    core: Core,
-) -> tuple[Callable[[], Sequence[Stage]], Callable[[GatewayRequest], None]]:
-    """The request path's stages (read per call: the app sets them once every feature is
-    built) and its record of a finished request (metrics, access log)."""
-    path = core.ports.require(REQUEST_PATH)
-    return path.stages, path.record
 
 
 def _team_name(tenancy: Tenancy) -> Callable[[str], str | None]:
@@ -61,7 +50,8 @@ class McpFeature(BaseFeature):
     @classmethod
     def build(cls, core: Core) -> McpFeature | None:
         """The feature, or None when no MCP server is configured. Tool calls run through the
-        request path's stages; `TENANCY` names teams for the allow-lists."""
+        stages of `REQUEST_PATH` and are recorded as it records requests; `TENANCY` names
+        teams for the allow-lists."""
         config = core.config
         if not MCP_SECTION.of(config).enabled:
             return None
@@ -70,13 +60,13 @@ class McpFeature(BaseFeature):
         from fleetgate.mcp.runtime import McpRuntime
 
         tenancy = core.ports.get(TENANCY)
-        stages, record = _request_path(core)
+        path = core.ports.require(REQUEST_PATH)
         runtime = McpRuntime(
             MCP_SECTION.of(config),
             request_id=core.request_ids.next,
             access=core.access,
-            stages=stages,
-            record=record,
+            stages=path.stages,
+            record=path.record,
             registry=core.metrics.registry,
             team_name=_team_name(tenancy) if tenancy is not None else None,
             limits=LocalLimits() if tenancy is None else None,

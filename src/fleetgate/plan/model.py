@@ -9,15 +9,21 @@ Formulas (all in ``PlanInputs`` units)::
     gpus_avg_exact   = tokens_per_s_avg / gpu_tokens_per_s * redundancy
     gpus_peak_exact  = gpus_avg_exact * peak_factor
     gpus_avg, gpus_peak = the exact values rounded UP to a multiple of round_gpus_to
+    gpus_day_avg_exact = gpus_avg_exact * active_hours / 24   (the load over the whole day)
     cost_month_always_on_usd = gpus_peak * gpu_price_per_hour * hours_per_month
     cost_month_autoscaled_usd = sum over the 24 hours of
         gpus_h * gpu_price_per_hour * hours_per_month / 24,
-        gpus_h = round_up(max(min_gpus, need_h * autoscale_headroom)),
+        gpus_h = round_up(max(min_gpus, need_h, min(need_h * autoscale_headroom,
+                                                     gpus_peak_exact))),
         need_h = requests_per_day * weight_h / sum(weights) / 3600 * tokens / gpu_tokens_per_s
-                 * redundancy
+                 * redundancy, and at least gpus_peak_exact in the busiest hour
+    gpus_autoscaled_avg = sum(gpus_h) / 24
 
-The default diurnal profile puts equal weight on ``active_hours`` hours (from 09:00) and none
-elsewhere, which matches the ``qps_avg`` definition.
+The default diurnal profile puts weight on ``active_hours`` hours (from 09:00) and none
+elsewhere, 1 on average (which matches the ``qps_avg`` definition), with ``peak_factor`` in the
+middle hour: the autoscaled fleet reaches the peak fleet there. With ``--diurnal`` the peak is
+taken to fall in the busiest hour of the profile. The headroom never takes an hour past the
+peak fleet.
 """
 
 from __future__ import annotations
@@ -36,8 +42,14 @@ def round_up(x: float, step: int) -> int:
     return int(math.ceil(x / step - 1e-9)) * step
 
 
-def default_diurnal(active_hours: float, start_hour: int = 9) -> tuple[float, ...]:
-    """Weight 1 on ``active_hours`` consecutive hours from ``start_hour`` (fractional last hour)."""
+def default_diurnal(
+    active_hours: float, peak_factor: float = 1.0, start_hour: int = 9
+) -> tuple[float, ...]:
+    """Weight on ``active_hours`` consecutive hours from ``start_hour`` (fractional last hour),
+    1 on average; the middle whole hour carries ``peak_factor`` (the day's peak happens in it)
+    and the other active hours share the rest equally, so the weights still add up to
+    ``active_hours``. A peak no hour can hold (``peak_factor`` above the whole hours) puts
+    everything in the middle hour."""
     w = [0.0] * 24
     left = active_hours
     h = start_hour
@@ -45,6 +57,13 @@ def default_diurnal(active_hours: float, start_hour: int = 9) -> tuple[float, ..
         w[h % 24] += min(1.0, left)
         left -= 1.0
         h += 1
+    whole = [i % 24 for i in range(start_hour, start_hour + int(active_hours))]
+    if peak_factor > 1 and len(whole) > 1:
+        peak = whole[(len(whole) - 1) // 2]
+        top = min(peak_factor, active_hours)
+        rest = active_hours - top
+        others = sum(w) - w[peak]
+        w = [top if i == peak else x * rest / others for i, x in enumerate(w)]
     return tuple(w)
 
 
@@ -109,6 +128,6 @@ class PlanInputs:
 
     def weights(self) -> tuple[float, ...]:
         """The 24 hourly weights in use."""
-        return (
-            tuple(self.diurnal) if self.diurnal is not None else default_diurnal(self.active_hours)
-        )
+        if self.diurnal is not None:
+            return tuple(self.diurnal)
+        return default_diurnal(self.active_hours, self.peak_factor)

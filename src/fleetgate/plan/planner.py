@@ -28,18 +28,29 @@ __all__ = [
 
 
 def hourly_gpus(inp: PlanInputs) -> list[int]:
-    """GPUs an autoscaler runs in each of the 24 hours."""
+    """GPUs an autoscaler runs in each of the 24 hours: each hour's need with headroom (never
+    past the peak fleet), the busiest hour at least the peak fleet (``model``'s formulas)."""
     weights = inp.weights()
     total = sum(weights)
     per_day = inp.dau * inp.conversations_per_user * inp.turns_per_conversation
+    peak = _gpus_avg_exact(inp) * inp.peak_factor
+    busiest = max(range(24), key=lambda h: weights[h])
     out = []
-    for w in weights:
+    for h, w in enumerate(weights):
         qps = per_day * w / total / 3600.0
         need = qps * inp.tokens_per_request / inp.gpu_tokens_per_s * inp.redundancy
-        out.append(
-            round_up(max(float(inp.min_gpus), need * inp.autoscale_headroom), inp.round_gpus_to)
-        )
+        if h == busiest:
+            need = max(need, peak)
+        gpus = max(float(inp.min_gpus), need, min(need * inp.autoscale_headroom, peak))
+        out.append(round_up(gpus, inp.round_gpus_to))
     return out
+
+
+def _gpus_avg_exact(inp: PlanInputs) -> float:
+    """GPUs for the mean load of the active hours (``qps_avg``)."""
+    per_day = inp.dau * inp.conversations_per_user * inp.turns_per_conversation
+    qps_avg = per_day / (inp.active_hours * 3600.0)
+    return qps_avg * inp.tokens_per_request / inp.gpu_tokens_per_s * inp.redundancy
 
 
 def _service_s(inp: PlanInputs) -> float:
@@ -159,6 +170,8 @@ def make_plan(inp: PlanInputs) -> dict[str, Any]:
         "gpus_peak_exact": gpus_peak_exact,
         "round_gpus_to": inp.round_gpus_to,
         "gpus_avg": round_up(gpus_avg_exact, inp.round_gpus_to),
+        "gpus_day_avg_exact": gpus_avg_exact * inp.active_hours / 24.0,
+        "gpus_autoscaled_avg": sum(hourly) / 24.0,
         "gpus_peak": gpus_peak,
         "gpu_price_per_hour": inp.gpu_price_per_hour,
         "hours_per_month": inp.hours_per_month,

@@ -10,12 +10,19 @@ since the rollout began (at 100% the baseline gets no traffic any more):
 
 - fewer than ``min_samples`` requests of either: **extend** the step (too few samples is not a
   failure: it is judged again one interval later on the larger window);
-- **fail** when any of these holds (all that hold are named in the reason):
+- **fail** when any of these holds *significantly* (all that do are named in the reason):
   error rate (failed attempts / attempts) above the baseline's by more than
-  ``max_error_rate_delta``; latency, TTFT or TPOT p95 above ``max_latency_ratio`` /
-  ``max_ttft_ratio`` / ``max_tpot_ratio`` times the baseline's; guardrail block rate above
-  the baseline's by more than ``max_block_rate_delta``; negative-feedback rate above the
-  baseline's by more than ``max_negative_feedback_delta``.
+  ``max_error_rate_delta`` (one-sided two-proportion test); latency, TTFT or TPOT p95 above
+  ``max(ratio x baseline, baseline + floor)`` (``max_latency_ratio`` / ``latency_floor_ms``,
+  and the TTFT and TPOT pairs; tested as the candidate's share of observations over that limit
+  against the 5% a p95 allows, one-sided binomial); guardrail block rate above the baseline's
+  by more than ``max_block_rate_delta``; negative-feedback rate above the baseline's by more
+  than ``max_negative_feedback_delta`` (both two-proportion tests). Significant means a
+  p-value under ``significance`` (0.05: the limits themselves are the margin for what matters,
+  the test only keeps noise from failing a step);
+- **inconclusive** when a rule's estimate is over its limit but not significantly: the step is
+  extended, never failed on it; after ``max_inconclusive`` of them in a row the driver pauses
+  the rollout for a person;
   TTFT and TPOT are judged only when both sides have ``min_samples`` of them (streams), and
   feedback only when both have ``min_feedback`` verdicts; otherwise the reason says so;
 - else **pass**.
@@ -23,7 +30,9 @@ since the rollout began (at 100% the baseline gets no traffic any more):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
+from statistics import NormalDist
 from typing import Literal
 
 from sqlalchemy import and_, case, func, or_, select
@@ -34,12 +43,14 @@ from fleetgate.releases.outcomes import VersionWindow, read_window
 from fleetgate.releases.tables import feedback, release_requests
 from fleetgate.store.database import Database
 
-__all__ = ["Judgement", "VersionWindow", "judge_step", "window"]
+__all__ = ["Judgement", "VersionWindow", "exceeds", "judge_step", "window"]
+
+_P95_TAIL = 0.05  # the share of observations a p95 leaves above itself
 
 
 @dataclass(frozen=True)
 class Judgement:
-    verdict: Literal["pass", "fail", "extend"]
+    verdict: Literal["pass", "fail", "extend", "inconclusive"]
     reason: str
     candidate: VersionWindow
     baseline: VersionWindow
@@ -78,23 +89,69 @@ async def feedback_counts(
     return int(n or 0) + int(regen), int(neg or 0) + int(regen)
 
 
-def _ratio(
+def exceeds(
+    over: float, n_over: int, base: float, n_base: int, delta: float, significance: float
+) -> bool:
+    """Whether a share ``over`` of ``n_over`` exceeds ``base`` of ``n_base`` by more than
+    ``delta`` significantly (one-sided two-proportion z-test, unpooled; a side without
+    observations counts as exact)."""
+    var = (over * (1 - over) / n_over if n_over else 0.0) + (
+        base * (1 - base) / n_base if n_base else 0.0
+    )
+    excess = over - base - delta
+    if var <= 0:
+        return excess > 0
+    return excess / math.sqrt(var) > NormalDist().inv_cdf(1 - significance)
+
+
+def _rate_rule(
+    name: str, c: tuple[int, int], b: tuple[int, int], delta: float, significance: float
+) -> tuple[str | None, bool, str]:
+    """(a failure, inconclusive, a note) for ``name``: candidate ``c`` = (hits, n) against
+    baseline ``b`` plus ``delta``."""
+    cr = c[0] / c[1] if c[1] else 0.0
+    br = b[0] / b[1] if b[1] else 0.0
+    note = f"{name} {cr:.1%} (baseline {br:.1%})"
+    if cr <= br + delta:
+        return None, False, note
+    if exceeds(cr, c[1], br, b[1], delta, significance):
+        return f"{name} {cr:.1%} > baseline {br:.1%} + {delta:.1%}", False, note
+    return None, True, f"{note}: over the limit, not significantly"
+
+
+def _p95_rule(
     name: str,
-    c: float | None,
-    b: float | None,
-    limit: float,
+    hist: str,
+    c: VersionWindow,
+    b: VersionWindow,
+    limits: tuple[float, float],
     samples: tuple[int, int] | None,
     min_samples: int,
-) -> tuple[str | None, str]:
-    """(a failure, a note) for one p95 ratio rule."""
+    significance: float,
+) -> tuple[str | None, bool, str]:
+    """(a failure, inconclusive, a note) for one p95 rule: over ``max(ratio x baseline,
+    baseline + floor)``, tested on the candidate's histogram when it was kept."""
+    cv, bv = getattr(c, f"{hist}_p95_ms"), getattr(b, f"{hist}_p95_ms")
     if samples is not None and min(samples) < min_samples:
-        return None, f"{name} not judged ({samples[0]}/{samples[1]} samples)"
-    if c is None or b is None or b <= 0:
-        return None, f"{name} not measured"
-    note = f"{name} p95 {c:.0f} ms (baseline {b:.0f} ms)"
-    if c > b * limit:
-        return f"{name} p95 {c:.0f} ms > {limit:g}x baseline {b:.0f} ms", note
-    return None, note
+        return None, False, f"{name} not judged ({samples[0]}/{samples[1]} samples)"
+    if cv is None or bv is None or bv <= 0:
+        return None, False, f"{name} not measured"
+    ratio, floor = limits
+    limit = max(bv * ratio, bv + floor)
+    note = f"{name} p95 {cv:.0f} ms (baseline {bv:.0f} ms)"
+    if cv <= limit:
+        return None, False, note
+    failure = (
+        f"{name} p95 {cv:.0f} ms > {limit:.0f} ms "
+        f"({ratio:g}x baseline {bv:.0f} ms, floor +{floor:g} ms)"
+    )
+    counted = c.share_over(hist, limit)
+    if counted is None:  # no histogram kept (a window built by hand): the estimate decides
+        return failure, False, note
+    over, n = counted
+    if n and exceeds(over / n, n, _P95_TAIL, 0, 0.0, significance):
+        return failure, False, note
+    return None, True, f"{note}: over {limit:.0f} ms, not significantly ({over} of {n})"
 
 
 def judge_step(
@@ -110,39 +167,36 @@ def judge_step(
         )  # fmt: skip
     failures: list[str] = []
     notes: list[str] = []
-    if c.error_rate > b.error_rate + config.max_error_rate_delta:
-        failures.append(
-            f"error rate {c.error_rate:.1%} > baseline {b.error_rate:.1%} "
-            f"+ {config.max_error_rate_delta:.1%}"
-        )
-    notes.append(f"error rate {c.error_rate:.1%} (baseline {b.error_rate:.1%})")
-    for name, cv, bv, limit, samples in (
-        ("latency", c.latency_p95_ms, b.latency_p95_ms, config.max_latency_ratio, None),
-        ("TTFT", c.ttft_p95_ms, b.ttft_p95_ms, config.max_ttft_ratio,
-         (c.ttft_samples, b.ttft_samples)),
-        ("TPOT", c.tpot_p95_ms, b.tpot_p95_ms, config.max_tpot_ratio,
-         (c.tpot_samples, b.tpot_samples)),
-    ):  # fmt: skip
-        failure, note = _ratio(name, cv, bv, limit, samples, min_samples)
+    unsure: list[str] = []
+
+    def rule(outcome: tuple[str | None, bool, str]) -> None:
+        failure, inconclusive, note = outcome
         if failure:
             failures.append(failure)
+        if inconclusive:
+            unsure.append(note)
         notes.append(note)
-    if c.block_rate > b.block_rate + config.max_block_rate_delta:
-        failures.append(
-            f"guardrail block rate {c.block_rate:.1%} > baseline {b.block_rate:.1%} "
-            f"+ {config.max_block_rate_delta:.1%}"
-        )
-    notes.append(f"block rate {c.block_rate:.1%} (baseline {b.block_rate:.1%})")
+
+    alpha = config.significance
+    errors = ((c.failed_attempts, c.attempts), (b.failed_attempts, b.attempts))
+    rule(_rate_rule("error rate", *errors, config.max_error_rate_delta, alpha))
+    for name, hist, limits, samples in (
+        ("latency", "latency", (config.max_latency_ratio, config.latency_floor_ms), None),
+        ("TTFT", "ttft", (config.max_ttft_ratio, config.ttft_floor_ms),
+         (c.ttft_samples, b.ttft_samples)),
+        ("TPOT", "tpot", (config.max_tpot_ratio, config.tpot_floor_ms),
+         (c.tpot_samples, b.tpot_samples)),
+    ):  # fmt: skip
+        rule(_p95_rule(name, hist, c, b, limits, samples, min_samples, alpha))
+    rule(_rate_rule("guardrail block rate", (c.blocked, c.requests), (b.blocked, b.requests),
+                    config.max_block_rate_delta, alpha))  # fmt: skip
     if min(c.feedback, b.feedback) >= config.min_feedback:
-        limit = b.negative_rate + config.max_negative_feedback_delta
-        if c.negative_rate > limit:
-            failures.append(
-                f"negative feedback {c.negative_rate:.1%} > baseline {b.negative_rate:.1%} "
-                f"+ {config.max_negative_feedback_delta:.1%}"
-            )
-        notes.append(f"negative feedback {c.negative_rate:.1%} (baseline {b.negative_rate:.1%})")
+        rule(_rate_rule("negative feedback", (c.negative, c.feedback), (b.negative, b.feedback),
+                        config.max_negative_feedback_delta, alpha))  # fmt: skip
     else:
         notes.append(f"feedback not judged ({c.feedback}/{b.feedback} verdicts)")
     if failures:
         return Judgement("fail", "; ".join(failures), c, b)
+    if unsure:
+        return Judgement("inconclusive", f"{'; '.join(unsure)}: the step is extended", c, b)
     return Judgement("pass", f"{', '.join(notes)}, {c.requests} requests", c, b)

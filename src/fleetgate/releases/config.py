@@ -121,6 +121,20 @@ class RolloutConfig(_Model):
     max_ttft_ratio: float = Field(1.5, gt=1)
     # the same for TPOT p95
     max_tpot_ratio: float = Field(1.5, gt=1)
+    # absolute floors: a p95 is judged slower only when it also exceeds the baseline's by this
+    # much (milliseconds of noise on a fast engine never fail a build)
+    latency_floor_ms: float = Field(50.0, ge=0)
+    # the same floor for TTFT p95
+    ttft_floor_ms: float = Field(50.0, ge=0)
+    # the same floor for TPOT p95
+    tpot_floor_ms: float = Field(5.0, ge=0)
+    # a rule fails a step only when its excess over its limit is significant at this level
+    # (one-sided: errors, two proportions; latencies, the candidate's share over the limit
+    # against 5%); over the limit but not significant is inconclusive: the step is extended
+    significance: float = Field(0.05, gt=0, lt=0.5)
+    # inconclusive judgements in a row on one step before the rollout pauses for a person
+    # (`fleetgate rollout resume|abort`); it is never rolled back on an inconclusive verdict
+    max_inconclusive: int = Field(10, ge=1, le=1000)
     # a step fails when the candidate's output guardrail block rate exceeds the baseline's by more
     # than this
     max_block_rate_delta: float = Field(0.02, ge=0, le=1)

@@ -5,6 +5,9 @@ Every replica runs the loop; each tick it takes or renews the lease of each runn
 (`fleetgate.releases.analysis`):
 
 - **extend**: recorded, judged again one interval later (too few samples is not a failure);
+- **inconclusive** (a rule over its limit, not significantly): extended likewise; after
+  ``max_inconclusive`` in a row on one step the rollout is paused with the reason and the alert
+  webhook told: a person resumes (the count starts over) or aborts it. Never rolled back on it;
 - **fail**: traffic to the candidate goes to 0% at once (status ``rolled_back``), which every
   replica applies at its next registry poll; audited and sent to the alert webhook;
 - **pass**: the next step; after the last (100%) the candidate is promoted to ``production``
@@ -93,7 +96,15 @@ class RolloutDriver:
             "baseline": baseline.to_dict(), "by": self.owner,
         }  # fmt: skip
         decisions = [*r.decisions, decision][-100:]
-        if judgement.verdict == "extend":
+        if judgement.verdict == "inconclusive" and _unsure_in_a_row(decisions, r.step) >= (
+            cfg.max_inconclusive
+        ):
+            reason = (
+                f"inconclusive {cfg.max_inconclusive} times in a row at {r.percent:g}% "
+                f"({judgement.reason}): a person decides (resume or abort)"
+            )
+            new = await self.store.change(r, status="paused", reason=reason, decisions=decisions)
+        elif judgement.verdict in ("extend", "inconclusive"):
             new = await self.store.change(r, decisions=decisions)
         elif judgement.verdict == "fail":
             new = await self.store.change(
@@ -125,3 +136,13 @@ class RolloutDriver:
                 decisions=decisions,
             )  # fmt: skip
         return await self.store.change(r, status="completed", percent=100.0, decisions=decisions)
+
+
+def _unsure_in_a_row(decisions: list[dict[str, Any]], step: int) -> int:
+    """Inconclusive verdicts at ``step`` since its last other verdict (a resume starts over)."""
+    n = 0
+    for d in reversed(decisions):
+        if d.get("step") != step or d.get("verdict") != "inconclusive":
+            break
+        n += 1
+    return n

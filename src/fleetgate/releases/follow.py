@@ -189,3 +189,11 @@ class RolloutPicker:
         if state is not None:  # the version of a request whose every attempt fails
             state[PICKED] = version
         return pinned
+
+    def retry_version(self, alias: str, failed: Deployment) -> str | None:
+        """After the candidate failed an attempt, the request's retries go to the baseline:
+        a failing candidate costs a client nothing while another version can answer."""
+        rollout = self.follower.rollouts.get(alias)
+        if rollout is None:
+            return self.then.retry_version(alias, failed) if self.then else None
+        return rollout.baseline if failed.version == rollout.candidate else None

@@ -35,7 +35,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import orjson
@@ -45,6 +45,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from fleetgate.contract.request import GatewayRequest, Outcome
 from fleetgate.releases.tables import release_outcomes, release_requests
+from fleetgate.routing.dispatch import FAILED_VERSIONS
 from fleetgate.store.database import Database
 from fleetgate.tasks import cancel_and_wait
 
@@ -69,6 +70,11 @@ _MAX_PENDING = 20_000  # request rows kept while the store is away; older ones a
 
 def _bin(ms: float) -> int:
     return 0 if ms <= 1.0 else math.ceil(math.log(ms) / _GROWTH)
+
+
+def bin_lower_edge(k: int) -> float:
+    """The smallest value (ms, exclusive) bin ``k`` holds: bin k is (1.1^(k-1), 1.1^k]."""
+    return 0.0 if k <= 0 else math.exp((k - 1) * _GROWTH)
 
 
 def hist_percentile(hist: Mapping[Any, int], q: float) -> float | None:
@@ -119,12 +125,24 @@ class VersionWindow:
     tpot_samples: int = 0
     feedback: int = 0  # feedback on this version's requests in the window (filled by analysis)
     negative: int = 0
+    # the histograms (bin -> count, bins 10% wide) the p95s come from: the analysis's tests
+    hists: Mapping[str, Mapping[str, int]] = field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "hists"}
         return {
-            **asdict(self), "error_rate": round(self.error_rate, 4),
+            **out, "error_rate": round(self.error_rate, 4),
             "block_rate": round(self.block_rate, 4), "negative_rate": round(self.negative_rate, 4),
         }  # fmt: skip
+
+    def share_over(self, name: str, limit_ms: float) -> tuple[int, int] | None:
+        """(observations certainly over ``limit_ms``, all observations) of histogram ``name``
+        (``latency``, ``ttft``, ``tpot``); None when it was not kept."""
+        hist = self.hists.get(name)
+        if not hist:
+            return None
+        over = sum(n for k, n in hist.items() if bin_lower_edge(int(k)) >= limit_ms)
+        return over, sum(hist.values())
 
     @property
     def error_rate(self) -> float:
@@ -206,7 +224,7 @@ class OutcomeBook:
             out.error_type == "content_filter" and out.deployment is not None
         )
         if rollout and version is not None and out.status != 499:
-            self._count(alias, version, out, blocked)
+            self._count(alias, version, out, blocked, req.state.get(FAILED_VERSIONS) or ())
         if record:  # the digests are computed at the flush, off the request's path
             self._pending.append({
                 "request_id": req.request_id, "response_id": out.response_id,
@@ -220,18 +238,40 @@ class OutcomeBook:
                 del self._pending[:drop]
                 self.dropped += drop
 
-    def _count(self, alias: str, version: str, out: Outcome, blocked: bool) -> None:
-        now_ms = int(self._clock() * 1000)
+    def _bucket(self, alias: str, version: str, now_ms: int) -> _Bucket:
         key = (alias, version, now_ms - now_ms % BUCKET_MS)
         b = self._buckets.get(key)
         if b is None:
             b = self._buckets[key] = _Bucket()
         b.dirty = True
+        return b
+
+    def _count(
+        self,
+        alias: str,
+        version: str,
+        out: Outcome,
+        blocked: bool,
+        failed_on: Iterable[tuple[str, str]],
+    ) -> None:
+        """One request: counted on ``version``; each failed attempt on the alias and version
+        it failed on (``failed_on``, from the dispatcher: retries may have moved to another
+        version, a fallback to another alias)."""
+        now_ms = int(self._clock() * 1000)
+        b = self._bucket(alias, version, now_ms)
         b.requests += 1
         failed = out.status >= 500
-        attempts = max(out.attempts, 1)
-        b.attempts += attempts
-        b.failed_attempts += attempts if failed else attempts - 1
+        failed_on = list(failed_on)
+        for failed_alias, v in failed_on:
+            f = self._bucket(failed_alias, v, now_ms)
+            f.attempts += 1
+            f.failed_attempts += 1
+        if failed_on:
+            b.attempts += 0 if failed else 1  # the attempt that answered
+        else:
+            attempts = max(out.attempts, 1)
+            b.attempts += attempts
+            b.failed_attempts += attempts if failed else attempts - 1
         if failed:
             b.errors += 1
             return
@@ -355,6 +395,7 @@ def window_of(rows: Iterable[Any]) -> VersionWindow:
         tpot_p95_ms=hist_percentile(hists["tpot"], 95),
         ttft_samples=sum(hists["ttft"].values()),
         tpot_samples=sum(hists["tpot"].values()),
+        hists=hists,
     )
 
 

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -143,7 +144,10 @@ def _transition(r: Rollout, action: str) -> dict[str, Any]:
     if action == "pause" and r.status == "running":
         return {"status": "paused"}
     if action == "resume" and r.status == "paused":
-        return {"status": "running"}
+        # marked in the decisions: inconclusive verdicts before it no longer count (driver.py)
+        mark = {"at_ms": int(time.time() * 1000), "step": r.step, "percent": r.percent,
+                "verdict": "resumed", "reason": "resumed by an operator"}  # fmt: skip
+        return {"status": "running", "decisions": [*r.decisions, mark][-100:]}
     if action == "abort" and r.active:
         return {"status": "aborted", "percent": 0.0, "reason": "aborted by an operator"}
     raise Conflict(f"Cannot {action} a {r.status} rollout.", code="rollout_state")

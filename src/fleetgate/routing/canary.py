@@ -169,6 +169,10 @@ class CanarySplits:
             return pinned
         return list(candidates)
 
+    def retry_version(self, alias: str, failed: Deployment) -> str | None:
+        """A canary split keeps a request's retries on the version it chose."""
+        return None
+
     async def set(self, alias: str, split: Split) -> Split:
         """Store ``split`` for ``alias`` for every replica (`ServiceUnavailable` if not)."""
         require_fits(alias, shared_state.c.name, "alias")

@@ -51,6 +51,7 @@ __all__ = [
     "Dispatch",
     "DispatchObserver",
     "Dispatcher",
+    "FAILED_VERSIONS",
     "FallbackGate",
     "VersionPicker",
 ]
@@ -60,12 +61,22 @@ CallBuilder = Callable[[Pick], UpstreamCall]
 Prepare = Callable[[Sequence[Deployment], RouteContext], Awaitable[None]]
 
 
+FAILED_VERSIONS = "routing.failed_versions"
+"""``request.state`` key: ``(alias, version)`` of each failed attempt of the request, in order
+(a rollout's analysis counts each against the version that failed, whoever answered at last)."""
+
+
 class VersionPicker(Protocol):
     """Narrows an alias's candidates to one deployment version (a canary split)."""
 
     def narrow(
         self, alias: str, candidates: Sequence[Deployment], ctx: RouteContext
     ) -> list[Deployment]: ...
+
+    def retry_version(self, alias: str, failed: Deployment) -> str | None:
+        """The version the request's next attempts go to after ``failed`` failed (a rollout's
+        baseline after its candidate failed), or None to stay on the narrowed deployments."""
+        ...
 
 
 class FallbackGate(Protocol):
@@ -207,6 +218,12 @@ def _with_hook_fields(hooks: Sequence[DispatchHook[Deployment]], pick: Pick) -> 
     return Pick(pick.deployment, {**(pick.extra_body or {}), **fields}, pick.uncached_tokens)
 
 
+def _failed_version(ctx: RouteContext, alias: str, dep: Deployment) -> None:
+    state = getattr(ctx.request, "state", None)
+    if state is not None:
+        state.setdefault(FAILED_VERSIONS, []).append((alias, dep.version))
+
+
 def _within_rate(fitting: list[Deployment], req: RoutedRequest) -> list[Deployment]:
     """The deployments whose ``rpm`` / ``tpm`` leave room this minute for ``req``."""
     return [d for d in fitting if d.within_rate(d.prompt_tokens(req.body, req.prompt_tokens))]
@@ -278,6 +295,28 @@ class Dispatcher:
         if self.versions is not None and fitting:
             fitting = self.versions.narrow(route.name, fitting, ctx)
         return fitting, dropped
+
+    def _retry_deployments(
+        self, route: AliasRoute, fitting: list[Deployment], failed: Deployment, ctx: RouteContext
+    ) -> list[Deployment]:
+        """After ``failed`` failed: the deployments of the version the version picker moves the
+        retries to (those that fit the prompt, local ones only when only local ones were
+        allowed), else ``fitting`` unchanged."""
+        if self.versions is None:
+            return fitting
+        version = self.versions.retry_version(route.name, failed)
+        if version is None or version == failed.version:
+            return fitting
+        req = ctx.request
+        local_only = all(d.is_local for d in fitting)
+        moved = [
+            d
+            for d in route.deployments
+            if d.version == version
+            and (d.is_local or not local_only)
+            and d.fits(d.prompt_tokens(req.body, req.prompt_tokens), req.max_tokens)
+        ]
+        return moved or fitting
 
     def _finish_pick(
         self, pick: Pick, ctx: RouteContext, hooks: Sequence[DispatchHook[Deployment]]
@@ -456,9 +495,11 @@ class Dispatcher:
                     fitting = [d for d in fitting if d is not dep]
                 else:
                     self._health.failure(dep, exc)
+                _failed_version(ctx, route.name, dep)
                 if not exc.retryable:
                     raise
                 last_error = exc
+                fitting = self._retry_deployments(route, fitting, dep, ctx)
                 if regions.active and isinstance(exc, UpstreamConnectError) and free < len(tried):
                     free += 1  # the engine is gone (refused, reset): a dying region costs no retry
                 self._metrics.retries.labels(

@@ -56,6 +56,9 @@ class TableManager:
         self._mtime = self._stat()
         self._task: asyncio.Task[None] | None = None
         self.generation = 1
+        # told of every reload that re-read the file: (source, result), source ``admin``,
+        # ``file`` (the watcher) or ``sighup``, result the change's status or ``refused``
+        self.on_reload: Callable[[str, str], None] = lambda source, result: None
 
     def subscribe(self, listener: Callable[[RouteTable], Iterable[str] | None]) -> None:
         """Call ``listener`` with each new table after it is swapped in; it may answer the
@@ -109,16 +112,23 @@ class TableManager:
             )
         return table
 
-    def reload(self) -> RouteTable:
-        """Re-read the config file."""
-        if self.path is None:
-            raise ConfigError("no config file to reload")
-        self._mtime = self._stat()
-        return self.apply(load_config(self.path))
-
-    def try_reload(self) -> bool:
+    def reload(self, source: str = "admin") -> RouteTable:
+        """Re-read the config file (``on_reload`` is told, as ``source``, how it went)."""
         try:
-            self.reload()
+            if self.path is None:
+                raise ConfigError("no config file to reload")
+            self._mtime = self._stat()
+            table = self.apply(load_config(self.path))
+        except FleetgateError:
+            self.on_reload(source, "refused")
+            raise
+        self.on_reload(source, self.change.status)
+        return table
+
+    def try_reload(self, source: str = "sighup") -> bool:
+        """`reload`, logging a refusal instead of raising it (SIGHUP, the file watcher)."""
+        try:
+            self.reload(source)
         except FleetgateError as exc:
             log.error("config reload refused, keeping the old config: %s", exc.message)
             return False
@@ -130,7 +140,7 @@ class TableManager:
             mtime = self._stat()
             if mtime and mtime != self._mtime:
                 self._mtime = mtime
-                self.try_reload()
+                self.try_reload("file")
 
     async def start(self, interval: float = 1.0) -> None:
         """Watch the config file (if there is one) and reload it when it changes."""

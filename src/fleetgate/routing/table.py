@@ -62,11 +62,10 @@ class RouteTable:
         seen: set[str] = set()
         for alias in config.models:
             deployments = []
-            for i, dep in enumerate(alias.deployments):
+            for dep_id, dep in alias.deployment_ids():
                 key = deployment_key(dep)
                 seen.add(key)
                 state = states.setdefault(key, DeploymentState())
-                dep_id = dep.name or f"{alias.alias}/{i}"
                 deployments.append(Deployment(dep_id, alias.alias, dep, providers(dep), state))
             routes[alias.alias] = AliasRoute(alias, deployments, strategies.create(alias))
         for gone in set(states) - seen:

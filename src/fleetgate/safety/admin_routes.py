@@ -17,7 +17,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from fleetgate.contract.principal import Principal
-from fleetgate.errors import ConfigError, InvalidRequest, NotFound, ServiceUnavailable
+from fleetgate.errors import ConfigError, InvalidRequest, NotFound
 from fleetgate.http import AdminAccess, json_reply, read_json
 from fleetgate.safety.runtime import SafetyRuntime
 from fleetgate.safety.sinks import AuditLog
@@ -36,11 +36,10 @@ async def _policy_ref(request: web.Request) -> str | None:
 
 
 class SafetyAdmin:
-    """The routes; ``runtime`` is None when ``safety:`` is not configured (503)."""
+    """The routes (built only while safety is on: off, the app answers them 503
+    ``feature_disabled``, `fleetgate.feature.switched_off_routes`)."""
 
-    def __init__(
-        self, runtime: SafetyRuntime | None, audit_log: AuditLog | None, access: AdminAccess
-    ) -> None:
+    def __init__(self, runtime: SafetyRuntime, audit_log: AuditLog, access: AdminAccess) -> None:
         self.runtime = runtime
         self.audit_log = audit_log
         self.access = access
@@ -58,14 +57,7 @@ class SafetyAdmin:
         ]
 
     def _runtime(self, request: web.Request) -> tuple[SafetyRuntime, Principal]:
-        actor = self.access.master(request)
-        if self.runtime is None:
-            raise ServiceUnavailable("Safety is not configured in this gateway (no 'safety:').")
-        return self.runtime, actor
-
-    def _audit_log(self) -> AuditLog:
-        assert self.audit_log is not None  # set whenever runtime is
-        return self.audit_log
+        return self.runtime, self.access.master(request)
 
     async def list_policies(self, request: web.Request) -> web.Response:
         runtime, _ = self._runtime(request)
@@ -131,5 +123,5 @@ class SafetyAdmin:
         key_id = q.get("key_id") or None
         if key_id is not None and "\x00" in key_id:  # no key id has one; PostgreSQL refuses it
             raise InvalidRequest("'key_id' is not a key id", param="key_id")
-        rows = await self._audit_log().recent(limit=limit, key_id=key_id, flagged=flagged)
+        rows = await self.audit_log.recent(limit=limit, key_id=key_id, flagged=flagged)
         return _json({"data": rows})

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -53,6 +54,12 @@ def _context(req: GatewayRequest, point: CheckPoint, role: str) -> CheckContext:
     )  # fmt: skip
 
 
+def _answer_context(req: GatewayRequest, point: CheckPoint) -> CheckContext:
+    """The answer is a tool's message to the model at the input check point, and this
+    request's reply (as a model's answer is) at the output check point."""
+    return _context(req, point, "tool" if point is CheckPoint.INPUT else "assistant")
+
+
 def _flag(req: GatewayRequest, decision: PolicyDecision) -> None:
     flags: list[PolicyDecision] = req.state.setdefault(_FLAGS, [])
     flags.append(decision)
@@ -72,7 +79,7 @@ class _AnswerFilter:
         """(text as the checks leave it, the decision that blocked, whether one masked)."""
         masked = False
         for point in self.points:
-            decision = await self.policy.run(point, text, _context(self.req, point, "tool"))
+            decision = await self.policy.run(point, text, _answer_context(self.req, point))
             if decision.blocked:
                 _flag(self.req, decision)
                 return text, decision, masked
@@ -94,7 +101,7 @@ class _AnswerFilter:
         if result.structured is None:
             return
         for point in self.points:
-            ctx = _context(self.req, point, "tool")
+            ctx = _answer_context(self.req, point)
             decision = await self.policy.run(point, result.structured, ctx)
             if decision.blocked or decision.action is Action.MASK:
                 # JSON cannot be masked in place without breaking its schema: withhold it all.
@@ -136,6 +143,7 @@ class ToolCallChecks:
         if decision.action is Action.MASK:
             _flag(req, decision)
             req.body = {call.kind: call.name, "arguments": _parsed(decision.text)}
+            req.outcome.decision = "masked"  # audited as masked (blocked, should the answer be)
 
     def after(self, req: GatewayRequest) -> None:
         """One guardrail-events record of the call's flagged decisions, if any."""
@@ -145,7 +153,7 @@ class ToolCallChecks:
         p = req.principal
         item = AuditItem(
             messages=(), key_id=p.key_id, team=p.team_id, alias=req.alias,
-            request_id=req.request_id, created_at=req.received_at,
+            request_id=req.request_id, created_at=req.received_at or time.time(),
         )  # fmt: skip
         written = self.events(AuditRecord(item, tuple(v for d in flags for v in d.verdicts)))
         if inspect.isawaitable(written):  # a file sink appends in a thread: keep the task

@@ -7,6 +7,13 @@
   ``?pool=ALIAS`` narrows it to one pool. With quotas configured, ``quotas`` gives each quota
   node's (``team:<id>``, ``org:<name>``) requests in flight and tokens/s (a team admin: its
   own team's and its org's).
+
+With a fleet (admission shared through Redis, `fleetgate.scheduling.fleet`) the counts are the
+fleet's, whichever process answers: ``admitted``, each team's ``in_flight``, the quotas' usage
+and the virtual token counters (as of the answering process's last sync, plus its own since);
+``queued`` is this process's queue and ``queued_elsewhere`` the others'; ``fleet`` names this
+process, its lease, whether Redis answers, and every other live process's requests in flight,
+lease and queue.
 """
 
 from __future__ import annotations
@@ -49,6 +56,9 @@ def pool_view(pool: Pool, team: str | None, now: float) -> dict[str, Any]:
         "oldest_wait_s": None if oldest is None else round(now - oldest, 4),
         "mean_service_s": pool.service_s,
         "quotas": quotas,  # per node ("team:<id>", "org:<name>"): in flight, tokens/s
+        # a fleet: this process, its lease and the other processes (None: this process alone)
+        "fleet": pool.state.describe(),
+        "queued_elsewhere": pool.state.queued_elsewhere,
         "teams": {
             t: {
                 "queued": queued.get(t, 0),

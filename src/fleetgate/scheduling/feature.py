@@ -18,6 +18,7 @@ from fleetgate.http import AdminAccess
 from fleetgate.routing.ports import ENGINE_ROUTING, TABLES
 from fleetgate.scheduling.admin_routes import SchedulingAdmin
 from fleetgate.scheduling.config import SCHEDULING_SECTION
+from fleetgate.scheduling.fleet import fleet_link
 from fleetgate.scheduling.metrics import SchedulingMetrics
 from fleetgate.scheduling.ports import SCHEDULER
 from fleetgate.scheduling.scheduler import Scheduler
@@ -49,6 +50,7 @@ class SchedulingFeature(BaseFeature):
             SchedulingMetrics(core.metrics.registry),
             routing.stats.fresh_snapshot if routing is not None else None,
             decisions=routing.decisions if routing is not None else None,
+            link=fleet_link(core, section),  # shared through Redis when configured
         )
         core.ports.provide(SCHEDULER, scheduler)
         return cls(scheduler, core.access)

@@ -163,6 +163,7 @@ class Fleet:
 
     async def _run(self) -> None:
         interval = self.config.sync_interval_s
+        gap = interval / 4  # woken syncs are at least this far apart (bounded rate)
         while True:
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=interval)
@@ -173,6 +174,8 @@ class Fleet:
                 await self.sync()
             except Exception:  # never let one bad sync stop the next
                 log.exception("fleet sync failed")
+            if self._wake.is_set():  # woken again during the sync: not at once
+                await asyncio.sleep(gap)
 
     def attach(self, scheduler: Scheduler) -> None:
         """The scheduler whose pools `sync` syncs (`start` attaches it)."""

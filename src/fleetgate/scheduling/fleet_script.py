@@ -16,7 +16,8 @@ Redis says this process holds: after a Redis restart, nothing); publish the stat
 counters' deltas; queue the order; take this process's orders.
 
 Returns ``{grant, fair level (-1: no contention), the others' statuses (flat: id, JSON, ...),
-the counters asked for (strings, false for none), this process's orders}``. Every loop runs
+the counters asked for (strings, false for none), this process's orders, the leases before
+this step (flat: id, "lease,want", ...)}``. Every loop runs
 over the live processes, the counters sent or the orders queued: all bounded.
 """
 
@@ -107,5 +108,5 @@ for i = 1, #infos, 2 do
 end
 for _, k in ipairs({leases, seen, info}) do redis.call('PEXPIRE', k, ttl * 10) end
 redis.call('PEXPIRE', vtc, 86400000)
-return {grant, fair, statuses, counted, orders}
+return {grant, fair, statuses, counted, orders, all}
 """

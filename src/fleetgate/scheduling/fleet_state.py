@@ -82,19 +82,19 @@ class Peer:
     """Another process of the pool, as it last published itself."""
 
     in_flight: int
-    lease: int | None
+    lease: int | None  # as Redis held it at this process's sync (None: unbounded)
     teams: dict[str, int]
     queued: tuple[int, ...]  # per band
     victims: tuple[tuple[int, str], ...]  # (band rank, team) of its cancellable streams
     rates: dict[str, float]  # tokens/s per quota node
 
     @classmethod
-    def parse(cls, raw: Any) -> Peer | None:
+    def parse(cls, raw: Any, lease: int | None) -> Peer | None:
         try:
             data = json.loads(raw)
             return cls(
                 int(data["n"]),
-                None if data.get("l") is None else int(data["l"]),
+                lease,
                 {str(k): int(v) for k, v in data["t"].items()},
                 tuple(int(q) for q in data["q"]),
                 tuple((int(r), str(t)) for r, t in data["v"]),
@@ -186,8 +186,15 @@ class FleetState:
             quotas.set_elsewhere(self.elsewhere_teams, {})
         self._tree = self.quotas = quotas
 
-    def wants_room(self) -> None:
-        if self.lease is not None:
+    def guarantees(self, team: str, guaranteed: int) -> bool:
+        if self.synced_at is None or self.teams.get(team, 0) >= guaranteed:
+            return False  # (before its first sync a process does not know its share)
+        share = -(-guaranteed // (1 + len(self.peers)))  # ceil: the live processes' share
+        return self.own_teams.get(team, 0) < share
+
+    def wants_room(self, limit: int | None) -> None:
+        lease = self.lease
+        if lease is not None and (limit is None or lease < limit):
             self.wake()
 
     def ask_elsewhere(self, rank: int, team: str, owner: bool) -> bool:
@@ -263,7 +270,6 @@ class FleetState:
         return json.dumps(
             {
                 "n": self.own,
-                "l": self.lease,
                 "t": self.own_teams,
                 "q": list(queued),
                 "v": sorted(set(victims)),
@@ -275,7 +281,11 @@ class FleetState:
     def apply(self, reply: Any, call: SyncCall) -> list[dict[str, Any]]:
         """The answer of a sync: the lease, the fleet's counts; returns the orders for this
         process (streams to cancel for another process's starved request)."""
-        grant, fair, statuses, counted, orders = reply
+        grant, fair, statuses, counted, orders, leases = reply
+        held = {
+            _text(leases[i]): int(_text(leases[i + 1]).partition(",")[0])
+            for i in range(0, len(leases) - 1, 2)
+        }
         self.fair = fair = int(fair)
         if call.limit is None:
             self.lease = None
@@ -283,9 +293,10 @@ class FleetState:
             self.lease = int(grant) if fair < 0 else min(int(grant), max(self.own, fair))
         peers: dict[str, Peer] = {}
         for i in range(0, len(statuses) - 1, 2):
-            peer = Peer.parse(statuses[i + 1])
+            process = _text(statuses[i])
+            peer = Peer.parse(statuses[i + 1], held.get(process))
             if peer is not None:
-                peers[_text(statuses[i])] = peer
+                peers[process] = peer
         self._set_peers(peers)
         totals = {
             team: float(_text(value))

@@ -59,8 +59,26 @@ class SchedulingMetrics:
             ("pool", "band", "by_band"),
         )
 
+        # A fleet (admission shared through Redis): `admitted` above is the fleet's, as this
+        # process last synced it; these say which process a series is.
+        self.lease = r.gauge(
+            "fleetgate_scheduling_lease",
+            "Slots of the pool leased to this process (a fleet's shared admission only).",
+            ("pool", "process"),
+        )
+        self.admitted_here = r.gauge(
+            "fleetgate_scheduling_admitted_here",
+            "Requests this process admitted and has not finished (a fleet's only).",
+            ("pool", "process"),
+        )
+
     def bind(self, depth: Samples, admitted: Samples, limit: Samples) -> None:
         """Gauges read from the live pools when rendered."""
         self.queue_depth.set_collector(depth)
         self.in_flight.set_collector(admitted)
         self.limit.set_collector(limit)
+
+    def bind_fleet(self, lease: Samples, here: Samples) -> None:
+        """The fleet's gauges, read from the live pools when rendered."""
+        self.lease.set_collector(lease)
+        self.admitted_here.set_collector(here)

@@ -175,8 +175,9 @@ class Pool:
         return allowed
 
     def within_guarantee(self, team: str, guaranteed: int) -> bool:
-        """Whether ``team`` has fewer than its ``guaranteed`` requests in flight."""
-        return guaranteed > 0 and self.state.teams.get(team, 0) < guaranteed
+        """Whether ``team`` has fewer than its ``guaranteed`` requests in flight (a fleet's:
+        also fewer than its share of them in this process, `AdmissionState.guarantees`)."""
+        return guaranteed > 0 and self.state.guarantees(team, guaranteed)
 
     @property
     def saturated(self) -> bool:

@@ -131,9 +131,12 @@ class Preemption:
         )
         if pending >= need:
             return
-        victim = claim_victim(pool, claimant, borrowers=guarantee and mode == "borrowers")
+        borrowers = guarantee and mode == "borrowers"
+        victim = claim_victim(pool, claimant, borrowers=borrowers)
         if victim is not None:
             self._cancel(pool, victim, claimant, now)
+        else:  # a fleet: the stream to cancel may be another process's
+            pool.state.ask_elsewhere(claimant.rank, claimant.team, borrowers)
 
     def relieve_starved(self, pool: Pool, after_s: float) -> None:
         """A queued request starved ``after_s`` (no room for it) cancels one stream in flight

@@ -1,7 +1,9 @@
 """What the scheduler counts and logs of its admissions.
 
 The Prometheus side (`SchedulingMetrics`): requests queued, their wait, sheds by reason,
-preemptions, and gauges read from the live pools (queue depth by band, admitted, limit). The
+preemptions, and gauges read from the live pools (queue depth by band, admitted, limit; with a
+fleet, ``admitted`` is the fleet's and the lease and this process's own count are labelled
+with the process). The
 routing decision log (strategy ``scheduling``): one entry per request that did not pass at
 once (``admitted`` after its wait, or why it was shed), and each stream cancelled in flight.
 Requests admitted on the fast path leave no trace here but the gauges.
@@ -36,6 +38,7 @@ class Recorder:
         self.decisions = decisions
         self.pools = pools
         metrics.bind(self._depth_samples, self._admitted_samples, self._limit_samples)
+        metrics.bind_fleet(self._lease_samples, self._here_samples)
 
     def queued(self, pool: Pool, policy: RequestPolicy) -> None:
         self.metrics.queued.labels(pool.name, policy.band, policy.team).inc()
@@ -98,6 +101,7 @@ class Recorder:
                     "limit": pool.limit,
                     "admitted": pool.admitted,
                     "quota": quota,
+                    "process": _process(pool),  # a fleet's: which process decided
                 },
             )
         )
@@ -111,7 +115,26 @@ class Recorder:
         for name, pool in self.pools.items():
             yield (name,), float(pool.admitted)
 
+    def _lease_samples(self) -> Samples:
+        for name, pool in self.pools.items():
+            process, lease = _process(pool), pool.state.lease
+            if process is not None and lease is not None:
+                yield (name, process), float(lease)
+
+    def _here_samples(self) -> Samples:
+        for name, pool in self.pools.items():
+            process = _process(pool)
+            if process is not None:
+                yield (name, process), float(pool.state.own)
+
     def _limit_samples(self) -> Samples:
         for name, pool in self.pools.items():
             if pool.limit is not None:
                 yield (name,), float(pool.limit)
+
+
+def _process(pool: Pool) -> str | None:
+    """The process of a fleet's pool (None: this process alone)."""
+    described = pool.state.describe()
+    process = described.get("process") if described is not None else None
+    return process if isinstance(process, str) else None

@@ -124,8 +124,16 @@ class AdmissionState(Protocol):
         requests in flight now (token rates from 0)."""
         ...
 
-    def wants_room(self) -> None:
-        """A request of the pool has to queue (a shared state asks for room at once)."""
+    def guarantees(self, team: str, guaranteed: int) -> bool:
+        """Whether a request of ``team`` is within its ``guaranteed`` requests in flight (it
+        may start even over the limit). A fleet also holds each process to its share of them,
+        so the fleet's starts over the limit stay within the guarantee, whatever its views'
+        lag."""
+        ...
+
+    def wants_room(self, limit: int | None) -> None:
+        """A request of the pool (whose limit is ``limit``) has to queue (a shared state asks
+        for room at once, when its lease is below the limit)."""
         ...
 
     def ask_elsewhere(self, rank: int, team: str, owner: bool) -> bool:
@@ -200,7 +208,10 @@ class LocalState:
     def own(self) -> int:
         return self.admitted
 
-    def wants_room(self) -> None:
+    def guarantees(self, team: str, guaranteed: int) -> bool:
+        return self.teams.get(team, 0) < guaranteed
+
+    def wants_room(self, limit: int | None) -> None:
         return None
 
     def ask_elsewhere(self, rank: int, team: str, owner: bool) -> bool:

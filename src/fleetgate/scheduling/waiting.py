@@ -64,7 +64,7 @@ class WaitingRoom:
         waiter = Waiter(policy, tokens, self._clock(), loop.create_future())
         waiter.ahead = pool.queue.ahead_of(policy.rank)
         pool.queue.push(waiter)
-        pool.state.wants_room()
+        pool.state.wants_room(pool.limit)
         self.recorder.queued(pool, policy)
         self.admission.drain(pool)  # the poll may have raised the limit since the fast path
         if policy.rank == 0 and not waiter.future.done():

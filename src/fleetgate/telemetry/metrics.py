@@ -83,7 +83,9 @@ class GatewayMetrics:
             "fleetgate_errors_total", "Error responses by type.", ("status", "type")
         )
         self.config_reloads = r.counter(
-            "fleetgate_config_reloads_total", "Config reloads by result.", ("result",)
+            "fleetgate_config_reloads_total",
+            "Config reloads by result and source (admin, file, sighup).",
+            ("result", "source"),
         )
         self.client_disconnects = r.counter(
             "fleetgate_client_disconnects_total", "Clients that went away mid-request.", ("alias",)

@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from fleetgate.contract.principal import Principal
-from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied, ServiceUnavailable
+from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied
 from fleetgate.http import AdminAccess, json_reply, read_json
 from fleetgate.store.errors import store_unavailable_is_503
 from fleetgate.tenancy.reports import audit_log, spend_report
@@ -29,15 +29,14 @@ async def _body(request: web.Request) -> dict[str, Any]:
 
 
 class TenancyAdmin:
-    """The routes; ``tenancy`` is None when tenancy is off (every route answers 503)."""
+    """The routes (built only while tenancy is on: off, the app answers them 503
+    ``feature_disabled``, `fleetgate.feature.switched_off_routes`)."""
 
-    def __init__(self, tenancy: Tenancy | None, access: AdminAccess) -> None:
+    def __init__(self, tenancy: Tenancy, access: AdminAccess) -> None:
         self.tenancy = tenancy
         self.access = access
 
     def _caller(self, request: web.Request) -> tuple[Tenancy, Principal]:
-        if self.tenancy is None:
-            raise ServiceUnavailable("Tenancy is disabled in this gateway's config.")
         return self.tenancy, self.access.admin(request)
 
     def routes(self) -> list[web.RouteDef]:
@@ -86,8 +85,6 @@ class TenancyAdmin:
 
     async def get_spend(self, request: web.Request) -> web.Response:
         """``GET /admin/spend?group_by=team,alias,key,tag&since=&until=&team=``."""
-        if self.tenancy is None:
-            raise ServiceUnavailable("Tenancy is disabled in this gateway's config.")
         tenancy, actor = self.tenancy, self.access.spend_reader(request)
         every_team = actor.may("spend_all")  # the master and a finance viewer
         q = request.query

@@ -14,11 +14,12 @@ from fleetgate.errors import InvalidRequest, PermissionDenied
 from fleetgate.store.database import Database
 from fleetgate.tenancy.money import nusd_to_usd
 from fleetgate.tenancy.spend_query import spend_query
-from fleetgate.tenancy.tables import admin_audit, request_audit, teams
+from fleetgate.tenancy.tables import admin_audit, api_keys, request_audit, teams, users
 
-__all__ = ["GROUPS", "audit_log", "spend_report"]
+__all__ = ["GROUPS", "MASTER_LABEL", "audit_log", "spend_report"]
 
 GROUPS = ("team", "alias", "key", "tag", "deployment", "version")
+MASTER_LABEL = "master key"  # the name of the master key's own traffic in reports
 
 
 def _scope_team(actor: Principal, team_id: str | None, *, spend: bool = False) -> str | None:
@@ -41,9 +42,10 @@ async def spend_report(
     until_ms: int | None = None,
     team_id: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows of ``spend_usd``, ``requests``, ``input_tokens``, ``output_tokens``,
-    ``cached_tokens`` (of the input, read from a prompt cache) and ``cache_write_tokens`` (of
-    the input, written to one) per group."""
+    """Rows of ``team_name`` (grouped by team; "master key" for its own traffic), ``key_name``
+    (grouped by key: its user's name and hint, or its hint), ``spend_usd``, ``requests``,
+    ``input_tokens``, ``output_tokens``, ``cached_tokens`` (of the input, read from a prompt
+    cache) and ``cache_write_tokens`` (of the input, written to one) per group."""
     unknown = [g for g in group_by if g not in GROUPS]
     if unknown:
         raise InvalidRequest(
@@ -55,14 +57,19 @@ async def spend_report(
     query = spend_query(group_by, since_ms, until_ms, team_id)
     async with db.engine.connect() as conn:
         rows = (await conn.execute(query)).all()
-        names = {}
+        names: dict[str, str] = {}
         if "team" in group_by:
             names = dict((await conn.execute(select(teams.c.id, teams.c.name))).all())
+        keys: dict[str, str] = {}
+        if "key" in group_by:
+            keys = await _key_names(conn, {str(r.key) for r in rows if r.key is not None})
     out = []
     for r in rows:
         item: dict[str, Any] = {g: getattr(r, g) for g in group_by}
-        if "team" in group_by:
-            item["team_name"] = names.get(item["team"])
+        if "team" in group_by:  # the master key's own traffic has no team
+            item["team_name"] = names.get(item["team"]) if item["team"] else MASTER_LABEL
+        if "key" in group_by:
+            item["key_name"] = MASTER_LABEL if item["key"] == "master" else keys.get(item["key"])
         item.update(
             spend_usd=nusd_to_usd(int(r.cost)),
             spend_nusd=int(r.cost),
@@ -73,6 +80,21 @@ async def spend_report(
             cache_write_tokens=int(r.cache_write_tokens),
         )
         out.append(item)
+    return out
+
+
+async def _key_names(conn: Any, ids: set[str]) -> dict[str, str]:
+    """What people call a key: its user's name when bound to one, else its hint."""
+    if not ids:
+        return {}
+    query = (
+        select(api_keys.c.id, api_keys.c.key_hint, users.c.name)
+        .select_from(api_keys.outerjoin(users, users.c.id == api_keys.c.user_id))
+        .where(api_keys.c.id.in_(sorted(ids)))
+    )
+    out = {}
+    for key_id, hint, user in (await conn.execute(query)).all():
+        out[str(key_id)] = f"{user} ({hint})" if user else str(hint)
     return out
 
 
