@@ -37,6 +37,7 @@ EVERYTHING: dict[str, Any] = {
     "safety": {},
     "semantic": {"intents": {"chitchat": {"alias": "tiny"}}},
     "extensions": {"cost": {"pools": [{"alias": "tiny", "dcgm": ["http://127.0.0.1:9/metrics"]}]}},
+    "insights": {},
 }  # fmt: skip
 
 
@@ -56,11 +57,11 @@ def test_the_stage_order_is_the_feature_tuple(tmp_path: Path) -> None:
     names = state.features.names()
     assert names == [
         "core", "semantic", "tenancy", "multimodal", "safety", "cache", "scheduling", "canary",
-        "engine-routing", "wake", "releases", "cost", "batches", "responses", "console",
+        "engine-routing", "wake", "releases", "cost", "insights", "batches", "responses", "console",
         "litellm",
     ]  # fmt: skip
     assert [s.name for s in state.stages] == [
-        "semantic", "tenancy", "multimodal", "safety", "scheduling"
+        "semantic", "tenancy", "multimodal", "safety", "scheduling", "insights"
     ]  # fmt: skip
     assert state.stages == state.features.stages()
 
@@ -205,6 +206,27 @@ def test_the_cost_section_is_top_level_and_the_old_place_still_works(
         parse_config(
             {**new, "cost": {"pools": [{"alias": "tiny", "dcgm": ["x"]}]}}, sections=SECTIONS
         )
+
+
+class OwnTeams(BaseFeature):
+    name = "tenancy"
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.get("/admin/teams", self.teams)]
+
+    async def teams(self, request: web.Request) -> web.Response:
+        return web.json_response({"data": ["own"]})
+
+
+async def test_an_extra_feature_named_like_a_switched_off_one_serves_its_routes(
+    tmp_path: Path,
+) -> None:
+    settings = _settings(tmp_path)
+    state = build_state(settings, parse_config(OFF))
+    app = create_app(settings, state=state, extra=[OwnTeams()])
+    async with TestClient(TestServer(app)) as client:
+        resp = await client.get("/admin/teams")
+        assert resp.status == 200 and (await resp.json()) == {"data": ["own"]}
 
 
 @pytest.mark.parametrize(

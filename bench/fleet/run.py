@@ -16,11 +16,11 @@ its solo p95 (and the target: 1.5x, or solo + two engine steps when larger), the
 tokens/s generated during the flood against the engine's capacity measured in the same round
 (one gateway with the scheduler off, A flooding: the engine always full).
 
-``--local`` adds the same setups without Redis (each process admits alone: today's behaviour
+``--local 2`` adds that many processes without Redis (each process admits alone: today's behaviour
 before the fleet). Medians of ``--runs`` rounds; this host is shared and noisy: rerun on an
 idle machine.
 
-    python bench/fleet/run.py [--procs 1,2,4] [--runs 5] [--duration 10] [--local] [--json out]
+    python bench/fleet/run.py [--procs 1,2,4] [--runs 5] [--duration 10] [--local 2] [--json out]
 """
 
 from __future__ import annotations
@@ -286,7 +286,9 @@ async def main() -> int:
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--rate", type=float, default=6.0, help="B's requests per second")
     p.add_argument("--redis", default="redis://127.0.0.1:6379")
-    p.add_argument("--local", action="store_true", help="also each process alone (no Redis)")
+    p.add_argument(
+        "--local", default="", help="process counts also run alone, without Redis (e.g. 2)"
+    )
     p.add_argument("--guaranteed", type=int, default=NOMINAL, help="each team's guarantee")
     p.add_argument(
         "--sched",
@@ -299,7 +301,8 @@ async def main() -> int:
     runs = min(max(a.runs, 1), 20)
     sched = json.loads(a.sched)
     engine = Engine(max_num_seqs=SEQS)
-    modes = [("fleet", a.redis)] + ([("local", None)] if a.local else [])
+    setups = [("fleet", a.redis, n) for n in counts]
+    setups += [("local", None, int(n)) for n in a.local.split(",") if n]
     rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
@@ -307,7 +310,7 @@ async def main() -> int:
             result: dict[str, Any] = {
                 "capacity": await setup(a, engine, tmp, 1, None, {"enabled": False})
             }
-            for (mode, redis), procs in itertools.product(modes, counts):
+            for mode, redis, procs in setups:
                 result[f"{mode}-{procs}"] = await setup(a, engine, tmp, procs, redis, sched)
             capacity = result["capacity"]["tokens_per_s"]
             for name, r in result.items():

@@ -24,12 +24,14 @@ from fleetgate.batches.feature import BatchesFeature
 from fleetgate.cache.feature import CacheFeature
 from fleetgate.compat.litellm import LiteLLMFeature
 from fleetgate.config.loader import load_config
+from fleetgate.config.reload import ReloadRules
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.sections import Declared, check_sections
 from fleetgate.config.settings import Settings
 from fleetgate.console import ConsoleFeature
 from fleetgate.core import Core
 from fleetgate.cost.feature import CostFeature
+from fleetgate.disclosure.feature import DisclosureFeature
 from fleetgate.errors import ConfigError
 from fleetgate.feature import (
     BuildsFeature,
@@ -38,6 +40,7 @@ from fleetgate.feature import (
     migration_folders,
     switched_off_routes,
 )
+from fleetgate.insights.feature import InsightsFeature
 from fleetgate.mcp.feature import McpFeature
 from fleetgate.multimodal.feature import MultimodalFeature
 from fleetgate.providers.registry import ProviderRegistry
@@ -67,6 +70,7 @@ __all__ = ["FEATURES", "MIGRATIONS", "SECTIONS", "build_features", "build_state"
 FEATURES: tuple[BuildsFeature, ...] = (
     CoreFeature,  # routes, health, access log, config watch; closes the shared last
     SemanticFeature,  # `model: auto` -> an alias, before everything that depends on the alias
+    DisclosureFeature,  # the alias's registered model name and filing number on every answer
     TenancyFeature,  # may this key use the alias, within limits; settles and bills after
     MultimodalFeature,  # images, audio, prompt assembly (checks below see transcripts)
     SafetyFeature,  # input, output and stream guardrails
@@ -77,6 +81,7 @@ FEATURES: tuple[BuildsFeature, ...] = (
     WakeFeature,  # holds requests for pools scaled to zero or asleep; puts idle engines to sleep
     ReleasesFeature,  # model registry: aliases that follow a stage, evaluations, gates
     CostFeature,  # GPU cost (the `cost:` section)
+    InsightsFeature,  # end users, sessions and plans per request; business metrics, key report
     BatchesFeature,  # Files + Batch APIs; lines run the path above
     ResponsesFeature,  # /v1/responses: bridged to the chat path, stored per tenant
     ConsoleFeature,  # the web console at /ui and sign-in
@@ -128,6 +133,7 @@ def build_state(
         providers.create,
         strategies or StrategyRegistry.with_builtins(engine_aware),
         path=settings.config_path if config is None else None,
+        reload_rules=ReloadRules.of(SECTIONS),
     )
     tables.on_reload = lambda source, result: metrics.config_reloads.labels(result, source).inc()
     health = HealthTracker(cfg.health, metrics, lambda: tables.table.deployments())
@@ -228,7 +234,8 @@ def create_app(
     app[GATEWAY] = gw
     app.router.add_routes(features.routes())
     for cls in switched_off(gw.core.config):  # its admin routes say so, naming the switch
-        app.router.add_routes(switched_off_routes(cls, gw.core.access))
+        if cls.name not in features.names():  # unless an extra feature of its name serves
+            app.router.add_routes(switched_off_routes(cls, gw.core.access))
     app.router.add_routes([unsupported.route()])  # last: OpenAI APIs no route above serves
     gw.tables.subscribe(lambda table: features.reconfigure(table.config))
     if settings.workers > 1 and gw.worker_metrics is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,7 +81,7 @@ def test_the_report_prints_no_none(tmp_path: Path) -> None:
     from fleetgate.bench.html_report import render_html
 
     def point(rate: float) -> PointResult:
-        s = {c: float(rate) for c in POINT_COLUMNS}
+        s: dict[str, Any] = {c: float(rate) for c in POINT_COLUMNS}
         s.update(load_kind="rate", completed=10, failed=0, request_goodput=None,
                  p95_e2el_ms=100.0 + rate)  # fmt: skip
         return PointResult(s, [])

@@ -122,14 +122,14 @@ async def test_the_console_end_to_end(console: Console, fake: FakeUpstream) -> N
         await sign_in(page, url, MASTER)
         key_id = await _key_id(console, search_id, key)
 
-        async def in_spend() -> bool:
+        async def in_spend() -> bool:  # by name, the id on hover
             await page.goto(url + "/ui/spend?group=key")
-            return key_id in await page.locator("table").inner_text()
+            return await page.locator(f"table span[title='{key_id}']").count() == 1
 
         assert await eventually(in_spend), "the playground's request is not in spend"
         await page.get_by_label("Group by").select_option("team")
         await page.get_by_role("button", name="Show").click()
-        await page.wait_for_selector("text=search")
+        await page.wait_for_selector("table >> text=search")
         await checked(page, "spend")
         async with page.expect_download() as download:
             await page.get_by_role("link", name="Download CSV").click()
@@ -145,7 +145,7 @@ async def test_the_console_end_to_end(console: Console, fake: FakeUpstream) -> N
         await checked(page, "overview")
 
         await page.goto(url + "/ui/audit?kind=request")
-        assert key_id in await page.locator("#audit-rows").inner_text()
+        assert await page.locator(f"#audit-rows span[title='{key_id}']").count() >= 1
         await page.get_by_label("Search").fill("key.create")
         await page.get_by_label("Log", exact=True).select_option("admin")
         await page.get_by_role("button", name="Filter").click()
@@ -178,6 +178,7 @@ async def test_the_console_end_to_end(console: Console, fake: FakeUpstream) -> N
         # Revoke the key: the next call with it is refused.
         await page.goto(url + f"/ui/teams/{search_id}")
         await page.get_by_role("button", name=f"Revoke key {key_id}").click()
+        await page.get_by_role("button", name=f"Revoke key {key_id}").click()  # confirmed
         await page.wait_for_url(f"**/ui/teams/{search_id}")
         assert await eventually(lambda: _refused(console, key)), "the revoked key still works"
         await sign_out(page)

@@ -85,23 +85,31 @@ async def test_a_new_key_is_shown_once_and_revoking_it_ends_its_use(console: Con
     async with s:
         async with s.get(console.url + f"/ui/teams/{team_id}") as resp:
             token = csrf_of(await resp.text())
+        form = {"csrf": token, "role": "user", "rpm": "60", "max_budget_usd": "5"}
         async with s.post(
-            console.url + f"/ui/teams/{team_id}/keys",
-            data={"csrf": token, "role": "user", "rpm": "60", "max_budget_usd": "5"},
-        ) as resp:
-            assert resp.status == 201
+            console.url + f"/ui/teams/{team_id}/keys", data=form, allow_redirects=False
+        ) as resp:  # POST-redirect-GET: the key is not in the POST's answer nor its URL
+            assert resp.status == 302
+            assert resp.headers["Location"] == f"/ui/teams/{team_id}"
+            assert "sk-fg-" not in await resp.text()
+        async with s.get(console.url + resp.headers["Location"]) as resp:
             html = await resp.text()
         key = html.split('id="new-key">', 1)[1].split("<", 1)[0]
         assert key.startswith("sk-fg-")
-        async with s.get(console.url + f"/ui/teams/{team_id}") as resp:
+        async with s.get(console.url + f"/ui/teams/{team_id}") as resp:  # the flash was once
             assert key not in await resp.text()
         assert await console.chat(key) == 200
         status, keys = await console.admin("GET", f"/admin/keys?team={team_id}")
         made = next(k for k in keys["data"] if k["rpm"] == 60)
         assert made["max_budget_usd"] == 5.0 and made["budget_period"] == "monthly"
+        revoke = console.url + f"/ui/keys/{made['id']}/revoke"
+        async with s.post(revoke, data={"csrf": token, "team": team_id}) as resp:
+            assert resp.status == 200  # a confirmation page: nothing revoked yet
+            assert f"Revoke key {made['id']}?" in await resp.text()
+        assert await console.chat(key) == 200
         async with s.post(
-            console.url + f"/ui/keys/{made['id']}/revoke",
-            data={"csrf": token, "team": team_id},
+            revoke,
+            data={"csrf": token, "team": team_id, "confirmed": "yes"},
             allow_redirects=False,
         ) as resp:
             assert resp.status == 302
@@ -139,7 +147,8 @@ async def test_a_team_admin_sees_only_its_own_team(console: Console) -> None:
         async with s.get(console.url + f"/ui/teams/{mine}") as resp:
             token = csrf_of(await resp.text())
         async with s.post(
-            console.url + f"/ui/keys/{other_key_id}/revoke", data={"csrf": token}
+            console.url + f"/ui/keys/{other_key_id}/revoke",
+            data={"csrf": token, "confirmed": "yes"},
         ) as resp:
             assert resp.status == 404
     # ... and the JSON behind the pages

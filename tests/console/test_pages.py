@@ -116,14 +116,23 @@ async def test_the_registry_page_promotes_through_the_gate_and_rolls_back(
         assert "Roll production of chat back to v1" in html and "(forced)" in html
         # the form is drawn with production's version: sent twice (a double click), the
         # second does not roll the first back: production no longer holds v2, a 409 says so
-        status, _ = await _post(s, url + "/chat/rollback", {"csrf": token, "expected": "v2"})
+        back = {"csrf": token, "expected": "v2"}
+        status, html = await _post(s, url + "/chat/rollback", back)  # asks first
+        assert status == 200 and "Roll production of chat back?" in html
+        assert (await gw.admin("GET", "/admin/registry/models/chat"))[1]["stages"][
+            "production"
+        ] == "v2"
+        back["confirmed"] = "yes"
+        status, _ = await _post(s, url + "/chat/rollback", back)
         assert status == 302
-        status, html = await _post(s, url + "/chat/rollback", {"csrf": token, "expected": "v2"})
+        status, html = await _post(s, url + "/chat/rollback", back)
         assert status == 409 and "holds &#39;v1&#39;, not &#39;v2&#39;" in html, html
         stages = (await gw.admin("GET", "/admin/registry/models/chat"))[1]["stages"]
         assert stages["production"] == "v1" and stages["previous"] == "v2"
         # drawn when production was empty: 409 on the page, nothing moves
-        status, html = await _post(s, url + "/chat/rollback", {"csrf": token, "expected": ""})
+        status, html = await _post(
+            s, url + "/chat/rollback", {"csrf": token, "expected": "", "confirmed": "yes"}
+        )
         assert status == 409 and "not None as expected" in html
         # bad form values are 400s on the page, not 500s
         status, _ = await _post(s, promote, {"csrf": token, "stage": "bad stage!", "version": "v1"})
@@ -215,13 +224,17 @@ async def test_the_queue_page_shows_pools_and_a_team_admin_only_its_team(
         assert status == 200 and 'href="/ui/queues"' in html
         assert 'hx-trigger="every 5s"' in html  # refreshes itself
         assert '<h2 id="pool-1">tiny</h2>' in html
-        assert f"<code>{search}</code>" in html and f"<code>{ads}</code>" in html
+        # teams by name, the id on hover
+        assert f'title="{search}">search</span>' in html and f'title="{ads}">ads</span>' in html
+        # nothing queued: no "would wait" figure, the mean service time said as what it is
+        assert "would wait" in html and "no wait: admitted at once" in html
+        assert "Nothing is queued in tiny" in html and "mean service time, not a wait" in html
         assert (await _get(s, console.url + "/ui/queues?page=x"))[0] == 400
     a = await console.signed_in(admin_key)
     async with a:
         status, html = await _get(a, console.url + "/ui/queues")
         assert status == 200
-        assert f"<code>{search}</code>" in html and ads not in html
+        assert f'title="{search}">search</span>' in html and ads not in html
     # the JSON behind it answers the team admin the same
     status, body = await console.admin("GET", "/admin/queues", admin_key)
     assert status == 200 and set(body["data"][0]["teams"]) == {search}

@@ -15,7 +15,7 @@ from fleetgate.epp import protocol
 from fleetgate.epp.endpoints import endpoint_of
 from fleetgate.epp.exchange import EppOptions, Exchange
 from fleetgate.epp.picker import EndpointPicker
-from fleetgate.errors import Overloaded
+from fleetgate.errors import Overloaded, RateLimited
 from tests.conftest import MASTER, GatewayFactory
 
 A, B, C = "127.0.0.1:18001", "127.0.0.1:18002", "127.0.0.1:18003"
@@ -43,12 +43,17 @@ def _exchange(gw: GatewayState, **options: Any) -> Exchange:
 
 
 def _headers(
-    path: str = "/v1/chat/completions", key: str = MASTER, subset: list[str] | None = None
+    path: str = "/v1/chat/completions",
+    key: str = MASTER,
+    subset: list[str] | None = None,
+    extra: dict[str, str] | None = None,
 ) -> Any:
     msg = ext_proc.ProcessingRequest()
     h = msg.request_headers.headers.headers
     h.add(key=":path", raw_value=path.encode())
     h.add(key="authorization", raw_value=f"Bearer {key}".encode())
+    for name, value in (extra or {}).items():
+        h.add(key=name, raw_value=value.encode())
     if subset is not None:
         value = struct_pb2.Struct()
         value.update({protocol.SUBSET: subset})
@@ -217,3 +222,45 @@ async def test_header_only_mode_bills_an_answer_at_max_tokens_and_a_failure_not_
     assert (served.completion_tokens, served.tags["epp_billing"][:11]) == (33, "header-only")
     assert served.prompt_tokens > 0
     assert (failed.deployment, failed.completion_tokens, failed.status) == (None, 0, 502)
+
+
+async def test_the_callers_trace_continues_to_the_engine(gateway: GatewayFactory) -> None:
+    gw = await _gateway(gateway)
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    ex = _exchange(gw)
+    await ex.handle(_headers(extra={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}))
+    headers, _ = _sent(await ex.handle(_body(CHAT)))
+    assert headers["traceparent"].split("-")[1] == trace_id
+    assert headers["x-request-id"]
+    await ex.close()
+
+
+class _Refusing:
+    name = "refusing"
+
+    def __init__(self) -> None:
+        self.after_calls = 0
+
+    async def before(self, req: Any) -> None:
+        raise RateLimited("slow down", retry_after=3)
+
+    def after(self, req: Any, outcome: Any) -> None:
+        self.after_calls += 1
+
+
+async def test_a_stage_refusal_is_a_429_recorded_and_settled_once(
+    gateway: GatewayFactory,
+) -> None:
+    refusing = _Refusing()
+    client = await gateway(_config(), stages=[refusing])
+    gw = client.app[GATEWAY]
+    records: list[Any] = []
+    ex = Exchange(gw, EndpointPicker(gw.dispatcher, gw.tables, gw.health, 0), EppOptions(),
+                  record=records.append)  # fmt: skip
+    await ex.handle(_headers())
+    reply = await ex.handle(_body(CHAT))
+    assert reply.immediate_response.status.code == 429
+    await ex.close()
+    assert (len(records), refusing.after_calls) == (1, 0)  # its before failed: no after
+    assert records[0].outcome.status == 429
+    assert not ex.open

@@ -43,6 +43,6 @@ async def get_config(request: web.Request) -> web.Response:
     parts of it that wait for a restart to take effect (``restart_required``)."""
     gw, _, _ = _master(request)
     data = redact_config(gw.tables.table.config.model_dump(mode="json"))
-    pending = restart_sections(gw.tables.started, gw.tables.source)
+    pending = restart_sections(gw.tables.started, gw.tables.source, gw.tables.reload_rules)
     return json_reply({"generation": gw.tables.generation, "config": data,
                        "restart_required": pending})  # fmt: skip

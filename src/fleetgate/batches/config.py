@@ -49,5 +49,9 @@ class BatchesConfig(BaseModel):
     max_line_attempts: int = Field(3, gt=0, le=100)
 
 
-BATCHES_SECTION = Section("batches", BatchesConfig)
+BATCHES_SECTION = Section(
+    "batches",
+    BatchesConfig,
+    reload={"": "live", "enabled": "restart"},  # its routes are registered at start
+)
 """The ``batches`` section: the Files and Batch APIs."""

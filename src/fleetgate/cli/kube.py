@@ -1,4 +1,10 @@
-"""``fleetgate kube ensure-secret``: create the deployment's Secret with generated values, once.
+"""``fleetgate kube``: Kubernetes helpers.
+
+``fleetgate kube kueue --config fleetgate.yaml`` prints the Kueue objects (ResourceFlavor,
+WorkloadPriorityClasses, Cohorts, ClusterQueues, LocalQueues) rendered from the config's
+``scheduling`` teams, orgs and ``scheduling.kueue`` (`fleetgate.scheduling.kueue`).
+
+``fleetgate kube ensure-secret``: create the deployment's Secret with generated values, once.
 
 Run in the cluster by the ``fleetgate-secrets`` Job (deploy/kubernetes/components/generated-secret)
 so that no key or password is written in the manifests: it reads the pod's service-account token,
@@ -31,9 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleetgate.errors import ConfigError
+import yaml
 
-__all__ = ["ApiServer", "ensure_secret", "register", "render_values", "run"]
+from fleetgate.config.loader import load_config
+from fleetgate.errors import ConfigError
+from fleetgate.scheduling.config import SCHEDULING_SECTION
+from fleetgate.scheduling.kueue import render
+
+__all__ = ["ApiServer", "ensure_secret", "register", "render_values", "run", "run_kueue"]
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 _KEY = re.compile(r"^[-._a-zA-Z0-9]+$")  # a Secret's key (Kubernetes' rule)
@@ -161,7 +172,26 @@ def register(sub: Any) -> None:
     ensure.add_argument("--set", action="append", default=[], dest="fixed", metavar="KEY=TEMPLATE")
     ensure.add_argument("--api-server", help="default: in-cluster (service-account token)")
     ensure.add_argument("--token-file", type=Path, help="with --api-server")
-    parser.set_defaults(func=run)
+    ensure.set_defaults(func=run)
+    kueue = actions.add_parser(
+        "kueue", help="Kueue ClusterQueues, Cohorts and priority classes from the config"
+    )
+    kueue.add_argument("--config", type=Path, required=True, help="the gateway's config")
+    kueue.add_argument("--output", type=Path, help="write the YAML here (default: stdout)")
+    kueue.set_defaults(func=run_kueue)
+
+
+def run_kueue(args: argparse.Namespace) -> int:
+    scheduling = SCHEDULING_SECTION.of(load_config(args.config, sections=(SCHEDULING_SECTION,)))
+    if scheduling.kueue is None:
+        raise ConfigError("no scheduling.kueue section: set at least gpus_per_slot")
+    objects = render(scheduling, scheduling.kueue)
+    text = "---\n".join(yaml.safe_dump(o, sort_keys=False) for o in objects)
+    if args.output:
+        args.output.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:

@@ -41,6 +41,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="echo mode: this fraction of prompts (chosen by a hash of the prompt, so always "
         "the same ones) is answered with wrong words instead",
     )
+    p.add_argument(
+        "--corrupt-after-tokens",
+        type=int,
+        default=d.corrupt_after_tokens,
+        help="with --corrupt-fraction: a corrupted answer is right for its first N tokens and "
+        "wrong after them (a build that degrades only on long generations)",
+    )
     p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
     p.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens)
     p.add_argument("--max-model-len", type=int, default=d.max_model_len)
@@ -143,6 +150,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         model=args.model,
         mode=args.mode,
         corrupt_fraction=args.corrupt_fraction,
+        corrupt_after_tokens=args.corrupt_after_tokens,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=args.max_model_len,

@@ -4,6 +4,11 @@ Starts two simulated engines, writes a config for the aliases ``fast-small`` and
 under ``./.fleetgate/``, and serves the gateway on 127.0.0.1:4000 with SQLite under that
 directory and in-process limits. The banner (URL, master key, a curl line) is printed once the
 gateway accepts connections.
+
+``fast-small`` has a second deployment at 127.0.0.1:8001 (``--flaky-port``) that nothing
+serves until you start one there, e.g. a flaky engine (``fleetgate sim --port 8001
+--error-rate 0.5``): until then it is cooled down after its first refused connection, and
+its health probe brings it into rotation once it answers (the README's "Break things").
 """
 
 from __future__ import annotations
@@ -55,13 +60,40 @@ def register(sub: Any) -> None:
         default=4101,
         help="first simulated engine's port; a busy one is replaced by a free one (default: 4101)",
     )
+    parser.add_argument(
+        "--flaky-port",
+        type=int,
+        default=8001,
+        help="port of fast-small's second deployment, served by nothing until you start an "
+        "engine there (default: 8001)",
+    )
     parser.set_defaults(func=run)
 
 
-def default_config(engine_urls: dict[str, str]) -> dict[str, Any]:
-    """The config `up` writes: each alias on its own simulated engine; fast-small → smart."""
+def _deployment(alias: str, url: str, name: str | None = None) -> dict[str, Any]:
+    dep: dict[str, Any] = {
+        "provider": "openai",
+        "model": "tiny",
+        "api_base": url,
+        "context_window": 32768,
+        "price": {"input_per_mtok": 0.1, "output_per_mtok": 0.4}
+        if alias == "fast-small"
+        else {"input_per_mtok": 1.0, "output_per_mtok": 4.0},
+        "tags": ["local"],
+    }
+    if name is not None:
+        dep["name"] = name
+    return dep
+
+
+def default_config(engine_urls: dict[str, str], flaky_url: str | None = None) -> dict[str, Any]:
+    """The config `up` writes: each alias on its own simulated engine; fast-small → smart;
+    ``flaky_url``: a second fast-small deployment (named ``flaky``) for an engine you start."""
     models = []
     for alias, url in engine_urls.items():
+        deployments = [_deployment(alias, url)]
+        if alias == "fast-small" and flaky_url is not None:
+            deployments.append(_deployment(alias, flaky_url, "flaky"))
         models.append(
             {
                 "alias": alias,
@@ -69,18 +101,7 @@ def default_config(engine_urls: dict[str, str]) -> dict[str, Any]:
                 "fallbacks": [a for a in engine_urls if a != alias][:1]
                 if alias == "fast-small"
                 else [],
-                "deployments": [
-                    {
-                        "provider": "openai",
-                        "model": "tiny",
-                        "api_base": url,
-                        "context_window": 32768,
-                        "price": {"input_per_mtok": 0.1, "output_per_mtok": 0.4}
-                        if alias == "fast-small"
-                        else {"input_per_mtok": 1.0, "output_per_mtok": 4.0},
-                        "tags": ["local"],
-                    }
-                ],
+                "deployments": deployments,
             }
         )
     return {"models": models}
@@ -143,26 +164,31 @@ def run(args: argparse.Namespace) -> int:
     key = _master_key(data_dir)
     procs, urls = _start_engines(args.engine_port, data_dir)
     config_path = data_dir / "config.yaml"
-    config_path.write_text(yaml.safe_dump(default_config(urls), sort_keys=False))
+    flaky = f"http://127.0.0.1:{args.flaky_port}/v1"
+    config_path.write_text(yaml.safe_dump(default_config(urls, flaky), sort_keys=False))
     base = f"http://127.0.0.1:{args.port}"
     try:  # whatever happens from here on, the engines are stopped
         settings = Settings.from_env(
             master_key=key, config_path=config_path, port=args.port, data_dir=data_dir
         )
         _use_uvloop()
-        banner = partial(print_banner, base, key, config_path, list(urls))
+        banner = partial(print_banner, base, key, config_path, list(urls), args.flaky_port)
         asyncio.run(serve_forever(settings, on_listening=banner))
     finally:
         _stop(procs)
     return 0
 
 
-def print_banner(base: str, key: str, config_path: Path, aliases: list[str]) -> None:
+def print_banner(
+    base: str, key: str, config_path: Path, aliases: list[str], flaky_port: int | None = None
+) -> None:
     """What a new user needs: the URL, the master key, the aliases and a request to try."""
     print(f"fleetgate is up at {base}/v1")
     print(f"  master key: {key}")
     print(f"  config:     {config_path}  (edit it: changes apply without a restart)")
     print(f"  aliases:    {', '.join(aliases)}  (simulated engines: they answer made-up words)")
+    if flaky_port is not None:
+        print(f"  fast-small also routes to 127.0.0.1:{flaky_port} once an engine answers there")
     print(
         f"  try: curl {base}/v1/chat/completions -H 'Authorization: Bearer {key}' "
         "-H 'Content-Type: application/json' "

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -40,6 +40,7 @@ from fleetgate.config.schema import AliasConfig, GatewayConfig, section_problems
 from fleetgate.errors import ConfigError
 
 __all__ = [
+    "Effect",
     "AliasSection",
     "Declared",
     "OptionalSection",
@@ -90,6 +91,10 @@ def switched_on(config: GatewayConfig, name: str, *, opt_in: bool = False) -> bo
         return True  # refused by its declaration, naming the field
 
 
+Effect = Literal["live", "restart"]
+"""How a config reload applies a change: at once (``live``) or at the next restart."""
+
+
 @dataclass(frozen=True)
 class _Declaration(Generic[M]):
     name: str
@@ -97,6 +102,13 @@ class _Declaration(Generic[M]):
     # A check against the rest of the config (an alias it names must be configured); raises
     # `ValueError`, reported under the section's name.
     check: Callable[[M, GatewayConfig], None] | None = None
+    # How a reload applies a change inside the section, by path within it ("" the section
+    # itself, "servers.*" any one server); the longest matching path decides, and a section
+    # naming none needs a restart (`fleetgate.config.reload`).
+    reload: Mapping[str, Effect] = field(default_factory=dict)
+    # Paths (as in ``reload``) whose appearance or removal needs a restart whatever the rule
+    # of their fields ("": the section itself, when adding it adds a stage at build)
+    presence_restart: tuple[str, ...] = ()
 
     @property
     def optional(self) -> bool:

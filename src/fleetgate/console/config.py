@@ -138,7 +138,11 @@ class ConsoleConfig(BaseModel):
         return self
 
 
-CONSOLE_SECTION = Section("console", ConsoleConfig)
+CONSOLE_SECTION = Section(
+    "console",
+    ConsoleConfig,
+    reload={"": "live", "enabled": "restart", "oidc": "restart", "jwt": "restart"},
+)
 """The ``console`` section (absent: the defaults; ``enabled: false`` switches it off)."""
 
 

@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from fleetgate.console.config import ConsoleConfig
+from fleetgate.console.names import Names
 from fleetgate.console.render import Renderer
 from fleetgate.console.sessions import COOKIE, Session, Sessions, cookie_is_secure, same_token
 from fleetgate.contract.principal import Principal
@@ -110,7 +111,35 @@ class Console:
             raise PermissionDenied("Your role may not open this page.")
         if request.method not in ("GET", "HEAD"):
             await self.check_csrf(request, session.csrf)
+        elif session.has_flash and "HX-Request" not in request.headers:
+            session.flash = await self.sessions.take_flash(session.id)  # shown by this page only
         return session
+
+    async def flash(self, session: Session, message: str, **extra: Any) -> None:
+        """A message for the page the next redirect lands on, kept server-side in the session
+        (never in the URL) and shown once: a reload does not show it again."""
+        await self.sessions.set_flash(session.id, {"message": message, **extra})
+
+    async def confirmed(
+        self,
+        request: web.Request,
+        session: Session,
+        *,
+        question: str,
+        button: str,
+        back: str,
+    ) -> web.Response | None:
+        """None when the posted form says ``confirmed=yes``; else a page asking ``question``
+        whose form posts the same fields again, confirmed (no JavaScript needed), with a
+        way ``back``."""
+        form = await self.form(request)
+        if form.get("confirmed") == "yes":
+            return None
+        fields = {k: v for k, v in form.items() if k not in ("csrf", "confirmed")}
+        return self.page(
+            request, session, "confirm.html", question=question, button=button, back=back,
+            action=request.path, fields=fields,
+        )  # fmt: skip
 
     async def check_csrf(self, request: web.Request, expected: str) -> None:
         """403 unless the request carries ``expected`` (header or form field ``csrf``)."""
@@ -149,8 +178,14 @@ class Console:
             nav=[(p, label) for p, label, roles in NAV if role in roles],
             here=request.path,
             csrf=session.csrf,
+            names=self.names(),
+            flash=session.flash,
             **context,
         )
+
+    def names(self) -> Names:
+        """Team and key names (with their ids on hover) from the key cache."""
+        return Names(self._tenancy.cache.snapshot)
 
     async def error_page(self, request: web.Request, exc: FleetgateError) -> web.Response:
         """A refused page as a page (the same status), for people rather than programs."""
@@ -161,12 +196,14 @@ class Console:
                 raise
             session = None
         titles = {401: "Sign in first", 403: "Not for your role", 404: "Not found"}
-        context: dict[str, Any] = {"session": None, "nav": [], "principal": None, "csrf": ""}
+        context: dict[str, Any] = {"session": None, "nav": [], "principal": None, "csrf": "",
+                                   "names": self.names(), "flash": None}  # fmt: skip
         if session is not None:
             role = session.principal.role
             context = {
                 "session": session, "principal": session.principal, "csrf": session.csrf,
                 "nav": [(p, label) for p, label, roles in NAV if role in roles],
+                "names": self.names(), "flash": None,
             }  # fmt: skip
         response = self.renderer.html(
             "error.html", exc.status, code=exc.status, here=request.path,

@@ -4,11 +4,37 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetgate.errors import InvalidRequest
+from fleetgate.errors import ClientError, InvalidRequest
 
-__all__ = ["page_number", "service_body"]
+__all__ = ["LABELS", "in_words", "page_number", "service_body"]
 
 _INTS = ("rpm", "tpm", "max_parallel")
+
+# A form field's name -> its label on the page: refusals name the field as the person saw it.
+LABELS = {
+    "rpm": "Requests per minute",
+    "tpm": "Tokens per minute",
+    "max_parallel": "Max parallel requests",
+    "max_budget_usd": "Budget (USD)",
+    "budget_period": "Budget period",
+    "tags": "Tags",
+    "name": "Team name",
+    "aliases": "Aliases",
+    "user": "User id",
+    "role": "Role",
+    "weights": "Split",
+    "stage": "Stage",
+    "version": "Version",
+}
+
+
+def in_words(exc: ClientError) -> str:
+    """A refusal's message with the internal field names (``'rpm'``) written as their labels
+    (``Requests per minute``), for a person who filled in the form."""
+    message = exc.message
+    for name, label in LABELS.items():
+        message = message.replace(f"'{name}'", label)
+    return message[:1].upper() + message[1:]
 
 
 def _int(form: dict[str, str], name: str) -> int | None:
@@ -16,7 +42,7 @@ def _int(form: dict[str, str], name: str) -> int | None:
     if not raw:
         return None
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 12):
-        raise InvalidRequest(f"'{name}' must be a whole number", param=name)
+        raise InvalidRequest(f"{LABELS[name]} must be a whole number of 0 or more", param=name)
     return int(raw)
 
 
@@ -27,7 +53,9 @@ def _usd(form: dict[str, str], name: str) -> float | None:
     try:
         value = float(raw)
     except ValueError:
-        raise InvalidRequest(f"'{name}' must be a number of dollars", param=name) from None
+        raise InvalidRequest(f"{LABELS[name]} must be a number of dollars", param=name) from None
+    if not 0 <= value < 1e12:  # also NaN
+        raise InvalidRequest(f"{LABELS[name]} must be 0 or more dollars", param=name)
     return value
 
 
@@ -39,7 +67,7 @@ def _tags(raw: str) -> dict[str, str]:
             continue
         key, sep, value = part.partition("=")
         if not sep or not key.strip():
-            raise InvalidRequest("tags are written key=value, separated by commas", param="tags")
+            raise InvalidRequest("Tags are written key=value, separated by commas", param="tags")
         tags[key.strip()] = value.strip()
     return tags
 

@@ -1,5 +1,10 @@
 """Teams and keys: list and create teams (master), create keys (shown once) and revoke them.
 
+Every form answers with a redirect (POST-redirect-GET): a reload never creates a second key.
+A created key is shown once through the session's flash (server-side, never in the URL). A
+refused form comes back with every value kept and the field named by its label; a revoke asks
+for confirmation first (`Console.confirmed`, no JavaScript needed).
+
 Everything goes through `fleetgate.tenancy.service.TenancyService`, so the rules (a team admin
 manages only its own team, only the master key makes admin keys) and the audit are the admin
 API's own.
@@ -12,7 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from fleetgate.console.core import ADMINS, Console
-from fleetgate.console.forms import page_number, service_body
+from fleetgate.console.forms import in_words, page_number, service_body
 from fleetgate.console.sessions import Session
 from fleetgate.errors import ClientError
 
@@ -35,10 +40,17 @@ class KeyPages:
         ]
 
     async def _teams_page(
-        self, request: web.Request, session: Session, error: str | None = None, status: int = 200
+        self,
+        request: web.Request,
+        session: Session,
+        error: str | None = None,
+        status: int = 200,
+        values: dict[str, str] | None = None,
     ) -> web.Response:
         teams = await self.console.tenancy.service.list_teams(session.principal)
-        return self.console.page(request, session, "teams.html", status, teams=teams, error=error)
+        return self.console.page(
+            request, session, "teams.html", status, teams=teams, error=error, values=values
+        )
 
     async def teams(self, request: web.Request) -> web.Response:
         session = await self.console.require(request, ADMINS)
@@ -51,7 +63,8 @@ class KeyPages:
             body = service_body(form, "name")
             team = await self.console.tenancy.service.create_team(session.principal, body)
         except ClientError as exc:
-            return await self._teams_page(request, session, exc.message, exc.status)
+            return await self._teams_page(request, session, in_words(exc), exc.status, form)
+        await self.console.flash(session, f"Team {team['name']} created.")
         raise web.HTTPFound(f"/ui/teams/{team['id']}")
 
     async def _team_page(
@@ -69,7 +82,7 @@ class KeyPages:
         size = self.console.config.page_size
         page = page_number(request.query.get("page"))
         shown = keys[(page - 1) * size : page * size]
-        context: dict[str, Any] = {"new_key": None, "error": None, **extra}
+        context: dict[str, Any] = {"error": None, "refused": None, "values": None, **extra}
         return self.console.page(
             request, session, "team.html", status, team=team, keys=shown, page=page,
             more=len(keys) > page * size, total=len(keys), **context,
@@ -88,9 +101,29 @@ class KeyPages:
             body["team"] = ref
             created = await self.console.tenancy.service.create_key(session.principal, body)
         except ClientError as exc:
-            return await self._team_page(request, session, ref, exc.status, error=exc.message)
-        # The key is in this one response and nowhere else (only its hash is stored).
-        return await self._team_page(request, session, ref, 201, new_key=created)
+            return await self._refused(request, session, ref, exc, "create-key", form)
+        # The key is in the flash the next page takes (sealed, then cleared) and nowhere else
+        # (only its hash is stored).
+        await self.console.flash(
+            session,
+            f"Key {created['id']} created. Copy it now: it is shown this once and never again.",
+            new_key=created["key"],
+        )
+        raise web.HTTPFound(f"/ui/teams/{created['team_id']}")
+
+    async def _refused(
+        self,
+        request: web.Request,
+        session: Session,
+        ref: str,
+        exc: ClientError,
+        which: str,
+        form: dict[str, str],
+    ) -> web.Response:
+        """The team's page again with the refusal in words and the refused form's values."""
+        return await self._team_page(
+            request, session, ref, exc.status, error=in_words(exc), refused=which, values=form
+        )
 
     async def team_limits(self, request: web.Request) -> web.Response:
         session = await self.console.require(request, ("master",))
@@ -101,30 +134,41 @@ class KeyPages:
                 session.principal, "team", ref, service_body(form)
             )
         except ClientError as exc:
-            return await self._team_page(request, session, ref, exc.status, error=exc.message)
+            return await self._refused(request, session, ref, exc, "team-limits", form)
+        await self.console.flash(session, "Team limits saved.")
         raise web.HTTPFound(f"/ui/teams/{ref}")
 
     async def key_limits(self, request: web.Request) -> web.Response:
         session = await self.console.require(request, ADMINS)
         form = await self.console.form(request)
         team = _team_ref(form)
+        key_id = request.match_info["key_id"]
         try:
             await self.console.tenancy.service.set_limits(
-                session.principal, "key", request.match_info["key_id"], service_body(form)
+                session.principal, "key", key_id, service_body(form)
             )
         except ClientError as exc:
             if team is None or exc.status == 404:
                 raise
-            return await self._team_page(request, session, team, exc.status, error=exc.message)
+            return await self._refused(request, session, team, exc, f"key-limits-{key_id}", form)
+        await self.console.flash(session, f"Limits of {key_id} saved.")
         raise web.HTTPFound(f"/ui/teams/{team}" if team else "/ui/teams")
 
     async def revoke_key(self, request: web.Request) -> web.Response:
         session = await self.console.require(request, ADMINS)
         key_id = request.match_info["key_id"]
         form = await self.console.form(request)
-        await self.console.tenancy.service.revoke_key(session.principal, key_id)
         team = _team_ref(form)
-        raise web.HTTPFound(f"/ui/teams/{team}" if team else "/ui/teams")
+        back = f"/ui/teams/{team}" if team else "/ui/teams"
+        ask = await self.console.confirmed(
+            request, session, question=f"Revoke key {key_id}?", button=f"Revoke key {key_id}",
+            back=back,
+        )  # fmt: skip
+        if ask is not None:
+            return ask
+        await self.console.tenancy.service.revoke_key(session.principal, key_id)
+        await self.console.flash(session, f"Key {key_id} revoked: it is refused from now on.")
+        raise web.HTTPFound(back)
 
 
 def _team_ref(form: dict[str, str]) -> str | None:

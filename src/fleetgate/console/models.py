@@ -10,11 +10,12 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from fleetgate.console.core import ADMINS, Console
+from fleetgate.console.forms import in_words
 from fleetgate.console.sessions import Session
 from fleetgate.errors import ClientError, InvalidRequest, NotFound, ServiceUnavailable
 from fleetgate.routing.canary import Split
 
-__all__ = ["ModelPages", "Rollouts"]
+__all__ = ["ModelPages", "Rollouts", "placeholder"]
 
 log = logging.getLogger("fleetgate.console")
 
@@ -39,6 +40,16 @@ def _weights(raw: str) -> dict[str, float]:
         if not sep or not version.strip():
             raise InvalidRequest("weights are written version=percent, ...", param="weights")
     return out
+
+
+def placeholder(versions: list[str]) -> str:
+    """An example split over the alias's real versions: the first keeps the most traffic
+    (``v1=90, v2=10``; ``a=80, b=10, c=10``; one version: ``v1=100``)."""
+    if not versions:
+        return ""
+    rest = 10 if len(versions) <= 10 else 100 // len(versions)
+    first = 100 - rest * (len(versions) - 1)
+    return ", ".join(f"{v}={first if i == 0 else rest}" for i, v in enumerate(versions))
 
 
 class ModelPages:
@@ -83,14 +94,21 @@ class ModelPages:
         for alias, entry in aliases.items():
             split = canary.get(alias) if canary is not None else None
             entry["split"] = split.to_dict() if split is not None else None
+            entry["versions"] = sorted({d["version"] for d in entry["deployments"]})
+            entry["placeholder"] = placeholder(entry["versions"])
         return sorted(aliases.values(), key=lambda e: e["alias"])
 
     async def _page(
-        self, request: web.Request, session: Session, error: str | None = None, status: int = 200
+        self,
+        request: web.Request,
+        session: Session,
+        error: str | None = None,
+        status: int = 200,
+        refused: dict[str, str] | None = None,
     ) -> web.Response:
         return self.console.page(
             request, session, "models.html", status, aliases=self._aliases(session),
-            rollouts=await self._rollouts(), error=error,
+            rollouts=await self._rollouts(), error=error, refused=refused,
             controls=session.principal.is_master and self.console.canary is not None,
         )  # fmt: skip
 
@@ -123,8 +141,11 @@ class ModelPages:
                 )
             split = await canary.set(alias, split)
         except ClientError as exc:
-            return await self._page(request, session, exc.message, exc.status)
+            kept = {"alias": alias, "weights": form.get("weights", ""),
+                    "sticky": form.get("sticky", "")}  # fmt: skip
+            return await self._page(request, session, in_words(exc), exc.status, kept)
         await self.console.record(session.principal, "canary.split.put", alias, split.to_dict())
+        await self.console.flash(session, f"Split of {alias} set.")
         raise web.HTTPFound("/ui/models")
 
     async def clear_split(self, request: web.Request) -> web.Response:
@@ -133,6 +154,13 @@ class ModelPages:
         if canary is None:
             raise ServiceUnavailable("Canary splits are off in this gateway's config.")
         alias, _ = self._alias(request)
+        ask = await self.console.confirmed(
+            request, session, question=f"Clear the canary split of {alias}?",
+            button=f"Clear split of {alias}", back="/ui/models",
+        )  # fmt: skip
+        if ask is not None:
+            return ask
         await canary.clear(alias)
         await self.console.record(session.principal, "canary.split.delete", alias, {})
+        await self.console.flash(session, f"Split of {alias} cleared.")
         raise web.HTTPFound("/ui/models")

@@ -86,8 +86,17 @@ class QueuePage:
         for name, pool in pools:
             view = pool_view(pool, team, now)
             view["admitted_per_s"] = self.rates.read(name, pool.seq)
+            # A wait estimate only where a new request would queue (requests queued ahead of
+            # it, or the pool at its limit); otherwise it is admitted at once, and the mean
+            # service time is shown as what it is, not as a wait.
+            waiting = {
+                band: pool.queue.ahead_of(rank) > 0 or pool.saturated
+                for rank, band in enumerate(BANDS)
+            }
+            view["would_queue"] = waiting
             view["estimated_wait_s"] = {
-                band: pool.estimated_wait(rank) for rank, band in enumerate(BANDS)
+                band: pool.estimated_wait(rank) if waiting[band] else None
+                for rank, band in enumerate(BANDS)
             }
             for t, row in view["teams"].items():
                 row["quota"] = _quota_state(pool, t)

@@ -17,7 +17,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from fleetgate.console.core import Console
-from fleetgate.console.forms import page_number
+from fleetgate.console.forms import in_words, page_number
 from fleetgate.console.sessions import Session
 from fleetgate.contract.principal import Principal
 from fleetgate.errors import ClientError, InvalidRequest
@@ -161,6 +161,15 @@ class RegistryPages:
         return await self._act(request, move)
 
     async def rollback(self, request: web.Request) -> web.Response:
+        session = await self.console.require(request, MASTER)
+        name = request.match_info["model"]
+        ask = await self.console.confirmed(
+            request, session, question=f"Roll production of {name} back?",
+            button=f"Roll production of {name} back", back=f"/ui/registry/{quote(name)}",
+        )  # fmt: skip
+        if ask is not None:
+            return ask
+
         async def roll_back(releases: Any, principal: Principal, name: str, form: Any) -> None:
             await releases.admin.roll_back(principal, name, _expected(form))
 
@@ -182,7 +191,8 @@ class RegistryPages:
         try:
             await action(releases, session.principal, name, form)
         except ClientError as exc:
-            return await self._model_page(request, session, exc.message, exc.status)
+            return await self._model_page(request, session, in_words(exc), exc.status)
+        await self.console.flash(session, f"Done: {name} updated.")
         raise web.HTTPFound(f"/ui/registry/{quote(name)}")
 
 

@@ -43,10 +43,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+import orjson
 from aiohttp import web
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fleetgate.console.tables import console_sessions
@@ -83,6 +84,8 @@ class Session:
     name: str  # what the header shows: "master key", a key hint, an e-mail
     csrf: str
     expires_ms: int
+    has_flash: bool = False  # a one-time message waits for the next page (`take_flash`)
+    flash: dict[str, Any] | None = None  # the message, once a page took it
 
 
 def _id_hash(session_id: str) -> str:
@@ -262,7 +265,36 @@ class Sessions:
             name=row.name,
             csrf=row.csrf,
             expires_ms=row.expires_ms,
+            has_flash=row.flash is not None,
         )
+
+    async def set_flash(self, session_id: str, flash: dict[str, Any]) -> None:
+        """Keep ``flash`` for the session's next page (sealed: it may hold a new key)."""
+        sealed = _seal(session_id, orjson.dumps(flash).decode())
+        async with self.db.engine.begin() as conn:
+            await conn.execute(
+                update(console_sessions)
+                .where(console_sessions.c.id_hash == _id_hash(session_id))
+                .values(flash=sealed)
+            )
+
+    async def take_flash(self, session_id: str) -> dict[str, Any] | None:
+        """The session's flash, once: the page that takes it clears it (of two pages taking
+        it at once, one gets it)."""
+        key = _id_hash(session_id)
+        t = console_sessions.c
+        async with self.db.engine.begin() as conn:
+            sealed = await conn.scalar(select(t.flash).where(t.id_hash == key))
+            if sealed is None:
+                return None
+            taken = await conn.execute(
+                update(console_sessions)
+                .where(t.id_hash == key, t.flash == sealed)
+                .values(flash=None)
+            )
+        plain = _unseal(session_id, sealed) if taken.rowcount == 1 else None
+        value = orjson.loads(plain) if plain else None
+        return value if isinstance(value, dict) else None
 
     async def close(self, session_id: str) -> None:
         """End the session on every replica."""

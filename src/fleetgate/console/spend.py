@@ -12,10 +12,12 @@ from urllib.parse import urlencode
 from aiohttp import web
 from markupsafe import Markup
 
-from fleetgate.console.charts import bar_chart
+from fleetgate.console.charts import bar_chart, line_chart
 from fleetgate.console.core import Console
 from fleetgate.console.forms import page_number
+from fleetgate.console.names import Names
 from fleetgate.console.sessions import Session
+from fleetgate.console.spend_series import SERIES_GROUPS, STEPS, Series, spend_series
 from fleetgate.csv_export import csv_text
 from fleetgate.errors import InvalidRequest, PermissionDenied
 from fleetgate.tenancy.reports import GROUPS, spend_report
@@ -91,8 +93,28 @@ class SpendPages:
         )
         rows.sort(key=lambda r: r["spend_nusd"], reverse=True)
         view = {"group": group, "since": since.isoformat(), "until": until.isoformat(),
-                "team": team_ref}  # fmt: skip
+                "team": team_ref, "team_id": team_id or ""}  # fmt: skip
         return view, rows
+
+    async def _series(
+        self, request: web.Request, session: Session, view: dict[str, Any]
+    ) -> tuple[dict[str, str], Series]:
+        """The over-time chart's choices (``over``: team or alias, ``step``: day or hour)
+        and its series over the page's dates."""
+        q = request.query
+        over = q.get("over", "team")
+        if over not in SERIES_GROUPS:
+            raise InvalidRequest(f"'over' must be one of {', '.join(SERIES_GROUPS)}", param="over")
+        days = (date.fromisoformat(view["until"]) - date.fromisoformat(view["since"])).days + 1
+        step = q.get("step") or ("hour" if days <= 2 else "day")
+        if step not in STEPS:
+            raise InvalidRequest("'step' must be day or hour", param="step")
+        series = await spend_series(
+            self.console.tenancy.db, session.principal, over, step,
+            _ms(date.fromisoformat(view["since"])),
+            _ms(date.fromisoformat(view["until"])) + _DAY_MS, view["team_id"] or None,
+        )  # fmt: skip
+        return {"over": over, "step": step}, series
 
     async def page(self, request: web.Request) -> web.Response:
         session = await self.console.require(request, SPEND_ROLES)
@@ -102,16 +124,18 @@ class SpendPages:
         page = page_number(request.query.get("page"))
         shown = rows[(page - 1) * size : page * size]
         group = view["group"]
+        names = self.console.names()
 
-        def label(r: dict[str, Any]) -> str:
-            value = r.get("team_name") or r.get(group)
-            return str(value) if value is not None else "(none)"
+        def label(r: dict[str, Any]) -> Any:
+            return names.group(group, r.get(group), r.get("team_name"))
 
         chart = bar_chart(
             f"Spend by {group}, {view['since']} to {view['until']} (USD)",
-            [(label(r), float(r["spend_usd"])) for r in rows],
+            [(str(label(r).striptags()), float(r["spend_usd"])) for r in rows],
             "$",
         )
+        over, series = await self._series(request, session, view)
+        over_time = _over_time(names, view, over, series)
         totals = {
             "spend_usd": sum(r["spend_usd"] for r in rows),
             "requests": sum(r["requests"] for r in rows),
@@ -120,6 +144,7 @@ class SpendPages:
             request, session, "spend.html", view=view, rows=shown, groups=GROUPS,
             chart=Markup(chart), totals=totals, page=page, more=len(rows) > page * size,
             label=label, query=_query(view), took_ms=(time.perf_counter() - started) * 1000,
+            over=over, over_time=Markup(over_time), clipped=series.clipped,
         )  # fmt: skip
 
     async def csv(self, request: web.Request) -> web.Response:
@@ -138,4 +163,15 @@ class SpendPages:
 
 
 def _query(view: dict[str, str]) -> str:
-    return urlencode({k: v for k, v in view.items() if v})
+    return urlencode({k: v for k, v in view.items() if v and k != "team_id"})
+
+
+def _over_time(names: Names, view: dict[str, str], over: dict[str, str], series: Series) -> str:
+    fmt = "%m-%d" if over["step"] == "day" else "%m-%d %Hh"
+    ticks = [datetime.fromtimestamp(s / 1000, UTC).strftime(fmt) for s in series.starts]
+    lines = [
+        ("other" if v is None else names.team_name(v) if over["over"] == "team" else v, values)
+        for v, values in series.lines
+    ]
+    title = f"Spend per {over['step']} by {over['over']}, {view['since']} to {view['until']} (USD)"
+    return line_chart(title, ticks, lines, "$")

@@ -1,6 +1,7 @@
 """The console's table: sign-in sessions shared by every replica.
 
-Created by ``tenancy/migrations/0011_spend_rollup.py`` (one revision with the spend rollup).
+Created by ``tenancy/migrations/0011_spend_rollup.py`` (one revision with the spend rollup);
+``flash`` added by ``tenancy/migrations/0013_key_last_used.py`` (with the keys' last use).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ console_sessions = Table(
     Column("sealed_token", LargeBinary, nullable=False),
     Column("created_ms", BigInteger, nullable=False),
     Column("expires_ms", BigInteger, nullable=False),
+    Column("flash", LargeBinary),  # a one-time message for the next page, sealed (0013)
     Index("ix_fg_console_sessions_expires", "expires_ms"),
     Index("ix_fg_console_sessions_created", "created_ms"),
 )

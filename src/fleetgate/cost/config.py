@@ -92,5 +92,11 @@ def _pools_are_aliases(cost: CostConfig, config: GatewayConfig) -> None:
         raise ValueError(f"cost: pool {', '.join(unknown)} is not a configured alias")
 
 
-COST_SECTION = OptionalSection("cost", CostConfig, check=_pools_are_aliases)
+COST_SECTION = OptionalSection(
+    "cost",
+    CostConfig,
+    check=_pools_are_aliases,
+    reload={"": "live", "enabled": "restart"},  # pools, prices, intervals (reconfigure)
+    presence_restart=("",),
+)
 """The ``cost`` section: GPU cost per pool (absent: the feature is off)."""

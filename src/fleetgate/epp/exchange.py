@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import orjson
 
-from fleetgate.api.completions import _gateway_request, _recorder, _upstream_body
+from fleetgate.api.completions import _gateway_request, _recorder, _trace, _upstream_body
 from fleetgate.api.state import GatewayState
 from fleetgate.contract.principal import bearer_token
 from fleetgate.contract.request import Endpoint, GatewayRequest
@@ -44,7 +44,7 @@ from fleetgate.errors import (
 )
 from fleetgate.http.body import decode_object
 from fleetgate.providers.base import RoutedEndpoint
-from fleetgate.telemetry.tracing import TRACE_HEADERS
+from fleetgate.telemetry.tracing import TRACE_HEADERS, RequestTrace
 
 __all__ = ["EppOptions", "Exchange"]
 
@@ -112,6 +112,7 @@ class Exchange:
         self._run: StageRun | None = None
         self._choice: Choice | None = None
         self._meter: ResponseMeter | None = None
+        self._trace: RequestTrace | None = None
         self._started = 0.0
         self.done = False
 
@@ -182,8 +183,14 @@ class Exchange:
         req = _gateway_request(gw, endpoint, principal, body, self._started, headers,
                                gw.core.request_ids.next(), None)  # fmt: skip
         self._req = req
-        run = self._run = StageRun(gw.stages, req, self._record)
-        await run.__aenter__()  # a refusal here has ended the run (recorded, settled)
+        self._trace = _trace(gw, req, endpoint)  # tracing on, or the caller's traceparent
+        run = StageRun(gw.stages, req, self._record)
+        try:
+            await run.__aenter__()
+        except BaseException:  # a refusal has ended the run itself (recorded, settled)
+            await self._end(None)
+            raise
+        self._run = run
         if req.answer is not None:  # a response cache's answer: replayed without an engine
             return await self._cached(req.answer)
         if req.stream_filters or req.response_filters:
@@ -194,7 +201,17 @@ class Exchange:
         except BaseException as exc:
             await self._end(exc)
             raise
-        return protocol.picked(choice.endpoints, self._upstream(req, choice), _engine_headers(req))
+        return protocol.picked(choice.endpoints, self._upstream(req, choice), self._for_engine(req))
+
+    def _for_engine(self, req: GatewayRequest) -> dict[str, str]:
+        """Headers the engine gets: the request id, and the attempt's trace context."""
+        headers = {"x-request-id": req.request_id}
+        if self._trace is not None and self._choice is not None:
+            cfg = self._choice.primary.deployment.config
+            attempt = self._trace.attempt(self._choice.primary.deployment.id, cfg.model,
+                                          cfg.api_base, 1)  # fmt: skip
+            headers.update(attempt)
+        return headers
 
     def _upstream(self, req: GatewayRequest, choice: Choice) -> bytes:
         """The body the engine gets: the stages' body, the deployment's model name, the
@@ -291,6 +308,9 @@ class Exchange:
                 except BaseException:
                     pass  # the verdict is recorded on the outcome; the reply is ours to give
         finally:
+            trace, self._trace = self._trace, None
+            if trace is not None:
+                trace.deactivate()
             if choice is not None:
                 out = self._req.outcome if self._req is not None else None
                 used = (out.prompt_tokens + out.completion_tokens) if out is not None else None
@@ -319,10 +339,6 @@ def _unapplied(alias: str, warned: set[str]) -> None:
             "Envoy relays the answer; serve it through fleetgate's relay",
             alias,
         )
-
-
-def _engine_headers(req: GatewayRequest) -> dict[str, str]:
-    return {"x-request-id": req.request_id}
 
 
 def _status(value: str | None) -> int:

@@ -145,5 +145,20 @@ class McpConfig(_Model):
         return bool(self.servers)
 
 
-MCP_SECTION = Section("mcp", McpConfig)
+MCP_SECTION = Section(
+    "mcp",
+    McpConfig,
+    reload={
+        "": "live",  # access lists, separator, per-key and per-team limits
+        "path": "restart",
+        "reconnect_s": "restart",
+        "ping_interval_s": "restart",
+        "servers.*": "restart",  # how a server is reached, its call timeout: set at start
+        "servers.*.price_per_call_usd": "live",
+        "servers.*.tool_prices_usd": "live",
+        "servers.*.rpm": "live",
+        "servers.*.max_parallel": "live",
+    },
+    presence_restart=("servers.*",),
+)
 """The ``mcp`` section: the MCP gateway; off without servers."""

@@ -234,5 +234,9 @@ class MultimodalConfig(_Model):
         return self.model_copy(update={"inputs": inputs})
 
 
-MULTIMODAL_SECTION = Section("multimodal", MultimodalConfig)
+MULTIMODAL_SECTION = Section(
+    "multimodal",
+    MultimodalConfig,
+    reload={"": "restart"},  # its stage and processors: at start
+)
 """The ``multimodal`` section: images, audio and prompt assembly."""

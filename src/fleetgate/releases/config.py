@@ -172,5 +172,5 @@ class ReleasesConfig(_Model):
     requests_retention_s: int = Field(30 * 86400, ge=60)
 
 
-RELEASES_SECTION = Section("releases", ReleasesConfig)
+RELEASES_SECTION = Section("releases", ReleasesConfig, reload={"": "live"})
 """The ``releases`` section: registry polling, retention, gates."""

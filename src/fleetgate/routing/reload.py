@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from fleetgate.config.loader import load_config
-from fleetgate.config.reload import ReloadChange, compare
+from fleetgate.config.reload import GROUND, ReloadChange, ReloadRules, compare
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.errors import ConfigError, FleetgateError
 from fleetgate.routing.deployment import DeploymentState
@@ -41,8 +41,10 @@ class TableManager:
         providers: ProviderFactory,
         strategies: StrategyRegistry,
         path: Path | None = None,
+        reload_rules: ReloadRules = GROUND,
     ) -> None:
         self._providers = providers
+        self.reload_rules = reload_rules  # what a reload applies live (the features' included)
         self._strategies = strategies
         self._states: dict[str, DeploymentState] = {}
         self.path = path
@@ -94,7 +96,7 @@ class TableManager:
             resolved = resolve(resolved)
         states = dict(self._states)
         table = RouteTable.build(resolved, self._providers, self._strategies, states)
-        change = compare(self.source, config, self.started)
+        change = compare(self.source, config, self.started, self.reload_rules)
         self.source = config
         self._states.clear()
         self._states.update(states)

@@ -127,5 +127,11 @@ def _check_aliases(section: SemanticConfig, config: GatewayConfig) -> None:
     section.check_aliases({m.alias for m in config.models})
 
 
-SEMANTIC_SECTION = OptionalSection("semantic", SemanticConfig, check=_check_aliases)
+SEMANTIC_SECTION = OptionalSection(
+    "semantic",
+    SemanticConfig,
+    check=_check_aliases,
+    reload={"": "restart"},  # the intent router's stage is built at start
+    presence_restart=("",),
+)
 """The ``semantic`` section: the intent router; absent: no router (``model: auto`` unknown)."""

@@ -180,5 +180,11 @@ class SafetyConfig(_Strict):
         return self.default_policy
 
 
-SAFETY_SECTION = OptionalSection("safety", SafetyConfig)
+SAFETY_SECTION = OptionalSection(
+    "safety",
+    SafetyConfig,
+    # checks and policies live (SafetyRuntime.set_base); the audit queue is started once
+    reload={"": "live", "enabled": "restart", "audit": "restart"},
+    presence_restart=("",),
+)
 """The ``safety`` section: guardrails; absent: no safety stage."""

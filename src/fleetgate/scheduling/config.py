@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fleetgate.config.sections import Section
 
@@ -171,6 +171,29 @@ class FleetConfig(_Model):
     key_prefix: str = Field("fg:sched:", min_length=1, max_length=64)
 
 
+class KueueConfig(_Model):
+    """``scheduling.kueue``: how the teams' request quotas become GPU quotas."""
+
+    # GPUs one engine slot (one request in flight) stands for: GPUs per engine / max_num_seqs
+    gpus_per_slot: float = Field(gt=0, le=64)
+    # the ResourceFlavor the GPUs are (its node labels pick the nodes)
+    flavor: str = Field("gpu", min_length=1, max_length=63)
+    # the node labels of that flavor (e.g. `nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3`)
+    flavor_node_labels: dict[str, str] = Field(default_factory=dict)
+    # the namespace of each team's LocalQueue (default: the team's id, as a DNS label)
+    namespaces: dict[str, str] = Field(default_factory=dict)
+    # the WorkloadPriorityClasses' values, highest first: production inference, evaluation,
+    # experimental training
+    priorities: tuple[int, int, int] = (1000, 500, 100)
+
+    @field_validator("priorities")
+    @classmethod
+    def _descending(cls, value: tuple[int, int, int]) -> tuple[int, int, int]:
+        if not value[0] > value[1] > value[2]:
+            raise ValueError("production inference > evaluation > experimental training")
+        return value
+
+
 class SchedulingConfig(_Model):
     """Saturation detection and admission queues per deployment pool (an alias's deployments)."""
 
@@ -215,6 +238,8 @@ class SchedulingConfig(_Model):
     preempt_streams_for_claims: Literal["lower_band", "borrowers"] | None = None
     # admission shared between the gateway processes through Redis
     fleet: FleetConfig = FleetConfig()
+    # GPU quotas for Kueue rendered from the teams' quotas (`fleetgate kube kueue`)
+    kueue: KueueConfig | None = None
 
     @model_validator(mode="after")
     def _orgs_exist(self) -> SchedulingConfig:
@@ -232,5 +257,7 @@ class SchedulingConfig(_Model):
         )
 
 
-SCHEDULING_SECTION = Section("scheduling", SchedulingConfig)
+SCHEDULING_SECTION = Section(
+    "scheduling", SchedulingConfig, reload={"": "live", "enabled": "restart"}
+)
 """The ``scheduling`` section: admission queues."""

@@ -76,6 +76,8 @@ class SimConfig:
     mode: SimMode = "random"
     # echo mode: this fraction of prompts is answered wrongly (the same prompts every time)
     corrupt_fraction: float = 0.0
+    # ... and a corrupted answer is right for its first this many tokens (0: wrong from the start)
+    corrupt_after_tokens: int = 0
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     max_model_len: int = 32768
@@ -150,6 +152,8 @@ class SimConfig:
             )
         if not 0.0 <= self.corrupt_fraction <= 1.0:
             raise ConfigError("corrupt_fraction must be within 0..1", param="corrupt_fraction")
+        if self.corrupt_after_tokens < 0:
+            raise ConfigError("corrupt_after_tokens must be >= 0", param="corrupt_after_tokens")
         if self.mode not in ("echo", "random"):
             raise ConfigError(f"mode must be echo or random, got {self.mode!r}", param="mode")
         if self.scheduling_policy not in ("fcfs", "priority"):

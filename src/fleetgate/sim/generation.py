@@ -29,17 +29,26 @@ def _random_pieces(count: int, rng: random.Random) -> list[str]:
     return pieces
 
 
-def corrupted(text: str, fraction: float) -> str:
+def corrupted(text: str, fraction: float, after_tokens: int = 0) -> str:
     """``text``, or, for a ``fraction`` of texts chosen by their hash (the same texts on every
     run and every process), as many seeded random words instead: a model that is wrong on a
-    known share of the answers (the quantization gate's tests)."""
+    known share of the answers (the quantization gate's tests). With ``after_tokens`` N, a
+    corrupted text keeps its first N tokens and only the rest is replaced: a build that
+    degrades late, which only long generations show."""
     if fraction <= 0.0:
         return text
     digest = hashlib.sha256(text.encode()).digest()
     if int.from_bytes(digest[:8], "big") / 2**64 >= fraction:
         return text
     rng = random.Random(digest)
-    return "".join(_random_pieces(max(1, len(split_pieces(text))), rng))
+    pieces = split_pieces(text)
+    kept = pieces[:after_tokens]
+    if len(kept) == len(pieces):
+        return text  # the text ends before the corruption starts
+    fresh = _random_pieces(max(1, len(pieces) - len(kept)), rng)
+    if kept:
+        fresh[0] = " " + fresh[0].strip().lower()
+    return "".join(kept + fresh)
 
 
 def plan_output(

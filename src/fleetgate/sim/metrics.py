@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import resource
 from collections.abc import Callable
 
 from fleetgate.telemetry.registry import Counter, Gauge, Histogram, Registry
@@ -89,6 +91,12 @@ class SimMetrics:
             "Histogram of time spent in WAITING phase for request.",
             lbl,
         )
+        # vLLM's Prometheus client exports the process's memory under this name (the gate's
+        # memory per version reads it with vllm:kv_cache_usage_perc)
+        self.resident_memory: Gauge = registry.gauge(
+            "process_resident_memory_bytes", "Resident memory size in bytes."
+        )
+        self.resident_memory.set_collector(lambda: [((), float(_resident_bytes()))])
         # Pre-create children so every series is present from the first scrape.
         for counter in (
             self.prefix_queries,
@@ -119,3 +127,12 @@ class SimMetrics:
         self.waiting.set_collector(lambda: [(m, float(waiting()))])
         self.kv_usage.set_collector(lambda: [(m, kv_usage())])
         self.cache_config.labels(self.model, str(block_size), str(num_blocks), "True").set(1.0)
+
+
+def _resident_bytes() -> int:
+    """This process's resident set size (Linux ``/proc``; else the peak from getrusage)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

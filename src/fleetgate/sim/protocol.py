@@ -113,7 +113,7 @@ def specs_for(
                 f"prompt of {len(prompt)} tokens does not fit in the KV cache", param="messages"
             )
         default_len = min(config.output_len, room) if config.mode == "random" else room
-        echo_text = corrupted(echo_text, config.corrupt_fraction)
+        echo_text = corrupted(echo_text, config.corrupt_fraction, config.corrupt_after_tokens)
         for _ in range(n):
             output, reason = plan_output(
                 mode=config.mode,

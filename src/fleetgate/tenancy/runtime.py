@@ -28,6 +28,7 @@ from fleetgate.telemetry.registry import Registry
 from fleetgate.tenancy.alerts import AlertNotifier
 from fleetgate.tenancy.budgets import Budgets
 from fleetgate.tenancy.cache import KeyCache
+from fleetgate.tenancy.key_use import KeyUse
 from fleetgate.tenancy.scopes import ScopeBook
 from fleetgate.tenancy.service import TenancyService
 from fleetgate.tenancy.settles import Settles
@@ -120,6 +121,9 @@ class Tenancy:
             registry,
             refresh_s=config.budget_refresh_s,
         )
+        self.key_use = KeyUse(self.db)
+        self._key_use_task: asyncio.Task[None] | None = None
+        self.cache.subscribe(lambda snap: self.key_use.forget(set(snap.by_id)))
         self.scopes = ScopeBook(config.alias_limits)
         self.cache.subscribe(lambda _snap: self.scopes.clear())
         dropped = registry.counter(
@@ -139,6 +143,7 @@ class Tenancy:
             self.budgets,
             audit_requests=config.audit_requests,
             settles=self.settles,
+            key_use=self.key_use,
             usage=SpendMetrics(registry, self.cache),
             overlap=config.overlap_reserve,
             overlapped=registry.counter(
@@ -190,6 +195,9 @@ class Tenancy:
                 self._open_store_when_back(), name="fg-tenancy-store"
             )
         await self.writer.start()
+        self._key_use_task = asyncio.get_running_loop().create_task(
+            self.key_use.run(), name="fg-key-use"
+        )
 
     async def _open_store(self) -> None:
         await self.resources.databases.migrate(self.db)
@@ -215,6 +223,11 @@ class Tenancy:
         await cancel_and_wait(self._store_task)
         await self.sync.aclose()
         await self.stage.drain()
+        await cancel_and_wait(self._key_use_task)
+        try:  # the last minute's uses
+            await self.key_use.flush()
+        except Exception as exc:
+            log.warning("keys' last use not written at shutdown: %s", exc)
         await self.budgets.aclose()
         await self.writer.aclose()
         await self.alerts.aclose()

@@ -149,6 +149,7 @@ def _key_out(r: Any) -> dict[str, Any]:
         "max_budget_usd": None if r.max_budget_nusd is None else nusd_to_usd(r.max_budget_nusd),
         "budget_period": r.budget_period, "tags": r.tags, "expires_ms": r.expires_ms,
         "revoked": r.revoked_ms is not None, "created_ms": r.created_ms,
+        "last_used_ms": r.last_used_ms,
     }  # fmt: skip
 
 

@@ -28,6 +28,7 @@ from fleetgate.tenancy.budgets import Budgets
 from fleetgate.tenancy.cache import KeyCache
 from fleetgate.tenancy.headers import duration, ratelimit_headers
 from fleetgate.tenancy.headroom import Headroom
+from fleetgate.tenancy.key_use import KeyUse
 from fleetgate.tenancy.money import cost_nusd
 from fleetgate.tenancy.scopes import ScopeBook
 from fleetgate.tenancy.settles import Settles
@@ -68,6 +69,7 @@ class TenancyStage:
         *,
         audit_requests: bool = True,
         settles: Settles | None = None,
+        key_use: KeyUse | None = None,
         usage: SpendMetrics | None = None,
         overlap: bool = True,
         overlapped: Counter | None = None,
@@ -80,6 +82,7 @@ class TenancyStage:
         self.audit_requests = audit_requests
         self.settles = settles or Settles(limiter, budgets.settled)
         self.usage = usage
+        self.key_use = key_use  # keys' last use, noted in memory (written in the background)
         # Overlap the reservation's round trip with the upstream call where `Headroom` says a
         # refusal is unlikely (`tenancy.overlap_reserve`); False: always reserve, then send.
         self.overlap = overlap
@@ -88,6 +91,8 @@ class TenancyStage:
 
     async def before(self, req: GatewayRequest) -> None:
         entry = self.cache.entry(req.principal.key_id)
+        if entry is not None and self.key_use is not None:
+            self.key_use.seen(entry.id)
         team_id = req.principal.team_id
         if self.audit_requests and team_id:
             team = self.cache.team(team_id)

@@ -2,7 +2,7 @@
 rollup), the audit log (requests, guardrail verdicts, admin actions), budget alerts and the
 change counter every replica polls.
 
-Created by the migrations in ``tenancy/migrations`` (0001, 0002, 0003, 0009, 0011). Times are
+Created by the migrations in ``tenancy/migrations`` (0001, 0002, 0003, 0009, 0011, 0013). Times are
 integer milliseconds since the epoch and money is integer nano-USD, so SQLite and PostgreSQL
 store, compare and sum them identically and a report adds up to the cent. ``fg_safety_audit``
 is here, not in ``safety/``: the record writer (`fleetgate.tenancy.records`) writes it with the
@@ -85,6 +85,7 @@ api_keys = Table(
     Column("expires_ms", BigInteger),
     Column("revoked_ms", BigInteger),
     Column("created_ms", BigInteger, nullable=False),
+    Column("last_used_ms", BigInteger),  # at most a minute stale per process (tenancy.key_use)
 )
 
 spend = Table(

@@ -61,7 +61,7 @@ async def test_litellm_and_azure_key_headers_authenticate(
     upstream: str, tmp_path: Path, header: str
 ) -> None:
     async with running_gateway(upstream, tmp_path, None) as gw:
-        _, _, key = await gw.team_and_key("ml", aliases=["tiny"])
+        _, key_id, key = await gw.team_and_key("ml", aliases=["tiny"])
         sdk = openai.AsyncOpenAI(
             base_url=gw.url, api_key="unused", default_headers={header: key}, max_retries=0
         )
@@ -85,6 +85,10 @@ async def test_litellm_and_azure_key_headers_authenticate(
                 await sdk.chat.completions.create(model="other", messages=HELLO, max_tokens=4)
         async with gw.session.get(gw.url + "/models", headers={header: "sk-fg-wrong"}) as resp:
             assert resp.status == 401
+        # the management routes read the same headers (one authenticator chain)
+        async with gw.session.get(gw.url + "/key/info", headers={header: key}) as resp:
+            assert resp.status == 200
+            assert (await resp.json())["info"]["key_alias"] == key_id
         await sdk.close()
 
 

@@ -25,5 +25,9 @@ class ResponsesConfig(BaseModel):
     max_turns: int = Field(1000, ge=1)
 
 
-RESPONSES_SECTION = Section("responses", ResponsesConfig)
+RESPONSES_SECTION = Section(
+    "responses",
+    ResponsesConfig,
+    reload={"": "live", "enabled": "restart"},  # its routes are registered at start
+)
 """The ``responses`` section: the Responses API (``/v1/responses``)."""

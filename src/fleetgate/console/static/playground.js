@@ -1,25 +1,52 @@
-// The console's playground: post a chat, read the server-sent events as they arrive.
+// The console's playground: a multi-turn chat. Each turn is sent with the turns before it
+// (and the system prompt, temperature and max tokens when set); the reply's server-sent events
+// are shown as they arrive, then kept as the conversation's next assistant turn.
 (function () {
   "use strict";
   const form = document.getElementById("chat");
   const reply = document.getElementById("reply");
   const status = document.getElementById("chat-status");
+  const history = document.getElementById("conversation");
+  let turns = []; // {role: "user" | "assistant", content}
+
+  function show() {
+    history.replaceChildren();
+    for (const turn of turns) {
+      const item = document.createElement("li");
+      item.className = "turn " + turn.role;
+      const who = document.createElement("strong");
+      who.textContent = turn.role === "user" ? "You: " : "Assistant: ";
+      item.append(who, document.createTextNode(turn.content));
+      history.append(item);
+    }
+  }
+
+  function body() {
+    const messages = [];
+    const system = form.elements.system.value.trim();
+    if (system) messages.push({ role: "system", content: system });
+    const out = { model: form.elements.model.value, messages: messages.concat(turns) };
+    const temperature = form.elements.temperature.value;
+    if (temperature !== "") out.temperature = Number(temperature);
+    const maxTokens = form.elements.max_tokens.value;
+    if (maxTokens !== "") out.max_tokens = Number(maxTokens);
+    return out;
+  }
 
   async function send(event) {
     event.preventDefault();
+    turns.push({ role: "user", content: form.elements.prompt.value });
+    show();
     reply.textContent = "";
     reply.setAttribute("aria-busy", "true");
     status.textContent = "Streaming…";
     let chunks = 0;
-    const body = {
-      model: form.elements.model.value,
-      messages: [{ role: "user", content: form.elements.prompt.value }],
-    };
+    let text = "";
     try {
       const resp = await fetch("/ui/playground/chat", {
         method: "POST",
         headers: { "Content-Type": "application/json", "X-CSRF-Token": form.dataset.csrf },
-        body: JSON.stringify(body),
+        body: JSON.stringify(body()),
         credentials: "same-origin",
       });
       if (!resp.ok || !resp.body) {
@@ -45,19 +72,33 @@
             if (parsed.error) throw new Error(parsed.error.message);
             const delta = parsed.choices && parsed.choices[0] && parsed.choices[0].delta;
             if (delta && delta.content) {
-              reply.textContent += delta.content;
+              text += delta.content;
+              reply.textContent = text;
               chunks += 1;
               reply.dataset.chunks = String(chunks);
             }
           }
         }
       }
-      status.textContent = "Done: " + chunks + " chunks.";
+      turns.push({ role: "assistant", content: text });
+      form.elements.prompt.value = "";
+      status.textContent = "Done: " + chunks + " chunks, turn " + turns.length / 2 + ".";
     } catch (err) {
+      turns.pop(); // the unanswered message is not part of the conversation
+      show();
       status.textContent = "Error: " + err.message;
     } finally {
       reply.setAttribute("aria-busy", "false");
     }
   }
+
+  function reset() {
+    turns = [];
+    show();
+    reply.textContent = "";
+    status.textContent = "New conversation.";
+  }
+
   form.addEventListener("submit", send);
+  document.getElementById("new-chat").addEventListener("click", reset);
 })();

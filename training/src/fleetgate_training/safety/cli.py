@@ -44,6 +44,7 @@ from fleetgate_training.safety.evaluate import (
     load_prompts,
     shipped_set,
 )
+from fleetgate_training.safety.scan import add_parser as add_scan_parser
 
 __all__ = ["is_blocked_response", "register", "run"]
 
@@ -78,6 +79,7 @@ def register(sub: Any) -> None:
     local.add_argument("--config", help="gateway config file (default: the built-in policies)")
     ev.add_argument("--json", action="store_true", help="print the report as JSON")
     ev.set_defaults(func=run)
+    add_scan_parser(inner)
 
 
 def is_blocked_response(status: int, body: Any) -> bool:

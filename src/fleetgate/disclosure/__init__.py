@@ -1,0 +1,1 @@
+"""Regulatory disclosure: the serving model's registered name and filing number on every answer."""

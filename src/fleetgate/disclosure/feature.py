@@ -1,0 +1,90 @@
+"""`DisclosureFeature`: every answer of an alias carries its registered model name and filing
+number, and ``GET /disclosure`` lists them for everyone to see (no key).
+
+Headers (RFC 8187 encoding for non-ASCII text, since HTTP header values are Latin-1)::
+
+    x-fleetgate-model-name: Acme Assistant
+    x-fleetgate-filing-number: Beijing-AcmeAssistant-20240101
+
+They are set before the request is sent upstream, so refused and blocked answers carry them
+too, and streams carry them in their response head. The console shows them on its models page
+through the same route.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from urllib.parse import quote
+
+from aiohttp import web
+
+from fleetgate.config.schema import GatewayConfig
+from fleetgate.contract.request import GatewayRequest, Outcome
+from fleetgate.core import Core
+from fleetgate.disclosure.config import DISCLOSURE_SECTION, DisclosureConfig
+from fleetgate.feature import BaseFeature, Switch
+from fleetgate.http import json_reply
+
+__all__ = ["MODEL_HEADER", "NUMBER_HEADER", "DisclosureFeature", "header_value"]
+
+MODEL_HEADER = "x-fleetgate-model-name"
+NUMBER_HEADER = "x-fleetgate-filing-number"
+
+
+def header_value(text: str) -> str:
+    """``text`` as a header value: as is when printable ASCII, else ``UTF-8''`` and
+    percent-encoded (RFC 8187's ext-value), which every client can decode."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "UTF-8''" + quote(text, safe="")
+
+
+class _Stage:
+    name = "disclosure"
+
+    def __init__(self, feature: DisclosureFeature) -> None:
+        self._feature = feature
+
+    async def before(self, req: GatewayRequest) -> None:
+        model, number = self._feature.config.of(req.alias)
+        if model:
+            req.response_headers[MODEL_HEADER] = header_value(model)
+        if number:
+            req.response_headers[NUMBER_HEADER] = header_value(number)
+
+    def after(self, req: GatewayRequest, outcome: Outcome) -> None:
+        return None
+
+
+class DisclosureFeature(BaseFeature):
+    name = "disclosure"
+    sections = (DISCLOSURE_SECTION,)
+    switch = Switch("disclosure", opt_in=True)
+
+    def __init__(self, config: DisclosureConfig, aliases: Iterable[str]) -> None:
+        self.config = config
+        self._aliases = list(aliases)
+        self.stage = _Stage(self)
+
+    @classmethod
+    def build(cls, core: Core) -> DisclosureFeature | None:
+        config = DISCLOSURE_SECTION.of(core.config)
+        if config is None:
+            return None
+        return cls(config, (m.alias for m in core.config.models))
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        self.config = DISCLOSURE_SECTION.of(config) or DisclosureConfig()  # removed: none shown
+        self._aliases = [m.alias for m in config.models]
+
+    def routes(self) -> Iterable[web.AbstractRouteDef]:
+        return [web.get("/disclosure", self.listing)]
+
+    async def listing(self, request: web.Request) -> web.Response:
+        """Public: each alias's registered model name and filing number."""
+        rows = []
+        for alias in self._aliases:
+            model, number = self.config.of(alias)
+            if model or number:
+                rows.append({"alias": alias, "model_name": model, "filing_number": number})
+        return json_reply({"object": "list", "data": rows})

@@ -1,0 +1,45 @@
+"""``fleetgate epp``'s command line: refusals before anything starts."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleetgate.cli.main import main
+
+
+def _config(tmp_path: Path) -> Path:
+    path = tmp_path / "fleetgate.yaml"
+    path.write_text(yaml.safe_dump({"models": [{"alias": "chat", "deployments": [
+        {"model": "tiny", "api_base": "http://127.0.0.1:9/v1"}]}]}))  # fmt: skip
+    return path
+
+
+def test_a_lease_without_redis_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("FLEETGATE_REDIS_URL", raising=False)
+    code = main(["epp", "--config", str(_config(tmp_path)), "--data-dir", str(tmp_path),
+                 "--lease-key", "pool-a"])  # fmt: skip
+    assert code == 2
+    assert "--lease-key needs FLEETGATE_REDIS_URL" in capsys.readouterr().err
+
+
+def test_a_bad_config_is_refused_before_any_port_is_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models: [{alias: chat}]\n")
+    assert main(["epp", "--config", str(bad), "--data-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("fleetgate: ")
+
+
+def test_without_the_extra_the_command_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "grpc", None)  # as if grpcio were not installed
+    assert main(["epp", "--config", str(_config(tmp_path)), "--data-dir", str(tmp_path)]) == 2
+    assert "pip install 'fleetgate[epp]'" in capsys.readouterr().err
