@@ -2,7 +2,7 @@
 classes name (`fleetgate.app.MIGRATIONS`) together with its own, to every branch's head.
 
 - a database made by the old single-folder chain (0001..0012 in ``store/migrations/versions``)
-  upgrades with no change to its schema or rows, and equals a fresh one;
+  upgrades to every head keeping its schema and rows, and then equals a fresh one;
 - a feature defined here, with its own table and a revision branch in a folder of its own, is
   migrated by the runner with no file outside that folder touched;
 - the store defines no feature's table (one added back there fails here).
@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Table, insert, inspect, select, text
 
 import fleetgate
@@ -28,7 +29,7 @@ from fleetgate.feature import BaseFeature, migration_folders
 from fleetgate.multimodal.tables import conversations, documents
 from fleetgate.releases.tables import registry_models
 from fleetgate.store import Database
-from fleetgate.store.migrate import GROUND_FLOOR, version_locations
+from fleetgate.store.migrate import GROUND_FLOOR, alembic_config, version_locations
 from fleetgate.store.tables import metadata, shared_state
 from fleetgate.tenancy.tables import api_keys, spend, teams
 from tests.tenancy.support import database_for
@@ -75,12 +76,13 @@ async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 
 
 def _old_chain(tmp_path: Path) -> Config:
-    """An Alembic config of the layout before the split: every revision in one folder."""
+    """An Alembic config of the layout before the split: the revisions 0001..0012 in one
+    folder (newer ones were written after it)."""
     folder = tmp_path / "old_versions"
     folder.mkdir()
     for location in version_locations(MIGRATIONS):
         for script in location.glob("*.py"):
-            if script.name != "__init__.py":
+            if script.name[:4].isdigit() and script.name[:4] <= "0012":
                 shutil.copy(script, folder / script.name)
     cfg = Config()
     cfg.set_main_option("script_location", str(GROUND_FLOOR.parent))
@@ -165,8 +167,9 @@ def _seed(conn: Connection) -> None:
 
 
 async def test_a_database_of_the_old_chain_upgrades_unchanged(db_url: str, tmp_path: Path) -> None:
-    """At 0012, made by the single-folder chain and holding rows: the per-feature folders
-    find nothing to do, change no table and lose no row; its schema equals a fresh one's."""
+    """At 0012, made by the single-folder chain and holding rows: the per-feature folders take
+    it to every head, keeping every table, column, index and row it had, and it ends with the
+    schema of a fresh database."""
     db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     try:
         async with db.engine.begin() as conn:
@@ -177,20 +180,44 @@ async def test_a_database_of_the_old_chain_upgrades_unchanged(db_url: str, tmp_p
         assert rows["fg_spend"] and rows["fg_batches"] and rows["fg_shared_state"]
         await db.migrate()
         async with db.engine.connect() as conn:
-            assert await conn.run_sync(_schema) == schema
-            assert await conn.run_sync(_rows) == rows
+            upgraded = await conn.run_sync(_schema)
+            kept = await conn.run_sync(_rows_of, schema)
             heads = (await conn.execute(text("SELECT version_num FROM alembic_version"))).all()
-        assert [h[0] for h in heads] == ["0012"]
     finally:
         await db.aclose()
+    for name, table in schema.items():
+        if name == "alembic_version":
+            continue
+        now = upgraded[name]
+        assert set(table["columns"]) <= set(now["columns"]), name
+        assert table["pk"] == now["pk"] and set(table["indexes"]) <= set(now["indexes"]), name
+        assert set(table["fks"]) <= set(now["fks"]), name
+    assert kept == {name: r for name, r in rows.items() if name != "alembic_version"}
+    assert sorted(h[0] for h in heads) == _builtin_heads()
     async with database_for(db.dialect.replace("postgresql", "postgres"), None) as fresh_url:
         fresh = Database.from_url(fresh_url, tmp_path / "fresh", migrations=MIGRATIONS)
         try:
             await fresh.migrate()
             async with fresh.engine.connect() as conn:
-                assert await conn.run_sync(_schema) == schema
+                assert await conn.run_sync(_schema) == upgraded
         finally:
             await fresh.aclose()
+
+
+def _builtin_heads() -> list[str]:
+    return sorted(ScriptDirectory.from_config(alembic_config(MIGRATIONS)).get_heads())
+
+
+def _rows_of(conn: Connection, schema: dict[str, Any]) -> dict[str, list[tuple[Any, ...]]]:
+    """The rows of the tables of ``schema``, reading only the columns it lists."""
+    out = {}
+    for name, table in schema.items():
+        if name == "alembic_version":
+            continue
+        columns = ", ".join(c[0] for c in table["columns"])
+        rows = conn.execute(text(f"SELECT {columns} FROM {name}")).all()
+        out[name] = sorted((tuple(r) for r in rows), key=repr)
+    return out
 
 
 async def test_a_fresh_database_gets_every_table_a_feature_defines(tmp_path: Path) -> None:
@@ -261,7 +288,7 @@ async def test_a_new_feature_brings_its_own_migration_branch(db_url: str, tmp_pa
         await db.aclose()
     assert [tuple(n) for n in notes] == [("team_1", "hello")]
     assert team_names == ["one"]
-    assert sorted(h[0] for h in heads) == ["0012", "notes_0001"]
+    assert sorted(h[0] for h in heads) == sorted([*_builtin_heads(), "notes_0001"])
     assert _tree_digest(PACKAGE) == before
 
 
