@@ -16,7 +16,7 @@ __all__ = ["build_parser", "main"]
 SUBCOMMANDS = (
     "serve", "up", "sim", "config", "bench", "plan", "safety", "teams", "keys", "spend",
     "audit", "models", "eval", "rollout", "flywheel", "db", "monitoring", "cost", "imports",
-    "kube", "epp", "reconcile", "insights",
+    "kube", "epp", "reconcile", "pipeline", "insights",
 )  # fmt: skip
 
 

@@ -50,6 +50,17 @@ class InsightsConfig(_Model):
     revenue_usd_month: dict[str, float] = Field(default_factory=dict)
     # the key report lists keys not used for this many days
     unused_key_days: int = Field(30, ge=1, le=3650)
+    # an answer whose groundedness score is below this is counted as hallucinated
+    grounding_threshold: float = Field(0.6, ge=0, le=1)
+    # share of answers posted to /v1/insights/grounding that are scored (by response id)
+    grounding_share: float = Field(1.0, ge=0, le=1)
+    # per alias, the share of requests sampled into the human review queue (absent: none)
+    review_share: dict[str, float] = Field(default_factory=dict)
+    # the criteria a reviewer scores, each 1-5
+    review_rubric: tuple[str, ...] = ("correct", "helpful", "safe")
+    # a cut stream followed by another request of its session within this many seconds was
+    # not abandoned
+    follow_up_s: float = Field(120.0, gt=0, le=86_400)
     # rows buffered in memory before a flush (beyond it, the oldest are dropped and counted)
     max_buffered: int = Field(100_000, ge=100, le=10_000_000)
     # how often buffered rows are written, seconds

@@ -11,9 +11,20 @@ Days are whole UTC days since the epoch (``created_ms // 86_400_000``).
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, String, Table
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
 
-__all__ = ["metadata", "requests", "user_days", "users"]
+__all__ = ["events", "grounding", "metadata", "requests", "reviews", "user_days", "users"]
 
 metadata = MetaData()
 
@@ -68,4 +79,49 @@ users = Table(
     Column("first_plan", String(32), nullable=False),
     Column("paid_day", Integer),  # None: never on a paid plan
     Index("ix_fg_insight_users_first", "first_day"),
+)
+
+# Explicit feedback and adoption events, one of each category per request (the last one wins).
+events = Table(
+    "fg_insight_events",
+    metadata,
+    Column("request_id", String(100), primary_key=True),
+    Column("category", String(16), primary_key=True),  # feedback | adoption
+    Column("value", String(16), nullable=False),  # up, down | accepted, edited, rejected
+    Column("created_ms", BigInteger, nullable=False),
+    Column("team_id", String(40), nullable=False),
+    Column("alias", String(200), nullable=False),
+    Column("version", String(64)),
+)
+
+# Groundedness of sampled RAG answers against the documents retrieved for them.
+grounding = Table(
+    "fg_insight_grounding",
+    metadata,
+    Column("sample_id", String(100), primary_key=True),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("team_id", String(40), nullable=False),
+    Column("alias", String(200), nullable=False),
+    Column("version", String(64)),
+    Column("score", Float, nullable=False),
+    Column("grounded", Integer, nullable=False),  # 1: score >= the threshold then
+    Index("ix_fg_insight_grounding_time", "created_ms"),
+)
+
+# Requests sampled for human review, and their rubric scores.
+reviews = Table(
+    "fg_insight_reviews",
+    metadata,
+    Column("request_id", String(100), primary_key=True),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("team_id", String(40), nullable=False),
+    Column("alias", String(200), nullable=False),
+    Column("version", String(64)),
+    Column("prompt", JSON),  # None where the team does not log payloads
+    Column("response", Text),
+    Column("scores", JSON),  # criterion -> 1..5; None: not scored yet
+    Column("score", Float),  # the mean of ``scores``
+    Column("reviewer", String(40)),
+    Column("scored_ms", BigInteger),
+    Index("ix_fg_insight_reviews_time", "created_ms"),
 )

@@ -22,6 +22,7 @@ from pathlib import Path
 from aiohttp import web
 
 from fleetgate.config.schema import GatewayConfig
+from fleetgate.config.settings import Settings
 from fleetgate.core import Core, Port
 from fleetgate.feature import BaseFeature
 from fleetgate.http import AdminAccess
@@ -33,7 +34,13 @@ from fleetgate.releases.evalstore import EvalStore
 from fleetgate.releases.feedback import FeedbackStore
 from fleetgate.releases.feedback_routes import FeedbackRoutes
 from fleetgate.releases.follow import RegistryFollower, RolloutPicker
+from fleetgate.releases.launchers import KubeLauncher, Launcher, LocalLauncher
 from fleetgate.releases.outcomes import OutcomeBook, ReleasesStage
+from fleetgate.releases.pipeline import PipelineDeps, ReleasePipeline
+from fleetgate.releases.pipeline_config import PIPELINES_SECTION, PipelinesConfig
+from fleetgate.releases.pipeline_driver import PipelineDriver
+from fleetgate.releases.pipeline_routes import PipelineAdmin
+from fleetgate.releases.pipeline_store import PipelineStore
 from fleetgate.releases.registry import Registry
 from fleetgate.releases.rollout_routes import RolloutAdmin
 from fleetgate.releases.rollouts import RolloutStore
@@ -56,7 +63,7 @@ RELEASES: Port[ReleasesFeature] = Port("releases")
 class ReleasesFeature(BaseFeature):
     name = "releases"
     migrations = (Path(__file__).parent / "migrations",)  # its tables' revisions
-    sections = (RELEASES_SECTION,)
+    sections = (RELEASES_SECTION, PIPELINES_SECTION)
 
     def __init__(
         self,
@@ -65,8 +72,10 @@ class ReleasesFeature(BaseFeature):
         tables: TableManager,
         access: AdminAccess,
         config: GatewayConfig,
+        settings: Settings | None = None,
     ) -> None:
         self.db = db
+        self.settings = settings or Settings()
         self._resources = resources
         self.config: ReleasesConfig = RELEASES_SECTION.of(config)
         self.registry = Registry(db, retention=self.config.retention)
@@ -113,6 +122,20 @@ class ReleasesFeature(BaseFeature):
             self._migrate,
             config.server.max_request_bytes,
         )
+        self.pipelines_config: PipelinesConfig = PIPELINES_SECTION.of(config)
+        self.pipelines = PipelineStore(db)
+        self.pipeline_driver = PipelineDriver(
+            ReleasePipeline(self._pipeline_deps(), self.driver.owner),
+            lambda: self.pipelines_config,
+        )
+        self.pipeline_admin = PipelineAdmin(
+            self.pipelines,
+            self.registry,
+            access,
+            lambda: self.pipelines_config,
+            self._migrate,
+            config.server.max_request_bytes,
+        )
         self.book = OutcomeBook(
             db,
             replica=self.driver.owner,
@@ -134,13 +157,50 @@ class ReleasesFeature(BaseFeature):
         """Provides `VERSION_PICKER` (rollouts, then the `CANARY` splits) and `RELEASES`."""
         settings, resources = core.settings, core.resources
         db = resources.databases.get(settings.database_url, settings.data_dir)
-        feature = cls(db, resources, core.ports.require(TABLES), core.access, core.config)
+        feature = cls(db, resources, core.ports.require(TABLES), core.access, core.config, settings)
         core.ports.provide(VERSION_PICKER, feature.picker(core.ports.get(CANARY)))
         core.ports.provide(RELEASES, feature)
         return feature
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
-        return [*self.admin.routes(), *self.rollout_admin.routes(), *self.feedback.routes()]
+        return [
+            *self.admin.routes(),
+            *self.rollout_admin.routes(),
+            *self.feedback.routes(),
+            *self.pipeline_admin.routes(),
+        ]
+
+    def _pipeline_deps(self) -> PipelineDeps:
+        return PipelineDeps(
+            store=self.pipelines,
+            registry=self.registry,
+            evals=self.evals,
+            rollouts=self.rollouts,
+            launcher=self._launcher(),
+            gate=self.admin.gate,
+            access=self.admin.access,
+            gateway_url=self._gateway_url,
+            master_key=lambda: self.settings.master_key,
+            changed=self.follower.changed,
+            now_ms=self.rollouts.clock,
+        )
+
+    def _launcher(self) -> Launcher:
+        """The launcher the config names (fixed at start)."""
+        cfg = self.pipelines_config
+        if cfg.launcher == "kubernetes":
+            return KubeLauncher(
+                Path(cfg.kube_base_dir),
+                namespace=cfg.kube_namespace,
+                fleetgate_image=cfg.fleetgate_image,
+                start_timeout_s=cfg.start_timeout_s,
+            )
+        log_dir = Path(cfg.log_dir) if cfg.log_dir else self.settings.data_dir / "engines"
+        return LocalLauncher(log_dir, start_timeout_s=cfg.start_timeout_s)
+
+    def _gateway_url(self) -> str:
+        url = self.pipelines_config.gateway_url
+        return url or f"http://{self.settings.host}:{self.settings.port}"
 
     def picker(self, then: VersionPicker | None) -> RolloutPicker:
         """The dispatcher's version picker: rollouts first, then ``then`` (canary splits)."""
@@ -151,6 +211,7 @@ class ReleasesFeature(BaseFeature):
 
     def reconfigure(self, config: GatewayConfig) -> None:
         self.config = RELEASES_SECTION.of(config)
+        self.pipelines_config = PIPELINES_SECTION.of(config)
         self._recording = _recorded_aliases(config)
         self.book.flush_s = self.config.rollout.flush_s
         self.book.retention_s = self.config.requests_retention_s
@@ -190,6 +251,7 @@ class ReleasesFeature(BaseFeature):
             await self.follower.start()
             await self.book.start()
             await self.driver.start()
+            await self.pipeline_driver.start()
 
     async def _connect(self) -> None:
         await self._migrate()
@@ -206,9 +268,11 @@ class ReleasesFeature(BaseFeature):
         await self.follower.start()
         await self.book.start()
         await self.driver.start()
+        await self.pipeline_driver.start()
 
     async def aclose(self) -> None:
         await cancel_and_wait(self._connecting)
+        await self.pipeline_driver.aclose()
         await self.driver.aclose()
         await self.book.aclose()
         await self.follower.aclose()

@@ -1,4 +1,4 @@
-"""The releases feature's tables, created by ``releases/migrations`` (0006, 0008).
+"""The releases feature's tables, created by ``releases/migrations`` (0006, 0008, 0014).
 
 The model registry (0006): models, immutable versions, stage aliases moved by compare-and-set
 and their append-only history; evaluation runs with per-item results; users' feedback on

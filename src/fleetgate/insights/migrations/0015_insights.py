@@ -1,6 +1,7 @@
 """Insights: requests with their end user, session, conversation and plan
 (``fg_insight_requests``), and the per-user rollups business metrics read
-(``fg_insight_user_days``, ``fg_insight_users``); see ``fleetgate/insights/tables.py``.
+(``fg_insight_user_days``, ``fg_insight_users``), feedback and adoption events, groundedness
+scores and the human review queue; see ``fleetgate/insights/tables.py``.
 
 Revision ID: 0015
 Revises: 0014
@@ -67,9 +68,48 @@ def upgrade() -> None:
         sa.Column("paid_day", sa.Integer),
     )
     op.create_index("ix_fg_insight_users_first", "fg_insight_users", ["first_day"])
+    op.create_table(
+        "fg_insight_events",
+        sa.Column("request_id", sa.String(100), primary_key=True),
+        sa.Column("category", sa.String(16), primary_key=True),
+        sa.Column("value", sa.String(16), nullable=False),
+        sa.Column("created_ms", sa.BigInteger, nullable=False),
+        sa.Column("team_id", sa.String(40), nullable=False),
+        sa.Column("alias", sa.String(200), nullable=False),
+        sa.Column("version", sa.String(64)),
+    )
+    op.create_table(
+        "fg_insight_grounding",
+        sa.Column("sample_id", sa.String(100), primary_key=True),
+        sa.Column("created_ms", sa.BigInteger, nullable=False),
+        sa.Column("team_id", sa.String(40), nullable=False),
+        sa.Column("alias", sa.String(200), nullable=False),
+        sa.Column("version", sa.String(64)),
+        sa.Column("score", sa.Float, nullable=False),
+        sa.Column("grounded", sa.Integer, nullable=False),
+    )
+    op.create_index("ix_fg_insight_grounding_time", "fg_insight_grounding", ["created_ms"])
+    op.create_table(
+        "fg_insight_reviews",
+        sa.Column("request_id", sa.String(100), primary_key=True),
+        sa.Column("created_ms", sa.BigInteger, nullable=False),
+        sa.Column("team_id", sa.String(40), nullable=False),
+        sa.Column("alias", sa.String(200), nullable=False),
+        sa.Column("version", sa.String(64)),
+        sa.Column("prompt", sa.JSON),
+        sa.Column("response", sa.Text),
+        sa.Column("scores", sa.JSON),
+        sa.Column("score", sa.Float),
+        sa.Column("reviewer", sa.String(40)),
+        sa.Column("scored_ms", sa.BigInteger),
+    )
+    op.create_index("ix_fg_insight_reviews_time", "fg_insight_reviews", ["created_ms"])
 
 
 def downgrade() -> None:
+    op.drop_table("fg_insight_reviews")
+    op.drop_table("fg_insight_grounding")
+    op.drop_table("fg_insight_events")
     op.drop_table("fg_insight_users")
     op.drop_table("fg_insight_user_days")
     op.drop_table("fg_insight_requests")
