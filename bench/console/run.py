@@ -37,11 +37,11 @@ sys.path.insert(0, str(REPO))
 
 from tests.tenancy.support import served  # noqa: E402
 
-from fleetgate.app import create_app  # noqa: E402
+from fleetgate.app import MIGRATIONS, create_app  # noqa: E402
 from fleetgate.config.schema import GatewayConfig  # noqa: E402
 from fleetgate.config.settings import Settings  # noqa: E402
 from fleetgate.store import Database  # noqa: E402
-from fleetgate.store.rollup import rollup_statement  # noqa: E402
+from fleetgate.tenancy.rollup import rollup_statement  # noqa: E402
 from fleetgate.tenancy.spend_query import raw_spend_query  # noqa: E402
 
 MASTER = "sk-bench-master"
@@ -194,7 +194,7 @@ async def time_pages(url: str, runs: int) -> dict[str, float]:
 
 async def time_raw(db_url: str, runs: int) -> dict[str, float]:
     """The reports as one GROUP BY over the raw rows (what the pages ran before 0011)."""
-    db = Database.from_url(db_url, REPO)
+    db = Database.from_url(db_url, REPO, migrations=MIGRATIONS)
     since = int((time.time() - 30 * 86400) * 1000)
     out: dict[str, float] = {}
     try:

@@ -26,6 +26,7 @@ from sqlalchemy import text  # noqa: E402
 from tests.insights.synthetic import PAID, REVENUE, synthetic_month  # noqa: E402
 from tests.tenancy.support import create_pg_database, drop_pg_database  # noqa: E402
 
+from fleetgate.app import MIGRATIONS  # noqa: E402
 from fleetgate.insights.business import BusinessQuery, business_report  # noqa: E402
 from fleetgate.insights.writer import write_rows  # noqa: E402
 from fleetgate.store import Database  # noqa: E402
@@ -43,7 +44,7 @@ async def run(backend: str, users: int, runs: int) -> None:
     print(f"{len(rows):,} requests, {truth.active:,} users, backend {backend}")
     url = await create_pg_database() if backend == "postgres" else None
     with tempfile.TemporaryDirectory() as tmp:
-        db = Database.from_url(url, Path(tmp))
+        db = Database.from_url(url, Path(tmp), migrations=MIGRATIONS)
         try:
             await db.migrate()
             started = time.perf_counter()

@@ -25,22 +25,25 @@ sys.path.insert(0, str(REPO))
 from tests.tenancy.rollup_check import records  # noqa: E402
 from tests.tenancy.support import create_pg_database, drop_pg_database  # noqa: E402
 
+from fleetgate.app import MIGRATIONS  # noqa: E402
 from fleetgate.store import Database  # noqa: E402
-from fleetgate.store import bulk as bulk_module  # noqa: E402
 from fleetgate.tenancy.records import TABLES, rows_by_table  # noqa: E402
+from fleetgate.tenancy.tables import spend  # noqa: E402
 
 
 async def write_all(backend: str, recs: list[dict[str, Any]], rollup: bool) -> float:
     """Seconds to write ``recs`` into a fresh database."""
     url = await create_pg_database() if backend == "postgres" else None
     with tempfile.TemporaryDirectory() as tmp:
-        db = Database.from_url(url, Path(tmp))
+        db = Database.from_url(url, Path(tmp), migrations=MIGRATIONS)
         try:
             await db.migrate()
-            # the baseline: the bulk insert as it was, with no spend table to roll up
-            bulk_module._SPEND = "fg_spend" if rollup else "(no rollup)"
+            # the baseline: the bulk insert with nothing declared to run after the spend rows
+            declared = dict(spend.info)
+            if not rollup:
+                spend.info.clear()
             bulk = db.bulk_insert(TABLES)
-            bulk_module._SPEND = "fg_spend"
+            spend.info.update(declared)
 
             def run() -> float:
                 start = time.perf_counter()

@@ -33,7 +33,13 @@ from fleetgate.core import Core
 from fleetgate.cost.feature import CostFeature
 from fleetgate.disclosure.feature import DisclosureFeature
 from fleetgate.errors import ConfigError
-from fleetgate.feature import BuildsFeature, Feature, Features, switched_off_routes
+from fleetgate.feature import (
+    BuildsFeature,
+    Feature,
+    Features,
+    migration_folders,
+    switched_off_routes,
+)
 from fleetgate.insights.feature import InsightsFeature
 from fleetgate.mcp.feature import McpFeature
 from fleetgate.multimodal.feature import MultimodalFeature
@@ -59,7 +65,7 @@ from fleetgate.telemetry.tracing import GenAITracer
 from fleetgate.telemetry.workers import WorkerMetrics
 from fleetgate.tenancy.feature import TenancyFeature
 
-__all__ = ["FEATURES", "SECTIONS", "build_features", "build_state", "create_app"]
+__all__ = ["FEATURES", "MIGRATIONS", "SECTIONS", "build_features", "build_state", "create_app"]
 
 FEATURES: tuple[BuildsFeature, ...] = (
     CoreFeature,  # routes, health, access log, config watch; closes the shared last
@@ -92,6 +98,10 @@ the config is loaded or reloaded; a top-level key none of them (nor the ground f
 refused. Plug-in features read ``extensions.<name>``; a built-in section written there (the old
 form) is still read, with a deprecation line."""
 
+MIGRATIONS = migration_folders(FEATURES)
+"""The built-in features' Alembic revision folders (each declared by its feature class, on or
+off): every database the gateway, the CLI and the importers open is migrated with them."""
+
 
 def _config(settings: Settings, config: GatewayConfig | None) -> GatewayConfig:
     if config is not None:
@@ -110,8 +120,9 @@ def build_state(
 ) -> GatewayState:
     """Build the gateway's core parts (no I/O, no tasks started) and provide their ports."""
     cfg = _config(settings, config)
-    core = Core(settings, cfg, Resources(), GatewayMetrics())  # Resources: the shared owner
-    resources, metrics = core.resources, core.metrics
+    resources = Resources(migrations=MIGRATIONS)  # the shared owner
+    core = Core(settings, cfg, resources, GatewayMetrics())
+    metrics = core.metrics
     http = HttpClient()  # the upstream providers' data-path pool
     providers = ProviderRegistry.with_builtins(http)
     engine_aware = engine_routing(

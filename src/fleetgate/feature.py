@@ -26,6 +26,18 @@ section is absent. The app then does not build it: no stage, no port, no task; t
 routes the class declares (``admin_routes``) answer one OpenAI-style 503
 (``code: feature_disabled``) that names the section to set (`switched_off_routes`).
 
+A feature that keeps tables defines them in its own ``tables.py`` (on
+`fleetgate.store.tables.metadata`) and names the folder of the Alembic revisions that create
+them in ``migrations`` (a class attribute: the app collects them from the classes, built or
+not, so a feature switched off still has its tables when it is turned on later)::
+
+    class Notes(BaseFeature):
+        migrations = (Path(__file__).parent / "migrations",)
+
+A feature's first revision starts its own branch (``down_revision = None``,
+``branch_labels = ("notes",)``, ``depends_on`` a revision it needs, if any); the store upgrades
+to every branch's head.
+
 Example, a feature that counts requests and serves the count::
 
     class Counting(BaseFeature):
@@ -53,6 +65,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
 from aiohttp import web
@@ -71,6 +84,7 @@ __all__ = [
     "Features",
     "StageFeature",
     "Switch",
+    "migration_folders",
     "switched_off_routes",
 ]
 
@@ -125,13 +139,18 @@ class BuildsFeature(Protocol):
     from the core and the ports earlier features provided (and provides its own), or returns
     None when it cannot run. The app builds it only while its ``switch`` is on (None: always);
     off, its declared ``admin_routes`` answer 503 ``feature_disabled``.
-    ``sections``: the config sections it declares (validated when the config is loaded)."""
+    ``sections``: the config sections it declares (validated when the config is loaded);
+    ``migrations``: the folders of the Alembic revisions creating its tables (none: no tables;
+    collected from every class, on or off)."""
 
     @property
     def name(self) -> str: ...
 
     @property
     def sections(self) -> tuple[Declared, ...]: ...
+
+    @property
+    def migrations(self) -> tuple[Path, ...]: ...
 
     @property
     def switch(self) -> Switch | None: ...
@@ -148,6 +167,7 @@ class BaseFeature:
     name = "feature"
     stage: Stage | None = None
     sections: ClassVar[tuple[Declared, ...]] = ()  # the config sections it declares
+    migrations: ClassVar[tuple[Path, ...]] = ()  # folders of its tables' Alembic revisions
     switch: ClassVar[Switch | None] = None  # the section that switches it off (None: never)
     # (method, path) of its admin routes: switched off, each answers 503 feature_disabled
     admin_routes: ClassVar[tuple[tuple[str, str], ...]] = ()
@@ -166,6 +186,15 @@ class BaseFeature:
 
     async def aclose(self) -> None:
         return None
+
+
+def migration_folders(features: Iterable[BuildsFeature]) -> tuple[Path, ...]:
+    """The revision folders of ``features`` (feature classes), in order, each once: what the
+    store migrates a database with (`fleetgate.store.Database`)."""
+    folders: dict[Path, None] = {}
+    for feature in features:
+        folders.update(dict.fromkeys(feature.migrations))
+    return tuple(folders)
 
 
 def switched_off_routes(feature: BuildsFeature, access: AdminAccess) -> list[web.RouteDef]:

@@ -11,8 +11,8 @@ import aiohttp
 from sqlalchemy import select
 
 from fleetgate.api.state import GATEWAY
-from fleetgate.store.tables import spend
 from fleetgate.tenancy.ports import TENANCY
+from fleetgate.tenancy.tables import spend
 from tests.conftest import AUTH, GatewayFactory
 from tests.fakes import FakeUpstream, Reply
 

@@ -13,8 +13,9 @@ import aiohttp
 import openai
 from sqlalchemy import func, select
 
+from fleetgate.app import MIGRATIONS
+from fleetgate.batches.tables import batch_results
 from fleetgate.store.database import Database
-from fleetgate.store.tables import batch_results
 from tests.batches.support import MASTER, chat_line, config, jsonl, records
 from tests.procs import serve_process, sim_process
 
@@ -38,7 +39,7 @@ def _counts(client: openai.OpenAI, batch_id: str) -> tuple[str, int]:
 
 
 async def _rows(db_url: str, batch_id: str) -> tuple[int, int, dict[int, int]]:
-    db = Database.from_url(db_url, Path("."))
+    db = Database.from_url(db_url, Path("."), migrations=MIGRATIONS)
     try:
         async with db.engine.connect() as conn:
             total = await conn.scalar(

@@ -11,8 +11,9 @@ import pytest
 from sqlalchemy import func, select
 
 from fleetgate.api.state import GATEWAY
+from fleetgate.batches.tables import batch_results
 from fleetgate.scheduling.ports import SCHEDULER
-from fleetgate.store.tables import batch_results, spend
+from fleetgate.tenancy.tables import spend
 from tests.batches.support import chat_line, config, finished, jsonl, records, running_gateway
 
 

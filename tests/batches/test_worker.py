@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.batches.config import BatchesConfig
 from fleetgate.batches.store import BatchStore
 from fleetgate.batches.worker import BatchWorker, LineRequest
@@ -36,7 +37,7 @@ class Sender:
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[BatchStore]:
-    db = Database.from_url(f"sqlite:///{tmp_path / 'b.db'}", tmp_path)
+    db = Database.from_url(f"sqlite:///{tmp_path / 'b.db'}", tmp_path, migrations=MIGRATIONS)
     await db.migrate()
     try:
         yield BatchStore(db)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import DataError
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.batches.config import BatchesConfig
 from fleetgate.batches.grant import Grant
 from fleetgate.batches.store import BatchStore
@@ -57,7 +58,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 async def store(db_url: str, tmp_path: Path) -> AsyncIterator[BatchStore]:
-    db = Database.from_url(db_url, tmp_path)
+    db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     await db.migrate()
     try:
         yield BatchStore(db)

@@ -11,13 +11,14 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.cli.main import main
 from fleetgate.store.database import database_url
 from fleetgate.store.migrate import alembic_config
 
 
 def _head() -> str:
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    head = ScriptDirectory.from_config(alembic_config(MIGRATIONS)).get_current_head()
     assert head is not None
     return head
 

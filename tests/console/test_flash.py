@@ -12,18 +12,19 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.console.sessions import Sessions
 from fleetgate.console.spend_series import spend_series
+from fleetgate.console.tables import console_sessions
 from fleetgate.contract.principal import Principal
 from fleetgate.store import Database
-from fleetgate.store.tables import console_sessions
 from fleetgate.tenancy.reports import spend_report
 from tests.console.support import MASTER, Console
 
 
 @pytest.fixture
 async def db(db_url: str, tmp_path: Path) -> AsyncIterator[Database]:
-    database = Database.from_url(db_url, tmp_path)
+    database = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     await database.migrate()
     try:
         yield database

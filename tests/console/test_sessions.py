@@ -11,10 +11,11 @@ import pytest
 from sqlalchemy import select
 from yarl import URL
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.console.sessions import COOKIE, Sessions, SessionsFull
+from fleetgate.console.tables import console_sessions
 from fleetgate.contract.principal import Principal
 from fleetgate.store import Database
-from fleetgate.store.tables import console_sessions
 from tests.console.support import MASTER, csrf_of, running_console
 from tests.fakes import FakeUpstream
 
@@ -22,7 +23,7 @@ from tests.fakes import FakeUpstream
 @pytest.fixture
 async def db(db_url: str, tmp_path: Path) -> AsyncIterator[Database]:
     """A migrated store (SQLite or PostgreSQL, as ``db_url``)."""
-    database = Database.from_url(db_url, tmp_path)
+    database = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     try:
         await database.migrate()
         yield database

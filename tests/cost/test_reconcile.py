@@ -13,9 +13,10 @@ import pytest
 import yaml
 from sqlalchemy import insert
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.cli.main import main
 from fleetgate.store import Database
-from fleetgate.store.tables import spend
+from fleetgate.tenancy.tables import spend
 
 MONTH = [date(2026, 6, 1) + timedelta(days=i) for i in range(30)]
 CONFIG = {
@@ -54,7 +55,7 @@ async def _month_of_spend(url: str | None, data_dir: Path) -> dict[tuple[date, s
                     "cost_nusd": nusd, "latency_ms": 100, "tags": {},
                 })  # fmt: skip
                 truth[(day, model)] = truth.get((day, model), 0) + nusd
-    db = Database.from_url(url, data_dir)
+    db = Database.from_url(url, data_dir, migrations=MIGRATIONS)
     try:
         await db.migrate()
         async with db.engine.begin() as conn:

@@ -16,6 +16,7 @@ import asyncpg
 import orjson
 import pytest
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.cli.main import main
 from tests.fakes import FakeUpstream
 from tests.importers.prisma_ddl import model_ddl, schema_text
@@ -161,7 +162,7 @@ def test_keys_teams_budgets_and_spend_carry_over(
 async def _reports_match_raw(url: str, tmp_path: Path) -> int:
     from fleetgate.store.database import Database
 
-    db = Database.from_url(url, tmp_path)
+    db = Database.from_url(url, tmp_path, migrations=MIGRATIONS)
     try:
         base = int(datetime.now(UTC).timestamp() * 1000) - 2 * 86_400_000
         return await assert_reports_match_raw(db, random.Random(3), n_ranges=4, base_ms=base)
@@ -224,7 +225,7 @@ async def _spend_keys(url: str) -> set[str]:
 async def _fleetgate_key(url: str, key_hash: str) -> None:
     from fleetgate.store.database import Database
 
-    db = Database.from_url(url, Path("."))
+    db = Database.from_url(url, Path("."), migrations=MIGRATIONS)
     try:
         await db.migrate()
     finally:

@@ -25,7 +25,7 @@ from fleetgate.http.serving import served
 from fleetgate.insights.keys import key_report
 from fleetgate.insights.tables import requests
 from fleetgate.sim import SimConfig, running_sim
-from fleetgate.store.tables import spend
+from fleetgate.tenancy.tables import spend
 from tests.tenancy.support import MASTER, PRICE, Gateway, wait_for
 
 

@@ -15,7 +15,7 @@ from mcp.shared.exceptions import MCPError
 from sqlalchemy import select
 
 from fleetgate.api.state import GATEWAY
-from fleetgate.store.tables import request_audit, safety_audit, spend
+from fleetgate.tenancy.tables import request_audit, safety_audit, spend
 from tests.mcp.conftest import (
     FILES_TOKEN,
     NOTES_TOKEN,

@@ -20,7 +20,7 @@ pytest.importorskip("mcp")  # the `mcp` extra
 from mcp.shared.exceptions import MCPError
 from sqlalchemy import select
 
-from fleetgate.store.tables import request_audit, safety_audit, spend
+from fleetgate.tenancy.tables import request_audit, safety_audit, spend
 from tests.fakes import FakeUpstream
 from tests.mcp.conftest import HttpUpstream, SharedGateway, StartGateway, mcp_client, mcp_section
 from tests.mcp.upstreams import INJECTION

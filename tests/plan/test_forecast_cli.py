@@ -8,13 +8,14 @@ from pathlib import Path
 import orjson
 import pytest
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.cli.main import main
 from fleetgate.plan.calibration import calibration_report
 from fleetgate.plan.forecast import MONTH_H
 from fleetgate.plan.history import HourlyHistory, format_hour, parse_hour, write_history_csv
 from fleetgate.plan.synthetic import synthetic_history
 from fleetgate.store.database import Database, database_url
-from fleetgate.store.tables import spend
+from fleetgate.tenancy.tables import spend
 
 START = parse_hour("2026-02-02T00:00:00Z")
 
@@ -106,7 +107,7 @@ def test_forecast_from_the_store(tmp_path: Path, capsys: pytest.CaptureFixture[s
                          "latency_ms": 1, "tags": {}})  # fmt: skip
 
     async def fill() -> None:
-        db = Database(database_url(None, tmp_path))
+        db = Database(database_url(None, tmp_path), migrations=MIGRATIONS)
         await db.migrate()
         await db.insert_ignore(spend, rows)
         await db.aclose()

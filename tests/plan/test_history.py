@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.errors import InvalidRequest
 from fleetgate.plan.history import (
     HourlyHistory,
@@ -15,7 +16,7 @@ from fleetgate.plan.history import (
     write_history_csv,
 )
 from fleetgate.store.database import Database, database_url
-from fleetgate.store.tables import spend
+from fleetgate.tenancy.tables import spend
 
 H0 = parse_hour("2026-03-02T00:00:00Z")
 
@@ -94,7 +95,7 @@ async def _check_store(db: Database) -> None:
 
 
 async def test_store_reader_sqlite(tmp_path: Path) -> None:
-    db = Database(database_url(None, tmp_path))
+    db = Database(database_url(None, tmp_path), migrations=MIGRATIONS)
     try:
         await _check_store(db)
     finally:
@@ -102,7 +103,7 @@ async def test_store_reader_sqlite(tmp_path: Path) -> None:
 
 
 async def test_store_reader_postgresql(shared_pg_url: str) -> None:
-    db = Database(database_url(shared_pg_url, Path(".")))
+    db = Database(database_url(shared_pg_url, Path(".")), migrations=MIGRATIONS)
     try:
         await _check_store(db)
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.contract.principal import Principal
 from fleetgate.contract.request import Endpoint, GatewayRequest, Outcome
 from fleetgate.releases.analysis import feedback_counts
@@ -46,7 +47,7 @@ def outcome(version: str | None, status: int = 200, attempts: int = 1, **kw: obj
 
 
 async def test_two_replicas_sum_and_failures_count(db_url: str, tmp_path: Path) -> None:
-    db = Database.from_url(db_url, tmp_path)
+    db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     await db.migrate()
     t0 = 1_000_000.0  # a bucket boundary (ms multiple of BUCKET_MS)
     clock = Clock(t0)
@@ -103,7 +104,7 @@ def test_histogram_percentile() -> None:
 async def test_regenerations_in_the_same_millisecond_count(db_url: str, tmp_path: Path) -> None:
     """The same prompt sent three times within one millisecond is two regenerations (the
     first two answers were asked again), in quality, the rollout's verdicts and the flywheel."""
-    db = Database.from_url(db_url, tmp_path)
+    db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     await db.migrate()
     chat = "chat".__eq__
     book = OutcomeBook(db, replica="a", tracked=chat, recorded=chat, clock=Clock(1000.0))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.errors import Conflict, InvalidRequest, NotFound
 from fleetgate.releases.records import ModelSpec, VersionSpec
 from fleetgate.releases.registry import Registry
@@ -17,7 +18,7 @@ from fleetgate.store.database import Database
 
 @pytest.fixture
 async def registry(db_url: str, tmp_path: Path) -> AsyncIterator[Registry]:
-    db = Database.from_url(db_url, tmp_path)
+    db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     await db.migrate()
     try:
         yield Registry(db, retention=3)

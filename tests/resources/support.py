@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.resources import OutboundHttp, Resources
 
 __all__ = ["outbound", "resources"]
@@ -24,6 +25,6 @@ async def outbound() -> AsyncIterator[OutboundHttp]:
 @pytest.fixture
 async def resources() -> AsyncIterator[Resources]:
     """The resource owner a test builds a runtime on, closed after it as the app closes it."""
-    owner = Resources()
+    owner = Resources(migrations=MIGRATIONS)
     yield owner
     await owner.aclose()

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.resources import Databases
 from fleetgate.store import Database
 
 
 async def test_one_database_per_url(tmp_path: Path) -> None:
-    dbs = Databases()
+    dbs = Databases(MIGRATIONS)
     try:
         default = dbs.get(None, tmp_path)
         same = dbs.get(f"sqlite:///{(tmp_path / 'fleetgate.db').resolve()}", tmp_path)
@@ -37,7 +38,7 @@ async def test_migrate_runs_once_per_database_even_when_asked_concurrently(
         await real(self)
 
     monkeypatch.setattr(Database, "migrate", counted)
-    dbs = Databases()
+    dbs = Databases(MIGRATIONS)
     try:
         db = dbs.get(db_url, tmp_path)
         await asyncio.gather(dbs.migrate(db), dbs.migrate(db))
@@ -51,7 +52,7 @@ async def test_migrate_runs_once_per_database_even_when_asked_concurrently(
 
 
 async def test_a_database_opened_again_after_close_is_migrated_again(tmp_path: Path) -> None:
-    dbs = Databases()
+    dbs = Databases(MIGRATIONS)
     first = dbs.get(None, tmp_path)
     await dbs.migrate(first)
     await dbs.aclose()

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.resources import Databases, OutboundHttp, RedisConnections, Resources
 
 
 async def test_aclose_closes_every_part(tmp_path: Path) -> None:
-    resources = Resources()
+    resources = Resources(migrations=MIGRATIONS)
     session = resources.http.session()
     db = resources.databases.get(None, tmp_path)
     await resources.databases.migrate(db)
@@ -30,7 +31,7 @@ async def test_one_failing_part_does_not_keep_the_others_open(
         async def aclose(self) -> None:
             raise RuntimeError("boom")
 
-    http, dbs = OutboundHttp(), Databases()
+    http, dbs = OutboundHttp(), Databases(MIGRATIONS)
     resources = Resources(redis=BrokenRedis(), databases=dbs, http=http)
     session = http.session()
     dbs.get(None, tmp_path)
@@ -41,4 +42,4 @@ async def test_one_failing_part_does_not_keep_the_others_open(
 
 def test_parts_can_be_handed_in() -> None:
     http = OutboundHttp()
-    assert Resources(http=http).http is http
+    assert Resources(http=http, migrations=MIGRATIONS).http is http

@@ -8,12 +8,13 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.resources import Databases
 from fleetgate.resources.shared import SharedStates
 
 
 async def _replica() -> tuple[Databases, SharedStates]:
-    dbs = Databases()
+    dbs = Databases(MIGRATIONS)
     return dbs, SharedStates(dbs, poll_interval_s=0.05)
 
 

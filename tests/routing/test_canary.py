@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.contract.principal import Principal
 from fleetgate.errors import InvalidRequest
 from fleetgate.routing.canary import CanarySplits, Split
@@ -161,7 +162,7 @@ async def test_a_replica_that_could_not_read_the_stored_splits_is_not_ready(
 
     blocked = tmp_path / "fleetgate.db"
     blocked.mkdir()  # the database cannot be opened yet
-    dbs = Databases()
+    dbs = Databases(MIGRATIONS)
     shared = SharedStates(dbs, poll_interval_s=0.05)
     splits = CanarySplits(shared, dbs.get(f"sqlite:///{blocked}", tmp_path))
     feature = CanaryFeature(splits, CanaryAdmin(splits, unused, AdminAccess(unused), 1024))

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.errors import ConfigError, ServiceUnavailable
 from fleetgate.resources import Resources
 from fleetgate.safety import CheckPoint, SafetyConfig
@@ -62,7 +63,7 @@ async def test_config_reload_keeps_admin_overrides(tmp_path: Path, resources: Re
 
 def _shared_runtime(tmp_path: Path) -> SafetyRuntime:
     """A runtime as another process would have it: its own resources, the same database."""
-    resources = Resources()
+    resources = Resources(migrations=MIGRATIONS)
     db = resources.databases.get(None, tmp_path)
     return SafetyRuntime(
         SafetyConfig.model_validate(BASE), Registry(), data_dir=tmp_path,
@@ -111,8 +112,12 @@ async def test_an_overrides_file_of_an_older_version_is_imported_once(tmp_path: 
 async def test_a_change_the_database_cannot_store_is_refused_and_not_in_force(
     tmp_path: Path,
 ) -> None:
-    resources = Resources()
-    down = Database("postgresql+asyncpg://postgres@127.0.0.1:9/none", connect_timeout_s=0.5)
+    resources = Resources(migrations=MIGRATIONS)
+    down = Database(
+        "postgresql+asyncpg://postgres@127.0.0.1:9/none",
+        connect_timeout_s=0.5,
+        migrations=MIGRATIONS,
+    )
     rt = SafetyRuntime(
         SafetyConfig.model_validate(BASE), Registry(), data_dir=tmp_path,
         resources=resources, database=down,

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.errors import RecordRefused
 from fleetgate.store import Database
-from fleetgate.store.tables import request_audit, spend, spend_tags
+from fleetgate.tenancy.tables import request_audit, spend, spend_tags
 
 
 def _row(rid: str, **fields: Any) -> dict[str, Any]:
@@ -36,7 +37,7 @@ async def _in_thread(db: Database, rows: list[list[dict[str, Any]]]) -> list[int
 
 
 async def test_values_out_of_range_are_clamped_by_every_store(db_url: str, tmp_path: Path) -> None:
-    db = Database.from_url(db_url, tmp_path)
+    db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     try:
         await db.migrate()
         long = _row("long", alias="m" * 300, status=2**40, deployment="a\x00b", tags={"e": "\x00"})
@@ -54,7 +55,7 @@ async def test_values_out_of_range_are_clamped_by_every_store(db_url: str, tmp_p
 
 
 async def test_a_row_the_store_refuses_raises_record_refused(db_url: str, tmp_path: Path) -> None:
-    db = Database.from_url(db_url, tmp_path)
+    db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     try:
         await db.migrate()
         for bad in (_row("r", key_id=None), _row("r", created_ms="yesterday")):
@@ -69,7 +70,11 @@ async def test_a_row_the_store_refuses_raises_record_refused(db_url: str, tmp_pa
 
 
 async def test_a_store_that_is_away_is_not_a_refusal(tmp_path: Path) -> None:
-    db = Database("postgresql+asyncpg://postgres@127.0.0.1:1/none", connect_timeout_s=0.5)
+    db = Database(
+        "postgresql+asyncpg://postgres@127.0.0.1:1/none",
+        connect_timeout_s=0.5,
+        migrations=MIGRATIONS,
+    )
     try:
         with pytest.raises(Exception) as err:
             await _in_thread(db, [[_row("r")], [], []])

@@ -10,9 +10,12 @@ from alembic import command
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, func, insert, inspect, select, text
 
+from fleetgate.app import MIGRATIONS
+from fleetgate.multimodal.tables import conversation_turns, conversations
 from fleetgate.store import Database, database_url
 from fleetgate.store.migrate import alembic_config
-from fleetgate.store.tables import conversation_turns, conversations, metadata, spend, tenancy_state
+from fleetgate.store.tables import metadata
+from fleetgate.tenancy.tables import spend, tenancy_state
 
 EXPECTED = {
     "fg_teams", "fg_users", "fg_api_keys", "fg_spend", "fg_spend_tags", "fg_request_audit",
@@ -25,7 +28,7 @@ def _to(revision: str, down: bool = False) -> Callable[[Connection], None]:
     """Run the migrations up (or down) to ``revision`` on a connection."""
 
     def run(conn: Connection) -> None:
-        cfg = alembic_config()
+        cfg = alembic_config(MIGRATIONS)
         cfg.attributes["connection"] = conn
         (command.downgrade if down else command.upgrade)(cfg, revision)
 
@@ -50,7 +53,7 @@ def test_default_url_is_sqlite_in_data_dir(tmp_path: Path) -> None:
 
 
 async def test_migrations_create_every_table_and_rerun_safely(db_url: str, tmp_path: Path) -> None:
-    db = Database.from_url(db_url, tmp_path)
+    db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     try:
         # several processes may start at once: concurrent migrations must not collide
         await asyncio.gather(db.migrate(), db.migrate()) if db.dialect == "postgresql" else None
@@ -66,7 +69,7 @@ async def test_migrations_create_every_table_and_rerun_safely(db_url: str, tmp_p
 
 
 async def test_insert_ignore_counts_each_request_once(db_url: str, tmp_path: Path) -> None:
-    db = Database.from_url(db_url, tmp_path)
+    db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     try:
         await db.migrate()
         assert await db.insert_ignore(spend, [_row("r1", 10), _row("r2", 20)]) == 2
@@ -82,7 +85,7 @@ async def test_0003_backfills_the_team_of_old_admin_rows_and_downgrades(
     db_url: str, tmp_path: Path
 ) -> None:
     to = _to
-    db = Database.from_url(db_url, tmp_path)
+    db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     try:
         async with db.engine.begin() as conn:
             await conn.run_sync(to("0002"))
@@ -102,7 +105,7 @@ async def test_0003_backfills_the_team_of_old_admin_rows_and_downgrades(
 async def test_0004_creates_the_conversation_tables_and_downgrades(
     db_url: str, tmp_path: Path
 ) -> None:
-    db = Database.from_url(db_url, tmp_path)
+    db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     try:
         async with db.engine.begin() as conn:
             await conn.run_sync(_to("0003"))
@@ -127,7 +130,7 @@ async def test_0004_keeps_conversations_the_store_created_itself_before(
 ) -> None:
     """Before 0004 the conversation store ran ``create_all`` on the same database: upgrading
     such a database keeps its tables and rows."""
-    db = Database.from_url(db_url, tmp_path)
+    db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     try:
         async with db.engine.begin() as conn:
             await conn.run_sync(_to("0003"))
@@ -142,7 +145,10 @@ async def test_0004_keeps_conversations_the_store_created_itself_before(
             )
             await conn.run_sync(_to("head"))
             version = await conn.scalar(text("SELECT version_num FROM alembic_version"))
-            assert version == ScriptDirectory.from_config(alembic_config()).get_current_head()
+            assert (
+                version
+                == ScriptDirectory.from_config(alembic_config(MIGRATIONS)).get_current_head()
+            )
             turns = (await conn.execute(select(conversation_turns.c.content))).all()
             assert [t.content for t in turns] == ["hi"]
     finally:

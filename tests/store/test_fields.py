@@ -7,7 +7,7 @@ import pytest
 
 from fleetgate.errors import InvalidRequest
 from fleetgate.store.fields import RowShape, require_fits
-from fleetgate.store.tables import spend
+from fleetgate.tenancy.tables import spend
 from tests.store.test_bulk import _row
 
 

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from fleetgate.api.state import GATEWAY
-from fleetgate.app import create_app
+from fleetgate.app import MIGRATIONS, create_app
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.http.serving import served
@@ -81,7 +81,7 @@ async def database_for(kind: str, sqlite_url: _SqliteUrl) -> AsyncIterator[_Sqli
 async def migrated_database(kind: str, tmp_path: Path) -> AsyncIterator[Database]:
     """A migrated `Database` of ``kind`` ("sqlite": a file under ``tmp_path``, "postgres")."""
     async with database_for(kind, None) as url:
-        db = Database.from_url(url, tmp_path)
+        db = Database.from_url(url, tmp_path, migrations=MIGRATIONS)
         try:
             await db.migrate()
             yield db

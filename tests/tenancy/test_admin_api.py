@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from fleetgate.cli.main import main as cli_main
-from fleetgate.store.tables import admin_audit, api_keys
+from fleetgate.tenancy.tables import admin_audit, api_keys
 from tests.conftest import MASTER as CONFTEST_MASTER
 from tests.conftest import GatewayFactory
 from tests.tenancy.support import MASTER, running_gateway
@@ -177,7 +177,7 @@ async def test_cli_teams_keys_spend(
 async def test_full_payloads_only_for_teams_that_ask(
     db_url: str, upstream: str, tmp_path: Path
 ) -> None:
-    from fleetgate.store.tables import request_audit
+    from fleetgate.tenancy.tables import request_audit
 
     async with running_gateway(upstream, tmp_path, db_url) as gw:
         _, _, loud = await gw.team_and_key("compliance", team_fields={"log_payloads": True})

@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 from sqlalchemy import select
 
-from fleetgate.store.tables import request_audit, spend
+from fleetgate.tenancy.tables import request_audit, spend
 from tests.multimodal.audio.conftest import SENTENCES, speak_to_wav
 from tests.tenancy.support import Gateway, running_gateway, wait_for
 

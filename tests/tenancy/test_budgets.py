@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.limits import MemoryLimiter
 from fleetgate.store import Database
 from fleetgate.tenancy.budgets import Budgets
@@ -13,7 +14,7 @@ from fleetgate.tenancy.model import Limits, TeamEntry
 
 
 async def test_ended_periods_and_unbudgeted_scopes_are_forgotten(tmp_path: Path) -> None:
-    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'fleetgate.db'}")
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'fleetgate.db'}", migrations=MIGRATIONS)
     await db.migrate()
     cache = KeyCache(db)
     teams = {f"t{i}": TeamEntry(f"t{i}", f"team {i}", Limits(budget_nusd=10**9,

@@ -8,7 +8,7 @@ from pathlib import Path
 import anthropic
 from sqlalchemy import select
 
-from fleetgate.store.tables import spend
+from fleetgate.tenancy.tables import spend
 from tests.tenancy.support import running_gateway, wait_for
 
 

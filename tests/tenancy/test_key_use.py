@@ -10,9 +10,9 @@ from sqlalchemy import select
 
 from fleetgate.contract.principal import Principal
 from fleetgate.store.database import Database
-from fleetgate.store.tables import api_keys
 from fleetgate.tenancy.key_use import KeyUse
 from fleetgate.tenancy.service import TenancyService
+from fleetgate.tenancy.tables import api_keys
 from tests.tenancy.support import migrated_database
 
 MASTER = Principal(key_id="master", role="master")

@@ -23,8 +23,9 @@ import pytest
 import yaml
 from sqlalchemy import select
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.store import Database
-from fleetgate.store.tables import spend
+from fleetgate.tenancy.tables import spend
 from tests.tenancy.support import (
     MASTER,
     PRICE,
@@ -234,7 +235,7 @@ async def test_outage_and_sigkill_lose_and_double_nothing(
         await _wait_live(session, c.url(2), c.procs[2])
         ok = [(rid, b) for rid, s, b in [*results, *killed] if s == 200]
         expected = {rid: _independent_cost(b["usage"], PRICE) for rid, b in ok}
-        db = Database.from_url(db_url, c.tmp)
+        db = Database.from_url(db_url, c.tmp, migrations=MIGRATIONS)
         try:
             for _ in range(100):
                 async with db.engine.connect() as conn:

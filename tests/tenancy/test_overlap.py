@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select
 
 from fleetgate.sim import SimConfig, running_sim
-from fleetgate.store.tables import request_audit, spend
+from fleetgate.tenancy.tables import request_audit, spend
 from tests.procs import metric_value
 from tests.tenancy.support import Gateway, gateway_via_redis_proxy, wait_for
 

@@ -13,10 +13,11 @@ import pytest
 from aiohttp import web
 from sqlalchemy import func, select
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.config.schema import Price
 from fleetgate.store import Database
-from fleetgate.store.tables import request_audit, spend
 from fleetgate.tenancy.money import cost_nusd
+from fleetgate.tenancy.tables import request_audit, spend
 from fleetgate.tenancy.writer import RecordWriter
 from tests.tenancy.support import (
     PRICE,
@@ -101,7 +102,7 @@ async def test_database_outage_loses_and_doubles_nothing(upstream: str, tmp_path
                 if gw.tenancy.writer.pending() == 0:
                     break
                 await asyncio.sleep(0.2)
-        db = Database.from_url(url, tmp_path)
+        db = Database.from_url(url, tmp_path, migrations=MIGRATIONS)
         async with db.engine.connect() as conn:
             rows = (await conn.execute(select(spend.c.request_id))).scalars().all()
             audited = await conn.scalar(select(func.count()).select_from(request_audit))
@@ -121,7 +122,7 @@ def _row(rid: str) -> dict[str, Any]:
 
 
 async def test_spool_left_by_a_crash_is_replayed_exactly_once(db_url: str, tmp_path: Path) -> None:
-    db = Database.from_url(db_url, tmp_path)
+    db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     await db.migrate()
     try:
         crashed = RecordWriter(db, tmp_path / "spool")
@@ -151,7 +152,7 @@ async def test_a_flush_writes_what_was_queued_and_returns_while_records_keep_com
 ) -> None:
     """Under steady traffic a flush must end: it once chased the records arriving during its
     own writes and wrote them two at a time, costing more CPU than the requests themselves."""
-    db = Database.from_url(None, tmp_path)
+    db = Database.from_url(None, tmp_path, migrations=MIGRATIONS)
     await db.migrate()
     writer = RecordWriter(db, tmp_path / "spool", batch_size=50)
     writes: list[int] = []
@@ -266,7 +267,7 @@ async def test_the_spool_is_synced_to_disk_off_the_loop_only_when_it_grew(
     synced: list[int] = []
     real = os.fsync
     monkeypatch.setattr(journal.os, "fsync", lambda fd: (synced.append(fd), real(fd)))
-    db = Database.from_url(None, tmp_path)
+    db = Database.from_url(None, tmp_path, migrations=MIGRATIONS)
     await db.migrate()
     writer = RecordWriter(db, tmp_path / "spool")
     try:

@@ -8,10 +8,11 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.store import Database
-from fleetgate.store.rollup import DAY_MS, HOUR_MS
-from fleetgate.store.tables import spend_rollup
+from fleetgate.tenancy.rollup import DAY_MS, HOUR_MS
 from fleetgate.tenancy.spend_query import pieces
+from fleetgate.tenancy.tables import spend_rollup
 from tests.tenancy.rollup_check import (
     BASE_MS,
     assert_reports_match_raw,
@@ -63,7 +64,7 @@ async def test_reports_from_the_rollup_equal_the_raw_rows_on_random_data(
     db_url: str, tmp_path: Path
 ) -> None:
     rng = random.Random(16)
-    db = Database.from_url(db_url, tmp_path)
+    db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     try:
         await db.migrate()
         recs = records(rng, 1500)
@@ -83,7 +84,7 @@ async def test_a_range_not_on_the_hour_counts_the_rows_at_its_edges_exactly(
 ) -> None:
     """Rows 1 ms either side of an hour's edge land in the range or not by their own time,
     whatever the period rows around them hold."""
-    db = Database.from_url(db_url, tmp_path)
+    db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     try:
         await db.migrate()
         h = BASE_MS + 10 * H

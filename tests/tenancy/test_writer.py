@@ -16,8 +16,9 @@ import orjson
 import pytest
 from sqlalchemy import func, select
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.store import Database
-from fleetgate.store.tables import request_audit, spend, spend_tags
+from fleetgate.tenancy.tables import request_audit, spend, spend_tags
 from fleetgate.tenancy.writer import RecordWriter
 from tests.tenancy.support import (
     TcpProxy,
@@ -62,7 +63,7 @@ async def test_values_longer_than_their_columns_never_block_the_writer(
 ) -> None:
     """On PostgreSQL one over-long value (a key tag, a model name) made every batch fail, so the
     writer retried it forever and every tenant's spend and audit stopped."""
-    db = Database.from_url(db_url, tmp_path)
+    db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     await db.migrate()
     writer = RecordWriter(db, tmp_path / "spool")
     try:
@@ -91,7 +92,7 @@ async def test_a_refused_record_among_10000_is_set_aside_and_every_other_is_writ
     tmp_path: Path,
 ) -> None:
     url = await create_pg_database()
-    db = Database.from_url(url, tmp_path)
+    db = Database.from_url(url, tmp_path, migrations=MIGRATIONS)
     try:
         await db.migrate()
         earlier = RecordWriter(db, tmp_path / "earlier")
@@ -132,7 +133,7 @@ async def test_a_refused_record_among_10000_is_set_aside_and_every_other_is_writ
 async def test_a_transient_store_error_keeps_the_batch_and_sets_nothing_aside(
     tmp_path: Path,
 ) -> None:
-    db = Database.from_url(None, tmp_path)
+    db = Database.from_url(None, tmp_path, migrations=MIGRATIONS)
     await db.migrate()
     db.busy_timeout_s = 0.1
     writer = RecordWriter(db, tmp_path / "spool")
@@ -199,7 +200,9 @@ async def test_records_held_in_memory_stay_bounded_through_an_outage(tmp_path: P
     url = await create_pg_database()
     proxy = TcpProxy(5432)
     await proxy.start()
-    db = Database.from_url(url.replace(":5432/", f":{proxy.port}/"), tmp_path)
+    db = Database.from_url(
+        url.replace(":5432/", f":{proxy.port}/"), tmp_path, migrations=MIGRATIONS
+    )
     writer = RecordWriter(db, tmp_path / "spool", max_pending=1_000, segment_max_records=500)
     try:
         await db.migrate()
@@ -226,7 +229,7 @@ async def test_records_held_in_memory_stay_bounded_through_an_outage(tmp_path: P
 async def test_a_flush_keeps_pace_while_the_event_loop_is_saturated(tmp_path: Path) -> None:
     """Under load the writer starved: every statement of every batch waited its turn behind
     the requests on the loop, so records piled up until the load stopped."""
-    db = Database.from_url(None, tmp_path)
+    db = Database.from_url(None, tmp_path, migrations=MIGRATIONS)
     await db.migrate()
     writer = RecordWriter(db, tmp_path / "spool", fsync=False)
     stop = asyncio.Event()

@@ -35,8 +35,8 @@ from fleetgate.multimodal.speech.encode import AudioStreamEncoder
 from fleetgate.multimodal.speech.espeak import OPENAI_VOICES
 from fleetgate.multimodal.speech.streamer import SpeechStreamer
 from fleetgate.store.fields import require_fits
-from fleetgate.store.tables import spend
 from fleetgate.tenancy.money import unit_cost_nusd
+from fleetgate.tenancy.tables import spend
 from fleetgate.tokens import estimate_prompt_tokens
 
 __all__ = ["audio_routes", "speech", "transcriptions"]

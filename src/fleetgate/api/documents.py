@@ -24,9 +24,9 @@ from fleetgate.api.state import GATEWAY
 from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied
 from fleetgate.http.body import read_json
 from fleetgate.multimodal.runtime import MultimodalRuntime
+from fleetgate.multimodal.tables import documents
 from fleetgate.store.errors import store_unavailable_is_503
 from fleetgate.store.fields import require_fits
-from fleetgate.store.tables import documents
 
 __all__ = ["document_routes"]
 

@@ -37,6 +37,7 @@ __all__ = ["BatchesFeature"]
 
 class BatchesFeature(BaseFeature):
     name = "batches"
+    migrations = (Path(__file__).parent / "migrations",)  # its tables' revisions
     sections = (BATCHES_SECTION,)
     switch = Switch("batches")
 

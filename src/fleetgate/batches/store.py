@@ -23,9 +23,9 @@ from typing import Any
 
 from sqlalchemy import delete, func, insert, or_, select, update
 
+from fleetgate.batches.tables import batch_results, batches, files
 from fleetgate.errors import Conflict, NotFound, RateLimited
 from fleetgate.store.database import Database
-from fleetgate.store.tables import batch_results, batches, files
 
 __all__ = ["ACTIVE", "BatchStore", "Counts", "FileMeta"]
 

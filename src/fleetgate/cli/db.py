@@ -13,6 +13,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.config.settings import Settings
 from fleetgate.store.database import Database
 
@@ -31,7 +32,9 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env(database_url=args.database_url, data_dir=args.data_dir)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    asyncio.run(_migrate(Database.from_url(settings.database_url, settings.data_dir)))
+    asyncio.run(
+        _migrate(Database.from_url(settings.database_url, settings.data_dir, migrations=MIGRATIONS))
+    )
     print("database schema is at the newest revision")
     return 0
 

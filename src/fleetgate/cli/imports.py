@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.config.loader import load_config, read_yaml
 from fleetgate.config.settings import Settings
 from fleetgate.errors import ConfigError
@@ -91,7 +92,7 @@ def _redis_prefix(settings: Settings) -> str:
 
 
 async def _import(url: str, settings: Settings, spend: bool, prefix: str) -> Any:
-    db = Database.from_url(settings.database_url, settings.data_dir)
+    db = Database.from_url(settings.database_url, settings.data_dir, migrations=MIGRATIONS)
     try:
         return await import_litellm_db(
             url, db, spend_history=spend, redis_url=settings.redis_url, redis_prefix=prefix

@@ -50,10 +50,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from fleetgate.console.tables import console_sessions
 from fleetgate.contract.principal import Principal
 from fleetgate.errors import ServiceUnavailable
 from fleetgate.store.database import Database
-from fleetgate.store.tables import console_sessions
 
 __all__ = [
     "COOKIE",

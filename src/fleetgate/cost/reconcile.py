@@ -37,7 +37,7 @@ from sqlalchemy import func, select
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.errors import InvalidRequest
 from fleetgate.store.database import Database
-from fleetgate.store.tables import spend
+from fleetgate.tenancy.tables import spend
 
 __all__ = [
     "ALL_MODELS",

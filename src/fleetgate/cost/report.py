@@ -29,7 +29,7 @@ from sqlalchemy import and_, func, select
 from fleetgate.cost.config import CostConfig, PoolConfig
 from fleetgate.cost.ledger import CostLedger, PoolTick
 from fleetgate.store.database import Database
-from fleetgate.store.tables import spend, teams
+from fleetgate.tenancy.tables import spend, teams
 
 __all__ = ["MONTH_H", "pool_report", "team_tokens", "team_rows"]
 

@@ -46,10 +46,10 @@ from fleetgate.errors import ConfigError
 from fleetgate.importers.announce import announce_tenancy_change
 from fleetgate.importers.reimport import merge_key, merge_team
 from fleetgate.store.database import Database
-from fleetgate.store.rollup import roll_up
 from fleetgate.store.shared import dialect_insert
-from fleetgate.store.tables import api_keys, spend, spend_tags, teams, tenancy_state
 from fleetgate.tenancy.money import usd_to_nusd
+from fleetgate.tenancy.rollup import roll_up
+from fleetgate.tenancy.tables import api_keys, spend, spend_tags, teams, tenancy_state
 
 __all__ = ["DbImportReport", "import_litellm_db", "litellm_dsn"]
 

@@ -7,6 +7,7 @@ and the teams' payload policy), else it is not built and its routes answer 503.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from aiohttp import web
 
@@ -30,6 +31,7 @@ _FALLBACK_SECRET = b"fleetgate-insights"  # no master key: ids are pseudonymous,
 
 class InsightsFeature(BaseFeature):
     name = "insights"
+    migrations = (Path(__file__).parent / "migrations",)  # its tables' revisions
     sections = (INSIGHTS_SECTION,)
     switch = Switch("insights", opt_in=True)
     admin_routes = (

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fleetgate.store.tables import api_keys, spend
+from fleetgate.tenancy.tables import api_keys, spend
 
 __all__ = ["key_report"]
 

@@ -9,6 +9,8 @@ document API. See docs/multimodal.md.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fleetgate.contract.stages import Stage
 from fleetgate.core import Core
 from fleetgate.feature import BaseFeature, Switch
@@ -24,6 +26,7 @@ __all__ = ["MultimodalFeature"]
 
 class MultimodalFeature(BaseFeature):
     name = "multimodal"
+    migrations = (Path(__file__).parent / "migrations",)  # its tables' revisions
     sections = (MULTIMODAL_SECTION,)
     switch = Switch("multimodal")  # on unless `multimodal.enabled: false`
 

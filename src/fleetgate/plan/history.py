@@ -31,7 +31,7 @@ from sqlalchemy import and_, func, select
 from fleetgate.csv_export import csv_text, restore_cell
 from fleetgate.errors import InvalidRequest
 from fleetgate.store.database import Database
-from fleetgate.store.tables import spend
+from fleetgate.tenancy.tables import spend
 
 __all__ = [
     "FIELDS",

@@ -40,9 +40,8 @@ from sqlalchemy import and_, case, func, or_, select
 from fleetgate.releases.config import RolloutConfig
 from fleetgate.releases.feedback import NEGATIVE_BELOW, asked_again
 from fleetgate.releases.outcomes import VersionWindow, read_window
-from fleetgate.releases.tables import release_requests
+from fleetgate.releases.tables import feedback, release_requests
 from fleetgate.store.database import Database
-from fleetgate.store.tables import feedback
 
 __all__ = ["Judgement", "VersionWindow", "exceeds", "judge_step", "window"]
 

@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import insert, select
 
 from fleetgate.errors import NotFound
+from fleetgate.releases.tables import eval_items, eval_runs
 from fleetgate.store.database import Database
-from fleetgate.store.tables import eval_items, eval_runs
 
 __all__ = ["EvalStore", "ItemResult", "RunRecord"]
 

@@ -62,6 +62,7 @@ RELEASES: Port[ReleasesFeature] = Port("releases")
 
 class ReleasesFeature(BaseFeature):
     name = "releases"
+    migrations = (Path(__file__).parent / "migrations",)  # its tables' revisions
     sections = (RELEASES_SECTION, PIPELINES_SECTION)
 
     def __init__(

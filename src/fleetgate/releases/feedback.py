@@ -37,9 +37,9 @@ from sqlalchemy.sql.expression import Exists
 
 from fleetgate.contract.principal import Principal
 from fleetgate.errors import NotFound
-from fleetgate.releases.tables import release_requests
+from fleetgate.releases.tables import feedback, release_requests
 from fleetgate.store.database import Database
-from fleetgate.store.tables import api_keys, feedback, spend
+from fleetgate.tenancy.tables import api_keys, spend
 
 __all__ = ["FeedbackSpec", "FeedbackStore"]
 

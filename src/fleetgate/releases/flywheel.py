@@ -24,9 +24,9 @@ from typing import Any
 from sqlalchemy import and_, or_, select
 
 from fleetgate.releases.feedback import NEGATIVE_BELOW, asked_again
-from fleetgate.releases.tables import release_requests
+from fleetgate.releases.tables import feedback, release_requests
 from fleetgate.store.database import Database
-from fleetgate.store.tables import feedback, request_audit, safety_audit
+from fleetgate.tenancy.tables import request_audit, safety_audit
 
 __all__ = ["bad_cases"]
 

@@ -45,22 +45,12 @@ from fleetgate.releases.records import (
     Move,
     VersionSpec,
 )
+from fleetgate.releases.tables import registry_history as history_t
+from fleetgate.releases.tables import registry_models as models_t
+from fleetgate.releases.tables import registry_stages as stages_t
+from fleetgate.releases.tables import registry_versions as versions_t
 from fleetgate.store.database import Database
-from fleetgate.store.tables import (
-    registry_history as history_t,
-)
-from fleetgate.store.tables import (
-    registry_models as models_t,
-)
-from fleetgate.store.tables import (
-    registry_stages as stages_t,
-)
-from fleetgate.store.tables import (
-    registry_versions as versions_t,
-)
-from fleetgate.store.tables import (
-    shared_versions,
-)
+from fleetgate.store.tables import shared_versions
 
 __all__ = ["UNSET", "Registry", "ServingView", "bump_counter"]
 

@@ -21,8 +21,8 @@ from sqlalchemy.exc import IntegrityError
 
 from fleetgate.errors import Conflict, NotFound
 from fleetgate.releases.registry import bump_counter
+from fleetgate.releases.tables import rollouts
 from fleetgate.store.database import Database
-from fleetgate.store.tables import rollouts
 
 __all__ = ["ACTIVE", "Rollout", "RolloutStore"]
 

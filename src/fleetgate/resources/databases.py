@@ -6,7 +6,7 @@ the Alembic migrations at most once per database and process.
 
 Example::
 
-    dbs = Databases()
+    dbs = Databases(MIGRATIONS)                               # the features' revision folders
     db = dbs.get(settings.database_url, settings.data_dir)   # no I/O yet
     await dbs.migrate(db)                                     # to head, once
     ...
@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 
 from fleetgate.store.database import Database, database_url
@@ -24,9 +25,11 @@ __all__ = ["Databases"]
 
 
 class Databases:
-    """Owns the databases of one gateway process, keyed by their driver URL."""
+    """Owns the databases of one gateway process, keyed by their driver URL; each is migrated
+    with the revision folders ``migrations`` (the features', `fleetgate.app.MIGRATIONS`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, migrations: Sequence[Path] = ()) -> None:
+        self.migrations = tuple(migrations)
         self._open: dict[str, Database] = {}
         self._migrated: set[str] = set()
         self._migrating: dict[str, asyncio.Lock] = {}
@@ -36,7 +39,7 @@ class Databases:
         resolved = database_url(url, data_dir)
         db = self._open.get(resolved)
         if db is None:
-            db = self._open[resolved] = Database(resolved)
+            db = self._open[resolved] = Database(resolved, migrations=self.migrations)
         return db
 
     async def migrate(self, db: Database) -> None:

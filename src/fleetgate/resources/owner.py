@@ -15,7 +15,7 @@ close what they were handed.
 
 Example::
 
-    resources = Resources()
+    resources = Resources(migrations=MIGRATIONS)
     tenancy = Tenancy(settings, config.tenancy, registry, resources=resources)
     ...
     await tenancy.aclose()
@@ -25,6 +25,8 @@ Example::
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from pathlib import Path
 
 from fleetgate.resources.databases import Databases
 from fleetgate.resources.minilm import MiniLM
@@ -47,9 +49,12 @@ class Resources:
         databases: Databases | None = None,
         http: OutboundHttp | None = None,
         minilm: MiniLM | None = None,
+        migrations: Sequence[Path] = (),
     ) -> None:
+        """``migrations``: the features' revision folders the databases are migrated with
+        (`fleetgate.app.MIGRATIONS`), unless ``databases`` is given."""
         self.redis = redis or RedisConnections()
-        self.databases = databases or Databases()
+        self.databases = databases or Databases(migrations)
         self.http = http or OutboundHttp()
         self.minilm = minilm or MiniLM()
         self.shared = SharedStates(self.databases)

@@ -23,7 +23,7 @@ from sqlalchemy import select
 
 from fleetgate.safety.audit import AuditRecord
 from fleetgate.store.database import Database
-from fleetgate.store.tables import safety_audit
+from fleetgate.tenancy.tables import safety_audit
 
 __all__ = ["AuditLog", "JsonlAuditLog", "RecordSubmitter", "StoreAuditLog", "audit_row"]
 

@@ -15,9 +15,9 @@ import time
 
 from sqlalchemy import select
 
+from fleetgate.safety.tables import safety_strikes
 from fleetgate.store.database import Database
 from fleetgate.store.shared import dialect_insert
-from fleetgate.store.tables import safety_strikes
 
 __all__ = ["StrikeCounter"]
 

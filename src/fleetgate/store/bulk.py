@@ -10,8 +10,8 @@ wait for turns on the gateway's event loop (under load that wait is what starved
   as column arrays and ``unnest``-ed into ``INSERT ... ON CONFLICT DO NOTHING`` (data-modifying
   CTEs: a batch is one round trip and one transaction whatever its size).
 
-When ``fg_spend`` is one of the tables, the spend rollup (`fleetgate.store.rollup`) grows by
-the spend rows the batch really added, in the same transaction.
+A table that declares an `fleetgate.store.after_insert.AfterInsert` (tenancy's spend rows:
+their rollup) has it run over the rows the batch really added, in the same transaction.
 
 Every value is first clamped to its column (`fleetgate.store.fields`). What the store still
 refuses for the data itself (a missing required value, a value of the wrong type) raises
@@ -38,14 +38,12 @@ import orjson
 from sqlalchemy import Table
 
 from fleetgate.errors import RecordRefused
+from fleetgate.store.after_insert import AfterInsert, after_insert_of
 from fleetgate.store.fields import RowShape
-from fleetgate.store.rollup import new_spend_source, rollup_statement
 
 __all__ = ["BulkInsert", "PostgresBulkInsert", "SqliteBulkInsert"]
 
 Rows = Sequence[Sequence[Mapping[str, Any]]]
-
-_SPEND, _TAGS = "fg_spend", "fg_spend_tags"
 
 
 class BulkInsert(Protocol):
@@ -94,6 +92,7 @@ class SqliteBulkInsert:
         self.path = path
         self.busy_timeout_s = busy_timeout_s
         self.shapes = [RowShape(t) for t in tables]
+        self._follow = [after_insert_of(t) for t in tables]
         self._sql = [
             f"INSERT INTO {s.table.name} ({', '.join(s.names)}) SELECT "
             + ", ".join(
@@ -102,12 +101,9 @@ class SqliteBulkInsert:
             )
             # WHERE true: SQLite's parser needs it before an upsert clause after a SELECT
             + " FROM json_each(?) WHERE true ON CONFLICT DO NOTHING"
-            + (" RETURNING request_id" if s.table.name == _SPEND else "")
-            for s in self.shapes
+            + (f" RETURNING {_first_key(s.table)}" if follow is not None else "")
+            for s, follow in zip(self.shapes, self._follow, strict=True)
         ]
-        names = [s.table.name for s in self.shapes]
-        self._spend = names.index(_SPEND) if _SPEND in names else None
-        self._rollup = rollup_statement("sqlite", new_spend_source("sqlite"))
         self._conn: sqlite3.Connection | None = None
 
     def _connect(self) -> sqlite3.Connection:
@@ -134,19 +130,7 @@ class SqliteBulkInsert:
         conn = self._connect()
         try:
             conn.execute("BEGIN IMMEDIATE")
-            # ON CONFLICT DO NOTHING skips a known primary key only; OR IGNORE would also
-            # drop a row that breaks NOT NULL, silently.
-            counts, new_spend = [], []
-            for i, (sql, array) in enumerate(zip(self._sql, arrays, strict=True)):
-                if array is None:
-                    counts.append(0)
-                elif i == self._spend:
-                    new_spend = [r[0] for r in conn.execute(sql, (array,)).fetchall()]
-                    counts.append(len(new_spend))
-                else:
-                    counts.append(conn.execute(sql, (array,)).rowcount)
-            if new_spend:
-                conn.execute(self._rollup, {"ids": orjson.dumps(new_spend).decode()})
+            counts = self._insert_tables(conn, arrays)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
@@ -157,6 +141,26 @@ class SqliteBulkInsert:
             if isinstance(exc, sqlite3.OperationalError) and "integer overflow" not in str(exc):
                 raise
             raise RecordRefused(f"{type(exc).__name__}: {exc}") from exc
+        return counts
+
+    def _insert_tables(self, conn: sqlite3.Connection, arrays: list[str | None]) -> list[int]:
+        """Each table's rows, then what the tables run after their new rows; the counts."""
+        # ON CONFLICT DO NOTHING skips a known primary key only; OR IGNORE would also
+        # drop a row that breaks NOT NULL, silently.
+        counts: list[int] = []
+        added: list[tuple[AfterInsert, list[Any]]] = []
+        for sql, array, follow in zip(self._sql, arrays, self._follow, strict=True):
+            if array is None:
+                counts.append(0)
+            elif follow is not None:
+                keys = [r[0] for r in conn.execute(sql, (array,)).fetchall()]
+                counts.append(len(keys))
+                if keys:
+                    added.append((follow, keys))
+            else:
+                counts.append(conn.execute(sql, (array,)).rowcount)
+        for follow, keys in added:
+            conn.execute(follow.sqlite, {"ids": orjson.dumps(keys).decode()})
         return counts
 
     def close(self) -> None:
@@ -227,14 +231,24 @@ class PostgresBulkInsert:
             self._loop = None
 
 
+def _first_key(table: Table) -> str:
+    return str(next(iter(table.primary_key.columns)).name)
+
+
 def _unnest_statement(shapes: Sequence[RowShape]) -> str:
     """``WITH t0 AS (INSERT ... SELECT substr(c0, 1, 100), ... FROM unnest($1::text[], ...)
     AS u(c0, ...) ON CONFLICT DO NOTHING RETURNING 1), ... SELECT (SELECT count(*) FROM t0),
-    ...``: every table in one statement, values clamped by the server; with ``fg_spend``, one
-    more CTE adds its new rows (and their new tags) to the rollup."""
+    ...``: every table in one statement, values clamped by the server; for each table that
+    declares an `AfterInsert`, one more CTE over the new rows (tenancy's spend: the rollup)."""
     ctes: list[str] = []
     n = 0
     tables = [s.table.name for s in shapes]
+    follows = [
+        (t, f)
+        for t, f in zip(tables, map(after_insert_of, (s.table for s in shapes)), strict=True)
+        if f is not None
+    ]
+    returned = {t for t, _ in follows} | {r for _, f in follows for r in f.reads}
     for i, shape in enumerate(shapes):
         arrays, names = [], []
         for j, col in enumerate(shape.columns):
@@ -245,11 +259,10 @@ def _unnest_statement(shapes: Sequence[RowShape]) -> str:
         ctes.append(
             f"t{i} AS (INSERT INTO {shape.table.name} ({', '.join(shape.names)}) "
             f"SELECT {select} FROM unnest({', '.join(arrays)}) AS u({', '.join(names)}) "
-            "ON CONFLICT DO NOTHING RETURNING "
-            + ("*)" if shape.table.name in (_SPEND, _TAGS) else "1)")
+            "ON CONFLICT DO NOTHING RETURNING " + ("*)" if shape.table.name in returned else "1)")
         )
-    if _SPEND in tables:  # the new spend rows and their new tags into the rollup
-        tags = f"t{tables.index(_TAGS)}" if _TAGS in tables else _TAGS
-        ctes.append(f"r AS ({rollup_statement('postgresql', f't{tables.index(_SPEND)}', tags)})")
+    for k, (table, follow) in enumerate(follows):
+        sources = {t: (f"t{tables.index(t)}" if t in tables else t) for t in (table, *follow.reads)}
+        ctes.append(f"a{k} AS ({follow.postgresql(sources)})")
     counts = ", ".join(f"(SELECT count(*) FROM t{i})" for i in range(len(shapes)))
     return f"WITH {', '.join(ctes)} SELECT {counts}"

@@ -2,11 +2,14 @@
 
 Example::
 
-    db = Database.from_settings(settings)     # sqlite at <data_dir>/fleetgate.db by default
-    await db.migrate()                         # Alembic, programmatically, to head
+    db = Database.from_url(None, data_dir, migrations=MIGRATIONS)  # sqlite in data_dir
+    await db.migrate()                         # Alembic, programmatically, to every head
     await db.insert_ignore(spend, rows)        # INSERT ... ON CONFLICT DO NOTHING
     bulk = db.bulk_insert([spend])             # the same from a worker thread, own connection
     await db.aclose()
+
+``migrations`` are the features' revision folders (``fleetgate.app.MIGRATIONS``: the store
+imports no feature, so whoever opens a database says which schema it has).
 """
 
 from __future__ import annotations
@@ -48,8 +51,11 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 class Database:
     """The store's engine plus the few operations every writer shares."""
 
-    def __init__(self, url: str, *, connect_timeout_s: float = 3.0) -> None:
+    def __init__(
+        self, url: str, *, connect_timeout_s: float = 3.0, migrations: Sequence[Path] = ()
+    ) -> None:
         self.url = url
+        self.migrations = tuple(migrations)  # the features' revision folders
         self.connect_timeout_s = connect_timeout_s
         self.busy_timeout_s = 5.0  # how long a SQLite writer waits for a lock held elsewhere
         self._insert_stmts: dict[str, Any] = {}
@@ -70,14 +76,22 @@ class Database:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
 
     @classmethod
-    def from_url(cls, url: str | None, data_dir: Path) -> Database:
-        return cls(database_url(url, data_dir))
+    def from_url(
+        cls, url: str | None, data_dir: Path, *, migrations: Sequence[Path] = ()
+    ) -> Database:
+        return cls(database_url(url, data_dir), migrations=migrations)
 
     async def migrate(self) -> None:
-        """Bring the schema to the newest revision (safe with several processes at once)."""
-        from fleetgate.store.migrate import upgrade_to_head
+        """Bring the schema to the newest revision of every branch of the ground floor's and
+        the features' migrations (safe with several processes at once)."""
+        from fleetgate.store.migrate import upgrade_to_heads
 
-        await upgrade_to_head(self.engine)
+        if not self.migrations:
+            raise ValueError(
+                "no feature migrations: open the database with migrations=<the features' "
+                "revision folders> (fleetgate.app.MIGRATIONS)"
+            )
+        await upgrade_to_heads(self.engine, self.migrations)
 
     async def insert_ignore(
         self, table: Table, rows: Sequence[dict[str, Any]], conn: AsyncConnection | None = None

@@ -18,8 +18,8 @@ import aiohttp
 
 from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.store.database import Database
-from fleetgate.store.tables import budget_alerts
 from fleetgate.tasks import cancel_and_wait
+from fleetgate.tenancy.tables import budget_alerts
 
 __all__ = ["BudgetAlert", "AlertNotifier"]
 

@@ -15,13 +15,13 @@ from sqlalchemy import func, select
 
 from fleetgate.limits.base import Limiter, Scope
 from fleetgate.store.database import Database
-from fleetgate.store.tables import spend
 from fleetgate.tasks import cancel_and_wait
 from fleetgate.telemetry.registry import Registry
 from fleetgate.tenancy.alerts import AlertNotifier, BudgetAlert
 from fleetgate.tenancy.cache import KeyCache, Snapshot
 from fleetgate.tenancy.money import nusd_to_usd
 from fleetgate.tenancy.scopes import scope_for
+from fleetgate.tenancy.tables import spend
 
 __all__ = ["Budgets"]
 

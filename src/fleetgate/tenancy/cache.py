@@ -15,8 +15,8 @@ from sqlalchemy import select
 from fleetgate.contract.principal import Principal
 from fleetgate.errors import AuthenticationFailed
 from fleetgate.store.database import Database
-from fleetgate.store.tables import api_keys, teams, tenancy_state
 from fleetgate.tenancy.model import KeyEntry, Limits, TeamEntry, hash_key, jwt_key_id
+from fleetgate.tenancy.tables import api_keys, teams, tenancy_state
 
 __all__ = ["KeyCache", "Snapshot"]
 

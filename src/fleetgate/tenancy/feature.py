@@ -9,6 +9,7 @@ them 503 ``feature_disabled``). See docs/tenancy.md.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -29,6 +30,7 @@ __all__ = ["TenancyFeature"]
 
 class TenancyFeature(BaseFeature):
     name = "tenancy"
+    migrations = (Path(__file__).parent / "migrations",)  # its tables' revisions
     switch = Switch("tenancy")
     admin_routes = (
         ("POST", "/admin/teams"), ("GET", "/admin/teams"), ("GET", "/admin/teams/{team}"),

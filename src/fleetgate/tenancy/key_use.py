@@ -23,7 +23,7 @@ from collections.abc import Callable
 from sqlalchemy import bindparam, or_, update
 
 from fleetgate.store.database import Database
-from fleetgate.store.tables import api_keys
+from fleetgate.tenancy.tables import api_keys
 
 __all__ = ["KeyUse"]
 

@@ -18,9 +18,9 @@ from typing import Any
 
 from fleetgate.errors import RecordRefused
 from fleetgate.store.bulk import BulkInsert
-from fleetgate.store.tables import request_audit, safety_audit, spend, spend_tags
 from fleetgate.tenancy.deadletters import DeadLetters
 from fleetgate.tenancy.journal import Spool
+from fleetgate.tenancy.tables import request_audit, safety_audit, spend, spend_tags
 
 __all__ = ["TABLES", "Progress", "RecordSink", "rows_by_table"]
 

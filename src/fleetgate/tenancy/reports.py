@@ -12,9 +12,9 @@ from sqlalchemy import select
 from fleetgate.contract.principal import Principal
 from fleetgate.errors import InvalidRequest, PermissionDenied
 from fleetgate.store.database import Database
-from fleetgate.store.tables import admin_audit, api_keys, request_audit, teams, users
 from fleetgate.tenancy.money import nusd_to_usd
 from fleetgate.tenancy.spend_query import spend_query
+from fleetgate.tenancy.tables import admin_audit, api_keys, request_audit, teams, users
 
 __all__ = ["GROUPS", "MASTER_LABEL", "audit_log", "spend_report"]
 

@@ -21,10 +21,10 @@ from fleetgate.contract.principal import Principal
 from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied
 from fleetgate.store.database import Database
 from fleetgate.store.fields import ColumnShape, column_range, require_fits
-from fleetgate.store.tables import admin_audit, api_keys, spend_tags, teams, tenancy_state, users
 from fleetgate.tenancy.model import hash_key, key_hint, new_key
 from fleetgate.tenancy.money import nusd_to_usd, usd_to_nusd
 from fleetgate.tenancy.periods import PERIODS
+from fleetgate.tenancy.tables import admin_audit, api_keys, spend_tags, teams, tenancy_state, users
 
 __all__ = ["TenancyService", "parse_time_ms"]
 

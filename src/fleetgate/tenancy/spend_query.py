@@ -27,8 +27,8 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Select, and_, func, select, union_all
 
-from fleetgate.store.rollup import PERIODS
-from fleetgate.store.tables import spend, spend_rollup, spend_tags
+from fleetgate.tenancy.rollup import PERIODS
+from fleetgate.tenancy.tables import spend, spend_rollup, spend_tags
 
 __all__ = ["Piece", "pieces", "raw_spend_query", "spend_query"]
 

@@ -13,11 +13,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import func, select
 
 from fleetgate.api.responses.feature import ResponsesFeature
+from fleetgate.api.responses.tables import responses
 from fleetgate.api.state import GATEWAY
 from fleetgate.app import build_state, create_app
 from fleetgate.config.loader import parse_config
 from fleetgate.config.settings import Settings
-from fleetgate.store.tables import responses
 from tests.api.responses.support import alias_config, create, sdk_for, team_key
 from tests.conftest import MASTER, GatewayFactory
 from tests.fakes import FakeUpstream

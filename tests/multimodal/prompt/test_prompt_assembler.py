@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.errors import ContextWindowExceeded
 from fleetgate.multimodal.conversations.sql import SqlConversationStore
 from fleetgate.multimodal.conversations.store import StoredTurn
@@ -14,7 +15,7 @@ SYSTEM = "You are a terse assistant for ACME."
 
 
 async def test_ten_turn_conversation_is_truncated_oldest_first(tmp_path: Path) -> None:
-    db = Database.from_url(f"sqlite:///{tmp_path / 'c.db'}", tmp_path)
+    db = Database.from_url(f"sqlite:///{tmp_path / 'c.db'}", tmp_path, migrations=MIGRATIONS)
     await db.migrate()
     store = SqlConversationStore(db.engine)
     config = PromptConfig(system_prompt=SYSTEM, context_window=200, reserve_output_tokens=40)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from pathlib import Path
 
 from aiohttp import web
 
@@ -32,6 +33,7 @@ log = logging.getLogger("fleetgate.responses")
 
 class ResponsesFeature(BaseFeature):
     name = "responses"
+    migrations = (Path(__file__).parent / "migrations",)  # its tables' revisions
     sections = (RESPONSES_SECTION,)
     switch = Switch("responses")
 

@@ -19,9 +19,9 @@ from typing import Any
 
 from sqlalchemy import Integer, delete, insert, literal, select
 
+from fleetgate.api.responses.tables import responses
 from fleetgate.errors import NotFound
 from fleetgate.store.database import Database
-from fleetgate.store.tables import responses
 
 __all__ = ["ResponseStore"]
 

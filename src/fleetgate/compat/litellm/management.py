@@ -28,8 +28,8 @@ from fleetgate.contract.principal import Principal
 from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied, ServiceUnavailable
 from fleetgate.http import AdminAccess, json_reply
 from fleetgate.store.errors import store_unavailable_is_503
-from fleetgate.store.rollup import DAY_MS
 from fleetgate.tenancy.periods import period_bounds
+from fleetgate.tenancy.rollup import DAY_MS
 from fleetgate.tenancy.runtime import Tenancy
 
 __all__ = ["Management"]

@@ -1,9 +1,10 @@
 """SQLAlchemy 2 async conversation store: SQLite (aiosqlite) and PostgreSQL (asyncpg).
 
-Tables ``mm_conversations`` and ``mm_turns`` (`fleetgate.store.tables`), created by the store's
-Alembic migrations like every other table. Every append is one transaction; a replayed
-``request_id`` is a no-op. Every read, append and delete checks the conversation's tenant and
-owner (``user``; ``None``: shared by the whole tenant), not only its id.
+Tables ``mm_conversations`` and ``mm_turns`` (`fleetgate.multimodal.tables`), created by the
+multimodal feature's Alembic migrations like every other table. Every append is one
+transaction; a replayed ``request_id`` is a no-op. Every read, append and delete checks the
+conversation's tenant and owner (``user``; ``None``: shared by the whole tenant), not only its
+id.
 
 Storage is bounded per owner: a conversation keeps its newest ``max_turns`` turns (older ones
 are never loaded into a prompt anyway), and an owner keeps its newest ``max_conversations``
@@ -23,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from fleetgate.errors import InvalidRequest, NotFound, ServiceUnavailable
 from fleetgate.multimodal.conversations.store import StoredTurn
-from fleetgate.store.tables import conversation_turns, conversations
+from fleetgate.multimodal.tables import conversation_turns, conversations
 
 __all__ = ["SqlConversationStore"]
 

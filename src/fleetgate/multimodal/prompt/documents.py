@@ -28,9 +28,10 @@ from sqlalchemy import delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fleetgate.errors import PayloadTooLarge
+from fleetgate.multimodal.tables import document_chunks, documents
 from fleetgate.store.database import Database
 from fleetgate.store.shared import bump_version, upsert
-from fleetgate.store.tables import document_chunks, documents, shared_state
+from fleetgate.store.tables import shared_state
 
 __all__ = ["DOCUMENTS_KIND", "DocumentStore", "StoredTeam"]
 

@@ -9,9 +9,10 @@ The rollup only ever grows from the spend rows an insert really added (``ON CONF
 NOTHING ... RETURNING``), inside the same transaction, so a replayed record counts once and a
 report from the rollup equals one from the raw rows. Who writes spend rows, and how:
 
-- the record writer's bulk insert (`fleetgate.store.bulk`): SQLite runs `rollup_statement`
-  over the new request ids after its inserts; PostgreSQL adds it to the batch's one statement
-  as one more data-modifying CTE over the spend and tag CTEs' ``RETURNING`` rows;
+- the record writer's bulk insert (`fleetgate.store.bulk`), through `SPEND_ROLLUP`, which the
+  spend table declares (`fleetgate.store.after_insert`): SQLite runs `rollup_statement` over
+  the new request ids after its inserts; PostgreSQL adds it to the batch's one statement as one
+  more data-modifying CTE over the spend and tag CTEs' ``RETURNING`` rows;
 - the LiteLLM importer: `roll_up` with the request ids its insert returned;
 - migration 0011: the same statement over the whole table (the backfill).
 
@@ -30,17 +31,20 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from fleetgate.store.after_insert import AfterInsert
 
 __all__ = [
     "DAY_MS",
     "DIMENSIONS",
     "HOUR_MS",
     "PERIODS",
+    "SPEND_ROLLUP",
     "new_spend_source",
     "roll_up",
     "rollup_statement",
@@ -130,3 +134,15 @@ async def roll_up(conn: AsyncConnection, request_ids: Sequence[str]) -> None:
     dialect = conn.dialect.name
     stmt = text(rollup_statement(dialect, new_spend_source(dialect)))
     await conn.execute(stmt, {"ids": orjson.dumps(list(request_ids)).decode()})
+
+
+def _postgres_rollup(sources: Mapping[str, str]) -> str:
+    return rollup_statement("postgresql", sources["fg_spend"], sources["fg_spend_tags"])
+
+
+SPEND_ROLLUP = AfterInsert(
+    sqlite=rollup_statement("sqlite", new_spend_source("sqlite")),
+    postgresql=_postgres_rollup,
+    reads=("fg_spend_tags",),
+)
+"""The rollup as the bulk insert runs it after the spend rows (and tags) a batch added."""

@@ -35,8 +35,8 @@ def upgrade() -> None:
     )
     op.create_index("ix_fg_spend_time", "fg_spend", ["created_ms"])
     # The backfill is the statement the writers run, over the whole table (the rollup's one
-    # definition lives in fleetgate.store.rollup; its table's shape does not depend on it).
-    from fleetgate.store.rollup import rollup_statement
+    # definition lives in fleetgate.tenancy.rollup; its table's shape does not depend on it).
+    from fleetgate.tenancy.rollup import rollup_statement
 
     op.execute(sa.text(rollup_statement(op.get_bind().dialect.name, "fg_spend")))
     op.create_table(

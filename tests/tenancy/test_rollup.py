@@ -12,17 +12,18 @@ from typing import Any
 from alembic import command
 from sqlalchemy import Connection, func, insert, select
 
+from fleetgate.app import MIGRATIONS
 from fleetgate.store import Database
 from fleetgate.store.migrate import alembic_config
-from fleetgate.store.tables import spend, spend_rollup, spend_tags
 from fleetgate.tenancy.deadletters import DeadLetters
 from fleetgate.tenancy.records import TABLES, RecordSink, rows_by_table
+from fleetgate.tenancy.tables import spend, spend_rollup, spend_tags
 from tests.tenancy.rollup_check import assert_reports_match_raw, records, report_totals, write
 
 
 def _migrate(revision: str, down: bool = False) -> Any:
     def run(conn: Connection) -> None:
-        cfg = alembic_config()
+        cfg = alembic_config(MIGRATIONS)
         cfg.attributes["connection"] = conn
         (command.downgrade if down else command.upgrade)(cfg, revision)
 
@@ -33,7 +34,7 @@ async def test_the_migration_rolls_up_the_spend_rows_already_there(
     db_url: str, tmp_path: Path
 ) -> None:
     rng = random.Random(11)
-    db = Database.from_url(db_url, tmp_path)
+    db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     try:
         async with db.engine.begin() as conn:
             await conn.run_sync(_migrate("0010"))
@@ -57,7 +58,7 @@ async def test_one_bad_record_is_set_aside_and_the_rollup_keeps_the_rest(
 ) -> None:
     """A record the store refuses goes to the dead-letter file; the records around it, and
     their rollup, are written. Costs that sum past 64 bits stop at the largest value."""
-    db = Database.from_url(db_url, tmp_path)
+    db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     try:
         await db.migrate()
         batch = records(random.Random(2), 40)
@@ -83,7 +84,7 @@ async def test_two_writers_at_once_count_every_record_once(db_url: str, tmp_path
     """Two replicas' writers adding to the same hours and groups at the same time: no
     deadlock (rollup rows are locked in key order), nothing lost or counted twice."""
     rng = random.Random(7)
-    db = Database.from_url(db_url, tmp_path)
+    db = Database.from_url(db_url, tmp_path, migrations=MIGRATIONS)
     try:
         await db.migrate()
         recs = records(rng, 1600)

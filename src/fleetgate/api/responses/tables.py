@@ -1,0 +1,26 @@
+"""The Responses API's table: stored responses (``previous_response_id`` state), per tenant.
+
+Created by ``api/responses/migrations/0010_responses.py``.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, BigInteger, Column, Index, String, Table
+
+from fleetgate.store.tables import metadata
+
+__all__ = ["responses"]
+
+responses = Table(
+    "fg_responses",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("owner", String(64), nullable=False),  # the key's team, or the key without one
+    Column("previous_id", String(64)),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("expires_ms", BigInteger, nullable=False),
+    Column("response", JSON, nullable=False),  # the response object, as GET returns it
+    Column("messages", JSON, nullable=False),  # the turn's chat messages: input, then output
+    Column("input", JSON, nullable=False),  # the input items, as input_items lists them
+    Index("ix_fg_responses_expires", "expires_ms"),
+)

@@ -1,0 +1,4 @@
+"""Alembic revisions of the insights tables (0015);
+the folder `InsightsFeature` names in `migrations`
+(collected by ``fleetgate.app.MIGRATIONS``).
+"""
