@@ -49,7 +49,7 @@ class Resolver:
 
     async def _ready(self, url: str) -> bool:
         try:
-            timeout = aiohttp.ClientTimeout(total=0.5)
+            timeout = aiohttp.ClientTimeout(total=2.0)
             async with self.session.get(f"{url}/health/region", timeout=timeout) as r:
                 return r.status == 200
         except (aiohttp.ClientError, TimeoutError):
