@@ -74,7 +74,8 @@ def _sim(stack: ExitStack, tmp: Path, name: str) -> tuple[str, subprocess.Popen[
 
 
 class Region:
-    """One region's Redis, engine and ``gateways`` serve processes (data dirs ``tmp/<name>-gwN``)."""
+    """One region's Redis, engine and ``gateways`` serve processes (data dirs
+    ``tmp/<name>-gwN``)."""
 
     def __init__(
         self, stack: ExitStack, tmp: Path, name: str, pg_url: str, master: str, gateways: int = 2
@@ -93,6 +94,7 @@ class Region:
         for url, proc in started:
             wait_http(f"{url}/health/live", proc, timeout=90)
         self.urls = [url for url, _ in started]
+        self.redis, self.engine_proc = redis, engine
         self.procs = [redis, engine, *(proc for _, proc in started)]
 
     def kill(self) -> None:
