@@ -22,7 +22,8 @@ GENERIC = {"model": "tiny", "name": "n", "input": "hi"}  # the body of a route n
 def everything_on(upstream: str) -> dict[str, Any]:
     """A config with every feature that adds routes: tenancy, safety, canary versions,
     kv-aware routing, retrieval, conversations, caches, registry aliases, the console, GPU
-    cost, MCP (its server unreachable), batches and responses (on by default)."""
+    cost, MCP (its server unreachable), batches and responses (on by default), insights and
+    disclosure."""
     dep = {"provider": "openai", "model": "m", "api_base": upstream}
     versions = [{**dep, "version": "v1"}, {**dep, "version": "v2"}]
     return {
@@ -46,6 +47,8 @@ def everything_on(upstream: str) -> dict[str, Any]:
             "servers": {"notes": {"transport": "http", "url": "http://127.0.0.1:9/mcp"}},
             "reconnect_s": 30,
         },
+        "insights": {},
+        "disclosure": {"model_name": "Fuzz Model", "filing_number": "F-0001"},
         "extensions": {
             "console": {},
             "cost": {

@@ -121,7 +121,8 @@ async def test_feedback_regenerations_and_flywheel(db_url: str, tmp_path: Path) 
 
             async def flywheel() -> Any:  # the audit rows are written in batches too
                 _, body = await gw.admin("GET", "/admin/registry/flywheel?alias=chat")
-                return body if len(body["data"]) == 2 else None
+                done = len(body["data"]) == 2 and sum(body["skipped"].values()) == 2
+                return body if done else None
 
             body = await until(flywheel)
             assert body["skipped"] == {"blocked": 1, "no_payload": 1}, body

@@ -88,5 +88,17 @@ class PipelinesConfig(_Model):
     models: dict[str, ModelPipeline] = Field(default_factory=dict)
 
 
-PIPELINES_SECTION = Section("pipelines", PipelinesConfig)
+PIPELINES_SECTION = Section(
+    "pipelines",
+    PipelinesConfig,
+    # read on each tick (ReleasesFeature.reconfigure); the launcher is chosen at start
+    reload={
+        "": "live",
+        "launcher": "restart",
+        "log_dir": "restart",
+        "kube_base_dir": "restart",
+        "kube_namespace": "restart",
+        "fleetgate_image": "restart",
+    },
+)
 """The ``pipelines`` section: release pipelines by registry model."""
