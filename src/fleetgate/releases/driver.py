@@ -19,7 +19,6 @@ is in the database, so config reloads and gateway restarts do not lose a rollout
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -29,7 +28,7 @@ from fleetgate.releases.analysis import judge_step, window
 from fleetgate.releases.config import RolloutConfig
 from fleetgate.releases.registry import Registry
 from fleetgate.releases.rollouts import Rollout, RolloutStore
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import Background, every
 
 __all__ = ["RolloutDriver"]
 
@@ -55,23 +54,17 @@ class RolloutDriver:
         self.owner = owner
         self.notify = notify  # audit + webhook of a decision that changed the rollout
         self.changed = changed  # apply a change here at once
-        self._task: asyncio.Task[None] | None = None
+        self._background = Background(self._loop)
 
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._loop(), name="rollouts")
+        self._background.start()
 
     async def aclose(self) -> None:
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+        await self._background.aclose()
 
     async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config().tick_s)
-            try:
-                await self.tick()
-            except Exception as exc:  # the store may be away: try again next tick
-                log.warning("rollout tick failed: %s", exc)
+        # the store may be away: logged, tried again next tick
+        await every(lambda: self.config().tick_s, self.tick, log, "rollout tick failed")
 
     async def tick(self) -> None:
         for rollout in await self.store.all():

@@ -23,7 +23,7 @@ from fleetgate.errors import Conflict
 from fleetgate.releases.pipeline import ReleasePipeline
 from fleetgate.releases.pipeline_config import PipelinesConfig
 from fleetgate.releases.pipeline_store import Pipeline
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import Background, cancel_and_wait, every
 
 __all__ = ["PipelineDriver"]
 
@@ -35,27 +35,21 @@ class PipelineDriver:
     def __init__(self, pipeline: ReleasePipeline, config: Callable[[], PipelinesConfig]) -> None:
         self.pipeline = pipeline
         self.config = config
-        self._task: asyncio.Task[None] | None = None
+        self._background = Background(self._loop)
 
     @property
     def owner(self) -> str:
         return self.pipeline.owner
 
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._loop(), name="pipelines")
+        self._background.start()
 
     async def aclose(self) -> None:
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+        await self._background.aclose()
 
     async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config().tick_s)
-            try:
-                await self.tick()
-            except Exception as exc:  # the store may be away: try again next tick
-                log.warning("pipeline tick failed: %s", exc)
+        # the store may be away: logged, tried again next tick
+        await every(lambda: self.config().tick_s, self.tick, log, "pipeline tick failed")
 
     async def tick(self) -> None:
         cfg = self.config()
