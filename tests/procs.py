@@ -64,7 +64,9 @@ def serve_process(
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """``fleetgate serve`` with ``config`` on a free port; yields (base URL, process)."""
     with _launched(config, tmp, master_key, extra_args, env) as (url, proc):
-        wait_http(f"{url}/health/live", proc)
+        # 60 s, not wait_http's 20: a start imports every feature, which took over 20 s
+        # beside a loaded test run (tests/batches/test_restart failed so once)
+        wait_http(f"{url}/health/live", proc, timeout=60.0)
         yield url, proc
 
 

@@ -33,8 +33,12 @@ EVERYTHING: dict[str, Any] = {
     "models": [
         {"alias": "tiny", "strategy": "kv-aware", "deployments": [
             {"provider": "openai", "model": "m", "api_base": "http://127.0.0.1:9/v1"}]},
+        {"alias": "idle", "deployments": [
+            {"provider": "openai", "model": "m", "api_base": "http://127.0.0.1:9/v1",
+             "name": "idle-a", "wake": {}}]},
     ],
     "safety": {},
+    "reclaim": {"pools": [{"deployment": "idle-a"}]},
     "semantic": {"intents": {"chitchat": {"alias": "tiny"}}},
     "extensions": {"cost": {"pools": [{"alias": "tiny", "dcgm": ["http://127.0.0.1:9/metrics"]}]}},
     "insights": {},
@@ -57,11 +61,11 @@ def test_the_stage_order_is_the_feature_tuple(tmp_path: Path) -> None:
     names = state.features.names()
     assert names == [
         "core", "semantic", "tenancy", "multimodal", "safety", "cache", "scheduling", "canary",
-        "engine-routing", "wake", "releases", "cost", "insights", "batches", "responses", "console",
-        "litellm",
+        "engine-routing", "wake", "reclaim", "releases", "cost", "insights", "batches",
+        "responses", "console", "litellm",
     ]  # fmt: skip
     assert [s.name for s in state.stages] == [
-        "semantic", "tenancy", "multimodal", "safety", "scheduling", "insights"
+        "semantic", "tenancy", "multimodal", "safety", "scheduling", "reclaim", "insights"
     ]  # fmt: skip
     assert state.stages == state.features.stages()
 
@@ -99,17 +103,19 @@ def test_features_that_are_off_keep_their_admin_routes_but_no_stage(tmp_path: Pa
     config.pop("safety")
     config.pop("semantic")
     config.pop("extensions")  # no `cost` section: no cost feature
+    config.pop("reclaim")  # no `reclaim` section: no reclaim feature
     state = build_state(_settings(tmp_path), parse_config(config))
     app = create_app(state.settings, state=state)
     names = state.features.names()
     # switched off (the one rule): not built at all
-    assert not {"tenancy", "safety", "scheduling", "multimodal", "semantic", "cost"} & set(names)
+    off = {"tenancy", "safety", "scheduling", "multimodal", "semantic", "cost", "reclaim"}
+    assert not off & set(names)
     assert {"core", "cache", "canary", "releases", "batches", "responses"} <= set(names)
     assert state.stages == []
     paths = {r.resource.canonical for r in app.router.routes() if r.resource is not None}
     assert "/admin/teams" in paths and "/admin/safety/policies" in paths
     assert "/admin/queues" in paths and "/admin/registry/models" in paths
-    assert "/admin/cost" in paths
+    assert "/admin/cost" in paths and "/admin/reclaim" in paths
     assert "/v1/audio/speech" not in paths
     assert (
         state.core.ports.get(TENANCY) is None

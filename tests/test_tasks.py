@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
-from fleetgate.tasks import cancel_and_wait, cancelling, retry_forever
+from fleetgate.tasks import Background, cancel_and_wait, cancelling, periodic, retry_forever
 
 
 async def test_every_task_is_cancelled_and_awaited() -> None:
@@ -90,3 +91,54 @@ async def test_a_feed_is_retried_after_failures_and_stops_when_cancelled() -> No
     assert len(sessions) == 3 and errors == ["feed lost", "feed lost"]
     await cancel_and_wait(task, timeout_s=1.0)
     assert task.cancelled() and len(sessions) == 3
+
+
+async def test_a_periodic_task_goes_on_after_a_failed_step_and_stops_on_aclose(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    steps: list[int] = []
+    waits: list[int] = []
+
+    def interval() -> float:
+        waits.append(1)
+        return 0.0
+
+    async def step() -> None:
+        steps.append(1)
+        if len(steps) == 2:
+            raise ValueError("one bad step")
+
+    task = periodic(interval, step, logging.getLogger("test.periodic"), "step failed")
+    task.start()
+    for _ in range(50):
+        await asyncio.sleep(0)
+        if len(steps) >= 4:
+            break
+    await task.aclose()
+    done = len(steps)
+    assert done >= 4 and len(waits) >= done  # the interval is read before each step
+    assert [r.getMessage() for r in caplog.records if r.name == "test.periodic"] == ["step failed"]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert len(steps) == done  # stopped
+
+
+async def test_a_background_task_starts_once_under_its_name_and_again_after_aclose() -> None:
+    names: list[str] = []
+
+    async def run() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        names.append(task.get_name())
+        await asyncio.sleep(3600)
+
+    bg = Background(run, name="fg-test-loop")
+    bg.start()
+    bg.start()  # already running: no second task
+    await asyncio.sleep(0)
+    assert names == ["fg-test-loop"]
+    await bg.aclose()
+    bg.start()
+    await asyncio.sleep(0)
+    assert names == ["fg-test-loop", "fg-test-loop"]
+    await bg.aclose()

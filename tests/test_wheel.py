@@ -27,11 +27,13 @@ CONSOLE = ROOT / "src" / "fleetgate" / "console"
 # deploy/Dockerfile: `COPY --from=console /console/node_modules/<file> ./<destination>`
 IMAGE_COPY = re.compile(r"^COPY --from=console /console/node_modules/(\S+) \./(\S+)$", re.M)
 
-# loaded at serve time: the classifier check's head and features, the words check's lists
+# loaded at serve time: the classifier check's head and features, the words check's lists,
+# the normaliser's Traditional -> Simplified table
 RUNTIME = {
     "fleetgate/py.typed",
     "fleetgate/safety/data/classifier_head.npz",
     "fleetgate/safety/data/wordlists.json",
+    "fleetgate/safety/data/t2s.json",  # Traditional -> Simplified before the input checks
     "fleetgate/safety/checks/classifier.py",
     "fleetgate/safety/classifier/features.py",
     "fleetgate/safety/classifier/model.py",
@@ -99,7 +101,8 @@ def test_the_runtime_wheel_ships_the_fitted_artefacts_and_no_training(tmp_path: 
     assert not [n for n in names if n.startswith("fleetgate_training/")]
     data = {n for n in names if n.startswith("fleetgate/safety/data/")}
     assert data == {"fleetgate/safety/data/classifier_head.npz",
-                    "fleetgate/safety/data/wordlists.json"}  # fmt: skip
+                    "fleetgate/safety/data/wordlists.json",
+                    "fleetgate/safety/data/t2s.json"}  # fmt: skip
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """The cheapest picker grpc.aio allows: the gRPC exchange alone, as a baseline for the picker.
 
 The same ext_proc streams as ``fleetgate epp`` (request headers, body, response headers, and
-the response body when Envoy sends it), answered with the protocol's destination header and
+the response body when Envoy sends it, or an observing filter's stream, read and never
+answered), answered with the protocol's destination header and
 metadata for the engines in turn, and nothing else: no key, no limits, no routing, no billing.
 What ``fleetgate epp`` costs above it is fleetgate's work; what it costs itself is gRPC's.
 
@@ -32,6 +33,8 @@ class NullPicker(ext_proc_grpc.ExternalProcessorServicer):  # type: ignore[misc]
         self, requests: AsyncIterator[Any], context: Any
     ) -> AsyncIterator[Any]:
         async for msg in requests:
+            if msg.observability_mode:  # an observing filter's message: never answered
+                continue
             kind = msg.WhichOneof("request")
             if kind == "request_headers":
                 yield protocol.continue_headers(request=True)

@@ -9,6 +9,8 @@ Four ways to serve the same engines, measured in one run on this machine:
   (``--response-body none``: output billed at max_tokens);
 - ``epp-streamed``: the same with every response chunk streamed to the picker (billed from
   the usage it injected and reads back);
+- ``epp-observed``: the response's chunks sent to a second ext_proc filter in observability
+  mode instead (one message per chunk, never answered, never waited for; billed from usage);
 - ``relay``: ``fleetgate serve``, every byte relayed by fleetgate.
 
 Workloads: ``stream`` (500-token streamed answers) and ``short`` (16-token JSON answers), at 16
@@ -53,7 +55,17 @@ from tests.procs import free_port, serve_process, sim_process  # noqa: E402
 from fleetgate.cli.processes import stop  # noqa: E402
 
 KEY = "sk-bench-epp"
-SETUPS = ("floor", "null-picker", "epp-headers", "epp-streamed", "relay")
+SETUPS = (
+    "floor",
+    "null-picker",
+    "null-observed",
+    "epp-headers",
+    "base-streamed",
+    "epp-streamed",
+    "base-observed",
+    "epp-observed",
+    "relay",
+)
 WORKLOADS = {  # name: (body fields, requests per run at 16 connections)
     "stream": ({"stream": True, "max_tokens": 500}, 300),
     "short": ({"stream": False, "max_tokens": 16}, 2000),
@@ -116,8 +128,11 @@ async def _load(url: str, body: dict[str, Any], connections: int, total: int) ->
 
 
 @contextmanager
-def _setups(tmp: Path) -> Iterator[dict[str, tuple[str, list[int]]]]:
-    """Every setup started once: name -> (chat URL, pids of fleetgate's processes)."""
+def _setups(
+    tmp: Path, chosen: list[str], baseline: Path | None = None
+) -> Iterator[dict[str, tuple[str, list[int]]]]:
+    """The setups in ``chosen`` started once: name -> (chat URL, pids of fleetgate's
+    processes). ``baseline``: a source tree (its ``src``) the ``base-*`` setups run from."""
     with ExitStack() as stack:
         # one token per 1 ms decode step, each its own event on the wire as a real engine's
         # are (an instant simulator writes many tokens per packet, which flatters a relay)
@@ -125,8 +140,8 @@ def _setups(tmp: Path) -> Iterator[dict[str, tuple[str, list[int]]]]:
                     "--prefill-ms-per-token", "0")  # fmt: skip
         engines = [stack.enter_context(sim_process(*sim_args)) for _ in range(2)]
         hosts = [e.removeprefix("http://").removesuffix("/v1") for e in engines]
-        config = {"models": [{"alias": "chat", "strategy": "round-robin", "deployments": [
-            {"model": "tiny", "api_base": e} for e in engines]}]}  # fmt: skip
+        config: dict[str, object] = {"models": [{"alias": "chat", "strategy": "round-robin",
+            "deployments": [{"model": "tiny", "api_base": e} for e in engines]}]}  # fmt: skip
         out: dict[str, tuple[str, list[int]]] = {}
         floor = stack.enter_context(envoy_process(tmp, epp_port=None, round_robin_hosts=hosts))
         out["floor"] = (floor, [])
@@ -138,8 +153,22 @@ def _setups(tmp: Path) -> Iterator[dict[str, tuple[str, list[int]]]]:
         time.sleep(2.0)  # grpc.aio is listening well within this
         envoy = stack.enter_context(envoy_process(tmp, epp_port=null_port, response_body="none"))
         out["null-picker"] = (envoy, [null.pid])
-        for name, mode in (("epp-headers", "none"), ("epp-streamed", "streamed")):
-            epp = stack.enter_context(epp_process(config, tmp, master_key=KEY,
+        # the same picker with the response's chunks sent to an observing filter: what
+        # receiving them over grpc.aio costs before fleetgate reads any of them
+        envoy = stack.enter_context(envoy_process(tmp, epp_port=null_port,
+                                                  response_body="observed"))  # fmt: skip
+        out["null-observed"] = (envoy, [null.pid])
+        modes = (("epp-headers", "none"), ("epp-streamed", "streamed"),
+                 ("epp-observed", "observed"), ("base-streamed", "streamed"),
+                 ("base-observed", "observed"))  # fmt: skip
+        for name, mode in modes:
+            if name not in chosen:
+                continue
+            env = None
+            if name.startswith("base-"):
+                assert baseline is not None
+                env = {"PYTHONPATH": str(baseline / "src")}
+            epp = stack.enter_context(epp_process(config, tmp, master_key=KEY, env=env,
                                                   args=("--response-body", mode)))  # fmt: skip
             envoy = stack.enter_context(
                 envoy_process(tmp, epp_port=epp.grpc_port, response_body=mode)
@@ -179,27 +208,42 @@ def main() -> None:
     parser.add_argument("--requests-scale", type=float, default=1.0)
     parser.add_argument("--workloads", default="stream,short")
     parser.add_argument("--output-json", type=Path, default=None)
+    default = ",".join(s for s in SETUPS if not s.startswith("base-"))
+    parser.add_argument("--setups", default=default, help="a subset, in this order")
+    parser.add_argument("--baseline-src", type=Path, default=None,
+                        help="a checkout of the code to compare with (e.g. `git archive` of "
+                        "the previous commit): adds base-streamed and base-observed, fleetgate "
+                        "epp run from its src")  # fmt: skip
     args = parser.parse_args()
     conns = [int(c) for c in args.connections.split(",")]
+    picked = args.setups.split(",")
+    if args.baseline_src is not None:
+        picked += ["base-streamed", "base-observed"]
+    chosen = [s for s in SETUPS if s in picked]
+    if "floor" not in chosen or "relay" not in chosen:
+        parser.error("--setups must include floor and relay (the baselines)")
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="bench-epp-") as tmp, _setups(Path(tmp)) as setups:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-epp-") as tmp,
+        _setups(Path(tmp), chosen, args.baseline_src) as setups,
+    ):
         for workload in args.workloads.split(","):
             fields, base_n = WORKLOADS[workload]
             body = {"model": "chat", "messages": [{"role": "user", "content": "hello"}],
                     **fields}  # fmt: skip
             for c in conns:
                 n = max(c, int(base_n * args.requests_scale * max(1, c // 16) ** 0.5))
-                runs: dict[str, list[Result]] = {s: [] for s in SETUPS}
+                runs: dict[str, list[Result]] = {s: [] for s in chosen}
                 for _ in range(args.rounds):
-                    for setup in SETUPS:
+                    for setup in chosen:
                         url, pids = setups[setup]
                         # no alias rewrite without fleetgate: these are sent the engine's name
-                        raw = setup in ("floor", "null-picker")
+                        raw = setup in ("floor", "null-picker", "null-observed")
                         sent = {**body, "model": "tiny"} if raw else body
                         runs[setup].append(_measure(url, pids, sent, c, n))
                 floor = _median(runs["floor"])
                 relay_cpu = _median(runs["relay"]).cpu_per_1k
-                for setup in SETUPS:
+                for setup in chosen:
                     m = _median(runs[setup])
                     row = {
                         "workload": workload, "connections": c, "setup": setup,

@@ -11,7 +11,8 @@ Every client request goes to the processes in turn (a round-robin load balancer)
 Per setup: B alone (Poisson, ``--rate``/s), then A flooding (closed loop, 40 outstanding)
 while B keeps its rate. Reported from the engine's own per-request records
 (``GET /sim/timings``, joined on ``x-request-id``): the most requests the engine held at once,
-the most of A's it held while B had a request outstanding, B's TTFT p95 with the flood over
+the most of A's it held while B had a request outstanding (and once that request had waited
+0.25 s: a claim's cancellation of a borrower's stream has landed), B's TTFT p95 with the flood over
 its solo p95 (and the target: 1.5x, or solo + two engine steps when larger), the output
 tokens/s generated during the flood against the engine's capacity measured in the same round
 (one gateway with the scheduler off, A flooding: the engine always full).
@@ -191,7 +192,24 @@ def _held(intervals: list[tuple[float, float]], at: list[float] | None = None) -
     return best
 
 
-def _engine(samples: list[Sample], timings: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _settled_points(
+    b_spans: list[tuple[float, float]], a_starts: list[float], settle: float
+) -> list[float]:
+    """The moments B had a request outstanding for at least ``settle`` seconds: each such
+    request's ``sent + settle``, and every A start while one was."""
+    settled = [(x + settle, y) for x, y in b_spans if y - x > settle]
+    if not settled:
+        return []
+    starts, ends = sorted(x for x, _ in settled), sorted(y for _, y in settled)
+    return [x for x, _ in settled] + [
+        t for t in a_starts
+        if bisect.bisect_right(starts, t) - bisect.bisect_left(ends, t) > 0
+    ]  # fmt: skip
+
+
+def _engine(
+    samples: list[Sample], timings: dict[str, dict[str, Any]], settle: float = 0.25
+) -> dict[str, Any]:
     team_of = {s.request_id: s.team for s in samples if s.request_id}
     spans: dict[str, list[tuple[float, float]]] = {"A": [], "B": [], "all": []}
     for rid, t in timings.items():
@@ -209,9 +227,30 @@ def _engine(samples: list[Sample], timings: dict[str, dict[str, Any]]) -> dict[s
         t for t in candidates
         if bisect.bisect_right(b_starts, t) - bisect.bisect_left(b_ends, t) > 0
     ]  # fmt: skip
+    # the same once B's request has waited ``settle`` (the time a claim takes to cancel a
+    # borrower's stream and the slot to come back): what A holds while B has work, after it
+    settled = _settled_points(b_spans, [x for x, _ in spans["A"]], settle)
+    # B's time from sending to the engine's arrival (the gateways' queues): how many of B's
+    # requests waited over 50 ms for a slot, and what A held at the engine 50 ms into such a
+    # wait (a B request waiting for a slot: the moment "A within its share" matters)
+    to_engine = sorted(
+        timings[s.request_id]["arrival"] - s.sent
+        for s in samples
+        if s.team == "B" and s.request_id in timings and timings[s.request_id]["arrival"]
+    )
+    queued = [
+        s.sent + 0.05
+        for s in samples
+        if s.team == "B" and s.request_id in timings and timings[s.request_id]["arrival"]
+        and timings[s.request_id]["arrival"] - s.sent > 0.05
+    ]  # fmt: skip
     return {
+        "b_to_engine_p99_ms": round(pct(to_engine, 0.99) * 1000, 1) if to_engine else 0.0,
+        "b_queued_over_50ms": len(queued),
+        "a_held_max_while_b_queued": _held(spans["A"], queued) if queued else 0,
         "engine_held_max": _held(spans["all"]),
         "a_held_max_while_b": _held(spans["A"], busy) if busy else 0,
+        "a_held_max_while_b_settled": _held(spans["A"], settled) if settled else 0,
         "a_held_max": _held(spans["A"]),
     }
 
@@ -326,7 +365,9 @@ async def main() -> int:
 
 def _table(rounds: list[dict[str, Any]]) -> str:
     names = [n for n in rounds[0] if n != "capacity"]
-    fields = ("engine_held_max", "a_held_max_while_b", "b_p95_ratio", "b_flood_p95_ms",
+    fields = ("engine_held_max", "a_held_max_while_b", "a_held_max_while_b_settled",
+              "b_queued_over_50ms", "a_held_max_while_b_queued", "b_to_engine_p99_ms",
+              "b_p95_ratio", "b_flood_p95_ms",
               "b_target_ms", "tokens_vs_capacity")  # fmt: skip
     lines = ["| setup | " + " | ".join(fields) + " |", "|---" * (len(fields) + 1) + "|"]
     for name in names:

@@ -11,6 +11,9 @@ from wrkrun import WrkResult
 HEADING = "## Gateway overhead"
 GATEWAY = "fleetgate"
 BASELINE = "baseline"  # fleetgate from another source tree (--baseline-src), same run
+# --baseline-twice: a second process of the baseline tree, measured like the others; its
+# ratios to the first are what the same code scores against itself in this run (the noise)
+AGAIN = "baseline-again"
 # The targets for one gateway worker with every core feature on.
 MIN_VS_LITELLM = 25.0
 MIN_VS_BARE = 0.60
@@ -94,6 +97,12 @@ def ratios(med: dict[Cell, dict[str, float]], targets: list[str]) -> dict[str, f
                     out[f"p50 {GATEWAY}/{peer} {mode} c={conc}"] = _latency_ratio(
                         med, a, b, "median_e2el_ms"
                     )
+        if AGAIN in targets and BASELINE in targets:
+            a, b = (AGAIN, mode, conc), (BASELINE, mode, conc)
+            noise = f"{AGAIN}/{BASELINE} {mode} c={conc}"
+            out[f"noise: {noise}"] = _ratio(med, a, b)
+            out[f"noise: p99 {noise}"] = _latency_ratio(med, a, b, "p99_e2el_ms")
+            out[f"noise: p50 {noise}"] = _latency_ratio(med, a, b, "median_e2el_ms")
         direct = med.get(("direct", mode, conc))
         for name in targets:
             cell = (name, mode, conc)

@@ -17,6 +17,7 @@ on the freshly started process, fleetgate's resident memory is sampled after 10,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -32,6 +33,8 @@ import memory
 import report
 import wrkrun
 from targets import Skip, Target, start_bare, start_fleetgate, start_litellm, start_upstream
+
+from procs import descendants
 
 REPO = Path(__file__).resolve().parents[2]
 ALL_TARGETS = ("direct", "bare", "fleetgate", "litellm")
@@ -63,6 +66,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also run fleetgate from this source tree (its src/ directory) as target "
         f"'{BASELINE}', same config, interleaved with the others",
     )
+    p.add_argument(
+        "--baseline-twice",
+        action="store_true",
+        help=f"also run a second process of --baseline-src as '{report.AGAIN}': its ratios "
+        f"to '{BASELINE}' are this run's noise (the same code against itself)",
+    )
+    p.add_argument(
+        "--nice",
+        type=int,
+        help="run every process of the benchmark at this niceness, its autogroup too (root; "
+        "on a shared machine the other work yields to the measurement)",
+    )
     p.add_argument("--results-dir", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--write-docs", action="store_true", help="update docs/results/benchmarks.md")
     p.add_argument("--docs", type=Path, default=REPO / "docs" / "results" / "benchmarks.md")
@@ -76,6 +91,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if not (args.baseline_src / "fleetgate" / "__init__.py").is_file():
             p.error(f"--baseline-src {args.baseline_src}: no fleetgate package there")
         args.targets.append(BASELINE)
+        if args.baseline_twice:
+            args.targets.append(report.AGAIN)
+    elif args.baseline_twice:
+        p.error("--baseline-twice needs --baseline-src")
     args.modes = [m for m in args.modes.split(",") if m]
     if set(args.modes) - {"json", "sse"}:
         p.error("--modes takes json and/or sse")
@@ -84,12 +103,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def prioritise(pid: int, nice: int | None) -> None:
+    """``nice`` for the process and its children, and for its session's autogroup: with the
+    kernel's autogroups a niceness counts only within the session, and every target runs in
+    a session of its own (``Proc.start``)."""
+    if nice is None:
+        return
+    for each in descendants(pid):
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, each, nice)
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+
+
 def start_targets(
     args: argparse.Namespace, stack: ExitStack, log_dir: Path, info: dict[str, str]
 ) -> tuple[list[Target], dict[str, str]]:
     """Start the upstream and every selected target; return them and the skipped ones."""
     upstream = start_upstream(log_dir, args.upstream_workers)
     stack.callback(upstream.proc.stop)
+    prioritise(upstream.proc.popen.pid, args.nice)
     started, skipped = [], {}
     if "direct" in args.targets:
         started.append(upstream)
@@ -100,7 +133,7 @@ def start_targets(
         try:
             if name == "bare":
                 target = start_bare(log_dir, upstream.base_url)
-            elif name in ("fleetgate", BASELINE):
+            elif name in ("fleetgate", BASELINE, report.AGAIN):
                 target = start_fleetgate(
                     log_dir,
                     upstream.base_url,
@@ -109,7 +142,7 @@ def start_targets(
                     args.fleetgate_cmd,
                     args.fleetgate_config,
                     name=name,
-                    src=args.baseline_src if name == BASELINE else None,
+                    src=args.baseline_src if name in (BASELINE, report.AGAIN) else None,
                 )
             else:
                 target, info["litellm"] = start_litellm(
@@ -120,6 +153,7 @@ def start_targets(
             print(f"[skip] {name}: {exc}", flush=True)
             continue
         stack.callback(target.proc.stop)
+        prioritise(target.proc.popen.pid, args.nice)
         started.append(target)
     return started, skipped
 
@@ -235,6 +269,10 @@ def shown_args(argv: list[str] | None) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; return the exit status."""
     args = parse_args(argv)
+    if args.nice is not None:  # this process, and wrk, which it starts in its own session
+        os.setpriority(os.PRIO_PROCESS, 0, args.nice)
+        with contextlib.suppress(OSError):
+            Path("/proc/self/autogroup").write_text(str(args.nice))
     command = shlex.join([".venv/bin/python", "bench/overhead/run.py", *shown_args(argv)])
     info = machine.describe(REPO)
     with ExitStack() as stack:

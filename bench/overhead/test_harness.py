@@ -12,6 +12,7 @@ import calls
 import memory
 import report
 import run
+import tail
 import targets
 import upstream
 import wrkrun
@@ -160,3 +161,49 @@ def test_the_allocation_counter_counts_what_is_allocated() -> None:
     counted = counter.read() - before
     assert len(made) == 1000
     assert counted.allocs >= 1000 and counted.nbytes >= 100_000
+
+
+def test_the_tail_summary_reads_cycles_background_and_slow_callbacks() -> None:
+    """tail.py: CPU per request cycle at c=1, the background without request handling, and the
+    stack samples that fall inside a slow callback."""
+    starts = [[i * 0.001, i * 0.0005 + (0.004 if i == 150 else 0.0)] for i in range(300)]
+    (cycles,) = tail._cycles(starts, 0.0, 1.0)
+    assert "p50 0.500 ms" in cycles and "max 4.500" in cycles
+    before = {
+        "task RequestHandler._handle_request": [0, 0.0],
+        "task SharedStates._poll": [2, 0.001],
+    }
+    after = {
+        "task RequestHandler._handle_request": [90, 0.5],
+        "task SharedStates._poll": [10, 0.003],
+    }
+    lines = tail._background(before, after, 2.0, 5)
+    assert len(lines) == 2 and "4.0/s" in lines[1] and "1.00 ms/s" in lines[1]
+    raw = {
+        "slow": [[1.0, 0.002, "task X"]],
+        "samples": [[0.5, ["a", "b"], []], [1.001, ["inside", "x"], ["thread"]]],
+    }
+    inside = tail._inside(raw, 0.0, 2.0, 5)
+    assert inside[0].endswith("1 of 2") and "inside < x" in inside[1]
+
+
+def test_the_baseline_against_itself_is_the_runs_noise() -> None:
+    """--baseline-twice: the second baseline process's ratios to the first are printed as the
+    noise of this run (what the same code scores against itself)."""
+    runs = {
+        ("fleetgate", "sse", 64): [_latency(2000, 5.0, 25.0)] * 3,
+        ("baseline", "sse", 64): [_latency(2000, 5.0, 20.0)] * 3,
+        ("baseline-again", "sse", 64): [_latency(1800, 5.5, 30.0)] * 3,
+    }
+    ratio = report.ratios(report.medians(runs), ["fleetgate", "baseline", "baseline-again"])
+    assert ratio["noise: baseline-again/baseline sse c=64"] == 0.9
+    assert ratio["noise: p99 baseline-again/baseline sse c=64"] == 1.5
+    assert ratio["noise: p50 baseline-again/baseline sse c=64"] == 1.1
+    args = run.parse_args(["--baseline-src", str(run.REPO / "src"), "--baseline-twice"])
+    assert args.targets[-2:] == ["baseline", "baseline-again"]
+
+
+def test_nice_is_an_option_and_nothing_is_reniced_without_it() -> None:
+    assert run.parse_args(["--nice", "-10"]).nice == -10
+    assert run.parse_args([]).nice is None
+    run.prioritise(1, None)  # no niceness asked: touches nothing (not even pid 1)

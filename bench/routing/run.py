@@ -34,8 +34,9 @@ from fleetgate.sse import SSEParser
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fleet import Fleet, SimFlags, gateway_process, router_process  # noqa: E402
 from workload import Arrival, Workload, build_schedule  # noqa: E402
+
+from fleet import Fleet, SimFlags, gateway_process, router_process  # noqa: E402
 
 MASTER = "sk-bench-master"
 

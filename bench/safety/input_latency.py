@@ -20,13 +20,17 @@ n-gram buckets instead of 16,384). ``--eager`` adds the int8 embedder as it ran 
 the fifth head of 2026-12-02 (70bde59, raw-text embeddings) it measures what the glosses of the
 sixth cost. ``--threads`` sets torch's intra-op threads (process-wide); the gateway's
 `MiniLM` loader sets 1 by default (the semantic router's ``threads`` overrides it), so 1 is
-what the gateway runs.
+what the gateway runs. ``--t2s`` adds the default without the Traditional -> Simplified
+folding of issue #38 (`t2s_off.no_t2s`, ``Glosser(simplify=False)``), and ``--prompts-file``
+takes the prompts from a JSONL file's ``prompt`` fields instead (e.g. the Chinese rows of the
+already-read fifth blind set, with ``--lang zh``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import sys
 import tempfile
@@ -34,11 +38,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from t2s_off import no_t2s
+
 from fleetgate.resources import MiniLM, MiniLMEmbedder
 from fleetgate.resources.minilm import Vectors, _tokenizer, mean_pooled
 from fleetgate.safety import Guardrails, SafetyConfig
 from fleetgate.safety.base import CheckContext, CheckPoint
 from fleetgate.safety.checks.classifier import ClassifierCheck
+from fleetgate.safety.classifier.gloss import Glosser
 from fleetgate.safety.normalize import is_cjk
 from fleetgate.safety.policy import Policy
 from fleetgate_training.classifier import legacy_examples
@@ -73,6 +80,37 @@ async def one_round(policy: Policy, prompts: Sequence[str]) -> list[float]:
     return out
 
 
+def load_prompts(path: Path | None, lang: str) -> list[str]:
+    """The shipped red-team and benign prompts, or the ``prompt`` fields of a JSONL file."""
+    if path is not None:
+        lines = path.read_text("utf-8").splitlines()
+        texts = [str(json.loads(line)["prompt"]) for line in lines if line.strip()]
+    else:
+        texts = [p.prompt for p in shipped_set("redteam") + shipped_set("benign")]
+    return [t for t in texts if lang == "all" or (lang == "zh") == is_cjk(t)]
+
+
+async def build(
+    name: str, embedder: MiniLMEmbedder, args: argparse.Namespace
+) -> tuple[ClassifierCheck, Policy]:
+    """One variant's classifier check, warmed up, and the default policy around it."""
+    if name == "int8 (previous head)":
+        check = ClassifierCheck(embedder=embedder, model_path=args.previous_head)
+    elif name == "int8, no T->S (before #38)":
+        with no_t2s():  # the word list's and the classifier's normalisers are built here
+            check = ClassifierCheck(embedder=embedder, glosser=Glosser(simplify=False))
+            await check.warm_up()
+            return check, Guardrails(SafetyConfig(), checks={"classifier": check}).policy("default")
+    elif embedder.quantize:
+        check = ClassifierCheck(embedder=embedder)
+    else:
+        check = ClassifierCheck(
+            embedder=embedder, examples=legacy_examples(), cache_path=args.baseline_cache
+        )
+    await check.warm_up()
+    return check, Guardrails(SafetyConfig(), checks={"classifier": check}).policy("default")
+
+
 async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -86,13 +124,13 @@ async def main() -> int:
     ap.add_argument("--eager", action="store_true", help="add the eager int8 module as a variant")
     ap.add_argument("--lang", choices=("all", "en", "zh"), default="all",
                     help="English or Chinese prompts only (zh: the glosses' cost)")  # fmt: skip
+    ap.add_argument("--t2s", action="store_true",
+                    help="add the default without Traditional -> Simplified folding")  # fmt: skip
+    ap.add_argument("--prompts-file", type=Path, help="JSONL whose 'prompt' fields are sent")
     args = ap.parse_args()
     import torch
 
-    sets = shipped_set("redteam") + shipped_set("benign")
-    prompts = [
-        p.prompt for p in sets if args.lang == "all" or (args.lang == "zh") == is_cjk(p.prompt)
-    ][: args.prompts]
+    prompts = load_prompts(args.prompts_file, args.lang)[: args.prompts]
     # one loader: both variants share its weights (and its thread setting), as in the gateway
     minilm = MiniLM(threads=args.threads or None)
     int8 = MiniLMEmbedder(minilm, quantize=True, with_max=True)
@@ -101,20 +139,13 @@ async def main() -> int:
         variants["int8 (previous head)"] = int8
     if args.eager:
         variants["int8 eager (before the trace)"] = EagerInt8(minilm, quantize=True, with_max=True)
+    if args.t2s:
+        variants["int8, no T->S (before #38)"] = int8
     policies: dict[str, Policy] = {}
     checks = []
     for name, embedder in variants.items():
-        if name == "int8 (previous head)":
-            check = ClassifierCheck(embedder=embedder, model_path=args.previous_head)
-        elif embedder.quantize:
-            check = ClassifierCheck(embedder=embedder)
-        else:
-            check = ClassifierCheck(
-                embedder=embedder, examples=legacy_examples(), cache_path=args.baseline_cache
-            )
-        await check.warm_up()
+        check, policies[name] = await build(name, embedder, args)
         checks.append(check)
-        policies[name] = Guardrails(SafetyConfig(), checks={"classifier": check}).policy("default")
         await one_round(policies[name], prompts[:20])  # warm caches and allocators
     results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in policies}
     for r in range(args.rounds):
@@ -138,6 +169,8 @@ async def main() -> int:
     print(f"p50 ratio int8/fp32: {new / base:.2f}")
     if "int8 eager (before the trace)" in p50s:
         print(f"p50 ratio traced/eager: {new / p50s['int8 eager (before the trace)']:.2f}")
+    if "int8, no T->S (before #38)" in p50s:
+        print(f"p50 ratio default/no T->S: {new / p50s['int8, no T->S (before #38)']:.2f}")
     if "int8 (previous head)" in p50s:
         print(f"p50 ratio default/previous head: {new / p50s['int8 (previous head)']:.2f}")
     for check in checks:

@@ -41,10 +41,13 @@ from fleetgate.feature import (
     switched_off_routes,
 )
 from fleetgate.insights.feature import InsightsFeature
+from fleetgate.limits.base import Limiter
+from fleetgate.limits.redis import RedisLimiter
 from fleetgate.mcp.feature import McpFeature
 from fleetgate.multimodal.feature import MultimodalFeature
 from fleetgate.providers.registry import ProviderRegistry
 from fleetgate.providers.transport import HttpClient
+from fleetgate.reclaim.feature import ReclaimFeature
 from fleetgate.releases.feature import ReleasesFeature
 from fleetgate.resources import Resources
 from fleetgate.routing.canary_feature import CanaryFeature
@@ -79,6 +82,7 @@ FEATURES: tuple[BuildsFeature, ...] = (
     CanaryFeature,  # version splits the dispatcher follows
     EngineRoutingFeature,  # engine stats, prefix index, decision log
     WakeFeature,  # holds requests for pools scaled to zero or asleep; puts idle engines to sleep
+    ReclaimFeature,  # pools under reclaim.below_util_pct for the window: asleep or scaled to zero
     ReleasesFeature,  # model registry: aliases that follow a stage, evaluations, gates
     CostFeature,  # GPU cost (the `cost:` section)
     InsightsFeature,  # end users, sessions and plans per request; business metrics, key report
@@ -183,8 +187,21 @@ def build_features(core: Core, extra: Sequence[Feature] = ()) -> tuple[Feature, 
         )
         if f is not None
     )
-    plug_dispatcher(core.ports)
+    plug_dispatcher(core.ports, _shared_limiter(core))
     return _with_extra(built, extra)
+
+
+def _shared_limiter(core: Core) -> Limiter | None:
+    """The fleet's Redis limiter for deployments' rpm / tpm when tenancy (whose limiter they
+    use when it is on) is off; None without Redis (in process)."""
+    tenancy = core.config.tenancy
+    if tenancy.enabled or not core.settings.redis_url:
+        return None
+    return RedisLimiter(
+        core.resources.redis.commands(core.settings.redis_url),
+        prefix=tenancy.redis_prefix,
+        policy=tenancy.limiter_failure,
+    )
 
 
 def switched_off(config: GatewayConfig) -> tuple[BuildsFeature, ...]:

@@ -116,6 +116,11 @@ class FleetgateError(Exception):
         }
 
 
+def _whole_seconds(seconds: float) -> str:
+    """A ``Retry-After`` value: ``seconds`` rounded up to whole seconds, at least 1."""
+    return str(max(1, int(seconds + 0.999)))
+
+
 class ClientError(FleetgateError):
     status = 400
     type = "invalid_request_error"
@@ -199,7 +204,7 @@ class RateLimited(ClientError):
     ) -> None:
         super().__init__(message, param=param, code=code, headers=headers)
         self.retry_after = retry_after
-        self.headers.setdefault("Retry-After", str(max(1, int(retry_after + 0.999))))
+        self.headers.setdefault("Retry-After", _whole_seconds(retry_after))
 
 
 class BudgetExceeded(RateLimited):
@@ -328,7 +333,7 @@ class Overloaded(ServiceUnavailable):
     def __init__(self, message: str, *, code: str, retry_after: float = 1.0) -> None:
         super().__init__(message, code=code)
         self.retry_after = retry_after
-        self.headers["Retry-After"] = str(max(1, int(retry_after + 0.999)))
+        self.headers["Retry-After"] = _whole_seconds(retry_after)
 
 
 class MissingExtra(ServiceUnavailable):

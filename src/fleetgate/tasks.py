@@ -7,7 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-__all__ = ["Background", "cancel_and_wait", "cancelling", "every", "retry_forever"]
+__all__ = ["Background", "cancel_and_wait", "cancelling", "every", "periodic", "retry_forever"]
 
 log = logging.getLogger("fleetgate.tasks")
 
@@ -79,14 +79,28 @@ class Background:
     """A component's one background task: ``start`` runs ``run`` once (again only after
     ``aclose``), ``aclose`` stops it with `cancel_and_wait`."""
 
-    def __init__(self, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    def __init__(
+        self, run: Callable[[], Coroutine[Any, Any, None]], name: str | None = None
+    ) -> None:
         self._run = run
+        self._name = name  # the task's name (in `cancel_and_wait`'s logs)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
         await cancel_and_wait(task)
+
+
+def periodic(
+    interval_s: Callable[[], float],
+    step: Callable[[], Awaitable[object]],
+    logger: logging.Logger,
+    failed: str,
+) -> Background:
+    """A component's background task that runs `every` (``step`` each ``interval_s()``
+    seconds, a failure logged as ``failed``), started and stopped as any `Background`."""
+    return Background(lambda: every(interval_s, step, logger, failed))

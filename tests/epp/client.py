@@ -9,7 +9,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Reply", "post", "stream"]
+__all__ = ["Reply", "abandon", "post", "stream"]
 
 
 @dataclass
@@ -52,3 +52,16 @@ def stream(url: str, body: Any, key: str, timeout: float = 30.0) -> list[tuple[f
             if line.startswith(b"data: "):
                 out.append((time.perf_counter(), line[6:].decode().strip()))
     return out
+
+
+def abandon(url: str, body: Any, key: str, after: int = 5) -> None:
+    """Read ``after`` ``data:`` lines of an SSE answer, then close the socket mid-stream (a
+    client that leaves)."""
+    with urllib.request.urlopen(_request(url, body, key), timeout=30.0) as resp:
+        seen = 0
+        for _ in range(1000):  # bounded: far more lines than ``after``
+            if resp.readline().startswith(b"data: "):
+                seen += 1
+                if seen == after:
+                    break
+        resp.fp.raw._sock.close()  # the client leaves mid-stream

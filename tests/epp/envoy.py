@@ -2,7 +2,8 @@
 
 The config is the standard inference-gateway shape: an ``ext_proc`` filter calling the picker
 over gRPC (request headers and the buffered body sent; response headers, and the response body
-streamed or not), then the endpoint that served the response in the
+streamed or not, or ``observed``: sent to a second ext_proc filter in observability mode), then
+the endpoint that served the response in the
 ``envoy.lb`` metadata (``x-gateway-destination-endpoint-served``, as the protocol asks of a
 data plane; the route stamps ``%UPSTREAM_HOST%`` and a header-to-metadata filter moves it
 there), then the router to an ORIGINAL_DST cluster that dials the
@@ -25,12 +26,13 @@ from typing import Any
 import yaml
 
 from fleetgate.cli.processes import free_port, stop, wait_http
-from fleetgate.epp.protocol import DESTINATION, SERVED, SUBSET, SUBSET_NAMESPACE
+from fleetgate.epp.protocol import DESTINATION, SERVED, SUBSET, SUBSET_NAMESPACE, TAG_NAMESPACE
 
 __all__ = ["envoy_binary", "envoy_config", "envoy_process"]
 
 _T = "type.googleapis.com/envoy."  # the prefix of every typed config's name
 _LB = "extensions.load_balancing_policies."
+_EXT_PROC_FIELD = "%FILTER_STATE(envoy.filters.http.ext_proc:FIELD:"
 
 
 def envoy_binary() -> str | None:
@@ -38,27 +40,63 @@ def envoy_binary() -> str | None:
     return str(found) if found.exists() else shutil.which("envoy")
 
 
-def _ext_proc(response_body: str, failure_open: bool) -> dict[str, Any]:
+def _ext_proc(
+    response_body: str, failure_open: bool, message_timeout: str | None
+) -> dict[str, Any]:
+    """The picker's filter. ``observed``: it sees the request only (the response goes to
+    `_observer`), and sets the ``fleetgate`` metadata that filter forwards.
+    ``message_timeout``: None is Envoy's default (200 ms); the picker may ask for more, up to
+    ``max_message_timeout`` (30 s), while a pick waits for a pool to wake."""
+    observed = response_body == "observed"
+    timeouts = {"max_message_timeout": "30s"}
+    if message_timeout is not None:
+        timeouts["message_timeout"] = message_timeout
     return {
         "name": "envoy.filters.http.ext_proc",
         "typed_config": {
             "@type": _T + "extensions.filters.http.ext_proc.v3.ExternalProcessor",
             "grpc_service": {"envoy_grpc": {"cluster_name": "epp"}, "timeout": "10s"},
             "failure_mode_allow": failure_open,
-            "message_timeout": "10s",
+            **timeouts,
             "processing_mode": {
                 "request_header_mode": "SEND",
                 "request_body_mode": "BUFFERED",
-                "response_header_mode": "SEND",
+                "response_header_mode": "SKIP" if observed else "SEND",
                 "response_body_mode": "STREAMED" if response_body == "streamed" else "NONE",
                 "request_trailer_mode": "SKIP",
                 "response_trailer_mode": "SKIP",
             },
             "metadata_options": {
                 "forwarding_namespaces": {"untyped": ["envoy.lb", "envoy.lb.subset_hint"]},
-                "receiving_namespaces": {"untyped": ["envoy.lb"]},
+                "receiving_namespaces": {"untyped": ["envoy.lb", TAG_NAMESPACE]},
             },
             "mutation_rules": {"allow_all_routing": True},
+        },
+    }
+
+
+def _observer() -> dict[str, Any]:
+    """The second ext_proc filter of ``response_body="observed"``: Envoy's observability
+    mode (sent, never waited for) with the response's headers and streamed body, and the
+    served endpoint and the pick's ``fleetgate`` request id forwarded."""
+    return {
+        "name": "fleetgate.observer",
+        "typed_config": {
+            "@type": _T + "extensions.filters.http.ext_proc.v3.ExternalProcessor",
+            "grpc_service": {"envoy_grpc": {"cluster_name": "epp"}, "timeout": "10s"},
+            "failure_mode_allow": True,  # an observer never fails the request
+            "observability_mode": True,
+            "processing_mode": {
+                "request_header_mode": "SKIP",
+                "request_body_mode": "NONE",
+                "response_header_mode": "SEND",
+                "response_body_mode": "STREAMED",
+                "request_trailer_mode": "SKIP",
+                "response_trailer_mode": "SKIP",
+            },
+            "metadata_options": {
+                "forwarding_namespaces": {"untyped": ["envoy.lb", TAG_NAMESPACE]},
+            },
         },
     }
 
@@ -75,6 +113,7 @@ def envoy_config(
     retries: int = 0,
     failure_open: bool = False,
     access_log: Path | None = None,
+    message_timeout: str | None = "10s",
 ) -> dict[str, Any]:
     """Envoy's bootstrap. ``epp_port``: the picker, or several replicas of it (Envoy spreads
     the streams over them). None with ``round_robin_hosts``: no picker at all,
@@ -84,7 +123,9 @@ def envoy_config(
     if subset is not None:  # as a gateway narrowing the pool would: dynamic metadata
         filters.append(_subset_hint(subset))
     if epp_ports:
-        filters.append(_ext_proc(response_body, failure_open))
+        filters.append(_ext_proc(response_body, failure_open, message_timeout))
+        if response_body == "observed":
+            filters.append(_observer())
         filters.append(_served_to_metadata())
     filters.append(
         {
@@ -103,6 +144,10 @@ def envoy_config(
         route_entry["response_headers_to_add"] = [
             {"header": {"key": SERVED, "value": "%UPSTREAM_HOST%"}}
         ]
+    if epp_ports and response_body == "observed":  # the picker's own header is not added then
+        route_entry["response_headers_to_add"].append(
+            {"header": {"key": "x-request-id", "value": "%REQ(x-request-id)%"}}
+        )
     hcm = {
         "name": "envoy.filters.network.http_connection_manager",
         "typed_config": {
@@ -178,6 +223,10 @@ def _access_log(path: Path) -> dict[str, Any]:
                     "upstream": "%UPSTREAM_HOST%",
                     "status": "%RESPONSE_CODE%",
                     "attempts": "%UPSTREAM_REQUEST_ATTEMPT_COUNT%",
+                    # how long Envoy waited for the picker on each step (microseconds)
+                    "picker_headers_us": f"{_EXT_PROC_FIELD}request_header_latency_us)%",
+                    "picker_body_us": f"{_EXT_PROC_FIELD}request_body_total_latency_us)%",
+                    "picker_response_us": f"{_EXT_PROC_FIELD}response_header_latency_us)%",
                 }
             },
         },

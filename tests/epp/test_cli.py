@@ -43,3 +43,12 @@ def test_without_the_extra_the_command_names_it(
     monkeypatch.setitem(sys.modules, "grpc", None)  # as if grpcio were not installed
     assert main(["epp", "--config", str(_config(tmp_path)), "--data-dir", str(tmp_path)]) == 2
     assert "pip install 'fleetgate[epp]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("hold", ["0", "-1", "301", "nan"])
+def test_a_wake_hold_out_of_range_is_refused_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], hold: str
+) -> None:
+    args = ["epp", "--config", str(_config(tmp_path)), "--data-dir", str(tmp_path)]
+    assert main([*args, "--wake-hold-s", hold]) == 2
+    assert "--wake-hold-s must be above 0" in capsys.readouterr().err

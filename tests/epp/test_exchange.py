@@ -3,7 +3,9 @@ gateway built as ``fleetgate epp`` builds it (no Envoy, no engine: nothing is se
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import AsyncGenerator, Callable
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -15,6 +17,7 @@ from fleetgate.epp import protocol
 from fleetgate.epp.endpoints import endpoint_of
 from fleetgate.epp.exchange import EppOptions, Exchange
 from fleetgate.epp.picker import EndpointPicker
+from fleetgate.epp.server import ExternalProcessor
 from fleetgate.errors import Overloaded, RateLimited
 from tests.conftest import MASTER, GatewayFactory
 
@@ -264,3 +267,265 @@ async def test_a_stage_refusal_is_a_429_recorded_and_settled_once(
     assert (len(records), refusing.after_calls) == (1, 0)  # its before failed: no after
     assert records[0].outcome.status == 429
     assert not ex.open
+
+
+def _observed(msg: Any, request_id: str | None) -> Any:
+    """``msg`` as the observing filter sends it: observability mode, the pick's tag."""
+    msg.observability_mode = True
+    if request_id is not None:
+        value = struct_pb2.Struct()
+        value.update({"request-id": request_id})
+        msg.metadata_context.filter_metadata[protocol.TAG_NAMESPACE].CopyFrom(value)
+    return msg
+
+
+async def test_observed_mode_bills_from_the_observing_stream_and_keeps_the_usage(
+    gateway: GatewayFactory,
+) -> None:
+    gw = await _gateway(gateway)
+    records: list[Any] = []
+    handoff: dict[str, Exchange] = {}
+    opts = EppOptions(response_body="observed")
+    picker = EndpointPicker(gw.dispatcher, gw.tables, gw.health, 0)
+    pick = Exchange(gw, picker, opts, record=records.append, handoff=handoff)
+    await pick.handle(_headers())
+    reply = await pick.handle(_body({**CHAT, "stream": True}))
+    headers, body = _sent(reply)
+    assert body["stream_options"] == {"include_usage": True}
+    rid = reply.dynamic_metadata.fields[protocol.TAG_NAMESPACE].struct_value.fields["request-id"]
+    await pick.close()  # Envoy ends the pick's stream before the response: nothing settled
+    assert records == [] and list(handoff) == [rid.string_value]
+    dep = next(d for d in gw.tables.table.deployments() if endpoint_of(d) == headers[
+        protocol.DESTINATION])  # fmt: skip
+    assert dep.state.in_flight == 1
+    observer = Exchange(gw, picker, opts, record=records.append, handoff=handoff)
+    served = headers[protocol.DESTINATION]
+    assert await observer.handle(_observed(_response(200, served), rid.string_value)) is None
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}\n\n'
+    chunk = _observed(_chunk(b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n', False), None)
+    assert await observer.handle(chunk) is None
+    assert await observer.handle(_observed(_chunk(usage + b"data: [DONE]\n\n", True), None)) is None
+    await observer.close()
+    assert len(records) == 1 and records[0].outcome.completion_tokens == 4
+    assert (handoff, dep.state.in_flight) == ({}, 0)
+
+
+async def test_observed_mode_settles_a_pick_no_observer_came_for_as_abandoned(
+    gateway: GatewayFactory,
+) -> None:
+    gw = await _gateway(gateway)
+    records: list[Any] = []
+    handoff: dict[str, Exchange] = {}
+    opts = EppOptions(response_body="observed", observer_wait_s=0.05)
+    picker = EndpointPicker(gw.dispatcher, gw.tables, gw.health, 0)
+    pick = Exchange(gw, picker, opts, record=records.append, handoff=handoff)
+    await pick.handle(_headers())
+    await pick.handle(_body({**CHAT, "stream": True}))
+    await pick.close()
+    assert records == []
+    for _ in range(100):  # bounded: the timer fires after 50 ms
+        if records:
+            break
+        await asyncio.sleep(0.02)
+    assert len(records) == 1 and records[0].outcome.status == 499
+    assert handoff == {}
+    assert all(d.state.in_flight == 0 for d in gw.tables.table.deployments())
+
+
+class _LateRefusal:
+    """Leaves a check in flight (as tenancy's overlapped reservation does); ``verdict``
+    closes it: None admits, an error refuses."""
+
+    name = "late-refusal"
+
+    def __init__(self, verdict: Exception | None) -> None:
+        self.verdict = verdict
+        self.held: Callable[[], int] = lambda: 0  # requests held in flight, when it decides
+        self.held_at_verdict = -1
+
+    async def before(self, req: Any) -> None:
+        gate = req.gate = asyncio.get_running_loop().create_future()
+
+        def decide() -> None:
+            self.held_at_verdict = self.held()
+            if self.verdict is None:
+                gate.set_result(None)
+            else:
+                gate.set_exception(self.verdict)
+
+        asyncio.get_running_loop().call_later(0.05, decide)
+
+    def after(self, req: Any, outcome: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("refused", [False, True])
+async def test_a_reservation_in_flight_overlaps_the_pick_and_its_refusal_wins(
+    gateway: GatewayFactory, refused: bool
+) -> None:
+    stage = _LateRefusal(RateLimited("over the limit", retry_after=2) if refused else None)
+    client = await gateway(_config(), stages=[stage])
+    gw = client.app[GATEWAY]
+    stage.held = lambda: sum(d.state.in_flight for d in gw.tables.table.deployments())
+    records: list[Any] = []
+    ex = Exchange(gw, EndpointPicker(gw.dispatcher, gw.tables, gw.health, 0), EppOptions(),
+                  record=records.append)  # fmt: skip
+    await ex.handle(_headers())
+    reply = await ex.handle(_body(CHAT))
+    assert stage.held_at_verdict == 1  # picked (and held) while the check was in flight
+    held = stage.held()
+    if refused:
+        assert reply.immediate_response.status.code == 429
+        assert held == 0 and len(records) == 1 and records[0].outcome.status == 429
+    else:
+        assert reply.request_body.response.header_mutation.set_headers
+        assert held == 1
+    await ex.close()
+    assert stage.held() == 0
+
+
+class _FailingAdmission:
+    """A dispatch hook whose admission fails (a compute budget that refuses): `Choice.hold`
+    raises after the pick took its deployment's tpm."""
+
+    def prefer(self, candidates: Any) -> Any:
+        return ()
+
+    def extra_body(self, dep: Any) -> None:
+        return None
+
+    def admit(self, dep: Any) -> Any:
+        raise Overloaded("no compute budget left", code="budget_full", retry_after=1)
+
+
+class _Hooks:
+    name = "failing-admission"
+
+    def __init__(self) -> None:
+        self.on = True
+
+    async def before(self, req: Any) -> None:
+        if self.on:
+            req.dispatch_hooks = (*req.dispatch_hooks, _FailingAdmission())
+
+    def after(self, req: Any, outcome: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("failure", ["gate", "hold"])
+async def test_a_setup_failure_after_the_pick_settles_its_tpm_hold(
+    gateway: GatewayFactory, failure: str
+) -> None:
+    """The pick holds prompt + max_tokens in the deployment's tpm window; when the request's
+    setup fails after it (the overlapped reservation refuses, or the hooks' admission fails
+    in `Choice.hold`) the hold is settled to the prompt at once, so the window has room for
+    the next request (2 x 1000 would not fit 1500)."""
+    stage: Any = _LateRefusal(RateLimited("over", retry_after=2)) if failure == "gate" else _Hooks()
+    config = {"models": [{"alias": "chat", "deployments": [
+        {"model": "tiny", "api_base": f"http://{A}/v1", "name": "a", "tpm": 1500}]}]}  # fmt: skip
+    client = await gateway(config, stages=[stage])
+    gw = client.app[GATEWAY]
+    big = {**CHAT, "max_tokens": 1000}
+    ex = _exchange(gw)
+    await ex.handle(_headers())
+    reply = await ex.handle(_body(big))
+    assert reply.immediate_response.status.code == 429  # a shed is the protocol's 429 too
+    await ex.close()
+    if failure == "gate":
+        stage.verdict = None
+    else:
+        stage.on = False
+    await asyncio.sleep(0.1)  # the settle is sent in the background
+    ex = _exchange(gw)
+    await ex.handle(_headers())
+    headers, _ = _sent(await ex.handle(_body(big)))
+    assert headers[protocol.DESTINATION] == A
+    await ex.close()
+
+
+async def _messages(*msgs: Any) -> Any:
+    for msg in msgs:
+        yield msg
+
+
+@pytest.mark.parametrize("closed", [False, True])
+async def test_the_end_of_a_response_is_settled_after_its_reply_is_sent(
+    gateway: GatewayFactory, closed: bool
+) -> None:
+    """Envoy forwards the response only once it has the reply to its headers (header-only
+    mode) or to its last chunk: the settle (stages' ``after``, billing, the pick's counts)
+    comes after that reply, not before it. ``closed``: the stream ends right after the reply
+    (Envoy done with it): the request is still settled as served, not abandoned."""
+    gw = await _gateway(gateway)
+    ex = _exchange(gw, response_body="none")
+    stream = cast(
+        AsyncGenerator[Any, None],
+        ExternalProcessor(lambda: ex).Process(
+            _messages(_headers(), _body(CHAT), _response(200, A)), None
+        ),
+    )
+    await stream.__anext__()  # the request headers' continue
+    await stream.__anext__()  # the pick
+    reply = await stream.__anext__()  # the response headers' reply
+    assert reply.WhichOneof("response") == "response_headers"
+    assert ex._req is not None
+    outcome = ex._req.outcome
+    assert not ex.done and ex.settle_due  # not settled yet: the reply goes first
+    assert outcome.completion_tokens == 0
+    if closed:
+        await stream.aclose()
+    else:
+        with pytest.raises(StopAsyncIteration):
+            await stream.__anext__()
+    assert ex.done and not ex.open
+    assert (outcome.status, outcome.completion_tokens) == (200, 5)  # billed at max_tokens
+    assert outcome.tags["epp_billing"][:11] == "header-only"
+
+
+@pytest.mark.parametrize("observed", [False, True])
+async def test_a_streamed_answers_chunks_are_read_at_once_not_through_handle(
+    gateway: GatewayFactory, monkeypatch: pytest.MonkeyPatch, observed: bool
+) -> None:
+    """Most of a streamed answer's messages are chunks that do not end it: the stream reads
+    them at once (`Exchange.chunk`: the meter, no coroutine per message), with the same
+    replies, usage and counts; the last chunk ends the response through `handle` as before."""
+    gw = await _gateway(gateway)
+    handoff: dict[str, Exchange] = {}
+    opts = EppOptions(response_body="observed" if observed else "streamed")
+    picker = EndpointPicker(gw.dispatcher, gw.tables, gw.health, 0)
+    pick = Exchange(gw, picker, opts, handoff=handoff)
+    token = b'data: {"choices":[{"delta":{"content":"hi"}}],"usage":null}\n\n'
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}\n\n'
+    response = [_response(200, A), _chunk(token, False), _chunk(token + token, False),
+                _chunk(usage, False), _chunk(b"data: [DONE]\n\n", True)]  # fmt: skip
+    request = [_headers(), _body({**CHAT, "stream": True})]
+    reader = Exchange(gw, picker, opts, handoff=handoff) if observed else pick
+    handled: list[str | None] = []
+    real = reader.handle
+
+    async def handle(msg: Any, *, settle: bool = True) -> Any:
+        handled.append(msg.WhichOneof("request"))
+        return await real(msg, settle=settle)
+
+    monkeypatch.setattr(reader, "handle", handle)
+    if observed:
+        processor = ExternalProcessor(lambda: pick)
+        async for _ in processor.Process(_messages(*request), None):
+            pass
+        rid = next(iter(handoff))
+        msgs = [_observed(response[0], rid), *(_observed(m, None) for m in response[1:])]
+        replies = [r async for r in ExternalProcessor(lambda: reader).Process(_messages(*msgs),
+                                                                              None)]  # fmt: skip
+        assert replies == []  # an observing stream is never answered
+    else:
+        msgs = [*request, *response]
+        replies = [r async for r in ExternalProcessor(lambda: pick).Process(_messages(*msgs),
+                                                                            None)]  # fmt: skip
+        bodies = [r.response_body for r in replies if r.WhichOneof("response") == "response_body"]
+        assert [b.HasField("response") for b in bodies] == [False, False, True, False]
+        assert bodies[2].response.body_mutation.body == b""  # the injected usage taken out
+    assert handled[-2:] == ["response_headers", "response_body"]  # the last chunk only
+    assert pick._req is not None
+    out = pick._req.outcome
+    assert (out.relayed, out.prompt_tokens, out.completion_tokens) == (3, 3, 4)
+    assert pick.done and not pick.open

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import random
+
 import orjson
+import pytest
 
 from fleetgate.contract.request import Outcome
 from fleetgate.epp.meter import ResponseMeter
@@ -59,3 +62,54 @@ def test_a_stream_cut_before_its_usage_counts_what_was_relayed() -> None:
     for _ in range(3):
         meter.feed(TOKEN, False)
     assert (out.relayed, out.completion_tokens, meter.saw_usage) == (3, 0, False)
+
+
+def test_chunks_of_whole_token_events_are_counted_without_the_event_walk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The common chunk (one or more whole token events, no usage, no ``[DONE]``) is counted
+    in a few scans, not read event by event: most of a streamed answer's CPU in the picker."""
+
+    def walk(*_: object, **__: object) -> bytes:
+        raise AssertionError("read event by event")
+
+    for strip in (False, True):
+        out = Outcome()
+        meter = ResponseMeter(out, stream=True, strip_usage=strip)
+        monkeypatch.setattr(ResponseMeter, "_events", walk)
+        assert meter.feed(TOKEN, False) is None
+        assert meter.feed(TOKEN + TOKEN + TOKEN, False) is None
+        assert out.relayed == 4 and out.first_token_at is not None
+        with pytest.raises(AssertionError):  # usage is read in full
+            meter.feed(USAGE, False)
+
+
+SHAPES = [TOKEN, USAGE, DONE, b"\n\n", b"\n", b": ping\n\n", b" " + TOKEN, b"data: [DONE] \n\n",
+          b"data:", b'{"x":1}', b"\n\n\n", _event([{"delta": {}}], None),
+          b'data: {"choices":[]}\n\n',
+          b'data: {"usage": null}\n\n', b'data: {"usage":null,"x":"usage"}\n\n', b"}\n\n",
+          b'data: {"choices":[],"usage":{"prompt_tokens":1}}\n\n']  # fmt: skip
+
+
+@pytest.mark.parametrize("strip", [False, True])
+def test_the_short_cut_counts_as_the_event_walk_does(
+    monkeypatch: pytest.MonkeyPatch, strip: bool
+) -> None:
+    """Random streams of odd events cut at random places: the same replies, usage and counts
+    with the short cut as with every chunk read event by event."""
+    rng = random.Random(7)
+    for _ in range(2000):
+        stream = b"".join(rng.choice(SHAPES) for _ in range(rng.randint(1, 8)))
+        cuts = sorted(rng.sample(range(1, len(stream)), min(len(stream) - 1, rng.randint(0, 5))))
+        chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+        seen = []
+        for short_cut in (True, False):
+            out = Outcome()
+            meter = ResponseMeter(out, stream=True, strip_usage=strip)
+            with monkeypatch.context() as patch:
+                if not short_cut:
+                    patch.setattr(ResponseMeter, "_plain", lambda _self, _chunk: False)
+                replies = [meter.feed(c, i == len(chunks) - 1) for i, c in enumerate(chunks)]
+            seen.append((replies, out.relayed, out.prompt_tokens, out.completion_tokens,
+                         meter.saw_usage, out.first_token_at is None))  # fmt: skip
+        assert seen[0] == seen[1], chunks

@@ -39,13 +39,14 @@ def _config(engines: list[str]) -> dict[str, object]:
 
 
 @contextmanager
-def _front(mode: str, engines: list[str], tmp: Path) -> Iterator[str]:
+def front(mode: str, config: dict[str, object], tmp: Path, master_key: str) -> Iterator[str]:
+    """fleetgate's relay (``mode="relay"``) or Envoy + ``fleetgate epp`` with ``config``;
+    yields the base URL clients send to."""
     with ExitStack() as stack:
-        config = _config(engines)
         if mode == "relay":
-            base, _ = stack.enter_context(serve_process(config, tmp, master_key=MASTER))
+            base, _ = stack.enter_context(serve_process(config, tmp, master_key=master_key))
         else:
-            epp = stack.enter_context(epp_process(config, tmp, master_key=MASTER))
+            epp = stack.enter_context(epp_process(config, tmp, master_key=master_key))
             base = stack.enter_context(envoy_process(tmp, epp_port=epp.grpc_port))
         yield base
 
@@ -53,7 +54,7 @@ def _front(mode: str, engines: list[str], tmp: Path) -> Iterator[str]:
 def _hit_ratio(mode: str, tmp: Path) -> float:
     with ExitStack() as stack:
         engines = [stack.enter_context(sim_process(*SIM)) for _ in range(2)]
-        base = stack.enter_context(_front(mode, engines, tmp))
+        base = stack.enter_context(front(mode, _config(engines), tmp, MASTER))
         time.sleep(0.3)  # the engines scraped once before the first pick
         for turn in range(4):
             for g, system in enumerate(GROUPS):

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.epp.client import post
+from tests.epp.client import abandon, post
 from tests.epp.envoy import envoy_binary, envoy_process
 from tests.epp.procs import Epp, epp_process, health_status
 from tests.procs import sim_process
@@ -140,17 +140,7 @@ def test_header_only_mode_bills_max_tokens_and_injects_nothing(site: Site) -> No
 
 def test_an_abandoned_stream_is_billed_for_what_was_relayed(site: Site) -> None:
     key = _key(site.epp.http, "gone-team")
-    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-    body = json.dumps(_chat_body(300)).encode()
-    req = urllib.request.Request(_url(site), data=body, method="POST", headers=headers)
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        seen = 0
-        for _ in range(1000):
-            if resp.readline().startswith(b"data: "):
-                seen += 1
-                if seen == 5:
-                    break
-        resp.fp.raw._sock.close()  # type: ignore[union-attr]  # the client leaves mid-stream
+    abandon(_url(site), _chat_body(300), key)
 
     def billed() -> bool:
         out = _spend(site.epp.http, "gone-team").get("output_tokens") or 0

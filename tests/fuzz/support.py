@@ -22,8 +22,8 @@ GENERIC = {"model": "tiny", "name": "n", "input": "hi"}  # the body of a route n
 def everything_on(upstream: str) -> dict[str, Any]:
     """A config with every feature that adds routes: tenancy, safety, canary versions,
     kv-aware routing, retrieval, conversations, caches, registry aliases, the console, GPU
-    cost, MCP (its server unreachable), batches and responses (on by default), insights and
-    disclosure."""
+    cost, MCP (its server unreachable), batches and responses (on by default), insights,
+    disclosure and idle reclaim."""
     dep = {"provider": "openai", "model": "m", "api_base": upstream}
     versions = [{**dep, "version": "v1"}, {**dep, "version": "v2"}]
     return {
@@ -31,6 +31,7 @@ def everything_on(upstream: str) -> dict[str, Any]:
             {"alias": "tiny", "deployments": versions, "cache": {"exact": True}},
             {"alias": "chat", "strategy": "kv-aware", "deployments": [dep]},
             {"alias": "reg", "registry": {"model": "reg", "stage": "production"}},
+            {"alias": "idle", "deployments": [{**dep, "name": "idle-a", "wake": {"hold_s": 1}}]},
         ],
         "router": {"retry_backoff_s": 0.001, "retry_backoff_max_s": 0.01},
         "health": {"probe_interval_s": 30},
@@ -48,6 +49,7 @@ def everything_on(upstream: str) -> dict[str, Any]:
             "reconnect_s": 30,
         },
         "insights": {},
+        "reclaim": {"window_s": 3600, "pools": [{"deployment": "idle-a"}]},
         "disclosure": {"model_name": "Fuzz Model", "filing_number": "F-0001"},
         "extensions": {
             "console": {},

@@ -13,6 +13,7 @@ from aiohttp.test_utils import TestClient
 from fleetgate.cache.config import CACHE_SECTION
 from fleetgate.cli.main import main
 from fleetgate.config.loader import load_config
+from fleetgate.config.schema import GatewayConfig
 from fleetgate.errors import ConfigError
 from fleetgate.importers.litellm_config import convert_litellm_config
 from tests.conftest import AUTH, GatewayFactory
@@ -307,3 +308,47 @@ async def test_a_group_alias_shares_its_targets_deployment_caps(
         assert resp.status == 200, await resp.text()
     # the second, under the group's name, found the upstream at its cap: the fallback answered
     assert (len(upstream.seen), len(upstream_b.seen)) == (1, 1)
+
+
+HIDDEN = """
+model_list:
+  - model_name: big
+    litellm_params: {model: openai/big, api_base: http://10.0.0.1:8000/v1}
+router_settings:
+  model_group_alias:
+    gpt-4: {model: big, hidden: true}
+    gpt-4-shown: {model: big}
+    gpt-4-plain: big
+"""
+
+
+def test_a_hidden_group_alias_is_imported_hidden() -> None:
+    result = _convert(HIDDEN)
+    models = {m["alias"]: m for m in result.config["models"]}
+    assert models["gpt-4"]["hidden"] is True
+    for shown in ("big", "gpt-4-shown", "gpt-4-plain"):
+        assert "hidden" not in models[shown], shown
+    assert not any("hidden has no equivalent" in n for n in result.notes)
+    alias = GatewayConfig.model_validate(yaml.safe_load(result.yaml())).alias("gpt-4")
+    assert alias is not None and alias.hidden
+
+
+async def test_a_hidden_alias_routes_but_is_not_listed(
+    gateway: GatewayFactory, upstream: FakeUpstream
+) -> None:
+    """LiteLLM's ``hidden: true``: the name answers requests (and a lookup by name) but is in
+    neither ``/v1/models`` nor LiteLLM's ``/models``; a key limited to it lists nothing."""
+    raw = yaml.safe_load(HIDDEN)
+    raw["model_list"][0]["litellm_params"]["api_base"] = upstream.url
+    client = await gateway(convert_litellm_config(raw).config)
+    for path in ("/v1/models", "/models"):
+        resp = await client.get(path, headers=AUTH)
+        assert resp.status == 200, await resp.text()
+        listed = [m["id"] for m in (await resp.json())["data"]]
+        assert sorted(listed) == ["big", "gpt-4-plain", "gpt-4-shown"], (path, listed)
+    resp = await client.get("/v1/models/gpt-4", headers=AUTH)
+    assert resp.status == 200 and (await resp.json())["id"] == "gpt-4"
+    body = {"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    resp = await client.post("/v1/chat/completions", json=body, headers=AUTH)
+    assert resp.status == 200, await resp.text()
+    assert upstream.seen[-1].body["model"] == "big"

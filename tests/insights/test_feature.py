@@ -39,7 +39,8 @@ def _config(upstream: str, insights: dict[str, Any] | None) -> dict[str, Any]:
         "tenancy": {"spend_flush_interval_s": 0.05, "poll_interval_s": 0.2},
     }
     if insights is not None:
-        config["insights"] = {"flush_interval_s": 0.05, **insights}
+        # report_cache_s 0: each read sees the requests just made (the cache has its own tests)
+        config["insights"] = {"flush_interval_s": 0.05, "report_cache_s": 0, **insights}
     return config
 
 

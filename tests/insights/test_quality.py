@@ -54,7 +54,8 @@ async def test_the_report_counts_each_signal_by_version(tmp_path: Path) -> None:
             await write_rows(db, conn, rows, ())
             for rid, value in (("r1", "up"), ("r2", "down"), ("r2", "up"), ("r7", "accepted"),
                                ("r8", "rejected"), ("r9", "edited")):  # fmt: skip
-                answer = {"request_id": rid, "team_id": "t", "alias": "chat", "version": "v1"}
+                answer = {"request_id": rid, "team_id": "t", "alias": "chat", "version": "v1",
+                          "created_ms": T0}  # fmt: skip
                 await record_event(conn, db.dialect, answer, value)
             await conn.execute(grounding.insert(), [
                 {"sample_id": f"g{i}", "created_ms": T0, "team_id": "t", "alias": "chat",

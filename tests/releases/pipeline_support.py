@@ -82,8 +82,11 @@ def sim_version(n: int, port: int, *flags: str) -> dict[str, Any]:
 class GatewayProcess:
     """``fleetgate serve`` on a free port with the config and data directory given."""
 
-    def __init__(self, root: Path, config: dict[str, Any]) -> None:
+    def __init__(
+        self, root: Path, config: dict[str, Any], env: dict[str, str] | None = None
+    ) -> None:
         self.root = root
+        self.env = env or {}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         (root / "gateway.yaml").write_text(yaml.safe_dump(config))
@@ -93,7 +96,7 @@ class GatewayProcess:
     async def start(self) -> None:
         self.starts += 1
         log = (self.root / f"gateway-{self.starts}.log").open("ab")
-        env = {**os.environ, "FLEETGATE_MASTER_KEY": MASTER}
+        env = {**os.environ, "FLEETGATE_MASTER_KEY": MASTER, **self.env}
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "fleetgate.cli.main", "serve", "--config",
             str(self.root / "gateway.yaml"), "--port", str(self.port), "--data-dir",
@@ -146,11 +149,21 @@ class GatewayProcess:
 
 
 class Traffic:
-    """Requests to ``chat`` in the background (a rollout judges real traffic); records which
-    deployment answered each, with the time."""
+    """Requests to ``chat`` in the background (a rollout judges real traffic), one at a time,
+    ``pause_s`` apart, until the context ends or ``max_requests`` were sent or ``max_s`` passed
+    (when given); records which deployment answered each, with the time."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        pause_s: float = 0.02,
+        max_requests: int | None = None,
+        max_s: float | None = None,
+    ) -> None:
         self.url = url
+        self.pause_s = pause_s
+        self.max_requests = max_requests
+        self.max_s = max_s
         self.seen: list[tuple[float, int, str]] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -166,8 +179,11 @@ class Traffic:
     async def _loop(self) -> None:
         body = {"model": "chat", "messages": [{"role": "user", "content": "hello there"}],
                 "max_tokens": 8}  # fmt: skip
+        began = time.monotonic()
         async with aiohttp.ClientSession() as session:
-            while True:
+            while self.max_requests is None or len(self.seen) < self.max_requests:
+                if self.max_s is not None and time.monotonic() - began > self.max_s:
+                    return
                 try:
                     async with session.post(self.url + "/v1/chat/completions", json=body,
                                             headers=AUTH) as resp:  # fmt: skip
@@ -176,7 +192,7 @@ class Traffic:
                         self.seen.append((time.monotonic(), resp.status, deployment))
                 except aiohttp.ClientError:
                     self.seen.append((time.monotonic(), 0, ""))
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(self.pause_s)
 
 
 def step_seconds(run: dict[str, Any]) -> dict[str, float]:

@@ -4,18 +4,13 @@ fleetgate scrapes their real ``/metrics``, routes a prefix-heavy sequence, and t
 ``vllm:prefix_cache_hits_total`` must show kv-aware ahead of round robin.
 
 Needs the virtualenv made by ``scripts/install-vllm.sh`` (``/opt/fleetgate-vllm``, or
-``FLEETGATE_VLLM_VENV``); skipped without it. Engine start-up takes minutes on a small CPU.
+``FLEETGATE_VLLM_VENV``); skipped without it. The pair of engines is the session's
+(``tests/vllm_engines.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import time
-import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -25,14 +20,9 @@ from fleetgate.api.state import GATEWAY
 from fleetgate.routing.engine_metrics import parse_engine_metrics
 from fleetgate.tenancy.ports import TENANCY
 from tests.conftest import AUTH, GatewayFactory
-from tests.procs import free_port
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.xdist_group("vllm-engines")]
 
-VENV = Path(os.environ.get("FLEETGATE_VLLM_VENV", "/opt/fleetgate-vllm"))
-MODEL_DIR = Path(os.environ.get("FLEETGATE_TINY_LLAMA", "/tmp/fleetgate-tiny-llama-v2"))
-PYTHON = VENV / "bin" / "python"
-START_TIMEOUT_S = 600.0
 GROUPS = [
     f"you are the assistant of customer {g} . " + " ".join(
         ("billing invoice roaming network plan device contract upgrade refund payment "
@@ -41,52 +31,7 @@ GROUPS = [
 ]  # fmt: skip
 
 
-def _engine(port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "VLLM_LOGGING_LEVEL": "WARNING"}  # fmt: skip
-    cmd = [str(PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL_DIR),
-           "--served-model-name", "tiny", "--enable-prefix-caching", "--host", "127.0.0.1",
-           "--port", str(port), "--dtype", "float32", "--max-model-len", "2048"]  # fmt: skip
-    log = (MODEL_DIR.parent / f"vllm-engine-{port}.log").open("wb")
-    try:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    finally:
-        log.close()
-
-
-@pytest.fixture(scope="module")
-def engines() -> Iterator[list[str]]:
-    if not PYTHON.exists():
-        pytest.skip(f"no vLLM virtualenv at {VENV}: run scripts/install-vllm.sh")
-    here = Path(__file__).with_name("tiny_llama.py")
-    subprocess.run([str(PYTHON), str(here), str(MODEL_DIR)], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    ports = [free_port(), free_port()]
-    procs = [_engine(p) for p in ports]
-    urls = [f"http://127.0.0.1:{p}" for p in ports]
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        for url, proc in zip(urls, procs, strict=True):
-            while True:
-                if proc.poll() is not None:
-                    pytest.fail(f"vLLM exited with {proc.returncode}; see {MODEL_DIR.parent}")
-                try:
-                    with urllib.request.urlopen(f"{url}/health", timeout=2):
-                        break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        pytest.fail(f"vLLM at {url} did not start in {START_TIMEOUT_S}s")
-                    time.sleep(1.0)
-        yield urls
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+_TAGS = {"round-robin": 201, "kv-aware": 202}
 
 
 async def _hits(http: aiohttp.ClientSession, urls: list[str]) -> float:
@@ -111,8 +56,12 @@ async def _route(gateway: GatewayFactory, urls: list[str], strategy: str) -> tup
         await asyncio.sleep(0.5)  # a few scrapes: engine kind and cache size are known
         for q in range(4):
             for prefix in GROUPS:
-                # A first word per strategy: the two runs never share a cached block.
-                body = {"model": "chat", "prompt": f"{strategy} {prefix} question {q} ?",
+                # A first token per strategy: the two runs never share a cached block. A
+                # number the tiny model's word-level tokenizer knows (0-999: "round-robin"
+                # and "kv-aware" were both its unknown token, so the kv-aware run reused the
+                # blocks round robin had left); tests/epp/test_vllm_prefix uses 101 and 102.
+                tag = _TAGS[strategy]
+                body = {"model": "chat", "prompt": f"{tag} {prefix} question {q} ?",
                         "max_tokens": 2}  # fmt: skip
                 resp = await client.post("/v1/completions", json=body, headers=AUTH)
                 assert resp.status == 200, await resp.text()
@@ -122,10 +71,10 @@ async def _route(gateway: GatewayFactory, urls: list[str], strategy: str) -> tup
 
 
 async def test_kv_aware_beats_round_robin_on_real_engines(
-    engines: list[str], gateway: GatewayFactory
+    vllm_engines: list[str], gateway: GatewayFactory
 ) -> None:
-    rr_hits, _ = await _route(gateway, engines, "round-robin")
-    kv_hits, seen = await _route(gateway, engines, "kv-aware")
+    rr_hits, _ = await _route(gateway, vllm_engines, "round-robin")
+    kv_hits, seen = await _route(gateway, vllm_engines, "kv-aware")
     assert kv_hits > rr_hits, (kv_hits, rr_hits)
     data = seen["data"]
     assert [e["engine"] for e in data] == ["vllm", "vllm"]
@@ -134,7 +83,7 @@ async def test_kv_aware_beats_round_robin_on_real_engines(
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_responses_served_natively_by_a_real_vllm(
-    engines: list[str], gateway: GatewayFactory, stream: bool
+    vllm_engines: list[str], gateway: GatewayFactory, stream: bool
 ) -> None:
     """vLLM's own ``/v1/responses`` behind ``responses_api: native``: the official SDK over two
     turns (the gateway resolves ``previous_response_id``), the usage billed as vLLM counts it."""
@@ -150,7 +99,7 @@ async def test_responses_served_natively_by_a_real_vllm(
         assert events[-1].type in ("response.completed", "response.incomplete")
         return events[-1].response
 
-    dep = {"provider": "openai", "model": "tiny", "api_base": f"{engines[0]}/v1",
+    dep = {"provider": "openai", "model": "tiny", "api_base": f"{vllm_engines[0]}/v1",
            "responses_api": "native"}  # fmt: skip
     client = await gateway(alias_config("tiny", dep))
     sdk = sdk_for(client)

@@ -24,9 +24,9 @@ from fleetgate.config.schema import KvEventsConfig
 from fleetgate.routing.kv_events import EventBlockIndex
 from fleetgate.routing.kv_subscriber import KvEventSubscribers
 from tests.procs import free_port
-from tests.routing.test_vllm_engines import MODEL_DIR, PYTHON, START_TIMEOUT_S, VENV
+from tests.vllm_engines import MODEL_DIR, PYTHON, START_TIMEOUT_S, VENV
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.xdist_group("vllm-engines")]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def engine() -> Iterator[tuple[str, KvEventsConfig]]:
     cmd = [str(PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL_DIR),
            "--served-model-name", "tiny", "--enable-prefix-caching", "--host", "127.0.0.1",
            "--port", str(port), "--dtype", "float32", "--max-model-len", "2048",
-           "--kv-events-config", json.dumps(events)]  # fmt: skip
+           "--kv-events-config", json.dumps(events), "--enforce-eager"]  # fmt: skip
     log_path = MODEL_DIR.parent / f"vllm-kv-events-{port}.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -10,6 +10,8 @@ generated corpus; the weights are random (seeded). Idempotent: an existing model
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -22,13 +24,29 @@ WORDS = (
 
 
 def build(out: Path) -> None:
+    """Write the model to ``out`` unless it is there: into a folder of this process first, then
+    renamed into place, so processes building at once (test workers side by side) never read
+    or leave a half-written model."""
     if (out / "config.json").exists() and (out / "tokenizer.json").exists():
         return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part = out.with_name(f"{out.name}.part-{os.getpid()}")
+    shutil.rmtree(part, ignore_errors=True)
+    _write(part)
+    try:
+        part.rename(out)
+    except OSError:  # another process put its copy in place first (or a stale empty folder)
+        shutil.rmtree(part, ignore_errors=True)
+        if not (out / "config.json").exists():
+            raise
+
+
+def _write(out: Path) -> None:
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True)
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     corpus = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(50)) for i in range(200)]

@@ -83,6 +83,8 @@ async def test_long_replies_do_not_hold_up_other_requests(
     gateway: GatewayFactory, upstream: FakeUpstream, stream: bool
 ) -> None:
     client = await gateway(gateway_config(upstream.url, {"audit": {"enabled": False}}))
+    first = await client.post("/v1/chat/completions", json=chat("Hello there"), headers=AUTH)
+    assert first.status == 200  # the classifier's model is loaded by now (its import holds the GIL)
     reply = _message(1 << 20, run_chars=100_000)  # streamed: a delta per run
     upstream.queue(Reply(content=reply))
 

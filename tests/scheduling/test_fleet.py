@@ -46,17 +46,22 @@ class Fleetish:
         self.fleets: list[Fleet] = []
         self.schedulers: list[Scheduler] = []
         self.registries: list[Registry] = []
+        self.clocks: list[Clock] = []
         self.redis = redis
         for i in range(count):
             self.add(f"proc-{i}")
 
     def add(self, name: str, failure: Any = "fail_closed", redis: Any = None) -> int:
-        fleet = Fleet(redis or self.redis, self.config.fleet, failure=failure, process=name)
+        clock = Clock()  # the process's one clock (its scheduler's and its fleet's)
+        self.clocks.append(clock)
+        fleet = Fleet(
+            redis or self.redis, self.config.fleet, failure=failure, process=name, clock=clock
+        )
         routes: Any = self.table
         registry = Registry()
         self.registries.append(registry)
         scheduler = Scheduler(
-            self.config, lambda: routes, SchedulingMetrics(registry), clock=Clock(), link=fleet
+            self.config, lambda: routes, SchedulingMetrics(registry), clock=clock, link=fleet
         )
         fleet.attach(scheduler)
         scheduler.pool("chat")  # made now, as a process's first request would
@@ -376,3 +381,105 @@ async def test_a_guarantee_over_the_limit_cancels_a_borrower_stream_of_another_p
     await fleet.sync(0)  # the order goes to the process serving the borrower ...
     await fleet.sync(1)
     assert len(cancelled) == 1  # ... which cancels one of a's streams
+
+
+async def test_owners_back_for_their_share_cancel_borrowers_streams_in_another_process(
+    redis: RespClient,
+) -> None:
+    """Team a borrowed the whole pool in process 1 while b was idle; b's two requests queue
+    in process 0: one order cancels two of a's borrowed streams at once (not one a second),
+    and the slots they free go to b, not to a's own queued request in process 1."""
+    quota = {"quota": {"concurrency": {"nominal": 2}}}
+    fleet = Fleetish(
+        redis,
+        2,
+        seqs=4,
+        fleet={"lease_slice": 1},
+        preempt_streams_for_claims="borrowers",
+        teams={"a": quota, "b": quota},
+    )
+    await fleet.sync()
+    s0, s1 = fleet.schedulers
+    p0, p1 = fleet.pool(0), fleet.pool(1)
+    cancelled: list[Any] = []
+    streams = []
+    for _ in range(4):
+        for _ in range(6):
+            if fleet.admit(1, "a", 1):
+                running = s1.started(p1, policy("a"), FakeOutcome(), False)
+                running.abort = cancelled.append
+                streams.append(running)
+                break
+            await fleet.sync(1)  # at contention process 0 hands its spare slot back
+            await fleet.sync(0)
+    assert len(streams) == 4 and p1.state.own == 4
+    a_queued = asyncio.ensure_future(s1.wait(p1, policy("a"), 1, 0.0))
+    await fleet.sync(1)
+    await fleet.sync(0)
+    b_waiting = [asyncio.ensure_future(s0.wait(p0, policy("b"), 1, 0.0)) for _ in range(2)]
+    await asyncio.sleep(0)
+    assert not any(w.done() for w in b_waiting)
+    await fleet.sync(0)  # b's process: one order for both ...
+    await fleet.sync(1)  # ... a's process cancels two borrowed streams at once
+    assert len(cancelled) == 2 and {c.code for c in cancelled} == {"preempted_in_flight"}
+    await fleet.sync(0)  # a second sync sends nothing more (both on their way)
+    await fleet.sync(1)
+    assert len(cancelled) == 2
+    for running in streams:
+        if running.cancel is not None:
+            s1.finish(p1, running, 0, None)
+    for _ in range(4):
+        await fleet.sync(1)
+        await fleet.sync(0)
+    await asyncio.wait_for(asyncio.gather(*b_waiting), 1.0)
+    assert not a_queued.done(), "a borrower took a slot an owner elsewhere was waiting for"
+    assert p0.teams == {"a": 2, "b": 2} and p0.admitted == 4
+    a_queued.cancel()
+    await asyncio.gather(a_queued, return_exceptions=True)
+
+
+async def test_the_critical_reserve_is_held_while_critical_requests_arrive_at_any_process(
+    redis: RespClient,
+) -> None:
+    """``critical_reserve_hold_s``: a critical request arriving at process 1 holds the
+    reserve in process 0 too (as of the next sync), for the hold time, and no longer."""
+    fleet = Fleetish(
+        redis, 2, seqs=8, fleet={"lease_slice": 2}, critical_reserve=0.5, critical_reserve_hold_s=5
+    )
+    await fleet.sync()
+    s0, p0 = fleet.schedulers[0], fleet.pool(0)
+    s0.upkeep(p0)
+    assert p0.reserve == 0.0  # no critical request anywhere: free for everyone
+    assert fleet.admit(1, "oncall", 1, band="critical") == 1
+    await fleet.sync(1)
+    await fleet.sync(0)
+    s0.upkeep(p0)
+    assert p0.reserve == 0.5  # held here for the critical requests arriving elsewhere
+    for clock in fleet.clocks:
+        clock.now += 6
+    await fleet.sync(1)
+    await fleet.sync(0)
+    s0.upkeep(p0)
+    assert p0.reserve == 0.0  # the hold time passed everywhere
+
+
+async def test_every_process_reads_the_fleets_scheduling_decisions(redis: RespClient) -> None:
+    """Each process's decisions reach the capped stream at its next sync; any process reads
+    them all, newest first, filtered by team."""
+    fleet = Fleetish(redis, 2, seqs=2, fleet={"lease_slice": 1})
+    await fleet.sync()
+    for i, team in ((0, "a"), (1, "b"), (1, "a")):
+        recorder = fleet.schedulers[i].admission.recorder
+        recorder.decide(fleet.pool(i), policy(team), 10, "admitted", 0.25, None, 0)
+    assert await fleet.fleets[0].recent_decisions(10) == []  # not synced yet
+    await fleet.sync()
+    found = await fleet.fleets[0].recent_decisions(10)
+    assert [(d["tenant"], d["admission"]["process"]) for d in found] == [
+        ("a", "proc-1"),
+        ("b", "proc-1"),
+        ("a", "proc-0"),
+    ]
+    assert found[0]["strategy"] == "scheduling" and found[0]["admission"]["wait_s"] == 0.25
+    only_a = await fleet.fleets[1].recent_decisions(10, tenant="a")
+    assert [d["admission"]["process"] for d in only_a] == ["proc-1", "proc-0"]
+    assert len(await fleet.fleets[1].recent_decisions(1)) == 1

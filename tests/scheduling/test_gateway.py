@@ -109,7 +109,12 @@ async def test_a_steady_team_is_served_fairly_during_another_teams_flood(tmp_pat
 
 
 async def test_critical_overtakes_a_batch_flood_and_the_queue_is_visible(tmp_path: Path) -> None:
-    async with running_sim(SIM) as sim, _gateway(tmp_path, _config(f"{sim}/v1", {})) as gw:
+    # No batch headroom (its default keeps a slot free of whole batch-band responses): the
+    # flood fills the pool, and the critical request has to queue.
+    async with (
+        running_sim(SIM) as sim,
+        _gateway(tmp_path, _config(f"{sim}/v1", {"batch_headroom": 0})) as gw,
+    ):
         _, _, batch = await gw.team_and_key("batch", tags={"priority": "batch"})
         _, _, critical = await gw.team_and_key("oncall", tags={"priority": "critical"})
         done: list[str] = []

@@ -1,15 +1,19 @@
 """The access log is rotated by size and by age, keeps a bounded number of old files, and is
-rotated once when several processes share it."""
+rotated once when several processes share it; a line is the entry as recorded, and the
+periodic flush encodes nothing on the event loop."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import time
+import tracemalloc
 from pathlib import Path
 
 import orjson
+import pytest
 
+from fleetgate.telemetry import access_log
 from fleetgate.telemetry.access_log import AccessLog
 from tests.conftest import AUTH, GatewayFactory, one_alias
 from tests.fakes import FakeUpstream
@@ -90,3 +94,70 @@ async def test_the_rotation_limits_come_from_the_server_config(
         await asyncio.sleep(0.1)
     assert (tmp_path / "access.log.1").exists()
     assert (tmp_path / "access.log").stat().st_size <= 2_000
+
+
+async def test_a_line_is_the_entry_as_recorded(tmp_path: Path) -> None:
+    """The line is encoded when the request ends: a later change to the dict is not written."""
+    log = AccessLog(tmp_path / "access.log")
+    entry = _entry(1)
+    log.record(entry)
+    entry["request_id"] = "changed"
+    await log.flush()
+    assert _ids(tmp_path / "access.log") == ["r0001"]
+    assert log.written == 1
+
+
+async def test_the_flush_encodes_nothing_on_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Half a second of entries encoded in the flush's one step held the loop for 1-3 ms at
+    ~2,000 requests/s (every request in flight waited); now the flush only joins bytes."""
+    log = AccessLog(tmp_path / "access.log")
+    for i in range(1_000):
+        log.record(_entry(i))
+
+    def no_encoding(*args: object, **kwargs: object) -> bytes:
+        raise AssertionError("the flush encoded an entry")
+
+    monkeypatch.setattr(access_log.orjson, "dumps", no_encoding)
+    await log.flush()
+    monkeypatch.undo()
+    assert _ids(tmp_path / "access.log") == [f"r{i:04d}" for i in range(1_000)]
+
+
+async def test_a_full_buffer_drops_the_oldest_lines_and_counts_them(tmp_path: Path) -> None:
+    log = AccessLog(tmp_path / "access.log", max_buffer=3)
+    for i in range(5):
+        log.record(_entry(i))
+    await log.flush()
+    assert _ids(tmp_path / "access.log") == ["r0002", "r0003", "r0004"]
+    assert (log.dropped, log.written) == (2, 3)
+
+
+async def test_a_buffered_line_holds_only_its_own_bytes(tmp_path: Path) -> None:
+    """orjson's result keeps the ~4 KB buffer it was written into; 1,000 buffered lines of
+    ~120 bytes must not hold megabytes (a full buffer is 100,000 lines)."""
+    log = AccessLog(tmp_path / "access.log")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(1_000):
+            log.record(_entry(i))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 1_000 * 600  # ~200 bytes a line with the deque's share; 4 KB each before
+
+
+async def test_a_header_that_is_not_utf8_costs_a_replacement_character_not_the_request(
+    tmp_path: Path,
+) -> None:
+    """aiohttp keeps a header's non-UTF-8 bytes as lone surrogates; orjson refuses those (the
+    fuzz of every header found a 500 on the request that carried one)."""
+    log = AccessLog(tmp_path / "access.log")
+    entry = _entry(1)
+    entry["request_id"] = "r\udcff\udcfe1"
+    log.record(entry)
+    await log.flush()
+    line = (tmp_path / "access.log").read_text(encoding="utf-8").strip()
+    assert orjson.loads(line)["request_id"] == "r\ufffd\ufffd1"

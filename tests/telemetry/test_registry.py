@@ -36,3 +36,16 @@ def test_label_count_is_checked_and_names_unique() -> None:
         c.labels("1", "2")
     with pytest.raises(ValueError):
         reg.counter("y_total", "again")
+
+
+def test_observing_a_value_several_times_at_once_is_observing_it_one_by_one() -> None:
+    reg = Registry()
+    hist = reg.histogram("z_seconds", "Gaps.", ["alias"], buckets=[0.01, 1.0])
+    one_by_one, at_once = hist.labels("a"), hist.labels("b")
+    for value, times in ((0.0, 3), (0.5, 2), (7.0, 1)):
+        for _ in range(times):
+            one_by_one.observe(value)
+        at_once.observe_times(value, times)
+    assert at_once.counts == one_by_one.counts == [3, 2, 1]
+    assert at_once.sum == one_by_one.sum == 8.0
+    assert at_once.count == one_by_one.count == 6

@@ -122,7 +122,10 @@ async def cluster(
                 p.send_signal(signal.SIGTERM)
         for p in [*c.procs, sim]:
             try:
-                p.wait(timeout=15)
+                # off the event loop: the gateways reach PostgreSQL through `proxy`, which
+                # this loop serves; a blocking wait here stopped their shutdown's last writes
+                # (a gateway waited out the whole 15 s in every run)
+                await asyncio.to_thread(p.wait, 15)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()

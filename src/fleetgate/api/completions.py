@@ -39,7 +39,16 @@ from fleetgate.routing.dispatch import Dispatch
 from fleetgate.telemetry.tracing import TRACE_HEADERS, RequestTrace
 from fleetgate.tokens import estimate_prompt_tokens
 
-__all__ = ["answer", "chat_completions", "completions", "embeddings", "serve"]
+__all__ = [
+    "answer",
+    "chat_completions",
+    "completions",
+    "embeddings",
+    "gateway_request",
+    "request_trace",
+    "serve",
+    "upstream_body",
+]
 
 _SCHEMAS: dict[RoutedEndpoint, type[BaseModel]] = {
     Endpoint.CHAT: ChatCompletionRequest,
@@ -99,7 +108,7 @@ def _selected_headers(request: web.Request, affinity: frozenset[str]) -> dict[st
     return out
 
 
-def _upstream_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:
+def upstream_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:
     """The body every attempt starts from: always ask a stream for its usage."""
     if not stream:
         return body
@@ -122,7 +131,7 @@ async def serve(
     """The request path after authentication and parsing; ``wire`` answers in another format
     (the ``/v1/messages`` and ``/v1/responses`` front doors); ``bind`` sees the request before
     the stages (a stream filter it adds is the outermost: it sees what the client is sent)."""
-    req = _gateway_request(
+    req = gateway_request(
         gw,
         endpoint,
         principal,
@@ -135,7 +144,7 @@ async def serve(
     if bind is not None:
         bind(req)
     traced = gw.tracer.enabled or "traceparent" in req.headers  # rarely: no call otherwise
-    trace = _trace(gw, req, endpoint) if traced else None
+    trace = request_trace(gw, req, endpoint) if traced else None
     try:
         # overlap: a reservation still in flight is waited for once the upstream call is sent
         async with StageRun(gw.stages, req, gw.record, overlap=True):
@@ -168,9 +177,9 @@ async def answer(
     try:
         if body.get("stream") is True:
             raise InvalidRequest("This request cannot stream.", param="stream")
-        req = _gateway_request(gw, endpoint, principal, body, started, headers, request_id, None)
+        req = gateway_request(gw, endpoint, principal, body, started, headers, request_id, None)
         req.outcome.batch = batch
-        trace = _trace(gw, req, endpoint)
+        trace = request_trace(gw, req, endpoint)
         try:
             async with StageRun(gw.stages, req, gw.record, overlap=True):
                 response = await _dispatch(None, gw, req, endpoint)
@@ -189,7 +198,7 @@ async def answer(
     return response.status, data
 
 
-def _gateway_request(
+def gateway_request(
     gw: GatewayState,
     endpoint: RoutedEndpoint,
     principal: Principal,
@@ -199,6 +208,10 @@ def _gateway_request(
     request_id: str,
     wire: ResponseWire | None,
 ) -> GatewayRequest:
+    """The request the stages and the router see, from a parsed body (validated here: a
+    bad body, or an alias the key may not use, is refused); ``headers``: the request
+    headers stages read, lower-case; ``request_id``: fleetgate's own. Used by every front
+    door that is not an aiohttp route of its own (a batch line, ``fleetgate epp``)."""
     validate_request(
         ChatCompletionRequest if endpoint is Endpoint.CHAT else _SCHEMAS[endpoint], body
     )
@@ -226,7 +239,9 @@ def _gateway_request(
     )
 
 
-def _trace(gw: GatewayState, req: GatewayRequest, endpoint: RoutedEndpoint) -> RequestTrace | None:
+def request_trace(
+    gw: GatewayState, req: GatewayRequest, endpoint: RoutedEndpoint
+) -> RequestTrace | None:
     """The request's trace (None: tracing off and no caller context), current in this task."""
     if not gw.tracer.enabled and "traceparent" not in req.headers:
         return None  # the common case, without building the span's attributes
@@ -273,7 +288,7 @@ class _Upstream:
         self.gw = gw
         self.req = req
         self.endpoint = endpoint
-        self.base = _upstream_body(req.body, req.stream)
+        self.base = upstream_body(req.body, req.stream)
         self.timeouts = gw.dispatcher.config.timeouts
         self.attempts = 0
         self.routing = False

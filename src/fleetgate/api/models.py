@@ -1,4 +1,5 @@
-"""``GET /v1/models``: the aliases this caller may use."""
+"""``GET /v1/models``: the aliases this caller may use (but ``hidden`` ones; those are still
+answered by name, ``GET /v1/models/{model}``, as they route)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def _entry(alias: str) -> dict[str, object]:
 async def list_models(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     principal = gw.core.auth.authenticate_request(request.headers)
-    data = [_entry(a) for a in gw.tables.table.aliases() if principal.may_use(a)]
+    data = [_entry(a) for a in gw.tables.table.listed_aliases() if principal.may_use(a)]
     return web.Response(
         body=orjson.dumps({"object": "list", "data": data}), content_type="application/json"
     )

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 
 from fleetgate.config.schema import TimeoutConfig
 from fleetgate.contract.flow import interrupted
@@ -29,6 +30,17 @@ __all__ = ["OpenAIStreamEncoder", "relay_stream", "sse_headers"]
 
 _DONE = b"data: [DONE]"
 _EMPTY_CHOICES = (b'"choices":[]', b'"choices": []')
+
+
+class _CoalescedResponse(web.StreamResponse):
+    """A stream whose headers leave with its first bytes (as `web.Response` does): one write
+    instead of two at the start, and a stream that came whole from the upstream (headers,
+    events, ``[DONE]`` and the chunked terminator) is one write in all. Only the fast path
+    uses it, since it writes the first batch at once (the filtered path may hold chunks
+    back, and its client should see the headers meanwhile); an aiohttp without header
+    buffering ignores the attribute and sends them at the prepare, as before."""
+
+    _send_headers_immediately = False
 
 
 def sse_headers(dispatch: Dispatch, req: GatewayRequest) -> dict[str, str]:
@@ -73,6 +85,11 @@ def _event_id(event: bytes) -> str | None:
     return None
 
 
+def _first_id(batch: list[bytes]) -> str | None:
+    """The stream's id, from its first event (every chunk of a stream carries the same)."""
+    return _event_id(batch[0]) if batch else None
+
+
 def _take_finish(event: bytes, out: Outcome) -> None:
     for marker in (b'"finish_reason":"', b'"finish_reason": "'):
         at = event.find(marker)
@@ -114,26 +131,33 @@ async def relay_stream(
     error after the first byte goes into the stream, never raised)."""
     out = req.outcome
     dep = dispatch.deployment
-    resp = web.StreamResponse(status=200, headers=sse_headers(dispatch, req))
+    filtered = bool(req.stream_filters) or req.wire is not None
+    headers = sse_headers(dispatch, req)
+    resp = web.StreamResponse(headers=headers) if filtered else _CoalescedResponse(headers=headers)
     encoder: StreamEncoder | None = None  # the fast path writes the upstream's own bytes
     out.first_token_at = dispatch.upstream_answered
     dep.state.observe_ttft(dispatch.upstream_answered - dispatch.upstream_started)
     preparing: asyncio.Future[Any] | None = None
     try:
-        if any(app.on_response_prepare for app in request.match_info.apps):
+        if _prepare_handlers(request):
             # A handler may suspend the prepare: a preemption landing there must not leave
             # the headers half sent, so the prepare runs to its end regardless.
             preparing = asyncio.ensure_future(resp.prepare(request))
             await asyncio.shield(preparing)
+            writer = preparing.result()
         else:
-            await resp.prepare(request)  # no handler: it never suspends
+            writer = await resp.prepare(request)  # no handler: it never suspends
         async with asyncio.timeout(min(timeouts.total, timeouts.idle)) as deadline:
             idle = _IdleTimer(deadline, timeouts.total, timeouts.idle)
-            if req.stream_filters or req.wire is not None:
+            if filtered:
                 encoder = _encoder(req)
                 await _FilteredRelay(resp, dispatch, req, metrics, encoder, idle).run()
             else:
-                await _relay_bytes(resp, dispatch, out, metrics, req.want_usage, idle)
+                assert writer is not None  # a fresh response: prepare returns its writer
+                sender = _chunk_sender(request, resp, writer)
+                await _relay_bytes(
+                    resp, writer, sender, dispatch, out, metrics, req.want_usage, idle
+                )
         out.settled = True
         await resp.write_eof()
     except asyncio.CancelledError:
@@ -168,48 +192,120 @@ async def relay_stream(
     return resp
 
 
+def _prepare_handlers(request: web.Request) -> bool:
+    """Whether an application of the request has ``on_response_prepare`` handlers (a loop,
+    not ``any`` over a generator: this runs once per stream)."""
+    for app in request.match_info.apps:
+        if app.on_response_prepare:
+            return True
+    return False
+
+
+_DRAIN_ABOVE = 1 << 16  # as aiohttp's writer: wait for a slow client above this much unsent
+
+
+def _chunk_sender(
+    request: web.Request, resp: web.StreamResponse, writer: AbstractStreamWriter | None
+) -> Callable[[bytes], bool] | None:
+    """What the relay writes after its first write (which carries the headers): one chunk of
+    the chunked body straight to the client's transport, as `StreamWriter.write` frames an
+    uncompressed chunked body, without its three frames and a coroutine per upstream read.
+    It returns True when the client has more than `_DRAIN_ABOVE` bytes unsent (the caller
+    then awaits the writer's ``drain``). None where that framing does not hold (an HTTP/1.0
+    client, compression, a body-write hook): the writer's own ``write`` then."""
+    transport = request.transport
+    if (
+        transport is None
+        or writer is None
+        or resp.compression
+        or resp.headers.get("Transfer-Encoding") != "chunked"
+        or getattr(writer, "on_body_write", None) is not None
+    ):
+        return None
+    write, unsent = transport.write, transport.get_write_buffer_size
+
+    def send(data: bytes) -> bool:
+        if not data:  # a read with nothing to relay (an empty chunk would end the body)
+            return False
+        if transport.is_closing():  # the client went away (as aiohttp's writer raises)
+            raise ConnectionResetError("Cannot write to closing transport")
+        framed = b"%x\r\n%b\r\n" % (len(data), data)
+        writer.output_size += len(framed)  # the response's body_length stays true
+        write(framed)
+        return unsent() > _DRAIN_ABOVE
+
+    return send
+
+
+def _no_gap(gap: float) -> None:
+    """The stream's first event has no gap before it: nothing to observe."""
+
+
 async def _relay_bytes(
     resp: web.StreamResponse,
+    writer: AbstractStreamWriter,
+    sender: Callable[[bytes], bool] | None,
     dispatch: Dispatch,
     out: Outcome,
     metrics: GatewayMetrics,
     want_usage: bool,
     idle: _IdleTimer,
 ) -> None:
-    """The fast path: events go out as the bytes that came in, one write per upstream read."""
+    """The fast path: events go out as the bytes that came in, one write per upstream read.
+
+    The first write goes through ``writer`` and carries the headers (`_CoalescedResponse`);
+    later ones through ``sender`` (`_chunk_sender`) where there is one; the one that carries
+    ``[DONE]`` also ends the response (its chunked terminator goes with it). The events of
+    one read after its first are 0 s apart: they are counted in the inter-token histogram's
+    first bucket together rather than observed one by one."""
     dep = dispatch.deployment
     itl = metrics.itl.labels(out.alias, dep.id, dep.version)
     last = dispatch.upstream_answered
-    first = True
     chunks = 0
+    observe_gap: Callable[[float], None] = _no_gap  # after the first event: itl.observe
+    direct: Callable[[bytes], bool] | None = None  # after the first write: `sender`
     batch = dispatch.response.first_batch
     more = dispatch.response.batches().__anext__  # called directly: no generator in between
+    out.response_id = _first_id(batch)
     while True:
         now = time.perf_counter()
         if now >= idle.rearm_at:
             idle.touch(now)
         send = []
         done = False
+        together = -1  # events of this read after its first: observed at 0 s
         for event in batch:
             if event.startswith(_DONE):
                 send.append(event)
                 done = True
                 out.settled = True  # complete: no preemption from here on
                 break
-            if _inspect(event, out, want_usage):
-                if first:
-                    out.response_id = _event_id(event)
-                else:
-                    itl.observe(now - last)  # events that arrived together are 0 s apart
-                first = False
-                last = now
-                chunks += 1
-                send.append(event)
+            if (
+                b'"usage":{' in event  # what `_inspect` looks for, tested here without a call
+                or b'"finish_reason":"' in event
+                or b'"usage": {' in event
+                or b'"finish_reason": "' in event
+            ) and not _inspect(event, out, want_usage):
+                continue  # a usage-only chunk the client did not ask for
+            together += 1
+            chunks += 1
+            send.append(event)
+        if together >= 0:
+            observe_gap(now - last)
+            observe_gap = itl.observe
+            if together:
+                itl.observe_times(0.0, together)
+            last = now
         out.relayed = chunks
-        if send:
-            await resp.write(b"".join(send))  # one event: the same bytes, not a copy
         if done:
+            await resp.write_eof(b"".join(send))  # [DONE] and the end of the response
             break
+        if direct is not None:
+            if direct(b"".join(send)):  # one event: the same bytes, not a copy
+                await writer.drain()
+        else:  # the first write carries the headers (alone, if nothing to relay yet: b"");
+            await writer.write(b"".join(send))  # after them b"" writes nothing
+            direct = sender
         try:
             batch = await more()
         except StopAsyncIteration:

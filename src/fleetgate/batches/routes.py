@@ -25,6 +25,7 @@ from fleetgate.batches.execute import ENDPOINTS
 from fleetgate.batches.grant import Grant
 from fleetgate.batches.lines import check_lines, read_lines
 from fleetgate.batches.store import BatchStore, FileMeta
+from fleetgate.batches.tables import TIMED_STATUSES
 from fleetgate.contract.principal import Principal
 from fleetgate.errors import InvalidRequest
 from fleetgate.http import AdminAccess, json_reply
@@ -49,11 +50,8 @@ def batch_object(row: dict[str, Any], completed: int, failed: int) -> dict[str, 
         "errors": row["errors"], "input_file_id": row["input_file_id"],
         "completion_window": row["completion_window"], "status": row["status"],
         "output_file_id": row["output_file_id"], "error_file_id": row["error_file_id"],
-        "created_at": at("created_ms"), "in_progress_at": at("in_progress_ms"),
-        "expires_at": at("expires_ms"), "finalizing_at": at("finalizing_ms"),
-        "completed_at": at("completed_ms"), "failed_at": at("failed_ms"),
-        "expired_at": at("expired_ms"), "cancelling_at": at("cancelling_ms"),
-        "cancelled_at": at("cancelled_ms"),
+        "created_at": at("created_ms"), "expires_at": at("expires_ms"),
+        **{f"{status}_at": at(f"{status}_ms") for status in TIMED_STATUSES},
         "request_counts": {"total": row["total"], "completed": completed, "failed": failed},
         "metadata": row["meta"],
     }  # fmt: skip

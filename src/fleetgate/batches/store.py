@@ -15,26 +15,23 @@ is recorded once. Counts are read from those rows, so they cannot drift from the
 
 from __future__ import annotations
 
+import asyncio
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, insert, or_, select, update
+from sqlalchemy import delete, func, insert, or_, select, text, update
 
 from fleetgate.batches.tables import batch_results, batches, files
 from fleetgate.errors import Conflict, NotFound, RateLimited
 from fleetgate.store.database import Database
+from fleetgate.store.rows import now_ms, take_lease
 
 __all__ = ["ACTIVE", "BatchStore", "Counts", "FileMeta"]
 
 ACTIVE = ("validating", "in_progress", "finalizing", "cancelling")  # count toward the limit
 _DAY_MS = 24 * 3600 * 1000
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +63,13 @@ _FILE_META = (files.c.id, files.c.owner, files.c.purpose, files.c.filename, file
 
 
 class BatchStore:
-    def __init__(self, db: Database, clock: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, db: Database, clock: Callable[[], int] = now_ms) -> None:
         self.db = db
         self.clock = clock
+        # The per-team limit's count and insert are one step per team: on PostgreSQL a
+        # transaction-scoped advisory lock (every replica), on SQLite (one process owns the
+        # file) this lock.
+        self._creating = asyncio.Lock()
 
     # ------------------------------------------------------------------ files
 
@@ -148,7 +149,12 @@ class BatchStore:
             "in_progress_ms": now, "expires_ms": now + _DAY_MS, "lease_until_ms": 0,
             "principal": principal,
         }  # fmt: skip
-        async with self.db.engine.begin() as conn:
+        async with self._creating, self.db.engine.begin() as conn:
+            if self.db.dialect == "postgresql":  # held until the commit: one team at a time
+                await conn.execute(
+                    text("SELECT pg_advisory_xact_lock(hashtext('fg_batches'), hashtext(:owner))"),
+                    {"owner": owner},
+                )
             active = await conn.scalar(
                 select(func.count())
                 .select_from(batches)
@@ -231,13 +237,10 @@ class BatchStore:
     async def lease(self, batch_id: str, owner: str, lease_s: float) -> bool:
         """Take or renew the lease of driving the batch; True when held."""
         now = self.clock()
+        which = (batches.c.id == batch_id, batches.c.status.in_(("in_progress", "cancelling")))
         async with self.db.engine.begin() as conn:
             held = await conn.execute(
-                update(batches)
-                .where(batches.c.id == batch_id)
-                .where(batches.c.status.in_(("in_progress", "cancelling")))
-                .where(or_(batches.c.lease_owner == owner, batches.c.lease_until_ms < now))
-                .values(lease_owner=owner, lease_until_ms=now + int(lease_s * 1000))
+                take_lease(batches, owner, now, lease_s, *which, owner_column="lease_owner")
             )
         return held.rowcount == 1
 

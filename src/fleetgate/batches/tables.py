@@ -22,29 +22,42 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
+from fleetgate.store import columns
 from fleetgate.store.tables import metadata
 
-__all__ = ["batch_results", "batches", "files"]
+__all__ = ["TIMED_STATUSES", "batch_results", "batches", "files"]
+
+# The statuses a batch keeps the time of (``<status>_ms``, None until reached), which the batch
+# object shows as ``<status>_at``.
+TIMED_STATUSES = (
+    "in_progress",
+    "finalizing",
+    "completed",
+    "failed",
+    "expired",
+    "cancelling",
+    "cancelled",
+)
 
 files = Table(
     "fg_files",
     metadata,
-    Column("id", String(40), primary_key=True),  # file-<hex>
-    Column("owner", String(64), nullable=False),  # the team (or key, without a team)
+    columns.string_id(),  # file-<hex>
+    columns.owner(),
     Column("purpose", String(32), nullable=False),  # batch | batch_output
     Column("filename", String(255), nullable=False),
     Column("bytes", Integer, nullable=False),
     Column("content", LargeBinary, nullable=False),
-    Column("created_ms", BigInteger, nullable=False),
+    columns.created_ms(),
     Index("ix_fg_files_owner", "owner", "created_ms"),
 )
 
 batches = Table(
     "fg_batches",
     metadata,
-    Column("id", String(40), primary_key=True),  # batch_<hex>
-    Column("owner", String(64), nullable=False),
-    Column("key_id", String(40), nullable=False),  # whose key the lines run with
+    columns.string_id(),  # batch_<hex>
+    columns.owner(),
+    columns.key_id(required=True),  # whose key the lines run with
     Column("endpoint", String(64), nullable=False),
     Column("input_file_id", String(40), nullable=False),
     Column("completion_window", String(8), nullable=False),
@@ -54,14 +67,8 @@ batches = Table(
     Column("error_file_id", String(40)),
     Column("errors", JSON),  # batch-level errors (OpenAI's ``errors.data``)
     Column("meta", JSON),  # the caller's ``metadata``
-    Column("created_ms", BigInteger, nullable=False),
-    Column("in_progress_ms", BigInteger),
-    Column("finalizing_ms", BigInteger),
-    Column("completed_ms", BigInteger),
-    Column("failed_ms", BigInteger),
-    Column("expired_ms", BigInteger),
-    Column("cancelling_ms", BigInteger),
-    Column("cancelled_ms", BigInteger),
+    columns.created_ms(),
+    *columns.moments_ms(*(f"{status}_ms" for status in TIMED_STATUSES)),
     Column("expires_ms", BigInteger, nullable=False),
     Column("lease_owner", String(64)),  # the replica driving it
     Column("lease_until_ms", BigInteger, nullable=False),
@@ -79,6 +86,6 @@ batch_results = Table(
     Column("custom_id", String(512)),  # None for a line that could not be read
     Column("ok", Boolean, nullable=False),  # output file (True) or error file (False)
     Column("record", Text, nullable=False),  # the output or error file's JSON line
-    Column("created_ms", BigInteger, nullable=False),
+    columns.created_ms(),
     UniqueConstraint("batch_id", "custom_id", name="fg_batch_results_custom_id"),
 )

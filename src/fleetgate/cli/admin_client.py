@@ -14,7 +14,7 @@ from typing import Any
 from fleetgate.csv_export import csv_text
 from fleetgate.errors import ConfigError
 
-__all__ = ["add_client_args", "call", "render"]
+__all__ = ["add_client_args", "call", "client_command", "render"]
 
 
 def add_client_args(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +29,14 @@ def add_client_args(parser: argparse.ArgumentParser) -> None:
         help="admin key (env FLEETGATE_API_KEY or FLEETGATE_MASTER_KEY)",
     )
     parser.add_argument("--output", "-o", choices=("table", "csv", "json"), default="table")
+
+
+def client_command(actions: Any, name: str, **options: Any) -> argparse.ArgumentParser:
+    """A subcommand of ``actions`` (an ``add_subparsers`` result) that calls the admin API:
+    ``--url``, ``--key`` and ``--output`` come with it; ``options`` go to ``add_parser``."""
+    parser: argparse.ArgumentParser = actions.add_parser(name, **options)
+    add_client_args(parser)
+    return parser
 
 
 def call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:

@@ -40,10 +40,11 @@ def register(sub: Any) -> None:
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument(
         "--response-body",
-        choices=("streamed", "none"),
+        choices=("streamed", "none", "observed"),
         default="streamed",
-        help="what Envoy's response_body_mode sends: streamed (billed from usage) or none "
-        "(header-only: output billed at max_tokens)",
+        help="what Envoy's response_body_mode sends: streamed (billed from usage), none "
+        "(header-only: output billed at max_tokens) or observed (to a second ext_proc filter "
+        "in observability mode, billed from usage; the usage event stays in the stream)",
     )
     parser.add_argument(
         "--fallbacks", type=int, default=0, help="endpoints listed after the pick for retries"
@@ -61,6 +62,14 @@ def register(sub: Any) -> None:
         "only the leader is ready",
     )
     parser.add_argument("--lease-ttl", type=float, default=10.0, help="lease seconds")
+    parser.add_argument(
+        "--wake-hold-s",
+        type=float,
+        default=8.0,
+        help="the longest a pick waits for a pool with wake: (asleep or scaled to zero), the "
+        "wake-up included, before answering 503; a waiting pick asks Envoy for this + 2 s more "
+        "(set the ext_proc filter's max_message_timeout at least that high)",
+    )
     parser.add_argument("--no-watch", action="store_true", help="do not reload on file change")
     parser.set_defaults(func=run)
 
@@ -76,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
         watch_config=not args.no_watch,
     )
     load_config(args.config, sections=SECTIONS)  # fail fast on a bad config
+    if not 0 < args.wake_hold_s <= 300:
+        raise ConfigError("--wake-hold-s must be above 0 and at most 300 seconds")
     if args.lease_key and not settings.redis_url:
         raise ConfigError("--lease-key needs FLEETGATE_REDIS_URL: the lease lives in Redis")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -104,6 +115,7 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
             response_body=args.response_body,
             fallbacks=args.fallbacks,
             header_only_output_tokens=args.header_only_output_tokens,
+            wake_hold_s=args.wake_hold_s,
         )
         lease = None
         if args.lease_key:

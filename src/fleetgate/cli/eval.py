@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fleetgate.cli.admin_client import add_client_args, call, render
+from fleetgate.cli.admin_client import call, client_command, render
 from fleetgate.errors import ConfigError
 from fleetgate.releases.runner import EvalRunner, Outcome, compare, summarise
 from fleetgate.releases.suites import Suite, load_suite
@@ -34,7 +34,9 @@ _BASE = "/admin/registry/models"
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser("eval", help="evaluate registry versions")
     actions = parser.add_subparsers(dest="action", required=True)
-    go = actions.add_parser("run", help="run a suite against ALIAS@VERSION through the gateway")
+    go = client_command(
+        actions, "run", help="run a suite against ALIAS@VERSION through the gateway"
+    )
     go.add_argument("--suite", type=Path, required=True, help="a JSONL suite (docs/releases.md)")
     go.add_argument("--target", required=True, help="ALIAS@VERSION, e.g. chat@v7")
     go.add_argument("--model", help="the registry model (default: the alias)")
@@ -52,9 +54,10 @@ def register(sub: Any) -> None:
         action="store_true",
         help="run the baseline now even if it has a stored run of this suite",
     )
-    add_client_args(go)
-    harness = actions.add_parser(
-        "lm-eval", help="run lm-eval-harness tasks against ALIAS@VERSION through the gateway"
+    harness = client_command(
+        actions,
+        "lm-eval",
+        help="run lm-eval-harness tasks against ALIAS@VERSION through the gateway",
     )
     harness.add_argument("--tasks", required=True, help="comma-separated lm-eval task names")
     harness.add_argument("--target", required=True, help="ALIAS@VERSION, e.g. chat@v7")
@@ -64,9 +67,8 @@ def register(sub: Any) -> None:
     harness.add_argument("--num-fewshot", type=int)
     harness.add_argument("--concurrency", type=int, default=8)
     harness.add_argument("--no-store", action="store_true", help="print only; store nothing")
-    add_client_args(harness)
-    perf = actions.add_parser(
-        "perf", help="the performance leg: fleetgate bench's load on ALIAS@VERSION"
+    perf = client_command(
+        actions, "perf", help="the performance leg: fleetgate bench's load on ALIAS@VERSION"
     )
     perf.add_argument("--target", required=True, help="ALIAS@VERSION, e.g. chat@v7")
     perf.add_argument("--model", help="the registry model (default: the alias)")
@@ -78,7 +80,6 @@ def register(sub: Any) -> None:
     perf.add_argument("--output-len", default="fixed:32")
     perf.add_argument("--seed", type=int, default=0)
     perf.add_argument("--no-store", action="store_true", help="print only; store nothing")
-    add_client_args(perf)
     parser.set_defaults(func=run)
 
 

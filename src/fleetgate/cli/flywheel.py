@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from fleetgate.cli.admin_client import add_client_args, call
+from fleetgate.cli.admin_client import call, client_command
 from fleetgate.cli.rollout import duration_s
 
 __all__ = ["register", "run"]
@@ -31,14 +31,13 @@ def register(sub: Any) -> None:
         "flywheel", help="bad answers as the next eval items"
     )
     actions = parser.add_subparsers(dest="action", required=True)
-    export = actions.add_parser("export", help="write bad cases as fix items (JSONL)")
+    export = client_command(actions, "export", help="write bad cases as fix items (JSONL)")
     export.add_argument("--alias", help="only this alias (default: every registry alias)")
     export.add_argument("--since", type=duration_s, default=7 * 86400.0, help="window (7d)")
     export.add_argument("--no-regenerations", action="store_true",
                         help="only explicit negative feedback")  # fmt: skip
     export.add_argument("--limit", type=int, default=1000)
     export.add_argument("--out", type=Path, help="the JSONL file (default: stdout)")
-    add_client_args(export)
     parser.set_defaults(func=run)
 
 

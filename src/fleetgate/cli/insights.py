@@ -11,7 +11,7 @@ import json
 import urllib.parse
 from typing import Any
 
-from fleetgate.cli.admin_client import add_client_args, call, render
+from fleetgate.cli.admin_client import call, client_command, render
 
 __all__ = ["register", "run_business", "run_keys"]
 
@@ -21,16 +21,14 @@ def register(sub: Any) -> None:
         "insights", help="business metrics (DAU/MAU, retention, conversion) and the key report"
     )
     inner = parser.add_subparsers(dest="insights_command", metavar="REPORT", required=True)
-    business = inner.add_parser("business", help="DAU/MAU, retention, plans, conversion")
+    business = client_command(inner, "business", help="DAU/MAU, retention, plans, conversion")
     business.add_argument("--start", help="first UTC day, YYYY-MM-DD (default: end - 29)")
     business.add_argument("--end", help="last UTC day, YYYY-MM-DD (default: today)")
     business.add_argument("--team", help="only this team (id)")
-    add_client_args(business)
     business.set_defaults(func=run_business)
-    keys = inner.add_parser("keys", help="keys unused, never expiring or broader than used")
+    keys = client_command(inner, "keys", help="keys unused, never expiring or broader than used")
     keys.add_argument("--days", type=int, help="unused for this many days (config default)")
     keys.add_argument("--team", help="only this team (id)")
-    add_client_args(keys)
     keys.set_defaults(func=run_keys)
 
 

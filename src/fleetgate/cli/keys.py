@@ -6,7 +6,7 @@ import argparse
 import urllib.parse
 from typing import Any
 
-from fleetgate.cli.admin_client import add_client_args, call, render
+from fleetgate.cli.admin_client import call, client_command, render
 
 __all__ = ["register", "run"]
 
@@ -23,7 +23,7 @@ def _tag(value: str) -> tuple[str, str]:
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser("keys", help="create, list, revoke keys")
     actions = parser.add_subparsers(dest="action", required=True)
-    create = actions.add_parser("create", help="create a key (shown once)")
+    create = client_command(actions, "create", help="create a key (shown once)")
     create.add_argument("--team", required=True, help="team id or name")
     create.add_argument("--alias", action="append", dest="aliases", help="allowed alias")
     create.add_argument("--role", choices=("user", "team_admin"), default="user")
@@ -34,13 +34,10 @@ def register(sub: Any) -> None:
     create.add_argument("--budget-period", choices=("daily", "weekly", "monthly", "total"))
     create.add_argument("--tag", action="append", type=_tag, default=[], help="name=value")
     create.add_argument("--expires-at", help="ISO-8601 time or epoch seconds")
-    add_client_args(create)
-    listing = actions.add_parser("list", help="list keys")
+    listing = client_command(actions, "list", help="list keys")
     listing.add_argument("--team")
-    add_client_args(listing)
-    revoke = actions.add_parser("revoke", help="revoke a key")
+    revoke = client_command(actions, "revoke", help="revoke a key")
     revoke.add_argument("key_id")
-    add_client_args(revoke)
     parser.set_defaults(func=run)
 
 

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fleetgate.cli.admin_client import add_client_args, call, render
+from fleetgate.cli.admin_client import call, client_command, render
 from fleetgate.errors import ConfigError
 
 __all__ = ["register", "run"]
@@ -30,7 +30,7 @@ _HISTORY_COLUMNS = ("id", "action", "stage", "from_version", "to_version", "acto
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser("models", help="the model registry")
     actions = parser.add_subparsers(dest="action", required=True)
-    reg = actions.add_parser("register", help="register an immutable version of a model")
+    reg = client_command(actions, "register", help="register an immutable version of a model")
     reg.add_argument("model")
     reg.add_argument("--version", help="its name (default v<n>)")
     reg.add_argument("--artifact-uri", required=True)
@@ -46,14 +46,11 @@ def register(sub: Any) -> None:
     reg.add_argument("--api-base", help="shortcut for one openai deployment at this URL")
     reg.add_argument("--served-model", help="the engine's model name for --api-base")
     reg.add_argument("--description", help="the model's description, if it is new")
-    add_client_args(reg)
-    listing = actions.add_parser("list", help="models and their stages")
-    add_client_args(listing)
-    show = actions.add_parser("show", help="a model's versions, or one version")
+    client_command(actions, "list", help="models and their stages")
+    show = client_command(actions, "show", help="a model's versions, or one version")
     show.add_argument("model")
     show.add_argument("version", nargs="?")
-    add_client_args(show)
-    promote = actions.add_parser("promote", help="move a stage to a version")
+    promote = client_command(actions, "promote", help="move a stage to a version")
     promote.add_argument("model")
     promote.add_argument("version")
     promote.add_argument("--stage", default="production")
@@ -62,15 +59,12 @@ def register(sub: Any) -> None:
                          help="refuse (409) unless the stage is empty")  # fmt: skip
     promote.add_argument("--force", action="store_true",
                          help="promote to production without a passing gate (audited)")  # fmt: skip
-    add_client_args(promote)
-    rollback = actions.add_parser("rollback", help="production back to the previous version")
+    rollback = client_command(actions, "rollback", help="production back to the previous version")
     rollback.add_argument("model")
     rollback.add_argument("--expected", help="refuse (409) unless production holds this")
-    add_client_args(rollback)
-    history = actions.add_parser("history", help="stage moves, newest first")
+    history = client_command(actions, "history", help="stage moves, newest first")
     history.add_argument("model")
     history.add_argument("--limit", type=int, default=100)
-    add_client_args(history)
     parser.set_defaults(func=run)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fleetgate.cli.admin_client import add_client_args, call, render
+from fleetgate.cli.admin_client import call, client_command, render
 
 __all__ = ["register", "run", "timeline"]
 
@@ -26,14 +26,12 @@ _COLUMNS = ("model", "version", "alias", "status", "step", "verdict", "reason")
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser("pipeline", help="release pipelines")
     actions = parser.add_subparsers(dest="action", required=True)
-    start = actions.add_parser("start", help="start the pipeline of a registered version")
+    start = client_command(actions, "start", help="start the pipeline of a registered version")
     start.add_argument("model")
     start.add_argument("version")
-    add_client_args(start)
-    status = actions.add_parser("status", help="every run, or one run's steps")
+    status = client_command(actions, "status", help="every run, or one run's steps")
     status.add_argument("model", nargs="?")
     status.add_argument("version", nargs="?")
-    add_client_args(status)
     parser.set_defaults(func=run)
 
 

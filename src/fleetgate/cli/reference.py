@@ -75,6 +75,8 @@ def _type(annotation: Any) -> str:
 def _spell(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is typing.Annotated:  # HttpUrl: the type a reader writes, not its validators
+        return _spell(args[0])
     if origin in (typing.Union, types.UnionType):
         return " | ".join(_spell(a) for a in args)
     if origin is typing.Literal:

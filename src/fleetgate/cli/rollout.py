@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fleetgate.cli.admin_client import add_client_args, call, render
+from fleetgate.cli.admin_client import call, client_command, render
 from fleetgate.errors import ConfigError
 
 __all__ = ["duration_s", "register", "run"]
@@ -50,19 +50,17 @@ def _steps(text: str) -> list[float]:
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser("rollout", help="progressive rollouts")
     actions = parser.add_subparsers(dest="action", required=True)
-    start = actions.add_parser("start", help="move an alias to a version step by step")
+    start = client_command(actions, "start", help="move an alias to a version step by step")
     start.add_argument("alias")
     start.add_argument("--to", required=True, help="the registry version to roll out")
     start.add_argument("--steps", type=_steps, default=[10.0, 50.0, 100.0])
     start.add_argument("--interval", type=duration_s, default=300.0, help="per step (5m)")
     start.add_argument("--min-samples", type=int, default=50)
     start.add_argument("--force", action="store_true", help="start without a passing gate")
-    add_client_args(start)
     for name, text in (("status", "a rollout, or all"), ("pause", "stop advancing"),
                        ("resume", "advance again"), ("abort", "candidate to 0% now")):  # fmt: skip
-        action = actions.add_parser(name, help=text)
+        action = client_command(actions, name, help=text)
         action.add_argument("alias", nargs="?" if name == "status" else None)
-        add_client_args(action)
     parser.set_defaults(func=run)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fleetgate.cli.admin_client import add_client_args, call, render
+from fleetgate.cli.admin_client import call, client_command, render
 
 __all__ = ["register", "run"]
 
@@ -15,7 +15,7 @@ _COLUMNS = ("id", "name", "rpm", "tpm", "max_parallel", "max_budget_usd", "budge
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser("teams", help="create and list teams")
     actions = parser.add_subparsers(dest="action", required=True)
-    create = actions.add_parser("create", help="create a team")
+    create = client_command(actions, "create", help="create a team")
     create.add_argument("name")
     create.add_argument("--rpm", type=int)
     create.add_argument("--tpm", type=int)
@@ -23,9 +23,7 @@ def register(sub: Any) -> None:
     create.add_argument("--max-budget-usd", type=float)
     create.add_argument("--budget-period", choices=("daily", "weekly", "monthly", "total"))
     create.add_argument("--log-payloads", action="store_true", help="audit full prompts")
-    add_client_args(create)
-    listing = actions.add_parser("list", help="list teams")
-    add_client_args(listing)
+    client_command(actions, "list", help="list teams")
     parser.set_defaults(func=run)
 
 

@@ -254,12 +254,13 @@ class DeploymentConfig(_Model):
     # Requests the engine runs at once (vLLM's --max-num-seqs): the scheduler's saturation
     # point for the alias's pool (scheduling/); None: unbounded.
     max_num_seqs: int | None = Field(None, ge=1)
-    # Requests per minute this deployment takes (an upstream's quota, LiteLLM's per-deployment
+    # Requests this deployment takes in any 60 s (an upstream's quota, LiteLLM's per-deployment
     # `rpm`): at it, the router picks the alias's other deployments, then its fallbacks, then
-    # answers 429 until the minute ends. Counted per gateway process; None: no cap.
+    # answers 429 with Retry-After. Counted for the fleet (every replica in one Redis window
+    # when Redis is configured, tenancy on or off; in process otherwise); None: no cap.
     rpm: int | None = Field(None, ge=1)
-    # Prompt tokens per minute this deployment takes (as `rpm`; a request counts its prompt
-    # estimate when it is sent, its answer is not known before); None: no cap.
+    # Tokens this deployment takes in any 60 s (as `rpm`): a request holds its prompt and its
+    # `max_tokens` while it runs, then counts its prompt and completion tokens; None: no cap.
     tpm: int | None = Field(None, ge=1)
     # The engine schedules by vLLM's request ``priority`` field (--scheduling-policy priority):
     # the scheduler sends each request's band in it.
@@ -341,6 +342,9 @@ class AliasConfig(_Sectioned):
     num_retries: int | None = Field(None, ge=0, le=10)
     # free text shown in the model list and the console
     description: str | None = None
+    # Routes as any alias but is left out of the model list (``/v1/models``, ``/models``):
+    # a name kept for old clients (LiteLLM's ``model_group_alias`` ``hidden: true``)
+    hidden: bool = False
 
     @field_validator("deployments")
     @classmethod

@@ -46,10 +46,12 @@ NAV: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("/ui/spend", "Spend", ("master", "team_admin", "finance_viewer")),
     ("/ui/models", "Models", ADMINS),
     ("/ui/registry", "Registry", ("master",)),
+    ("/ui/pipelines", "Pipelines", ("master",)),
     ("/ui/queues", "Queues", ADMINS),
     ("/ui/routing", "Routing", ("master",)),
     ("/ui/audit", "Audit log", ADMINS),
     ("/ui/guardrails", "Guardrails", ("master",)),
+    ("/ui/insights", "Insights", ADMINS),
     ("/ui/playground", "Playground", ("master", "team_admin", "user")),
 )
 

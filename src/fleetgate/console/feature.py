@@ -22,19 +22,24 @@ from fleetgate.console.audit import AuditPages, GuardrailEvents
 from fleetgate.console.bearer import JwtBearer
 from fleetgate.console.config import CONSOLE_SECTION, ConsoleConfig
 from fleetgate.console.core import Console
+from fleetgate.console.insights import InsightsPages
+from fleetgate.console.insights_reviews import ReviewPages
 from fleetgate.console.keys import KeyPages
 from fleetgate.console.login import LoginPages
 from fleetgate.console.models import ModelPages, Rollouts
 from fleetgate.console.oidc import OidcPages
 from fleetgate.console.overview import MetricWindow, OverviewPage
+from fleetgate.console.pipelines import PipelinePages
 from fleetgate.console.playground import Playground
 from fleetgate.console.queues import QueuePage
 from fleetgate.console.registry import RegistryPages, Releases
 from fleetgate.console.routing import RoutingPage
 from fleetgate.console.spend import SpendPages
 from fleetgate.core import Core, Ports
+from fleetgate.disclosure.ports import DISCLOSURE
 from fleetgate.errors import FleetgateError, NotFound
 from fleetgate.feature import BaseFeature, Switch
+from fleetgate.insights.ports import INSIGHTS
 from fleetgate.releases.feature import RELEASES
 from fleetgate.safety.ports import GUARDRAIL_EVENTS
 from fleetgate.store.errors import store_unavailable_is_503
@@ -89,11 +94,14 @@ class ConsoleFeature(BaseFeature):
             OverviewPage(self.console, self.window),
             KeyPages(self.console),
             SpendPages(self.console),
-            ModelPages(self.console, rollouts),
+            ModelPages(self.console, rollouts, ports.get(DISCLOSURE)),
             RegistryPages(self.console, releases),
+            PipelinePages(self.console, releases),
             QueuePage(self.console),
             RoutingPage(self.console),
             AuditPages(self.console, guardrails),
+            InsightsPages(self.console, ports.get(INSIGHTS)),
+            ReviewPages(self.console, ports.get(INSIGHTS)),
             self.playground,
         ]
         self._task: asyncio.Task[None] | None = None

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
 from fleetgate.errors import ClientError, InvalidRequest
 
-__all__ = ["LABELS", "in_words", "page_number", "service_body"]
+__all__ = [
+    "FIRST_DAY",
+    "LABELS",
+    "LAST_DAY",
+    "in_words",
+    "page_number",
+    "query_date",
+    "service_body",
+]
+
+FIRST_DAY, LAST_DAY = date(1970, 1, 1), date(9999, 12, 31)  # what a report may ask for
 
 _INTS = ("rpm", "tpm", "max_parallel")
 
@@ -26,6 +37,21 @@ LABELS = {
     "stage": "Stage",
     "version": "Version",
 }
+
+
+def query_date(raw: str | None, param: str, default: date) -> date:
+    """A date from the query (YYYY-MM-DD, from 1970-01-01 to 9999-12-31), else a 400."""
+    if not raw:
+        return default
+    try:
+        day = date.fromisoformat(raw) if len(raw) <= 10 else None
+    except ValueError:
+        day = None
+    if day is None or not FIRST_DAY <= day <= LAST_DAY:
+        raise InvalidRequest(
+            f"'{param}' must be a date (YYYY-MM-DD) from {FIRST_DAY} to {LAST_DAY}", param=param
+        )
+    return day
 
 
 def in_words(exc: ClientError) -> str:

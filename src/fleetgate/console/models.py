@@ -1,5 +1,7 @@
-"""Models and deployments: health, cooldowns, in-flight, canary splits and rollout state, and
-the canary split control the admin API has (``PUT/DELETE /admin/aliases/{alias}/split``)."""
+"""Models and deployments: health, cooldowns, in-flight, canary splits and rollout state, the
+canary split control the admin API has (``PUT/DELETE /admin/aliases/{alias}/split``), and, with
+the disclosure feature on, each alias's registered model name and filing number (read at each
+request from the `DISCLOSURE` port, so a reloaded section shows at once)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from aiohttp import web
 from fleetgate.console.core import ADMINS, Console
 from fleetgate.console.forms import in_words
 from fleetgate.console.sessions import Session
+from fleetgate.disclosure.current import Disclosures
 from fleetgate.errors import ClientError, InvalidRequest, NotFound, ServiceUnavailable
 from fleetgate.routing.canary import Split
 
@@ -53,9 +56,12 @@ def placeholder(versions: list[str]) -> str:
 
 
 class ModelPages:
-    def __init__(self, console: Console, rollouts: Rollouts | None) -> None:
+    def __init__(
+        self, console: Console, rollouts: Rollouts | None, disclosures: Disclosures | None = None
+    ) -> None:
         self.console = console
         self.rollouts = rollouts
+        self.disclosures = disclosures  # None: the disclosure feature is off
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -96,6 +102,9 @@ class ModelPages:
             entry["split"] = split.to_dict() if split is not None else None
             entry["versions"] = sorted({d["version"] for d in entry["deployments"]})
             entry["placeholder"] = placeholder(entry["versions"])
+            entry["disclosure"] = (
+                self.disclosures.get(alias) if self.disclosures is not None else None
+            )
         return sorted(aliases.values(), key=lambda e: e["alias"])
 
     async def _page(

@@ -2,7 +2,9 @@
 ``/v1/chat/completions`` with the signed-in user's credential, so it is authorized, limited,
 guarded, billed and audited like any API call. The page keeps the conversation (each turn is
 sent with the ones before it) and sends an optional system prompt, ``temperature`` and
-``max_tokens``; this handler checks their shape and range before passing them on."""
+``max_tokens``; this handler checks their shape and range before passing them on. The
+answer's disclosure headers (the serving model's registered name and filing number, when the
+disclosure feature is on) are passed on too, and the page shows them under the answer."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import aiohttp
 from aiohttp import web
 
 from fleetgate.console.core import Console
+from fleetgate.disclosure.feature import MODEL_HEADER, NUMBER_HEADER
 from fleetgate.errors import InvalidRequest, ServiceUnavailable
 from fleetgate.http import read_json
 from fleetgate.resources.outbound import OutboundHttp
@@ -19,6 +22,7 @@ from fleetgate.resources.outbound import OutboundHttp
 __all__ = ["Playground"]
 
 PLAYGROUND_ROLES = ("master", "team_admin", "user")
+RELAYED = (MODEL_HEADER, NUMBER_HEADER)  # the answer's headers the page reads
 MAX_TURNS = 200  # messages in one conversation
 _ROLES = ("system", "user", "assistant")
 
@@ -121,6 +125,9 @@ class Playground:
             response = web.StreamResponse(status=upstream.status)
             response.content_type = upstream.content_type
             response.headers["Cache-Control"] = "no-store"
+            for name in RELAYED:
+                if name in upstream.headers:
+                    response.headers[name] = upstream.headers[name]
             await response.prepare(request)
             async for chunk in upstream.content.iter_any():
                 await response.write(chunk)

@@ -23,6 +23,7 @@ from fleetgate.contract.principal import Principal
 from fleetgate.errors import ClientError, InvalidRequest
 from fleetgate.releases.admin_routes import RegistryAdmin
 from fleetgate.releases.feedback_routes import FeedbackRoutes
+from fleetgate.releases.pipeline_store import PipelineStore
 from fleetgate.releases.records import DEFAULT_STAGES
 from fleetgate.releases.registry import UNSET, Registry
 from fleetgate.releases.rollouts import RolloutStore
@@ -41,13 +42,18 @@ class Releases(Protocol):
     admin: RegistryAdmin
     rollouts: RolloutStore
     feedback: FeedbackRoutes
+    pipelines: PipelineStore
+
+
+_LABELS = {"stage": "Stage", "version": "Version"}  # the promote form's fields, as labelled
 
 
 def _name(form: dict[str, str], field: str) -> str:
     value = form.get(field, "").strip()
     if not value or len(value) > 64 or not all(c.isalnum() or c in "._-" for c in value):
-        raise InvalidRequest(f"'{field}' must be a name of letters, digits, '.', '_', '-'.",
-                             param=field)  # fmt: skip
+        raise InvalidRequest(
+            f"{_LABELS[field]} must be a name of letters, digits, '.', '_', '-'.", param=field
+        )
     return value
 
 
@@ -105,8 +111,15 @@ class RegistryPages:
         return await self._model_page(request, session)
 
     async def _model_page(
-        self, request: web.Request, session: Session, error: str | None = None, status: int = 200
+        self,
+        request: web.Request,
+        session: Session,
+        error: str | None = None,
+        status: int = 200,
+        values: dict[str, str] | None = None,
     ) -> web.Response:
+        """The model's page; after a refused form, ``error`` in words and the form's
+        ``values`` (a refused promotion shows the stage and the force box as they were sent)."""
         releases = await self._ready()
         if releases is None:
             return self.console.page(
@@ -123,7 +136,9 @@ class RegistryPages:
             if version is not None:
                 held.setdefault(version, []).append(stage)
         versions = found["versions"][(page - 1) * size : page * size]
+        runs = {p.version for p in await releases.pipelines.all(name)}
         for v in versions:
+            v["pipeline"] = v["version"] in runs  # a link to its run's timeline
             v["stages"] = sorted(held.get(v["version"], []))
             v["gate"] = (
                 (await releases.admin.gate(name, v["version"])).to_dict()
@@ -148,7 +163,7 @@ class RegistryPages:
             stages=stages, stage_list=_stage_list(stages), choices=_choices(stages),
             following=following, rollouts=rollouts, quality=quality, history=history,
             error=error, page=page, more=len(found["versions"]) > page * size, query="",
-            quality_hours=QUALITY_WINDOW_S // 3600,
+            quality_hours=QUALITY_WINDOW_S // 3600, values=values,
         )  # fmt: skip
 
     async def promote(self, request: web.Request) -> web.Response:
@@ -191,7 +206,7 @@ class RegistryPages:
         try:
             await action(releases, session.principal, name, form)
         except ClientError as exc:
-            return await self._model_page(request, session, in_words(exc), exc.status)
+            return await self._model_page(request, session, in_words(exc), exc.status, dict(form))
         await self.console.flash(session, f"Done: {name} updated.")
         raise web.HTTPFound(f"/ui/registry/{quote(name)}")
 

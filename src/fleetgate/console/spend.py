@@ -14,7 +14,7 @@ from markupsafe import Markup
 
 from fleetgate.console.charts import bar_chart, line_chart
 from fleetgate.console.core import Console
-from fleetgate.console.forms import page_number
+from fleetgate.console.forms import FIRST_DAY, page_number, query_date
 from fleetgate.console.names import Names
 from fleetgate.console.sessions import Session
 from fleetgate.console.spend_series import SERIES_GROUPS, STEPS, Series, spend_series
@@ -26,25 +26,7 @@ __all__ = ["SpendPages"]
 
 SPEND_ROLES = ("master", "team_admin", "finance_viewer")
 DEFAULT_DAYS = 30
-
-
-FIRST_DAY, LAST_DAY = date(1970, 1, 1), date(9999, 12, 31)  # what a report may ask for
 _DAY_MS = 86_400_000
-
-
-def _day(raw: str | None, param: str, default: date) -> date:
-    """A date from the query (YYYY-MM-DD, from 1970-01-01 to 9999-12-31), else a 400."""
-    if not raw:
-        return default
-    try:
-        day = date.fromisoformat(raw) if len(raw) <= 10 else None
-    except ValueError:
-        day = None
-    if day is None or not FIRST_DAY <= day <= LAST_DAY:
-        raise InvalidRequest(
-            f"'{param}' must be a date (YYYY-MM-DD) from {FIRST_DAY} to {LAST_DAY}", param=param
-        )
-    return day
 
 
 def _ms(day: date) -> int:
@@ -67,8 +49,8 @@ class SpendPages:
         if group not in GROUPS:
             raise InvalidRequest(f"'group' must be one of {', '.join(GROUPS)}", param="group")
         today = datetime.now(UTC).date()
-        until = _day(q.get("until"), "until", today)
-        since = _day(
+        until = query_date(q.get("until"), "until", today)
+        since = query_date(
             q.get("since"), "since", max(FIRST_DAY, until - timedelta(days=DEFAULT_DAYS - 1))
         )
         if since > until:

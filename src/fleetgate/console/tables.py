@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import JSON, BigInteger, Column, Index, LargeBinary, String, Table
 
+from fleetgate.store import columns
 from fleetgate.store.tables import metadata
 
 __all__ = ["console_sessions"]
@@ -25,7 +26,7 @@ console_sessions = Table(
     Column("name", String(200), nullable=False),
     Column("csrf", String(64), nullable=False),
     Column("sealed_token", LargeBinary, nullable=False),
-    Column("created_ms", BigInteger, nullable=False),
+    columns.created_ms(),
     Column("expires_ms", BigInteger, nullable=False),
     Column("flash", LargeBinary),  # a one-time message for the next page, sealed (0013)
     Index("ix_fg_console_sessions_expires", "expires_ms"),

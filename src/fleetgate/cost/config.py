@@ -21,10 +21,11 @@ Example::
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.sections import OptionalSection
+from fleetgate.config.types import HttpUrl
 
 __all__ = ["COST_SECTION", "CostConfig", "PoolConfig"]
 
@@ -37,21 +38,13 @@ class PoolConfig(_Model):
     # the alias whose deployments run on these GPUs
     alias: str = Field(min_length=1)
     # the DCGM exporter URLs of the pool's nodes
-    dcgm: tuple[str, ...] = Field(min_length=1)
+    dcgm: tuple[HttpUrl, ...] = Field(min_length=1)
     # only these GPU UUIDs (default: every GPU the exporters report)
     gpus: tuple[str, ...] = ()
     # USD per GPU-hour of this pool (none: the section's)
     gpu_price_per_hour: float | None = Field(None, ge=0)
     # never recommend fewer GPUs than this
     min_gpus: int = Field(0, ge=0)
-
-    @field_validator("dcgm")
-    @classmethod
-    def _urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for url in value:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"{url!r}: must start with http:// or https://")
-        return value
 
 
 class CostConfig(_Model):

@@ -38,7 +38,7 @@ from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.routing.engine_metrics import parse_engine_metrics
 from fleetgate.store.database import Database
 from fleetgate.store.errors import store_unavailable_is_503
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import Background
 
 __all__ = ["CostFeature", "parse_cost_config"]
 
@@ -84,11 +84,12 @@ class CostFeature(BaseFeature):
     clock: Callable[[], float] = time.time
     ledger: CostLedger = field(init=False)
     scrapes: int = field(default=0, init=False)
-    _task: asyncio.Task[None] | None = field(default=None, init=False)
+    _task: Background = field(init=False)
     _warned: set[str] = field(default_factory=set, init=False)
 
     def __post_init__(self) -> None:
         self.ledger = CostLedger(self.cost.window_h * 3600.0)
+        self._task = Background(self._run, name="fleetgate-cost")
 
     @classmethod
     def build(cls, core: Core) -> CostFeature | None:
@@ -117,12 +118,10 @@ class CostFeature(BaseFeature):
             self.ledger.forget({p.alias for p in cost.pools})
 
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="fleetgate-cost")
+        self._task.start()
 
     async def aclose(self) -> None:
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+        await self._task.aclose()
 
     async def _run(self) -> None:
         while True:

@@ -7,8 +7,9 @@ Headers (RFC 8187 encoding for non-ASCII text, since HTTP header values are Lati
     x-fleetgate-filing-number: Beijing-AcmeAssistant-20240101
 
 They are set before the request is sent upstream, so refused and blocked answers carry them
-too, and streams carry them in their response head. The console shows them on its models page
-through the same route.
+too, and streams carry them in their response head. The console reads them through the
+`DISCLOSURE` port (its models page, per alias) and shows an answer's own headers under it in
+the playground.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from fleetgate.config.schema import GatewayConfig
 from fleetgate.contract.request import GatewayRequest, Outcome
 from fleetgate.core import Core
 from fleetgate.disclosure.config import DISCLOSURE_SECTION, DisclosureConfig
+from fleetgate.disclosure.current import Disclosures
+from fleetgate.disclosure.ports import DISCLOSURE
 from fleetgate.feature import BaseFeature, Switch
 from fleetgate.http import json_reply
 
@@ -46,7 +49,7 @@ class _Stage:
         self._feature = feature
 
     async def before(self, req: GatewayRequest) -> None:
-        model, number = self._feature.config.of(req.alias)
+        model, number = self._feature.disclosures.of(req.alias)
         if model:
             req.response_headers[MODEL_HEADER] = header_value(model)
         if number:
@@ -62,29 +65,31 @@ class DisclosureFeature(BaseFeature):
     switch = Switch("disclosure", opt_in=True)
 
     def __init__(self, config: DisclosureConfig, aliases: Iterable[str]) -> None:
-        self.config = config
-        self._aliases = list(aliases)
+        self.disclosures = Disclosures(config, aliases)
         self.stage = _Stage(self)
+
+    @property
+    def config(self) -> DisclosureConfig:
+        return self.disclosures.config
 
     @classmethod
     def build(cls, core: Core) -> DisclosureFeature | None:
+        """The feature (None when the section is off); provides `DISCLOSURE`."""
         config = DISCLOSURE_SECTION.of(core.config)
         if config is None:
             return None
-        return cls(config, (m.alias for m in core.config.models))
+        feature = cls(config, (m.alias for m in core.config.models))
+        core.ports.provide(DISCLOSURE, feature.disclosures)  # the console's pages read it
+        return feature
 
     def reconfigure(self, config: GatewayConfig) -> None:
-        self.config = DISCLOSURE_SECTION.of(config) or DisclosureConfig()  # removed: none shown
-        self._aliases = [m.alias for m in config.models]
+        section = DISCLOSURE_SECTION.of(config) or DisclosureConfig()  # removed: none shown
+        self.disclosures.update(section, (m.alias for m in config.models))
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         return [web.get("/disclosure", self.listing)]
 
     async def listing(self, request: web.Request) -> web.Response:
         """Public: each alias's registered model name and filing number."""
-        rows = []
-        for alias in self._aliases:
-            model, number = self.config.of(alias)
-            if model or number:
-                rows.append({"alias": alias, "model_name": model, "filing_number": number})
+        rows = [d.to_dict() for d in self.disclosures.rows()]
         return json_reply({"object": "list", "data": rows})

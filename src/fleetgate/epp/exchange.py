@@ -3,11 +3,21 @@
 The request path of `fleetgate.api.completions`, with Envoy sending and relaying instead of
 fleetgate: the key is authenticated and the body validated as for the gateway's own routes;
 the stages run ``before`` (limits and budgets reserved, input checks, prompt assembly,
-admission) when the body has arrived; the pick is answered with the body as the stages left it,
-the alias rewritten to the picked deployment's model (and a stream asked for its usage when
-Envoy sends the response body back); the response's headers say who served it and how it
-went; its body (when sent) gives the usage; the stages run ``after`` (settle, bill, audit)
-when the stream ends, however it ends.
+admission) when the body has arrived, a reservation still in flight overlapping the pick as
+it overlaps the relay's send (its refusal wins); the pick is answered with the body as the
+stages left it, the alias rewritten to the picked deployment's model (and a stream asked for
+its usage when Envoy sends the response body back); the response's headers say who served it
+and how it went; its body (when sent) gives the usage; the stages run ``after`` (settle,
+bill, audit) when the stream ends, however it ends.
+
+With ``response_body="observed"`` the response goes to a second ext_proc filter in Envoy's
+observability mode (sent, never answered: one gRPC message per chunk instead of two, and Envoy
+never waits for the picker on the response): that stream finds this request by the request id
+the pick set in the ``fleetgate`` metadata (``handoff``), reads the served endpoint, the status
+and the usage, and settles. Nothing of the response can be changed then: the usage event the
+picker asked for stays in the stream the client reads (a standard final chunk with no
+choices), and the picker's response headers are not added. When no observing stream comes for
+a request within ``observer_wait_s`` after its pick stream ended, it is settled as abandoned.
 
 Billing when Envoy sends no response body (``response_body="none"``): the prompt is billed at
 fleetgate's estimate and the output at the request's ``max_tokens`` (the most it could have
@@ -26,8 +36,9 @@ from typing import Any, Literal
 
 import orjson
 
-from fleetgate.api.completions import _gateway_request, _trace, _upstream_body
+from fleetgate.api.completions import gateway_request, request_trace, upstream_body
 from fleetgate.api.state import GatewayState
+from fleetgate.contract.flow import pass_gate
 from fleetgate.contract.principal import bearer_token
 from fleetgate.contract.request import Endpoint, GatewayRequest
 from fleetgate.contract.stages import StageRun
@@ -50,7 +61,9 @@ __all__ = ["EppOptions", "Exchange"]
 
 log = logging.getLogger("fleetgate.epp")
 
-ResponseBody = Literal["streamed", "none"]
+_CONTINUE_BODY = protocol.continue_body(request=False)
+
+ResponseBody = Literal["streamed", "none", "observed"]
 
 _PATHS: dict[str, RoutedEndpoint] = {
     "/v1/chat/completions": Endpoint.CHAT,
@@ -75,13 +88,28 @@ class EppOptions:
     """How the picker runs behind Envoy.
 
     ``response_body``: what Envoy's ``processing_mode.response_body_mode`` sends (``streamed``:
-    every chunk, billed from usage; ``none``: headers only, billed as the module doc says).
+    every chunk, billed from usage; ``none``: headers only, billed as the module doc says;
+    ``observed``: every chunk to a second filter in observability mode, billed from usage).
     ``fallbacks``: endpoints listed after the pick for Envoy's retries.
+    ``wake_hold_s``: the longest a pick waits for a pool with ``wake:`` (scaled to zero,
+    asleep) to come up or wake, the wake-up included.
+    ``more_time_after_s``: a pick not answered by then (it waits for a pool) asks Envoy for
+    `more_time_s` more on the message (``override_message_timeout``; Envoy's own
+    ``message_timeout`` is 200 ms by default), which Envoy grants when its filter's
+    ``max_message_timeout`` is at least `more_time_s`.
     """
 
     response_body: ResponseBody = "streamed"
     fallbacks: int = 0
     header_only_output_tokens: int = 256
+    observer_wait_s: float = 300.0
+    wake_hold_s: float = 8.0
+    more_time_after_s: float = 0.1
+
+    @property
+    def more_time_s(self) -> float:
+        """What a waiting pick asks Envoy for: the hold and 2 s for the reply's way back."""
+        return self.wake_hold_s + 2.0
 
 
 class _Ended(Exception):
@@ -98,6 +126,7 @@ class Exchange:
         options: EppOptions,
         record: Callable[[GatewayRequest], None] | None = None,
         warned: set[str] | None = None,
+        handoff: dict[str, Exchange] | None = None,
     ) -> None:
         self._gw = gw
         self._warned = set() if warned is None else warned  # aliases warned about, shared
@@ -115,10 +144,25 @@ class Exchange:
         self._trace: RequestTrace | None = None
         self._started = 0.0
         self.done = False
+        # observed mode: picks waiting for their observing stream (request id -> exchange),
+        # shared by the server's exchanges; the one this observing stream found; the timer
+        # that settles a pick no observing stream came for
+        self._handoff: dict[str, Exchange] = {} if handoff is None else handoff
+        self._observed: Exchange | None = None
+        self._waiting: asyncio.TimerHandle | None = None
+        self._claimed = False
+        self.settle_due = False  # the response ended: `after_reply` settles it
+        self._settle = True  # settle within `handle` (False: the server calls `after_reply`)
 
-    async def handle(self, msg: Any) -> Any | None:
-        """The reply to one `ProcessingRequest` (None: no reply is due)."""
+    async def handle(self, msg: Any, *, settle: bool = True) -> Any | None:
+        """The reply to one `ProcessingRequest` (None: no reply is due). ``settle=False``: the
+        response's end is not settled before its reply (Envoy waits for that reply before it
+        forwards the response to the client); `settle_due` says `after_reply` has it to do."""
+        self._settle = settle
         kind = msg.WhichOneof("request")
+        if msg.observability_mode:  # the observing filter's stream: no reply is read
+            await self._observe(kind, msg)
+            return None
         if kind == "request_headers":
             return self._request_headers(msg)
         if kind == "request_body":
@@ -180,11 +224,13 @@ class Exchange:
         headers = {k: v for k, v in self._headers.items() if k in _FORWARDED}
         affinity = gw.tables.table.affinity_headers
         headers.update((k, v) for k, v in self._headers.items() if k in affinity)
-        req = _gateway_request(gw, endpoint, principal, body, self._started, headers,
+        req = gateway_request(gw, endpoint, principal, body, self._started, headers,
                                gw.core.request_ids.next(), None)  # fmt: skip
         self._req = req
-        self._trace = _trace(gw, req, endpoint)  # tracing on, or the caller's traceparent
-        run = StageRun(gw.stages, req, self._record)
+        self._trace = request_trace(gw, req, endpoint)  # tracing on, or the caller's traceparent
+        # overlap: a reservation still in flight (limits in Redis) is waited for after the
+        # pick, as the relay waits for it after the send
+        run = StageRun(gw.stages, req, self._record, overlap=True)
         try:
             await run.__aenter__()
         except BaseException:  # a refusal has ended the run itself (recorded, settled)
@@ -195,13 +241,29 @@ class Exchange:
             return await self._cached(req.answer)
         if req.stream_filters or req.response_filters:
             _unapplied(req.alias, self._warned)
+        # everything after the pick inside: a failure settles what it holds (its in-flight
+        # count, its deployment's rpm / tpm hold, fallback admissions) at once
         try:
             choice = self._choice = await self._picker.choose(req, self._subset)
             await choice.hold()
+            if req.gate is not None:  # the overlapped reservation decides now
+                await pass_gate(req)
+            upstream, for_engine = self._upstream(req, choice), self._for_engine(req)
+        except FleetgateError as exc:
+            # a refusal of the reservation outranks what the pick met (never admitted)
+            refusal = await _gate_refusal(req)
+            await self._end(refusal or exc)
+            if refusal is not None:
+                raise refusal from None
+            raise
         except BaseException as exc:
             await self._end(exc)
             raise
-        return protocol.picked(choice.endpoints, self._upstream(req, choice), self._for_engine(req))
+        observed = self._options.response_body == "observed"
+        if observed:
+            self._handoff[req.request_id] = self
+        return protocol.picked(choice.endpoints, upstream, for_engine,
+                               request_id=req.request_id if observed else None)  # fmt: skip
 
     def _for_engine(self, req: GatewayRequest) -> dict[str, str]:
         """Headers the engine gets: the request id, and the attempt's trace context."""
@@ -217,8 +279,8 @@ class Exchange:
         """The body the engine gets: the stages' body, the deployment's model name, the
         strategy's and hooks' fields, and a stream's usage asked for when it will be read."""
         pick = choice.primary
-        ask_usage = req.stream and self._options.response_body == "streamed"
-        body = dict(_upstream_body(req.body, ask_usage))
+        ask_usage = req.stream and self._options.response_body != "none"
+        body = dict(upstream_body(req.body, ask_usage))
         body["model"] = pick.deployment.config.model
         if pick.extra_body:
             body.update(pick.extra_body)
@@ -254,30 +316,65 @@ class Exchange:
         out.upstream_s = time.perf_counter() - req.started
         choice.answered(status)
         stream = req.stream and headers.get("content-type", "").startswith("text/event-stream")
-        strip = not req.want_usage
+        strip = not req.want_usage and self._options.response_body == "streamed"
         self._meter = ResponseMeter(out, stream=stream, strip_usage=strip)
-        reply = protocol.response_headers(
-            {
-                "x-request-id": req.request_id,
-                "x-fleetgate-deployment": out.deployment or "",
-                **req.response_headers,
-            }
-        )
-        if msg.response_headers.end_of_stream or self._options.response_body == "none":
-            await self._finish()
+        mode = self._options.response_body
+        reply = None  # observed: nothing of the response can be changed
+        if mode != "observed":
+            reply = protocol.response_headers(
+                {
+                    "x-request-id": req.request_id,
+                    "x-fleetgate-deployment": out.deployment or "",
+                    **req.response_headers,
+                }
+            )
+        if msg.response_headers.end_of_stream or mode == "none":
+            await self._ended()
         return reply
 
     async def _response_body(self, part: Any) -> Any:
         meter = self._meter
         if meter is None:
-            return protocol.continue_body(request=False)
+            return _CONTINUE_BODY
         end = bool(part.end_of_stream)
         changed = meter.feed(part.body, end)
         if end:
-            await self._finish()
+            await self._ended()
         if changed is None:
-            return protocol.continue_body(request=False)
+            return _CONTINUE_BODY
         return protocol.body_reply(changed)
+
+    def chunk(self, msg: Any) -> Any | None:
+        """The reply to a response body chunk that does not end the response (most of a
+        streamed answer's messages; None: none is due, the observing filter's), read at once
+        and without a coroutine: what `handle` does with it, less its steps."""
+        if msg.observability_mode:
+            found = self._observed
+            if found is not None:
+                found._metered(msg.response_body.body)
+            return None
+        return self._metered(msg.response_body.body)
+
+    def _metered(self, body: bytes) -> Any:
+        meter = self._meter
+        if meter is None:
+            return _CONTINUE_BODY
+        changed = meter.feed(body, False)
+        return _CONTINUE_BODY if changed is None else protocol.body_reply(changed)
+
+    async def _ended(self) -> None:
+        """The response ended: settled now, or after the reply is sent (`after_reply`)."""
+        if self._settle:
+            await self._finish()
+        else:
+            self.settle_due = True
+
+    async def after_reply(self) -> None:
+        """Settle a response whose end was left for after its reply (billing, the stages'
+        ``after``, the pick's counts: none of it delays the client)."""
+        if self.settle_due:
+            self.settle_due = False
+            await self._finish()
 
     async def _finish(self) -> None:
         req = self._req
@@ -316,18 +413,91 @@ class Exchange:
                 used = (out.prompt_tokens + out.completion_tokens) if out is not None else None
                 await choice.release(used or None)
 
+    # ------------------------------------------------------------------ observed mode
+
+    async def _observe(self, kind: str | None, msg: Any) -> None:
+        """A message of the observing filter's stream, for the request it names."""
+        if kind == "response_headers" and self._observed is None:
+            found = self._handoff.pop(protocol.tagged_request(msg.metadata_context) or "", None)
+            if found is None or found.done:
+                return
+            self._observed = found
+            await found.observed_headers(msg)
+        elif kind == "response_body" and self._observed is not None:
+            await self._observed.observed_body(msg.response_body)
+
+    async def observed_headers(self, msg: Any) -> None:
+        """The response headers of this request, from the observing stream that found it:
+        from now on that stream settles the request."""
+        self._claimed = True
+        if self._waiting is not None:  # the pick's stream ended first: no longer waited for
+            self._waiting.cancel()
+            self._waiting = None
+        self._settle = True  # nothing waits for the observing stream
+        await self._response_headers(msg)
+
+    async def observed_body(self, part: Any) -> None:
+        """A chunk of this request's response, from its observing stream."""
+        await self._response_body(part)
+
+    async def abandon(self) -> None:
+        """The response did not end (its observing stream did first): settled as abandoned."""
+        if not self.done:
+            await self._end(asyncio.CancelledError())
+
+    def _await_observer(self) -> None:
+        """The pick stream ended before the observing stream came: settle the request as
+        abandoned if none comes within ``observer_wait_s``."""
+        loop = asyncio.get_running_loop()
+
+        def expired() -> None:
+            self._waiting = None
+            if self._req is not None and self._handoff.get(self._req.request_id) is self:
+                del self._handoff[self._req.request_id]
+                loop.create_task(self._end(asyncio.CancelledError()))
+
+        self._waiting = loop.call_later(self._options.observer_wait_s, expired)
+
+    # ------------------------------------------------------------------ end
+
     @property
     def open(self) -> bool:
-        """Something is still held (a stage run, a pick): `close` has work to do."""
-        return self._run is not None or self._choice is not None
+        """Something is still held (a stage run, a pick, an observed request): `close` has
+        work to do."""
+        held = self._run is not None or self._choice is not None
+        return held or self._observed is not None or self.settle_due
 
     async def close(self) -> None:
         """The stream ended: a request not finished by then was abandoned (client gone) and is
-        billed for what was relayed (`StageRun` marks it 499)."""
-        if not self.done and self._run is not None:
+        billed for what was relayed (`StageRun` marks it 499). In observed mode the pick's
+        stream leaves the request to its observing stream (or waits for it to come)."""
+        if self.settle_due:  # the response ended; its settle was left for after the reply
+            await self.after_reply()
+            return
+        observed, self._observed = self._observed, None
+        if observed is not None:  # the observing stream ended (before the response: abandoned)
+            await observed.abandon()
+            return
+        if self._claimed:  # an observing stream has the request: it settles
+            return
+        req = self._req
+        if not self.done and req is not None and self._handoff.get(req.request_id) is self:
+            self._await_observer()
+        elif not self.done and self._run is not None:
             await self._end(asyncio.CancelledError())
         elif self._choice is not None:
             await self._end(None)
+
+
+async def _gate_refusal(req: GatewayRequest) -> FleetgateError | None:
+    """The refusal of a reservation still in flight on ``req`` (None: none, or it passed)."""
+    if req.gate is None:
+        return None
+    try:
+        await pass_gate(req)
+    except FleetgateError as exc:
+        return exc
+    return None
 
 
 def _unapplied(alias: str, warned: set[str]) -> None:

@@ -1,20 +1,20 @@
 """Pick the endpoints Envoy sends a request to, with fleetgate's own routing.
 
-The dispatcher's steps, in its order, for one alias and its fallbacks: the candidates that fit
-the prompt (and the canary split), the data plane's subset hint, the encoder pools and the
-strategy's ``prepare``, health, region preference and the request's hooks, the strategy's
-pick, then the fields every pick gets (the tenant's ``cache_salt``, the hooks' fields). The
-relay sends the pick itself; here Envoy does, so the pick and the fallbacks for Envoy's retries
-are returned instead, and the deployment's in-flight count and the engine observer's ticket
-are held by the `Choice` until the response ends.
+The pick is the relay's: `fleetgate.routing.dispatch.Dispatcher.choose` walks the alias chain
+as the relay does (`fleetgate.routing.walk`), with the data plane's subset hint as the
+deployments it may choose from. The relay sends the pick itself; here Envoy does, so the pick
+and the fallbacks for Envoy's retries are returned instead, and the deployment's in-flight
+count, its ``rpm`` / ``tpm`` window and the engine observer's ticket are held by the `Choice`
+until the response ends.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
 
 from fleetgate.contract.dispatch import admitted
 from fleetgate.contract.request import GatewayRequest
@@ -22,10 +22,12 @@ from fleetgate.epp.endpoints import endpoint_of
 from fleetgate.errors import NoHealthyDeployment, UpstreamStatusError
 from fleetgate.routing.context import Pick, RouteContext
 from fleetgate.routing.deployment import Deployment
-from fleetgate.routing.dispatch import Dispatcher, DispatchObserver, _NoObserver
-from fleetgate.routing.dispatch import _pool as healthy_pool
+from fleetgate.routing.deployment_rate import NO_HOLD, RateHold
+from fleetgate.routing.dispatch import Dispatcher, DispatchObserver
 from fleetgate.routing.health import HealthTracker
 from fleetgate.routing.reload import TableManager
+from fleetgate.routing.wake import Waker
+from fleetgate.routing.walk import settle_fallbacks
 
 __all__ = ["Choice", "EndpointPicker"]
 
@@ -43,6 +45,9 @@ class Choice:
     observer: DispatchObserver
     health: HealthTracker
     serving: Deployment | None = None
+    # the primary's rpm / tpm hold (taken by `Dispatcher.choose`), settled on release
+    rate: RateHold = NO_HOLD
+    waker: Waker | None = None  # asked whether an engine that failed sleeps
     _ticket: object = None
     _first: bool = False
     _hooks: AsyncExitStack = field(default_factory=AsyncExitStack)
@@ -64,9 +69,11 @@ class Choice:
         self._take(pick)
 
     def _take(self, pick: Pick) -> None:
+        """Envoy sends to ``pick``: counted as the relay counts an attempt it sends."""
         dep = pick.deployment
         dep.state.in_flight += 1
         dep.state.requests += 1
+        dep.state.last_request_at = time.monotonic()
         self.serving = dep
         self._ticket = self.observer.dispatched(pick, self.ctx)
 
@@ -104,6 +111,8 @@ class Choice:
                 f"{dep.id} answered {status} behind Envoy", upstream_status=status
             )
             self.health.failure(dep, failed)
+            if self.waker is not None and status != 429:  # asleep unknown to us: wake it next
+                self.waker.refused_elsewhere(dep)
 
     async def release(self, used: int | None) -> None:
         """The response ended: give back the count, the ticket, the hooks and the fallback
@@ -112,73 +121,73 @@ class Choice:
             self._drop()
             await self._hooks.aclose()
         finally:
-            for alias in list(self.ctx.fallbacks):
-                self.ctx.fallbacks.pop(alias)(used)
+            self.rate.settle()
+            settle_fallbacks(self.ctx, used)
 
 
 class EndpointPicker:
-    """Picks for Envoy with the dispatcher's routing (strategies, health, canary, salt).
+    """Picks for Envoy with the dispatcher's routing (`Dispatcher.choose`: the relay's walk of
+    the alias chain, strategies, health, canary, salt, rate caps, fallback admission).
 
     ``fallbacks``: endpoints listed after the pick for Envoy's retries (same upstream model,
-    so the rewritten body stays valid for them)."""
+    so the rewritten body stays valid for them). ``hold_s``: the longest a pick waits for a
+    pool with ``wake:`` to come up or wake (below Envoy's ext_proc ``message_timeout``)."""
 
     def __init__(
-        self, dispatcher: Dispatcher, tables: TableManager, health: HealthTracker, fallbacks: int
+        self,
+        dispatcher: Dispatcher,
+        tables: TableManager,
+        health: HealthTracker,
+        fallbacks: int,
+        hold_s: float = 8.0,
     ) -> None:
         self._dispatcher = dispatcher
         self._tables = tables
         self._health = health
         self.fallbacks = max(0, fallbacks)
+        self.hold_s = hold_s
 
     async def choose(self, req: GatewayRequest, subset: Sequence[str] | None) -> Choice:
         """The pick for ``req`` among ``subset`` (None: the whole pool); 503 when none is
-        eligible (`NoHealthyDeployment`), the fallback alias's refusal when only it could."""
-        dispatcher = self._dispatcher
-        ctx = RouteContext(req)
-        chain = self._tables.table.chain(req.alias)
-        local_only = chain[0].local_only
-        allowed = None if subset is None else frozenset(subset)
-        refusal: Exception | None = None
-        # the dispatcher's own steps (see the module doc); the send is Envoy's
-        for hop, route in enumerate(chain):
-            fitting, _ = dispatcher._candidates(route, ctx, local_only)
-            if allowed is not None:
-                fitting = [d for d in fitting if endpoint_of(d) in allowed]
-            if not fitting:
-                continue
-            if hop > 0:
-                refused = await dispatcher._admit_fallback(route.name, ctx)
-                if refused is not None:
-                    refusal = refusal or refused
-                    continue
-            fitting, hooks = await dispatcher._prepare(route, fitting, ctx)
-            picks = self._picks(route.strategy, fitting, ctx, hooks)
-            if picks:
-                observer = dispatcher.observer or _NoObserver()
-                return Choice(picks, ctx, observer, self._health)
-        for alias in list(ctx.fallbacks):
-            ctx.fallbacks.pop(alias)(0)
-        if refusal is not None:
-            raise refusal
-        raise NoHealthyDeployment(f"No deployment of '{req.alias}' can serve this request.")
+        eligible (`NoHealthyDeployment`), the fallback alias's refusal when only it could.
+        A pool scaled to zero or asleep is waited for (as the relay holds the request), a first
+        pick known asleep woken before Envoy sends to it: all of it within ``hold_s``, the
+        wake-up included (then 503 with ``Retry-After``; the wake-up goes on, and the retry
+        waits on that same wake-up, never a second one)."""
+        only = None
+        if subset is not None:
+            allowed = frozenset(subset)
 
-    def _picks(
-        self, strategy: Any, fitting: list[Deployment], ctx: RouteContext, hooks: Sequence[Any]
-    ) -> list[Pick]:
+            def only(dep: Deployment) -> bool:
+                return endpoint_of(dep) in allowed
+
         dispatcher = self._dispatcher
-        regions = dispatcher._region_preference()
-        tried: set[int] = set()
-        picks: list[Pick] = []
-        for _ in range(1 + self.fallbacks):  # bounded: one pick per listed endpoint
-            pool = [d for d in healthy_pool(fitting, tried, regions, hooks) if id(d) not in tried]
-            if picks:  # a retry target must take the same body: the same upstream model
-                model = picks[0].deployment.config.model
-                pool = [d for d in pool if d.config.model == model]
-            if not pool:
-                break
-            pick = dispatcher._finish_pick(strategy.pick(pool, ctx), ctx, hooks)
-            tried.add(id(pick.deployment))
-            if endpoint_of(pick.deployment) in {endpoint_of(p.deployment) for p in picks}:
-                continue  # two deployments on one engine: listed once
-            picks.append(pick)
-        return picks
+        bound = asyncio.timeout(self.hold_s)  # no task: a timer only
+        try:
+            async with bound:
+                chosen = await dispatcher.choose(
+                    self._tables.table,
+                    req,
+                    only=only,
+                    count=1 + self.fallbacks,
+                    distinct=endpoint_of,
+                    hold_s=self.hold_s,
+                )
+        except TimeoutError:
+            if not bound.expired():
+                raise
+            # the pool's wake-up outlasts the hold (a long weight reload): the data plane's
+            # timer would fire next; the wake-up itself goes on (shared, shielded)
+            retry = str(max(1, round(self.hold_s)))
+            raise NoHealthyDeployment(
+                f"The pool of {req.alias!r} is waking up; retry in a few seconds.",
+                headers={"Retry-After": retry},
+            ) from None
+        return Choice(
+            chosen.picks,
+            chosen.ctx,
+            dispatcher.attempt_observer,
+            self._health,
+            rate=chosen.rate,
+            waker=dispatcher.waker,
+        )

@@ -12,6 +12,10 @@ processing service (``envoy.service.ext_proc.v3``). What it fixes, and what this
 - on the response, ``envoy.lb`` / ``x-gateway-destination-endpoint-served`` names the endpoint
   that really served it.
 
+fleetgate's own addition, for a second ext_proc filter in observability mode that sees the
+response (``--response-body observed``): the pick also sets ``fleetgate`` / ``request-id`` in
+the dynamic metadata, which that filter forwards, so its stream finds the request it belongs to.
+
 Only messages are built here (no I/O); the stubs are Envoy's own, from ``xds-protos``.
 """
 
@@ -23,7 +27,7 @@ from typing import Any
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.type.v3 import http_status_pb2
-from google.protobuf import struct_pb2
+from google.protobuf import duration_pb2, struct_pb2
 
 __all__ = [
     "DESTINATION",
@@ -31,15 +35,18 @@ __all__ = [
     "SERVED",
     "SUBSET",
     "SUBSET_NAMESPACE",
+    "TAG_NAMESPACE",
     "body_reply",
     "continue_body",
     "continue_headers",
     "header_map",
     "immediate",
+    "more_time",
     "picked",
     "response_headers",
     "served_endpoint",
     "subset_hint",
+    "tagged_request",
     "trailers",
 ]
 
@@ -48,6 +55,8 @@ SERVED = "x-gateway-destination-endpoint-served"
 SUBSET = "x-gateway-destination-endpoint-subset"
 LB_NAMESPACE = "envoy.lb"
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"
+TAG_NAMESPACE = "fleetgate"
+_REQUEST_ID = "request-id"
 
 _MAX_SUBSET = 10_000  # endpoints read from one hint at most (a pool is far smaller)
 
@@ -81,15 +90,25 @@ def subset_hint(metadata: Any) -> list[str] | None:
     return _string_list(ns.fields[SUBSET]) or []
 
 
-def served_endpoint(metadata: Any) -> str | None:
-    """The endpoint that served the response, as the data plane reports it (None: unsaid)."""
-    ns = metadata.filter_metadata.get(LB_NAMESPACE)
-    if ns is None or SERVED not in ns.fields:
+def _metadata_string(metadata: Any, namespace: str, key: str) -> str | None:
+    """The string ``key`` of the ``namespace`` dynamic metadata, stripped (None: not there)."""
+    ns = metadata.filter_metadata.get(namespace)
+    if ns is None or key not in ns.fields:
         return None
-    value = ns.fields[SERVED]
+    value = ns.fields[key]
     if value.WhichOneof("kind") != "string_value":
         return None
     return value.string_value.strip() or None
+
+
+def tagged_request(metadata: Any) -> str | None:
+    """The request id the pick put in the ``fleetgate`` metadata (None: not there)."""
+    return _metadata_string(metadata, TAG_NAMESPACE, _REQUEST_ID)
+
+
+def served_endpoint(metadata: Any) -> str | None:
+    """The endpoint that served the response, as the data plane reports it (None: unsaid)."""
+    return _metadata_string(metadata, LB_NAMESPACE, SERVED)
 
 
 # The replies that change nothing, built once: they are only serialized, never modified.
@@ -131,11 +150,13 @@ def picked(
     set_headers: Mapping[str, str],
     *,
     on_headers: bool = False,
+    request_id: str | None = None,
 ) -> Any:
     """The pick, answered to the request body: the destination header and the ``envoy.lb``
     metadata with the same value, ``body`` (when rewritten) in place of the client's with its
     content-length, and ``set_headers`` for the engine (the request id, trace context).
-    ``on_headers``: the answer to the request's headers (a request without a body)."""
+    ``on_headers``: the answer to the request's headers (a request without a body);
+    ``request_id``: also set as the ``fleetgate`` metadata (for an observing filter)."""
     value = ",".join(endpoints)
     headers = {**set_headers, DESTINATION: value}
     mutation = None
@@ -145,6 +166,8 @@ def picked(
     common = ext_proc.CommonResponse(header_mutation=_mutation(headers), body_mutation=mutation)
     metadata = struct_pb2.Struct()
     metadata.update({LB_NAMESPACE: {DESTINATION: value}})
+    if request_id is not None:
+        metadata.update({TAG_NAMESPACE: {_REQUEST_ID: request_id}})
     if on_headers:
         return ext_proc.ProcessingResponse(
             request_headers=ext_proc.HeadersResponse(response=common), dynamic_metadata=metadata
@@ -183,3 +206,12 @@ def immediate(status: int, body: bytes, headers: Iterable[tuple[str, str]] = ())
         details=f"fleetgate_epp_{status}",
     )
     return ext_proc.ProcessingResponse(immediate_response=reply)
+
+
+def more_time(seconds: float) -> Any:
+    """Ask Envoy for ``seconds`` more on the message it waits on (``override_message_timeout``:
+    its timer restarts with that value, once per message; Envoy ignores it unless its filter's
+    ``max_message_timeout`` is at least that). Sent while a pick waits for a pool to wake."""
+    timeout = duration_pb2.Duration()
+    timeout.FromMilliseconds(max(1, round(seconds * 1000)))
+    return ext_proc.ProcessingResponse(override_message_timeout=timeout)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -21,6 +21,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_gr
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from fleetgate.api.state import GatewayState
+from fleetgate.epp import protocol
 from fleetgate.epp.exchange import EppOptions, Exchange
 from fleetgate.epp.lease import LeaderLease
 from fleetgate.epp.picker import EndpointPicker
@@ -34,10 +35,25 @@ _MAX_MESSAGES = 10_000_000  # messages of one stream at most (a 500-token answer
 
 
 class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):  # type: ignore[misc]
-    """``Process``: one bidirectional stream per HTTP request."""
+    """``Process``: one bidirectional stream per HTTP request.
 
-    def __init__(self, exchange: Callable[[], Exchange]) -> None:
+    The end of a response (its headers in header-only mode, its last chunk when streamed) is
+    settled (billed, recorded, the pick's counts given back) after its reply is sent: Envoy
+    forwards the response only once it has that reply.
+
+    The message that carries the pick (the request body's last chunk) may wait for a pool to
+    wake: not answered within ``more_time_after_s``, Envoy is asked for ``more_time_s`` more
+    on it (`protocol.more_time`) before its ``message_timeout`` fires."""
+
+    def __init__(
+        self,
+        exchange: Callable[[], Exchange],
+        more_time_after_s: float = 0.1,
+        more_time_s: float = 10.0,
+    ) -> None:
         self._exchange = exchange
+        self._after = more_time_after_s
+        self._more = more_time_s
 
     async def Process(  # noqa: N802 - the gRPC method's name
         self, requests: AsyncIterator[Any], context: Any
@@ -49,9 +65,21 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):  # type: ignor
                 count += 1
                 if count > _MAX_MESSAGES:
                     break
-                reply = await exchange.handle(msg)
+                if msg.WhichOneof("request") == "response_body" and not (
+                    msg.response_body.end_of_stream
+                ):  # most of a streamed answer's messages: read at once, no coroutine
+                    reply = exchange.chunk(msg)
+                elif _picks(msg):
+                    async with contextlib.aclosing(self._pick(exchange, msg)) as replies:
+                        async for reply in replies:  # more time asked (a pool wakes), the pick
+                            yield reply
+                    reply = None
+                else:
+                    reply = await exchange.handle(msg, settle=False)
                 if reply is not None:
                     yield reply
+                if exchange.settle_due:  # the response ended: billed once its reply is out
+                    await exchange.after_reply()
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -61,6 +89,30 @@ class ExternalProcessor(ext_proc_grpc.ExternalProcessorServicer):  # type: ignor
             if exchange.open:  # the common stream has settled already: no task to make
                 # shielded: a cancelled stream (client gone) still settles and bills
                 await asyncio.shield(exchange.close())
+
+    async def _pick(self, exchange: Exchange, msg: Any) -> AsyncGenerator[Any, None]:
+        """The replies to the message that carries the pick: more time asked of Envoy when the
+        pick waits (for a pool to wake), then the pick."""
+        task = asyncio.ensure_future(exchange.handle(msg, settle=False))
+        try:
+            done, _ = await asyncio.wait((task,), timeout=self._after)
+            if not done:  # waiting for a pool: Envoy's timer is extended
+                yield protocol.more_time(self._more)
+            reply = await task
+        finally:
+            if not task.done():  # the stream ended (client gone)
+                task.cancel()
+        if reply is not None:
+            yield reply
+
+
+def _picks(msg: Any) -> bool:
+    """The message answered with the pick: the request body's last chunk, not observed."""
+    return (
+        msg.WhichOneof("request") == "request_body"
+        and msg.request_body.end_of_stream
+        and not msg.observability_mode
+    )
 
 
 class EppServer:
@@ -86,16 +138,21 @@ class EppServer:
         self.gw = gw
         self.options = options
         self._address = f"{host}:{port}"
-        self.picker = EndpointPicker(gw.dispatcher, gw.tables, gw.health, options.fallbacks)
+        self.picker = EndpointPicker(
+            gw.dispatcher, gw.tables, gw.health, options.fallbacks, options.wake_hold_s
+        )
         self.health = health.aio.HealthServicer()
         self.lease = None if lease is None else lease(self._leader_changed)
         self._server: Any = None
         self._synced = False
         self._watch: asyncio.Task[None] | None = None
         self._warned: set[str] = set()  # aliases whose output filters cannot run here
+        self._handoff: dict[str, Exchange] = {}  # observed mode: picks awaiting their observer
 
     def exchange(self) -> Exchange:
-        return Exchange(self.gw, self.picker, self.options, warned=self._warned)
+        return Exchange(
+            self.gw, self.picker, self.options, warned=self._warned, handoff=self._handoff
+        )
 
     @property
     def ready(self) -> bool:
@@ -106,9 +163,9 @@ class EppServer:
     async def start(self) -> int:
         """Serve; returns the port bound (``port=0``: a free one)."""
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        ext_proc_grpc.add_ExternalProcessorServicer_to_server(
-            ExternalProcessor(self.exchange), server
-        )
+        opts = self.options
+        processor = ExternalProcessor(self.exchange, opts.more_time_after_s, opts.more_time_s)
+        ext_proc_grpc.add_ExternalProcessorServicer_to_server(processor, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         port = int(server.add_insecure_port(self._address))
         await self.health.set("liveness", health_pb2.HealthCheckResponse.SERVING)

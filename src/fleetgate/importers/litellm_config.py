@@ -363,7 +363,7 @@ class _Converter:
 
     def group_aliases(self, path: str, value: dict[str, Any]) -> None:
         """LiteLLM's ``model_group_alias`` (a name that serves another model group): a copy
-        of that alias under the new name."""
+        of that alias under the new name, ``hidden`` (routed, not listed) when it says so."""
         for name, target in value.items():
             group = target.get("model") if isinstance(target, dict) else target
             source = self.aliases.get(_ALIAS_OK.sub("-", str(group)))
@@ -372,15 +372,16 @@ class _Converter:
                 self.note(path, f"{name!r} -> {group!r}: no such model or name taken (left out)")
                 continue
             # a copy, not a shared object: the YAML written has no anchors to edit around
-            self.aliases[new] = {**copy.deepcopy(source), "alias": new,
-                                 "description": f"alias of {group}"}  # fmt: skip
+            alias = {**copy.deepcopy(source), "alias": new, "description": f"alias of {group}"}
+            alias.pop("hidden", None)
+            if isinstance(target, dict) and target.get("hidden"):
+                alias["hidden"] = True  # routes, not listed by /v1/models
+            self.aliases[new] = alias
             self.note(
                 path,
                 f"{name!r} serves {group!r}'s deployments under its own name (one upstream: "
                 "health and each deployment's rpm/tpm shared; key limits per name)",
             )
-            if isinstance(target, dict) and target.get("hidden"):
-                self.note(path, f"{name!r}: hidden has no equivalent (listed in /v1/models)")
 
     def cache(self, settings: dict[str, Any], out: dict[str, Any]) -> None:
         """``litellm_settings.cache: true``: every alias gets fleetgate's exact response cache."""

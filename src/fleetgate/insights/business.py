@@ -1,4 +1,5 @@
-"""Business metrics from the insights rollups: exact counts, read from one row per user and day.
+"""Business metrics from the insights rollups: exact counts, read from the closed days' rollups
+(`insights.day_rollup`) and, for days not closed, from one row per user and day.
 
 Definitions (days are UTC days; a user is an end user within a team):
 
@@ -23,6 +24,8 @@ from typing import Any
 
 from sqlalchemy import bindparam, text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from fleetgate.insights.day_rollup import DayFigures, day_figures
 
 __all__ = ["RETENTION_DAYS", "BusinessQuery", "business_report", "day_of", "iso_day"]
 
@@ -58,49 +61,14 @@ async def _rows(conn: AsyncConnection, sql: str, **params: Any) -> list[Any]:
     return list((await conn.execute(stmt, params)).all())
 
 
-async def _dau(conn: AsyncConnection, q: BusinessQuery, start: int) -> dict[int, int]:
-    rows = await _rows(
-        conn,
-        "SELECT day, COUNT(*) FROM (SELECT DISTINCT day, team_id, end_user "
-        "FROM fg_insight_user_days WHERE day BETWEEN :a AND :b" + _team("", q) + ") s "
-        "GROUP BY day",
-        a=start, b=q.end, team=q.team_id,
-    )  # fmt: skip
-    return {int(d): int(n) for d, n in rows}
-
-
-async def _distinct_users(conn: AsyncConnection, q: BusinessQuery, start: int) -> int:
-    rows = await _rows(
-        conn,
-        "SELECT COUNT(*) FROM (SELECT DISTINCT team_id, end_user FROM fg_insight_user_days "
-        "WHERE day BETWEEN :a AND :b" + _team("", q) + ") s",
-        a=start, b=q.end, team=q.team_id,
-    )  # fmt: skip
-    return int(rows[0][0])
-
-
-async def _retention(conn: AsyncConnection, q: BusinessQuery) -> list[dict[str, Any]]:
-    sizes = await _rows(
-        conn,
-        "SELECT first_day, COUNT(*) FROM fg_insight_users u WHERE first_day BETWEEN :a AND :b"
-        + _team("u.", q) + " GROUP BY first_day",
-        a=q.start, b=q.end, team=q.team_id,
-    )  # fmt: skip
+def _retention(figures: DayFigures) -> list[dict[str, Any]]:
     cohorts: dict[int, dict[str, Any]] = {
-        int(d): {"day": iso_day(int(d)), "users": int(n)} for d, n in sizes
+        d: {"day": iso_day(d), "users": n} for d, n in figures.cohorts.items()
     }
     for n in RETENTION_DAYS:
-        kept = await _rows(
-            conn,
-            "SELECT u.first_day, COUNT(*) FROM fg_insight_users u WHERE u.first_day "
-            "BETWEEN :a AND :b" + _team("u.", q) + " AND EXISTS (SELECT 1 FROM "
-            "fg_insight_user_days d WHERE d.day = u.first_day + :n AND d.team_id = u.team_id "
-            "AND d.end_user = u.end_user) GROUP BY u.first_day",
-            a=q.start, b=q.end - n, n=n, team=q.team_id,
-        )  # fmt: skip
-        got = {int(d): int(c) for d, c in kept}
+        got = figures.kept.get(n, {})
         for day, cohort in cohorts.items():
-            if day + n <= q.end:
+            if day + n <= figures.end:
                 cohort[f"d{n}"] = got.get(day, 0)
     return [cohorts[d] for d in sorted(cohorts)]
 
@@ -114,43 +82,27 @@ def _retention_totals(cohorts: list[dict[str, Any]]) -> dict[str, float | None]:
     return out
 
 
-async def _plans(conn: AsyncConnection, q: BusinessQuery) -> dict[str, dict[str, Any]]:
-    sums = await _rows(
-        conn,
-        "SELECT plan, SUM(requests), SUM(input_tokens), SUM(output_tokens), SUM(cost_nusd) "
-        "FROM fg_insight_user_days WHERE day BETWEEN :a AND :b" + _team("", q)
-        + " GROUP BY plan",
-        a=q.start, b=q.end, team=q.team_id,
-    )  # fmt: skip
-    users = await _rows(
-        conn,
-        "SELECT plan, COUNT(*) FROM (SELECT DISTINCT plan, team_id, end_user FROM "
-        "fg_insight_user_days WHERE day BETWEEN :a AND :b" + _team("", q) + ") s GROUP BY plan",
-        a=q.start, b=q.end, team=q.team_id,
-    )  # fmt: skip
-    active = {str(p): int(n) for p, n in users}
+def _plans(figures: DayFigures) -> dict[str, dict[str, Any]]:
     return {
-        str(p): {"active_users": active.get(str(p), 0), "requests": int(r),
-                 "input_tokens": int(i), "output_tokens": int(o), "cost_nusd": int(c)}
-        for p, r, i, o, c in sums
+        p: {"active_users": figures.plan_users.get(p, 0), "requests": r, "input_tokens": i,
+            "output_tokens": o, "cost_nusd": c}
+        for p, (r, i, o, c) in figures.plan_sums.items()
     }  # fmt: skip
 
 
 async def _conversion(
     conn: AsyncConnection, q: BusinessQuery, paid: Collection[str]
 ) -> dict[str, Any]:
-    base = "FROM fg_insight_users u WHERE u.first_plan NOT IN :paid" + _team("u.", q)
     params: dict[str, Any] = {"a": q.start, "b": q.end, "paid": list(paid), "team": q.team_id}
-    converted = await _rows(
-        conn, f"SELECT COUNT(*) {base} AND u.paid_day BETWEEN :a AND :b", **params
-    )
-    at_risk = await _rows(
+    (counts,) = await _rows(
         conn,
-        f"SELECT COUNT(*) {base} AND u.first_day <= :b AND (u.paid_day IS NULL "
-        "OR u.paid_day >= :a)",
+        "SELECT SUM(CASE WHEN u.paid_day BETWEEN :a AND :b THEN 1 ELSE 0 END), "
+        "SUM(CASE WHEN u.first_day <= :b AND (u.paid_day IS NULL OR u.paid_day >= :a) "
+        "THEN 1 ELSE 0 END) FROM fg_insight_users u WHERE u.first_plan NOT IN :paid"
+        + _team("u.", q),
         **params,
-    )
-    n, d = int(converted[0][0]), int(at_risk[0][0])
+    )  # one pass over the users: converted in the range, and those who could have
+    n, d = int(counts[0] or 0), int(counts[1] or 0)
     return {"converted": n, "unpaid_users": d, "rate": n / d if d else None}
 
 
@@ -184,11 +136,10 @@ async def business_report(
 ) -> dict[str, Any]:
     """Every figure of the module docstring for ``q``, as a JSON-ready dict."""
     window = q.end - 29
-    dau = await _dau(conn, q, min(q.start, window))
-    mau = await _distinct_users(conn, q, window)
-    active = await _distinct_users(conn, q, q.start)
-    cohorts = await _retention(conn, q)
-    plans = await _plans(conn, q)
+    figures = await day_figures(conn, q.start, q.end, q.team_id, RETENTION_DAYS)
+    dau, mau, active = figures.dau, figures.mau, figures.active
+    cohorts = _retention(figures)
+    plans = _plans(figures)
     days = q.end - q.start + 1
     _money(plans, revenue_usd_month, days)
     keys = ("requests", "input_tokens", "output_tokens", "cost_nusd")

@@ -65,6 +65,12 @@ class InsightsConfig(_Model):
     max_buffered: int = Field(100_000, ge=100, le=10_000_000)
     # how often buffered rows are written, seconds
     flush_interval_s: float = Field(2.0, gt=0, le=300)
+    # how often the business and quality gauges (/metrics) are refreshed from the database
+    # (the refresh first stores the rollups of the days and hours that have ended)
+    metrics_interval_s: float = Field(30.0, ge=1, le=3600)
+    # the longest a report a page or the admin API shows may be kept in memory, seconds (0:
+    # never; reports read the stored rollups of ended days and hours either way)
+    report_cache_s: float = Field(60.0, ge=0, le=3600)
 
     @field_validator("review_share")
     @classmethod

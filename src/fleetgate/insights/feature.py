@@ -16,7 +16,10 @@ from fleetgate.core import Core
 from fleetgate.feature import BaseFeature, Switch
 from fleetgate.insights.config import INSIGHTS_SECTION, InsightsConfig
 from fleetgate.insights.grounding import GroundednessScorer
+from fleetgate.insights.metrics import InsightsMetrics
+from fleetgate.insights.ports import INSIGHTS
 from fleetgate.insights.quality_routes import QualityRoutes
+from fleetgate.insights.reports import InsightsReports
 from fleetgate.insights.routes import InsightsAdmin
 from fleetgate.insights.usage import Pseudonyms, UsageRecorder
 from fleetgate.insights.writer import InsightsWriter
@@ -57,9 +60,11 @@ class InsightsFeature(BaseFeature):
         self.stage = UsageRecorder(
             lambda: self.config, self.writer, Pseudonyms(secret), self._logs_payloads(tenancy)
         )
-        self._admin = InsightsAdmin(
-            tenancy.db, core.access, lambda: self.config, lambda: self._aliases
-        )
+        self.reports = InsightsReports(
+            tenancy.db, lambda: self.config, lambda: self._aliases,
+            logs_payloads=self._logs_payloads(tenancy),
+        )  # fmt: skip
+        self._admin = InsightsAdmin(self.reports, core.access, lambda: self.config)
         minilm = core.resources.minilm
         self._scorer: GroundednessScorer | None = None
 
@@ -68,7 +73,12 @@ class InsightsFeature(BaseFeature):
                 self._scorer = GroundednessScorer(MiniLMEmbedder(minilm))
             return self._scorer
 
-        self._quality = QualityRoutes(self.writer, core.access, lambda: self.config, scorer)
+        self.metrics = InsightsMetrics(
+            core.metrics.registry, self.reports, self.writer, lambda: self.config.metrics_interval_s
+        )
+        self._quality = QualityRoutes(
+            self.writer, core.access, lambda: self.config, scorer, self.reports, self.metrics.events
+        )
 
     @staticmethod
     def _logs_payloads(tenancy: Tenancy) -> Callable[[str | None], bool]:
@@ -84,7 +94,9 @@ class InsightsFeature(BaseFeature):
         tenancy = core.ports.get(TENANCY)
         if config is None or tenancy is None:
             return None
-        return cls(core, config, tenancy)
+        feature = cls(core, config, tenancy)
+        core.ports.provide(INSIGHTS, feature.reports)  # the console's insights pages read it
+        return feature
 
     def reconfigure(self, config: GatewayConfig) -> None:
         self.config = INSIGHTS_SECTION.of(config) or self.config
@@ -95,6 +107,8 @@ class InsightsFeature(BaseFeature):
 
     async def start(self) -> None:
         self.writer.start()
+        self.metrics.start()
 
     async def aclose(self) -> None:
+        await self.metrics.aclose()
         await self.writer.aclose()

@@ -5,8 +5,10 @@ adoption, groundedness (a hallucination-rate estimate) and human review scores.
   request in the same session or conversation (``x-session-id`` / ``x-conversation-id``) within
   ``follow_up_s`` of its arrival. A request without either id has no follow-up to see: a cut
   one counts.
+  The follow-up is looked for past the report's end too (up to ``follow_up_s``).
 - **Regeneration**: a request whose last user message is the same as the previous request's in
-  the same conversation (else session): the user asked again for the same thing.
+  the same conversation (else session) on the same UTC day: the user asked again for the same
+  thing. (Per day, so that a finished day's figures never change: `insights.quality_cache`.)
 - **Feedback** (up/down) and **adoption** (accepted/edited/rejected): events posted by
   ``response_id`` (`record_event`), one of each per answer, the last one wins; counted with
   the answer's time.
@@ -20,26 +22,37 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fleetgate.insights.tables import events, grounding, requests, reviews
+from fleetgate.insights.marks import HOUR, bump
+from fleetgate.insights.tables import events, requests
 
-__all__ = ["EVENTS", "answer_of", "quality_report", "record_event"]
+__all__ = [
+    "EVENTS",
+    "Key",
+    "answer_of",
+    "combine",
+    "path_counts",
+    "quality_report",
+    "record_event",
+    "side_counts",
+]
 
 EVENTS = {"up": "feedback", "down": "feedback", "accepted": "adoption", "edited": "adoption",
           "rejected": "adoption"}  # fmt: skip
-MAX_ROWS = 2_000_000  # requests read for one report (a longer range: narrow it)
 
 
 async def answer_of(
     conn: AsyncConnection, response_id: str, team_id: str | None
 ) -> dict[str, Any] | None:
-    """The request that produced ``response_id`` (within ``team_id``; None: any team)."""
+    """The request that produced ``response_id`` (within ``team_id``; None: any team): its id,
+    team, alias, version and ``created_ms``."""
     query = select(requests.c.request_id, requests.c.team_id, requests.c.alias,
-                   requests.c.version).where(requests.c.response_id == response_id)  # fmt: skip
+                   requests.c.version, requests.c.created_ms,
+                   ).where(requests.c.response_id == response_id)  # fmt: skip
     if team_id is not None:
         query = query.where(requests.c.team_id == team_id)
     row = (await conn.execute(query.limit(1))).first()
@@ -49,8 +62,11 @@ async def answer_of(
 async def record_event(
     conn: AsyncConnection, dialect: str, answer: dict[str, Any], value: str
 ) -> None:
-    """Store ``value`` (a key of `EVENTS`) for ``answer``, replacing its category's last one."""
+    """Store ``value`` (a key of `EVENTS`) for ``answer`` (`answer_of`), replacing its
+    category's last one; the answer's hour is counted as written (`insights.marks`)."""
     insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    answer = dict(answer)
+    answer_ms = answer.pop("created_ms")
     row = {**answer, "category": EVENTS[value], "value": value,
            "created_ms": int(time.time() * 1000)}  # fmt: skip
     stmt = insert(events).values(row)
@@ -58,91 +74,134 @@ async def record_event(
         index_elements=[events.c.request_id, events.c.category],
         set_={"value": stmt.excluded.value, "created_ms": stmt.excluded.created_ms},
     ))  # fmt: skip
+    await bump(conn, dialect, HOUR, {answer_ms // 3_600_000})
 
 
-def _bucket(out: dict[tuple[str, str], dict[str, Any]], alias: str, version: Any) -> dict[str, Any]:
-    key = (alias, version or "")
-    if key not in out:
-        out[key] = {
-            "alias": alias, "version": version or None, "requests": 0, "streamed": 0,
-            "abandoned": 0, "regenerated": 0, "feedback_up": 0, "feedback_down": 0,
-            "accepted": 0, "edited": 0, "rejected": 0, "grounding_samples": 0,
-            "grounded": 0, "reviews_scored": 0, "review_score_sum": 0.0,
-        }  # fmt: skip
-    return out[key]
+Key = tuple[int, str, str, str]  # (day, team, alias, version ('' for none))
+
+PATHS = ("requests", "streamed", "abandoned", "regenerated")
+SIDES = ("feedback_up", "feedback_down", "accepted", "edited", "rejected", "grounding_samples",
+         "grounded", "reviews_scored", "review_score_sum")  # fmt: skip
+
+# Per request: its thread (conversation, else session), the previous request's prompt hash in
+# that thread on the same UTC day, and the next request's time in that thread (read up to the
+# follow-up window past the range, so a cut stream at its end sees its follow-up).
+_PATHS_SQL = """
+SELECT day, team_id, alias, COALESCE(version, ''), COUNT(*), SUM(stream),
+  SUM(CASE WHEN stream = 1 AND status = 499 AND (thread IS NULL OR next_ms IS NULL
+      OR next_ms - created_ms > :gap) THEN 1 ELSE 0 END),
+  SUM(CASE WHEN thread IS NOT NULL AND prompt_hash IS NOT NULL AND prompt_hash = prev_hash
+      THEN 1 ELSE 0 END)
+FROM (
+  SELECT day, team_id, alias, version, stream, status, created_ms, prompt_hash, thread,
+    LAG(prompt_hash) OVER (PARTITION BY team_id, thread, day
+                           ORDER BY created_ms, request_id) AS prev_hash,
+    LEAD(created_ms) OVER (PARTITION BY team_id, thread ORDER BY created_ms, request_id) AS next_ms
+  FROM (SELECT day, team_id, alias, version, stream, status, created_ms, prompt_hash,
+               request_id, COALESCE(conversation_id, session_id) AS thread
+        FROM fg_insight_requests
+        WHERE created_ms >= :a AND created_ms < :ahead{team}) s
+) w
+WHERE created_ms < :b
+GROUP BY day, team_id, alias, COALESCE(version, '')
+"""
+
+_EVENTS_SQL = """
+SELECT r.day, e.team_id, e.alias, COALESCE(e.version, ''), e.value, COUNT(*)
+FROM fg_insight_events e JOIN fg_insight_requests r ON r.request_id = e.request_id
+WHERE r.created_ms >= :a AND r.created_ms < :b{team}
+GROUP BY r.day, e.team_id, e.alias, COALESCE(e.version, ''), e.value
+"""
+
+_GROUNDING_SQL = """
+SELECT created_ms / 86400000, team_id, alias, COALESCE(version, ''), COUNT(*), SUM(grounded)
+FROM fg_insight_grounding WHERE created_ms >= :a AND created_ms < :b{team}
+GROUP BY created_ms / 86400000, team_id, alias, COALESCE(version, '')
+"""
+
+_REVIEWS_SQL = """
+SELECT created_ms / 86400000, team_id, alias, COALESCE(version, ''), COUNT(*), SUM(score)
+FROM fg_insight_reviews WHERE created_ms >= :a AND created_ms < :b AND score IS NOT NULL{team}
+GROUP BY created_ms / 86400000, team_id, alias, COALESCE(version, '')
+"""
 
 
-def _paths(rows: Iterable[Any], out: dict[tuple[str, str], dict[str, Any]], gap_ms: int) -> None:
-    """Abandonment and regeneration from the requests in time order."""
-    last: dict[tuple[str, str], Any] = {}  # thread -> its latest request
-    cut: dict[tuple[str, str], Any] = {}  # thread -> a cut stream waiting for a follow-up
-    for r in rows:
-        b = _bucket(out, r.alias, r.version)
-        b["requests"] += 1
-        b["streamed"] += r.stream
-        thread_id = r.conversation_id or r.session_id
-        thread = (r.team_id, thread_id) if thread_id else None
-        if thread is not None:
-            waiting = cut.pop(thread, None)
-            if waiting is not None and r.created_ms - waiting.created_ms > gap_ms:
-                _bucket(out, waiting.alias, waiting.version)["abandoned"] += 1
-            before = last.get(thread)
-            if before is not None and r.prompt_hash and r.prompt_hash == before.prompt_hash:
-                b["regenerated"] += 1
-            last[thread] = r
-        if r.stream and r.status == 499:
-            if thread is None:
-                b["abandoned"] += 1
-            else:
-                cut[thread] = r
-    for waiting in cut.values():  # no follow-up by the report's end
-        _bucket(out, waiting.alias, waiting.version)["abandoned"] += 1
+def _sql(template: str, team_id: str | None) -> Any:
+    return text(template.format(team=" AND team_id = :team" if team_id is not None else ""))
+
+
+async def path_counts(
+    conn: AsyncConnection, start_ms: int, end_ms: int, team_id: str | None, follow_up_s: float
+) -> dict[Key, list[int]]:
+    """Requests, streamed, abandoned and regenerated per day, team, alias and version of the
+    requests in ``[start_ms, end_ms)``: one grouped query (the rows never leave the store)."""
+    gap = int(follow_up_s * 1000)
+    rows = await conn.execute(
+        _sql(_PATHS_SQL, team_id),
+        {"a": start_ms, "b": end_ms, "ahead": end_ms + gap, "gap": gap, "team": team_id},
+    )
+    return {(int(d), t, a, v): [int(n), int(s or 0), int(ab or 0), int(rg or 0)]
+            for d, t, a, v, n, s, ab, rg in rows}  # fmt: skip
+
+
+async def side_counts(
+    conn: AsyncConnection, start_ms: int, end_ms: int, team_id: str | None
+) -> dict[Key, dict[str, float]]:
+    """Feedback and adoption events (by the answer's day), groundedness samples and scored
+    reviews per day, team, alias and version in ``[start_ms, end_ms)``."""
+    out: dict[Key, dict[str, float]] = {}
+    params = {"a": start_ms, "b": end_ms, "team": team_id}
+    events_sql = text(
+        _EVENTS_SQL.format(team=" AND e.team_id = :team" if team_id is not None else "")
+    )
+    for d, t, a, v, value, n in await conn.execute(events_sql, params):
+        name = {"up": "feedback_up", "down": "feedback_down"}.get(value, value)
+        out.setdefault((int(d), t, a, v), {})[name] = int(n)
+    for d, t, a, v, n, grounded in await conn.execute(_sql(_GROUNDING_SQL, team_id), params):
+        side = out.setdefault((int(d), t, a, v), {})
+        side["grounding_samples"], side["grounded"] = int(n), int(grounded or 0)
+    for d, t, a, v, n, total in await conn.execute(_sql(_REVIEWS_SQL, team_id), params):
+        side = out.setdefault((int(d), t, a, v), {})
+        side["reviews_scored"], side["review_score_sum"] = int(n), float(total or 0.0)
+    return out
+
+
+def combine(
+    paths: Iterable[tuple[Key, list[int]]], sides: Iterable[tuple[Key, dict[str, float]]]
+) -> list[dict[str, Any]]:
+    """Per alias and version (summed over days and teams), every figure with its rates."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def bucket(key: Key) -> dict[str, Any]:
+        _, _, alias, version = key
+        if (alias, version) not in out:
+            out[(alias, version)] = {
+                "alias": alias,
+                "version": version or None,
+                **dict.fromkeys(PATHS, 0),
+                **dict.fromkeys(SIDES, 0),
+            }
+        return out[(alias, version)]  # fmt: skip
+
+    for key, counts in paths:
+        b = bucket(key)
+        for name, n in zip(PATHS, counts, strict=True):
+            b[name] += n
+    for key, side in sides:
+        b = bucket(key)
+        for name, value in side.items():
+            b[name] += value
+    return [_rates(out[k]) for k in sorted(out)]
 
 
 async def quality_report(
     conn: AsyncConnection, start_ms: int, end_ms: int, team_id: str | None, follow_up_s: float
 ) -> list[dict[str, Any]]:
-    """Per alias and version, the figures of the module docstring for ``[start_ms, end_ms)``."""
-    out: dict[tuple[str, str], dict[str, Any]] = {}
-    r = requests.c
-    where = [r.created_ms >= start_ms, r.created_ms < end_ms]
-    if team_id is not None:
-        where.append(r.team_id == team_id)
-    cols = (r.created_ms, r.team_id, r.alias, r.version, r.status, r.stream, r.session_id,
-            r.conversation_id, r.prompt_hash)  # fmt: skip
-    rows = await conn.stream(
-        select(*cols).where(and_(*where)).order_by(r.created_ms, r.request_id).limit(MAX_ROWS)
-    )
-    _paths([row async for row in rows], out, int(follow_up_s * 1000))
-    team = [] if team_id is None else [events.c.team_id == team_id]
-    e = events.c
-    for alias, version, value, n in await conn.execute(  # events of the answers in the range
-        select(e.alias, e.version, e.value, func.count())
-        .select_from(events.join(requests, r.request_id == e.request_id))
-        .where(r.created_ms >= start_ms, r.created_ms < end_ms, *team)
-        .group_by(e.alias, e.version, e.value)
-    ):
-        name = {"up": "feedback_up", "down": "feedback_down"}.get(value, value)
-        _bucket(out, alias, version)[name] += int(n)
-    g = grounding.c
-    for alias, version, n, grounded in await conn.execute(
-        select(g.alias, g.version, func.count(), func.sum(g.grounded))
-        .where(g.created_ms >= start_ms, g.created_ms < end_ms,
-               *([g.team_id == team_id] if team_id else []))
-        .group_by(g.alias, g.version)
-    ):  # fmt: skip
-        b = _bucket(out, alias, version)
-        b["grounding_samples"], b["grounded"] = int(n), int(grounded or 0)
-    v = reviews.c
-    for alias, version, n, total in await conn.execute(
-        select(v.alias, v.version, func.count(), func.sum(v.score))
-        .where(v.created_ms >= start_ms, v.created_ms < end_ms, v.score.is_not(None),
-               *([v.team_id == team_id] if team_id else []))
-        .group_by(v.alias, v.version)
-    ):  # fmt: skip
-        b = _bucket(out, alias, version)
-        b["reviews_scored"], b["review_score_sum"] = int(n), float(total or 0.0)
-    return [_rates(out[k]) for k in sorted(out)]
+    """Per alias and version, the figures of the module docstring for ``[start_ms, end_ms)``,
+    read from the store now (`insights.quality_cache` keeps finished days)."""
+    paths = await path_counts(conn, start_ms, end_ms, team_id, follow_up_s)
+    sides = await side_counts(conn, start_ms, end_ms, team_id)
+    return combine(paths.items(), sides.items())
 
 
 def _share(n: int, d: int) -> float | None:

@@ -17,25 +17,26 @@ Admins (master key: every team; a team admin: its own)::
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import time
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
-from sqlalchemy import select, update
 
 from fleetgate.contract.principal import Principal
-from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied
+from fleetgate.errors import InvalidRequest, NotFound
 from fleetgate.http import AdminAccess, json_reply, read_json
-from fleetgate.insights.business import day_of
 from fleetgate.insights.config import InsightsConfig
 from fleetgate.insights.grounding import GroundednessScorer
-from fleetgate.insights.quality import EVENTS, answer_of, quality_report, record_event
-from fleetgate.insights.tables import grounding, reviews
+from fleetgate.insights.marks import HOUR, bump
+from fleetgate.insights.quality import EVENTS, answer_of, record_event
+from fleetgate.insights.query import query_day, team_scope
+from fleetgate.insights.reports import InsightsReports, ReviewFilter
+from fleetgate.insights.tables import grounding
 from fleetgate.insights.usage import DAY_MS, sampled
 from fleetgate.insights.writer import InsightsWriter
 from fleetgate.store.errors import store_unavailable_is_503
+from fleetgate.telemetry.registry import Counter
 
 __all__ = ["QualityRoutes"]
 
@@ -50,23 +51,6 @@ def _text(body: dict[str, Any], name: str, limit: int) -> str:
     return value
 
 
-def _team(actor: Principal, asked: str | None) -> str | None:
-    if actor.is_master:
-        return asked or None
-    if asked and asked != actor.team_id:
-        raise PermissionDenied("A team admin key reads only its own team's insights.")
-    return actor.team_id
-
-
-def _day_ms(value: str | None, name: str, default_ms: int) -> int:
-    if value is None:
-        return default_ms
-    try:
-        return day_of(dt.date.fromisoformat(value)) * DAY_MS
-    except ValueError:
-        raise InvalidRequest(f"'{name}' must be a date YYYY-MM-DD.", param=name) from None
-
-
 class QualityRoutes:
     def __init__(
         self,
@@ -74,7 +58,11 @@ class QualityRoutes:
         access: AdminAccess,
         config: Callable[[], InsightsConfig],
         scorer: Callable[[], GroundednessScorer],
+        reports: InsightsReports,
+        events: Counter | None = None,
     ) -> None:
+        self._reports = reports
+        self._events = events
         self._writer = writer
         self._db = writer.db
         self._access = access
@@ -112,6 +100,9 @@ class QualityRoutes:
         answer = await self._answer(principal, response_id)
         async with self._db.engine.begin() as conn:
             await record_event(conn, self._db.dialect, answer, str(event))
+        self._reports.cache.invalidate()
+        if self._events is not None:
+            self._events.labels(answer["alias"], str(event)).inc()
         return json_reply({"object": "insights.event", "response_id": response_id,
                            "event": event, "alias": answer["alias"]})  # fmt: skip
 
@@ -140,78 +131,44 @@ class QualityRoutes:
                "team_id": answer["team_id"], "alias": answer["alias"],
                "version": answer["version"], "score": score,
                "grounded": int(score >= config.grounding_threshold)}  # fmt: skip
-        await self._db.insert_ignore(grounding, [row])
+        async with self._db.engine.begin() as conn:
+            await self._db.insert_new(grounding, [row], conn)
+            await bump(conn, self._db.dialect, HOUR, {row["created_ms"] // 3_600_000})
+        self._reports.cache.invalidate()
         return json_reply({"object": "insights.grounding", "sampled": True, "score": score,
                            "grounded": bool(row["grounded"])})  # fmt: skip
 
     async def quality(self, request: web.Request) -> web.Response:
         actor = self._access.admin(request)
-        today = int(time.time() * 1000) // DAY_MS * DAY_MS
-        end = _day_ms(request.query.get("end"), "end", today) + DAY_MS
-        start = _day_ms(request.query.get("start"), "start", end - 30 * DAY_MS)
+        today = int(time.time() * 1000) // DAY_MS
+        end = (query_day(request.query.get("end"), "end", today) + 1) * DAY_MS
+        start = query_day(request.query.get("start"), "start", end // DAY_MS - 30) * DAY_MS
         if start >= end or end - start > 400 * DAY_MS:
             raise InvalidRequest("'start' must not be after 'end', at most 400 days apart.",
                                  param="start")  # fmt: skip
-        team = _team(actor, request.query.get("team"))
-        async with self._db.engine.connect() as conn:
-            rows = await quality_report(conn, start, end, team, self._config().follow_up_s)
+        team = team_scope(actor, request.query.get("team"))
+        rows = await self._reports.quality(start, end, team)
         return json_reply({"object": "list", "team_id": team, "data": rows})
 
     async def list_reviews(self, request: web.Request) -> web.Response:
         actor = self._access.admin(request)
-        team = _team(actor, request.query.get("team"))
+        team = team_scope(actor, request.query.get("team"))
         raw = request.query.get("limit", "50")
         if not raw.isdigit() or not 1 <= int(raw) <= 500:
             raise InvalidRequest("'limit' must be a whole number from 1 to 500.", param="limit")
-        query = select(reviews).order_by(reviews.c.created_ms).limit(int(raw))
-        if team is not None:
-            query = query.where(reviews.c.team_id == team)
-        if alias := request.query.get("alias"):
-            query = query.where(reviews.c.alias == alias)
-        scored = request.query.get("scored")
-        if scored in ("false", "true"):
-            column = reviews.c.score
-            query = query.where(column.is_(None) if scored == "false" else column.is_not(None))
-        async with self._db.engine.connect() as conn:
-            # str(): column names are a str subclass, which orjson refuses as a key
-            rows = [
-                {str(k): v for k, v in r._mapping.items()}
-                for r in (await conn.execute(query)).all()
-            ]
+        scored = {"false": False, "true": True}.get(request.query.get("scored", ""))
+        which = ReviewFilter(team, request.query.get("alias"), scored, int(raw))
+        rows = await self._reports.reviews(which)
         return json_reply({"object": "list", "rubric": list(self._config().review_rubric),
                            "data": rows})  # fmt: skip
 
-    def _scores(self, body: dict[str, Any]) -> dict[str, int]:
-        rubric = self._config().review_rubric
-        scores = body.get("scores")
-        if (
-            not isinstance(scores, dict)
-            or set(scores) != set(rubric)
-            or not all(type(v) is int and 1 <= v <= 5 for v in scores.values())
-        ):
-            raise InvalidRequest(
-                f"'scores' must give each of {', '.join(rubric)} a whole number from 1 to 5.",
-                param="scores",
-            )
-        return {str(k): int(v) for k, v in scores.items()}
-
     async def score_review(self, request: web.Request) -> web.Response:
         actor = self._access.admin(request)
-        scores = self._scores(await read_json(request, 1 << 16))
+        body = await read_json(request, 1 << 16)
+        scores = self._reports.check_scores(body.get("scores"))
         request_id = request.match_info["request_id"]
-        where = [reviews.c.request_id == request_id]
-        if not actor.is_master:
-            where.append(reviews.c.team_id == (actor.team_id or ""))
-        mean = sum(scores.values()) / len(scores)
-        async with self._db.engine.begin() as conn:
-            done = await conn.execute(
-                update(reviews).where(*where).values(
-                    scores=scores, score=mean, reviewer=actor.key_id[:40],
-                    scored_ms=int(time.time() * 1000),
-                )
-            )  # fmt: skip
-        if done.rowcount == 0:
-            raise NotFound(f"No review item '{request_id}'.", param="request_id")
+        team = None if actor.is_master else (actor.team_id or "")
+        mean = await self._reports.score(request_id, scores, actor.key_id, team)
         await self._access.record(actor, "insights.review", request_id, scores)
         return json_reply({"object": "insights.review", "request_id": request_id,
                            "scores": scores, "score": mean})  # fmt: skip

@@ -3,7 +3,9 @@
 Each flush is one transaction: the new ``fg_insight_requests`` rows (a request id already
 stored is skipped, so a retried flush counts nothing twice), then, for those new rows only,
 ``fg_insight_user_days`` (sums per day, user and plan) and ``fg_insight_users`` (first day and
-plan, first paid day) upserted. Reports read the rollups (`insights.business`).
+plan, first paid day) upserted, and the marks of the days and hours written counted
+(`insights.marks`: a closed rollup they feed is no longer current). Reports read the rollups
+(`insights.business`, `insights.quality_cache`).
 
 The buffer is bounded (``max_buffered``): past it the oldest rows are dropped and counted
 (``dropped``); a failed flush keeps its rows for the next one.
@@ -17,20 +19,22 @@ from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from sqlalchemy import case
+from sqlalchemy import case, func
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from fleetgate.insights.tables import requests, reviews, user_days, users
+from fleetgate.insights.marks import DAY, HOUR, bump
+from fleetgate.insights.tables import requests, reviews, user_days, user_lasts, users
 from fleetgate.store.database import Database
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import Background
 
 __all__ = ["InsightsWriter", "write_rows"]
 
 log = logging.getLogger("fleetgate.insights")
 
 _BATCH = 5_000
+HOUR_MS = 3_600_000
 
 
 def _rollups(
@@ -93,11 +97,52 @@ def _upserts(dialect: str) -> tuple[Any, Any]:
     return day_stmt, user_stmt
 
 
+def _lasts(day_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per user and plan ('': any) of ``day_rows``: its first and last day and the one before
+    the last (-1: none)."""
+    days: dict[tuple[str, str, str], set[int]] = {}
+    for row in day_rows:
+        for plan in (row["plan"], ""):
+            days.setdefault((row["team_id"], row["end_user"], plan), set()).add(row["day"])
+    out = []
+    for (team, user, plan), seen in sorted(days.items()):
+        ordered = sorted(seen)
+        prev = ordered[-2] if len(ordered) > 1 else -1
+        out.append({"team_id": team, "end_user": user, "plan": plan, "last_day": ordered[-1],
+                    "prev_day": prev, "first_day": ordered[0]})  # fmt: skip
+    return out
+
+
+def _lasts_upsert(dialect: str) -> Any:
+    """Merge a batch's (last, previous) day into the stored pair: the two largest distinct
+    days of both, whatever order batches come in."""
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    most = func.greatest if dialect == "postgresql" else func.max
+    least = func.least if dialect == "postgresql" else func.min
+    stmt = insert(user_lasts)
+    old, new = user_lasts.c, stmt.excluded
+    return stmt.on_conflict_do_update(
+        index_elements=[old.team_id, old.end_user, old.plan],
+        set_={
+            "last_day": most(old.last_day, new.last_day),
+            "first_day": least(old.first_day, new.first_day),
+            "prev_day": most(
+                old.prev_day,
+                new.prev_day,
+                case((old.last_day < new.last_day, old.last_day), else_=-1),
+                case((new.last_day < old.last_day, new.last_day), else_=-1),
+            ),
+        },
+    )
+
+
 async def write_rows(
     db: Database, conn: AsyncConnection, rows: Sequence[dict[str, Any]], paid: Collection[str]
 ) -> int:
     """Insert ``rows`` (skipping request ids already stored) and roll the new ones up, in
     ``conn``'s transaction; returns how many were new."""
+    rows = [{**r, "thread": r["session_id"] if r["conversation_id"] is None
+             else r["conversation_id"]} for r in rows]  # fmt: skip
     new_ids = {k[0] for k in await db.insert_new(requests, rows, conn)}
     fresh = []
     for row in rows:  # a request id twice in one batch: its first row is the one stored
@@ -110,7 +155,19 @@ async def write_rows(
         await conn.execute(day_stmt, day_rows)
     if user_rows:
         await conn.execute(user_stmt, user_rows)
+    if day_rows:
+        await conn.execute(_lasts_upsert(db.dialect), _lasts(day_rows))
+    # last, so that two replicas' flushes hold these row locks only while committing
+    await bump(conn, db.dialect, DAY, {r["day"] for r in fresh if r["end_user"] is not None})
+    await bump(conn, db.dialect, HOUR, {r["created_ms"] // HOUR_MS for r in fresh})
     return len(fresh)
+
+
+async def write_reviews(db: Database, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert review items (an item already stored is kept) and count their hours' writes."""
+    async with db.engine.begin() as conn:
+        await db.insert_new(reviews, rows, conn)
+        await bump(conn, db.dialect, HOUR, {r["created_ms"] // HOUR_MS for r in rows})
 
 
 class InsightsWriter:
@@ -132,7 +189,7 @@ class InsightsWriter:
         self.max_buffered = max_buffered
         self.interval_s = interval_s
         self.dropped = 0
-        self._task: asyncio.Task[None] | None = None
+        self._task = Background(self._run, name="insights-writer")
         self._lock = asyncio.Lock()
 
     def add(self, row: dict[str, Any]) -> None:
@@ -157,7 +214,7 @@ class InsightsWriter:
                 queued = list(self._reviews)
                 self._reviews.clear()
                 try:
-                    await self.db.insert_ignore(reviews, queued)
+                    await write_reviews(self.db, queued)
                 except BaseException:
                     self._reviews.extend(queued)
                     raise
@@ -180,13 +237,10 @@ class InsightsWriter:
                 log.exception("insights: writing %d rows failed; retrying", self.pending())
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="insights-writer")
+        self._task.start()
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            await cancel_and_wait(self._task)
-            self._task = None
+        await self._task.aclose()
         try:
             await self.flush()
         except Exception:

@@ -43,46 +43,43 @@ class AudioPart:
     param: str
 
 
-def _parts(messages: Sequence[Mapping[str, Any]]) -> list[tuple[PartKey, dict[str, Any]]]:
-    found: list[tuple[PartKey, dict[str, Any]]] = []
+def _parts(messages: Sequence[Mapping[str, Any]], kind: str) -> list[tuple[PartKey, Any, str]]:
+    """Each content part of type ``kind``, in order: its key, its ``kind`` value (the part's
+    spec) and its ``param`` path for error messages."""
+    found: list[tuple[PartKey, Any, str]] = []
     for mi, message in enumerate(messages):
         content = message.get("content")
-        if isinstance(content, list):
-            found += [((mi, pi), p) for pi, p in enumerate(content) if isinstance(p, dict)]
+        if not isinstance(content, list):
+            continue
+        for pi, part in enumerate(content):
+            if isinstance(part, dict) and part.get("type") == kind:
+                found.append(((mi, pi), part.get(kind), f"messages[{mi}].content[{pi}].{kind}"))
     return found
 
 
 def image_parts(messages: Sequence[Mapping[str, Any]]) -> list[ImagePart]:
     """Every ``image_url`` part, in order, with the ``param`` path for error messages."""
     out: list[ImagePart] = []
-    for (mi, pi), part in _parts(messages):
-        if part.get("type") != "image_url":
-            continue
-        param = f"messages[{mi}].content[{pi}].image_url"
-        spec = part.get("image_url")
+    for key, spec, param in _parts(messages, "image_url"):
         url = spec.get("url") if isinstance(spec, dict) else spec
         if not isinstance(url, str) or not url:
             raise InvalidRequest("image_url must have a 'url' string", param=param)
         detail = spec.get("detail", "auto") if isinstance(spec, dict) else "auto"
-        out.append(ImagePart((mi, pi), url, str(detail), param))
+        out.append(ImagePart(key, url, str(detail), param))
     return out
 
 
 def audio_parts(messages: Sequence[Mapping[str, Any]]) -> list[AudioPart]:
     """Every ``input_audio`` part, base64-decoded."""
     out: list[AudioPart] = []
-    for (mi, pi), part in _parts(messages):
-        if part.get("type") != "input_audio":
-            continue
-        param = f"messages[{mi}].content[{pi}].input_audio"
-        spec = part.get("input_audio")
+    for key, spec, param in _parts(messages, "input_audio"):
         if not isinstance(spec, dict) or not isinstance(spec.get("data"), str):
             raise InvalidRequest("input_audio must have base64 'data'", param=param)
         try:
             data = base64.b64decode(spec["data"], validate=True)
         except (binascii.Error, ValueError) as exc:
             raise InvalidRequest("input_audio data is not valid base64", param=param) from exc
-        out.append(AudioPart((mi, pi), data, str(spec.get("format", "wav")), param))
+        out.append(AudioPart(key, data, str(spec.get("format", "wav")), param))
     return out
 
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from fleetgate.config.settings import Settings
 from fleetgate.multimodal.audio.asr import PocketsphinxTranscriber, SegmentTranscriber
 from fleetgate.multimodal.audio.openai_asr import OpenAITranscriber
 from fleetgate.multimodal.audio.prepare import AudioPreparer, IsolatedAudioDecoder
 from fleetgate.multimodal.audio.transcribe import Transcriber
-from fleetgate.multimodal.config import MultimodalConfig
+from fleetgate.multimodal.config import AsrConfig, MultimodalConfig, TtsConfig
 from fleetgate.multimodal.conversations.sql import SqlConversationStore
 from fleetgate.multimodal.document_kv import DocumentKv
 from fleetgate.multimodal.fair import FairShare
@@ -39,10 +39,27 @@ from fleetgate.multimodal.prompt.retrieval import DocumentIndex
 from fleetgate.multimodal.speech.espeak import EspeakSynthesizer
 from fleetgate.multimodal.speech.openai_tts import OpenAISynthesizer
 from fleetgate.multimodal.speech.tts import FairSynthesizer, SpeechSynthesizer
+from fleetgate.multimodal.upstream import SideServiceClient
 from fleetgate.resources import MiniLMEmbedder, Resources
+from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.telemetry.registry import Registry
 
 __all__ = ["MultimodalRuntime"]
+
+_Client = TypeVar("_Client", bound=SideServiceClient)
+
+
+def _upstream(kind: type[_Client], backend: AsrConfig | TtsConfig, http: OutboundHttp) -> _Client:
+    """The client of ``backend``'s OpenAI-compatible upstream (``backend: openai``)."""
+    assert backend.url is not None and backend.model is not None  # the config checks both
+    return kind(
+        backend.url,
+        model=backend.model,
+        api_key=backend.api_key,
+        concurrency=backend.concurrency,
+        timeout_s=backend.timeout_s,
+        http=http,
+    )
 
 
 def _fetch_policy(config: MultimodalConfig) -> FetchPolicy:
@@ -203,15 +220,7 @@ class MultimodalRuntime:
             asr = self.config.asr
             backend: SegmentTranscriber
             if asr.backend == "openai":
-                assert asr.url is not None and asr.model is not None
-                backend = OpenAITranscriber(
-                    asr.url,
-                    model=asr.model,
-                    api_key=asr.api_key,
-                    concurrency=asr.concurrency,
-                    timeout_s=asr.timeout_s,
-                    http=self.resources.http,
-                )
+                backend = _upstream(OpenAITranscriber, asr, self.resources.http)
                 preparer: AudioPreparer = IsolatedAudioDecoder(
                     timeout_s=asr.timeout_s, on_failure=self._worker_failed
                 )
@@ -233,15 +242,7 @@ class MultimodalRuntime:
         if self._synthesizer is None:
             tts = self.config.tts
             if tts.backend == "openai":
-                assert tts.url is not None and tts.model is not None
-                self._synthesizer = OpenAISynthesizer(
-                    tts.url,
-                    model=tts.model,
-                    api_key=tts.api_key,
-                    concurrency=tts.concurrency,
-                    timeout_s=tts.timeout_s,
-                    http=self.resources.http,
-                )
+                self._synthesizer = _upstream(OpenAISynthesizer, tts, self.resources.http)
             else:
                 self._synthesizer = EspeakSynthesizer(
                     workers=tts.workers, timeout_s=tts.timeout_s, on_failure=self._worker_failed

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from sqlalchemy import (
     JSON,
-    BigInteger,
     Column,
     Float,
     ForeignKey,
@@ -21,6 +20,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
+from fleetgate.store import columns
 from fleetgate.store.tables import metadata
 
 __all__ = ["conversation_turns", "conversations", "document_chunks", "documents"]
@@ -55,18 +55,16 @@ conversation_turns = Table(
 documents = Table(
     "fg_documents",
     metadata,
-    Column("team", String(128), primary_key=True),
-    Column("doc_id", String(200), primary_key=True),
+    *columns.team_document_key(),
     Column("bytes", Integer, nullable=False),
     Column("chunks", Integer, nullable=False),
-    Column("updated_ms", BigInteger, nullable=False),
+    columns.updated_ms(),
 )
 
 document_chunks = Table(
     "fg_document_chunks",
     metadata,
-    Column("team", String(128), primary_key=True),
-    Column("doc_id", String(200), primary_key=True),
+    *columns.team_document_key(),
     Column("seq", Integer, primary_key=True),
     Column("text", Text, nullable=False),
     Column("embedding", LargeBinary, nullable=False),  # float32, little-endian, L2-normalised

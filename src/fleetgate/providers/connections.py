@@ -226,6 +226,8 @@ class PooledResponse:
         conn = self._conn
         if conn is None:
             return False
+        if conn.done:  # most streams: the terminator came with the last event
+            return True
         try:
             async with asyncio.timeout(timeout):
                 while await conn.read_chunk():

@@ -84,7 +84,7 @@ class OpenAIProvider:
                 )  # fmt: skip
                 batches = SSEBatches(resp.reader(), read_errors(url))
                 try:
-                    first, *rest = await anext(batches)
+                    first_batch = await anext(batches)  # never empty
                 except StopAsyncIteration:
                     raise UpstreamBadResponse(
                         "The upstream stream ended before any event.",
@@ -92,13 +92,13 @@ class OpenAIProvider:
                     ) from None
         except BaseException as exc:
             raise_upstream_error(exc, resp, url)
-        if not first.startswith(_SSE_STARTS):
+        if not first_batch[0].startswith(_SSE_STARTS):
             resp.close()
             raise UpstreamBadResponse(
                 "The upstream stream is not server-sent events.",
                 detail=f"{url}: stream is not server-sent events",
             )
-        return streamed_response(resp, [first, *rest], batches, url, status=resp.status)
+        return streamed_response(resp, first_batch, batches, url, status=resp.status)
 
 
 class AzureOpenAIProvider(OpenAIProvider):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, NoReturn
 
 import aiohttp
@@ -36,6 +36,7 @@ __all__ = [
     "read_errors",
     "status_error",
     "streamed_response",
+    "translated_stream",
 ]
 
 # A stream closed gracefully before its end is read out this long, so that its keep-alive
@@ -102,6 +103,13 @@ class _Batches:
             raise map_client_error(exc, self._where) from None
 
 
+async def _raise_status(resp: PooledResponse, on_error: ErrorMapper | None) -> NoReturn:
+    """An error status: its body read, the connection released, the error raised."""
+    body = await resp.read()
+    resp.release()
+    raise (on_error or status_error)(resp.status, body, resp.headers)
+
+
 def read_errors(where: str) -> Callable[[Exception], BaseException]:
     """What a stream's read errors become (`fleetgate.sse.SSEBatches`'s ``errors``): errors of
     the tree as they are, anything else as `map_client_error` translates it."""
@@ -139,6 +147,31 @@ def streamed_response(
             resp.close()  # drop the connection: the upstream sees the abort
 
     return UpstreamResponse(status=status, first_batch=first_batch, batches=rest, closer=closer)
+
+
+async def translated_stream(
+    post: Callable[[], Awaitable[tuple[PooledResponse, bytes | None]]],
+    translate: Callable[[PooledResponse], AsyncIterator[list[bytes]]],
+    first_token_s: float,
+    where: str,
+    empty: str,
+) -> UpstreamResponse:
+    """A streamed `UpstreamResponse` whose upstream speaks another API (Anthropic, Responses):
+    ``post`` opens the stream and ``translate`` turns its bytes into chat chunk events, the
+    first batch of them within ``first_token_s``; a stream that ends before any batch is
+    `UpstreamBadResponse` (``empty``), any other failure as `raise_upstream_error` has it."""
+    resp: PooledResponse | None = None
+    try:
+        async with asyncio.timeout(first_token_s):
+            resp, _ = await post()
+            batches = translate(resp)
+            try:
+                first, *leftover = await anext(batches)
+            except StopAsyncIteration:
+                raise UpstreamBadResponse(empty) from None
+    except BaseException as exc:
+        raise_upstream_error(exc, resp, where)
+    return streamed_response(resp, [first, *leftover], batches, where)
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -236,16 +269,19 @@ class HttpClient:
         """
         resp: PooledResponse | None = None
         try:
-            async with asyncio.timeout(None if stream else timeouts.total):
+            if stream:  # no timeout of its own (the caller's covers the first event too)
                 resp = await self.pool.post(
                     url, payload, headers, connect_timeout=timeouts.connect, extra=extra_headers
                 )
                 if resp.status >= 400:
-                    body = await resp.read()
-                    resp.release()
-                    raise (on_error or status_error)(resp.status, body, resp.headers)
-                if stream:
-                    return resp, None
+                    await _raise_status(resp, on_error)
+                return resp, None
+            async with asyncio.timeout(timeouts.total):
+                resp = await self.pool.post(
+                    url, payload, headers, connect_timeout=timeouts.connect, extra=extra_headers
+                )
+                if resp.status >= 400:
+                    await _raise_status(resp, on_error)
                 body = await resp.read()
                 resp.release()
                 return resp, body

@@ -28,7 +28,7 @@ from fleetgate.releases.analysis import judge_step, window
 from fleetgate.releases.config import RolloutConfig
 from fleetgate.releases.registry import Registry
 from fleetgate.releases.rollouts import Rollout, RolloutStore
-from fleetgate.tasks import Background, every
+from fleetgate.tasks import periodic
 
 __all__ = ["RolloutDriver"]
 
@@ -54,17 +54,16 @@ class RolloutDriver:
         self.owner = owner
         self.notify = notify  # audit + webhook of a decision that changed the rollout
         self.changed = changed  # apply a change here at once
-        self._background = Background(self._loop)
+        # the store may be away: logged, tried again next tick
+        self._background = periodic(
+            lambda: self.config().tick_s, self.tick, log, "rollout tick failed"
+        )
 
     async def start(self) -> None:
         self._background.start()
 
     async def aclose(self) -> None:
         await self._background.aclose()
-
-    async def _loop(self) -> None:
-        # the store may be away: logged, tried again next tick
-        await every(lambda: self.config().tick_s, self.tick, log, "rollout tick failed")
 
     async def tick(self) -> None:
         for rollout in await self.store.all():

@@ -37,7 +37,7 @@ from fleetgate.routing.context import RouteContext
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch import VersionPicker
 from fleetgate.routing.reload import TableManager
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import Background
 
 __all__ = ["RegistryFollower", "RolloutPicker"]
 
@@ -78,7 +78,7 @@ class RegistryFollower:
         self.version_aliases = version_aliases
         self.view: ServingView | None = None
         self._served: Served = {}
-        self._task: asyncio.Task[None] | None = None
+        self._task = Background(self._poll, name="registry-poll")
         self._loading = asyncio.Lock()
         self.loads = 0
         tables.add_resolver(self.resolve)
@@ -141,12 +141,10 @@ class RegistryFollower:
         return out
 
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._poll(), name="registry-poll")
+        self._task.start()
 
     async def aclose(self) -> None:
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+        await self._task.aclose()
 
     async def _poll(self) -> None:
         while True:

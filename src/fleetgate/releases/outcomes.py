@@ -47,7 +47,7 @@ from fleetgate.contract.request import GatewayRequest, Outcome
 from fleetgate.releases.tables import release_outcomes, release_requests
 from fleetgate.routing.dispatch import FAILED_VERSIONS
 from fleetgate.store.database import Database
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import Background
 
 __all__ = [
     "BUCKET_MS",
@@ -208,7 +208,7 @@ class OutcomeBook:
         self._buckets: dict[tuple[str, str, int], _Bucket] = {}
         self._pending: list[dict[str, Any]] = []
         self.dropped = 0
-        self._task: asyncio.Task[None] | None = None
+        self._task = Background(self._loop, name="outcomes")
         self._last_purge = 0.0
         self.retention_s = 30 * 86400.0  # request rows; outcome rows are kept 7 days
 
@@ -291,12 +291,10 @@ class OutcomeBook:
 
     # ------------------------------------------------------------------ background
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._loop(), name="outcomes")
+        self._task.start()
 
     async def aclose(self) -> None:
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+        await self._task.aclose()
         try:
             await asyncio.wait_for(self.flush(), timeout=2.0)
         except Exception as exc:  # the store is away at shutdown: these counts are lost

@@ -6,6 +6,9 @@ A run (`fleetgate.releases.pipeline_store.Pipeline`) goes through::
       -> production_up -> rollout -> keep                      (release: rollout, gate passed)
 
 - ``instance_up``: the launcher starts a temporary instance of the version (role ``eval``);
+  each engine is in the run's ``engines`` before its process starts, so a gateway restarted in
+  the middle adopts or stops it (`Launcher.resume`) instead of starting a second one (the same
+  for ``production_up``);
 - ``suites``: the model's suites run on ``alias@version`` through the gateway and are stored
   on the version, the drift suites against the parent (else production), while a probe reads
   the engines' memory (stored as the ``memory`` run); a suite already stored by this run (a
@@ -26,6 +29,7 @@ step that raises fails the run after tearing down what the run launched, never p
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -33,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.contract.principal import Principal
+from fleetgate.extras import require
 from fleetgate.http import AdminAccess
 from fleetgate.releases.evalstore import EvalStore
 from fleetgate.releases.gates import GateResult
@@ -125,9 +130,9 @@ class ReleasePipeline:
     # -- steps: each returns (detail, columns to set) or None (not finished yet) ---------------
 
     async def _instance_up(self, run: Pipeline, cfg: ModelPipeline) -> Any:
-        version = await self.deps.registry.version(run.model, run.version)
-        engines = await self.deps.launcher.start(version, role="eval", replicas=1)
-        return {"urls": engines.urls}, {"engines": {**run.engines, "eval": engines.to_dict()}}
+        engines, current = await self._launch(run, "eval", 1)
+        detail = {"urls": engines.urls, **_adopted(engines)}
+        return detail, {"engines": {**current.engines, "eval": engines.to_dict()}}
 
     async def _suites(self, run: Pipeline, cfg: ModelPipeline) -> Any:
         eval_engines = await self._eval_engines(run)
@@ -138,6 +143,9 @@ class ReleasePipeline:
         key = self.deps.master_key()
         if not key:
             raise StepFailed("the gateway has no master key to run suites with")
+        # the SDK's first import takes seconds of CPU on a busy machine: off the event loop,
+        # which meanwhile serves traffic and renews this run's lease
+        await asyncio.to_thread(require, "openai", extra="eval", purpose="the pipeline's suites")
         runner = EvalRunner(self.deps.gateway_url().rstrip("/") + "/v1", key,
                             concurrency=cfg.concurrency, timeout_s=600.0)  # fmt: skip
         done: dict[str, str] = dict(run.steps[-1]["detail"].get("runs", {}))
@@ -184,11 +192,9 @@ class ReleasePipeline:
         return {}, {"engines": rest}
 
     async def _production_up(self, run: Pipeline, cfg: ModelPipeline) -> Any:
-        version = await self.deps.registry.version(run.model, run.version)
-        engines = await self.deps.launcher.start(version, role="production",
-                                                 replicas=cfg.replicas)  # fmt: skip
-        return {"urls": engines.urls}, {"engines": {**run.engines,
-                                                    "production": engines.to_dict()}}  # fmt: skip
+        engines, current = await self._launch(run, "production", cfg.replicas)
+        detail = {"urls": engines.urls, **_adopted(engines)}
+        return detail, {"engines": {**current.engines, "production": engines.to_dict()}}
 
     async def _rollout(self, run: Pipeline, cfg: ModelPipeline) -> Any:
         detail = dict(run.steps[-1]["detail"])
@@ -228,11 +234,15 @@ class ReleasePipeline:
                 continue
             launched = Engines.from_dict(engines)
             if other.version in kept:
-                if launched.replicas != cfg.keep_replicas:
-                    launched = await self.deps.launcher.scale(launched, cfg.keep_replicas)
-                    await self.deps.store.change(
-                        other, engines={**other.engines, "production": launched.to_dict()}
+                if launched.replicas != cfg.keep_replicas or launched.detail.get("pending"):
+
+                    async def record(engines: Engines, of: Pipeline = other) -> None:
+                        await self._set_engines(of, "production", engines, running=False)
+
+                    launched = await self.deps.launcher.scale(
+                        launched, cfg.keep_replicas, record=record
                     )
+                    await self._set_engines(other, "production", launched, running=False)
                 continue
             await self.deps.launcher.stop(launched)
             rest = {k: v for k, v in other.engines.items() if k != "production"}
@@ -248,12 +258,47 @@ class ReleasePipeline:
         engines = Engines.from_dict(run.engines["eval"])
         if await self.deps.launcher.healthy(engines):
             return engines
-        await self.deps.launcher.stop(engines)
-        version = await self.deps.registry.version(run.model, run.version)
-        fresh = await self.deps.launcher.start(version, role="eval", replicas=1)
-        current = await self.deps.store.get(run.model, run.version)
-        await self.deps.store.change(current, engines={**current.engines, "eval": fresh.to_dict()})
+        fresh, _ = await self._launch(run, "eval", 1)
+        await self._set_engines(run, "eval", fresh)
         return fresh
+
+    async def _launch(self, run: Pipeline, role: str, replicas: int) -> tuple[Engines, Pipeline]:
+        """The ``role`` engines of the run's version, and the run as stored after them.
+
+        Every launch is in the run's row before its engine starts (`Record`): when a start
+        was interrupted (this gateway died in the middle), what it left is found again and
+        adopted or stopped (`Launcher.resume`) rather than started a second time on a busy
+        port and left running."""
+        version = await self.deps.registry.version(run.model, run.version)
+
+        async def record(engines: Engines) -> None:
+            await self._set_engines(run, role, engines)
+
+        left = (await self.deps.store.get(run.model, run.version)).engines.get(role)
+        launcher = self.deps.launcher
+        if left:
+            engines = await launcher.resume(version, Engines.from_dict(left),
+                                            replicas=replicas, record=record)  # fmt: skip
+        else:
+            engines = await launcher.start(version, role=role, replicas=replicas,
+                                           record=record)  # fmt: skip
+        return engines, await self.deps.store.get(run.model, run.version)
+
+    async def _set_engines(
+        self, run: Pipeline, role: str, engines: Engines, *, running: bool = True
+    ) -> None:
+        """Store ``engines`` as the run's ``role`` engines (compare-and-set, re-read on a
+        race with another write to the row); ``running``: only while the run is."""
+        for _ in range(5):
+            current = await self.deps.store.get(run.model, run.version)
+            if running and current.status != "running":
+                raise StepFailed(f"the run is {current.status}")
+            moved = await self.deps.store.change(
+                current, engines={**current.engines, role: engines.to_dict()}
+            )
+            if moved is not None:
+                return
+        raise StepFailed("the run changed under this step")
 
     async def _note(self, run: Pipeline, detail: dict[str, Any]) -> None:
         """Save progress inside the running step (what a restart must not redo)."""
@@ -291,6 +336,12 @@ class ReleasePipeline:
                                           {"status": run.status, **detail})  # fmt: skip
         except Exception as exc:  # the audit log may be away; the step stands
             log.warning("could not audit %s: %s", action, exc)
+
+
+def _adopted(engines: Engines) -> dict[str, Any]:
+    """The engines a resumed launch found running (started before a restart), if any."""
+    adopted = engines.detail.get("adopted")
+    return {"adopted": adopted} if adopted else {}
 
 
 def _next_step(run: Pipeline, cfg: ModelPipeline) -> str | None:

@@ -84,17 +84,27 @@ async def _reference(
     return outcomes
 
 
+async def _runs(
+    runner: EvalRunner, evals: EvalStore, suite: Suite, model: str, alias: str, candidate: str,
+    other: str | None,
+) -> tuple[list[Outcome], list[Outcome] | None]:  # fmt: skip
+    """The candidate's outcomes on ``suite`` (run now), and ``other``'s (`_reference`; None when
+    there is no other version, it is the candidate itself, or it did not serve)."""
+    mine = await runner.run(suite, f"{alias}@{candidate}")
+    if other is None or other == candidate:
+        return mine, None
+    return mine, await _reference(runner, evals, suite, model, alias, other)
+
+
 async def run_suite(
     runner: EvalRunner, evals: EvalStore, suite: Suite, *, model: str, alias: str,
     candidate: str, baseline: str | None,
 ) -> dict[str, Any]:  # fmt: skip
     """Run ``suite`` on the candidate and store it; the stored run (without items)."""
-    mine = await runner.run(suite, f"{alias}@{candidate}")
+    mine, theirs = await _runs(runner, evals, suite, model, alias, candidate, baseline)
     comparison = None
-    if baseline is not None and baseline != candidate:
-        theirs = await _reference(runner, evals, suite, model, alias, baseline)
-        if theirs is not None:
-            comparison = {"baseline_version": baseline, "kinds": compare(mine, theirs)}
+    if theirs is not None:
+        comparison = {"baseline_version": baseline, "kinds": compare(mine, theirs)}
     return await evals.add_run(model, candidate, _record(suite, mine, summarise(mine),
                                                          comparison))  # fmt: skip
 
@@ -104,10 +114,7 @@ async def run_drift(
     candidate: str, reference: str | None,
 ) -> dict[str, Any]:  # fmt: skip
     """Run the long-generation ``suite`` on the candidate, judged against ``reference``."""
-    mine = await runner.run(suite, f"{alias}@{candidate}")
-    theirs = None
-    if reference is not None and reference != candidate:
-        theirs = await _reference(runner, evals, suite, model, alias, reference)
+    mine, theirs = await _runs(runner, evals, suite, model, alias, candidate, reference)
     if theirs is None:  # nothing to compare with: this run is the reference of later builds
         metrics = {**summarise(mine), "drift_agreement": 1.0, "drift_diverged": 0.0}
         return await evals.add_run(model, candidate, _record(suite, mine, metrics, None))

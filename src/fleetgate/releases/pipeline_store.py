@@ -11,7 +11,6 @@ run holds a lease on its row (``owner``, ``lease_until_ms``), as rollouts do.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -25,14 +24,13 @@ from sqlalchemy import (
     String,
     Table,
     insert,
-    or_,
     select,
-    update,
 )
 from sqlalchemy.exc import IntegrityError
 
 from fleetgate.errors import Conflict, NotFound
 from fleetgate.store.database import Database
+from fleetgate.store.rows import at_revision, now_ms, take_lease
 from fleetgate.store.tables import metadata
 
 __all__ = ["ACTIVE", "Pipeline", "PipelineStore", "pipelines"]
@@ -98,12 +96,8 @@ def _row(r: Any) -> Pipeline:
     )  # fmt: skip
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class PipelineStore:
-    def __init__(self, db: Database, *, clock: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, db: Database, *, clock: Callable[[], int] = now_ms) -> None:
         self.db = db
         self.clock = clock
 
@@ -150,14 +144,10 @@ class PipelineStore:
 
     async def change(self, current: Pipeline, **values: Any) -> Pipeline | None:
         """Apply ``values`` if the run is still at ``current.revision``; None if it moved."""
-        values = {**values, "revision": current.revision + 1, "updated_ms": self.clock()}
+        key = (pipelines.c.model == current.model, pipelines.c.version == current.version)
         async with self.db.engine.begin() as conn:
             moved = await conn.execute(
-                update(pipelines)
-                .where(pipelines.c.model == current.model)
-                .where(pipelines.c.version == current.version)
-                .where(pipelines.c.revision == current.revision)
-                .values(**values)
+                at_revision(pipelines, current.revision, self.clock(), values, *key)
             )
         if moved.rowcount != 1:
             return None
@@ -165,12 +155,7 @@ class PipelineStore:
 
     async def lease(self, model: str, version: str, owner: str, lease_s: float) -> bool:
         """Take or renew the lease of driving the run; True when held."""
-        now = self.clock()
+        key = (pipelines.c.model == model, pipelines.c.version == version)
         async with self.db.engine.begin() as conn:
-            held = await conn.execute(
-                update(pipelines)
-                .where(pipelines.c.model == model, pipelines.c.version == version)
-                .where(or_(pipelines.c.owner == owner, pipelines.c.lease_until_ms < now))
-                .values(owner=owner, lease_until_ms=now + int(lease_s * 1000))
-            )
+            held = await conn.execute(take_lease(pipelines, owner, self.clock(), lease_s, *key))
         return held.rowcount == 1

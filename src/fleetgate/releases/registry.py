@@ -28,7 +28,6 @@ Example::
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +49,7 @@ from fleetgate.releases.tables import registry_models as models_t
 from fleetgate.releases.tables import registry_stages as stages_t
 from fleetgate.releases.tables import registry_versions as versions_t
 from fleetgate.store.database import Database
+from fleetgate.store.rows import now_ms
 from fleetgate.store.tables import shared_versions
 
 __all__ = ["UNSET", "Registry", "ServingView", "bump_counter"]
@@ -64,10 +64,6 @@ class _Unset:
 
 
 UNSET: Any = _Unset()  # ``expected`` not given: serialise instead of compare-and-set
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -111,7 +107,7 @@ class Registry:
     """The model registry over one `Database` (SQLite or PostgreSQL)."""
 
     def __init__(
-        self, db: Database, *, retention: int = 3, clock: Callable[[], int] = _now_ms
+        self, db: Database, *, retention: int = 3, clock: Callable[[], int] = now_ms
     ) -> None:
         self.db = db
         self.retention = retention

@@ -11,18 +11,18 @@ lease has run out.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import KW_ONLY, asdict, dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, insert, or_, select, update
+from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from fleetgate.errors import Conflict, NotFound
 from fleetgate.releases.registry import bump_counter
 from fleetgate.releases.tables import rollouts
 from fleetgate.store.database import Database
+from fleetgate.store.rows import at_revision, now_ms, take_lease
 
 __all__ = ["ACTIVE", "Rollout", "RolloutStore"]
 
@@ -66,15 +66,11 @@ def _row(r: Any) -> Rollout:
     )  # fmt: skip
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 @dataclass(eq=False, repr=False)
 class RolloutStore:
     db: Database
     _: KW_ONLY
-    clock: Callable[[], int] = _now_ms
+    clock: Callable[[], int] = now_ms
 
     async def start(
         self,
@@ -133,13 +129,10 @@ class RolloutStore:
 
     async def change(self, current: Rollout, **values: Any) -> Rollout | None:
         """Apply ``values`` if the rollout is still at ``current.revision``; None if it moved."""
-        values = {**values, "revision": current.revision + 1, "updated_ms": self.clock()}
+        key = rollouts.c.alias == current.alias
         async with self.db.engine.begin() as conn:
             moved = await conn.execute(
-                update(rollouts)
-                .where(rollouts.c.alias == current.alias)
-                .where(rollouts.c.revision == current.revision)
-                .values(**values)
+                at_revision(rollouts, current.revision, self.clock(), values, key)
             )
             if moved.rowcount != 1:
                 return None
@@ -148,12 +141,7 @@ class RolloutStore:
 
     async def lease(self, alias: str, owner: str, lease_s: float) -> bool:
         """Take or renew the lease of driving ``alias``'s rollout; True when held."""
-        now = self.clock()
+        key = rollouts.c.alias == alias
         async with self.db.engine.begin() as conn:
-            held = await conn.execute(
-                update(rollouts)
-                .where(rollouts.c.alias == alias)
-                .where(or_(rollouts.c.owner == owner, rollouts.c.lease_until_ms < now))
-                .values(owner=owner, lease_until_ms=now + int(lease_s * 1000))
-            )
+            held = await conn.execute(take_lease(rollouts, owner, self.clock(), lease_s, key))
         return held.rowcount == 1

@@ -32,7 +32,7 @@ from typing import Any
 from fleetgate.resources.databases import Databases
 from fleetgate.store.database import Database
 from fleetgate.store.shared import SharedState, read_versions
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import Background
 
 __all__ = ["Follower", "SharedStates"]
 
@@ -55,7 +55,7 @@ class SharedStates:
         self._databases = databases
         self.poll_interval_s = poll_interval_s
         self._kinds: dict[tuple[str, str], _Kind] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._task = Background(self._poll, name="fg-shared")
         self.polls = 0
         self.failures = 0
 
@@ -80,8 +80,7 @@ class SharedStates:
             await _call(follower, bodies)
             if entry.seen < 0 or len(entry.followers) == 1:
                 entry.seen = version
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._poll(), name="fg-shared")
+        self._task.start()
 
     def loaded(self, state: SharedState) -> bool:
         """Whether ``state``'s bodies have reached its followers at least once (readiness: a
@@ -121,8 +120,7 @@ class SharedStates:
 
     async def aclose(self) -> None:
         """Stop polling (idempotent)."""
-        await cancel_and_wait(self._task)
-        self._task = None
+        await self._task.aclose()
 
 
 async def _call(follower: Follower, bodies: dict[str, Any]) -> None:

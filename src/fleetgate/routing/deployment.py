@@ -31,28 +31,22 @@ class DeploymentState:
     requests: int = 0
     last_request_at: float = 0.0  # time.monotonic() of the last attempt sent (sleep mode)
     asleep: bool = False  # put to sleep by the gateway (routing/wake.py)
-    # the `rpm` / `tpm` window: the minute (monotonic seconds // 60) and what it counted
-    minute: int = -1
-    minute_requests: int = 0
-    minute_tokens: int = 0
+    # `rpm` / `tpm` (routing/deployment_rate.py): the limiter refused this deployment until
+    # then (monotonic), every request or (a tokens refusal) those of at least this many
+    # prompt tokens; a hint that spares the round trip, the limiter decides
+    rate_full_until: float = 0.0
+    rate_full_prompt: int = 0
 
-    def _window(self, now: float) -> None:
-        minute = int(now // 60)
-        if minute != self.minute:
-            self.minute, self.minute_requests, self.minute_tokens = minute, 0, 0
+    def within_rate(self, prompt_tokens: int, now: float) -> bool:
+        """Whether a request of ``prompt_tokens`` may try this deployment's window: not while
+        the last refusal's window has not freed room for it."""
+        return now >= self.rate_full_until or prompt_tokens < self.rate_full_prompt
 
-    def within_rate(self, rpm: int | None, tpm: int | None, tokens: int, now: float) -> bool:
-        """Whether one more request of ``tokens`` prompt tokens fits this minute's caps."""
-        self._window(now)
-        if rpm is not None and self.minute_requests >= rpm:
-            return False
-        return tpm is None or self.minute_tokens + tokens <= tpm
-
-    def count_rate(self, tokens: int, now: float) -> None:
-        """Count one request sent (and its prompt tokens) in this minute's window."""
-        self._window(now)
-        self.minute_requests += 1
-        self.minute_tokens += tokens
+    def rate_full(self, until: float, prompt_tokens: int, reason: str) -> None:
+        """The limiter refused a request of ``prompt_tokens`` for ``reason`` (requests or
+        tokens) until ``until``: pass the deployment over for such requests until then."""
+        self.rate_full_until = until
+        self.rate_full_prompt = prompt_tokens if reason == "tokens" else 0
 
     def healthy(self, now: float | None = None) -> bool:
         return self.cooldown_until <= (time.monotonic() if now is None else now)
@@ -117,18 +111,12 @@ class Deployment:
         return self.config.rpm is not None or self.config.tpm is not None
 
     def within_rate(self, prompt_tokens: int, now: float | None = None) -> bool:
-        """Whether this minute's ``rpm`` / ``tpm`` leave room for a request of
-        ``prompt_tokens`` (always, without caps)."""
+        """Whether a request of ``prompt_tokens`` may try this deployment's ``rpm`` / ``tpm``
+        window (always, without caps): not while this process saw it refused for lack of
+        room (the limiter decides when it is tried: `fleetgate.routing.deployment_rate`)."""
         if not self.rate_capped:
             return True
-        now = time.monotonic() if now is None else now
-        return self.state.within_rate(self.config.rpm, self.config.tpm, prompt_tokens, now)
-
-    def count_rate(self, body: dict[str, Any], estimate: int) -> None:
-        """Count a request sent to this deployment in its ``rpm`` / ``tpm`` window (nothing
-        to count without caps)."""
-        if self.rate_capped:
-            self.state.count_rate(self.prompt_tokens(body, estimate), time.monotonic())
+        return self.state.within_rate(prompt_tokens, time.monotonic() if now is None else now)
 
     def price_per_mtok(self) -> float:
         p = self.config.price

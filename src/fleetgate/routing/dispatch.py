@@ -15,39 +15,38 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
 
 from fleetgate.config.schema import RouterConfig
-from fleetgate.contract.dispatch import DispatchHook, admitted, extra_fields, preferred
-from fleetgate.contract.flow import pass_gate, refused, until_refused
+from fleetgate.contract.flow import pass_gate
 from fleetgate.errors import (
-    ClientError,
-    ContextWindowExceeded,
     FleetgateError,
     NoHealthyDeployment,
     RateLimited,
-    ServiceUnavailable,
     UpstreamConnectError,
     UpstreamContextExceeded,
     UpstreamError,
 )
 from fleetgate.providers.base import UpstreamCall, UpstreamResponse
-from fleetgate.providers.engine_fields import sealed
 from fleetgate.routing.context import Pick, RouteContext, RoutedRequest
 from fleetgate.routing.deployment import Deployment
-from fleetgate.routing.encoder import ENCODER_TAG, EncoderStep
+from fleetgate.routing.deployment_rate import NO_HOLD, DeploymentRates, RateHold
+from fleetgate.routing.encoder import EncoderStep
 from fleetgate.routing.health import HealthTracker
 from fleetgate.routing.regions import RegionPreference
 from fleetgate.routing.salt import TenantSalt
+from fleetgate.routing.send import send_admitted
 from fleetgate.routing.table import AliasRoute, RouteTable
 from fleetgate.routing.wake import Waker
+from fleetgate.routing.walk import FallbackGate, Hop, RouteWalk, VersionPicker, settle_fallbacks
 from fleetgate.telemetry.metrics import GatewayMetrics
 
 __all__ = [
     "CallBuilder",
+    "Chosen",
     "Dispatch",
     "DispatchObserver",
     "Dispatcher",
@@ -58,42 +57,11 @@ __all__ = [
 
 # The upstream call of one attempt, from the strategy's pick (its deployment and body fields).
 CallBuilder = Callable[[Pick], UpstreamCall]
-Prepare = Callable[[Sequence[Deployment], RouteContext], Awaitable[None]]
 
 
 FAILED_VERSIONS = "routing.failed_versions"
 """``request.state`` key: ``(alias, version)`` of each failed attempt of the request, in order
 (a rollout's analysis counts each against the version that failed, whoever answered at last)."""
-
-
-class VersionPicker(Protocol):
-    """Narrows an alias's candidates to one deployment version (a canary split)."""
-
-    def narrow(
-        self, alias: str, candidates: Sequence[Deployment], ctx: RouteContext
-    ) -> list[Deployment]: ...
-
-    def retry_version(self, alias: str, failed: Deployment) -> str | None:
-        """The version the request's next attempts go to after ``failed`` failed (a rollout's
-        baseline after its candidate failed), or None to stay on the narrowed deployments."""
-        ...
-
-
-class FallbackGate(Protocol):
-    """Admits a request into a fallback alias as a direct call to it would be admitted (its
-    limits: `fleetgate.routing.fallback_limits`)."""
-
-    async def admit(self, alias: str, req: RoutedRequest) -> Callable[[int | None], None] | None:
-        """Returns when admitted: the settle of the admission (called once, with the tokens
-        the request used there, None: unknown), or None when nothing is held. Raises the
-        refusal (a `ClientError` or `ServiceUnavailable`) a direct call would get."""
-        ...
-
-
-def _settle_fallbacks(ctx: RouteContext, used: int | None, keep: str | None = None) -> None:
-    """Settle the request's fallback admissions but ``keep``'s (the alias answering)."""
-    for alias in [a for a in ctx.fallbacks if a != keep]:
-        ctx.fallbacks.pop(alias)(used)
 
 
 class DispatchObserver(Protocol):
@@ -133,6 +101,7 @@ class Dispatch:
     observer: DispatchObserver
     ticket: object = None
     upstream_done: bool = False  # the stream reached its end: the connection may be kept
+    rate: RateHold = NO_HOLD  # the deployment's rpm / tpm hold, settled with the usage
 
     async def _close(self) -> None:
         try:
@@ -140,6 +109,7 @@ class Dispatch:
         finally:
             self.deployment.state.in_flight -= 1
             self.observer.finished(self.ticket)
+            self.rate.settle()
 
 
 class _Sending:
@@ -161,10 +131,10 @@ class _Sending:
         try:
             sent = self._sent = await self._dispatcher._send(self._table, ctx, self._build)
         except BaseException:
-            _settle_fallbacks(ctx, 0)
+            settle_fallbacks(ctx, 0)
             raise
         if ctx.fallbacks:  # the fallbacks that did not answer (most requests hold none)
-            _settle_fallbacks(ctx, 0, keep=sent.route.name)
+            settle_fallbacks(ctx, 0, keep=sent.route.name)
         req = ctx.request
         if req.gate is not None:  # a reservation overlapped the upstream call: it decides now
             try:
@@ -174,7 +144,7 @@ class _Sending:
                 try:
                     await sent._close()  # refused: the upstream call is aborted, nothing relayed
                 finally:
-                    _settle_fallbacks(ctx, 0)
+                    settle_fallbacks(ctx, 0)
                 raise
         return sent
 
@@ -192,31 +162,7 @@ class _Sending:
                 if self._ctx.fallbacks:  # the fallback alias that answered: what it used
                     usage = self._ctx.request.outcome
                     used = usage.prompt_tokens + usage.completion_tokens
-                    _settle_fallbacks(self._ctx, used or None)
-
-
-def _send_gated(
-    dep: Deployment, call: UpstreamCall, gate: asyncio.Future[None] | None
-) -> Awaitable[UpstreamResponse]:
-    """``dep.provider.send(call)``, stopped at once if ``gate`` (a reservation still in
-    flight) closes with a refusal meanwhile: the upstream call is aborted (for a request that
-    is not streamed, before the engine has generated the whole answer) and the refusal raised.
-    A gate refused already (while the request waited for a wake, a retry's backoff or a
-    fallback) sends nothing: the refusal is raised at once.
-    """
-    if gate is None:  # most requests: the provider's send itself, no coroutine between
-        return dep.provider.send(call)
-    if refused(gate):
-        gate.result()  # raises the refusal
-    return until_refused(gate, dep.provider.send(call))
-
-
-def _with_hook_fields(hooks: Sequence[DispatchHook[Deployment]], pick: Pick) -> Pick:
-    """``pick`` with the hooks' extra body fields for its deployment (vLLM's ``priority``)."""
-    fields = extra_fields(hooks, pick.deployment)
-    if not fields:
-        return pick
-    return Pick(pick.deployment, {**(pick.extra_body or {}), **fields}, pick.uncached_tokens)
+                    settle_fallbacks(self._ctx, used or None)
 
 
 def _failed_version(ctx: RouteContext, alias: str, dep: Deployment) -> None:
@@ -225,33 +171,26 @@ def _failed_version(ctx: RouteContext, alias: str, dep: Deployment) -> None:
         state.setdefault(FAILED_VERSIONS, []).append((alias, dep.version))
 
 
-def _within_rate(fitting: list[Deployment], req: RoutedRequest) -> list[Deployment]:
-    """The deployments whose ``rpm`` / ``tpm`` leave room this minute for ``req``."""
-    return [d for d in fitting if d.within_rate(d.prompt_tokens(req.body, req.prompt_tokens))]
+@dataclass(slots=True)
+class Chosen:
+    """`Dispatcher.choose`'s picks for a data plane that sends the request itself:
+    ``picks[0]`` first, then those it retries on, in order (same upstream model as the first,
+    so one body serves them all). The fallback alias answering keeps its admission in
+    ``ctx.fallbacks`` until the caller settles it (`fleetgate.routing.walk.settle_fallbacks`)."""
 
-
-def _pool(
-    fitting: Sequence[Deployment],
-    tried: set[int],
-    regions: RegionPreference,
-    hooks: Sequence[DispatchHook[Deployment]],
-) -> list[Deployment]:
-    """The deployments one attempt picks from: healthy, not tried yet if any is left, in the
-    best region that has one, narrowed by the request's hooks; empty when none is healthy."""
-    now = time.monotonic()
-    healthy = [d for d in fitting if d.state.healthy(now)]
-    if not healthy:
-        return []
-    fresh = [d for d in healthy if id(d) not in tried] if tried else healthy
-    pool = fresh or healthy
-    if regions.active:  # the local region while it has one, else the next region
-        pool = regions.narrow(pool)
-    if hooks:
-        pool = preferred(hooks, pool)
-    return pool
+    picks: list[Pick]
+    route: AliasRoute
+    ctx: RouteContext
+    # ``picks[0]`` taken into its deployment's rpm / tpm window: the caller settles it once
+    # the response ended (`RateHold.settle`)
+    rate: RateHold = NO_HOLD
 
 
 class Dispatcher:
+    """Routes requests: `dispatch` picks and sends (retries, fallbacks, wake holds) for
+    fleetgate's relay; `choose` only picks, for a data plane that sends (Envoy behind
+    ``fleetgate epp``). Both walk the alias chain the same way (`walk`)."""
+
     def __init__(
         self,
         config: RouterConfig,
@@ -272,6 +211,152 @@ class Dispatcher:
         self.encoder: EncoderStep | None = None  # encoder pools (routing/encoder.py)
         # the limits of the aliases a request falls back into (routing/fallback_limits.py)
         self.fallback_gate: FallbackGate | None = None
+        # deployments' rpm / tpm (routing/deployment_rate.py): tenancy's limiter once plugged
+        self.rates = DeploymentRates.of(None)
+
+    @property
+    def attempt_observer(self) -> DispatchObserver:
+        """The observer of every attempt (one that hears nothing when none is set)."""
+        return self.observer or _NoObserver()
+
+    def walk(
+        self, table: RouteTable, ctx: RouteContext, only: Callable[[Deployment], bool] | None = None
+    ) -> RouteWalk:
+        """The walk of ``ctx``'s alias chain (`fleetgate.routing.walk`); ``only``: the
+        deployments the caller allows (None: all)."""
+        return RouteWalk(
+            table,
+            ctx,
+            health=self._health,
+            metrics=self._metrics,
+            regions=self._region_preference(),
+            versions=self.versions,
+            salt=self.salt,
+            encoder=self.encoder,
+            fallback_gate=self.fallback_gate,
+            only=only,
+        )
+
+    async def choose(
+        self,
+        table: RouteTable,
+        req: RoutedRequest,
+        *,
+        only: Callable[[Deployment], bool] | None = None,
+        count: int = 1,
+        distinct: Callable[[Deployment], Hashable] | None = None,
+        hold_s: float | None = None,
+    ) -> Chosen:
+        """The picks for ``req`` without sending it: the first alias of its chain with a
+        healthy deployment that ``only`` allows, and up to ``count`` picks there (the first,
+        then those a data plane retries on; ``distinct``: deployments with one key are listed
+        once, e.g. two on one engine). Raises what `dispatch` raises when nothing could be
+        sent: `NoHealthyDeployment`, `ContextWindowExceeded`, `RateLimited` (every one at
+        its ``rpm`` / ``tpm``), a fallback alias's refusal.
+
+        As the relay: when nothing is healthy, a pool with ``wake:`` (scaled to zero, asleep)
+        is held for (`Waker.hold`, counted in ``fleetgate_held_requests``) for up to its
+        ``wake.hold_s``, or ``hold_s`` when shorter (a data plane's own timeout), then picked
+        again; a first pick known asleep is woken before it is returned.
+
+        Example::
+
+            chosen = await dispatcher.choose(table, req, count=3)
+            send_to(chosen.picks[0].deployment, retry_on=chosen.picks[1:])
+        """
+        ctx = RouteContext(req)
+        deadline: float | None = None
+        try:
+            while True:  # bounded: a hold ends by its deadline
+                try:
+                    chosen = await self._choose_once(table, ctx, only, max(1, count), distinct)
+                except NoHealthyDeployment as exc:
+                    # nothing healthy: a pool scaled to zero (or asleep) is held for, as the
+                    # relay holds it, then picked again
+                    if deadline is None:
+                        deadline = self._hold_deadline(table, ctx, only, hold_s)
+                    await self._hold(table, ctx, only, deadline, exc)
+                    continue
+                await self._wake_chosen(chosen)
+                return chosen
+        except BaseException:
+            settle_fallbacks(ctx, 0)
+            raise
+
+    async def _choose_once(
+        self,
+        table: RouteTable,
+        ctx: RouteContext,
+        only: Callable[[Deployment], bool] | None,
+        count: int,
+        distinct: Callable[[Deployment], Hashable] | None,
+    ) -> Chosen:
+        walk = self.walk(table, ctx, only)
+        for route in walk.chain:
+            hop = await walk.enter(route)
+            if hop is None:
+                continue
+            picks, rate = await self._rated_picks(walk, hop, count, distinct or id)
+            if picks:
+                try:
+                    settle_fallbacks(ctx, 0, keep=route.name)
+                except BaseException:
+                    rate.settle()  # nothing returned: the caller could not settle it
+                    raise
+                return Chosen(picks, route, ctx, rate)
+            if hop.candidates:  # none healthy (those without rpm / tpm room are gone)
+                walk.failed(_cooling(route))
+        raise walk.failure()
+
+    def _hold_deadline(
+        self,
+        table: RouteTable,
+        ctx: RouteContext,
+        only: Callable[[Deployment], bool] | None,
+        hold_s: float | None,
+    ) -> float:
+        """When `choose`'s hold ends: the largest ``wake.hold_s`` of the wake-able
+        deployments ``only`` allows, at most ``hold_s``, from now."""
+        waking = self._wakeable(table, ctx.request.alias)
+        holds = [d.config.wake.hold_s for d in waking if d.config.wake and (not only or only(d))]
+        longest = max(holds, default=0.0)
+        return time.monotonic() + (longest if hold_s is None else min(hold_s, longest))
+
+    async def _hold(
+        self,
+        table: RouteTable,
+        ctx: RouteContext,
+        only: Callable[[Deployment], bool] | None,
+        deadline: float,
+        nothing: NoHealthyDeployment,
+    ) -> None:
+        """`choose` found nothing healthy: wait (`Waker.hold`) until a wake-able deployment
+        that ``only`` allows answers again, or raise ``nothing`` when there is none to wait
+        for or ``deadline`` passed."""
+        waking = self._wakeable(table, ctx.request.alias)
+        if only is not None:
+            waking = [d for d in waking if only(d)]
+        if self.waker is None or not waking or time.monotonic() >= deadline:
+            raise nothing
+        if not await self.waker.hold(ctx.request.alias, waking, deadline):
+            raise nothing
+
+    async def _wake_chosen(self, chosen: Chosen) -> None:
+        """The data plane sends to ``picks[0]`` as soon as `choose` returns: one the gateway
+        knows asleep is woken first (as the relay wakes it before its send; its rate hold is
+        given back when it does not wake). The retry picks known asleep are left out (they
+        would refuse the data plane's retry); they stay asleep."""
+        waker = self.waker
+        if waker is None:
+            return
+        first, *rest = chosen.picks
+        if first.deployment.state.asleep:
+            try:
+                await waker.ensure_awake(first.deployment)
+            except BaseException:
+                chosen.rate.settle()
+                raise
+        chosen.picks = [first, *(p for p in rest if not p.deployment.state.asleep)]
 
     def _region_preference(self) -> RegionPreference:
         """The config's region preference (rebuilt when a reload swapped the config)."""
@@ -280,24 +365,6 @@ class Dispatcher:
         if prefs.local != config.region or prefs.order != config.region_failover:
             prefs = self._regions = RegionPreference(config.region, config.region_failover)
         return prefs
-
-    def _candidates(
-        self, route: AliasRoute, ctx: RouteContext, local_only: bool
-    ) -> tuple[list[Deployment], bool]:
-        """Deployments allowed for this hop, and whether any was dropped for its window."""
-        allowed = route.deployments
-        if local_only:
-            allowed = [d for d in allowed if d.is_local]
-        req = ctx.request
-        fitting = [
-            d
-            for d in allowed
-            if d.fits(d.prompt_tokens(req.body, req.prompt_tokens), req.max_tokens)
-        ]
-        dropped = len(fitting) < len(allowed)
-        if self.versions is not None and fitting:
-            fitting = self.versions.narrow(route.name, fitting, ctx)
-        return fitting, dropped
 
     def _retry_deployments(
         self, route: AliasRoute, fitting: list[Deployment], failed: Deployment, ctx: RouteContext
@@ -321,19 +388,36 @@ class Dispatcher:
         ]
         return moved or fitting
 
-    def _finish_pick(
-        self, pick: Pick, ctx: RouteContext, hooks: Sequence[DispatchHook[Deployment]]
-    ) -> Pick:
-        """The strategy's pick with the fields every strategy gets: the tenant's
-        ``cache_salt`` (prefix-cache isolation) and the request hooks' (vLLM's ``priority``)."""
-        if self.salt is not None:
-            pick = self.salt.apply(pick, ctx)
-        if hooks:
-            pick = _with_hook_fields(hooks, pick)
-        if ctx.ec_transfer and ctx.kv_transfer is None:  # a PD decode gets the KV, not these
-            extra = {**(pick.extra_body or {}), "ec_transfer_params": ctx.ec_transfer}
-            pick = Pick(pick.deployment, extra, pick.uncached_tokens)
-        return pick
+    async def _rated_picks(
+        self, walk: RouteWalk, hop: Hop, count: int, distinct: Callable[[Deployment], Hashable]
+    ) -> tuple[list[Pick], RateHold]:
+        """`_picks`, the first taken into its deployment's ``rpm`` / ``tpm`` window (as the
+        relay takes an attempt); one without room leaves the candidates, the walk hears why.
+        The rest (where a data plane retries without asking again) are only uncapped
+        deployments: a retry there would escape the capped one's window."""
+        while True:  # bounded: each refusal removes a candidate
+            picks = _picks(walk, hop, count, distinct)
+            if not picks:
+                return picks, NO_HOLD
+            first, *rest = picks
+            picks = [first, *(p for p in rest if not p.deployment.rate_capped)]
+            if not first.deployment.rate_capped:
+                return picks, NO_HOLD
+            dep = first.deployment
+            rate = await self.rates.take(dep, walk.ctx.request)
+            if isinstance(rate, RateHold):
+                return picks, rate
+            walk.failed(rate)
+            hop.candidates = [d for d in hop.candidates if d is not dep]
+
+    async def _before(
+        self, attempt: int, dep: Deployment, ctx: RouteContext
+    ) -> RateHold | RateLimited:
+        """Before an attempt to ``dep``: a retry's backoff, then its ``rpm`` / ``tpm`` window
+        (`fleetgate.routing.deployment_rate`): the hold, or the refusal when it has no room."""
+        if attempt > 0:
+            await self._backoff(attempt)
+        return await self.rates.take(dep, ctx.request) if dep.rate_capped else NO_HOLD
 
     async def _backoff(self, attempt: int) -> None:
         base = self.config.retry_backoff_s * (2 ** (attempt - 1))
@@ -361,148 +445,72 @@ class Dispatcher:
                 if not await self.waker.hold(ctx.request.alias, waking, deadline):
                     raise
 
+    async def _send_once(
+        self, table: RouteTable, ctx: RouteContext, build: CallBuilder
+    ) -> Dispatch:
+        walk = self.walk(table, ctx)
+        for route in walk.chain:
+            hop = await walk.enter(route)
+            if hop is None:
+                continue
+            result = await self._try_route(walk, hop, build)
+            if result is not None:
+                return result
+        raise walk.failure()
+
     @staticmethod
     def _wakeable(table: RouteTable, alias: str) -> list[Deployment]:
         """The deployments of ``alias``'s chain that may be scaled to zero or asleep."""
         return [d for route in table.chain(alias) for d in route.deployments if d.config.wake]
 
-    async def _send_once(
-        self, table: RouteTable, ctx: RouteContext, build: CallBuilder
-    ) -> Dispatch:
-        req = ctx.request
-        chain = table.chain(req.alias)
-        local_only = chain[0].local_only
-        last_error: FleetgateError | None = None
-        refusal: FleetgateError | None = None  # of a fallback alias
-        too_long = False
-        capped = False  # a hop whose every deployment was at its rpm / tpm this minute
-        for hop, route in enumerate(chain):
-            fitting, dropped = self._candidates(route, ctx, local_only)
-            too_long = too_long or (dropped and not fitting)
-            if fitting and any(d.rate_capped for d in fitting):
-                fitting = _within_rate(fitting, req)
-                capped = capped or not fitting
-            if not fitting:
-                continue
-            if hop > 0:
-                refused_by = await self._admit_fallback(route.name, ctx)
-                if refused_by is not None:
-                    refusal = refusal or refused_by
-                    continue
-                self._metrics.fallbacks.labels(chain[0].name, route.name).inc()
-            result, error = await self._try_route(route, fitting, ctx, build)
-            if result is not None:
-                return result
-            last_error = error or last_error
-        if last_error is not None:
-            raise last_error
-        if too_long:
-            raise ContextWindowExceeded(
-                f"This request needs about {req.prompt_tokens + req.max_tokens} tokens "
-                f"(prompt {req.prompt_tokens} + max_tokens {req.max_tokens}), more than the "
-                f"context window of every deployment of '{req.alias}' and its fallbacks.",
-                param="messages",
-            )
-        if capped:
-            raise RateLimited(
-                f"Every deployment of '{req.alias}' (and of its fallbacks) is at its requests or "
-                "tokens per minute.",
-                retry_after=60 - time.monotonic() % 60,
-            )
-        if refusal is not None:  # nothing else could serve: a direct call's refusal
-            raise refusal
-        raise NoHealthyDeployment(f"No deployment of '{req.alias}' can serve this request.")
-
-    async def _admit_fallback(self, alias: str, ctx: RouteContext) -> FleetgateError | None:
-        """None when the request may fall back into ``alias`` as a direct call to it could be
-        made (the key is allowed the alias, its limits admit the request); else the refusal.
-        An alias entered again (a retry after a wake's hold) is not counted again."""
-        req = ctx.request
-        if not req.principal.may_use(alias):  # the caller never learns of the alias
-            return NoHealthyDeployment(f"No deployment of '{req.alias}' can serve this request.")
-        if self.fallback_gate is None or alias in ctx.fallbacks:
-            return None
-        try:
-            settle = await self.fallback_gate.admit(alias, req)
-        except (ClientError, ServiceUnavailable) as exc:
-            return exc
-        if settle is not None:
-            ctx.fallbacks[alias] = settle
-        return None
-
-    async def _prepare(
-        self, route: AliasRoute, fitting: list[Deployment], ctx: RouteContext
-    ) -> tuple[list[Deployment], Sequence[DispatchHook[Deployment]]]:
-        """Before the picks: an alias with an encoder pool has the images encoded there first
-        (only its language-model pool answers), then the strategy's ``prepare``. Returns the
-        deployments that may answer and the request hooks that still apply to them."""
-        hooks: Sequence[DispatchHook[Deployment]] = ctx.request.dispatch_hooks
-        encoders = []
-        if route.has_encoders:  # most aliases have none: no scan per request
-            encoders = [d for d in fitting if ENCODER_TAG in d.config.tags]
-        if encoders:
-            fitting = [d for d in fitting if ENCODER_TAG not in d.config.tags]
-            if fitting and self.encoder is not None:
-                hooks = await self.encoder.run(route.name, encoders, ctx, hooks, self._health)
-        prepare: Prepare | None = getattr(route.strategy, "prepare", None)
-        if prepare is not None and fitting:
-            await prepare(fitting, ctx)
-        return fitting, hooks
-
-    async def _try_route(
-        self,
-        route: AliasRoute,
-        fitting: list[Deployment],
-        ctx: RouteContext,
-        build: CallBuilder,
-    ) -> tuple[Dispatch | None, FleetgateError | None]:
+    async def _try_route(self, walk: RouteWalk, hop: Hop, build: CallBuilder) -> Dispatch | None:
+        """Pick and send on ``hop``'s alias, retrying; None when every attempt failed (the
+        walk heard why)."""
+        ctx = walk.ctx
+        route = hop.route
         retries = route.config.num_retries
         budget = (self.config.num_retries if retries is None else retries) + 1
         tried: set[int] = set()
         last_error: FleetgateError | None = None
-        fitting, hooks = await self._prepare(route, fitting, ctx)
-        if not fitting:
-            return None, NoHealthyDeployment(f"'{route.name}' has only encoder deployments.")
-        observer: DispatchObserver = self.observer or _NoObserver()
-        regions = self._region_preference()
+        observer = self.attempt_observer
+        regions = walk.regions
         attempt = -1
         free = 0  # connection refused in a failing region: retried elsewhere at no cost
         while attempt + 1 < budget + free:
             attempt += 1
-            pool = _pool(fitting, tried, regions, hooks)
-            if not pool:
+            pick = walk.pick(hop, tried)
+            if pick is None:
                 break
-            pick = self._finish_pick(route.strategy.pick(pool, ctx), ctx, hooks)
             dep = pick.deployment
             tried.add(id(dep))
-            if attempt > 0:
-                await self._backoff(attempt)
+            # a retry's backoff; rpm / tpm: taken in the deployment's window (the fleet's with
+            # Redis), or the deployment is passed over at no cost to the retries
+            rate = await self._before(attempt, dep, ctx) if attempt or dep.rate_capped else NO_HOLD
+            if not isinstance(rate, RateHold):
+                hop.candidates = [d for d in hop.candidates if d is not dep]
+                last_error, free = last_error or rate, free + 1
+                continue
             dep.state.in_flight += 1
             dep.state.last_request_at = time.monotonic()
-            dep.count_rate(ctx.request.body, ctx.request.prompt_tokens)  # rpm / tpm caps
             ticket = observer.dispatched(pick, ctx)
             started = time.perf_counter()
             try:
-                if dep.state.asleep and self.waker is not None:
-                    await self.waker.ensure_awake(dep)
-                async with admitted(hooks, dep):
-                    # the engine's own fields as the gateway set them, never as the client did
-                    call = sealed(build(pick), pick.extra_body)
-                    response = await _send_gated(dep, call, ctx.request.gate)
+                response = await self._send_awake(pick, hop, build, ctx)
             except UpstreamError as exc:
                 dep.state.in_flight -= 1
                 observer.finished(ticket)
+                rate.settle()
                 if isinstance(exc, UpstreamContextExceeded):
                     # Not the deployment's fault (no cooldown), but it cannot take this prompt:
                     # try the others, then the fallbacks, as for a prompt estimated too long.
-                    fitting = [d for d in fitting if d is not dep]
+                    hop.candidates = [d for d in hop.candidates if d is not dep]
                 else:
                     self._health.failure(dep, exc)
                 _failed_version(ctx, route.name, dep)
                 if not exc.retryable:
                     raise
                 last_error = exc
-                fitting = self._retry_deployments(route, fitting, dep, ctx)
+                hop.candidates = self._retry_deployments(route, hop.candidates, dep, ctx)
                 if regions.active and isinstance(exc, UpstreamConnectError) and free < len(tried):
                     free += 1  # the engine is gone (refused, reset): a dying region costs no retry
                 self._metrics.retries.labels(
@@ -512,17 +520,70 @@ class Dispatcher:
             except BaseException:
                 dep.state.in_flight -= 1
                 observer.finished(ticket)
+                rate.settle()
                 raise
             self._health.success(dep)
             dep.state.requests += 1
             observer.first_token(ticket)
             answered = time.perf_counter()
-            return (
-                Dispatch(response, dep, route, attempt + 1, started, answered, observer, ticket),
-                None,
+            return Dispatch(
+                response, dep, route, attempt + 1, started, answered, observer, ticket, rate=rate
             )
-        if last_error is None:
-            last_error = NoHealthyDeployment(
-                f"Every deployment of '{route.name}' is cooling down after failures."
-            )
-        return None, last_error
+        walk.failed(last_error or _cooling(route))
+        return None
+
+    async def _send_awake(
+        self, pick: Pick, hop: Hop, build: CallBuilder, ctx: RouteContext
+    ) -> UpstreamResponse:
+        """One attempt's send to ``pick``: woken first when it is known asleep, and sent once
+        more when it refused because it slept unknown to this replica (another replica's
+        reclaim put it to sleep just after the pick) and the waker woke it: a sleeping
+        engine is capacity to wake, not a failed attempt."""
+        dep = pick.deployment
+        waker = self.waker
+        if dep.state.asleep and waker is not None:
+            await waker.ensure_awake(dep)
+        sent_at = time.monotonic()
+        try:
+            return await send_admitted(pick, hop, build, ctx)
+        except UpstreamError as exc:
+            if waker is None or dep.config.wake is None or not exc.retryable:
+                raise
+            if isinstance(exc, UpstreamContextExceeded):
+                raise
+            if not await waker.woken_after_refusal(dep, sent_at):
+                raise
+        return await send_admitted(pick, hop, build, ctx)
+
+
+def _cooling(route: AliasRoute) -> NoHealthyDeployment:
+    return NoHealthyDeployment(
+        f"Every deployment of '{route.name}' is cooling down after failures."
+    )
+
+
+def _picks(
+    walk: RouteWalk, hop: Hop, count: int, distinct: Callable[[Deployment], Hashable]
+) -> list[Pick]:
+    """Up to ``count`` picks on ``hop``, each a deployment not picked before, serving the
+    first's upstream model, with a ``distinct`` key not listed before."""
+    tried: set[int] = set()
+    keys: set[Hashable] = set()
+    picks: list[Pick] = []
+
+    def keep(dep: Deployment) -> bool:
+        if id(dep) in tried:
+            return False
+        return not picks or dep.config.model == picks[0].deployment.config.model
+
+    for _ in range(count):  # bounded: one pick per listed endpoint
+        pick = walk.pick(hop, tried, keep)
+        if pick is None:
+            break
+        tried.add(id(pick.deployment))
+        key = distinct(pick.deployment)
+        if key in keys:
+            continue
+        keys.add(key)
+        picks.append(pick)
+    return picks

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from fleetgate.config.schema import HealthConfig
 from fleetgate.errors import UpstreamConnectError, UpstreamError, UpstreamStatusError
 from fleetgate.routing.deployment import Deployment
-from fleetgate.tasks import Background, every
+from fleetgate.tasks import periodic
 from fleetgate.telemetry.metrics import GatewayMetrics
 
 __all__ = ["HealthTracker"]
@@ -36,7 +36,9 @@ class HealthTracker:
         self.config = config
         self._metrics = metrics
         self._deployments = deployments
-        self._loop = Background(self._run)
+        self._loop = periodic(
+            lambda: self.config.probe_interval_s, self.probe_once, log, "health probe failed"
+        )
 
     def success(self, dep: Deployment) -> None:
         state = dep.state
@@ -81,11 +83,6 @@ class HealthTracker:
             return await asyncio.wait_for(dep.provider.probe(), self.config.probe_timeout_s)
         except TimeoutError:
             return False
-
-    async def _run(self) -> None:
-        await every(
-            lambda: self.config.probe_interval_s, self.probe_once, log, "health probe failed"
-        )
 
     async def start(self) -> None:
         self._loop.start()

@@ -6,7 +6,9 @@ features, and the dispatcher's own ports, which it reads once every feature is b
 from __future__ import annotations
 
 from fleetgate.core import Port, Ports
+from fleetgate.limits.base import Limiter
 from fleetgate.routing.canary import CanarySplits
+from fleetgate.routing.deployment_rate import DeploymentRates
 from fleetgate.routing.dispatch import Dispatcher, FallbackGate, VersionPicker
 from fleetgate.routing.fallback_limits import FallbackLimits
 from fleetgate.routing.kv_aware import EngineAwareRouting
@@ -43,11 +45,16 @@ WAKER: Port[Waker] = Port("waker")
 FALLBACK_GATE: Port[FallbackGate] = Port("fallback-gate")
 
 
-def plug_dispatcher(ports: Ports) -> None:
+def plug_dispatcher(ports: Ports, shared: Limiter | None = None) -> None:
     """The dispatcher takes its ports once every feature is built: the version picker, the
-    waker and the fallback gate (given, or tenancy's limits when tenancy is on)."""
+    waker, the fallback gate (given, or tenancy's limits when tenancy is on) and the
+    deployments' rate windows (tenancy's limiter when it is on, else ``shared`` — the fleet's
+    Redis where one is configured — else in process)."""
     dispatcher = ports.require(DISPATCHER)
     dispatcher.versions = ports.get(VERSION_PICKER)
     dispatcher.waker = ports.get(WAKER)
     gate = ports.get(FALLBACK_GATE)
-    dispatcher.fallback_gate = gate if gate is not None else FallbackLimits.of(ports.get(TENANCY))
+    tenancy = ports.get(TENANCY)
+    dispatcher.fallback_gate = gate if gate is not None else FallbackLimits.of(tenancy)
+    # deployments' rpm / tpm in tenancy's limiter: one window per deployment for the fleet
+    dispatcher.rates = DeploymentRates.of(tenancy, shared)

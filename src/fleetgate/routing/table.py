@@ -75,6 +75,10 @@ class RouteTable:
     def aliases(self) -> list[str]:
         return list(self._routes)
 
+    def listed_aliases(self) -> list[str]:
+        """The aliases the model list shows: every one but those configured ``hidden``."""
+        return [name for name, route in self._routes.items() if not route.config.hidden]
+
     def route(self, alias: str) -> AliasRoute:
         route = self._routes.get(alias)
         if route is None:

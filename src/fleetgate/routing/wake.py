@@ -60,6 +60,8 @@ class Waker:
         self._idle_check_s = idle_check_s
         self._waking: dict[int, asyncio.Task[bool]] = {}
         self._probing: dict[int, asyncio.Task[bool]] = {}  # one probe at a time per deployment
+        self._woken_at: dict[int, float] = {}  # per deployment: when a wake-up last ended
+        self._asking: dict[int, asyncio.Task[None]] = {}  # `refused_elsewhere`'s questions
         self._loop = Background(self._run)
 
     # -- holding requests while a pool scales up from zero ------------------------------------
@@ -104,6 +106,45 @@ class Waker:
         if dep.state.asleep and not await self._shared(self._waking, dep, self._wake):
             raise UpstreamConnectError(f"Deployment {dep.id} did not wake up in time.")
 
+    async def woken_after_refusal(self, dep: Deployment, since: float) -> bool:
+        """After an attempt to ``dep`` failed: True when the engine was asleep (``GET
+        /is_sleeping``; put to sleep by another replica's reclaim in the instant after this one
+        picked it, or by another tool) and is awake again now, so the request is sent to it
+        again instead of failing over. False when it does not sleep (or cannot be asked, or
+        did not wake within ``wake.hold_s``): the failure stands. Concurrent requests share
+        one wake-up, and one refused while another's wake-up ran (the attempt sent at
+        ``since``, ``time.monotonic``) is sent again too; only deployments with ``wake:`` are
+        asked."""
+        if dep.config.wake is None:
+            return False
+        if self._woken_at.get(id(dep.state), 0.0) >= since:
+            return True  # woken since this attempt was sent: it refused the sleeping engine
+        if not dep.state.asleep:
+            if not await self._is_sleeping(engine_root(dep.config.api_base), unknown=False):
+                return False
+            log.info("%s refused while asleep: waking it for the request", dep.id)
+            dep.state.asleep = True  # the others arriving now wait for the wake-up too
+        return await self._shared(self._waking, dep, self._wake)
+
+    def refused_elsewhere(self, dep: Deployment) -> None:
+        """A data plane's attempt to ``dep`` failed (Envoy behind ``fleetgate epp`` got a 5xx):
+        asks in the background whether the engine sleeps; one that does is marked asleep and
+        its failure forgiven (no cool-down), so the next pick wakes it first."""
+        key = id(dep.state)
+        if dep.config.wake is None or dep.state.asleep or key in self._asking:
+            return
+        task = asyncio.get_running_loop().create_task(self._ask_asleep(dep))
+        self._asking[key] = task
+        task.add_done_callback(lambda _: self._asking.pop(key, None))
+
+    async def _ask_asleep(self, dep: Deployment) -> None:
+        if await self._is_sleeping(engine_root(dep.config.api_base), unknown=False):
+            log.info("%s refused while asleep: its next pick wakes it", dep.id)
+            state = dep.state
+            state.asleep = True
+            state.cooldown_until = 0.0
+            state.consecutive_failures = 0
+
     @staticmethod
     async def _shared(
         running: dict[int, asyncio.Task[bool]],
@@ -125,21 +166,32 @@ class Waker:
         poll = wake.poll_interval_s if wake is not None else 0.5
         root = engine_root(dep.config.api_base)
         deadline = time.monotonic() + hold_s
+        if not await self._is_sleeping(root):  # woken already (another replica's request)
+            self._awake(dep)
+            return True
         log.info("waking %s", dep.id)
         session = self._http.session()
         while time.monotonic() < deadline:
+            # the call may take the whole hold (a large model's weights reloading): cut off at
+            # 10 s and sent again, the engine would be told to wake a second time meanwhile
+            left = max(_CALL_TIMEOUT.total or 10.0, deadline - time.monotonic())
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with session.post(f"{root}/wake_up", timeout=_CALL_TIMEOUT) as resp:
+                timeout = aiohttp.ClientTimeout(total=left)
+                async with session.post(f"{root}/wake_up", timeout=timeout) as resp:
                     await resp.read()
                     if resp.status < 300 and not await self._is_sleeping(root):
-                        state = dep.state
-                        state.asleep = False
-                        state.last_request_at = time.monotonic()
-                        state.cooldown_until = 0.0  # a failed wake-up may have cooled it down
-                        state.consecutive_failures = 0
+                        self._awake(dep)
                         return True
             await asyncio.sleep(poll)
         return False
+
+    def _awake(self, dep: Deployment) -> None:
+        state = dep.state
+        state.asleep = False
+        state.last_request_at = time.monotonic()
+        state.cooldown_until = 0.0  # a failed wake-up may have cooled it down
+        state.consecutive_failures = 0
+        self._woken_at[id(state)] = time.monotonic()
 
     async def _is_sleeping(self, root: str, *, unknown: bool = True) -> bool:
         """``GET /is_sleeping``; ``unknown``: the answer when the engine cannot be asked."""
@@ -208,5 +260,5 @@ class Waker:
 
     async def aclose(self) -> None:
         await self._loop.aclose()
-        for running in (*self._waking.values(), *self._probing.values()):
+        for running in (*self._waking.values(), *self._probing.values(), *self._asking.values()):
             await cancel_and_wait(running)

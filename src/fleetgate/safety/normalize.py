@@ -4,6 +4,10 @@
 that look Latin, ``0->o 1->i 3->e 4->a 5->s 7->t @->a $->s``) and removes separators inserted
 between single characters (``k i l l``, ``k.i.l.l``, ``炸 弹``), so ``Ｋ1ＬＬ`` and ``к-і-l-l``
 both read ``kill``. Word boundaries between real words are kept, so "skill" never reads "kill".
+Chinese in Traditional characters is folded to Simplified, one character at a time (``殺人`` and
+``点樣`` read ``杀人`` and ``点样``), by a table built from OpenCC's dictionaries (Apache-2.0;
+``bench/safety/build_t2s.py`` writes ``safety/data/t2s.json``). A character that is also written
+in Simplified text (乾, 著) is left as it is, so Simplified text never changes (issue #38).
 
 The translation table is built once per :class:`Normalizer`; normalising a 1 KB window costs a
 few microseconds.
@@ -11,11 +15,21 @@ few microseconds.
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 import unicodedata
 from collections.abc import Mapping
+from importlib import resources
 
-__all__ = ["HOMOGLYPHS", "LEET", "Normalizer", "is_cjk"]
+__all__ = [
+    "HOMOGLYPHS",
+    "LEET",
+    "Normalizer",
+    "is_cjk",
+    "to_simplified",
+    "traditional_to_simplified",
+]
 
 # Letters from other scripts that render like Latin ones (lower case; NFKC + casefold first).
 HOMOGLYPHS: Mapping[str, str] = {
@@ -47,6 +61,27 @@ def is_cjk(text: str) -> bool:
     return _CJK_CHAR.search(text) is not None
 
 
+@functools.cache
+def traditional_to_simplified() -> Mapping[str, str]:
+    """Traditional character -> Simplified character (about 3,200 pairs), read once from the
+    package's ``safety/data/t2s.json``."""
+    raw = resources.files("fleetgate.safety").joinpath("data/t2s.json").read_text("utf-8")
+    doc = json.loads(raw)
+    return dict(zip(doc["traditional"], doc["simplified"], strict=True))
+
+
+@functools.cache
+def _t2s_table() -> dict[int, str]:
+    return str.maketrans(dict(traditional_to_simplified()))
+
+
+def to_simplified(text: str) -> str:
+    """``text`` with Traditional Chinese characters written in Simplified; anything else kept."""
+    if _CJK_CHAR.search(text) is None:
+        return text
+    return text.translate(_t2s_table())
+
+
 def _join_spaced(match: re.Match[str]) -> str:
     return _SEP_RUN.sub("", match.group(0))
 
@@ -60,8 +95,11 @@ class Normalizer:
         'ignore all previous'
     """
 
-    def __init__(self, extra: Mapping[str, str] | None = None, *, leet: bool = True) -> None:
-        table: dict[str, str] = dict(HOMOGLYPHS)
+    def __init__(
+        self, extra: Mapping[str, str] | None = None, *, leet: bool = True, simplify: bool = True
+    ) -> None:
+        table: dict[str, str] = dict(traditional_to_simplified()) if simplify else {}
+        table.update(HOMOGLYPHS)
         if leet:
             table.update(LEET)
         if extra:
@@ -69,7 +107,8 @@ class Normalizer:
         self._table = str.maketrans(table)
 
     def normalize(self, text: str) -> str:
-        """Width, case, look-alikes, then join spaced-out letters and collapse whitespace."""
+        """Width, case, look-alikes (and Traditional -> Simplified), then join spaced-out letters
+        and collapse whitespace."""
         folded = unicodedata.normalize("NFKC", text).casefold().translate(self._table)
         folded = _SPACED.sub(_join_spaced, folded)
         if _CJK_CHAR.search(folded) is not None:

@@ -7,8 +7,9 @@ rest of the audit log: `fleetgate.tenancy.tables`.
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Integer, String, Table
+from sqlalchemy import Column, Integer, String, Table
 
+from fleetgate.store import columns
 from fleetgate.store.tables import metadata
 
 __all__ = ["safety_strikes"]
@@ -18,5 +19,5 @@ safety_strikes = Table(
     metadata,
     Column("key_id", String(40), primary_key=True),
     Column("count", Integer, nullable=False),
-    Column("updated_ms", BigInteger, nullable=False),
+    columns.updated_ms(),
 )

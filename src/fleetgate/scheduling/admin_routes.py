@@ -23,8 +23,11 @@ from typing import Any
 
 from aiohttp import web
 
+from fleetgate.errors import InvalidRequest, ServiceUnavailable
 from fleetgate.http import AdminAccess, json_reply
+from fleetgate.resp import RespError
 from fleetgate.scheduling.config import BANDS
+from fleetgate.scheduling.fleet import Fleet
 from fleetgate.scheduling.pool import Pool
 from fleetgate.scheduling.scheduler import Scheduler
 
@@ -76,7 +79,43 @@ class SchedulingAdmin:
         self.access = access
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.get("/admin/queues", self.queues)]
+        return [
+            web.get("/admin/queues", self.queues),
+            web.get("/admin/scheduling/decisions", self.decisions),
+        ]
+
+    async def decisions(self, request: web.Request) -> web.Response:
+        """The newest scheduling decisions first (``limit`` 1..1000, default 100; ``pool``):
+        in a fleet every process's, from its shared log in Redis, whichever process answers
+        (each entry's ``admission.process`` names who decided); alone, this process's. A
+        team admin key sees its own team's."""
+        actor = self.access.admin(request)
+        raw = request.query.get("limit", "100")
+        if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+            raise InvalidRequest("'limit' must be an integer from 1 to 1000.", param="limit")
+        limit, alias = int(raw), request.query.get("pool")
+        team = None if actor.is_master else actor.tenant
+        scheduler = self.scheduler
+        link = scheduler.link if scheduler is not None else None
+        if isinstance(link, Fleet):
+            try:
+                found = await link.recent_decisions(limit, team, alias)
+            except (ConnectionError, TimeoutError, OSError, RespError) as exc:
+                raise ServiceUnavailable(
+                    "The fleet's decision log (Redis) cannot be read now; try again shortly."
+                ) from exc
+            return json_reply({"fleet": True, "data": found})
+        log = scheduler.decisions if scheduler is not None else None
+        local = (
+            [
+                d.to_dict()
+                for d in log.query(tenant=team, alias=alias, limit=10 * limit)
+                if d.strategy == "scheduling"
+            ][:limit]
+            if log is not None
+            else []
+        )
+        return json_reply({"fleet": False, "data": local})
 
     async def queues(self, request: web.Request) -> web.Response:
         actor = self.access.admin(request)

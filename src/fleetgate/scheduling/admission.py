@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fleetgate.scheduling.config import BANDS, Band, SchedulingConfig
-from fleetgate.scheduling.policy import RANK, RequestPolicy
+from fleetgate.scheduling.policy import BATCH_RANK, RANK, RequestPolicy
 from fleetgate.scheduling.pool import Pool, Running
 from fleetgate.scheduling.queue import Waiter
 from fleetgate.scheduling.quota import CAPPED, UNDER
@@ -35,13 +35,13 @@ Classifier = Callable[[str, int], int | None]
 class Admission:
     """Who starts in a pool, and the charges of each admission (one per scheduler)."""
 
-    __slots__ = ("_clock", "config", "recorder")
+    __slots__ = ("clock", "config", "recorder")
 
     def __init__(
         self, config: SchedulingConfig, clock: Callable[[], float], recorder: Recorder
     ) -> None:
         self.config = config
-        self._clock = clock
+        self.clock = clock  # the scheduler's; its other parts share it (`Preemption`, ...)
         self.recorder = recorder
 
     # ------------------------------------------------------------------ at once
@@ -52,19 +52,19 @@ class Admission:
         what the others borrowed)."""
         rank = RANK[policy.band]  # `RequestPolicy.rank`, without the call
         if rank == 0 and self.config.critical_reserve_hold_s is not None:
-            pool.critical_seen = now = self._clock()
+            pool.critical_seen = now = self.clock()
             pool.hold_reserve(now, self.config.critical_reserve_hold_s)
         state = pool.state
         quotas = state.quotas
         if quotas is None:
-            if (pool.queue.size or not pool.room(rank)) and not pool.within_guarantee(
-                policy.team, policy.guaranteed
-            ):
+            if (
+                pool.queue.size or not pool.room(rank, 0, policy.keeps_headroom)
+            ) and not pool.within_guarantee(policy.team, policy.guaranteed):
                 return False
         elif not pool.within_guarantee(policy.team, policy.guaranteed) and (
             pool.queue.size
             or quotas.status(policy.team) == CAPPED
-            or not pool.room(rank, quotas.reserved_for(policy.team))
+            or not pool.room(rank, quotas.reserved_for(policy.team), policy.keeps_headroom)
         ):
             return False
         _admit(state, policy.team, tokens, policy.weight)
@@ -78,6 +78,17 @@ class Admission:
         quotas = pool.state.quotas
         return quotas is not None and quotas.status(policy.team) == UNDER
 
+    def admitted_within(self, pool: Pool, policy: RequestPolicy) -> bool:
+        """`within` for a request admitted from the queue (already counted): whether it
+        started within its team's guarantee or nominal share. (Judged when it started, not
+        when it arrived: a flood that arrived while its team was idle is not all "within",
+        so the owner coming back finds the borrowed part to reclaim.)"""
+        count = pool.teams.get(policy.team, 0)
+        if 0 < count <= policy.guaranteed:
+            return True
+        quotas = pool.state.quotas
+        return quotas is not None and quotas.status(policy.team, 0) == UNDER
+
     def idle(self, pool: Pool, band: Band) -> bool:
         """Whether ``pool`` has idle capacity for a request of ``band``: nobody queued (in any
         process of a fleet), the engines not signalling saturation, and room below the limit
@@ -86,7 +97,8 @@ class Admission:
             return False
         quotas = pool.state.quotas
         held = quotas.reserved_for("") if quotas is not None else 0
-        return pool.room(BANDS.index(band), held)
+        rank = BANDS.index(band)
+        return pool.room(rank, held, rank >= BATCH_RANK)  # the lane's lines are whole
 
     # ------------------------------------------------------------------ the end
 
@@ -139,7 +151,11 @@ class Admission:
         queue = pool.queue
         while queue.size:
             head = queue.peek()
-            if head is None or not pool.room(head.rank) or not self._paced(pool, head):
+            if (
+                head is None
+                or not pool.room(head.rank, 0, head.policy.keeps_headroom)
+                or not self._paced(pool, head)
+            ):
                 return
             waiter = queue.pop()
             if waiter is None:
@@ -154,7 +170,13 @@ class Admission:
         classify = self.classifier(pool, quotas, room=True)
         while queue.size:
             waiter = queue.choose(classify, remember=False)
-            if waiter is None or not self._paced(pool, waiter):
+            if waiter is None:
+                return
+            if waiter.policy.keeps_headroom and not pool.room(
+                waiter.rank, quotas.reserved_for(waiter.team), True
+            ):
+                return  # a whole batch-band response waits for room beside the headroom
+            if not self._paced(pool, waiter):
                 return
             pool.state.vtc.fairest((waiter.team,))  # remembered as served last
             queue.remove(waiter)
@@ -187,13 +209,13 @@ class Admission:
             return True
         if pool.within_guarantee(waiter.team, waiter.policy.guaranteed):
             return True
-        return pool.paced(self._clock(), factor, self.config.poll_interval_s)
+        return pool.paced(self.clock(), factor, self.config.poll_interval_s)
 
     def _grant(self, pool: Pool, waiter: Waiter) -> None:
         policy = waiter.policy
         _admit(pool.state, policy.team, waiter.tokens, policy.weight)
         waiter.future.set_result(None)
-        self.recorder.granted(pool, policy, self._clock() - waiter.enqueued)
+        self.recorder.granted(pool, policy, self.clock() - waiter.enqueued)
 
 
 def _admit(state: AdmissionState, team: str, tokens: int, weight: float) -> None:

@@ -209,6 +209,11 @@ class SchedulingConfig(_Model):
     # Hold the reserve only while a critical request arrived in the pool within this many
     # seconds (others may use it otherwise); None: always held.
     critical_reserve_hold_s: float | None = Field(None, gt=0, le=3600)
+    # share of each pool's limit that whole (non-streaming) responses of the `batch` band or
+    # lower, the batch lane's lines among them, leave free (at least one slot when above 0
+    # and the limit is 2 or more): nothing preempts them, so a small pool keeps a slot for
+    # the next interactive request
+    batch_headroom: float = Field(0.25, ge=0, lt=1)
     max_queue: int = Field(1000, ge=0)  # per pool; a full queue evicts the newest lower band
     # longest queue wait of each band before a 429
     max_wait_s: BandWaits = BandWaits()

@@ -31,7 +31,7 @@ class SchedulingFeature(BaseFeature):
     name = "scheduling"
     sections = (SCHEDULING_SECTION,)
     switch = Switch("scheduling")
-    admin_routes = (("GET", "/admin/queues"),)
+    admin_routes = (("GET", "/admin/queues"), ("GET", "/admin/scheduling/decisions"))
 
     def __init__(self, scheduler: Scheduler, access: AdminAccess) -> None:
         self.scheduler = scheduler

@@ -25,6 +25,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import secrets
@@ -37,17 +38,18 @@ from fleetgate.core import Core
 from fleetgate.resp import RespClient, RespError, Script
 from fleetgate.scheduling.config import BANDS, FleetConfig, SchedulingConfig
 from fleetgate.scheduling.fleet_script import SYNC
-from fleetgate.scheduling.fleet_state import FailPolicy, FleetState, SyncCall
+from fleetgate.scheduling.fleet_state import MAX_ORDER, FailPolicy, FleetState, SyncCall
 from fleetgate.scheduling.policy import RequestPolicy
 from fleetgate.scheduling.pool import Pool
 from fleetgate.scheduling.scheduler import Scheduler
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import Background
 
 __all__ = ["Fleet", "fleet_link", "process_id"]
 
 log = logging.getLogger("fleetgate.scheduling.fleet")
 
 _SYNC = Script(SYNC)
+DECISIONS_KEPT = 2000  # the fleet's shared decision log: a Redis stream capped at about this
 _DOWN = (ConnectionError, TimeoutError, OSError, RespError)
 
 
@@ -75,7 +77,7 @@ class Fleet:
         self._clock = clock
         self._scheduler: Scheduler | None = None
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._task = Background(self._run, name="fg-fleet")
         self.syncs = 0
 
     def state(self, alias: str) -> FleetState:
@@ -114,11 +116,58 @@ class Fleet:
                 self._obey(scheduler, pool, order)
             if pool.queue.size:
                 scheduler.admission.drain(pool)
+        await self._log_decisions(pools)
+
+    async def _log_decisions(self, pools: list[Pool]) -> None:
+        """Append the decisions made since the last sync to the fleet's capped stream."""
+        entries: list[str] = []
+        for pool in pools:
+            state = pool.state
+            assert isinstance(state, FleetState)
+            while state.decisions:
+                entries.append(state.decisions.popleft())
+        if not entries:
+            return
+        key = f"{self.config.key_prefix}decisions"
+        cap = str(DECISIONS_KEPT)
+        try:
+            await asyncio.gather(
+                *(self.redis.call("XADD", key, "MAXLEN", "~", cap, "*", "d", e) for e in entries)
+            )
+        except _DOWN:  # the log is best effort: admission never waits on it
+            return
+
+    async def recent_decisions(
+        self, limit: int, tenant: str | None = None, alias: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The fleet's newest scheduling decisions first (every process's, as written at
+        its syncs), at most ``limit``, of ``tenant`` / ``alias`` when given. Redis errors
+        reach the caller."""
+        key = f"{self.config.key_prefix}decisions"
+        raw = await self.redis.call("XREVRANGE", key, "+", "-", "COUNT", str(DECISIONS_KEPT))
+        out: list[dict[str, Any]] = []
+        for _, fields in raw or ():
+            try:
+                decision = json.loads(fields[1])
+            except (ValueError, IndexError, TypeError):
+                continue
+            if not isinstance(decision, dict):
+                continue
+            if (tenant is None or decision.get("tenant") == tenant) and (
+                alias is None or decision.get("alias") == alias
+            ):
+                out.append(decision)
+                if len(out) >= limit:
+                    break
+        return out
 
     def _call(self, pool: Pool) -> SyncCall:
         state = pool.state
         assert isinstance(state, FleetState)
-        return state.prepare(pool.limit, pool.queue.size)
+        queued = pool.queue.size
+        if queued and state.quotas is not None:
+            queued = state.startable(pool.queue.teams())
+        return state.prepare(pool.limit, queued)
 
     def _keys(self, alias: str, target: str) -> list[str]:
         base = f"{self.config.key_prefix}{alias}:"
@@ -141,7 +190,9 @@ class Fleet:
             -1 if call.limit is None else call.limit,
             call.want,
             call.hold,
-            state.status(pool.queue.depth(), _victims(pool)),
+            state.status(
+                pool.queue.depth(), _victims(pool), pool.queue.teams(), pool.critical_seen
+            ),
             order,
             len(call.counters),
         ]
@@ -155,9 +206,12 @@ class Fleet:
             band = BANDS[rank]
             by = RequestPolicy(str(order["team"]), band, 1.0, False, 0.0, None)
             owner = bool(order["owner"])
+            count = min(MAX_ORDER, max(1, int(order.get("n", 1))))
         except (KeyError, ValueError, TypeError, IndexError):
             return
-        scheduler.preemption.obey(pool, by, owner)
+        for _ in range(count):  # each finds the next victim (one already cancelled is skipped)
+            if not scheduler.preemption.obey(pool, by, owner):
+                return
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -184,13 +238,11 @@ class Fleet:
     async def start(self, scheduler: Scheduler) -> None:
         """Start syncing ``scheduler``'s pools (inside the running event loop)."""
         self._scheduler = scheduler
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="fg-fleet")
+        self._task.start()
 
     async def aclose(self) -> None:
         """Stop syncing and hand this process's leases back (best effort; idempotent)."""
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+        await self._task.aclose()
         scheduler = self._scheduler
         if scheduler is None:
             return

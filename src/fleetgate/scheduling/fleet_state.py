@@ -27,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import json
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -39,7 +40,11 @@ from fleetgate.scheduling.vtc import VirtualTokenCounters
 __all__ = ["FleetFairShare", "FleetState", "Peer", "SyncCall"]
 
 FailPolicy = Literal["fail_open", "fail_closed"]
-ORDER_EVERY_S = 1.0  # a pool asks other processes to cancel a stream at most this often
+# A stream another process was asked to cancel counts as on its way this long (no second
+# order for the same need meanwhile; as `preempt.CANCEL_GRACE_S` for a local cancellation).
+ORDER_GRACE_S = 1.0
+MAX_ORDER = 64  # streams one order may ask a process to cancel
+DECISIONS_OUTBOX = 256  # decisions of one pool waiting for the next sync, at most
 
 
 class FleetFairShare(VirtualTokenCounters):
@@ -85,8 +90,11 @@ class Peer:
     lease: int | None  # as Redis held it at this process's sync (None: unbounded)
     teams: dict[str, int]
     queued: tuple[int, ...]  # per band
-    victims: tuple[tuple[int, str], ...]  # (band rank, team) of its cancellable streams
+    # (band rank, team, how many) of its cancellable streams
+    victims: tuple[tuple[int, str, int], ...]
     rates: dict[str, float]  # tokens/s per quota node
+    waiting: dict[str, int]  # requests queued per team with a quota
+    critical_age: float | None  # seconds since a critical request last arrived there
 
     @classmethod
     def parse(cls, raw: Any, lease: int | None) -> Peer | None:
@@ -97,8 +105,10 @@ class Peer:
                 lease,
                 {str(k): int(v) for k, v in data["t"].items()},
                 tuple(int(q) for q in data["q"]),
-                tuple((int(r), str(t)) for r, t in data["v"]),
+                tuple(_victim(v) for v in data["v"]),
                 {str(k): float(v) for k, v in data["r"].items()},
+                {str(k): int(v) for k, v in data.get("w", {}).items()},
+                None if data.get("c") is None else float(data["c"]),
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
@@ -137,6 +147,9 @@ class FleetState:
         self.elsewhere = 0
         self.elsewhere_teams: dict[str, int] = {}
         self.queued_elsewhere = 0
+        # When (this process's clock) a critical request last arrived at another process of
+        # the pool, as last synced (`critical_reserve_hold_s` holds the reserve fleet-wide).
+        self.critical_elsewhere: float | None = None
         self.lease: int | None = 0  # nothing leased before the first sync
         self.fair = -1  # the fair level at the last sync (-1: no contention)
         self.vtc = FleetFairShare()
@@ -148,7 +161,10 @@ class FleetState:
         self.failed_syncs = 0
         self.wake: Callable[[], None] = lambda: None  # the fleet's sync, now
         self._order: tuple[str, str] | None = None
-        self._order_at = float("-inf")
+        self._ordered: list[tuple[float, str, int]] = []  # (when, process, streams) sent
+        # Scheduling decisions for the fleet's shared log, written at the next sync (the
+        # oldest dropped past `DECISIONS_OUTBOX` while Redis is slow or away).
+        self.decisions: deque[str] = deque(maxlen=DECISIONS_OUTBOX)
 
     # ------------------------------------------------------------------ the fast path
 
@@ -188,25 +204,43 @@ class FleetState:
         if lease is not None and (limit is None or lease < limit):
             self.wake()
 
-    def ask_elsewhere(self, rank: int, team: str, owner: bool) -> bool:
+    def ask_elsewhere(self, rank: int, team: str, owner: bool, count: int = 1) -> bool:
+        """Ask the process serving the streams a request of ``team`` (band ``rank``) may
+        cancel to cancel up to ``count`` of them, less those asked for within the last
+        `ORDER_GRACE_S` (on their way); one order per sync. True: some are on their way."""
         now = self._clock()
-        if self._order is not None or now - self._order_at < ORDER_EVERY_S:
-            return False
-        target = self._victim_process(rank, team, owner)
-        if target is None:
-            return False
-        order = {"rank": rank, "band": BANDS[rank], "team": team, "owner": owner}
+        ordered = [o for o in self._ordered if now - o[0] < ORDER_GRACE_S]
+        if self._order is not None and ordered:  # not sent yet: made again with ``count``
+            self._order = None
+            ordered.pop()
+        self._ordered = ordered
+        sent: dict[str, int] = {}
+        for _, process, n in ordered:
+            sent[process] = sent.get(process, 0) + n
+        missing = min(count, MAX_ORDER) - sum(sent.values())
+        if missing <= 0:
+            return bool(ordered)
+        found = self._victim_process(rank, team, owner, sent)
+        if found is None:
+            return bool(ordered)
+        target, available = found
+        n = min(missing, available)
+        order = {"rank": rank, "band": BANDS[rank], "team": team, "owner": owner, "n": n}
         self._order = (target, json.dumps(order))
-        self._order_at = now
+        ordered.append((now, target, n))
         self.wake()
         return True
 
-    def _victim_process(self, rank: int, team: str, owner: bool) -> str | None:
-        """The process serving the stream a starved request would cancel (the lowest band)."""
+    def _victim_process(
+        self, rank: int, team: str, owner: bool, sent: Mapping[str, int]
+    ) -> tuple[str, int] | None:
+        """The process serving the streams a starved request or a claim would cancel (the
+        lowest band; among equals, the most of them not yet asked for), and how many."""
         quotas = self.quotas
-        best: tuple[int, str] | None = None
+        best: tuple[int, int, str] | None = None
         for process, peer in sorted(self.peers.items()):
-            for v_rank, v_team in peer.victims:
+            lowest, found = -1, 0
+            for v_rank, v_team, count in peer.victims:
                 eligible = v_rank > rank or (
                     owner
                     and quotas is not None
@@ -214,9 +248,17 @@ class FleetState:
                     and v_team != team
                     and quotas.status(v_team, 0) == BORROWING
                 )
-                if eligible and (best is None or v_rank > best[0]):
-                    best = (v_rank, process)
-        return None if best is None else best[1]
+                if eligible:
+                    lowest = max(lowest, v_rank)
+                    found += count
+            found -= sent.get(process, 0)
+            if found > 0 and (best is None or (lowest, found) > best[:2]):
+                best = (lowest, found, process)
+        return None if best is None else (best[2], best[1])
+
+    def decided(self, decision: dict[str, Any]) -> None:
+        """A scheduling decision of this process, for the fleet's shared log."""
+        self.decisions.append(json.dumps(decision, separators=(",", ":")))
 
     def describe(self) -> dict[str, object] | None:
         now = self._clock()
@@ -255,16 +297,45 @@ class FleetState:
         order, self._order = self._order, None
         return SyncCall(limit, want, hold, self.vtc.take_pending(), order, self._clock())
 
-    def status(self, queued: Iterable[int], victims: Iterable[tuple[int, str]]) -> str:
-        """This process's status for the others (JSON)."""
-        rates = self._tree.own_rates() if self._tree is not None else {}
+    def startable(self, queued: Mapping[str, int]) -> int:
+        """Of the requests queued here (per team), those this process could start with more
+        lease: not those of a team over its nominal while another team's owners wait in
+        other processes (the slots go to them first: `QuotaTree.owed_elsewhere`). A process
+        asks for no lease it could not use, so the fair shares go where owners wait."""
+        tree = self._tree
+        if tree is None or not tree.waiting_elsewhere:
+            return sum(queued.values())
+        return sum(
+            n
+            for team, n in queued.items()
+            if tree.unused_nominal(team) > 0 or not tree.owed_elsewhere(team)
+        )
+
+    def status(
+        self,
+        queued: Iterable[int],
+        victims: Iterable[tuple[int, str]],
+        waiting: Mapping[str, int] | None = None,
+        critical_seen: float | None = None,
+    ) -> str:
+        """This process's status for the others (JSON); ``waiting``: queued per team;
+        ``critical_seen``: when a critical request last arrived here (this clock)."""
+        tree = self._tree
+        rates = tree.own_rates() if tree is not None else {}
+        owners = (
+            {t: n for t, n in waiting.items() if tree.chain(t)}
+            if tree is not None and waiting
+            else {}
+        )
         return json.dumps(
             {
                 "n": self.own,
                 "t": self.own_teams,
                 "q": list(queued),
-                "v": sorted(set(victims)),
+                "v": [[r, t, n] for (r, t), n in sorted(Counter(victims).items())],
                 "r": {k: round(v, 3) for k, v in rates.items() if v > 0},
+                "w": owners,
+                "c": None if critical_seen is None else round(self._clock() - critical_seen, 3),
             },
             separators=(",", ":"),
         )
@@ -329,21 +400,32 @@ class FleetState:
         self.peers = peers
         elsewhere: dict[str, int] = {}
         rates: dict[str, float] = {}
+        waiting: dict[str, int] = {}
         for peer in peers.values():
             for team, count in peer.teams.items():
                 elsewhere[team] = elsewhere.get(team, 0) + count
+            for team, count in peer.waiting.items():
+                waiting[team] = waiting.get(team, 0) + count
             for node, rate in peer.rates.items():
                 rates[node] = rates.get(node, 0.0) + rate
         self.elsewhere_teams = elsewhere
         self.elsewhere = sum(peer.in_flight for peer in peers.values())
         self.queued_elsewhere = sum(sum(peer.queued) for peer in peers.values())
+        ages = [p.critical_age for p in peers.values() if p.critical_age is not None]
+        self.critical_elsewhere = self._clock() - min(ages) if ages else None
         self.admitted = self.own + self.elsewhere
         teams = dict(elsewhere)
         for team, count in self.own_teams.items():
             teams[team] = teams.get(team, 0) + count
         self.teams = teams
         if self._tree is not None:
-            self._tree.set_elsewhere(elsewhere, rates)
+            self._tree.set_elsewhere(elsewhere, rates, waiting)
+
+
+def _victim(raw: Any) -> tuple[int, str, int]:
+    """One ``[rank, team, count]`` of a status (``[rank, team]``: one stream)."""
+    rank, team, *count = raw
+    return int(rank), str(team), int(count[0]) if count else 1
 
 
 def _text(value: Any) -> str:

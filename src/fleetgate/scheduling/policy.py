@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fleetgate.contract.principal import Principal
 from fleetgate.errors import InvalidRequest
@@ -34,6 +34,7 @@ __all__ = [
 PRIORITY_HEADER = "x-fleetgate-priority"
 DEADLINE_HEADER = "x-fleetgate-ttft-deadline-ms"
 RANK: dict[str, int] = {band: i for i, band in enumerate(BANDS)}  # 0 is the highest
+BATCH_RANK = RANK["batch"]  # it and the bands below keep the batch headroom when whole
 _MAX_DEADLINE_MS = 3_600_000.0
 _MAX_CACHED = 10_000  # keys remembered before the cache starts over
 
@@ -49,10 +50,20 @@ class RequestPolicy:
     max_wait_s: float
     deadline_s: float | None  # the first token must come within this, from arrival
     guaranteed: int = 0  # the team's requests in flight admitted even over the pool's limit
+    # a request nothing can preempt (not a stream) of the batch band or lower, the batch
+    # lane's lines among them: it leaves the pool's ``batch_headroom`` free (`for_request`)
+    keeps_headroom: bool = False
 
     @property
     def rank(self) -> int:
         return RANK[self.band]
+
+    def for_request(self, stream: bool) -> RequestPolicy:
+        """This policy for one request: a whole (non-streaming) response of the batch band
+        or lower cannot be preempted, so it keeps the headroom free for interactive work."""
+        if stream or RANK[self.band] < BATCH_RANK:
+            return self
+        return replace(self, keeps_headroom=True)
 
 
 def _tag(principal: Principal, name: str) -> str | None:

@@ -55,6 +55,7 @@ class Pool:
     __slots__ = (
         "capacity",
         "critical_seen",
+        "headroom",
         "limit",
         "name",
         "pace_at",
@@ -76,13 +77,16 @@ class Pool:
         capacity: int | None,
         reserve: float,
         state: AdmissionState | None = None,
+        headroom: float = 0.0,
     ) -> None:
-        """``state``: the pool's counts (`LocalState` when None)."""
+        """``state``: the pool's counts (`LocalState` when None); ``headroom``: the share of
+        the limit the batch and sheddable bands leave free (``batch_headroom``)."""
         self.name = name
         self.capacity = capacity
         self.limit = capacity  # None: unbounded
         self.reserve_share = reserve  # `critical_reserve`: the share to hold when asked
         self.reserve = reserve  # share of the limit only the critical band may take now
+        self.headroom = headroom
         self.critical_seen: float | None = None  # when a critical request last arrived
         self.state: AdmissionState = state if state is not None else LocalState(time.monotonic)
         self.signal = False  # the engines say saturated
@@ -131,9 +135,10 @@ class Pool:
         """One request of ``team`` ended."""
         self.state.give_back(team)
 
-    def room(self, rank: int, held: int = 0) -> bool:
+    def room(self, rank: int, held: int = 0, headroom: bool = False) -> bool:
         """Whether a request of band ``rank`` may start now (rank 0, critical, may use the
-        reserve); ``held``: slots reserved for others (quotas' unlent nominal)."""
+        reserve); ``held``: slots reserved for others (quotas' unlent nominal); ``headroom``:
+        it leaves the batch headroom free (`RequestPolicy.keeps_headroom`)."""
         state = self.state
         lease = state.lease  # a fleet's: the slots this process may fill
         if lease is not None and state.own >= lease:
@@ -143,7 +148,10 @@ class Pool:
             return True
         if rank == 0:
             return state.admitted + held < limit
-        return state.admitted + held < limit - int(limit * self.reserve)
+        cap = limit - int(limit * self.reserve)
+        if headroom and self.headroom and limit > 1:
+            cap -= max(1, int(limit * self.headroom))  # kept for interactive requests
+        return state.admitted + held < cap
 
     def hold_reserve(self, now: float, hold_s: float | None) -> None:
         """``critical_reserve_hold_s``: hold the reserve while a critical request arrived
@@ -153,6 +161,9 @@ class Pool:
             self.reserve = self.reserve_share
             return
         seen = self.critical_seen
+        elsewhere = self.state.critical_elsewhere  # a fleet: critical requests anywhere
+        if elsewhere is not None and (seen is None or elsewhere > seen):
+            seen = elsewhere
         active = seen is not None and now - seen < hold_s
         self.reserve = self.reserve_share if active else 0.0
 

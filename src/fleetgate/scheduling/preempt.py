@@ -27,16 +27,14 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from fleetgate.errors import Overloaded
 from fleetgate.scheduling.admission import Admission
-from fleetgate.scheduling.config import SchedulingConfig
 from fleetgate.scheduling.policy import RequestPolicy
 from fleetgate.scheduling.pool import Pool, Running
+from fleetgate.scheduling.queue import Waiter
 from fleetgate.scheduling.quota import BORROWING, UNDER
-from fleetgate.scheduling.record import Recorder
 
 __all__ = ["Preemption", "claim_victim", "starved_victim"]
 
@@ -79,17 +77,13 @@ class Preemption:
 
     __slots__ = ("_clock", "admission", "config", "recorder")
 
-    def __init__(
-        self,
-        config: SchedulingConfig,
-        clock: Callable[[], float],
-        recorder: Recorder,
-        admission: Admission,
-    ) -> None:
-        self.config = config
-        self._clock = clock
-        self.recorder = recorder
-        self.admission = admission  # its quota classes pick the starved request
+    def __init__(self, admission: Admission) -> None:
+        """``admission``: the scheduler's (its quota classes pick the starved request); its
+        config, clock and recorder are this one's too."""
+        self.config = admission.config
+        self._clock = admission.clock
+        self.recorder = admission.recorder
+        self.admission = admission
 
     def started(self, pool: Pool, policy: RequestPolicy, outcome: Any, within: bool) -> Running:
         """An admitted request starts (the stage): tracked until `Admission.finish`, so its
@@ -135,8 +129,47 @@ class Preemption:
         victim = claim_victim(pool, claimant, borrowers=borrowers)
         if victim is not None:
             self._cancel(pool, victim, claimant, now)
-        else:  # a fleet: the stream to cancel may be another process's
-            pool.state.ask_elsewhere(claimant.rank, claimant.team, borrowers)
+        else:  # a fleet: the stream to cancel may be another process's (every one missing)
+            pool.state.ask_elsewhere(claimant.rank, claimant.team, borrowers, need - pending)
+
+    def reclaim_for_owners(self, pool: Pool) -> None:
+        """``preempt_streams_for_claims: borrowers`` with concurrency quotas: requests queued
+        within their team's nominal (owners coming back for the share others borrowed)
+        cancel borrowers' streams at once (`claim_victim`), one per owner the pool has no
+        free slot for, less the cancellations already on their way; in a fleet the streams
+        may be another process's (an order with the count still missing)."""
+        quotas, limit = pool.quotas, pool.limit
+        if (
+            self.config.preempt_streams_for_claims != "borrowers"
+            or quotas is None
+            or limit is None
+            or not pool.queue.size
+        ):
+            return
+        owners: dict[str, list[Waiter]] = {}
+        for waiter in pool.queue.waiters():  # highest band first
+            if not waiter.future.done() and waiter.rank > 0:
+                owners.setdefault(waiter.team, []).append(waiter)
+        wanted = [(w, min(len(w), quotas.unused_nominal(t))) for t, w in owners.items()]
+        need = sum(n for _, n in wanted)
+        if need <= 0:
+            return
+        need -= max(0, limit - int(limit * pool.reserve) - pool.admitted)  # free: no cut
+        now = self._clock()
+        pending = sum(
+            1 for r in pool.running if r.cancel is not None and now - r.cancel_at < CANCEL_GRACE_S
+        )
+        for waiters, n in sorted(wanted, key=lambda x: x[0][0].rank):
+            claimant = waiters[0].policy
+            for _ in range(n):
+                if pending >= need:
+                    return
+                victim = claim_victim(pool, claimant, borrowers=True)
+                if victim is None:  # a fleet: the borrowers' streams may be elsewhere
+                    pool.state.ask_elsewhere(claimant.rank, claimant.team, True, need - pending)
+                    return
+                self._cancel(pool, victim, claimant, now)
+                pending += 1
 
     def relieve_starved(self, pool: Pool, after_s: float) -> None:
         """A queued request starved ``after_s`` (no room for it) cancels one stream in flight
@@ -149,7 +182,7 @@ class Preemption:
         quotas = pool.quotas
         if quotas is None:
             head = pool.queue.peek()
-            if head is None or pool.room(head.rank):
+            if head is None or pool.room(head.rank, 0, head.policy.keeps_headroom):
                 return
             owner = False
         else:
@@ -204,7 +237,7 @@ class Preemption:
 def starved_victim(pool: Pool, head_rank: int, head_team: str, owner: bool) -> Running | None:
     """The stream a starved request (band ``head_rank`` of ``head_team``) cancels: the newest
     of the lowest band below it, or, with ``owner`` (its team under its nominal), also a
-    borrowing team's of its band."""
+    borrowing team's of its band that was not admitted within that team's own share."""
     quotas = pool.quotas
     victim: Running | None = None
     for running in pool.running:
@@ -214,6 +247,7 @@ def starved_victim(pool: Pool, head_rank: int, head_team: str, owner: bool) -> R
         lower = rank > head_rank
         reclaim = (
             owner
+            and not running.within  # a stream within its own team's share is not borrowed
             and quotas is not None
             and rank >= head_rank
             and running.policy.team != head_team

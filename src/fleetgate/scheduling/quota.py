@@ -78,7 +78,16 @@ class QuotaNode:
 class QuotaTree:
     """The quota nodes of one pool (one event loop: no locks)."""
 
-    __slots__ = ("_chains", "_clock", "_groups", "_team_group", "nodes", "rates", "window")
+    __slots__ = (
+        "_chains",
+        "_clock",
+        "_groups",
+        "_team_group",
+        "nodes",
+        "rates",
+        "waiting_elsewhere",
+        "window",
+    )
 
     def __init__(self, config: SchedulingConfig, clock: Callable[[], float]) -> None:
         self._clock = clock
@@ -116,6 +125,8 @@ class QuotaTree:
         self.rates = any(
             n.quotas is not None and n.quotas.tokens_per_s for n in self.nodes.values()
         )
+        # A fleet's: requests queued in other processes per team (`owed_elsewhere`).
+        self.waiting_elsewhere: dict[str, int] = {}
 
     def chain(self, team: str) -> tuple[QuotaNode, ...]:
         return self._chains.get(team, ())
@@ -167,8 +178,35 @@ class QuotaTree:
                 over = over or (rate >= r.nominal if extra else rate > r.nominal)
         return BORROWING if over or not owned else UNDER
 
+    def unused_nominal(self, team: str) -> int:
+        """Requests ``team`` may still start within every concurrency nominal of its chain
+        (the fleet's counts); 0 when no concurrency quota applies to it."""
+        unused: int | None = None
+        for node in self._chains.get(team, ()):
+            c = node.quotas.concurrency if node.quotas is not None else None
+            if c is not None:
+                left = max(0, c.nominal - node.in_flight - node.elsewhere)
+                unused = left if unused is None else min(unused, left)
+        return unused or 0
+
+    def owed_elsewhere(self, team: str) -> int:
+        """Slots owed to the other teams' requests queued in other processes within their
+        nominal (a fleet: an owner waiting anywhere reclaims its share before a borrower
+        here takes a freed slot)."""
+        owed = 0
+        for other, count in self.waiting_elsewhere.items():
+            if other != team:
+                owed += min(count, self.unused_nominal(other))
+        return owed
+
     def reserved_for(self, team: str) -> int:
-        """Slots reserved for other nodes' unlent nominal that ``team`` must leave free."""
+        """Slots reserved for other nodes' unlent nominal that ``team`` must leave free
+        (and, in a fleet, for the other teams' owners queued in other processes)."""
+        if self.waiting_elsewhere:
+            return self._reserved(team) + self.owed_elsewhere(team)
+        return self._reserved(team)
+
+    def _reserved(self, team: str) -> int:
         if not self._groups:
             return 0
         own_group = self._team_group.get(team)
@@ -202,8 +240,15 @@ class QuotaTree:
         now = self._clock()
         return {name: n.own_rate(now, self.window) for name, n in self.nodes.items()}
 
-    def set_elsewhere(self, teams: dict[str, int], rates: dict[str, float]) -> None:
-        """The other processes' requests in flight per team and tokens/s per node."""
+    def set_elsewhere(
+        self,
+        teams: dict[str, int],
+        rates: dict[str, float],
+        waiting: dict[str, int] | None = None,
+    ) -> None:
+        """The other processes' requests in flight per team and tokens/s per node, and
+        their queued requests per team with a quota (``waiting``)."""
+        self.waiting_elsewhere = {t: n for t, n in (waiting or {}).items() if t in self._chains}
         for node in self.nodes.values():
             node.elsewhere = 0
             node.elsewhere_rate = rates.get(node.name, 0.0)

@@ -78,33 +78,36 @@ class Recorder:
         """The admission decision of a request that did not pass at once, into the routing
         decision log (strategy ``scheduling``; reason ``admitted`` or why it was shed)."""
         log = self.decisions
-        if log is None:
+        process = _process(pool)
+        if log is None and process is None:
             return
         quotas = pool.quotas
         quota = None if quotas is None else _QUOTA_STATUS[quotas.status(policy.team, 0)]
-        log.record(
-            Decision(
-                at=time.time(),
-                alias=pool.name,
-                strategy="scheduling",
-                picked=pool.name if reason == "admitted" else "",
-                reason=reason,
-                prompt_tokens=tokens,
-                cached_tokens=0,
-                tenant=policy.team,
-                admission={
-                    "band": policy.band,
-                    "team": policy.team,
-                    "wait_s": round(waited, 6),
-                    "queued_ahead": ahead,
-                    "estimated_wait_s": None if estimate is None else round(estimate, 6),
-                    "limit": pool.limit,
-                    "admitted": pool.admitted,
-                    "quota": quota,
-                    "process": _process(pool),  # a fleet's: which process decided
-                },
-            )
+        decision = Decision(
+            at=time.time(),
+            alias=pool.name,
+            strategy="scheduling",
+            picked=pool.name if reason == "admitted" else "",
+            reason=reason,
+            prompt_tokens=tokens,
+            cached_tokens=0,
+            tenant=policy.team,
+            admission={
+                "band": policy.band,
+                "team": policy.team,
+                "wait_s": round(waited, 6),
+                "queued_ahead": ahead,
+                "estimated_wait_s": None if estimate is None else round(estimate, 6),
+                "limit": pool.limit,
+                "admitted": pool.admitted,
+                "quota": quota,
+                "process": process,  # a fleet's: which process decided
+            },
         )
+        if log is not None:
+            log.record(decision)
+        if process is not None:  # a fleet's shared log (`Fleet.recent_decisions`)
+            pool.state.decided(decision.to_dict())
 
     def _depth_samples(self) -> Samples:
         for name, pool in self.pools.items():

@@ -63,6 +63,8 @@ class Scheduler:
     """Admit at once, or False (`Admission.try_admit`)."""
     within: Callable[[Pool, RequestPolicy], bool]
     """Whether a request would start within its guarantee or quota (`Admission.within`)."""
+    admitted_within: Callable[[Pool, RequestPolicy], bool]
+    """`within` for a request admitted from the queue (`Admission.admitted_within`)."""
     wait: Callable[[Pool, RequestPolicy, int, float], Awaitable[float]]
     """Queue until admitted or shed (`WaitingRoom.wait`)."""
     started: Callable[[Pool, RequestPolicy, Any, bool], Running]
@@ -96,6 +98,7 @@ class Scheduler:
         self._snapshots = snapshots
         self._clock = clock
         self._link = link
+        self.link = link  # (read by the admin API: a fleet's shared decision log)
         if link is not None:
             states = link.state
         self._states: PoolStates = states or (lambda alias: LocalState(clock))
@@ -103,10 +106,11 @@ class Scheduler:
         self._task: asyncio.Task[None] | None = None
         recorder = Recorder(metrics, decisions, self.pools)
         self.admission = admission = Admission(config, clock, recorder)
-        self.preemption = preemption = Preemption(config, clock, recorder, admission)
-        self.waiting = waiting = WaitingRoom(config, clock, recorder, admission, preemption)
+        self.preemption = preemption = Preemption(admission)
+        self.waiting = waiting = WaitingRoom(preemption)
         self.try_admit = admission.try_admit
         self.within = admission.within
+        self.admitted_within = admission.admitted_within
         self.wait = waiting.wait
         self.started = preemption.started
         self.finish = admission.finish
@@ -126,7 +130,9 @@ class Scheduler:
         capacity = capacity_of(route.deployments, self._clock())
         state = self._states(alias)
         state.configure(self.config)
-        pool = self.pools[alias] = Pool(alias, capacity, self.config.critical_reserve, state)
+        pool = self.pools[alias] = Pool(
+            alias, capacity, self.config.critical_reserve, state, self.config.batch_headroom
+        )
         pool.hold_reserve(self._clock(), self.config.critical_reserve_hold_s)
         pool.takes_priority = any(d.config.priority for d in route.deployments)
         return pool
@@ -171,6 +177,7 @@ class Scheduler:
             self.admission.charge_progress(pool)
         if pool.queue.size:
             self.admission.drain(pool)
+            self.preemption.reclaim_for_owners(pool)
             after = self.config.preempt_in_flight_after_s
             # (a fleet's: the stream to cancel may be another process's)
             fleet = pool.state.lease is not None
@@ -183,6 +190,7 @@ class Scheduler:
         self.policies = Policies(config)
         for pool in self.pools.values():
             pool.reserve_share = config.critical_reserve
+            pool.headroom = config.batch_headroom
             pool.hold_reserve(self._clock(), config.critical_reserve_hold_s)
             pool.state.configure(config)  # usage restarts from what is in flight (rates: 0)
         self.poll()

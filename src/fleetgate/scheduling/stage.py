@@ -113,10 +113,11 @@ class SchedulingStage:
         pool = scheduler.pool(req.alias)
         if pool is None:
             return
-        policy = scheduler.policies.of(req.principal, req.headers)
+        policy = scheduler.policies.of(req.principal, req.headers).for_request(req.stream)
         reclaim = scheduler.within(pool, policy)
         if not scheduler.try_admit(pool, policy, req.prompt_tokens):
             await self._queue(req, pool, policy, req.prompt_tokens)
+            reclaim = scheduler.admitted_within(pool, policy)  # as it stands once admitted
         self._start(req, pool, policy, reclaim, 0)
 
     async def _queue(
@@ -166,6 +167,7 @@ class SchedulingStage:
         reclaim = scheduler.within(pool, policy)
         if not scheduler.try_admit(pool, policy, 0):
             await self._queue(req, pool, policy, 0)
+            reclaim = scheduler.admitted_within(pool, policy)
         self._start(req, pool, policy, reclaim, admission.requeues + 1)
 
     def after(self, req: GatewayRequest, outcome: Outcome) -> None:

@@ -79,6 +79,10 @@ class QuotaLedger(Protocol):
 
     def reserved_for(self, team: str) -> int: ...
 
+    def unused_nominal(self, team: str) -> int:
+        """Requests ``team`` may still start within its concurrency nominal (0: none)."""
+        ...
+
     def chain(self, team: str) -> tuple[QuotaNode, ...]: ...
 
     def usage(self) -> dict[str, dict[str, float]]: ...
@@ -102,6 +106,12 @@ class AdmissionState(Protocol):
     @property
     def queued_elsewhere(self) -> int:
         """Requests of the pool queued in other processes (as last synced)."""
+        ...
+
+    @property
+    def critical_elsewhere(self) -> float | None:
+        """When (this process's clock) a critical request last arrived at another process
+        of the pool, as last synced (None: none, or alone)."""
         ...
 
     @property
@@ -139,13 +149,18 @@ class AdmissionState(Protocol):
         for room at once, when its lease is below the limit)."""
         ...
 
-    def ask_elsewhere(self, rank: int, team: str, owner: bool) -> bool:
-        """A starved request (band ``rank`` of ``team``; ``owner``: under its nominal) found
-        no stream to cancel here: ask another process to cancel one (False: none to ask)."""
+    def ask_elsewhere(self, rank: int, team: str, owner: bool, count: int = 1) -> bool:
+        """A starved request or claim (band ``rank`` of ``team``; ``owner``: under its
+        nominal) found no stream to cancel here: ask other processes to cancel up to
+        ``count`` (those asked for recently count as on their way). False: none to ask."""
         ...
 
     def describe(self) -> dict[str, object] | None:
         """What `/admin/queues` shows of the sharing (None: this process alone)."""
+        ...
+
+    def decided(self, decision: dict[str, Any]) -> None:
+        """A scheduling decision of this process (a fleet's shared log keeps it)."""
         ...
 
 
@@ -173,6 +188,7 @@ class LocalState:
 
     lease: int | None = None  # no lease: the pool's limit decides
     queued_elsewhere = 0
+    critical_elsewhere: float | None = None
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock  # the quotas' token rates decay by it
@@ -206,10 +222,13 @@ class LocalState:
     def wants_room(self, limit: int | None) -> None:
         return None
 
-    def ask_elsewhere(self, rank: int, team: str, owner: bool) -> bool:
+    def ask_elsewhere(self, rank: int, team: str, owner: bool, count: int = 1) -> bool:
         return False
 
     def describe(self) -> dict[str, object] | None:
+        return None
+
+    def decided(self, decision: dict[str, Any]) -> None:
         return None
 
 

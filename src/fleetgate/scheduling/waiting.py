@@ -17,16 +17,12 @@ admitted gives its slot back.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from fleetgate.errors import Overloaded, RateLimited
-from fleetgate.scheduling.admission import Admission
-from fleetgate.scheduling.config import SchedulingConfig
 from fleetgate.scheduling.policy import RequestPolicy
 from fleetgate.scheduling.pool import Pool
 from fleetgate.scheduling.preempt import Preemption
 from fleetgate.scheduling.queue import Waiter
-from fleetgate.scheduling.record import Recorder
 
 __all__ = ["WaitingRoom"]
 
@@ -36,17 +32,13 @@ class WaitingRoom:
 
     __slots__ = ("_clock", "admission", "config", "preemption", "recorder")
 
-    def __init__(
-        self,
-        config: SchedulingConfig,
-        clock: Callable[[], float],
-        recorder: Recorder,
-        admission: Admission,
-        preemption: Preemption,
-    ) -> None:
-        self.config = config
-        self._clock = clock
-        self.recorder = recorder
+    def __init__(self, preemption: Preemption) -> None:
+        """``preemption``: the scheduler's; its admission, config, clock and recorder are this
+        one's too."""
+        admission = preemption.admission
+        self.config = admission.config
+        self._clock = admission.clock
+        self.recorder = admission.recorder
         self.admission = admission
         self.preemption = preemption
 
@@ -69,6 +61,12 @@ class WaitingRoom:
         self.admission.drain(pool)  # the poll may have raised the limit since the fast path
         if policy.rank == 0 and not waiter.future.done():
             self.preemption.reclaim(pool, policy, guarantee=False)
+        elif (
+            pool.quotas is not None
+            and not waiter.future.done()
+            and pool.quotas.unused_nominal(policy.team)
+        ):  # an owner back for its share (``preempt_streams_for_claims: borrowers``)
+            self.preemption.reclaim_for_owners(pool)
         try:
             if not waiter.future.done():
                 await asyncio.wait((waiter.future,), timeout=budget)

@@ -29,7 +29,7 @@ from fleetgate.sim.config import SimConfig
 from fleetgate.sim.kv import BlockManager
 from fleetgate.sim.metrics import SimMetrics
 from fleetgate.sim.sequence import SeqEvent, SeqSpec, SeqState, Sequence
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import Background
 
 __all__ = ["Engine"]
 
@@ -50,7 +50,7 @@ class Engine:
         self.steps = 0
         self._encode_tokens = 0  # image tokens encoded in the step being scheduled
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._task = Background(self._run, name="fleetgate-sim-engine")
         self._loop = asyncio.get_running_loop()
         self._m = (config.model,)
         metrics.bind(
@@ -65,13 +65,12 @@ class Engine:
 
     async def start(self) -> None:
         """Start the scheduler task (not needed in instant mode)."""
-        if self._task is None and not self.config.instant:
-            self._task = asyncio.create_task(self._run(), name="fleetgate-sim-engine")
+        if not self.config.instant:
+            self._task.start()
 
     async def aclose(self) -> None:
         """Stop the scheduler and abort everything still queued or running."""
-        await cancel_and_wait(self._task)
-        self._task = None
+        await self._task.aclose()
         for seq in [*self.waiting, *self.running]:
             if self.abort(seq):
                 # Wake the handler waiting for this sequence so it can end its response.

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from sqlalchemy import JSON, BigInteger, Column, MetaData, String, Table
 
+from fleetgate.store import columns
+
 __all__ = ["metadata", "shared_state", "shared_versions"]
 
 metadata = MetaData()
@@ -25,7 +27,7 @@ shared_state = Table(
     Column("kind", String(32), primary_key=True),  # "safety_overrides", "canary_splits", ...
     Column("name", String(200), primary_key=True),
     Column("body", JSON, nullable=False),
-    Column("updated_ms", BigInteger, nullable=False),
+    columns.updated_ms(),
 )
 
 shared_versions = Table(

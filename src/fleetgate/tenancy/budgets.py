@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 
 from fleetgate.limits.base import Limiter, Scope
 from fleetgate.store.database import Database
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import Background
 from fleetgate.telemetry.registry import Registry
 from fleetgate.tenancy.alerts import AlertNotifier, BudgetAlert
 from fleetgate.tenancy.cache import KeyCache, Snapshot
@@ -50,7 +50,7 @@ class Budgets:
         self._seeded: set[str] = set()
         self._generation: int | None = None  # the limiter generation last seeded against
         self._spent: dict[str, int] = {}  # budget_key -> nano-USD, as last seen
-        self._task: asyncio.Task[None] | None = None
+        self._task = Background(self._run, name="budget-refresh")
         if registry is not None:
             gauge = registry.gauge(
                 "fleetgate_team_budget_remaining_usd",
@@ -149,11 +149,10 @@ class Budgets:
                 )  # fmt: skip
 
     async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="budget-refresh")
+        self._task.start()
 
     async def aclose(self) -> None:
-        await cancel_and_wait(self._task)
-        self._task = None
+        await self._task.aclose()
 
     async def _run(self) -> None:
         while True:

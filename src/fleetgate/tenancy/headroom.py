@@ -7,6 +7,8 @@ where a refusal is unlikely, judged from what this process last learned of the s
 - the last answer for the same scopes was a grant, at most ``fresh_s`` ago, and left at
   least two requests and twice this request's tokens per minute in every limited scope, after
   the reservations this process has sent since and not heard back about;
+- at most ``max(1, share x that room)`` overlapped reservations of the scopes are unanswered
+  at once (``share``: `OVERLAP_SHARE`, a tenth), in requests and in tokens;
 - every scope with ``max_parallel`` has at most half its slots taken by this process,
   counting this request (so a one-slot key never overlaps: another replica may hold the slot);
 - every budgeted scope's spend, as last seen, is under 90% of its budget.
@@ -14,6 +16,15 @@ where a refusal is unlikely, judged from what this process last learned of the s
 Everything else (the first request of a key, a key near a limit, an unknown budget, a refusal
 seen last) goes the serial way: reserve, then send. The counts are per process and advisory;
 the limiter stays the only judge of what is admitted.
+
+**The bound on wasted engine calls.** An overlapped reservation that is refused costs one
+aborted engine call. A replica's unanswered overlapped reservations never exceed
+``max(1, share x R)`` (R: the room its last grant showed, at most the key's limit), and its
+first refusal sends every later request the serial way until a grant shows room again. So
+one replica wastes at most ``max(1, share x limit)`` calls per refusal, and ``P`` replicas
+bursting on one key together at most ``P x max(1, share x limit)``; while ``P x share < 1``
+their overlapped reservations together fit in the room they saw, so only the lag of that
+view (one round trip) lets any be refused. Admission itself stays exact: the limiter decides.
 """
 
 from __future__ import annotations
@@ -24,9 +35,10 @@ from dataclasses import dataclass
 
 from fleetgate.limits.base import Reservation, Scope
 
-__all__ = ["Headroom"]
+__all__ = ["OVERLAP_SHARE", "Headroom"]
 
 _MAX_TRACKED = 50_000  # scope sets remembered; past this, forgotten (they re-learn serially)
+OVERLAP_SHARE = 0.1  # of the room last seen, the most reservations unanswered at once
 
 
 @dataclass(slots=True)
@@ -49,10 +61,12 @@ class Headroom:
         spent: Callable[[Scope], int | None],
         *,
         fresh_s: float = 5.0,
+        share: float = OVERLAP_SHARE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._spent = spent
         self.fresh_s = fresh_s
+        self.share = share
         self._clock = clock
         self._seen: dict[tuple[Scope, ...], _Seen] = {}
         self._active: dict[str, int] = {}  # admitted, not settled, per parallel-limited scope
@@ -62,9 +76,15 @@ class Headroom:
         seen = self._seen.get(scopes)
         if seen is None or self._clock() - seen.at > self.fresh_s:
             return False
-        if seen.requests is not None and seen.requests - seen.pending < 2:
+        pending = seen.pending
+        if seen.requests is not None and (
+            seen.requests - pending < 2 or (pending and pending + 1 > self.share * seen.requests)
+        ):
             return False
-        if seen.tokens is not None and seen.tokens - seen.pending_tokens < 2 * tokens:
+        if seen.tokens is not None and (
+            seen.tokens - seen.pending_tokens < 2 * tokens
+            or (pending and seen.pending_tokens + tokens > self.share * seen.tokens)
+        ):
             return False
         for s in scopes:
             if s.max_parallel is not None:

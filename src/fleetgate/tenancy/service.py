@@ -8,7 +8,6 @@ same transaction, bumps the change counter and reloads every replica's key cache
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -21,16 +20,13 @@ from fleetgate.contract.principal import Principal
 from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied
 from fleetgate.store.database import Database
 from fleetgate.store.fields import ColumnShape, column_range, require_fits
+from fleetgate.store.rows import now_ms
 from fleetgate.tenancy.model import hash_key, key_hint, new_key
 from fleetgate.tenancy.money import nusd_to_usd, usd_to_nusd
 from fleetgate.tenancy.periods import PERIODS
 from fleetgate.tenancy.tables import admin_audit, api_keys, spend_tags, teams, tenancy_state, users
 
 __all__ = ["TenancyService", "parse_time_ms"]
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 _MAX_EPOCH_S = 253_402_300_799  # 9999-12-31T23:59:59Z
@@ -133,23 +129,28 @@ def _tags(body: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def _limits_out(r: Any) -> dict[str, Any]:
+    """A team's or a key's limits as the API shows them (the budget in USD)."""
+    return {
+        "rpm": r.rpm, "tpm": r.tpm, "max_parallel": r.max_parallel,
+        "max_budget_usd": None if r.max_budget_nusd is None else nusd_to_usd(r.max_budget_nusd),
+        "budget_period": r.budget_period,
+    }  # fmt: skip
+
+
 def _team_out(r: Any) -> dict[str, Any]:
     return {
-        "id": r.id, "name": r.name, "rpm": r.rpm, "tpm": r.tpm, "max_parallel": r.max_parallel,
-        "max_budget_usd": None if r.max_budget_nusd is None else nusd_to_usd(r.max_budget_nusd),
-        "budget_period": r.budget_period, "log_payloads": bool(r.log_payloads), "tags": r.tags,
+        "id": r.id, "name": r.name, **_limits_out(r),
+        "log_payloads": bool(r.log_payloads), "tags": r.tags,
     }  # fmt: skip
 
 
 def _key_out(r: Any) -> dict[str, Any]:
     return {
         "id": r.id, "hint": r.key_hint, "team_id": r.team_id, "user_id": r.user_id,
-        "role": r.role, "aliases": r.aliases, "rpm": r.rpm, "tpm": r.tpm,
-        "max_parallel": r.max_parallel,
-        "max_budget_usd": None if r.max_budget_nusd is None else nusd_to_usd(r.max_budget_nusd),
-        "budget_period": r.budget_period, "tags": r.tags, "expires_ms": r.expires_ms,
-        "revoked": r.revoked_ms is not None, "created_ms": r.created_ms,
-        "last_used_ms": r.last_used_ms,
+        "role": r.role, "aliases": r.aliases, **_limits_out(r), "tags": r.tags,
+        "expires_ms": r.expires_ms, "revoked": r.revoked_ms is not None,
+        "created_ms": r.created_ms, "last_used_ms": r.last_used_ms,
     }  # fmt: skip
 
 
@@ -170,7 +171,7 @@ class TenancyService:
         team_id: str | None,
     ) -> None:
         await conn.execute(admin_audit.insert().values(
-            created_ms=_now_ms(), actor_key_id=actor.key_id, actor_team_id=actor.team_id,
+            created_ms=now_ms(), actor_key_id=actor.key_id, actor_team_id=actor.team_id,
             team_id=team_id, action=action, target=_audit_target(target), detail=detail,
         ))  # fmt: skip
         await conn.execute(
@@ -193,7 +194,7 @@ class TenancyService:
         name = _name(body.get("name"), teams.c.name, "name")
         row = {"id": "team_" + os.urandom(8).hex(), "name": name, **_limits(body),
                "log_payloads": bool(body.get("log_payloads", False)), "tags": _tags(body),
-               "created_ms": _now_ms()}  # fmt: skip
+               "created_ms": now_ms()}  # fmt: skip
         try:
             async with self.db.engine.begin() as conn:
                 await conn.execute(teams.insert().values(**row))
@@ -227,7 +228,7 @@ class TenancyService:
             name = _name(str(body.get("name") or ""), users.c.name, "name")
             row: dict[str, Any] = {"id": "user_" + os.urandom(8).hex(), "team_id": team_id,
                                    "name": name,
-                   "created_ms": _now_ms()}  # fmt: skip
+                   "created_ms": now_ms()}  # fmt: skip
             await conn.execute(users.insert().values(**row))
             await self._audit(conn, actor, "user.create", row["id"], {"team_id": team_id}, team_id)
         return row
@@ -299,7 +300,7 @@ class TenancyService:
                    "key_hint": key_hint(key), "team_id": team_id, "user_id": user,
                    "role": role, "aliases": aliases, **_limits(body), "tags": _tags(body),
                    "expires_ms": parse_time_ms(body.get("expires_at"), "expires_at"),
-                   "revoked_ms": None, "created_ms": _now_ms()}  # fmt: skip
+                   "revoked_ms": None, "created_ms": now_ms()}  # fmt: skip
             await conn.execute(api_keys.insert().values(**row))
             detail = {"team_id": team_id, "role": role, "user": user}
             await self._audit(conn, actor, "key.create", row["id"], detail, team_id)
@@ -328,7 +329,7 @@ class TenancyService:
                 raise NotFound(f"No key '{key_id}'.")
             self._may_manage(actor, row.team_id)
             await conn.execute(
-                update(api_keys).where(api_keys.c.id == key_id).values(revoked_ms=_now_ms())
+                update(api_keys).where(api_keys.c.id == key_id).values(revoked_ms=now_ms())
             )
             await self._audit(
                 conn, actor, "key.revoke", key_id, {"team_id": row.team_id}, row.team_id
@@ -373,7 +374,7 @@ class TenancyService:
         policies); ``team_id``: the team it concerns (default: the actor's)."""
         async with self.db.engine.begin() as conn:
             await conn.execute(admin_audit.insert().values(
-                created_ms=_now_ms(), actor_key_id=actor.key_id, actor_team_id=actor.team_id,
+                created_ms=now_ms(), actor_key_id=actor.key_id, actor_team_id=actor.team_id,
                 team_id=team_id or actor.team_id, action=action, target=_audit_target(target),
                 detail=detail,
             ))  # fmt: skip

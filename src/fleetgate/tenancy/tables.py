@@ -16,7 +16,6 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
-    ForeignKey,
     Index,
     Integer,
     String,
@@ -24,6 +23,7 @@ from sqlalchemy import (
     Text,
 )
 
+from fleetgate.store import columns
 from fleetgate.store.after_insert import after_insert
 from fleetgate.store.tables import metadata
 from fleetgate.tenancy.rollup import SPEND_ROLLUP
@@ -45,63 +45,49 @@ __all__ = [
 teams = Table(
     "fg_teams",
     metadata,
-    Column("id", String(40), primary_key=True),
+    columns.string_id(),
     Column("name", String(200), nullable=False, unique=True),
-    Column("rpm", Integer),
-    Column("tpm", Integer),
-    Column("max_parallel", Integer),
-    Column("max_budget_nusd", BigInteger),
-    Column("budget_period", String(16)),
+    *columns.limits(),
     Column("log_payloads", Boolean, nullable=False, default=False),
     Column("tags", JSON, nullable=False, default=dict),
-    Column("created_ms", BigInteger, nullable=False),
+    columns.created_ms(),
 )
 
 users = Table(
     "fg_users",
     metadata,
-    Column("id", String(40), primary_key=True),
-    Column("team_id", String(40), ForeignKey("fg_teams.id"), nullable=False),
+    columns.string_id(),
+    columns.team_id(required=True, references_teams=True),
     Column("name", String(200), nullable=False),
-    Column("created_ms", BigInteger, nullable=False),
+    columns.created_ms(),
 )
 
 api_keys = Table(
     "fg_api_keys",
     metadata,
-    Column("id", String(40), primary_key=True),
+    columns.string_id(),
     Column("key_hash", String(64), nullable=False, unique=True),
     Column("key_hint", String(32), nullable=False),
-    Column("team_id", String(40), ForeignKey("fg_teams.id"), nullable=False),
+    columns.team_id(required=True, references_teams=True),
     Column("user_id", String(40)),
     Column("role", String(16), nullable=False, default="user"),
     Column("aliases", JSON),
-    Column("rpm", Integer),
-    Column("tpm", Integer),
-    Column("max_parallel", Integer),
-    Column("max_budget_nusd", BigInteger),
-    Column("budget_period", String(16)),
+    *columns.limits(),
     Column("tags", JSON, nullable=False, default=dict),
-    Column("expires_ms", BigInteger),
-    Column("revoked_ms", BigInteger),
-    Column("created_ms", BigInteger, nullable=False),
+    *columns.moments_ms("expires_ms", "revoked_ms"),
+    columns.created_ms(),
     Column("last_used_ms", BigInteger),  # at most a minute stale per process (tenancy.key_use)
 )
 
 spend = Table(
     "fg_spend",
     metadata,
-    Column("request_id", String(100), primary_key=True),
-    Column("created_ms", BigInteger, nullable=False),
-    Column("key_id", String(40), nullable=False),
-    Column("team_id", String(40)),
-    Column("alias", String(200), nullable=False),
+    columns.request_id(),
+    *columns.request_scope(required=True),
     Column("deployment", String(200)),
     Column("version", String(64)),
     Column("status", Integer, nullable=False),
-    Column("input_tokens", Integer, nullable=False),
-    Column("output_tokens", Integer, nullable=False),
-    Column("cached_tokens", Integer, nullable=False),  # prompt tokens read from a prompt cache
+    *columns.token_counts(),
     # Prompt tokens written to the upstream's prompt cache; NULL in rows from before 0010.
     Column("cache_write_tokens", Integer),
     Column("cost_nusd", BigInteger, nullable=False),
@@ -133,9 +119,7 @@ spend_rollup = Table(
     Column("team_id", String(40), primary_key=True),
     Column("group_value", String(300), primary_key=True),
     Column("requests", BigInteger, nullable=False),
-    Column("input_tokens", BigInteger, nullable=False),
-    Column("output_tokens", BigInteger, nullable=False),
-    Column("cached_tokens", BigInteger, nullable=False),
+    *columns.token_counts(BigInteger),
     Column("cache_write_tokens", BigInteger, nullable=False),
     Column("cost_nusd", BigInteger, nullable=False),
     sqlite_with_rowid=False,  # every lookup is by the primary key: keep the rows in it
@@ -144,11 +128,8 @@ spend_rollup = Table(
 request_audit = Table(
     "fg_request_audit",
     metadata,
-    Column("request_id", String(100), primary_key=True),
-    Column("created_ms", BigInteger, nullable=False),
-    Column("key_id", String(40), nullable=False),
-    Column("team_id", String(40)),
-    Column("alias", String(200), nullable=False),
+    columns.request_id(),
+    *columns.request_scope(required=True),
     Column("decision", String(32), nullable=False),
     Column("status", Integer, nullable=False),
     Column("error_type", String(64)),
@@ -162,10 +143,7 @@ safety_audit = Table(
     metadata,
     Column("id", String(100), primary_key=True),  # the request id: a replay never duplicates
     Column("request_id", String(100)),
-    Column("created_ms", BigInteger, nullable=False),
-    Column("key_id", String(40)),
-    Column("team_id", String(40)),
-    Column("alias", String(200)),
+    *columns.request_scope(required=False),
     Column("flagged", Boolean, nullable=False),
     Column("categories", JSON, nullable=False),
     Column("verdicts", JSON, nullable=False),
@@ -178,7 +156,7 @@ admin_audit = Table(
     "fg_admin_audit",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("created_ms", BigInteger, nullable=False),
+    columns.created_ms(),
     Column("actor_key_id", String(40), nullable=False),
     Column("actor_team_id", String(40)),
     Column("team_id", String(40)),  # the team the action concerns (None: global)

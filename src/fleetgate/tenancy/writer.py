@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from fleetgate.store.database import Database
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import Background
 from fleetgate.tenancy.deadletters import DeadLetters
 from fleetgate.tenancy.journal import Segment, Spool, encode
 from fleetgate.tenancy.records import TABLES, Progress, RecordSink
@@ -93,7 +93,7 @@ class RecordWriter:
         self._in_flight = 0  # unspooled records being written right now
         self._spool_failing = False
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
+        self._task = Background(self._run, name="record-writer")
         self._healthy = True
         self.written = 0  # spend records the database accepted as new
         self.refused = 0  # records set aside in the dead-letter file
@@ -182,12 +182,11 @@ class RecordWriter:
     async def start(self) -> None:
         """Replay what a previous run left behind, then write in the background."""
         await self.replay_orphans()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="record-writer")
+        self._task.start()
 
     async def aclose(self) -> None:
         """Write everything still queued; what cannot be written stays spooled."""
-        await cancel_and_wait(self._task)
-        self._task = None
+        await self._task.aclose()
         self._close_current()
         await self.flush()
         self._close_current()  # one the flush opened to spool what waited in memory

@@ -3,7 +3,9 @@ worker processes of tests/multimodal/speech/test_speech_espeak_worker.py)."""
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 from fleetgate.multimodal.native.espeak import EspeakEngine
 
@@ -15,8 +17,16 @@ class SlowEngine(EspeakEngine):
         return super().speak(text, voice, words_per_minute)
 
 
+STALL_MARK_ENV = "FLEETGATE_TEST_STALL_MARK"
+
+
 class StallsAfterFirstPhrase(EspeakEngine):
-    """Speaks the first phrase, then takes a minute over each of the others."""
+    """Speaks the first phrase, then takes a minute over the next one — once: the worker that
+    stalls leaves the file named by ``$FLEETGATE_TEST_STALL_MARK``, and a worker started after
+    it (the one replacing it once killed) never stalls. Per worker, a phrase the killed
+    request had queued could run first on the replacement and the test's next request then
+    stalled a minute behind it (60 s of every CI run, a 503 once when the call's own 60 s
+    timeout came first)."""
 
     def __init__(self, library_path: str | None = None, data_path: str | None = None) -> None:
         super().__init__(library_path, data_path)
@@ -24,6 +34,8 @@ class StallsAfterFirstPhrase(EspeakEngine):
 
     def speak(self, text: str, voice: str, words_per_minute: int) -> tuple[bytes, int]:
         self.phrases += 1
-        if self.phrases > 1:
+        mark = Path(os.environ[STALL_MARK_ENV])
+        if self.phrases > 1 and not mark.exists():
+            mark.touch()
             time.sleep(60)
         return super().speak(text, voice, words_per_minute)

@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from tests.conftest import AUTH, GatewayFactory, one_alias
 from tests.fakes import FakeUpstream
+from tests.multimodal.speech.slow_engine import STALL_MARK_ENV
 
 from fleetgate.api.state import GATEWAY
 from fleetgate.multimodal.ports import MULTIMODAL
@@ -88,10 +90,14 @@ async def test_a_speech_worker_killed_mid_request_costs_that_request_and_the_nex
 
 
 async def test_a_worker_lost_after_the_first_phrase_cuts_the_stream_instead_of_hanging(
-    gateway: GatewayFactory, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+    gateway: GatewayFactory,
+    upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     engine = "tests.multimodal.speech.slow_engine:StallsAfterFirstPhrase"
     monkeypatch.setattr(espeak, "ENGINE", engine)
+    monkeypatch.setenv(STALL_MARK_ENV, str(tmp_path / "stalled"))  # one stall, in one worker
     client = await gateway(_config(upstream))
     text = "Hello there, this is the first phrase. And this is the second one."
     resp = await client.post("/v1/audio/speech", json=_speech(text), headers=AUTH)

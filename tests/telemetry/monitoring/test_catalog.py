@@ -1,8 +1,8 @@
 """Every dashboard query and alert rule names a metric that something really exports.
 
-A gateway (with tenancy, safety, scheduling and multimodal on) serves one request from a vLLM-
-named engine simulator; both /metrics pages are scraped, and every metric a query selects must
-be on one of them, or among DCGM-exporter's default GPU counters.
+A gateway (with tenancy, safety, scheduling, multimodal and insights on) serves one request
+from a vLLM-named engine simulator; both /metrics pages are scraped, and every metric a query
+selects must be on one of them, or among DCGM-exporter's default GPU counters.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ async def test_every_query_names_an_exported_metric(gateway: Any) -> None:
                 {"alias": "a", "deployments": [{"model": "tiny", "api_base": f"{sim_url}/v1"}]}
             ],
             "safety": WORDS_ONLY,
+            "insights": {},  # its gauges feed the quality and business layers
         }
         client = await gateway(config)
         body = {"model": "a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from fleetgate.errors import InvalidRequest
+from fleetgate.http.fields import optional_array
 from fleetgate.messages_text import content_text
 
 __all__ = ["anthropic_request_to_openai"]
@@ -187,12 +188,8 @@ def _user_part(block: dict[str, Any], param: str) -> dict[str, Any]:
 
 def _convert_tools(raw: Any) -> list[dict[str, Any]]:
     """OpenAI function tools from Anthropic client tools (server tools are refused)."""
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise InvalidRequest("'tools' must be an array", param="tools")
     tools: list[dict[str, Any]] = []
-    for i, tool in enumerate(raw):
+    for i, tool in enumerate(optional_array(raw, "tools")):
         if not isinstance(tool, dict) or tool.get("type") not in (None, "custom"):
             raise InvalidRequest("only client (custom) tools are supported", param=f"tools[{i}]")
         name = tool.get("name")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetgate.errors import InvalidRequest
+from fleetgate.http.fields import optional_array
 
 __all__ = ["ResponsesRequest", "chat_body", "parse_request"]
 
@@ -208,12 +209,8 @@ def _metadata(value: Any) -> None:
 
 def _tools(raw: Any) -> list[dict[str, Any]]:
     """Chat function tools from Responses function tools (``name`` at the top level)."""
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise InvalidRequest("'tools' must be an array.", param="tools")
     tools = []
-    for i, tool in enumerate(raw):
+    for i, tool in enumerate(optional_array(raw, "tools")):
         where = f"tools[{i}]"
         if not isinstance(tool, dict) or tool.get("type") != "function":
             kind = tool.get("type") if isinstance(tool, dict) else None

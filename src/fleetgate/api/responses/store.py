@@ -13,7 +13,6 @@ A chain whose older response was deleted or expired continues from what is left.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,16 +21,13 @@ from sqlalchemy import Integer, delete, insert, literal, select
 from fleetgate.api.responses.tables import responses
 from fleetgate.errors import NotFound
 from fleetgate.store.database import Database
+from fleetgate.store.rows import now_ms
 
 __all__ = ["ResponseStore"]
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class ResponseStore:
-    def __init__(self, db: Database, clock: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, db: Database, clock: Callable[[], int] = now_ms) -> None:
         self.db = db
         self.clock = clock
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import JSON, BigInteger, Column, Index, String, Table
 
+from fleetgate.store import columns
 from fleetgate.store.tables import metadata
 
 __all__ = ["responses"]
@@ -14,10 +15,10 @@ __all__ = ["responses"]
 responses = Table(
     "fg_responses",
     metadata,
-    Column("id", String(64), primary_key=True),
-    Column("owner", String(64), nullable=False),  # the key's team, or the key without one
+    columns.string_id(64),
+    columns.owner(),
     Column("previous_id", String(64)),
-    Column("created_ms", BigInteger, nullable=False),
+    columns.created_ms(),
     Column("expires_ms", BigInteger, nullable=False),
     Column("response", JSON, nullable=False),  # the response object, as GET returns it
     Column("messages", JSON, nullable=False),  # the turn's chat messages: input, then output

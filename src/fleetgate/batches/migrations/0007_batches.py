@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from fleetgate.store import columns
+
 revision = "0007"
 down_revision = "0006"
 branch_labels = None
@@ -19,20 +21,20 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "fg_files",
-        sa.Column("id", sa.String(40), primary_key=True),
-        sa.Column("owner", sa.String(64), nullable=False),
+        columns.string_id(),
+        columns.owner(),
         sa.Column("purpose", sa.String(32), nullable=False),
         sa.Column("filename", sa.String(255), nullable=False),
         sa.Column("bytes", sa.Integer, nullable=False),
         sa.Column("content", sa.LargeBinary, nullable=False),
-        sa.Column("created_ms", sa.BigInteger, nullable=False),
+        columns.created_ms(),
     )
     op.create_index("ix_fg_files_owner", "fg_files", ["owner", "created_ms"])
     op.create_table(
         "fg_batches",
-        sa.Column("id", sa.String(40), primary_key=True),
-        sa.Column("owner", sa.String(64), nullable=False),
-        sa.Column("key_id", sa.String(40), nullable=False),
+        columns.string_id(),
+        columns.owner(),
+        columns.key_id(required=True),
         sa.Column("endpoint", sa.String(64), nullable=False),
         sa.Column("input_file_id", sa.String(40), nullable=False),
         sa.Column("completion_window", sa.String(8), nullable=False),
@@ -42,14 +44,16 @@ def upgrade() -> None:
         sa.Column("error_file_id", sa.String(40)),
         sa.Column("errors", sa.JSON),
         sa.Column("meta", sa.JSON),
-        sa.Column("created_ms", sa.BigInteger, nullable=False),
-        sa.Column("in_progress_ms", sa.BigInteger),
-        sa.Column("finalizing_ms", sa.BigInteger),
-        sa.Column("completed_ms", sa.BigInteger),
-        sa.Column("failed_ms", sa.BigInteger),
-        sa.Column("expired_ms", sa.BigInteger),
-        sa.Column("cancelling_ms", sa.BigInteger),
-        sa.Column("cancelled_ms", sa.BigInteger),
+        columns.created_ms(),
+        *columns.moments_ms(
+            "in_progress_ms",
+            "finalizing_ms",
+            "completed_ms",
+            "failed_ms",
+            "expired_ms",
+            "cancelling_ms",
+            "cancelled_ms",
+        ),
         sa.Column("expires_ms", sa.BigInteger, nullable=False),
         sa.Column("lease_owner", sa.String(64)),
         sa.Column("lease_until_ms", sa.BigInteger, nullable=False),
@@ -63,7 +67,7 @@ def upgrade() -> None:
         sa.Column("custom_id", sa.String(512)),
         sa.Column("ok", sa.Boolean, nullable=False),
         sa.Column("record", sa.Text, nullable=False),
-        sa.Column("created_ms", sa.BigInteger, nullable=False),
+        columns.created_ms(),
         sa.UniqueConstraint("batch_id", "custom_id", name="fg_batch_results_custom_id"),
     )
 

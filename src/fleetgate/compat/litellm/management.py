@@ -16,7 +16,6 @@ Example::
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -28,6 +27,7 @@ from fleetgate.contract.principal import Principal
 from fleetgate.errors import InvalidRequest, NotFound, PermissionDenied, ServiceUnavailable
 from fleetgate.http import AdminAccess, json_reply
 from fleetgate.store.errors import store_unavailable_is_503
+from fleetgate.store.rows import now_ms
 from fleetgate.tenancy.periods import period_bounds
 from fleetgate.tenancy.rollup import DAY_MS
 from fleetgate.tenancy.runtime import Tenancy
@@ -37,10 +37,6 @@ __all__ = ["Management"]
 MAX_ROWS = 1000  # /spend/logs rows per answer
 MAX_DAYS = 366  # /spend/logs?start_date=&end_date= range
 TEAM_KEYS = 1000  # keys listed by /team/info
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _day(value: str, param: str) -> int:
@@ -86,7 +82,7 @@ class Management:
         actor = self.access.authenticated(request)
         presented = self.access.presented_key(request)
         ref = request.query.get("key") or presented
-        now = _now_ms()
+        now = now_ms()
         if actor.is_master and ref == presented:
             async with tenancy.db.engine.connect() as conn:
                 spent = await lookup.key_spend(conn, actor.key_id, None, 0)
@@ -118,7 +114,7 @@ class Management:
         ref = request.query.get("team_id") or actor.team_id
         if not ref:
             raise InvalidRequest("'team_id' is required with the master key", param="team_id")
-        now = _now_ms()
+        now = now_ms()
         async with tenancy.db.engine.connect() as conn:
             row = await lookup.team_row(conn, ref)
             if row is None or not (actor.is_master or actor.team_id == row.id):

@@ -1,12 +1,15 @@
 // The console's playground: a multi-turn chat. Each turn is sent with the turns before it
 // (and the system prompt, temperature and max tokens when set); the reply's server-sent events
-// are shown as they arrive, then kept as the conversation's next assistant turn.
+// are shown as they arrive, then kept as the conversation's next assistant turn. Under the
+// reply: the serving model's registered name and filing number, when the answer carries them
+// (the disclosure feature's headers; non-ASCII text arrives as RFC 8187 UTF-8'' encoding).
 (function () {
   "use strict";
   const form = document.getElementById("chat");
   const reply = document.getElementById("reply");
   const status = document.getElementById("chat-status");
   const history = document.getElementById("conversation");
+  const disclosure = document.getElementById("disclosure");
   let turns = []; // {role: "user" | "assistant", content}
 
   function show() {
@@ -19,6 +22,26 @@
       item.append(who, document.createTextNode(turn.content));
       history.append(item);
     }
+  }
+
+  function headerText(resp, name) {
+    const value = resp.headers.get(name);
+    if (value === null || !value.startsWith("UTF-8''")) return value;
+    try {
+      return decodeURIComponent(value.slice(7));
+    } catch (err) {
+      return value;
+    }
+  }
+
+  function disclose(resp) {
+    const parts = [];
+    const model = headerText(resp, "x-fleetgate-model-name");
+    const number = headerText(resp, "x-fleetgate-filing-number");
+    if (model) parts.push("Registered model: " + model);
+    if (number) parts.push("Filing number: " + number);
+    disclosure.textContent = parts.join(" · "); // text, never markup
+    disclosure.hidden = parts.length === 0;
   }
 
   function body() {
@@ -38,6 +61,8 @@
     turns.push({ role: "user", content: form.elements.prompt.value });
     show();
     reply.textContent = "";
+    disclosure.textContent = "";
+    disclosure.hidden = true;
     reply.setAttribute("aria-busy", "true");
     status.textContent = "Streaming…";
     let chunks = 0;
@@ -49,6 +74,7 @@
         body: JSON.stringify(body()),
         credentials: "same-origin",
       });
+      disclose(resp);
       if (!resp.ok || !resp.body) {
         const err = await resp.json().catch(() => ({}));
         throw new Error((err.error && err.error.message) || "HTTP " + resp.status);
@@ -96,6 +122,8 @@
     turns = [];
     show();
     reply.textContent = "";
+    disclosure.textContent = "";
+    disclosure.hidden = true;
     status.textContent = "New conversation.";
   }
 

@@ -8,7 +8,6 @@ fleetgate errors (``errors``).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -25,7 +24,7 @@ from fleetgate.providers.anthropic.stream import AnthropicStreamTranslator
 from fleetgate.providers.anthropic.wire import anthropic_headers, anthropic_messages_url
 from fleetgate.providers.base import UpstreamCall, UpstreamResponse
 from fleetgate.providers.connections import PooledResponse
-from fleetgate.providers.transport import HttpClient, raise_upstream_error, streamed_response
+from fleetgate.providers.transport import HttpClient, translated_stream
 from fleetgate.sse import SSEParser, encode_sse
 from fleetgate.telemetry.tracing import TRACE_HEADERS
 
@@ -103,18 +102,13 @@ class AnthropicProvider:
     async def _open_stream(
         self, data: bytes, call: UpstreamCall, translator: AnthropicStreamTranslator
     ) -> UpstreamResponse:
-        resp: PooledResponse | None = None
-        try:
-            async with asyncio.timeout(call.timeouts.first_token):
-                resp, _ = await self._post(data, call)
-                batches = _translate(resp, translator)
-                try:
-                    first, *leftover = await anext(batches)
-                except StopAsyncIteration:
-                    raise UpstreamBadResponse("Anthropic stream ended before any event") from None
-        except BaseException as exc:
-            raise_upstream_error(exc, resp, self._url)
-        return streamed_response(resp, [first, *leftover], batches, self._url)
+        return await translated_stream(
+            lambda: self._post(data, call),
+            lambda resp: _translate(resp, translator),
+            call.timeouts.first_token,
+            self._url,
+            "Anthropic stream ended before any event",
+        )
 
 
 async def _translate(

@@ -33,6 +33,7 @@ from typing import Any
 import orjson
 
 from fleetgate.errors import InvalidRequest
+from fleetgate.http.fields import optional_array
 from fleetgate.providers.anthropic.content import cache_control, text_of, user_blocks
 
 __all__ = ["DEFAULT_MAX_TOKENS", "openai_chat_to_anthropic"]
@@ -254,11 +255,7 @@ def _assistant_blocks(msg: dict[str, Any], where: str) -> list[dict[str, Any]]:
     text = text_of(content, f"{where}.content", allow=("text", "refusal"))
     if text:
         blocks.append({"type": "text", "text": text})
-    calls = msg.get("tool_calls")
-    if calls is None:
-        return blocks
-    if not isinstance(calls, list):
-        raise InvalidRequest("'tool_calls' must be an array", param=f"{where}.tool_calls")
+    calls = optional_array(msg.get("tool_calls"), f"{where}.tool_calls")
     for j, call in enumerate(calls):
         blocks.append(_tool_use(call, f"{where}.tool_calls[{j}]"))
     return blocks
@@ -296,12 +293,8 @@ def _tool_result(msg: dict[str, Any], where: str) -> dict[str, Any]:
 
 def _convert_tools(raw: Any) -> list[dict[str, Any]]:
     """Anthropic ``tools`` from OpenAI function tools."""
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise InvalidRequest("'tools' must be an array", param="tools")
     tools: list[dict[str, Any]] = []
-    for i, tool in enumerate(raw):
+    for i, tool in enumerate(optional_array(raw, "tools")):
         where = f"tools[{i}]"
         fn = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):

@@ -11,7 +11,6 @@ first event arrived: a failure before it can still be retried on another deploym
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
 
@@ -23,7 +22,7 @@ from fleetgate.providers.connections import PooledResponse
 from fleetgate.providers.responses.request import chat_to_responses
 from fleetgate.providers.responses.response import responses_to_chat
 from fleetgate.providers.responses.stream import ResponsesStreamTranslator
-from fleetgate.providers.transport import HttpClient, raise_upstream_error, streamed_response
+from fleetgate.providers.transport import HttpClient, translated_stream
 from fleetgate.sse import SSEParser, encode_sse
 
 __all__ = ["NativeResponses"]
@@ -61,23 +60,16 @@ class NativeResponses:
     async def _open_stream(
         self, payload: bytes, call: UpstreamCall, translator: ResponsesStreamTranslator
     ) -> UpstreamResponse:
-        resp: PooledResponse | None = None
-        try:
-            async with asyncio.timeout(call.timeouts.first_token):
-                resp, _ = await self._http.post(
-                    self.url, payload, self._headers, call.timeouts, stream=True,
-                    extra_headers=call.headers,
-                )  # fmt: skip
-                batches = _translate(resp, translator)
-                try:
-                    first, *leftover = await anext(batches)
-                except StopAsyncIteration:
-                    raise UpstreamBadResponse(
-                        "The upstream stream ended before any event."
-                    ) from None
-        except BaseException as exc:
-            raise_upstream_error(exc, resp, self.url)
-        return streamed_response(resp, [first, *leftover], batches, self.url)
+        return await translated_stream(
+            lambda: self._http.post(
+                self.url, payload, self._headers, call.timeouts, stream=True,
+                extra_headers=call.headers,
+            ),
+            lambda resp: _translate(resp, translator),
+            call.timeouts.first_token,
+            self.url,
+            "The upstream stream ended before any event.",
+        )  # fmt: skip
 
 
 async def _translate(

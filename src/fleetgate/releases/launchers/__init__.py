@@ -1,7 +1,7 @@
 """Engine launchers: start, health-check, scale and stop the engines that serve one registered
 version (`Launcher`), on this machine (`LocalLauncher`) or on Kubernetes (`KubeLauncher`)."""
 
-from fleetgate.releases.launchers.base import Engines, Launcher, ServeSpec, serve_spec
+from fleetgate.releases.launchers.base import Engines, Launcher, Record, ServeSpec, serve_spec
 from fleetgate.releases.launchers.kube import KubeLauncher, render_objects
 from fleetgate.releases.launchers.local import LocalLauncher
 
@@ -10,6 +10,7 @@ __all__ = [
     "KubeLauncher",
     "Launcher",
     "LocalLauncher",
+    "Record",
     "ServeSpec",
     "render_objects",
     "serve_spec",

@@ -21,13 +21,13 @@ Example::
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from fleetgate.errors import InvalidRequest
 
-__all__ = ["Engines", "Launcher", "ServeSpec", "serve_spec"]
+__all__ = ["Engines", "Launcher", "Record", "ServeSpec", "serve_spec"]
 
 
 @dataclass(frozen=True)
@@ -68,24 +68,57 @@ class Engines:
         )  # fmt: skip
 
 
+Record = Callable[["Engines"], Awaitable[None]]
+"""Stores what a launcher is about to start or has started, durably (the pipeline writes it to
+its run's row). A launcher calls it *before* each engine is started (the launch's intent: its
+port and a token the process carries), again once the process exists (its pid), so whatever
+dies in between, a later `Launcher.resume` can find the engine and adopt or stop it. An error
+it raises stops the launch before anything more is started."""
+
+
 class Launcher(Protocol):
     """Starts, checks, scales and stops the engines serving one registered version."""
 
-    async def start(self, version: Mapping[str, Any], *, role: str, replicas: int = 1) -> Engines:
+    async def start(
+        self,
+        version: Mapping[str, Any],
+        *,
+        role: str,
+        replicas: int = 1,
+        record: Record | None = None,
+    ) -> Engines:
         """Start ``replicas`` engines and wait (bounded) until they answer their health check;
-        raise `fleetgate.errors.UpstreamError` if they do not (nothing is left running)."""
+        raise `fleetgate.errors.UpstreamError` if they do not (nothing is left running).
+        ``record`` is told of each launch before it starts (`Record`)."""
+        ...
+
+    async def resume(
+        self,
+        version: Mapping[str, Any],
+        engines: Engines,
+        *,
+        replicas: int,
+        record: Record | None = None,
+    ) -> Engines:
+        """Finish a start that was interrupted (the process that called `start` died): the
+        engines ``record`` last stored are found again; each still starting is waited for and
+        adopted (unhealthy ones stopped), the missing ones started, up to ``replicas``."""
         ...
 
     async def healthy(self, engines: Engines) -> bool:
         """Whether every engine answers its health check now."""
         ...
 
-    async def scale(self, engines: Engines, replicas: int) -> Engines:
-        """The same engines with ``replicas`` of them (started or stopped to match)."""
+    async def scale(
+        self, engines: Engines, replicas: int, *, record: Record | None = None
+    ) -> Engines:
+        """The same engines with ``replicas`` of them (started or stopped to match); launches
+        an interrupted scale left are adopted or stopped first, new ones told to ``record``."""
         ...
 
     async def stop(self, engines: Engines) -> None:
-        """Stop them (idempotent: engines already gone are not an error)."""
+        """Stop them, those recorded as still starting included (idempotent: engines already
+        gone are not an error)."""
         ...
 
 

@@ -26,7 +26,7 @@ import yaml
 
 from fleetgate.errors import UpstreamConnectError
 from fleetgate.extras import require
-from fleetgate.releases.launchers.base import Engines, serve_spec
+from fleetgate.releases.launchers.base import Engines, Record, serve_spec
 
 __all__ = ["KubeLauncher", "object_name", "render_objects"]
 
@@ -148,14 +148,23 @@ class KubeLauncher:
         name = object_name(str(version["model"]), str(version["version"]), role)
         return f"http://{name}.{self.namespace}.svc.cluster.local:{_PORT}/v1"
 
-    async def start(self, version: Mapping[str, Any], *, role: str, replicas: int = 1) -> Engines:
+    async def start(
+        self,
+        version: Mapping[str, Any],
+        *,
+        role: str,
+        replicas: int = 1,
+        record: Record | None = None,
+    ) -> Engines:
         objects = render_objects(version, self.base_dir, role=role, replicas=replicas,
                                  namespace=self.namespace,
                                  fleetgate_image=self.fleetgate_image)  # fmt: skip
-        await asyncio.to_thread(self._apply, objects)
         name = objects[0]["metadata"]["name"]
         engines = Engines(str(version["model"]), str(version["version"]), role,
                           [self._url(version, role)], replicas, {"name": name})  # fmt: skip
+        if record is not None:  # the objects' name, before they exist
+            await record(engines)
+        await asyncio.to_thread(self._apply, objects)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.start_timeout_s
         while loop.time() < deadline:
@@ -164,6 +173,17 @@ class KubeLauncher:
             await asyncio.sleep(5.0)
         await self.stop(engines)
         raise UpstreamConnectError(f"{name} was not ready within {self.start_timeout_s:g} s")
+
+    async def resume(
+        self,
+        version: Mapping[str, Any],
+        engines: Engines,
+        *,
+        replicas: int,
+        record: Record | None = None,
+    ) -> Engines:
+        """Applying is idempotent (created, or replaced where they exist): start again."""
+        return await self.start(version, role=engines.role, replicas=replicas, record=record)
 
     def _apply(self, objects: list[dict[str, Any]]) -> None:
         k8s = require("kubernetes", extra="kube", purpose="the Kubernetes launcher")
@@ -194,7 +214,10 @@ class KubeLauncher:
             return False
         return int(status.status.ready_replicas or 0) >= engines.replicas > 0
 
-    async def scale(self, engines: Engines, replicas: int) -> Engines:
+    async def scale(
+        self, engines: Engines, replicas: int, *, record: Record | None = None
+    ) -> Engines:
+        """Patches ``spec.replicas`` (idempotent: nothing to record)."""
         k8s = require("kubernetes", extra="kube", purpose="the Kubernetes launcher")
         apps = k8s.client.AppsV1Api(self._api())
         await asyncio.to_thread(

@@ -8,7 +8,13 @@ output goes to ``<log_dir>/<model>-<version>-<role>-<n>.log``. ``start`` waits a
 killed and the start fails. ``stop`` sends SIGTERM, then SIGKILL after ``stop_timeout_s``.
 
 The processes are found again by their pid and port (``Engines.detail``), so a gateway
-restarted while its pipeline had engines up can check and stop them.
+restarted while its pipeline had engines up can check and stop them. A launch is announced
+(`fleetgate.releases.launchers.base.Record`) before its process starts: its port and a random
+token the process carries in its environment (`fleetgate.releases.launchers.processes`), under
+``detail["pending"]``; then again with its pid. A gateway that died between the start of an
+engine and the end of its health wait leaves that record: `LocalLauncher.resume` finds the
+process (by its pid, else by the token), adopts it once healthy or stops it, and starts what is
+missing on the declared port (a free one when none is declared).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,7 +34,15 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from fleetgate.errors import UpstreamConnectError
-from fleetgate.releases.launchers.base import Engines, ServeSpec, serve_spec
+from fleetgate.releases.launchers.base import Engines, Record, ServeSpec, serve_spec
+from fleetgate.releases.launchers.processes import (
+    TOKEN_ENV,
+    alive,
+    kill_carriers,
+    launched,
+    remains,
+    signal_group,
+)
 
 __all__ = ["LocalLauncher"]
 
@@ -58,13 +73,18 @@ def _argv(spec: ServeSpec, port: int) -> list[str]:
     return argv
 
 
-def _alive(pid: int, port: int) -> bool:
-    """Whether ``pid`` is still the engine started on ``port`` (not a recycled pid)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return str(port).encode() in cmdline
+def _with(
+    engines: Engines,
+    ports: list[int],
+    pids: list[int],
+    tokens: dict[str, str],
+    pending: list[dict[str, Any]] | None = None,
+) -> Engines:
+    """``engines`` answering on ``ports`` (``pending``: launches not healthy yet)."""
+    detail = {**engines.detail, "ports": ports, "pids": pids, "tokens": tokens,
+              "pending": [dict(p) for p in pending or []]}  # fmt: skip
+    return Engines(engines.model, engines.version, engines.role,
+                   [f"http://{_HOST}:{p}/v1" for p in ports], len(ports), detail)  # fmt: skip
 
 
 class LocalLauncher:
@@ -82,46 +102,111 @@ class LocalLauncher:
         self.poll_s = poll_s
         self._procs: dict[int, asyncio.subprocess.Process] = {}
 
-    async def start(self, version: Mapping[str, Any], *, role: str, replicas: int = 1) -> Engines:
+    async def start(
+        self,
+        version: Mapping[str, Any],
+        *,
+        role: str,
+        replicas: int = 1,
+        record: Record | None = None,
+    ) -> Engines:
         spec = serve_spec(version)
-        declared = _declared_ports(version)
         engines = Engines(str(version["model"]), str(version["version"]), role, [], 0,
                           {"spec": {"kind": spec.kind, "argv": spec.argv,
                                     "served_model": spec.served_model},
-                           "ports": [], "pids": [], "declared": declared})  # fmt: skip
-        return await self._grow(engines, spec, replicas)
+                           "ports": [], "pids": [], "tokens": {}, "pending": [],
+                           "declared": _declared_ports(version)})  # fmt: skip
+        return await self._grow(engines, spec, replicas, record)
 
-    async def _grow(self, engines: Engines, spec: ServeSpec, replicas: int) -> Engines:
+    async def resume(
+        self,
+        version: Mapping[str, Any],
+        engines: Engines,
+        *,
+        replicas: int,
+        record: Record | None = None,
+    ) -> Engines:
+        tokens: dict[str, str] = dict(engines.detail.get("tokens", {}))
+        ports: list[int] = []
+        pids: list[int] = []
+        for pid, port in zip(engines.detail.get("pids", []), engines.detail.get("ports", []),
+                             strict=True):  # fmt: skip
+            if await self._adopt(pid, port, tokens.get(str(pid))):
+                ports.append(port)
+                pids.append(pid)
+        for launch in engines.detail.get("pending", []):
+            port, token, recorded = int(launch["port"]), str(launch["token"]), launch.get("pid")
+            found = [recorded] if recorded and alive(recorded, port, token) else launched(token)
+            for n, pid in enumerate(found):
+                if n == 0 and await self._adopt(pid, port, token):
+                    ports.append(port)
+                    pids.append(pid)
+                    tokens[str(pid)] = token
+                else:  # a second engine of one launch cannot be: stopped
+                    await self._kill(pid, port, token)
+        kept = {str(p): tokens[str(p)] for p in pids if str(p) in tokens}
+        running = _with(engines, ports, pids, kept)
+        # which engines were found running rather than started (shown on the run's timeline)
+        adopted = replace(running, detail={**running.detail, "adopted": list(pids)})
+        if record is not None:
+            await record(adopted)
+        spec = ServeSpec(**engines.detail["spec"])
+        return await self._grow(adopted, spec, replicas, record)
+
+    async def _adopt(self, pid: int, port: int, token: str | None) -> bool:
+        """Whether the engine ``pid`` (started before a restart) is, or becomes in time,
+        healthy; one that is not is stopped."""
+        try:
+            await self._wait_healthy(pid, port, token)
+        except UpstreamConnectError:
+            await self._kill(pid, port, token)
+            return False
+        return True
+
+    async def _grow(
+        self, engines: Engines, spec: ServeSpec, replicas: int, record: Record | None = None
+    ) -> Engines:
         ports, pids = list(engines.detail["ports"]), list(engines.detail["pids"])
+        tokens: dict[str, str] = dict(engines.detail.get("tokens", {}))
         declared = [p for p in engines.detail.get("declared", []) if p not in ports]
-        started: list[tuple[int, int]] = []
+        pending: list[dict[str, Any]] = []
         try:
             for n in range(len(ports), replicas):
                 port = declared.pop(0) if declared else _free_port()
-                pid = await self._spawn(engines, spec, port, n)
-                started.append((pid, port))
-            await asyncio.gather(*(self._wait_healthy(pid, port) for pid, port in started))
+                launch: dict[str, Any] = {"port": port, "token": os.urandom(12).hex(), "pid": None}
+                pending.append(launch)
+                if record is not None:  # the intent, durably, before the process exists
+                    await record(_with(engines, ports, pids, tokens, pending))
+                launch["pid"] = await self._spawn(engines, spec, port, n, launch["token"])
+            if record is not None and pending:
+                await record(_with(engines, ports, pids, tokens, pending))
+            await asyncio.gather(
+                *(self._wait_healthy(p["pid"], p["port"], p["token"]) for p in pending)
+            )
         except BaseException:
-            await asyncio.gather(*(self._kill(pid, port) for pid, port in started))
+            await asyncio.gather(
+                *(self._kill(p["pid"], p["port"], p["token"]) for p in pending if p["pid"])
+            )
             raise
-        ports += [p for _, p in started]
-        pids += [p for p, _ in started]
-        return Engines(engines.model, engines.version, engines.role,
-                       [f"http://{_HOST}:{p}/v1" for p in ports], len(ports),
-                       {**engines.detail, "ports": ports, "pids": pids})  # fmt: skip
+        for launch in pending:
+            ports.append(launch["port"])
+            pids.append(launch["pid"])
+            tokens[str(launch["pid"])] = launch["token"]
+        return _with(engines, ports, pids, tokens)
 
-    async def _spawn(self, engines: Engines, spec: ServeSpec, port: int, n: int) -> int:
+    async def _spawn(self, engines: Engines, spec: ServeSpec, port: int, n: int, token: str) -> int:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"{engines.model}-{engines.version}-{engines.role}-{n}.log"
         with log.open("ab") as out:
             proc = await asyncio.create_subprocess_exec(
                 *_argv(spec, port), stdout=out, stderr=asyncio.subprocess.STDOUT,
                 stdin=asyncio.subprocess.DEVNULL, start_new_session=True,
+                env={**os.environ, TOKEN_ENV: token},
             )  # fmt: skip
         self._procs[proc.pid] = proc
         return proc.pid
 
-    async def _wait_healthy(self, pid: int, port: int) -> None:
+    async def _wait_healthy(self, pid: int, port: int, token: str | None = None) -> None:
         deadline = time.monotonic() + self.start_timeout_s
         url = f"http://{_HOST}:{port}/health"
         async with aiohttp.ClientSession() as session:
@@ -132,6 +217,8 @@ class LocalLauncher:
                         f"the engine on port {port} exited with status {proc.returncode} "
                         "before it was healthy (see its log)"
                     )
+                if proc is None and not alive(pid, port, token):  # adopted: not our child
+                    raise UpstreamConnectError(f"the engine on port {port} is gone")
                 if await _answers(session, url):
                     return
                 await asyncio.sleep(self.poll_s)
@@ -141,7 +228,7 @@ class LocalLauncher:
 
     async def healthy(self, engines: Engines) -> bool:
         ports: list[int] = engines.detail.get("ports", [])
-        if not ports:
+        if not ports or engines.detail.get("pending"):
             return False
         async with aiohttp.ClientSession() as session:
             answers = await asyncio.gather(
@@ -149,47 +236,65 @@ class LocalLauncher:
             )
         return all(answers)
 
-    async def scale(self, engines: Engines, replicas: int) -> Engines:
+    async def scale(
+        self, engines: Engines, replicas: int, *, record: Record | None = None
+    ) -> Engines:
         if replicas < 0:
             raise ValueError("replicas must be >= 0")
+        if engines.detail.get("pending"):  # a scale-up cut short: adopt or stop what it left
+            engines = await self.resume({}, engines, replicas=0, record=record)
         ports, pids = list(engines.detail["ports"]), list(engines.detail["pids"])
         if replicas >= len(ports):
             spec = ServeSpec(**engines.detail["spec"])
-            return await self._grow(engines, spec, replicas)
-        await asyncio.gather(*(self._kill(pid, port) for pid, port in
+            return await self._grow(engines, spec, replicas, record)
+        tokens: dict[str, str] = engines.detail.get("tokens", {})
+        await asyncio.gather(*(self._kill(pid, port, tokens.get(str(pid))) for pid, port in
                                zip(pids[replicas:], ports[replicas:], strict=True)))  # fmt: skip
         ports, pids = ports[:replicas], pids[:replicas]
-        return Engines(engines.model, engines.version, engines.role,
-                       [f"http://{_HOST}:{p}/v1" for p in ports], replicas,
-                       {**engines.detail, "ports": ports, "pids": pids})  # fmt: skip
+        return _with(engines, ports, pids, {str(p): tokens[str(p)] for p in pids
+                                            if str(p) in tokens})  # fmt: skip
 
     async def stop(self, engines: Engines) -> None:
+        tokens: dict[str, str] = engines.detail.get("tokens", {})
         pids: list[int] = engines.detail.get("pids", [])
         ports: list[int] = engines.detail.get("ports", [])
-        await asyncio.gather(*(self._kill(p, q) for p, q in zip(pids, ports, strict=True)))
+        kills = [self._kill(p, q, tokens.get(str(p))) for p, q in zip(pids, ports, strict=True)]
+        for launch in engines.detail.get("pending", []):
+            token, port = str(launch["token"]), int(launch["port"])
+            found = set(launched(token)) | ({int(launch["pid"])} if launch.get("pid") else set())
+            kills += [self._kill(pid, port, token) for pid in found]
+        await asyncio.gather(*kills)
 
-    async def _kill(self, pid: int, port: int) -> None:
+    async def _kill(self, pid: int, port: int, token: str | None = None) -> None:
+        """SIGTERM to the engine's group, SIGKILL after ``stop_timeout_s``; returns once the
+        engine and every worker carrying its token are gone (bounded)."""
         proc = self._procs.pop(pid, None)
-        if proc is None and not _alive(pid, port):
+        if proc is None and not remains(pid, port, token):
             return  # gone already (or the pid now belongs to something else)
-        _signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_timeout_s
-        while time.monotonic() < deadline:
-            if proc is not None and proc.returncode is not None:
-                return
-            if proc is None and not _alive(pid, port):
-                return
-            await asyncio.sleep(0.05)
-        _signal(pid, signal.SIGKILL)
+        signal_group(pid, signal.SIGTERM)
+        if await self._gone(proc, pid, port, token, self.stop_timeout_s):
+            return
+        signal_group(pid, signal.SIGKILL)
+        kill_carriers(token)
         if proc is not None:
             await proc.wait()
+        await self._gone(proc, pid, port, token, self.stop_timeout_s)
 
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)  # its own session: the engine and any workers it started
-    except ProcessLookupError:
-        pass
+    async def _gone(
+        self,
+        proc: asyncio.subprocess.Process | None,
+        pid: int,
+        port: int,
+        token: str | None,
+        timeout_s: float,
+    ) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            exited = proc.returncode is not None if proc is not None else True
+            if exited and not remains(pid, port, token):
+                return True
+            await asyncio.sleep(0.05)
+        return False
 
 
 async def _answers(session: aiohttp.ClientSession, url: str) -> bool:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from importlib import resources
 
 from fleetgate.errors import ConfigError
+from fleetgate.safety.normalize import to_simplified
 
 __all__ = ["Glosser", "clean_definition", "parse_cedict"]
 
@@ -147,10 +148,14 @@ def _shipped_lines() -> list[str]:
 
 
 class Glosser:
-    """English glosses of Chinese words; ``words`` replaces the shipped dictionary (tests)."""
+    """English glosses of Chinese words; ``words`` replaces the shipped dictionary (tests).
+    ``simplify``: read Traditional characters as Simplified first (`normalize.to_simplified`),
+    so Hong Kong and Taiwan forms the dictionary lacks (Cantonese 點樣, variant 衞) are found
+    under their Simplified entries (issue #38)."""
 
-    def __init__(self, words: Mapping[str, str] | None = None) -> None:
+    def __init__(self, words: Mapping[str, str] | None = None, *, simplify: bool = True) -> None:
         self._words: Mapping[str, str] | None = words
+        self._simplify = simplify
         self._lock = threading.Lock()
 
     def _dictionary(self) -> Mapping[str, str]:
@@ -184,5 +189,7 @@ class Glosser:
         if _CJK_RUN.search(text) is None:
             return text
         words = self._dictionary()
+        if self._simplify:
+            text = to_simplified(text)
         glossed = _CJK_RUN.sub(lambda m: f" {self._run(m.group(0), words)} ", text)
         return _SPACES.sub(" ", glossed).strip()

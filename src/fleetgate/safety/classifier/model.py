@@ -2,8 +2,11 @@
 
 A softmax layer over all input columns, plus (models trained by
 ``fleetgate_training.classifier.fit_hidden``, the shipped one since its seventh version) a
-hidden ReLU layer over the first block of columns, the sentence embedding. Inference is numpy
-alone; training the hidden layer needs torch and the tooling.
+hidden ReLU layer over the first block of columns, the sentence embedding, plus (since the
+thirteenth version, issue #38) an optional `SecondStage`: a logistic layer over the same
+columns and the first stage's harm logit, trained on plain requests and look-alikes written by
+many authors, whose harm probability replaces the first stage's. Inference is numpy alone;
+training needs the tooling.
 """
 
 from __future__ import annotations
@@ -16,7 +19,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Blocks", "Floats", "Hidden", "SoftmaxModel", "column_blocks", "softmax"]
+__all__ = [
+    "Blocks",
+    "Floats",
+    "Hidden",
+    "SecondStage",
+    "SoftmaxModel",
+    "column_blocks",
+    "softmax",
+]
 
 Floats = npt.NDArray[np.float32]
 
@@ -63,6 +74,32 @@ class Hidden:
         return out
 
 
+class SecondStage:
+    """A second opinion on harm over the same input columns: ``sigmoid(x w + b + first *
+    logit(h1))``, where ``h1`` is the first stage's harm probability (1 - p(benign)).
+
+    Its probability replaces ``h1``: the benign column becomes ``1 - h2`` and the harm classes
+    are scaled to share ``h2`` as they shared ``h1`` (so the most likely category is the first
+    stage's). Trained by ``fleetgate_training.classifier.second_stage``."""
+
+    def __init__(self, weights: Floats, bias: float, first: float) -> None:
+        if weights.ndim != 1:
+            raise ValueError(f"second-stage weights must be one column, not {weights.shape}")
+        self.weights, self.bias, self.first = weights, float(bias), float(first)
+
+    def harm(self, blocks: Sequence[Any], first_harm: Floats) -> Floats:
+        """The second stage's harm probability per row, given the first stage's."""
+        h1 = np.clip(first_harm, 1e-6, 1.0 - 1e-6)
+        z = self.bias + self.first * np.log(h1 / (1.0 - h1))
+        start = 0
+        for blk in blocks:
+            width = int(blk.shape[1])
+            z = z + np.asarray(blk @ self.weights[start : start + width]).reshape(-1)
+            start += width
+        out: Floats = (1.0 / (1.0 + np.exp(-np.clip(z, -60.0, 60.0)))).astype(np.float32)
+        return out
+
+
 class SoftmaxModel:
     """``p(class | x) = softmax(x W + b [+ relu(x_e W1 + b1) W2])``: the softmax layer trained
     with class-weighted, L2-regularised Adam (``fleetgate_training.classifier.fit_softmax``), or
@@ -80,7 +117,12 @@ class SoftmaxModel:
         bias: Floats,
         info: Mapping[str, str] | None = None,
         hidden: Hidden | None = None,
+        second: SecondStage | None = None,
     ) -> None:
+        if second is not None and (
+            second.weights.shape[0] != weights.shape[0] or "benign" not in classes
+        ):
+            raise ValueError("the second stage does not fit the softmax layer's shape")
         if hidden is not None and (
             hidden.inputs > weights.shape[0] or hidden.w2.shape[1] != weights.shape[1]
         ):
@@ -89,6 +131,7 @@ class SoftmaxModel:
         self.weights = weights
         self.bias = bias
         self.hidden = hidden
+        self.second = second
         self.info: dict[str, str] = dict(info or {})
 
     def hash_dim(self, embedding_dim: int) -> int:
@@ -99,6 +142,14 @@ class SoftmaxModel:
         """Class probabilities, one row per input row, columns in ``classes`` order (``x``: one
         matrix, dense or sparse, or its column blocks side by side)."""
         blocks = column_blocks(x, int(self.weights.shape[0]))
+        proba = self._first_stage(blocks)
+        return proba if self.second is None else self._second_opinion(blocks, proba)
+
+    def first_stage_proba(self, x: Floats | Blocks) -> Floats:
+        """`predict_proba` without the `SecondStage` (what the second stage reads)."""
+        return self._first_stage(column_blocks(x, int(self.weights.shape[0])))
+
+    def _first_stage(self, blocks: list[Any]) -> Floats:
         z, start = self.bias, 0
         for blk in blocks:
             width = int(blk.shape[1])
@@ -110,6 +161,16 @@ class SoftmaxModel:
                 raise ValueError("the hidden layer needs the dense embedding as the first block")
             z = z + self.hidden.logits(np.asarray(first[:, : self.hidden.inputs], np.float32))
         return softmax(np.asarray(z, dtype=np.float32))
+
+    def _second_opinion(self, blocks: Sequence[Any], proba: Floats) -> Floats:
+        assert self.second is not None
+        benign = self.classes.index("benign")
+        h1 = 1.0 - proba[:, benign]
+        h2 = self.second.harm(blocks, h1)
+        scale = np.where(h1 > 1e-12, h2 / np.maximum(h1, 1e-12), 0.0).astype(np.float32)
+        out: Floats = (proba * scale[:, None]).astype(np.float32)
+        out[:, benign] = 1.0 - h2
+        return out
 
     def save(self, path: Path, fingerprint: str) -> None:
         """Write atomically (temp file + rename) so a crashed write never leaves a bad cache.
@@ -125,6 +186,9 @@ class SoftmaxModel:
                 "hidden_b1": self.hidden.b1,
                 "hidden_w2": self.hidden.w2.astype(np.float16),
             }
+        if self.second is not None:
+            hidden["second_w"] = self.second.weights.astype(np.float16)
+            hidden["second_b"] = np.array([self.second.bias, self.second.first], np.float32)
         with tmp.open("wb") as fh:
             np.savez_compressed(
                 fh,
@@ -149,6 +213,10 @@ class SoftmaxModel:
             if "hidden_w1" in data.files:
                 hidden = Hidden(*(np.asarray(data[f"hidden_{k}"], dtype=np.float32)
                                   for k in ("w1", "b1", "w2")))  # fmt: skip
+            second = None
+            if "second_w" in data.files:
+                b2, first = (float(v) for v in np.asarray(data["second_b"], np.float32))
+                second = SecondStage(np.asarray(data["second_w"], np.float32), b2, first)
             info = {str(k): str(v) for k, v in info.items()}
-            model = cls(classes, weights, bias, info, hidden)
+            model = cls(classes, weights, bias, info, hidden, second)
             return model, str(data["fingerprint"])

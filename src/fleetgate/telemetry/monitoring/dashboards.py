@@ -101,7 +101,31 @@ APPLICATION = (
         f"sum by (alias) (rate(fleetgate_client_disconnects_total[{_R}]))", "{{alias}}"),), "ops"),
 )  # fmt: skip
 
+
+def _by_version(title: str, ratio: str, unit: str = "percentunit") -> Panel:
+    """A per-alias-and-version figure the insights feature refreshes from the database (each
+    process reports the same value: ``max`` over processes)."""
+    return Panel(title, ((f"max by (alias, version) (fleetgate_insights_{ratio})",
+                          "{{alias}} {{version}}"),), unit)  # fmt: skip
+
+
+ANSWERS = (
+    _by_version("Abandoned streams (cut, no follow-up), last 7 days", "abandonment_ratio"),
+    _by_version("Regenerations, last 7 days", "regeneration_ratio"),
+    _by_version("Positive feedback share, last 7 days", "feedback_positive_ratio"),
+    _by_version("Code answers adopted (accepted or edited), last 7 days", "adoption_ratio"),
+    _by_version("Hallucination estimate (sampled RAG answers), last 7 days",
+                "hallucination_ratio"),
+    _by_version("Mean human review score (1-5), last 7 days", "review_score", "short"),
+    Panel("Feedback and adoption events", ((
+        f"sum by (alias, event) (rate(fleetgate_insights_events_total[{_R}]))",
+        "{{alias}} {{event}}"),), "ops"),
+    Panel("Human review queue", (("max by (state) (fleetgate_insights_review_items)",
+                                  "{{state}}"),)),
+)  # fmt: skip
+
 QUALITY = (
+    *ANSWERS,
     Panel("Guardrail verdicts", ((
         f"sum by (stage, check, action) (rate(fleetgate_safety_verdicts_total[{_R}]))",
         "{{stage}} {{check}} {{action}}"),), "ops"),
@@ -124,7 +148,34 @@ QUALITY = (
     )),
 )  # fmt: skip
 
+USERS = (
+    Panel("Active end users", (
+        ("max(fleetgate_insights_daily_active_users)", "daily (today)"),
+        ("max(fleetgate_insights_monthly_active_users)", "monthly (30 days)"),
+    )),
+    Panel("Stickiness (DAU/MAU) and conversion", (
+        ("max(fleetgate_insights_stickiness_ratio)", "stickiness"),
+        ("max(fleetgate_insights_conversion_ratio)", "free-to-paid conversion"),
+    ), "percentunit"),
+    Panel("Retention by day N (cohorts of the last 30 days)", ((
+        "max by (day) (fleetgate_insights_retention_ratio)", "day {{day}}"),), "percentunit"),
+    Panel("Active end users by plan, last 30 days", ((
+        "max by (plan) (fleetgate_insights_plan_active_users)", "{{plan}}"),)),
+    Panel("Cost and revenue by plan, last 30 days", (
+        ("max by (plan) (fleetgate_insights_plan_cost_usd)", "cost {{plan}}"),
+        ("max by (plan) (fleetgate_insights_plan_revenue_usd)", "revenue {{plan}}"),
+    ), "currencyUSD"),
+    Panel("Cost per unit of revenue by plan, last 30 days", ((
+        "max by (plan) (fleetgate_insights_plan_cost_usd) / "
+        "max by (plan) (fleetgate_insights_plan_revenue_usd)", "{{plan}}"),), "percentunit"),
+    Panel("Insights rows not yet stored", (
+        ("sum(fleetgate_insights_pending_rows)", "pending"),
+        ("sum(fleetgate_insights_dropped_rows)", "dropped since start"),
+    )),
+)  # fmt: skip
+
 BUSINESS = (
+    *USERS,
     Panel("Spend per hour by team and alias", ((
         "sum by (team, alias) (increase(fleetgate_spend_usd_total[1h]))",
         "{{team}} {{alias}}"),), "currencyUSD"),
@@ -153,8 +204,11 @@ BUSINESS = (
 LAYERS: dict[str, tuple[str, tuple[Panel, ...]]] = {
     "infrastructure": ("fleetgate: infrastructure (engines and GPUs)", INFRASTRUCTURE),
     "application": ("fleetgate: application (latency, throughput, cache)", APPLICATION),
-    "quality": ("fleetgate: quality (guardrails)", QUALITY),
-    "business": ("fleetgate: business (usage and budgets by team and model)", BUSINESS),
+    "quality": ("fleetgate: quality (answers, reviews and guardrails)", QUALITY),
+    "business": (
+        "fleetgate: business (users, plans, cost against revenue, usage and budgets)",
+        BUSINESS,
+    ),
 }
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from fleetgate.store import columns
+
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -18,56 +20,42 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "fg_teams",
-        sa.Column("id", sa.String(40), primary_key=True),
+        columns.string_id(),
         sa.Column("name", sa.String(200), nullable=False, unique=True),
-        sa.Column("rpm", sa.Integer),
-        sa.Column("tpm", sa.Integer),
-        sa.Column("max_parallel", sa.Integer),
-        sa.Column("max_budget_nusd", sa.BigInteger),
-        sa.Column("budget_period", sa.String(16)),
+        *columns.limits(),
         sa.Column("log_payloads", sa.Boolean, nullable=False),
         sa.Column("tags", sa.JSON, nullable=False),
-        sa.Column("created_ms", sa.BigInteger, nullable=False),
+        columns.created_ms(),
     )
     op.create_table(
         "fg_users",
-        sa.Column("id", sa.String(40), primary_key=True),
-        sa.Column("team_id", sa.String(40), sa.ForeignKey("fg_teams.id"), nullable=False),
+        columns.string_id(),
+        columns.team_id(required=True, references_teams=True),
         sa.Column("name", sa.String(200), nullable=False),
-        sa.Column("created_ms", sa.BigInteger, nullable=False),
+        columns.created_ms(),
     )
     op.create_table(
         "fg_api_keys",
-        sa.Column("id", sa.String(40), primary_key=True),
+        columns.string_id(),
         sa.Column("key_hash", sa.String(64), nullable=False, unique=True),
         sa.Column("key_hint", sa.String(32), nullable=False),
-        sa.Column("team_id", sa.String(40), sa.ForeignKey("fg_teams.id"), nullable=False),
+        columns.team_id(required=True, references_teams=True),
         sa.Column("user_id", sa.String(40)),
         sa.Column("role", sa.String(16), nullable=False),
         sa.Column("aliases", sa.JSON),
-        sa.Column("rpm", sa.Integer),
-        sa.Column("tpm", sa.Integer),
-        sa.Column("max_parallel", sa.Integer),
-        sa.Column("max_budget_nusd", sa.BigInteger),
-        sa.Column("budget_period", sa.String(16)),
+        *columns.limits(),
         sa.Column("tags", sa.JSON, nullable=False),
-        sa.Column("expires_ms", sa.BigInteger),
-        sa.Column("revoked_ms", sa.BigInteger),
-        sa.Column("created_ms", sa.BigInteger, nullable=False),
+        *columns.moments_ms("expires_ms", "revoked_ms"),
+        columns.created_ms(),
     )
     op.create_table(
         "fg_spend",
-        sa.Column("request_id", sa.String(100), primary_key=True),
-        sa.Column("created_ms", sa.BigInteger, nullable=False),
-        sa.Column("key_id", sa.String(40), nullable=False),
-        sa.Column("team_id", sa.String(40)),
-        sa.Column("alias", sa.String(200), nullable=False),
+        columns.request_id(),
+        *columns.request_scope(required=True),
         sa.Column("deployment", sa.String(200)),
         sa.Column("version", sa.String(64)),
         sa.Column("status", sa.Integer, nullable=False),
-        sa.Column("input_tokens", sa.Integer, nullable=False),
-        sa.Column("output_tokens", sa.Integer, nullable=False),
-        sa.Column("cached_tokens", sa.Integer, nullable=False),
+        *columns.token_counts(),
         sa.Column("cost_nusd", sa.BigInteger, nullable=False),
         sa.Column("latency_ms", sa.Integer, nullable=False),
         sa.Column("tags", sa.JSON, nullable=False),
@@ -81,11 +69,8 @@ def upgrade() -> None:
     )
     op.create_table(
         "fg_request_audit",
-        sa.Column("request_id", sa.String(100), primary_key=True),
-        sa.Column("created_ms", sa.BigInteger, nullable=False),
-        sa.Column("key_id", sa.String(40), nullable=False),
-        sa.Column("team_id", sa.String(40)),
-        sa.Column("alias", sa.String(200), nullable=False),
+        columns.request_id(),
+        *columns.request_scope(required=True),
         sa.Column("decision", sa.String(32), nullable=False),
         sa.Column("status", sa.Integer, nullable=False),
         sa.Column("error_type", sa.String(64)),
@@ -96,7 +81,7 @@ def upgrade() -> None:
     op.create_table(
         "fg_admin_audit",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-        sa.Column("created_ms", sa.BigInteger, nullable=False),
+        columns.created_ms(),
         sa.Column("actor_key_id", sa.String(40), nullable=False),
         sa.Column("actor_team_id", sa.String(40)),
         sa.Column("action", sa.String(64), nullable=False),

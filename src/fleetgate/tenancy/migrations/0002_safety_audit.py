@@ -9,6 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from fleetgate.store import columns
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
@@ -20,10 +22,7 @@ def upgrade() -> None:
         "fg_safety_audit",
         sa.Column("id", sa.String(100), primary_key=True),
         sa.Column("request_id", sa.String(100)),
-        sa.Column("created_ms", sa.BigInteger, nullable=False),
-        sa.Column("key_id", sa.String(40)),
-        sa.Column("team_id", sa.String(40)),
-        sa.Column("alias", sa.String(200)),
+        *columns.request_scope(required=False),
         sa.Column("flagged", sa.Boolean, nullable=False),
         sa.Column("categories", sa.JSON, nullable=False),
         sa.Column("verdicts", sa.JSON, nullable=False),

@@ -11,6 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from fleetgate.store import columns
+
 revision = "0011"
 down_revision = "0010"
 branch_labels = None
@@ -26,9 +28,7 @@ def upgrade() -> None:
         sa.Column("team_id", sa.String(40), primary_key=True),
         sa.Column("group_value", sa.String(300), primary_key=True),
         sa.Column("requests", sa.BigInteger, nullable=False),
-        sa.Column("input_tokens", sa.BigInteger, nullable=False),
-        sa.Column("output_tokens", sa.BigInteger, nullable=False),
-        sa.Column("cached_tokens", sa.BigInteger, nullable=False),
+        *columns.token_counts(sa.BigInteger),
         sa.Column("cache_write_tokens", sa.BigInteger, nullable=False),
         sa.Column("cost_nusd", sa.BigInteger, nullable=False),
         sqlite_with_rowid=False,
@@ -49,7 +49,7 @@ def upgrade() -> None:
         sa.Column("name", sa.String(200), nullable=False),
         sa.Column("csrf", sa.String(64), nullable=False),
         sa.Column("sealed_token", sa.LargeBinary, nullable=False),
-        sa.Column("created_ms", sa.BigInteger, nullable=False),
+        columns.created_ms(),
         sa.Column("expires_ms", sa.BigInteger, nullable=False),
     )
     op.create_index("ix_fg_console_sessions_expires", "fg_console_sessions", ["expires_ms"])

@@ -25,6 +25,7 @@ Example::
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Literal
@@ -41,6 +42,7 @@ __all__ = [
     "authors",
     "hazard_examples",
     "hazard_prompts",
+    "load_hazard_jsonl",
 ]
 
 KINDS = ("direct", "indirect", "lookalike")
@@ -124,6 +126,28 @@ def hazard_prompts(part: Part = "all") -> list[HazardPrompt]:
     if part == "all":
         return prompts
     return [p for p in prompts if (p.author in TEST_AUTHORS) == (part == "test")]
+
+
+def load_hazard_jsonl(lines: Iterable[str], source: str = "<set>") -> list[HazardPrompt]:
+    """A blind hazard set's JSONL rows (``prompt``, ``label`` ``unsafe``/``safe``,
+    ``category`` a hazard code for look-alikes too, ``lang``, ``kind``, ``author``; e.g.
+    ``bench/safety/data/heldout_blind5.jsonl``) as `HazardPrompt`s: a safe row is a
+    ``lookalike`` whatever its kind, an unsafe one keeps its kind (default ``direct``)."""
+    out: list[HazardPrompt] = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        hazard = _BY_CODE.get(str(row.get("category")))
+        label = str(row.get("label"))
+        if hazard is None or label not in ("safe", "unsafe"):
+            raise ValueError(f"{source}:{n}: unknown category {row.get('category')!r} or label")
+        kind = "lookalike" if label == "safe" else str(row.get("kind") or "direct")
+        if kind == "lookalike" and label == "unsafe":
+            raise ValueError(f"{source}:{n}: an unsafe row of kind lookalike")
+        out.append(HazardPrompt(str(row["prompt"]), hazard, kind, str(row["author"]),
+                                str(row["lang"])))  # fmt: skip
+    return out
 
 
 def authors(part: Part = "all") -> list[str]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from fleetgate.store import columns
+
 revision = "0010"
 down_revision = "0009"
 branch_labels = None
@@ -18,10 +20,10 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "fg_responses",
-        sa.Column("id", sa.String(64), primary_key=True),
-        sa.Column("owner", sa.String(64), nullable=False),
+        columns.string_id(64),
+        columns.owner(),
         sa.Column("previous_id", sa.String(64)),
-        sa.Column("created_ms", sa.BigInteger, nullable=False),
+        columns.created_ms(),
         sa.Column("expires_ms", sa.BigInteger, nullable=False),
         sa.Column("response", sa.JSON, nullable=False),
         sa.Column("messages", sa.JSON, nullable=False),

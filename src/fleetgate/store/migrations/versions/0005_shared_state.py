@@ -13,6 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from fleetgate.store import columns
+
 revision = "0005"
 down_revision = "0004"
 branch_labels = None
@@ -25,7 +27,7 @@ def upgrade() -> None:
         sa.Column("kind", sa.String(32), primary_key=True),
         sa.Column("name", sa.String(200), primary_key=True),
         sa.Column("body", sa.JSON, nullable=False),
-        sa.Column("updated_ms", sa.BigInteger, nullable=False),
+        columns.updated_ms(),
     )
     op.create_table(
         "fg_shared_versions",
@@ -34,16 +36,14 @@ def upgrade() -> None:
     )
     op.create_table(
         "fg_documents",
-        sa.Column("team", sa.String(128), primary_key=True),
-        sa.Column("doc_id", sa.String(200), primary_key=True),
+        *columns.team_document_key(),
         sa.Column("bytes", sa.Integer, nullable=False),
         sa.Column("chunks", sa.Integer, nullable=False),
-        sa.Column("updated_ms", sa.BigInteger, nullable=False),
+        columns.updated_ms(),
     )
     op.create_table(
         "fg_document_chunks",
-        sa.Column("team", sa.String(128), primary_key=True),
-        sa.Column("doc_id", sa.String(200), primary_key=True),
+        *columns.team_document_key(),
         sa.Column("seq", sa.Integer, primary_key=True),
         sa.Column("text", sa.Text, nullable=False),
         sa.Column("embedding", sa.LargeBinary, nullable=False),
@@ -52,7 +52,7 @@ def upgrade() -> None:
         "fg_safety_strikes",
         sa.Column("key_id", sa.String(40), primary_key=True),
         sa.Column("count", sa.Integer, nullable=False),
-        sa.Column("updated_ms", sa.BigInteger, nullable=False),
+        columns.updated_ms(),
     )
 
 
