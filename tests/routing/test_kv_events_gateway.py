@@ -9,9 +9,9 @@ from typing import Any
 import aiohttp
 
 from fleetgate.sim import SimConfig
+from fleetgate.sim.app import SIM_KV_EVENTS
 from fleetgate.sim.runner import start_sim
 from tests.conftest import AUTH, GatewayFactory
-from tests.routing.test_kv_subscriber import free_port
 
 DOC = "Reference manual section. " + " ".join(f"clause{i} applies" for i in range(120))
 
@@ -19,16 +19,18 @@ DOC = "Reference manual section. " + " ".join(f"clause{i} applies" for i in rang
 async def _fleet(stack: AsyncExitStack) -> list[dict[str, Any]]:
     deps = []
     for i in range(2):
-        pub, rep = free_port(), free_port()
+        # ``*`` ports: each publisher binds free ports itself (no window for another test to
+        # take a port picked beforehand)
         cfg = SimConfig(model="m", prefill_ms_per_token=0.001, decode_ms_per_step=0.2,
                         output_len=2, kv_blocks=256, block_size=16,
-                        kv_events_endpoint=f"tcp://127.0.0.1:{pub}",
-                        kv_events_replay_endpoint=f"tcp://127.0.0.1:{rep}")  # fmt: skip
+                        kv_events_endpoint="tcp://127.0.0.1:*",
+                        kv_events_replay_endpoint="tcp://127.0.0.1:*")  # fmt: skip
         runner, url = await start_sim(cfg)
         stack.push_async_callback(runner.cleanup)
+        publisher = runner.app[SIM_KV_EVENTS]
         deps.append({"model": "m", "api_base": f"{url}/v1", "name": f"sim{i}",
-                     "kv_events": {"endpoint": f"tcp://127.0.0.1:{pub}",
-                                   "replay_endpoint": f"tcp://127.0.0.1:{rep}"}})  # fmt: skip
+                     "kv_events": {"endpoint": publisher.endpoint,
+                                   "replay_endpoint": publisher.replay_endpoint}})  # fmt: skip
     return deps
 
 

@@ -29,22 +29,21 @@ def free_port() -> int:
 
 @asynccontextmanager
 async def events_sim(*, replay: bool = True, kv_blocks: int = 256) -> AsyncIterator[Any]:
-    pub, rep = free_port(), free_port()
+    # ``*`` ports: the publisher binds free ports itself (a port picked here first can be taken
+    # by a parallel test's server before the bind)
     cfg = SimConfig(
         model="m", prefill_ms_per_token=0.001, decode_ms_per_step=0.2, output_len=2,
         kv_blocks=kv_blocks, block_size=16,
-        kv_events_endpoint=f"tcp://127.0.0.1:{pub}",
-        kv_events_replay_endpoint=f"tcp://127.0.0.1:{rep}" if replay else None,
+        kv_events_endpoint="tcp://127.0.0.1:*",
+        kv_events_replay_endpoint="tcp://127.0.0.1:*" if replay else None,
     )  # fmt: skip
     runner, url = await start_sim(cfg)
     try:
+        publisher = runner.app[SIM_KV_EVENTS]
         yield (
             runner.app,
             url,
-            KvEventsConfig(
-                endpoint=f"tcp://127.0.0.1:{pub}",
-                replay_endpoint=f"tcp://127.0.0.1:{rep}" if replay else None,
-            ),
+            KvEventsConfig(endpoint=publisher.endpoint, replay_endpoint=publisher.replay_endpoint),
         )
     finally:
         await runner.cleanup()
@@ -155,16 +154,14 @@ async def test_a_gap_without_replay_falls_back_until_resync() -> None:
 
 
 async def test_an_engine_restart_starts_the_index_over() -> None:
-    pub, rep = free_port(), free_port()
-    cfg = KvEventsConfig(
-        endpoint=f"tcp://127.0.0.1:{pub}", replay_endpoint=f"tcp://127.0.0.1:{rep}"
-    )
     index = EventBlockIndex()
     subs = KvEventSubscribers(index)
     key = "http://engine"
     doc = list(range(64))
-    publisher = KvEventPublisher(cfg.endpoint, cfg.replay_endpoint)
+    publisher = KvEventPublisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
     await publisher.start()
+    assert publisher.replay_endpoint is not None
+    cfg = KvEventsConfig(endpoint=publisher.endpoint, replay_endpoint=publisher.replay_endpoint)
     try:
         subs.sync({key: cfg})
         await _until(lambda: index.trusted(key))  # an empty replay buffer: an empty cache

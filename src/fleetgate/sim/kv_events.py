@@ -65,18 +65,27 @@ class KvEventPublisher:
         self.drop_next = 0  # tests: batches to number but not send (a lossy network)
 
     async def start(self) -> None:
+        """Bind both sockets. A ``*`` port (``tcp://127.0.0.1:*``) takes a free one from the
+        system at bind time, with no window in which another process can take it first; the
+        bound addresses are then in ``endpoint`` and ``replay_endpoint``. A failed bind closes
+        what was opened and raises."""
         import zmq
         import zmq.asyncio
 
         self._ctx = zmq.asyncio.Context()
-        self._pub = self._ctx.socket(zmq.PUB)
-        self._pub.setsockopt(zmq.LINGER, 0)
-        self._pub.setsockopt(zmq.SNDHWM, 100_000)
-        self._pub.bind(self.endpoint)
-        if self.replay_endpoint is not None:
-            self._replay = self._ctx.socket(zmq.ROUTER)
-            self._replay.setsockopt(zmq.LINGER, 0)
-            self._replay.bind(self.replay_endpoint)
+        try:
+            self._pub = self._ctx.socket(zmq.PUB)
+            self._pub.setsockopt(zmq.LINGER, 0)
+            self._pub.setsockopt(zmq.SNDHWM, 100_000)
+            self.endpoint = _bind(self._pub, self.endpoint)
+            if self.replay_endpoint is not None:
+                self._replay = self._ctx.socket(zmq.ROUTER)
+                self._replay.setsockopt(zmq.LINGER, 0)
+                self.replay_endpoint = _bind(self._replay, self.replay_endpoint)
+        except BaseException:
+            await self.aclose()
+            raise
+        if self._replay is not None:
             self._replay_task = asyncio.get_running_loop().create_task(
                 self._serve_replay(), name="fleetgate-sim-kv-replay"
             )
@@ -176,3 +185,12 @@ class KvEventPublisher:
                 if seq >= start:
                     await sock.send_multipart([client, b"", seq.to_bytes(8, "big"), payload])
             await sock.send_multipart([client, b"", _END, b""])
+
+
+def _bind(sock: Any, endpoint: str) -> str:
+    """Bind ``sock`` and return the address it is bound to (the port a ``*`` resolved to)."""
+    import zmq
+
+    sock.bind(endpoint)
+    bound = sock.getsockopt(zmq.LAST_ENDPOINT)
+    return bound.decode() if isinstance(bound, bytes) else str(bound)
