@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -12,9 +14,32 @@ from pathlib import Path
 
 import yaml
 
-from fleetgate.cli.processes import free_port, stop, wait_http
+from fleetgate.cli.processes import stop, wait_http
 
 __all__ = ["free_port", "metric_value", "serve_process", "serve_processes", "sim_process"]
+
+# Ports for servers a test starts later come from below the system's ephemeral range
+# (32768-60999 on Linux), one block per xdist worker: a port the system hands out for
+# ``bind(0)`` or an outgoing connection, in this worker or another, can then never take a port
+# picked here before its server binds it (CI failed once on exactly that).
+_BLOCK = 2_000
+_FIRST = 20_000
+_WORKER = int(re.sub(r"\D", "", os.environ.get("PYTEST_XDIST_WORKER", "gw0")) or 0) % 6
+_NEXT = itertools.count()
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that is free now and that no other test worker will pick."""
+    base = _FIRST + _WORKER * _BLOCK
+    for _ in range(_BLOCK):
+        port = base + next(_NEXT) % _BLOCK
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port in {base}-{base + _BLOCK - 1}")
 
 
 @contextmanager

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetgate.cli.processes import free_port, stop, wait_http
-from tests.procs import metric_value
+from fleetgate.cli.processes import stop, wait_http
+from tests.procs import free_port, metric_value
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the venv's bin: `fleetgate` is there

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleetgate.cli.processes import free_port, stop, wait_http
+from fleetgate.cli.processes import stop, wait_http
 from fleetgate.console.feature import NPM_SOURCES, VENDOR
+from tests.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 IGNORED = shutil.ignore_patterns(

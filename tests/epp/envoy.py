@@ -25,8 +25,9 @@ from typing import Any
 
 import yaml
 
-from fleetgate.cli.processes import free_port, stop, wait_http
+from fleetgate.cli.processes import stop, wait_http
 from fleetgate.epp.protocol import DESTINATION, SERVED, SUBSET, SUBSET_NAMESPACE, TAG_NAMESPACE
+from tests.procs import free_port
 
 __all__ = ["envoy_binary", "envoy_config", "envoy_process"]
 

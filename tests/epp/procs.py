@@ -14,7 +14,8 @@ import grpc
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from fleetgate.cli.processes import free_port, stop, wait_http
+from fleetgate.cli.processes import stop, wait_http
+from tests.procs import free_port
 
 __all__ = ["Epp", "epp_process", "health_status"]
 

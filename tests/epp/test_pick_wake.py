@@ -16,13 +16,13 @@ import pytest
 from aiohttp import web
 
 from fleetgate.api.state import GATEWAY
-from fleetgate.cli.processes import free_port
 from fleetgate.contract.request import GatewayRequest
 from fleetgate.epp.picker import EndpointPicker
 from fleetgate.errors import NoHealthyDeployment
 from fleetgate.routing import wake as wake_module
 from fleetgate.sim import SimConfig, running_sim
 from tests.conftest import GatewayFactory
+from tests.procs import free_port
 from tests.routing.support import route_ctx
 
 WAKE_UP_S = 1.5

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from fleetgate.cli.processes import free_port, stop, wait_http
+from fleetgate.cli.processes import stop, wait_http
+from tests.procs import free_port
 
 __all__ = ["Region", "gateway_config", "start_gateway"]
 

@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -17,17 +16,12 @@ import aiohttp
 import yaml
 
 from fleetgate.sim.generation import WORDS
+from tests.procs import free_port
 
 MASTER = "sk-master-pipeline"
 AUTH = {"Authorization": f"Bearer {MASTER}"}
 PROMPTS = [f"Item {i:03d}: the answer to question {i} is {i * 7 % 101}." for i in range(1, 241)]
 LONG = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(2100)) for i in range(3)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_suites(root: Path, golden_items: int = 240, max_tokens: int = 64) -> tuple[Path, Path]:

@@ -4,7 +4,6 @@ are schema-valid."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -13,15 +12,10 @@ import pytest
 
 from fleetgate.errors import UpstreamConnectError
 from fleetgate.releases.launchers import Engines, LocalLauncher, render_objects, serve_spec
+from tests.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "kubernetes" / "engines" / "base"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def version(n: int, **extra: Any) -> dict[str, Any]:

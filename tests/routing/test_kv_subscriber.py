@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,12 +18,7 @@ from fleetgate.sim.kv_events import KvEventPublisher
 from fleetgate.sim.runner import start_sim
 from fleetgate.sim.state import SIM_STATE
 from fleetgate.telemetry.registry import Registry
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.procs import free_port
 
 
 @asynccontextmanager

@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from fleetgate.cli.processes import free_port, stop, wait_http
+from fleetgate.cli.processes import stop, wait_http
 from fleetgate.config.schema import DeploymentConfig
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.regions import RegionPreference
 from fleetgate.sim import SimConfig, running_sim
 from tests.conftest import AUTH, GatewayFactory
+from tests.procs import free_port
 
 
 def _dep(name: str, region: str | None) -> Deployment:

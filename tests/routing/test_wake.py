@@ -11,13 +11,12 @@ import aiohttp
 import pytest
 
 from fleetgate.api.state import GATEWAY
-from fleetgate.cli.processes import free_port
 from fleetgate.epp.picker import EndpointPicker
 from fleetgate.errors import NoHealthyDeployment
 from fleetgate.sim import SimConfig, running_sim, start_sim
 from fleetgate.sim.config import FaultConfig
 from tests.conftest import AUTH, GatewayFactory
-from tests.procs import metric_value
+from tests.procs import free_port, metric_value
 from tests.routing.support import route_ctx
 
 BODY = {"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}

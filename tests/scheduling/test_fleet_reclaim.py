@@ -33,8 +33,8 @@ import aiohttp
 import pytest
 import yaml
 
-from fleetgate.cli.processes import free_port, stop, wait_http
-from tests.procs import metric_value
+from fleetgate.cli.processes import stop, wait_http
+from tests.procs import free_port, metric_value
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 

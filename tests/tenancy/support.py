@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from fleetgate.store import Database
 from fleetgate.tenancy.ports import TENANCY
 from fleetgate.tenancy.runtime import Tenancy
 from fleetgate.tenancy.writer import RecordWriter
+from tests.procs import free_port
 
 PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -87,12 +87,6 @@ async def migrated_database(kind: str, tmp_path: Path) -> AsyncIterator[Database
             yield db
         finally:
             await db.aclose()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def gateway_config(
