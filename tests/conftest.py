@@ -17,7 +17,7 @@ from fleetgate.routing.semantic_feature import SemanticFeature
 from fleetgate.routing.semantic_stage import SemanticStage
 from tests.fakes import FakeUpstream
 from tests.ordering import pytest_collection_modifyitems  # noqa: F401 (slowest files first)
-from tests.vllm_engines import vllm_engines  # noqa: F401 (the session's vLLM pair)
+from tests.vllm_engines import vllm_engines, vllm_kv_events, vllm_pair  # noqa: F401 (the session's vLLM pair)
 
 MASTER = "sk-test-master"
 AUTH = {"Authorization": f"Bearer {MASTER}"}

@@ -56,8 +56,12 @@ def _thirty_in_turn(replicas: list[str], key: str) -> None:
     """30 requests of a single-slot key, one after another, to the replicas in turn: each is
     admitted. One refusal in 30 is tolerated, once, and its retry 50 ms later must pass: a
     whole suite run (load ~2) refused the 5th request once in four runs here (the slot was
-    still held in Redis when the next replica reserved; every run alone passes). More than one
-    refusal, or a failed retry, fails, with the refusals in the message."""
+    still held in Redis when the next replica reserved; every run alone passes). The settle of
+    a full slot is now written before the response even while other commands are in flight
+    (`RespClient.send_first`); what is left is Redis itself reading the next replica's
+    reservation before the earlier settle when both wait in the same turn of its event loop
+    (a settle is not awaited before the response). More than one refusal, or a failed retry,
+    fails, with the refusals in the message."""
     refused: list[tuple[int, Any]] = []
     for i in range(30):
         status, _, body = _chat(replicas[i % 3], key, f"q{i}")

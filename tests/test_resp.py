@@ -85,6 +85,36 @@ async def test_send_now_writes_at_once_when_nothing_is_in_flight(
     assert await client.call("GET", key) == b"abc"  # in order
 
 
+async def test_send_first_writes_at_once_behind_what_the_turn_queued(
+    client: RespClient, key: str
+) -> None:
+    await client.call("PING")
+    conn = client._conn
+    assert conn is not None
+    written: list[bytes] = []
+    transport = conn.transport
+    assert transport is not None
+    real_write = transport.write
+
+    def spy(data: bytes) -> None:
+        written.append(bytes(data))
+        real_write(data)
+
+    transport.write = spy  # type: ignore[method-assign]
+    try:
+        fut = client.send_now(encode_command("SET", key, "a"))  # written: one in flight
+        queued = client.send_soon(encode_command("APPEND", key, "b"))  # end of the turn
+        first = client.send_first(encode_command("APPEND", key, "c"))  # now, behind "b"
+        assert fut is not None and queued is not None and first is not None
+        assert not conn._out and len(written) == 2  # nothing left for the end of the turn
+        assert written[1] == encode_command("APPEND", key, "b") + encode_command("APPEND", key, "c")
+        assert await fut == b"OK" and await queued == 2 and await first == 3
+        assert await client.call("GET", key) == b"abc"  # in order
+        assert len(written) == 3  # the GET; the end-of-turn write found nothing
+    finally:
+        transport.write = real_write  # type: ignore[method-assign]
+
+
 async def test_scripts_are_loaded_when_redis_does_not_know_them(client: RespClient) -> None:
     script = Script(f"return {{ARGV[1], KEYS[1], '{os.urandom(4).hex()}'}}")
     assert await client.call("SCRIPT", "EXISTS", script.sha) == [0]

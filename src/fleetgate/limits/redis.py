@@ -294,9 +294,9 @@ class RedisLimiter:
     ) -> asyncio.Future[dict[str, int]]:
         """Free the parallel slot, true up the tokens, add the cost. The command is sent when
         this is called, not when it is awaited. A `Reservation.crowded` one (a parallel scope
-        more than half full) goes out at once when nothing else is in flight
-        (`RespClient.send_now`), so a settle issued before a response is written reaches Redis
-        before the client has the response; any other leaves with this loop turn's writes,
+        more than half full) is written at once, even while other commands are in flight
+        (`RespClient.send_first`), so a settle issued before a response is written reaches
+        Redis before the client has the response; any other leaves with this loop turn's writes,
         just after the response (`RespClient.send_soon`: the write that wakes Redis no longer
         delays the answer). Settles of concurrent requests share the connection and so reach
         Redis pipelined.
@@ -319,7 +319,7 @@ class RedisLimiter:
         # leaves with the loop turn's writes, just after the response: its slot cannot be
         # what refuses the client's next request (the scope was at most half full with it).
         if reservation.crowded:
-            sent = self.redis.send_now(command)
+            sent = self.redis.send_first(command)
         else:
             sent = self.redis.send_soon(command)
         if sent is None:  # not connected yet, or too many waiting: the general path
