@@ -4,6 +4,12 @@ The gateway is built as ``fleetgate serve`` builds it (same config, same feature
 limits, budgets, input checks, admission, routing) and serves its HTTP side (``/metrics``,
 ``/health/*``, the admin API) on ``--port``; Envoy's ext_proc filter talks gRPC to
 ``--grpc-port``. See docs/deploy.md, "fleetgate as the endpoint picker".
+
+Endpoints: with ``--pool-name`` (and ``--pool-namespace``), the InferencePool's ready pods,
+watched through the Kubernetes API (`fleetgate.epp.pool_watch`), become the deployments of
+``--pool-alias``, whose one deployment in the config is their template
+(`fleetgate.epp.pool_follow`); without it, the deployments written in the config (off
+Kubernetes, or engines outside the cluster).
 """
 
 from __future__ import annotations
@@ -13,20 +19,27 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from fleetgate.app import SECTIONS, build_state, create_app
 from fleetgate.cli.serve import _use_uvloop, listen_error, settle_heap
 from fleetgate.config.loader import load_config
+from fleetgate.config.schema import GatewayConfig
 from fleetgate.config.settings import Settings
 from fleetgate.errors import ConfigError
 from fleetgate.extras import require
 
+if TYPE_CHECKING:
+    from fleetgate.api.state import GatewayState
+    from fleetgate.epp.pool_watch import PoolWatch
+
 __all__ = ["register", "run"]
 
 log = logging.getLogger("fleetgate.epp")
+
+_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 def register(sub: Any) -> None:
@@ -71,6 +84,28 @@ def register(sub: Any) -> None:
         "(set the ext_proc filter's max_message_timeout at least that high)",
     )
     parser.add_argument("--no-watch", action="store_true", help="do not reload on file change")
+    parser.add_argument(
+        "--pool-name",
+        default=None,
+        help="the InferencePool whose ready pods are the endpoints (watched through the "
+        "Kubernetes API; needs the kube extra); without it, the config's deployments",
+    )
+    parser.add_argument(
+        "--pool-namespace",
+        default=None,
+        help="the InferencePool's namespace (default: the picker pod's own, else 'default')",
+    )
+    parser.add_argument(
+        "--pool-alias",
+        default=None,
+        help="the alias the pool serves: its one deployment in the config is the template of "
+        "each pod's (default: the config's only alias)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="a kubeconfig file for --pool-name (default: in-cluster, else $KUBECONFIG)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -84,7 +119,13 @@ def run(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         watch_config=not args.no_watch,
     )
-    load_config(args.config, sections=SECTIONS)  # fail fast on a bad config
+    config = load_config(args.config, sections=SECTIONS)  # fail fast on a bad config
+    if args.pool_name:
+        require("kubernetes", extra="kube", purpose="watching the InferencePool's pods")
+        args.pool_alias = _pool_alias(config, args.pool_alias)
+        args.pool_namespace = args.pool_namespace or _own_namespace()
+    elif args.pool_alias or args.pool_namespace:
+        raise ConfigError("--pool-alias and --pool-namespace need --pool-name")
     if not 0 < args.wake_hold_s <= 300:
         raise ConfigError("--wake-hold-s must be above 0 and at most 300 seconds")
     if args.lease_key and not settings.redis_url:
@@ -95,12 +136,31 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pool_alias(config: GatewayConfig, alias: str | None) -> str:
+    from fleetgate.epp.pool_follow import template_of
+
+    if alias is None:
+        if len(config.models) != 1:
+            raise ConfigError("--pool-name: say which alias the pool serves (--pool-alias)")
+        alias = config.models[0].alias
+    template_of(config, alias)
+    return alias
+
+
+def _own_namespace() -> str:
+    try:
+        return _NAMESPACE_FILE.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
 async def _serve(settings: Settings, args: argparse.Namespace) -> None:
     from fleetgate.epp.exchange import EppOptions
     from fleetgate.epp.lease import LeaderLease
     from fleetgate.epp.server import EppServer
 
     state = build_state(settings)
+    pool = _pool_watch(state, args)  # before the app starts: the template never serves
     app = create_app(settings, state=state)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
@@ -125,7 +185,12 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
             def lease(on_change: Any) -> LeaderLease:
                 return LeaderLease(redis, key, ttl_s=ttl, on_change=on_change)
 
-        epp = EppServer(state, options, host=settings.host, port=args.grpc_port, lease=lease)
+        synced = None
+        if pool is not None:
+            await pool.start()
+            synced = pool.is_synced
+        epp = EppServer(state, options, host=settings.host, port=args.grpc_port, lease=lease,
+                        endpoints_synced=synced)  # fmt: skip
         port = await epp.start()
         settle_heap()
         log.info("fleetgate epp: ext_proc on %s:%d, http on %s:%d",
@@ -138,4 +203,19 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> None:
     finally:
         if epp is not None:
             await epp.aclose()
+        if pool is not None:
+            await pool.aclose()
         await runner.cleanup()
+
+
+def _pool_watch(state: GatewayState, args: argparse.Namespace) -> PoolWatch | None:
+    """With ``--pool-name``: the watch of the pool's pods, feeding the alias's deployments."""
+    if not args.pool_name:
+        return None
+    from fleetgate.epp.pool_api import PoolApi, api_client
+    from fleetgate.epp.pool_follow import PoolFollower
+    from fleetgate.epp.pool_watch import PoolWatch
+
+    follower = PoolFollower(state.tables, args.pool_alias)
+    api = PoolApi(api_client(args.kubeconfig), args.pool_namespace, args.pool_name)
+    return PoolWatch(api, follower.update)

@@ -4,8 +4,9 @@ One `grpc.aio` server on the gateway's event loop: each ext_proc stream is one
 `fleetgate.epp.exchange.Exchange`; an error in one stream ends that stream (Envoy applies its
 ``failure_mode_allow``) and never the server. Health, per the protocol: ``liveness`` serves
 while the process answers; ``readiness``, the ext_proc service's name and the overall status
-(``""``) serve once the gateway has started with nothing missing and, with a `LeaderLease`,
-only on the leader.
+(``""``) serve once the gateway has started with nothing missing, the endpoints are synced
+(with ``--pool-name``: the InferencePool's pods listed, `fleetgate.epp.pool_watch`) and, with a
+`LeaderLease`, only on the leader.
 """
 
 from __future__ import annotations
@@ -134,6 +135,7 @@ class EppServer:
         host: str = "127.0.0.1",
         port: int = 9002,
         lease: Callable[[Callable[[bool], None]], LeaderLease] | None = None,
+        endpoints_synced: Callable[[], bool] | None = None,
     ) -> None:
         self.gw = gw
         self.options = options
@@ -143,8 +145,11 @@ class EppServer:
         )
         self.health = health.aio.HealthServicer()
         self.lease = None if lease is None else lease(self._leader_changed)
+        # the endpoint source has its first set (None: the config's, synced at start)
+        self._endpoints_synced = endpoints_synced or (lambda: True)
         self._server: Any = None
         self._synced = False
+        self.follow_s = 1.0  # how often readiness is looked at again
         self._watch: asyncio.Task[None] | None = None
         self._warned: set[str] = set()  # aliases whose output filters cannot run here
         self._handoff: dict[str, Exchange] = {}  # observed mode: picks awaiting their observer
@@ -182,11 +187,11 @@ class EppServer:
 
     async def _follow(self) -> None:
         while True:  # until aclose: readiness follows what the gateway still lacks
-            synced = not self.gw.features.missing()
+            synced = self._endpoints_synced() and not self.gw.features.missing()
             if synced != self._synced:
                 self._synced = synced
                 await self._publish()
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(self.follow_s)
 
     async def _publish(self) -> None:
         status = (
