@@ -52,3 +52,39 @@ def test_a_wake_hold_out_of_range_is_refused_before_anything_starts(
     args = ["epp", "--config", str(_config(tmp_path)), "--data-dir", str(tmp_path)]
     assert main([*args, "--wake-hold-s", hold]) == 2
     assert "--wake-hold-s must be above 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("models", "extra", "said"),
+    [
+        ([{"alias": "chat", "deployments": [{"model": "tiny", "api_base": "http://a:1/v1"},
+                                            {"model": "tiny", "api_base": "http://b:1/v1"}]}],
+         [], "write exactly one deployment"),
+        ([{"alias": "a", "deployments": [{"model": "t", "api_base": "http://a:1/v1"}]},
+          {"alias": "b", "deployments": [{"model": "t", "api_base": "http://b:1/v1"}]}],
+         [], "say which alias the pool serves"),
+        ([{"alias": "chat", "deployments": [{"model": "t", "api_base": "http://a:1/v1"}]}],
+         ["--pool-alias", "other"], "no such alias"),
+    ],
+)  # fmt: skip
+def test_a_pool_without_one_template_is_refused_before_anything_starts(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    models: list[object],
+    extra: list[str],
+    said: str,
+) -> None:
+    pytest.importorskip("kubernetes", reason="pip install 'fleetgate[kube]'")
+    path = tmp_path / "fleetgate.yaml"
+    path.write_text(yaml.safe_dump({"models": models}))
+    args = ["epp", "--config", str(path), "--data-dir", str(tmp_path), "--pool-name", "p"]
+    assert main([*args, *extra]) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_pool_flags_without_a_pool_name_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["epp", "--config", str(_config(tmp_path)), "--data-dir", str(tmp_path)]
+    assert main([*args, "--pool-alias", "chat"]) == 2
+    assert "need --pool-name" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 """deploy/epp: fleetgate as the picker of an existing gateway, rendered offline
 (``kubectl kustomize``) and validated against the Kubernetes schemas (``kubernetes-validate``)
 and the published CRD schemas (InferencePool v1, HTTPRoute v1); the objects agree with each
-other, the config is fleetgate's, and the command line is ``fleetgate epp``'s."""
+other, the config is fleetgate's, the command line is ``fleetgate epp``'s, and the picker may
+read exactly what its pool watch reads (the Role) with the token it mounts."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import yaml
 
 from fleetgate.cli.main import build_parser
 from fleetgate.config.loader import parse_config
+from fleetgate.epp.pool import GROUP, PLURAL, Endpoint
+from fleetgate.epp.pool_follow import deployment_at, template_of
 
 kv = pytest.importorskip("kubernetes_validate.utils", reason="pip install kubernetes-validate")
 
@@ -61,8 +64,8 @@ def test_every_object_validates_against_its_schema(docs: list[dict[str, Any]]) -
                 errors.append(f"{doc['kind']}/{doc['metadata']['name']} ({version}): {exc}")
     assert errors == []
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ConfigMap", "Deployment", "HTTPRoute", "InferencePool", "Service",
-                     "ServiceAccount"]  # fmt: skip
+    assert kinds == ["ConfigMap", "Deployment", "HTTPRoute", "InferencePool", "Role",
+                     "RoleBinding", "Service", "ServiceAccount"]  # fmt: skip
 
 
 def test_a_broken_pool_is_refused_by_the_published_schema() -> None:
@@ -100,13 +103,41 @@ def test_the_pool_route_service_and_picker_name_each_other(docs: list[dict[str, 
     assert [(p["service"], p["port"]) for p in probes] == [("readiness", 9002), ("liveness", 9002)]
 
 
-def test_the_pickers_config_is_fleetgates_and_serves_the_pools_port(
+def test_the_pickers_config_is_fleetgates_and_its_template_serves_the_pools_port(
     docs: list[dict[str, Any]],
 ) -> None:
     config = parse_config(yaml.safe_load(_one(docs, "ConfigMap")["data"]["config.yaml"]))
-    port = _one(docs, "InferencePool")["spec"]["targetPorts"][0]["number"]
-    bases = [d.api_base for m in config.models for d in m.deployments]
-    assert bases and all(b.rstrip("/").endswith(f":{port}/v1") for b in bases)
+    pool = _one(docs, "InferencePool")
+    container = _one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    args = build_parser().parse_args(container["args"])
+    assert args.pool_name == pool["metadata"]["name"]
+    assert args.pool_namespace == "$(POD_NAMESPACE)"  # the pool is in the picker's namespace
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    template = template_of(config, args.pool_alias)  # the alias has its one template
+    port = pool["spec"]["targetPorts"][0]["number"]
+    dep = deployment_at(template, Endpoint("engine-0", "10.0.0.7", port))
+    assert dep.api_base == f"http://10.0.0.7:{port}/v1"
+
+
+def test_the_picker_may_read_the_pool_and_its_pods_and_nothing_more(
+    docs: list[dict[str, Any]],
+) -> None:
+    role, binding = _one(docs, "Role"), _one(docs, "RoleBinding")
+    account, deployment = _one(docs, "ServiceAccount"), _one(docs, "Deployment")
+    granted = {(g, r): sorted(rule["verbs"]) for rule in role["rules"]
+               for g in rule["apiGroups"] for r in rule["resources"]}  # fmt: skip
+    assert granted == {("", "pods"): ["get", "list", "watch"],
+                       (GROUP, PLURAL): ["get", "list", "watch"]}  # fmt: skip
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}  # fmt: skip
+    (subject,) = binding["subjects"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert (subject["kind"], subject["name"]) == ("ServiceAccount", pod["serviceAccountName"])
+    assert subject["namespace"] == role["metadata"]["namespace"] == "fleetgate"
+    assert account["metadata"]["name"] == pod["serviceAccountName"]
+    assert pod["automountServiceAccountToken"] is True  # the client reads the mounted token
+    assert account["automountServiceAccountToken"] is True
 
 
 def test_deploy_md_shows_the_picker_and_its_command_parses() -> None:

@@ -10,7 +10,10 @@ engine with its own strategies and scheduler, and bills from the response's usag
 - `exchange`: one ext_proc stream, the request path around the pick;
 - `meter`: usage and chunks read from the streamed response body;
 - `lease`: the leader lease that readiness follows with several replicas;
+- `pool`, `pool_api`, `pool_watch`, `pool_follow`: with ``--pool-name``, the InferencePool's
+  ready pods, watched through the Kubernetes API, as the deployments of the alias it serves;
 - `server`: the grpc.aio server, ext_proc and health.
 
-Needs the ``epp`` extra (``grpcio``, ``grpcio-health-checking``, ``xds-protos``).
+Needs the ``epp`` extra (``grpcio``, ``grpcio-health-checking``, ``xds-protos``); watching the
+pool, the ``kube`` extra too.
 """
