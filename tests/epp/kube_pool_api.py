@@ -9,13 +9,17 @@ from a version older than the history kept (`compact`) gets one ``ERROR`` event 
 ``410 Gone`` Status, as etcd's compaction makes the real one answer. The test edits the objects
 (`put_pod`, `delete_pod`, `put_pool`, `delete_pool`), ends the open watches (`end_watches`),
 stops the server and starts it again on the same port (`stop`, `start`: the API unreachable).
-Every request is kept in ``calls`` as ``(path, query)``."""
+Every request is kept in ``calls`` as ``(path, query)``. `threaded_pool_api` runs one on an event
+loop of its own, for tests whose own code blocks (processes, Envoy)."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
 import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +28,7 @@ from aiohttp import web
 
 from tests.procs import free_port
 
-__all__ = ["FakePoolApi"]
+__all__ = ["FakePoolApi", "threaded_pool_api"]
 
 _PODS = "/api/v1/namespaces/{ns}/pods"
 _POOLS = "/apis/inference.networking.k8s.io/v1/namespaces/{ns}/inferencepools"
@@ -223,3 +227,33 @@ class FakePoolApi:
             except TimeoutError:
                 break
         return resp
+
+
+@contextmanager
+def threaded_pool_api() -> Iterator[tuple[FakePoolApi, Callable[..., None]]]:
+    """A started `FakePoolApi` on a loop in a thread, and ``edit(method, *args, **kw)``, which
+    runs one of its methods (``put_pod`` ...) on that loop and waits for it."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="fake-kube-api", daemon=True)
+    thread.start()
+
+    def on_loop(make: Callable[[], Any]) -> Any:
+        async def run() -> Any:
+            got = make()
+            return await got if asyncio.iscoroutine(got) else got
+
+        return asyncio.run_coroutine_threadsafe(run(), loop).result(timeout=10)
+
+    api = on_loop(FakePoolApi)
+    try:
+        on_loop(api.start)
+
+        def edit(method: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+            on_loop(lambda: method(*args, **kwargs))
+
+        yield api, edit
+    finally:
+        on_loop(api.stop)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()

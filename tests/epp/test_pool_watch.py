@@ -30,7 +30,7 @@ from fleetgate.epp.pool_watch import PoolWatch
 from fleetgate.epp.server import EppServer
 from fleetgate.errors import ConfigError, NoHealthyDeployment
 from tests.conftest import GatewayFactory
-from tests.epp.kube_pool_api import FakePoolApi
+from tests.epp.kube_pool_api import FakePoolApi, threaded_pool_api
 from tests.epp.procs import epp_process, health_status
 from tests.routing.support import route_ctx
 
@@ -270,31 +270,18 @@ async def test_the_pools_selector_and_ports_are_followed(
 
 
 def test_the_picker_process_watches_the_pool_named_on_its_command_line(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        api = FakePoolApi()
-        await api.start()
-        try:
-            api.put_pod("engine-0", "10.0.0.1")
-            kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
-            args = ["--pool-name", "chat-pool", "--pool-namespace", "default",
-                    "--kubeconfig", str(kubeconfig)]  # fmt: skip
-            with epp_process(CONFIG, tmp_path, master_key="sk-pool", args=args) as epp:
-                # no pool yet: alive, not ready
-                assert await asyncio.to_thread(health_status, epp.grpc_port, "liveness") == (
-                    "SERVING"
-                )
-                assert await asyncio.to_thread(health_status, epp.grpc_port, "readiness") == (
-                    "NOT_SERVING"
-                )
-                api.put_pool("chat-pool")
-                await _eventually(
-                    lambda: health_status(epp.grpc_port, "readiness") == "SERVING",
-                    "ready once synced",
-                    limit_s=10,
-                )
-                assert any(path.endswith("/pods") and q.get("watch") == "true"
-                           for path, q in api.calls)  # fmt: skip
-        finally:
-            await api.stop()
-
-    asyncio.run(scenario())
+    with threaded_pool_api() as (api, edit):
+        edit(api.put_pod, "engine-0", "10.0.0.1")
+        args = ["--pool-name", "chat-pool", "--pool-namespace", "default",
+                "--kubeconfig", str(api.kubeconfig(tmp_path / "kubeconfig"))]  # fmt: skip
+        with epp_process(CONFIG, tmp_path, master_key="sk-pool", args=args) as epp:
+            # no pool yet: alive, not ready
+            assert health_status(epp.grpc_port, "liveness") == "SERVING"
+            assert health_status(epp.grpc_port, "readiness") == "NOT_SERVING"
+            edit(api.put_pool, "chat-pool")
+            deadline = time.monotonic() + 10
+            while health_status(epp.grpc_port, "readiness") != "SERVING":
+                assert time.monotonic() < deadline, "not ready within 10 s of the pool"
+                time.sleep(0.05)
+            assert any(path.endswith("/pods") and q.get("watch") == "true"
+                       for path, q in list(api.calls))  # fmt: skip

@@ -30,6 +30,7 @@ def test_capacity_is_the_sum_of_the_healthy_deployments() -> None:
     a.state.cooldown_until = now + 30
     assert capacity_of([a, b], now) == 12  # none healthy: the dispatcher answers at once
     assert capacity_of([_dep("c", 8), _dep("d")], now) is None
+    assert capacity_of([], now) is None  # no deployment (a pool with no ready pod): no wait
 
 
 def test_engine_signals_need_every_reading_over_a_mark() -> None:

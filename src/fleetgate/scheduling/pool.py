@@ -227,7 +227,11 @@ class Pool:
 
 def capacity_of(deployments: Sequence[Deployment], now: float) -> int | None:
     """The sum of the healthy deployments' ``max_num_seqs`` (all of them when none is healthy,
-    so the dispatcher answers at once); None when any has no ``max_num_seqs``."""
+    so the dispatcher answers at once); None when any has no ``max_num_seqs``, and when there
+    is no deployment at all (an InferencePool with no ready pod, an empty registry stage): the
+    dispatcher's 503 at once, not a wait in the queue for capacity none may bring."""
+    if not deployments:
+        return None
     healthy = [d for d in deployments if d.state.healthy(now)] or list(deployments)
     total = 0
     for dep in healthy:
