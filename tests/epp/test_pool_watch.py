@@ -21,6 +21,7 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 from fleetgate.api.state import GATEWAY, GatewayState
+from fleetgate.config.loader import parse_config
 from fleetgate.config.schema import DeploymentConfig, KvEventsConfig
 from fleetgate.epp.exchange import EppOptions
 from fleetgate.epp.pool import Endpoint, endpoints_of, pool_spec
@@ -202,6 +203,24 @@ async def test_the_picks_follow_the_pods(
         await p.picks(1)
     assert p.watch.lists == 1  # all of it from the one watch
     assert await p.readiness() == "SERVING"  # synced: an empty pool is still a known one
+
+
+async def test_a_config_reload_takes_the_new_template_and_keeps_the_pods(
+    api: FakePoolApi, picker: Callable[[], Awaitable[Picker]]
+) -> None:
+    api.put_pod("engine-0", "10.0.0.1")
+    p = await picker()
+    await p.watch.start()
+    await _eventually(p.watch.is_synced, "synced")
+    changed = {**TEMPLATE, "model": "other-model", "api_base": "https://ignored:1/v2"}
+    p.gw.tables.apply(parse_config({"models": [{**CONFIG["models"][0], "deployments": [changed]}]}))
+    (dep,) = p.gw.tables.table.route("chat").deployments
+    assert (dep.id, dep.config.model, dep.config.api_base) == (
+        "engine-0", "other-model", "https://10.0.0.1:8000/v2")  # fmt: skip
+    two = {"models": [{"alias": "chat", "deployments": [TEMPLATE, TEMPLATE]}]}
+    with pytest.raises(ConfigError, match="exactly one deployment"):
+        p.gw.tables.apply(parse_config(two))  # refused: the old table stays
+    assert p.gw.tables.table.route("chat").deployments[0].config.model == "other-model"
 
 
 async def test_the_last_set_serves_while_the_api_is_down_and_it_catches_up(
