@@ -96,6 +96,10 @@ class PoolFollower:
         """The pool's endpoints now: the table is rebuilt when they changed."""
         if endpoints == self.endpoints:
             return
-        self.endpoints = endpoints
-        self._tables.refresh()
+        before, self.endpoints = self.endpoints, endpoints
+        try:
+            self._tables.refresh()
+        except Exception:
+            self.endpoints = before  # the table still serves those
+            raise
         log.info("alias %s: %d deployments from the pool", self.alias, len(endpoints))

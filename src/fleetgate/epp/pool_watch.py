@@ -178,18 +178,26 @@ class PoolWatch:
         endpoints = endpoints_of(self._pods.values(), self.spec)
         if self.synced and endpoints == self.endpoints:
             return
+        if not self._hand_over(endpoints):
+            return  # tried again at the next event or list
         first = not self.synced
         self.endpoints, self.synced = endpoints, True
         log.info("pool %s: %d endpoints%s", self.api.name, len(endpoints),
                  " (synced)" if first else "")  # fmt: skip
-        self.on_change(endpoints)
+
+    def _hand_over(self, endpoints: tuple[Endpoint, ...]) -> bool:
+        try:
+            self.on_change(endpoints)
+        except Exception:
+            log.exception("pool %s: the endpoints could not be applied", self.api.name)
+            return False
+        return True
 
     def _lost(self) -> None:
         """The pool is gone: nothing to pick from, and not ready until it is back."""
         self.spec, self._pods = None, {}
-        if self.synced or self.endpoints:
+        if (self.synced or self.endpoints) and self._hand_over(()):
             self.endpoints, self.synced = (), False
-            self.on_change(())
 
 
 def _failed(source: str, exc: Exception) -> None:
