@@ -20,6 +20,7 @@ import secrets
 import socket
 import subprocess
 import sys
+from collections.abc import Collection
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -118,15 +119,26 @@ def _master_key(data_dir: Path) -> str:
 
 
 def _start_engines(
-    first_port: int, data_dir: Path
+    first_port: int, data_dir: Path, reserved: Collection[int] = ()
 ) -> tuple[list[subprocess.Popen[bytes]], dict[str, str]]:
+    """One simulated engine per alias from ``first_port`` up, never on a ``reserved`` port
+    (the gateway's, and the flaky one the user starts an engine on later: free now, taken
+    then)."""
     procs: list[subprocess.Popen[bytes]] = []
     urls: dict[str, str] = {}
-    for i, (alias, flags) in enumerate(ENGINES):
-        port = free_port(first_port + i)  # engines are internal: any free port will do
-        log = (data_dir / f"engine-{alias}.log").open("ab")
+    taken = set(reserved)
+    wanted = first_port
+    for alias, flags in ENGINES:
+        while wanted in taken:
+            wanted += 1
+        port = free_port(wanted)  # engines are internal: any free port will do
+        while port in taken:  # the system's pick: never one of ours either
+            port = free_port()
+        taken.add(port)
+        wanted += 1
         cmd = [sys.executable, "-m", "fleetgate.cli.main", "sim", "--port", str(port), *flags]
-        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
+        with (data_dir / f"engine-{alias}.log").open("ab") as log:  # the child keeps its copy
+            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
         urls[alias] = f"http://127.0.0.1:{port}/v1"
     try:
         for url, proc in zip(urls.values(), procs, strict=True):
@@ -160,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     data_dir: Path = args.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
     key = _master_key(data_dir)
-    procs, urls = _start_engines(args.engine_port, data_dir)
+    procs, urls = _start_engines(args.engine_port, data_dir, (args.port, args.flaky_port))
     config_path = data_dir / "config.yaml"
     flaky = f"http://127.0.0.1:{args.flaky_port}/v1"
     config_path.write_text(yaml.safe_dump(default_config(urls, flaky), sort_keys=False))
