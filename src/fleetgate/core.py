@@ -155,10 +155,11 @@ def _strip_bearer(value: str) -> str:
 
 
 class RequestIds:
-    """Request ids no caller can guess from its own: the time in milliseconds (12 hex digits:
-    ids sort by when they were issued) and 80 bits from the OS's CSPRNG (unique across
-    replicas and restarts). They name answers to clients (``x-request-id``, feedback), so
-    they must not be a counter a neighbour could step."""
+    """Request ids no caller can guess from its own: the time in milliseconds (12 hex digits),
+    a sequence number within that millisecond (4 hex digits: ids of one process sort in the
+    order they were issued, also within a millisecond) and 64 bits from the OS's CSPRNG (unique
+    across replicas and restarts). They name answers to clients (``x-request-id``, feedback),
+    so they must not be a counter a neighbour could step: the random part is not one."""
 
     # The random parts of this many ids are read from the CSPRNG at once (one read, instead of
     # one per request), and never shared with a forked child: one made after a fork reads anew.
@@ -168,16 +169,25 @@ class RequestIds:
         self._clock = clock
         self._hex = ""
         self._at = self._end = self._pid = 0
+        self._ms = -1
+        self._seq = 0
 
     def next(self) -> str:
         at = self._at
         if at >= self._end or self._pid != os.getpid():
-            self._hex = secrets.token_hex(10 * self._BATCH)
+            self._hex = secrets.token_hex(8 * self._BATCH)
             self._end = len(self._hex)
             self._pid = os.getpid()
             at = 0
-        self._at = at + 20
-        return f"{int(self._clock() * 1000):012x}{self._hex[at : at + 20]}"
+        self._at = at + 16
+        ms = int(self._clock() * 1000)
+        if ms > self._ms:
+            self._ms, self._seq = ms, 0
+        else:  # the same millisecond (or the clock stepped back): after the previous id
+            self._seq += 1
+            if self._seq > 0xFFFF:  # 65,536 ids in one millisecond: borrow the next one
+                self._ms, self._seq = self._ms + 1, 0
+        return f"{self._ms:012x}{self._seq:04x}{self._hex[at : at + 16]}"
 
 
 @dataclass(eq=False)

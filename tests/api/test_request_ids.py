@@ -1,5 +1,7 @@
 """Request ids name answers to clients (``x-request-id``, feedback): a caller's own ids must not
-tell it a neighbour's, and ids stay unique across replicas and sort by when they were issued."""
+tell it a neighbour's, and ids stay unique across replicas and sort by when they were issued
+(within a millisecond too, for one process: the feedback flywheel's "asked again" tie-break
+orders two requests of the same millisecond by id)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from tests.fakes import FakeUpstream
 
 
 def _random_part(rid: str) -> str:
-    return rid[12:]
+    return rid[16:]  # after the milliseconds (12 hex digits) and the sequence (4)
 
 
 def test_ids_are_unguessable_unique_and_sort_by_issue_time() -> None:
@@ -27,6 +29,8 @@ def test_ids_are_unguessable_unique_and_sort_by_issue_time() -> None:
         issued += [r.next() for r in replicas]
     assert len(set(issued)) == len(issued)  # unique across replicas
     assert sorted(issued, key=lambda rid: rid[:12]) == issued  # time first
+    for replica in (issued[0::2], issued[1::2]):
+        assert sorted(replica) == replica  # one process's ids sort in issue order
     for a, b in zip(issued, issued[1:], strict=False):
         ra, rb = _random_part(a), _random_part(b)
         # neither a successor nor a shared stem: the next id is not a step from one's own
@@ -59,3 +63,12 @@ def test_ids_stay_unique_past_one_read_of_randomness_and_after_a_fork(
     child = copy.copy(ids)  # what a fork would leave in the child: the same unused randomness
     monkeypatch.setattr(os, "getpid", lambda: -1)  # the child's pid: another process
     assert _random_part(child.next()) != _random_part(ids.next())  # the child read anew
+
+
+def test_ids_of_one_millisecond_sort_in_issue_order_past_the_sequence() -> None:
+    now = [1_700_000_000.0]
+    ids = RequestIds(clock=lambda: now[0])
+    issued = [ids.next() for _ in range(0x10000 + 10)]  # more than one millisecond's sequence
+    assert sorted(issued) == issued and len(set(issued)) == len(issued)
+    now[0] -= 5.0  # the clock steps back: later ids still sort after the earlier ones
+    assert ids.next() > issued[-1]
