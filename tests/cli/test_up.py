@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleetgate.cli.up import _start_engines, _stop
 from tests.procs import free_port
+
+from fleetgate.cli.up import _start_engines, _stop
 
 
 def test_the_engines_skip_the_gateway_and_flaky_ports(tmp_path: Path) -> None:
