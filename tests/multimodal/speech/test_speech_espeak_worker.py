@@ -97,7 +97,8 @@ async def test_a_worker_lost_after_the_first_phrase_cuts_the_stream_instead_of_h
 ) -> None:
     engine = "tests.multimodal.speech.slow_engine:StallsAfterFirstPhrase"
     monkeypatch.setattr(espeak, "ENGINE", engine)
-    monkeypatch.setenv(STALL_MARK_ENV, str(tmp_path / "stalled"))  # one stall, in one worker
+    mark = tmp_path / "stalled"
+    monkeypatch.setenv(STALL_MARK_ENV, str(mark))  # one stall, in one worker, its pid in it
     client = await gateway(_config(upstream))
     text = "Hello there, this is the first phrase. And this is the second one."
     resp = await client.post("/v1/audio/speech", json=_speech(text), headers=AUTH)
@@ -105,9 +106,15 @@ async def test_a_worker_lost_after_the_first_phrase_cuts_the_stream_instead_of_h
     assert len(await resp.content.readany()) > 1000  # the first phrase arrived
     synthesizer = _runtime(client).synthesizer
     assert isinstance(synthesizer, EspeakSynthesizer)
-    while not synthesizer.workers.in_flight:
+    # the worker stalled on the second phrase (any of the pool's workers: killing another
+    # left the stalled one to hold the next request for its whole minute, 60 s of a CI run)
+    for _ in range(2000):
+        if mark.exists() and mark.read_text():
+            break
         await asyncio.sleep(0.01)
-    os.kill(synthesizer.workers.pids()[0], signal.SIGKILL)
+    stalled = int(mark.read_text())
+    assert stalled in synthesizer.workers.pids() and synthesizer.workers.in_flight
+    os.kill(stalled, signal.SIGKILL)
     with pytest.raises(aiohttp.ClientPayloadError):
         await asyncio.wait_for(resp.read(), 20)  # an incomplete body, not a short file
     after = await client.post("/v1/audio/speech", json=_speech("Hello again."), headers=AUTH)
