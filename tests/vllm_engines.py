@@ -93,8 +93,9 @@ def vllm_pair() -> Iterator[tuple[list[str], KvEventsConfig]]:
     ports = [free_port(), free_port()]
     pub, rep = free_port(), free_port()
     kv = KvEventsConfig(endpoint=f"tcp://127.0.0.1:{pub}", replay_endpoint=f"tcp://127.0.0.1:{rep}")
+    # vLLM binds a publisher endpoint only when it holds "*" (else it connects to it)
     events = {"enable_kv_cache_events": True, "publisher": "zmq",
-              "endpoint": kv.endpoint, "replay_endpoint": kv.replay_endpoint}  # fmt: skip
+              "endpoint": f"tcp://*:{pub}", "replay_endpoint": f"tcp://*:{rep}"}  # fmt: skip
     procs = [start_engine(ports[0], "--kv-events-config", json.dumps(events)),
              start_engine(ports[1])]  # fmt: skip
     urls = [f"http://127.0.0.1:{p}" for p in ports]
@@ -102,10 +103,7 @@ def vllm_pair() -> Iterator[tuple[list[str], KvEventsConfig]]:
         deadline = time.monotonic() + START_TIMEOUT_S
         for url, proc in zip(urls, procs, strict=True):
             wait_ready(url, proc, deadline)
-        yield (
-            urls,
-            KvEventsConfig(endpoint=events["endpoint"], replay_endpoint=events["replay_endpoint"]),
-        )
+        yield urls, kv  # subscribers connect to the loopback address
     finally:
         stop_engines(procs)
 

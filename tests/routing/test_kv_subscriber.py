@@ -196,3 +196,15 @@ async def test_an_engine_that_starts_after_the_gateway_is_followed_from_its_star
     finally:
         await subs.aclose()
         await publisher.aclose()
+
+
+async def test_an_endpoint_that_cannot_be_connected_to_leaks_nothing_and_closes() -> None:
+    # "tcp://*:port" is a bind address: connect refuses it. Each retry's socket was left open,
+    # and closing the subscribers then waited for them for ever (the event loop with it).
+    index = EventBlockIndex()
+    subs = KvEventSubscribers(index, replay_timeout_s=0.2)
+    port = free_port()
+    subs.sync({"http://bad": KvEventsConfig(endpoint=f"tcp://*:{port}")})
+    await asyncio.sleep(0.1)
+    assert not index.trusted("http://bad")
+    await asyncio.wait_for(subs.aclose(), 5)

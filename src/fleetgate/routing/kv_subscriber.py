@@ -98,7 +98,10 @@ class KvEventSubscribers:
         for task in tasks:
             await cancel_and_wait(task)
         if self._ctx is not None:
-            self._ctx.term()
+            # destroy, not term: term waits for every socket to be closed, and one a task did
+            # not get to close (still stopping past cancel_and_wait's bound) hung the
+            # shutdown, and the event loop with it; destroy closes them (linger 0) first
+            self._ctx.destroy(linger=0)
             self._ctx = None
 
     # ---------------------------------------------------------------- one engine
@@ -119,10 +122,10 @@ class KvEventSubscribers:
         import zmq
 
         sub = self._ctx.socket(zmq.SUB)
-        sub.setsockopt(zmq.LINGER, 0)
-        sub.setsockopt(zmq.SUBSCRIBE, cfg.topic.encode())
-        sub.connect(cfg.endpoint)
-        try:
+        try:  # a refused endpoint (connect raises) closes the socket too: it leaked one a retry
+            sub.setsockopt(zmq.LINGER, 0)
+            sub.setsockopt(zmq.SUBSCRIBE, cfg.topic.encode())
+            sub.connect(cfg.endpoint)
             # What the engine published before we listened (subscribed first, so nothing is
             # missed between): the replay buffer from 0; batches heard twice are skipped.
             catching_up = await self._replay(key, 0, None)
@@ -172,11 +175,11 @@ class KvEventSubscribers:
         import zmq
 
         dealer = self._ctx.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, 0)
-        dealer.connect(cfg.replay_endpoint)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.replay_timeout_s
         try:
+            dealer.setsockopt(zmq.LINGER, 0)
+            dealer.connect(cfg.replay_endpoint)  # inside: a refused endpoint closes it too
             # A DEALER without a connected peer (engine down) blocks on send: bounded too.
             try:
                 await asyncio.wait_for(

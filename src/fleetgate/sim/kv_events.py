@@ -98,7 +98,7 @@ class KvEventPublisher:
                 sock.close(linger=0)
         self._pub = self._replay = None
         if self._ctx is not None:
-            self._ctx.term()
+            self._ctx.destroy(linger=0)  # never waits on a socket left open
             self._ctx = None
 
     @property
