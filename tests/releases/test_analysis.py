@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from fleetgate.releases.analysis import VersionWindow, judge_step
 from fleetgate.releases.config import RolloutConfig
-from fleetgate.releases.outcomes import _bin, window_of
+from fleetgate.releases.windows import hist_bin, window_of
 
 CFG = RolloutConfig()
 
@@ -80,7 +80,7 @@ def test_ttft_tpot_blocks_and_feedback() -> None:
 def _hist(values: list[float]) -> dict[str, int]:
     out: dict[str, int] = {}
     for ms in values:
-        k = str(_bin(ms))
+        k = str(hist_bin(ms))
         out[k] = out.get(k, 0) + 1
     return out
 
@@ -131,10 +131,10 @@ def test_a_slow_tail_fails_only_when_significant() -> None:
     base = _window(rng, 2000, 0.0, 100.0)  # p95 about 180 ms
     limit = (base.latency_p95_ms or 0) * CFG.max_latency_ratio
     few_slow = VersionWindow(**{**base.__dict__, "requests": 100, "latency_p95_ms": limit + 50,
-                                "hists": {"latency": {str(_bin(limit * 2)): 7,
-                                                      str(_bin(100.0)): 93}}})  # fmt: skip
+                                "hists": {"latency": {str(hist_bin(limit * 2)): 7,
+                                                      str(hist_bin(100.0)): 93}}})  # fmt: skip
     assert judge_step(few_slow, base, CFG, 50).verdict == "inconclusive"  # 7% over, of 100
     many_slow = VersionWindow(**{**few_slow.__dict__, "hists": {"latency": {
-        str(_bin(limit * 2)): 30, str(_bin(100.0)): 70}}})  # fmt: skip
+        str(hist_bin(limit * 2)): 30, str(hist_bin(100.0)): 70}}})  # fmt: skip
     judged = judge_step(many_slow, base, CFG, 50)
     assert judged.verdict == "fail" and "latency p95" in judged.reason  # 30% over

@@ -11,14 +11,9 @@ from fleetgate.contract.request import Endpoint, GatewayRequest, Outcome
 from fleetgate.releases.analysis import feedback_counts
 from fleetgate.releases.feedback import FeedbackStore
 from fleetgate.releases.flywheel import bad_cases
-from fleetgate.releases.outcomes import (
-    BUCKET_MS,
-    PICKED,
-    OutcomeBook,
-    hist_percentile,
-    read_window,
-)  # fmt: skip
+from fleetgate.releases.outcomes import PICKED, OutcomeBook
 from fleetgate.releases.tables import release_requests
+from fleetgate.releases.windows import BUCKET_MS, hist_percentile, read_window
 from fleetgate.store.database import Database
 
 

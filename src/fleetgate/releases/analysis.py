@@ -39,8 +39,8 @@ from sqlalchemy import and_, case, func, or_, select
 
 from fleetgate.releases.config import RolloutConfig
 from fleetgate.releases.feedback import NEGATIVE_BELOW, asked_again
-from fleetgate.releases.outcomes import VersionWindow, read_window
 from fleetgate.releases.tables import feedback, release_requests
+from fleetgate.releases.windows import VersionWindow, read_window
 from fleetgate.store.database import Database
 
 __all__ = ["Judgement", "VersionWindow", "exceeds", "judge_step", "window"]

@@ -17,7 +17,8 @@ to the
 The version of a request that never reached an upstream is the one `RolloutPicker` chose for it.
 Every ``flush_s`` a background task writes what changed: each replica replaces its own bucket
 rows (``fg_release_outcomes``: no contention, no double counting) and appends the request rows
-(``fg_release_requests``). `read_window` sums every replica's rows for one version.
+(``fg_release_requests``). `fleetgate.releases.windows.read_window` sums every replica's
+rows for one version.
 
 Example::
 
@@ -32,68 +33,34 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import math
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from sqlalchemy import delete, select
+from sqlalchemy import delete
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from fleetgate.contract.request import GatewayRequest, Outcome
 from fleetgate.releases.tables import release_outcomes, release_requests
+from fleetgate.releases.windows import BUCKET_MS, hist_bin
 from fleetgate.routing.dispatch import FAILED_VERSIONS
 from fleetgate.store.database import Database
 from fleetgate.tasks import Background
 
 __all__ = [
-    "BUCKET_MS",
     "PICKED",
     "OutcomeBook",
     "ReleasesStage",
-    "VersionWindow",
-    "hist_percentile",
-    "read_window",
 ]
 
 log = logging.getLogger("fleetgate.releases.outcomes")
 
-BUCKET_MS = 2000
 PICKED = "releases.version"  # GatewayRequest.state: the version RolloutPicker chose
-_GROWTH = math.log(1.1)  # histogram bins: each 10% wider than the last
 _REQ = "_req"  # a pending row's request, until its digests are computed
 _MAX_PENDING = 20_000  # request rows kept while the store is away; older ones are dropped
-
-
-def _bin(ms: float) -> int:
-    return 0 if ms <= 1.0 else math.ceil(math.log(ms) / _GROWTH)
-
-
-def bin_lower_edge(k: int) -> float:
-    """The smallest value (ms, exclusive) bin ``k`` holds: bin k is (1.1^(k-1), 1.1^k]."""
-    return 0.0 if k <= 0 else math.exp((k - 1) * _GROWTH)
-
-
-def hist_percentile(hist: Mapping[Any, int], q: float) -> float | None:
-    """The ``q``-th percentile (0..100) of a histogram, as its bin's upper edge (ms)."""
-    total = sum(hist.values())
-    if total == 0:
-        return None
-    rank = max(1, math.ceil(q / 100 * total))
-    seen = 0
-    for k in sorted(hist, key=int):
-        seen += hist[k]
-        if seen >= rank:
-            return round(math.exp(int(k) * _GROWTH), 3)
-    return None  # pragma: no cover - rank <= total
-
-
-def _add(into: dict[str, int], hist: Mapping[Any, int]) -> None:
-    for k, n in hist.items():
-        into[str(k)] = into.get(str(k), 0) + int(n)
 
 
 @dataclass(slots=True)
@@ -107,55 +74,6 @@ class _Bucket:
     ttft: dict[str, int] = field(default_factory=dict)
     tpot: dict[str, int] = field(default_factory=dict)
     dirty: bool = True
-
-
-@dataclass(frozen=True)
-class VersionWindow:
-    """One version's requests on one alias over a window, summed over every replica."""
-
-    requests: int = 0
-    errors: int = 0
-    attempts: int = 0
-    failed_attempts: int = 0
-    blocked: int = 0
-    latency_p95_ms: float | None = None
-    ttft_p95_ms: float | None = None
-    tpot_p95_ms: float | None = None
-    ttft_samples: int = 0
-    tpot_samples: int = 0
-    feedback: int = 0  # feedback on this version's requests in the window (filled by analysis)
-    negative: int = 0
-    # the histograms (bin -> count, bins 10% wide) the p95s come from: the analysis's tests
-    hists: Mapping[str, Mapping[str, int]] = field(default_factory=dict, compare=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "hists"}
-        return {
-            **out, "error_rate": round(self.error_rate, 4),
-            "block_rate": round(self.block_rate, 4), "negative_rate": round(self.negative_rate, 4),
-        }  # fmt: skip
-
-    def share_over(self, name: str, limit_ms: float) -> tuple[int, int] | None:
-        """(observations certainly over ``limit_ms``, all observations) of histogram ``name``
-        (``latency``, ``ttft``, ``tpot``); None when it was not kept."""
-        hist = self.hists.get(name)
-        if not hist:
-            return None
-        over = sum(n for k, n in hist.items() if bin_lower_edge(int(k)) >= limit_ms)
-        return over, sum(hist.values())
-
-    @property
-    def error_rate(self) -> float:
-        """Failed upstream attempts over attempts (a failed request is at least one)."""
-        return self.failed_attempts / self.attempts if self.attempts else 0.0
-
-    @property
-    def block_rate(self) -> float:
-        return self.blocked / self.requests if self.requests else 0.0
-
-    @property
-    def negative_rate(self) -> float:
-        return self.negative / self.feedback if self.feedback else 0.0
 
 
 def _digest(*parts: bytes) -> str:
@@ -279,14 +197,14 @@ class OutcomeBook:
             b.blocked += 1
         if out.status >= 400:
             return
-        k = str(_bin(out.latency_s * 1000))
+        k = str(hist_bin(out.latency_s * 1000))
         b.latency[k] = b.latency.get(k, 0) + 1
         if out.ttft_s is not None:
-            k = str(_bin(out.ttft_s * 1000))
+            k = str(hist_bin(out.ttft_s * 1000))
             b.ttft[k] = b.ttft.get(k, 0) + 1
             first, last = out.first_token_at, out.last_token_at
             if first is not None and last is not None and out.completion_tokens > 1:
-                k = str(_bin((last - first) * 1000 / (out.completion_tokens - 1)))
+                k = str(hist_bin((last - first) * 1000 / (out.completion_tokens - 1)))
                 b.tpot[k] = b.tpot.get(k, 0) + 1
 
     # ------------------------------------------------------------------ background
@@ -361,40 +279,6 @@ class OutcomeBook:
                         release_requests.c.created_ms < now_ms - int(self.retention_s * 1000)
                     )
                 )
-
-
-async def read_window(db: Database, alias: str, version: str, since_ms: int) -> VersionWindow:
-    """``version``'s outcomes on ``alias`` in the buckets that begin at ``since_ms`` or later
-    (what came before it, even in the same bucket, never counts: a rollout started again just
-    after a rollback is not judged on the old one's failures), summed over every replica."""
-    start = -(-since_ms // BUCKET_MS) * BUCKET_MS
-    stmt = select(release_outcomes).where(
-        release_outcomes.c.alias == alias,
-        release_outcomes.c.version == version,
-        release_outcomes.c.bucket_ms >= start,
-    )
-    async with db.engine.connect() as conn:
-        rows = (await conn.execute(stmt)).all()
-    return window_of(rows)
-
-
-def window_of(rows: Iterable[Any]) -> VersionWindow:
-    n = {"requests": 0, "errors": 0, "attempts": 0, "failed_attempts": 0, "blocked": 0}
-    hists: dict[str, dict[str, int]] = {"latency": {}, "ttft": {}, "tpot": {}}
-    for r in rows:
-        for name in n:
-            n[name] += int(getattr(r, name))
-        for name, into in hists.items():
-            _add(into, getattr(r, name) or {})
-    return VersionWindow(
-        **n,
-        latency_p95_ms=hist_percentile(hists["latency"], 95),
-        ttft_p95_ms=hist_percentile(hists["ttft"], 95),
-        tpot_p95_ms=hist_percentile(hists["tpot"], 95),
-        ttft_samples=sum(hists["ttft"].values()),
-        tpot_samples=sum(hists["tpot"].values()),
-        hists=hists,
-    )
 
 
 class ReleasesStage:
