@@ -89,9 +89,9 @@ def test_decode_goes_where_the_request_fits_then_to_the_smallest_batch(
     from fleetgate.config.schema import DeploymentConfig, RoutingConfig
     from fleetgate.routing.deployment import Deployment
     from fleetgate.routing.disagg import DisaggStrategy
+    from fleetgate.routing.engine_aware import EngineAwareRouting
     from fleetgate.routing.engine_metrics import EngineSnapshot
     from fleetgate.routing.engine_stats import EngineStats, engine_key
-    from fleetgate.routing.kv_aware import EngineAwareRouting
     from tests.routing.support import route_ctx
 
     config = RoutingConfig()
@@ -132,8 +132,8 @@ def test_a_request_served_aggregated_goes_to_the_decode_pool_not_a_prefill_engin
     from fleetgate.config.schema import DeploymentConfig, RoutingConfig
     from fleetgate.routing.deployment import Deployment
     from fleetgate.routing.disagg import DisaggStrategy
+    from fleetgate.routing.engine_aware import EngineAwareRouting
     from fleetgate.routing.engine_stats import EngineStats
-    from fleetgate.routing.kv_aware import EngineAwareRouting
     from tests.routing.support import route_ctx
 
     config = RoutingConfig()

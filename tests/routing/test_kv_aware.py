@@ -12,9 +12,10 @@ from fleetgate.contract.principal import Principal
 from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.routing.context import Pick, RouteContext
 from fleetgate.routing.deployment import Deployment
+from fleetgate.routing.engine_aware import EngineAwareRouting
 from fleetgate.routing.engine_metrics import EngineSnapshot
 from fleetgate.routing.engine_stats import EngineStats, EngineView, engine_key
-from fleetgate.routing.kv_aware import EngineAwareRouting, KvAwareStrategy, expected_ttft
+from fleetgate.routing.kv_aware import KvAwareStrategy, expected_ttft
 from fleetgate.routing.strategies import StrategyRegistry
 from fleetgate.tokens import estimate_prompt_tokens
 from tests.resources.support import outbound

@@ -10,7 +10,7 @@ from fleetgate.errors import ConfigError
 from fleetgate.providers.base import UpstreamCall, UpstreamResponse
 from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.routing.deployment import Deployment
-from fleetgate.routing.kv_aware import EngineAwareRouting
+from fleetgate.routing.engine_aware import EngineAwareRouting
 from fleetgate.routing.strategies import (
     CostStrategy,
     LatencyStrategy,

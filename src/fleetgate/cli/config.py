@@ -11,7 +11,7 @@ from fleetgate.app import SECTIONS
 from fleetgate.cli.reference import run_reference
 from fleetgate.config.loader import load_config
 from fleetgate.resources.outbound import OutboundHttp
-from fleetgate.routing.kv_aware import EngineAwareRouting
+from fleetgate.routing.engine_aware import EngineAwareRouting
 from fleetgate.routing.strategies import StrategyRegistry
 
 __all__ = ["register", "run_check"]

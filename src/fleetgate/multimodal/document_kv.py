@@ -40,7 +40,7 @@ from typing import Any
 from fleetgate.multimodal.prompt.assembler import PromptAssembler
 from fleetgate.multimodal.prompt.config import PromptConfig
 from fleetgate.multimodal.prompt.retrieval import DocumentSet
-from fleetgate.routing.kv_aware import EngineAwareRouting
+from fleetgate.routing.engine_aware import EngineAwareRouting
 from fleetgate.routing.prewarm import prewarm
 from fleetgate.routing.table import RouteTable
 from fleetgate.tasks import cancel_and_wait

@@ -29,8 +29,8 @@ from fleetgate.contract.principal import Principal
 from fleetgate.errors import InvalidRequest
 from fleetgate.http import AdminAccess, json_reply, read_json
 from fleetgate.routing.canary import CanarySplits, Split
+from fleetgate.routing.engine_aware import EngineAwareRouting
 from fleetgate.routing.engine_stats import engine_key
-from fleetgate.routing.kv_aware import EngineAwareRouting
 from fleetgate.routing.prewarm import prewarm
 from fleetgate.routing.table import RouteTable
 

@@ -31,7 +31,8 @@ import aiohttp
 from fleetgate.providers.engine_fields import client_fields
 from fleetgate.routing.context import Pick, RouteContext
 from fleetgate.routing.deployment import Deployment
-from fleetgate.routing.kv_aware import EngineAwareRouting, KvAwareStrategy
+from fleetgate.routing.engine_aware import EngineAwareRouting
+from fleetgate.routing.kv_aware import KvAwareStrategy
 
 __all__ = ["DisaggStrategy", "prefill_body"]
 

@@ -25,8 +25,8 @@ from fleetgate.resources import Resources
 from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.routing.admin_routes import EngineRoutingAdmin
 from fleetgate.routing.deployment import Deployment
+from fleetgate.routing.engine_aware import EngineAwareRouting
 from fleetgate.routing.engine_stats import EngineStats, engine_key
-from fleetgate.routing.kv_aware import EngineAwareRouting
 from fleetgate.routing.load_share import RedisLoadShare
 from fleetgate.routing.ports import ENGINE_ROUTING, TABLES
 from fleetgate.routing.prefix_share import PrefixShare

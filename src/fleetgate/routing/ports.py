@@ -10,8 +10,8 @@ from fleetgate.limits.base import Limiter
 from fleetgate.routing.canary import CanarySplits
 from fleetgate.routing.deployment_rate import DeploymentRates
 from fleetgate.routing.dispatch import Dispatcher, FallbackGate, VersionPicker
+from fleetgate.routing.engine_aware import EngineAwareRouting
 from fleetgate.routing.fallback_limits import FallbackLimits
-from fleetgate.routing.kv_aware import EngineAwareRouting
 from fleetgate.routing.reload import TableManager
 from fleetgate.routing.semantic_stage import SemanticStage
 from fleetgate.routing.wake import Waker

@@ -24,7 +24,8 @@ import aiohttp
 from fleetgate.contract.principal import Principal
 from fleetgate.contract.request import Endpoint, GatewayRequest
 from fleetgate.routing.context import RouteContext
-from fleetgate.routing.kv_aware import EngineAwareRouting, KvAwareStrategy
+from fleetgate.routing.engine_aware import EngineAwareRouting
+from fleetgate.routing.kv_aware import KvAwareStrategy
 from fleetgate.routing.table import AliasRoute
 from fleetgate.tokens import estimate_prompt_tokens
 

@@ -19,7 +19,8 @@ from fleetgate.errors import ConfigError
 from fleetgate.routing.context import Pick, RouteContext, Strategy
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.disagg import DisaggStrategy
-from fleetgate.routing.kv_aware import EngineAwareRouting, KvAwareStrategy
+from fleetgate.routing.engine_aware import EngineAwareRouting
+from fleetgate.routing.kv_aware import KvAwareStrategy
 
 __all__ = [
     "CostStrategy",
