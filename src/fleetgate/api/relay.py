@@ -6,29 +6,32 @@ into the request's `fleetgate.contract.request.Outcome`. A client that goes away
 handler, and
 the end of the dispatch block (`fleetgate.routing.dispatch.Dispatcher.dispatch`) closes the
 upstream response, which aborts the upstream request unless the relay saw its end.
+
+A stream with stream filters (output checks) or a wire format of its own takes the decoded path
+instead (`fleetgate.api.stream_filters.FilteredRelay`); the bytes path is here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 
+from fleetgate.api.stream_filters import SSE_DONE, FilteredRelay, stream_encoder
 from fleetgate.config.schema import TimeoutConfig
 from fleetgate.contract.flow import interrupted
-from fleetgate.contract.request import GatewayRequest, Outcome, StreamEncoder, StreamFilter
+from fleetgate.contract.request import GatewayRequest, Outcome, StreamEncoder
 from fleetgate.errors import FleetgateError, UpstreamTimeout
 from fleetgate.routing.dispatch import Dispatch
 from fleetgate.telemetry.metrics import GatewayMetrics
 
-__all__ = ["OpenAIStreamEncoder", "relay_stream", "sse_headers"]
+__all__ = ["relay_stream", "sse_headers"]
 
-_DONE = b"data: [DONE]"
 _EMPTY_CHOICES = (b'"choices":[]', b'"choices": []')
 
 
@@ -150,8 +153,8 @@ async def relay_stream(
         async with asyncio.timeout(min(timeouts.total, timeouts.idle)) as deadline:
             idle = _IdleTimer(deadline, timeouts.total, timeouts.idle)
             if filtered:
-                encoder = _encoder(req)
-                await _FilteredRelay(resp, dispatch, req, metrics, encoder, idle).run()
+                encoder = stream_encoder(req)
+                await FilteredRelay(resp, dispatch, req, metrics, encoder, idle).run()
             else:
                 assert writer is not None  # a fresh response: prepare returns its writer
                 sender = _chunk_sender(request, resp, writer)
@@ -172,7 +175,7 @@ async def relay_stream(
             await asyncio.wait([preparing])  # the headers first, then the error event
             if not preparing.cancelled() and preparing.exception() is not None:
                 raise interrupt from None  # no headers went out: a whole error answer
-        await _write_error(resp, interrupt, encoder or _encoder(req))
+        await _write_error(resp, interrupt, encoder or stream_encoder(req))
     except (ConnectionResetError, ConnectionError):
         out.settled = True
         out.status, out.error_type = 499, "client_disconnected"
@@ -188,7 +191,7 @@ async def relay_stream(
             )
         )
         out.status, out.error_type = err.status, err.type
-        await _write_error(resp, err, encoder or _encoder(req))
+        await _write_error(resp, err, encoder or stream_encoder(req))
     return resp
 
 
@@ -275,7 +278,7 @@ async def _relay_bytes(
         done = False
         together = -1  # events of this read after its first: observed at 0 s
         for event in batch:
-            if event.startswith(_DONE):
+            if event.startswith(SSE_DONE):
                 send.append(event)
                 done = True
                 out.settled = True  # complete: no preemption from here on
@@ -312,140 +315,6 @@ async def _relay_bytes(
             break
     dispatch.upstream_done = True
     out.last_token_at = last
-
-
-def _decode(event: bytes) -> dict[str, Any] | None:
-    at = event.find(b"{")
-    if at < 0:
-        return None
-    try:
-        value = orjson.loads(event[at:])
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-async def _run_filters(
-    filters: list[StreamFilter], chunks: list[dict[str, Any]], start: int = 0
-) -> tuple[list[dict[str, Any]], bool]:
-    stop = False
-    for f in filters[start:]:
-        out: list[dict[str, Any]] = []
-        for chunk in chunks:
-            result = await f.feed(chunk)
-            out.extend(result.chunks)
-            stop = stop or result.stop
-        chunks = out
-    return chunks, stop
-
-
-async def _finish_filters(
-    filters: list[StreamFilter], emit: Callable[[list[dict[str, Any]]], Awaitable[None]]
-) -> None:
-    """At the end of the stream, flush each filter in order: what one held back runs through
-    the filters after it and is emitted; the first that stops ends the flush."""
-    for i, f in enumerate(filters):
-        result = await f.finish()
-        out, stop = await _run_filters(filters, result.chunks, i + 1)
-        await emit(out)
-        if result.stop or stop:
-            break
-
-
-class _FilteredRelay:
-    """Decoded path: each chunk goes through the request's stream filters."""
-
-    def __init__(
-        self,
-        resp: web.StreamResponse,
-        dispatch: Dispatch,
-        req: GatewayRequest,
-        metrics: GatewayMetrics,
-        encoder: StreamEncoder,
-        idle: _IdleTimer,
-    ) -> None:
-        dep = dispatch.deployment
-        self.idle = idle
-        self.resp = resp
-        self.encoder = encoder
-        self.dispatch = dispatch
-        self.out = req.outcome
-        self.filters = req.stream_filters
-        self.itl = metrics.itl.labels(self.out.alias, dep.id, dep.version)
-        self.last = dispatch.upstream_answered
-        self.usage: dict[str, Any] | None = None
-
-    async def emit(self, chunks: list[dict[str, Any]]) -> None:
-        for chunk in chunks:
-            now = time.perf_counter()
-            self.itl.observe(now - self.last)
-            self.last = now
-            self.out.relayed += 1
-            for choice in chunk.get("choices") or ():
-                if isinstance(choice, dict) and choice.get("finish_reason"):
-                    self.out.finish_reason = str(choice["finish_reason"])
-            await self.resp.write(self.encoder.chunk(chunk))
-
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
-        """Decoded upstream chunks; usage-only chunks are kept aside."""
-        async for event in self.dispatch.response.events():
-            now = time.perf_counter()
-            if now >= self.idle.rearm_at:
-                self.idle.touch(now)
-            if event.startswith(_DONE):
-                return
-            chunk = self._take(event)
-            if chunk is not None:
-                yield chunk
-
-    def _take(self, event: bytes) -> dict[str, Any] | None:
-        chunk = _decode(event)
-        if chunk is None:
-            return None
-        if self.out.response_id is None and isinstance(chunk.get("id"), str):
-            self.out.response_id = chunk["id"]
-        if isinstance(chunk.get("usage"), dict):
-            self.out.take_usage(chunk["usage"])
-            if not chunk.get("choices"):
-                self.usage = chunk  # sent after the filters have flushed
-                return None
-        return chunk
-
-    async def run(self) -> None:
-        filters = self.filters
-        stopped = False
-        async for chunk in self.events():
-            out, stopped = await _run_filters(filters, [chunk])
-            await self.emit(out)
-            if stopped:
-                break
-        if not stopped:
-            self.dispatch.upstream_done = True
-            await _finish_filters(filters, self.emit)
-        self.out.settled = True  # complete: no preemption from here on
-        await self.resp.write(self.encoder.end(self.usage))
-        self.out.last_token_at = self.last
-
-
-def _encoder(req: GatewayRequest) -> StreamEncoder:
-    return req.wire.stream() if req.wire is not None else OpenAIStreamEncoder(req.want_usage)
-
-
-class OpenAIStreamEncoder:
-    """OpenAI's SSE: ``data: {chunk}`` lines, the usage chunk when asked for, ``[DONE]``."""
-
-    def __init__(self, want_usage: bool) -> None:
-        self.want_usage = want_usage
-
-    def chunk(self, chunk: dict[str, Any]) -> bytes:
-        return b"data: " + orjson.dumps(chunk) + b"\n\n"
-
-    def end(self, usage: dict[str, Any] | None) -> bytes:
-        tail = self.chunk(usage) if usage is not None and self.want_usage else b""
-        return tail + _DONE + b"\n\n"
-
-    def error(self, error: FleetgateError) -> bytes:
-        return self.chunk(error.to_dict()) + _DONE + b"\n\n"
 
 
 async def _write_error(

@@ -13,7 +13,7 @@ import orjson
 from aiohttp import web
 
 from fleetgate.api.capture import response_text
-from fleetgate.api.relay import OpenAIStreamEncoder, _finish_filters, _run_filters
+from fleetgate.api.stream_filters import OpenAIStreamEncoder, finish_filters, run_filters
 from fleetgate.contract.request import GatewayRequest, StreamEncoder
 from fleetgate.telemetry.metrics import GatewayMetrics
 
@@ -108,12 +108,12 @@ class _Replay:
     async def run(self, data: dict[str, Any]) -> None:
         filters = self.filters
         for chunk in answer_chunks(data):
-            sent, stopped = await _run_filters(filters, [chunk])
+            sent, stopped = await run_filters(filters, [chunk])
             await self.emit(sent)
             if stopped:
                 break
         else:
-            await _finish_filters(filters, self.emit)
+            await finish_filters(filters, self.emit)
         usage = {k: v for k, v in data.items() if k != "choices"}
         usage.update(object="chat.completion.chunk", choices=[])
         await self.resp.write(self.encoder.end(usage))
