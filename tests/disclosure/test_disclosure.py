@@ -71,6 +71,24 @@ async def test_the_list_is_public_and_a_reload_changes_it(
     assert resp.headers[NUMBER_HEADER] == "Beijing-Acme-20250202"
 
 
+async def test_a_reload_without_the_section_stops_the_headers_at_once(
+    gateway: GatewayFactory, upstream: FakeUpstream
+) -> None:
+    client = await gateway(_config(upstream))
+    body = {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}
+    assert (
+        MODEL_HEADER in (await client.post("/v1/chat/completions", json=body, headers=AUTH)).headers
+    )
+    config = _config(upstream)
+    del config["disclosure"]
+    client.app[GATEWAY].tables.apply(GatewayConfig.model_validate(config))
+    resp = await client.post("/v1/chat/completions", json=body, headers=AUTH)
+    assert resp.status == 200
+    assert MODEL_HEADER not in resp.headers and NUMBER_HEADER not in resp.headers
+    rows = (await (await client.get("/disclosure")).json())["data"]
+    assert rows == []  # nothing listed either
+
+
 async def test_without_the_section_nothing_is_added(
     gateway: GatewayFactory, upstream: FakeUpstream
 ) -> None:
