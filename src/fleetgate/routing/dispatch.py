@@ -8,6 +8,15 @@ upstream connection are always given back::
 
     async with dispatcher.dispatch(table, req, build) as sent:
         ...  # read sent.response; sent.upstream_done = True once the stream reached its end
+
+Why one module: `dispatch` (fleetgate's relay sends) and `choose` (a data plane sends, behind
+``fleetgate epp``) are one routing policy applied twice, and must stay in step: each rule of
+the send path has its twin on the pick path beside it (the hold for a pool scaled to zero:
+`_send` / `_hold`; waking a pick known asleep: `_send_awake` / `_wake_chosen`; the rpm / tpm
+window: `_before` / `_rated_picks`), and both read the same parts plugged into the `Dispatcher`
+(waker, rates, versions, fallback gate, regions). Split by path, a change to one rule would
+land in one module and not in the other; `Dispatch` and `_Sending` are the send path's answer
+and call back into the dispatcher.
 """
 
 from __future__ import annotations
