@@ -21,6 +21,15 @@ observed for its whole window, stayed under its threshold and passes the guard
 Every reclaim, every skip of an idle pool (once per reason) and every wake-up is written to the
 admin audit and kept in `decisions` (``GET /admin/reclaim``). A state change starts the pool's
 window again.
+
+Why one module: `Reclaimer` is one state machine per pool (awake -> asleep or scaled_down ->
+awake) driven from four entry points (`sample_once`, `watch_once`, `apply_pools`,
+`apply_activity`) that read and write the same private state: the pool states and their epochs
+(`_take`, `_write`), the utilisation window, the other replicas' traffic, the audit throttle
+(`_skipped`) and the found-awake timers (`_awake_seen`). The races it guards against (a request
+waking a pool within ``settle_s``, another replica moving it first, an engine that sleeps while
+shared as awake) are handled across those steps; split into sampling, deciding and following
+modules, each would reach into the others' private state.
 """
 
 from __future__ import annotations
