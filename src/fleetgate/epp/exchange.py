@@ -23,6 +23,15 @@ Billing when Envoy sends no response body (``response_body="none"``): the prompt
 fleetgate's estimate and the output at the request's ``max_tokens`` (the most it could have
 used), or at ``header_only_output_tokens`` when the request set none; the outcome's tag
 ``epp_billing`` says so. Nothing is left unbilled.
+
+Why one module: `Exchange` is the state of one ext_proc stream, and its handlers follow Envoy's
+messages in the order described above: request headers, request body (the pick), response
+headers, response body, end. Every handler reads and writes the same per-stream state (the
+request, its stage run, the choice, the meter, the trace, the settle flags), and in observed
+mode a whole `Exchange` is handed from the pick stream to the observing stream (``handoff``).
+Split into request-side and response-side modules, about fifteen private fields would pass
+between two objects, and the stages' ``after``, which must run exactly once however the stream
+ends (`_end`, `close`, `abandon`), would be apart from the state that decides it.
 """
 
 from __future__ import annotations
