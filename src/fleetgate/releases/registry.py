@@ -24,6 +24,14 @@ Example::
     await registry.create_model(ModelSpec(name="chat"))
     await registry.register("chat", VersionSpec(artifact_uri="s3://m/1", deployments=[...]))
     moves = await registry.promote("chat", "production", "v1", actor="master")
+
+Why one module: `Registry` is one repository over the registry's four tables, and its point is
+that every write is one transaction of the same shape: the compare-and-set on the stage row,
+the ``previous`` move, a history row, retention and the change-counter bump (`_move_once`).
+Reads and writes share the private queries used inside those transactions (`_stages`,
+`_find_version`, `_require_model`), and `serving_view` reads back exactly what the moves write.
+Split into a read module and a write module, those helpers would be shared across both and the
+transaction rules above would be stated in one file and carried out in another.
 """
 
 from __future__ import annotations
