@@ -12,6 +12,15 @@ Example::
 LiteLLM's ``os.environ/VAR`` references become ``${VAR}`` (expanded by fleetgate's loader at
 start-up). Deployments of providers fleetgate does not speak (Bedrock, Vertex, ...) are left
 out with a note; an alias left without deployments is left out, and so are fallbacks to it.
+
+Why one module: it is one converter (`_Converter`) run once over one LiteLLM file, in that
+file's order: ``model_list`` builds the aliases, then ``router_settings`` and
+``litellm_settings`` edit them in place (rpm weights, default fallbacks,
+``model_group_alias``), and every step appends to the one list of notes and the one set of
+environment variables. The mapping tables at the top (`_STRATEGIES`, `_OPENAI_LIKE`,
+`_DEFAULT_BASES`, `_QUIET_PARAMS`) are what a reader checks each step against. Split by LiteLLM
+section, the half-built aliases and the notes would be passed between modules, and the result
+is checked only once, at the end, by loading it (`parse_config`).
 """
 
 from __future__ import annotations
