@@ -22,6 +22,15 @@ Example::
     state.take("team-a")                       # counted here at once, in Redis at the next sync
     call = state.prepare(limit=16, queued=0)   # the arguments of one sync
     state.apply(reply, call)                   # its answer: the lease and the fleet's counts
+
+Why one module: `FleetState` is one set of counters (the lease, ``own`` and ``admitted``, the
+per-team counts here and elsewhere, the fair level, the peers) written by two halves that must
+agree: the fast path (`take`, `give_back`, `guarantees`, `ask_elsewhere`) and the sync's
+bookkeeping (`prepare`, `status`, `apply`, `unreachable`). Their invariants span both halves
+(``hold`` never above the lease nor below what runs, a slot over the fair share given back in
+`give_back` that `prepare` then does not ask for), and the status JSON that `status` writes is
+the one `Peer.parse` reads. Split in two, neither half could be checked without reading the
+other.
 """
 
 from __future__ import annotations
