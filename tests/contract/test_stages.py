@@ -256,3 +256,51 @@ async def test_a_refusal_during_a_stage_s_wait_ends_the_wait() -> None:
     assert "left:scheduling" in log and "upstream" not in log
     assert req.outcome.status == 429 and req.gate is None
     assert log[-1] == "after:gating:429"
+
+
+class Holds(Seen):
+    """A stage whose ``after`` leaves something the reply must wait for (tenancy's settle of a
+    full parallel slot)."""
+
+    def __init__(self, log: list[str], done_after_s: float | None) -> None:
+        super().__init__("hold", log)
+        self.done_after_s = done_after_s
+        self.future: asyncio.Future[None] | None = None
+
+    def after(self, req: GatewayRequest, outcome: Outcome) -> None:
+        super().after(req, outcome)
+        loop = asyncio.get_running_loop()
+        self.future = loop.create_future()
+        if self.done_after_s is not None:
+            loop.call_later(self.done_after_s, self.future.set_result, None)
+        req.reply_after = [self.future]
+
+
+async def test_the_reply_waits_for_what_an_after_left_and_no_longer_than_the_bound() -> None:
+    log: list[str] = []
+    req = request()
+    stage = Holds(log, done_after_s=0.05)
+    async with StageRun([stage], req):
+        pass
+    assert stage.future is not None and stage.future.done()  # waited for before the exit
+    assert req.reply_after is None
+    slow = Holds(log, done_after_s=None)  # never done: the reply goes after the bound
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    async with StageRun([slow], request()):
+        pass
+    assert 0.2 <= loop.time() - began < 1.0
+    assert slow.future is not None and not slow.future.done()  # left running, not cancelled
+    slow.future.cancel()
+
+
+async def test_a_failed_hold_does_not_change_how_the_request_ended() -> None:
+    log: list[str] = []
+    stage = Holds(log, done_after_s=None)
+    with pytest.raises(RateLimited):
+        async with StageRun([stage], request()):
+            assert stage.future is None
+            raise RateLimited("slow down", retry_after=1)
+    assert stage.future is not None
+    stage.future.set_exception(RuntimeError("the store went away"))  # its owner's to handle
+    stage.future.exception()

@@ -12,6 +12,8 @@ where each one is handled:
 - **requeue**: after an interrupt before the first byte, the way back into that stage's queue.
 - **answer**: a stage answered the request itself (a response cache hit): nothing goes
   upstream.
+- **reply_after**: what must be done before the reply leaves (a settle that frees a full
+  parallel slot in the shared store); `hold_reply` waits for it, bounded.
 
 `respond` puts the last three together for a route: the stage's answer replayed, or the
 upstream call, sent again after each interrupt that may be undone.
@@ -31,9 +33,11 @@ from fleetgate.contract.request import GatewayRequest
 from fleetgate.errors import FleetgateError
 
 __all__ = [
+    "REPLY_HOLD_S",
     "Gated",
     "interrupted",
     "interrupter",
+    "hold_reply",
     "pass_gate",
     "refused",
     "respond",
@@ -41,6 +45,18 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+
+
+REPLY_HOLD_S = 0.25  # the longest a reply waits for its ``reply_after`` (a slow store)
+
+
+async def hold_reply(req: GatewayRequest, limit_s: float = REPLY_HOLD_S) -> None:
+    """Wait for ``req.reply_after`` (at most ``limit_s``) and clear it. Their outcomes are
+    their owners' (a failed settle is queued and retried by tenancy): nothing is raised here,
+    and what is still running after ``limit_s`` goes on without the reply."""
+    waits, req.reply_after = req.reply_after, None
+    if waits:
+        await asyncio.wait(waits, timeout=limit_s)
 
 
 class Gated(Protocol):

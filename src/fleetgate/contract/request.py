@@ -282,9 +282,10 @@ class GatewayRequest:
     """One model request as it travels the path, with its `Outcome`. Stages may change
     ``body`` and ``alias``; routing reads it (`fleetgate.routing.context.RoutedRequest`).
 
-    Four fields carry the request's control flow, each handled in `fleetgate.contract.flow`:
+    Five fields carry the request's control flow, each handled in `fleetgate.contract.flow`:
     ``gate`` (a check in flight), ``interrupt`` (a cancellation on purpose), ``requeue`` (the
-    way back into a stage's queue after one) and ``answer`` (a stage's own answer)."""
+    way back into a stage's queue after one), ``answer`` (a stage's own answer) and
+    ``reply_after`` (what the reply waits for)."""
 
     request_id: str
     endpoint: Endpoint
@@ -327,6 +328,10 @@ class GatewayRequest:
     # refusal is its exception. The dispatcher waits for it once the upstream call is sent (the
     # round trips overlap), `StageRun` before any other answer; whoever waits sets this None.
     gate: asyncio.Future[None] | None = None
+    # What must be done before the reply leaves (tenancy's settle of a reservation that held a
+    # full parallel slot: the client's next request, on any replica, may need that slot);
+    # `StageRun` waits for them, bounded, once the stages' ``after`` ran (`hold_reply`).
+    reply_after: list[asyncio.Future[Any]] | None = None
     # A call to a tool server instead of a model (endpoint ``MCP``): what the stages check,
     # limit and bill (`fleetgate.contract.tool`).
     tool: ToolCall | None = None

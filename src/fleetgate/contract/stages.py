@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Protocol
 
-from fleetgate.contract.flow import pass_gate, until_refused
+from fleetgate.contract.flow import hold_reply, pass_gate, until_refused
 from fleetgate.contract.request import GatewayRequest, Outcome
 from fleetgate.errors import FleetgateError
 
@@ -131,6 +131,8 @@ class StageRun:
     ) -> None:
         verdict = await self._verdict(exc) if self.req.gate is not None else exc
         self._end(verdict)
+        if self.req.reply_after is not None and not isinstance(verdict, asyncio.CancelledError):
+            await hold_reply(self.req)  # a full slot's settle, before the client has the reply
         if verdict is not exc and verdict is not None:
             raise verdict from None
 

@@ -139,7 +139,9 @@ class MemoryLimiter:
             windows.append(w)
         for s, w in zip(scopes, windows, strict=True):
             w.admit(member, now, tokens, s)
-        return Reservation(member, scopes, tokens, True, usage)
+        # crowded=False: one process holds the counters, and the settle (a task started when
+        # the request ends) runs before this process can read the client's next request
+        return Reservation(member, scopes, tokens, True, usage, crowded=False)
 
     def reserve_sent(
         self, member: str, scopes: tuple[Scope, ...], tokens: int

@@ -64,21 +64,24 @@ class Settles:
     def queued(self) -> int:
         return len(self._queue)
 
-    def submit(self, reservation: Reservation, tokens: int, cost_nusd: int) -> None:
-        """Settle in the background (never raises, never blocks). The limiter is called here,
-        not in a task: `RedisLimiter` sends the command at once, so a settle submitted
-        before the response is written reaches Redis before the client's next request. A
-        limiter that answers with a future (`RedisLimiter`) is followed by a callback on it,
-        without a task; an ``async def`` settle runs in a task."""
+    def submit(self, reservation: Reservation, tokens: int, cost_nusd: int) -> asyncio.Future[Any]:
+        """Settle in the background (never raises, never blocks); returns what finishes when
+        the limiter has answered (the caller may wait for it, e.g. before a reply; its outcome
+        is handled here). The limiter is called here, not in a task: `RedisLimiter` sends the
+        command at once, so a settle submitted before the response is written reaches Redis
+        before the client's next request. A limiter that answers with a future
+        (`RedisLimiter`) is followed by a callback on it, without a task; an ``async def``
+        settle runs in a task."""
         item = _Pending(reservation, tokens, cost_nusd)
         settle = self.limiter.settle(reservation, tokens, cost_nusd)
         if isinstance(settle, asyncio.Future):
             self._running.add(settle)
             settle.add_done_callback(partial(self._settle_done, item))
-            return
+            return settle
         task = asyncio.get_running_loop().create_task(self._settle(item, settle))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
+        return task
 
     def _settle_done(self, item: _Pending, fut: asyncio.Future[dict[str, int]]) -> None:
         self._running.discard(fut)

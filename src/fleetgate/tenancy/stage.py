@@ -222,7 +222,7 @@ class TenancyStage:
         if isinstance(reservation, Reservation):
             if outcome.status < 400 and used == 0:
                 used = reservation.tokens  # usage unknown: keep what was reserved
-            self._settle(reservation, used, cost)
+            self._settle(reservation, used, cost, req)
         gate = req.gate
         if gate is not None:  # an overlapped reservation nobody waited for (cancelled)
             if not gate.done():
@@ -246,11 +246,20 @@ class TenancyStage:
             records.append(("audit", audit))
         self.writer.submit_all(records)  # one append: both durable before the response
 
-    def _settle(self, reservation: Reservation, used: int, cost: int) -> None:
+    def _settle(
+        self, reservation: Reservation, used: int, cost: int, req: GatewayRequest | None = None
+    ) -> None:
         self.room.released(reservation.scopes)
         # Also when the reservation was not enforced (Redis away, fail_open): the cost still
         # belongs in the budget counters once Redis is back.
-        self.settles.submit(reservation, used, cost)
+        settled = self.settles.submit(reservation, used, cost)
+        if req is not None and reservation.crowded and reservation.enforced:
+            # a full parallel slot: freed in the shared store before the client has the reply
+            # (`StageRun` waits for it, bounded), so its next request, to any replica, finds it
+            if req.reply_after is None:
+                req.reply_after = [settled]
+            else:
+                req.reply_after.append(settled)
 
     async def drain(self) -> None:
         """Wait for settles still running, and try the queued ones (shutdown)."""
