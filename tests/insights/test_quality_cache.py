@@ -15,10 +15,11 @@ import pytest
 from sqlalchemy import func, select
 
 from fleetgate.insights.quality import quality_report, record_event
-from fleetgate.insights.quality_cache import DAY_MS, QualityCache
+from fleetgate.insights.quality_cache import QualityCache
 from fleetgate.insights.tables import quality_hours
 from fleetgate.insights.writer import write_reviews, write_rows
 from fleetgate.store.database import Database
+from fleetgate.timespans import DAY_MS
 from tests.tenancy.support import migrated_database
 
 D = 20_500  # a UTC day

@@ -13,8 +13,8 @@ from fleetgate.contract.principal import Principal
 from fleetgate.store import Database
 from fleetgate.tenancy.records import TABLES, rows_by_table
 from fleetgate.tenancy.reports import spend_report
-from fleetgate.tenancy.rollup import DAY_MS, HOUR_MS
 from fleetgate.tenancy.tables import spend, spend_tags
+from fleetgate.timespans import DAY_MS, HOUR_MS
 
 MASTER = Principal("master", role="master")
 BASE_MS = 1_767_225_600_000 + 5 * DAY_MS  # 2026-01-06 00:00 UTC

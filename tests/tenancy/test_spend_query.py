@@ -10,9 +10,9 @@ from sqlalchemy import select
 
 from fleetgate.app import MIGRATIONS
 from fleetgate.store import Database
-from fleetgate.tenancy.rollup import DAY_MS, HOUR_MS
 from fleetgate.tenancy.spend_query import pieces
 from fleetgate.tenancy.tables import spend_rollup
+from fleetgate.timespans import DAY_MS, HOUR_MS
 from tests.tenancy.rollup_check import (
     BASE_MS,
     assert_reports_match_raw,

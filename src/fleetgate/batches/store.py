@@ -27,11 +27,11 @@ from fleetgate.batches.tables import batch_results, batches, files
 from fleetgate.errors import Conflict, NotFound, RateLimited
 from fleetgate.store.database import Database
 from fleetgate.store.rows import now_ms, take_lease
+from fleetgate.timespans import DAY_MS
 
 __all__ = ["ACTIVE", "BatchStore", "Counts", "FileMeta"]
 
 ACTIVE = ("validating", "in_progress", "finalizing", "cancelling")  # count toward the limit
-_DAY_MS = 24 * 3600 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +146,7 @@ class BatchStore:
             "id": batch_id, "owner": owner, "key_id": key_id,
             "endpoint": endpoint, "input_file_id": input_file_id, "completion_window": "24h",
             "status": "in_progress", "total": total, "meta": meta, "created_ms": now,
-            "in_progress_ms": now, "expires_ms": now + _DAY_MS, "lease_until_ms": 0,
+            "in_progress_ms": now, "expires_ms": now + DAY_MS, "lease_until_ms": 0,
             "principal": principal,
         }  # fmt: skip
         async with self._creating, self.db.engine.begin() as conn:

@@ -25,11 +25,11 @@ from fleetgate.errors import InvalidRequest, PermissionDenied
 from fleetgate.insights.business import RETENTION_DAYS, day_of
 from fleetgate.insights.reports import InsightsReports
 from fleetgate.insights.routes import MAX_RANGE_DAYS
+from fleetgate.timespans import DAY_MS
 
 __all__ = ["InsightsPages", "insights_team"]
 
 DEFAULT_DAYS = 30
-_DAY_MS = 86_400_000
 
 
 def _range(request: web.Request) -> tuple[date, date]:
@@ -113,8 +113,8 @@ class InsightsPages:
             return self._off(request, session, "quality")
         started = time.perf_counter()
         view = await self._view(request, session)
-        start = day_of(date.fromisoformat(view["since"])) * _DAY_MS
-        end = (day_of(date.fromisoformat(view["until"])) + 1) * _DAY_MS
+        start = day_of(date.fromisoformat(view["since"])) * DAY_MS
+        end = (day_of(date.fromisoformat(view["until"])) + 1) * DAY_MS
         rows = await self.reports.quality(start, end, view["team_id"])
         return self.console.page(
             request, session, "insights_quality.html", tab="quality", view=view, rows=rows,

@@ -21,17 +21,17 @@ from fleetgate.console.spend_series import SERIES_GROUPS, STEPS, Series, spend_s
 from fleetgate.csv_export import csv_text
 from fleetgate.errors import InvalidRequest, PermissionDenied
 from fleetgate.tenancy.reports import GROUPS, spend_report
+from fleetgate.timespans import DAY_MS
 
 __all__ = ["SpendPages"]
 
 SPEND_ROLES = ("master", "team_admin", "finance_viewer")
 DEFAULT_DAYS = 30
-_DAY_MS = 86_400_000
 
 
 def _ms(day: date) -> int:
     """The start of ``day`` (UTC) in ms; day arithmetic in ms never leaves `date`'s range."""
-    return (day - FIRST_DAY).days * _DAY_MS
+    return (day - FIRST_DAY).days * DAY_MS
 
 
 class SpendPages:
@@ -70,7 +70,7 @@ class SpendPages:
             actor,
             [group],
             _ms(since),
-            _ms(until) + _DAY_MS,  # through the end of ``until``
+            _ms(until) + DAY_MS,  # through the end of ``until``
             team_id,
         )
         rows.sort(key=lambda r: r["spend_nusd"], reverse=True)
@@ -94,7 +94,7 @@ class SpendPages:
         series = await spend_series(
             self.console.tenancy.db, session.principal, over, step,
             _ms(date.fromisoformat(view["since"])),
-            _ms(date.fromisoformat(view["until"])) + _DAY_MS, view["team_id"] or None,
+            _ms(date.fromisoformat(view["until"])) + DAY_MS, view["team_id"] or None,
         )  # fmt: skip
         return {"over": over, "step": step}, series
 

@@ -11,8 +11,8 @@ from sqlalchemy import func, select
 
 from fleetgate.contract.principal import Principal
 from fleetgate.store.database import Database
-from fleetgate.tenancy.rollup import DAY_MS, HOUR_MS
 from fleetgate.tenancy.tables import spend_rollup
+from fleetgate.timespans import DAY_MS, HOUR_MS
 
 __all__ = ["STEPS", "SERIES_GROUPS", "Series", "spend_series"]
 

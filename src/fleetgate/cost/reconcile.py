@@ -38,6 +38,7 @@ from fleetgate.config.schema import GatewayConfig
 from fleetgate.errors import InvalidRequest
 from fleetgate.store.database import Database
 from fleetgate.tenancy.tables import spend
+from fleetgate.timespans import DAY_MS
 
 __all__ = [
     "ALL_MODELS",
@@ -51,7 +52,6 @@ __all__ = [
 ]
 
 ALL_MODELS = "*"  # a bill without a model breakdown: compared per day over every model
-_DAY_MS = 86_400_000
 _SNAPSHOT = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8})$")  # gpt-4o-2024-08-06, claude-...-20250514
 
 
@@ -200,8 +200,8 @@ async def gateway_spend(
     """USD per (UTC day, billed model) from the spend table, days ``first``..``last``."""
     start = datetime(first.year, first.month, first.day, tzinfo=UTC)
     since_ms = int(start.timestamp() * 1000)
-    until_ms = since_ms + ((last - first).days + 1) * _DAY_MS
-    day = (spend.c.created_ms // _DAY_MS).label("day")
+    until_ms = since_ms + ((last - first).days + 1) * DAY_MS
+    day = (spend.c.created_ms // DAY_MS).label("day")
     query = (
         select(day, spend.c.deployment, func.coalesce(func.sum(spend.c.cost_nusd), 0))
         .where(spend.c.created_ms >= since_ms, spend.c.created_ms < until_ms)

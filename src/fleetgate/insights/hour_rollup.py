@@ -30,10 +30,10 @@ from fleetgate.insights.marks import HOUR, Marks, read_marks, runs, store_closed
 from fleetgate.insights.quality import PATHS, SIDES, Key, combine
 from fleetgate.insights.tables import quality_hours
 from fleetgate.store.database import Database
+from fleetgate.timespans import HOUR_MS
 
 __all__ = [
     "DAY_HOURS",
-    "HOUR_MS",
     "close_hours",
     "compute_hours",
     "hour_report",
@@ -41,7 +41,6 @@ __all__ = [
     "split_current",
 ]
 
-HOUR_MS = 3_600_000
 DAY_HOURS = 24
 
 _LOOKUP = """(SELECT p.prompt_hash FROM fg_insight_requests p

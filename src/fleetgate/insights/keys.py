@@ -20,10 +20,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fleetgate.tenancy.tables import api_keys, spend
+from fleetgate.timespans import DAY_MS
 
 __all__ = ["key_report"]
-
-DAY_MS = 86_400_000
 
 
 async def _used_aliases(conn: AsyncConnection, since_ms: int) -> dict[str, set[str]]:

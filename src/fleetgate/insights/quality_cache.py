@@ -20,7 +20,6 @@ from typing import Any
 
 from fleetgate.insights.hour_rollup import (
     DAY_HOURS,
-    HOUR_MS,
     close_hours,
     hour_report,
     span,
@@ -28,10 +27,10 @@ from fleetgate.insights.hour_rollup import (
 )
 from fleetgate.insights.marks import HOUR, read_marks
 from fleetgate.store.database import Database
+from fleetgate.timespans import HOUR_MS
 
-__all__ = ["DAY_MS", "QualityCache"]
+__all__ = ["QualityCache"]
 
-DAY_MS = 86_400_000
 _KEPT = 64  # reports kept (ranges and teams asked for)
 
 

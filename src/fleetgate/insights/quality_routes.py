@@ -33,10 +33,11 @@ from fleetgate.insights.quality import EVENTS, answer_of, record_event
 from fleetgate.insights.query import query_day, team_scope
 from fleetgate.insights.reports import InsightsReports, ReviewFilter
 from fleetgate.insights.tables import grounding
-from fleetgate.insights.usage import DAY_MS, sampled
+from fleetgate.insights.usage import sampled
 from fleetgate.insights.writer import InsightsWriter
 from fleetgate.store.errors import store_unavailable_is_503
 from fleetgate.telemetry.registry import Counter
+from fleetgate.timespans import DAY_MS
 
 __all__ = ["QualityRoutes"]
 

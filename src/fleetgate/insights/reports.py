@@ -29,9 +29,10 @@ from fleetgate.insights.config import InsightsConfig
 from fleetgate.insights.day_rollup import close_days
 from fleetgate.insights.keys import key_report
 from fleetgate.insights.marks import HOUR, bump
-from fleetgate.insights.quality_cache import DAY_MS, QualityCache
+from fleetgate.insights.quality_cache import QualityCache
 from fleetgate.insights.tables import reviews
 from fleetgate.store.database import Database
+from fleetgate.timespans import DAY_MS
 
 __all__ = ["InsightsReports", "ReviewFilter"]
 

@@ -24,10 +24,10 @@ from fleetgate.insights.config import InsightsConfig
 from fleetgate.insights.writer import InsightsWriter
 from fleetgate.messages_text import content_text
 from fleetgate.tenancy.money import outcome_cost_nusd
+from fleetgate.timespans import DAY_MS
 
-__all__ = ["DAY_MS", "Pseudonyms", "UsageRecorder", "prompt_hash", "sampled"]
+__all__ = ["Pseudonyms", "UsageRecorder", "prompt_hash", "sampled"]
 
-DAY_MS = 86_400_000
 _MAX_ID = 200
 _REVIEW = "insights.review"
 

@@ -28,13 +28,13 @@ from fleetgate.insights.marks import DAY, HOUR, bump
 from fleetgate.insights.tables import requests, reviews, user_days, user_lasts, users
 from fleetgate.store.database import Database
 from fleetgate.tasks import Background
+from fleetgate.timespans import HOUR_MS
 
 __all__ = ["InsightsWriter", "write_rows"]
 
 log = logging.getLogger("fleetgate.insights")
 
 _BATCH = 5_000
-HOUR_MS = 3_600_000
 
 
 def _rollups(

@@ -25,6 +25,7 @@ from fleetgate.errors import LimiterUnavailable
 from fleetgate.limits.base import LEASE_MS, WINDOW_MS, Denial, Reservation, Scope, ScopeUsage
 from fleetgate.limits.scripts import RAISE_SPEND, RESERVE, SETTLE
 from fleetgate.resp import CommandNotSent, RespClient, RespError, Script, bulk, encode_command
+from fleetgate.timespans import DAY_MS
 
 __all__ = ["FailPolicy", "RedisLimiter"]
 
@@ -32,7 +33,6 @@ log = logging.getLogger("fleetgate.limits")
 
 FailPolicy = Literal["fail_open", "fail_closed"]
 _REASONS = {1: "requests", 2: "tokens", 3: "parallel", 4: "budget"}
-_DAY_MS = 86_400_000
 # An error reply (READONLY during a failover, OOM, a script error) fails like an outage: the
 # policy decides, never a 500.
 _DOWN = (ConnectionError, TimeoutError, OSError, RespError)
@@ -71,7 +71,7 @@ def _encode(prefix: str, scopes: tuple[Scope, ...]) -> _Encoded:
             -1 if s.budget_nusd is None else s.budget_nusd,
             s.period_end_ms,
         ]
-        settle_static += [0 if s.budget_nusd is None else 1, s.period_end_ms + _DAY_MS]
+        settle_static += [0 if s.budget_nusd is None else 1, s.period_end_ms + DAY_MS]
 
     def head(script: Script, dynamic: int, static: int) -> bytes:
         count = 3 + len(keys) + dynamic + static  # the array header counts every argument
@@ -379,7 +379,7 @@ class RedisLimiter:
 
     async def raise_spend(self, scope: Scope, nusd: int) -> None:
         key = f"{self.prefix}spend:{scope.budget_key}"
-        ttl = max(scope.period_end_ms + _DAY_MS - int(time.time() * 1000), 1000)
+        ttl = max(scope.period_end_ms + DAY_MS - int(time.time() * 1000), 1000)
         await self.redis.eval(_RAISE_SPEND, [key], [nusd, min(ttl, 2**40)])
 
     async def aclose(self) -> None:

@@ -32,6 +32,7 @@ from fleetgate.csv_export import csv_text, restore_cell
 from fleetgate.errors import InvalidRequest
 from fleetgate.store.database import Database
 from fleetgate.tenancy.tables import spend
+from fleetgate.timespans import HOUR_MS
 
 __all__ = [
     "FIELDS",
@@ -44,7 +45,6 @@ __all__ = [
 ]
 
 FIELDS = ("requests", "input_tokens", "output_tokens")
-_HOUR_MS = 3_600_000
 
 
 def parse_hour(text: str, what: str = "hour") -> int:
@@ -181,7 +181,7 @@ async def read_history_store(
 ) -> HourlyHistory:
     """Hourly requests and tokens per alias from the spend table (successful requests only:
     status < 400), grouped in SQL the same way on SQLite and PostgreSQL."""
-    hour = (spend.c.created_ms // _HOUR_MS).label("hour")
+    hour = (spend.c.created_ms // HOUR_MS).label("hour")
     query = select(
         hour,
         spend.c.alias,

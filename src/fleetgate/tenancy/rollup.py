@@ -38,11 +38,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fleetgate.store.after_insert import AfterInsert
+from fleetgate.timespans import DAY_MS, HOUR_MS
 
 __all__ = [
-    "DAY_MS",
     "DIMENSIONS",
-    "HOUR_MS",
     "PERIODS",
     "SPEND_ROLLUP",
     "new_spend_source",
@@ -50,8 +49,6 @@ __all__ = [
     "rollup_statement",
 ]
 
-HOUR_MS = 3_600_000
-DAY_MS = 86_400_000
 PERIODS = (DAY_MS, HOUR_MS)  # coarsest first: how a date range is cut into pieces
 # dimension -> its value in a spend row ``s`` ('' where the row has none)
 DIMENSIONS = {

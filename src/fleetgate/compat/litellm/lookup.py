@@ -15,9 +15,9 @@ from sqlalchemy import and_, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fleetgate.tenancy.model import hash_key
-from fleetgate.tenancy.rollup import DAY_MS
 from fleetgate.tenancy.spend_query import spend_query
 from fleetgate.tenancy.tables import api_keys, spend, spend_rollup, teams, users
+from fleetgate.timespans import DAY_MS
 
 __all__ = [
     "DayRow", "KeyRef", "SpendFilter", "day_rows", "key_row", "key_spend", "keys_of_team",

@@ -29,8 +29,8 @@ from fleetgate.http import AdminAccess, json_reply
 from fleetgate.store.errors import store_unavailable_is_503
 from fleetgate.store.rows import now_ms
 from fleetgate.tenancy.periods import period_bounds
-from fleetgate.tenancy.rollup import DAY_MS
 from fleetgate.tenancy.runtime import Tenancy
+from fleetgate.timespans import DAY_MS
 
 __all__ = ["Management"]
 
