@@ -304,3 +304,13 @@ async def test_a_failed_hold_does_not_change_how_the_request_ended() -> None:
     assert stage.future is not None
     stage.future.set_exception(RuntimeError("the store went away"))  # its owner's to handle
     stage.future.exception()
+
+
+async def test_a_later_stages_refusal_waits_for_what_an_earlier_after_left() -> None:
+    log: list[str] = []
+    hold = Holds(log, done_after_s=0.05)
+    refusal = RateLimited("slow down", retry_after=1)
+    with pytest.raises(RateLimited):
+        async with StageRun([hold, Seen("b", log, refuse=refusal)], request()):
+            pass
+    assert hold.future is not None and hold.future.done()  # waited for before the refusal

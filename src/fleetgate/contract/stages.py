@@ -117,6 +117,8 @@ class StageRun:
         except BaseException as exc:
             verdict = await self._verdict(exc)
             self._end(verdict)
+            if self.req.reply_after is not None and not isinstance(verdict, asyncio.CancelledError):
+                await hold_reply(self.req)  # a refusal's reply waits too (a later stage refused)
             if verdict is exc or verdict is None:
                 raise
             raise verdict from None
