@@ -11,7 +11,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from fleetgate.config.schema import GatewayConfig, field_path
+from fleetgate.config.schema import GatewayConfig
+from fleetgate.config.sectioned import field_path
 from fleetgate.config.sections import Declared, check_sections
 from fleetgate.errors import ConfigError
 

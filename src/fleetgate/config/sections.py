@@ -36,7 +36,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from fleetgate.config.schema import AliasConfig, GatewayConfig, section_problems
+from fleetgate.config.schema import AliasConfig, GatewayConfig
+from fleetgate.config.sectioned import section_problems
 from fleetgate.errors import ConfigError
 
 __all__ = [
