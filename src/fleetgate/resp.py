@@ -243,10 +243,7 @@ class RespClient:
         command that must reach Redis before anything this process writes next (a settle that
         frees a full parallel slot, before the response that lets the client send its next
         request to another replica)."""
-        conn = self._conn
-        if conn is None or conn.closed or len(conn.waiting) >= self.max_pending:
-            return None
-        return conn.send(command, first=True)
+        return self._send_nowait(command, eager=True, first=True)
 
     def send_soon(self, command: bytes) -> asyncio.Future[Any] | None:
         """Like `send_now`, but written at the end of this loop turn, with whatever else is
@@ -255,11 +252,13 @@ class RespClient:
         Redis does not delay it)."""
         return self._send_nowait(command, eager=False)
 
-    def _send_nowait(self, command: bytes, *, eager: bool) -> asyncio.Future[Any] | None:
+    def _send_nowait(
+        self, command: bytes, *, eager: bool, first: bool = False
+    ) -> asyncio.Future[Any] | None:
         conn = self._conn
         if conn is None or conn.closed or len(conn.waiting) >= self.max_pending:
             return None
-        return conn.send(command, eager=eager)
+        return conn.send(command, eager=eager, first=first)
 
     async def send(self, command: bytes) -> Any:
         """Send one encoded command (`encode_command`) and return its reply."""
