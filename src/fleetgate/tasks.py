@@ -7,7 +7,15 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-__all__ = ["Background", "cancel_and_wait", "cancelling", "every", "periodic", "retry_forever"]
+__all__ = [
+    "Background",
+    "RunsInBackground",
+    "cancel_and_wait",
+    "cancelling",
+    "every",
+    "periodic",
+    "retry_forever",
+]
 
 log = logging.getLogger("fleetgate.tasks")
 
@@ -93,6 +101,20 @@ class Background:
     async def aclose(self) -> None:
         task, self._task = self._task, None
         await cancel_and_wait(task)
+
+
+class RunsInBackground:
+    """A component whose running is its one `Background` task, ``self._task``: ``start``
+    starts it, ``aclose`` stops it (a subclass that does more around them overrides them and
+    calls these)."""
+
+    _task: Background
+
+    async def start(self) -> None:
+        self._task.start()
+
+    async def aclose(self) -> None:
+        await self._task.aclose()
 
 
 def periodic(

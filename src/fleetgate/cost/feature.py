@@ -38,7 +38,7 @@ from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.routing.engine_metrics import parse_engine_metrics
 from fleetgate.store.database import Database
 from fleetgate.store.errors import store_unavailable_is_503
-from fleetgate.tasks import Background
+from fleetgate.tasks import Background, RunsInBackground
 
 __all__ = ["CostFeature", "parse_cost_config"]
 
@@ -67,7 +67,7 @@ def parse_cost_config(config: GatewayConfig) -> CostConfig | None:
 
 
 @dataclass(eq=False, repr=False)
-class CostFeature(BaseFeature):
+class CostFeature(RunsInBackground, BaseFeature):
     """The scraper loop, its ledger and the admin route."""
 
     name = NAME
@@ -116,12 +116,6 @@ class CostFeature(BaseFeature):
             self.cost = cost
             self.ledger.window_s = cost.window_h * 3600.0
             self.ledger.forget({p.alias for p in cost.pools})
-
-    async def start(self) -> None:
-        self._task.start()
-
-    async def aclose(self) -> None:
-        await self._task.aclose()
 
     async def _run(self) -> None:
         while True:

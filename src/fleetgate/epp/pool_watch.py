@@ -25,7 +25,7 @@ from typing import Any
 
 from fleetgate.epp.pool import Endpoint, PoolSpec, endpoints_of, label_selector, pool_spec
 from fleetgate.epp.pool_api import Gone, PoolApi
-from fleetgate.tasks import Background, cancel_and_wait, cancelling
+from fleetgate.tasks import Background, RunsInBackground, cancel_and_wait, cancelling
 
 __all__ = ["PoolWatch"]
 
@@ -40,7 +40,7 @@ class _Relist(Exception):
     """End the session without a backoff: list again (410, a new selector, pool deleted)."""
 
 
-class PoolWatch:
+class PoolWatch(RunsInBackground):
     """Follows one InferencePool's pods; ``endpoints`` is the last set known."""
 
     def __init__(
@@ -67,12 +67,6 @@ class PoolWatch:
     def is_synced(self) -> bool:
         """The first list is applied and the pool exists (the picker's readiness)."""
         return self.synced
-
-    async def start(self) -> None:
-        self._task.start()
-
-    async def aclose(self) -> None:
-        await self._task.aclose()
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

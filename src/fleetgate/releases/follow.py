@@ -37,7 +37,7 @@ from fleetgate.routing.context import RouteContext
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch import VersionPicker
 from fleetgate.routing.reload import TableManager
-from fleetgate.tasks import Background
+from fleetgate.tasks import Background, RunsInBackground
 
 __all__ = ["RegistryFollower", "RolloutPicker"]
 
@@ -58,7 +58,7 @@ def _deployments(view: ServingView) -> Served:
     return out
 
 
-class RegistryFollower:
+class RegistryFollower(RunsInBackground):
     """Keeps the route table's registry-following aliases on the registry's stages."""
 
     def __init__(
@@ -139,12 +139,6 @@ class RegistryFollower:
             }
             out.append(alias.model_copy(update=update))
         return out
-
-    async def start(self) -> None:
-        self._task.start()
-
-    async def aclose(self) -> None:
-        await self._task.aclose()
 
     async def _poll(self) -> None:
         while True:

@@ -48,7 +48,7 @@ from fleetgate.releases.tables import release_outcomes, release_requests
 from fleetgate.releases.windows import BUCKET_MS, hist_bin
 from fleetgate.routing.dispatch import FAILED_VERSIONS
 from fleetgate.store.database import Database
-from fleetgate.tasks import Background
+from fleetgate.tasks import Background, RunsInBackground
 
 __all__ = [
     "PICKED",
@@ -104,7 +104,7 @@ def prompt_digests(req: GatewayRequest) -> tuple[str, str]:
     return _digest(key, conv_raw), _digest(key, raw)
 
 
-class OutcomeBook:
+class OutcomeBook(RunsInBackground):
     """Per-version request outcomes of this replica, written to the store in the background."""
 
     def __init__(
@@ -208,11 +208,8 @@ class OutcomeBook:
                 b.tpot[k] = b.tpot.get(k, 0) + 1
 
     # ------------------------------------------------------------------ background
-    async def start(self) -> None:
-        self._task.start()
-
     async def aclose(self) -> None:
-        await self._task.aclose()
+        await super().aclose()
         try:
             await asyncio.wait_for(self.flush(), timeout=2.0)
         except Exception as exc:  # the store is away at shutdown: these counts are lost

@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 
 from fleetgate.limits.base import Limiter, Scope
 from fleetgate.store.database import Database
-from fleetgate.tasks import Background
+from fleetgate.tasks import Background, RunsInBackground
 from fleetgate.telemetry.registry import Registry
 from fleetgate.tenancy.alerts import AlertNotifier, BudgetAlert
 from fleetgate.tenancy.cache import KeyCache, Snapshot
@@ -28,7 +28,7 @@ __all__ = ["Budgets"]
 log = logging.getLogger("fleetgate.tenancy.budgets")
 
 
-class Budgets:
+class Budgets(RunsInBackground):
     """Seeds counters, detects threshold crossings, exports remaining budget per team."""
 
     def __init__(
@@ -147,12 +147,6 @@ class Budgets:
                     BudgetAlert(kind, scope_id, name, pct, nusd_to_usd(total),
                                 nusd_to_usd(s.budget_nusd), s.period_start_ms)
                 )  # fmt: skip
-
-    async def start(self) -> None:
-        self._task.start()
-
-    async def aclose(self) -> None:
-        await self._task.aclose()
 
     async def _run(self) -> None:
         while True:
