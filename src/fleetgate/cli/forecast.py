@@ -25,6 +25,7 @@ import orjson
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetgate.bench.slo import parse_slo
+from fleetgate.cli.output import print_result
 from fleetgate.cli.parsers import add_command
 from fleetgate.config.settings import Settings
 from fleetgate.errors import FleetgateError, InvalidRequest
@@ -264,17 +265,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {history.hours} hours of {len(history.aliases)} aliases")
             return 0
         out = forecast_result(args, history)
-        if args.json and str(args.json) == "-":
-            sys.stdout.write(
-                orjson.dumps(out, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
-                + "\n"
-            )
-            return 0
-        print(render_text(out))
-        if args.json:
-            args.json.write_bytes(
-                orjson.dumps(out, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
-            )
+        print_result(out, lambda: render_text(out), args.json, numpy=True)
         return 0
     except (FleetgateError, OSError) as exc:
         print(f"fleetgate plan forecast: {getattr(exc, 'message', exc)}", file=sys.stderr)

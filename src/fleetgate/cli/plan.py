@@ -17,6 +17,7 @@ import orjson
 
 from fleetgate.bench.slo import parse_slo
 from fleetgate.cli import forecast, plan_pd
+from fleetgate.cli.output import print_result
 from fleetgate.cli.parsers import add_command
 from fleetgate.errors import FleetgateError, InvalidRequest
 from fleetgate.extras import require
@@ -125,13 +126,7 @@ def run(args: argparse.Namespace) -> int:
         if args.plot:  # before any output: say now that the plot cannot be drawn
             require("matplotlib", extra="bench", purpose=PLOT_PURPOSE)
         plan = make_plan(build_inputs(args))
-        if args.json and str(args.json) == "-":
-            sys.stdout.write(orjson.dumps(plan, option=orjson.OPT_INDENT_2).decode() + "\n")
-            return 0
-        print(plan_table(plan))
-        if args.json:
-            args.json.write_bytes(orjson.dumps(plan, option=orjson.OPT_INDENT_2))
-        if args.plot:
+        if print_result(plan, lambda: plan_table(plan), args.json) and args.plot:
             plot_plan(plan, args.plot)
         return 0
     except (FleetgateError, OSError) as exc:

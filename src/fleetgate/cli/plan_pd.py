@@ -17,8 +17,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-import orjson
-
+from fleetgate.cli.output import print_result
 from fleetgate.cli.parsers import add_command
 from fleetgate.errors import FleetgateError, InvalidRequest
 from fleetgate.plan.engine_probe import probe_engine
@@ -119,10 +118,5 @@ def run(args: argparse.Namespace) -> int:
     except (FleetgateError, OSError) as exc:
         print(f"fleetgate plan pd: {getattr(exc, 'message', exc)}", file=sys.stderr)
         return 2
-    if args.json and str(args.json) == "-":
-        sys.stdout.write(orjson.dumps(plan, option=orjson.OPT_INDENT_2).decode() + "\n")
-        return 0
-    print(_table(plan))
-    if args.json:
-        args.json.write_bytes(orjson.dumps(plan, option=orjson.OPT_INDENT_2))
+    print_result(plan, lambda: _table(plan), args.json)
     return 0
