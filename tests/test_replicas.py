@@ -6,7 +6,8 @@ state that must agree (issue #12, item 11), each checked on every replica:
 - a safety policy override made through one replica is in force on all three;
 - safety violations of one key, one on each replica, add up to its suspension everywhere;
 - a key's request limit is one budget across the replicas (Redis), and a one-slot key's
-  sequential requests, rotated over the replicas, are never refused for parallelism;
+  sequential requests, rotated over the replicas, are never refused for parallelism (JSON
+  answers, and streams whose next request leaves the moment ``[DONE]`` is read);
 - a canary split set through one replica is the split of all three.
 """
 
@@ -60,6 +61,36 @@ def _thirty_in_turn(replicas: list[str], key: str) -> None:
     for i in range(30):
         status, _, body = _chat(replicas[i % 3], key, f"q{i}")
         assert status == 200, (i, status, body)
+
+
+def _stream_to_done(base: str, key: str, text: str) -> tuple[int, int]:
+    """A streamed chat read as an SDK reads it: up to ``data: [DONE]``, then the connection is
+    left (its chunked terminator not waited for). (status, content events read)."""
+    body = {"model": "tiny", "messages": [{"role": "user", "content": text}], "max_tokens": 8,
+            "stream": True}  # fmt: skip
+    req = urllib.request.Request(
+        f"{base}/v1/chat/completions", data=json.dumps(body).encode(), method="POST",
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            events = 0
+            for line in resp:
+                if line.startswith(b"data: [DONE]"):
+                    return resp.status, events
+                events += line.startswith(b"data: ")
+            return -1, events  # the stream ended without [DONE]
+    except urllib.error.HTTPError as exc:
+        return exc.code, 0
+
+
+def _thirty_streams_in_turn(replicas: list[str], key: str) -> None:
+    """The same for streams, the next sent the moment ``[DONE]`` is read: a stream's stages
+    ``after`` runs once the response has ended, so its full slot is settled before the
+    ``[DONE]`` leaves instead (`GatewayRequest.at_end`)."""
+    for i in range(30):
+        status, events = _stream_to_done(replicas[i % 3], key, f"s{i}")
+        assert status == 200 and events > 0, (i, status, events)
 
 
 def _eventually(check: Callable[[], bool], limit_s: float, what: str) -> float:
@@ -180,6 +211,7 @@ def test_three_replicas_agree_on_documents_policies_strikes_limits_and_splits(
             _eventually(lambda b=base: _call(f"{b}/v1/models", key=single["key"])[0] == 200,
                         2.0, f"{base} knows the single-slot key")  # fmt: skip
         _thirty_in_turn(replicas, single["key"])
+        _thirty_streams_in_turn(replicas, single["key"])
 
         # -- safety strikes, one per replica, add up to one suspension everywhere ------------
         status, _, offender = _call(f"{third}/admin/keys", "POST", {"team": team["id"]})

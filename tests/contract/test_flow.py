@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from fleetgate.contract.flow import interrupter, respond
+from fleetgate.contract.flow import end_reply, interrupter, respond
 from fleetgate.contract.principal import Principal
 from fleetgate.contract.request import Endpoint, GatewayRequest
 from fleetgate.errors import FleetgateError, Overloaded, RateLimited
@@ -142,3 +142,29 @@ async def test_a_complete_response_is_not_interrupted() -> None:
 
     assert await respond(req, send, no_replay) == "complete"
     assert req.interrupt is None
+
+
+async def test_end_reply_runs_what_waits_for_the_end_once_and_holds_it_bounded() -> None:
+    req = request()
+    loop = asyncio.get_running_loop()
+    ran: list[str] = []
+    settled: asyncio.Future[None] = loop.create_future()
+
+    def settle(r: GatewayRequest) -> None:
+        ran.append(r.request_id)
+        loop.call_later(0.05, settled.set_result, None)
+        r.reply_after = [settled]
+
+    req.at_end = [settle]
+    began = loop.time()
+    await end_reply(req)
+    assert settled.done() and loop.time() - began >= 0.04  # the end waited for it
+    assert ran == ["r1"] and req.at_end is None and req.reply_after is None
+    await end_reply(req)  # a second end (an error after [DONE]) runs nothing again
+    assert ran == ["r1"]
+    never: asyncio.Future[None] = loop.create_future()
+    req.at_end = [lambda r: setattr(r, "reply_after", [never])]
+    began = loop.time()
+    await end_reply(req)  # a store that never answers holds the end for the bound only
+    assert 0.2 <= loop.time() - began < 1.0 and not never.done()
+    never.cancel()

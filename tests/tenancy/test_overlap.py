@@ -221,3 +221,45 @@ async def test_redis_lost_during_an_overlapped_reservation_follows_the_policy(
         else:
             assert status == 200 and serial_status == 200, body
             assert [a.decision for a in audit] == ["allowed"] * 3
+
+
+async def test_a_stream_s_full_slot_is_settled_before_its_done_leaves(
+    tmp_path: Path, redis_prefix: str
+) -> None:
+    """A one-slot key's stream: its settle is written and answered before ``[DONE]`` leaves
+    (`GatewayRequest.at_end`), so a client that sends its next request the moment it reads
+    ``[DONE]``, to any replica, finds the slot free. With Redis's replies held from the
+    stream's first event until 0.2 s later, the ``[DONE]`` arrives only once they flow again
+    (the stream's own tokens are done after ~0.1 s), and the next request is admitted."""
+    sim = SimConfig(mode="random", output_len=6, decode_ms_per_step=20.0)
+    async with (
+        running_sim(sim) as paced,
+        gateway_via_redis_proxy(paced, tmp_path, redis_prefix) as (gw, proxy),
+    ):
+        _, _, key = await gw.team_and_key("ending", rpm=100, tpm=100_000, max_parallel=1)
+        assert (await gw.chat(key))[0] == 200
+        _patient(gw)
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 6, "stream": True}  # fmt: skip
+        loop = asyncio.get_running_loop()
+        async with gw.session.post(
+            gw.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+        ) as resp:
+            assert resp.status == 200
+            first = await resp.content.readline()
+            assert first.startswith(b"data: {"), first
+            proxy.replies.clear()  # the settle's reply is held from here ...
+            held = loop.time()
+            loop.call_later(0.2, proxy.replies.set)  # ... for 0.2 s
+            events = 1
+            async for line in resp.content:
+                if line.startswith(b"data: [DONE]"):
+                    done = loop.time() - held
+                    break
+                events += line.startswith(b"data: {")
+            else:
+                raise AssertionError("no [DONE]")
+        assert events >= 6
+        assert 0.19 <= done < 1.0, done  # the end waited for the settle's answer
+        status, _, answer = await gw.chat(key)  # the slot is free at once
+        assert status == 200, answer

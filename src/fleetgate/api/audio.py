@@ -23,6 +23,7 @@ from aiohttp import web
 
 from fleetgate.api.state import GATEWAY, GatewayState
 from fleetgate.api.uploads import UploadForm
+from fleetgate.contract.flow import end_reply
 from fleetgate.contract.principal import Principal
 from fleetgate.contract.request import Endpoint, GatewayRequest
 from fleetgate.contract.stages import StageRun
@@ -213,6 +214,8 @@ async def _speak(
         if not resp.prepared:
             await resp.prepare(request)
         tail = encoder.finish()
+        if req.at_end is not None:  # a full slot's settle, before the end of the audio leaves
+            await end_reply(req)
         if tail:
             await resp.write(tail)
         await resp.write_eof()

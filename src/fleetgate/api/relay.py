@@ -24,7 +24,7 @@ from aiohttp.abc import AbstractStreamWriter
 
 from fleetgate.api.stream_filters import SSE_DONE, FilteredRelay, stream_encoder
 from fleetgate.config.schema import TimeoutConfig
-from fleetgate.contract.flow import interrupted
+from fleetgate.contract.flow import end_reply, interrupted
 from fleetgate.contract.request import GatewayRequest, Outcome, StreamEncoder
 from fleetgate.errors import FleetgateError, UpstreamTimeout
 from fleetgate.routing.dispatch import Dispatch
@@ -158,10 +158,10 @@ async def relay_stream(
             else:
                 assert writer is not None  # a fresh response: prepare returns its writer
                 sender = _chunk_sender(request, resp, writer)
-                await _relay_bytes(
-                    resp, writer, sender, dispatch, out, metrics, req.want_usage, idle
-                )
+                await _relay_bytes(resp, writer, sender, dispatch, req, metrics, idle)
         out.settled = True
+        if req.at_end is not None:  # an upstream that ended without [DONE]
+            await end_reply(req)
         await resp.write_eof()
     except asyncio.CancelledError:
         out.settled = True
@@ -175,7 +175,7 @@ async def relay_stream(
             await asyncio.wait([preparing])  # the headers first, then the error event
             if not preparing.cancelled() and preparing.exception() is not None:
                 raise interrupt from None  # no headers went out: a whole error answer
-        await _write_error(resp, interrupt, encoder or stream_encoder(req))
+        await _write_error(resp, req, interrupt, encoder or stream_encoder(req))
     except (ConnectionResetError, ConnectionError):
         out.settled = True
         out.status, out.error_type = 499, "client_disconnected"
@@ -191,7 +191,7 @@ async def relay_stream(
             )
         )
         out.status, out.error_type = err.status, err.type
-        await _write_error(resp, err, encoder or stream_encoder(req))
+        await _write_error(resp, req, err, encoder or stream_encoder(req))
     return resp
 
 
@@ -249,19 +249,20 @@ async def _relay_bytes(
     writer: AbstractStreamWriter,
     sender: Callable[[bytes], bool] | None,
     dispatch: Dispatch,
-    out: Outcome,
+    req: GatewayRequest,
     metrics: GatewayMetrics,
-    want_usage: bool,
     idle: _IdleTimer,
 ) -> None:
     """The fast path: events go out as the bytes that came in, one write per upstream read.
 
     The first write goes through ``writer`` and carries the headers (`_CoalescedResponse`);
     later ones through ``sender`` (`_chunk_sender`) where there is one; the one that carries
-    ``[DONE]`` also ends the response (its chunked terminator goes with it). The events of
+    ``[DONE]`` also ends the response (its chunked terminator goes with it), after
+    ``req.at_end`` (`end_reply`) where a stage left one. The events of
     one read after its first are 0 s apart: they are counted in the inter-token histogram's
     first bucket together rather than observed one by one."""
     dep = dispatch.deployment
+    out, want_usage = req.outcome, req.want_usage
     itl = metrics.itl.labels(out.alias, dep.id, dep.version)
     last = dispatch.upstream_answered
     chunks = 0
@@ -301,7 +302,7 @@ async def _relay_bytes(
             last = now
         out.relayed = chunks
         if done:
-            await resp.write_eof(b"".join(send))  # [DONE] and the end of the response
+            await _write_end(resp, req, b"".join(send))  # [DONE] and the end of the response
             break
         if direct is not None:
             if direct(b"".join(send)):  # one event: the same bytes, not a copy
@@ -317,11 +318,22 @@ async def _relay_bytes(
     out.last_token_at = last
 
 
+async def _write_end(resp: web.StreamResponse, req: GatewayRequest, data: bytes) -> None:
+    """The stream's last bytes with the end of the response, after ``req.at_end`` (a full
+    slot's settle, before the client reads ``[DONE]``)."""
+    if req.at_end is not None:
+        await end_reply(req)
+    await resp.write_eof(data)
+
+
 async def _write_error(
-    resp: web.StreamResponse, error: FleetgateError, encoder: StreamEncoder
+    resp: web.StreamResponse, req: GatewayRequest, error: FleetgateError, encoder: StreamEncoder
 ) -> None:
-    """After the first byte an error can only be reported inside the stream."""
+    """After the first byte an error can only be reported inside the stream (after
+    ``req.at_end``: a client may retry the moment it reads the error)."""
     try:
+        if req.at_end is not None:
+            await end_reply(req)
         await resp.write(encoder.error(error))
         await resp.write_eof()
     except (ConnectionError, RuntimeError):

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from fleetgate.api.capture import response_text
 from fleetgate.api.stream_filters import OpenAIStreamEncoder, finish_filters, run_filters
+from fleetgate.contract.flow import end_reply
 from fleetgate.contract.request import GatewayRequest, StreamEncoder
 from fleetgate.telemetry.metrics import GatewayMetrics
 
@@ -80,6 +81,7 @@ class _Replay:
 
     def __init__(self, resp: web.StreamResponse, req: GatewayRequest) -> None:
         self.resp = resp
+        self.req = req
         self.out = req.outcome
         self.filters = req.stream_filters
         self.encoder: StreamEncoder = (
@@ -116,6 +118,8 @@ class _Replay:
             await finish_filters(filters, self.emit)
         usage = {k: v for k, v in data.items() if k != "choices"}
         usage.update(object="chat.completion.chunk", choices=[])
+        if self.req.at_end is not None:  # a full slot's settle, before the end leaves
+            await end_reply(self.req)
         await self.resp.write(self.encoder.end(usage))
         await self.resp.write_eof()
 

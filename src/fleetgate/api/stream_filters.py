@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import web
 
+from fleetgate.contract.flow import end_reply
 from fleetgate.contract.request import GatewayRequest, StreamEncoder, StreamFilter
 from fleetgate.errors import FleetgateError
 from fleetgate.routing.dispatch import Dispatch
@@ -102,6 +103,7 @@ class FilteredRelay:
         self.resp = resp
         self.encoder = encoder
         self.dispatch = dispatch
+        self.req = req
         self.out = req.outcome
         self.filters = req.stream_filters
         self.itl = metrics.itl.labels(self.out.alias, dep.id, dep.version)
@@ -156,6 +158,8 @@ class FilteredRelay:
             self.dispatch.upstream_done = True
             await finish_filters(filters, self.emit)
         self.out.settled = True  # complete: no preemption from here on
+        if self.req.at_end is not None:  # a full slot's settle, before the end leaves
+            await end_reply(self.req)
         await self.resp.write(self.encoder.end(self.usage))
         self.out.last_token_at = self.last
 

@@ -1,6 +1,6 @@
 """The request's control flow besides the plain path, one function for each turn it can take.
 
-Four fields of `fleetgate.contract.request.GatewayRequest` turn the path, and this module is
+Six fields of `fleetgate.contract.request.GatewayRequest` turn the path, and this module is
 where each one is handled:
 
 - **gate**: a check a stage started and did not wait for (tenancy's reservation, in flight to
@@ -14,6 +14,9 @@ where each one is handled:
   upstream.
 - **reply_after**: what must be done before the reply leaves (a settle that frees a full
   parallel slot in the shared store); `hold_reply` waits for it, bounded.
+- **at_end**: what runs once a streamed answer is complete, before its end leaves (that same
+  settle, for a stream); `end_reply` runs it and holds the end for what it adds to
+  ``reply_after``.
 
 `respond` puts the last three together for a route: the stage's answer replayed, or the
 upstream call, sent again after each interrupt that may be undone.
@@ -35,6 +38,7 @@ from fleetgate.errors import FleetgateError
 __all__ = [
     "REPLY_HOLD_S",
     "Gated",
+    "end_reply",
     "interrupted",
     "interrupter",
     "hold_reply",
@@ -57,6 +61,19 @@ async def hold_reply(req: GatewayRequest, limit_s: float = REPLY_HOLD_S) -> None
     waits, req.reply_after = req.reply_after, None
     if waits:
         await asyncio.wait(waits, timeout=limit_s)
+
+
+async def end_reply(req: GatewayRequest) -> None:
+    """Called by a streamed reply's writer just before its end leaves (and never for a JSON
+    answer): run ``req.at_end`` once, then wait for what it added to ``req.reply_after``
+    (bounded, as `hold_reply`). A stream's stages' ``after`` runs only once the response has
+    ended, too late for a client that reads the end and sends its next request at once."""
+    ends, req.at_end = req.at_end, None
+    if ends:
+        for end in ends:
+            end(req)
+    if req.reply_after is not None:
+        await hold_reply(req)
 
 
 class Gated(Protocol):

@@ -282,10 +282,11 @@ class GatewayRequest:
     """One model request as it travels the path, with its `Outcome`. Stages may change
     ``body`` and ``alias``; routing reads it (`fleetgate.routing.context.RoutedRequest`).
 
-    Five fields carry the request's control flow, each handled in `fleetgate.contract.flow`:
+    Six fields carry the request's control flow, each handled in `fleetgate.contract.flow`:
     ``gate`` (a check in flight), ``interrupt`` (a cancellation on purpose), ``requeue`` (the
-    way back into a stage's queue after one), ``answer`` (a stage's own answer) and
-    ``reply_after`` (what the reply waits for)."""
+    way back into a stage's queue after one), ``answer`` (a stage's own answer),
+    ``reply_after`` (what the reply waits for) and ``at_end`` (what runs before a stream's
+    end leaves)."""
 
     request_id: str
     endpoint: Endpoint
@@ -332,6 +333,13 @@ class GatewayRequest:
     # full parallel slot: the client's next request, on any replica, may need that slot);
     # `StageRun` waits for them, bounded, once the stages' ``after`` ran (`hold_reply`).
     reply_after: list[asyncio.Future[Any]] | None = None
+    # What runs once a streamed answer is complete, just before its end leaves (OpenAI's
+    # ``[DONE]``, a wire's last event, an error event): tenancy settles a reservation that held
+    # a full parallel slot here, so a client that sends its next request the moment it reads
+    # the end finds the slot free on any replica. `fleetgate.contract.flow.end_reply` runs them
+    # once and waits for what they added to ``reply_after``; a JSON answer needs none (its
+    # stages' ``after`` run before it is written).
+    at_end: list[Callable[[GatewayRequest], None]] | None = None
     # A call to a tool server instead of a model (endpoint ``MCP``): what the stages check,
     # limit and bill (`fleetgate.contract.tool`).
     tool: ToolCall | None = None

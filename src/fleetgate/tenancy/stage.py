@@ -8,7 +8,8 @@ which the dispatcher waits for after sending the upstream call (one round trip f
 request's path); a refusal then aborts the upstream call and the client gets the same 429.
 ``after`` hands the settle (actual usage) to `Settles` and spools the spend record and the
 audit row in one append: for a JSON response before it is written, for a stream once it has
-ended. No other I/O on the event loop.
+ended. A stream that holds a full parallel slot settles earlier, just before its end leaves
+(`GatewayRequest.at_end`). No other I/O on the event loop.
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ def _call_scopes(call: ToolCall) -> tuple[Scope, ...]:
         for limit in call.limits
         if limit.rpm is not None or limit.max_parallel is not None
     )
+
+
+def _used(outcome: Outcome, reservation: Reservation) -> int:
+    """The tokens a reservation is settled with: the outcome's, or, for an answer whose usage
+    is unknown, what was reserved."""
+    used = outcome.prompt_tokens + outcome.completion_tokens
+    return reservation.tokens if outcome.status < 400 and used == 0 else used
 
 
 class TenancyStage:
@@ -134,6 +142,13 @@ class TenancyStage:
     ) -> None:
         self.room.granted(scopes, reservation)
         req.state[_RESERVATION] = reservation
+        if reservation.crowded and reservation.enforced:
+            # a full parallel slot: a streamed reply frees it before its end leaves (a JSON
+            # answer's ``after`` runs before it is written: `end_reply` is never called)
+            if req.at_end is None:
+                req.at_end = [self._settle_at_end]
+            else:
+                req.at_end.append(self._settle_at_end)
         if reservation.usage:
             req.response_headers.update(ratelimit_headers(scopes, reservation.usage))
 
@@ -215,13 +230,20 @@ class TenancyStage:
             headers=headers,
         )
 
+    def _settle_at_end(self, req: GatewayRequest) -> None:
+        """A stream's `GatewayRequest.at_end`: its reservation settled with what the stream
+        told, before its end leaves (``after`` then finds nothing to settle)."""
+        reservation = req.state.pop(_RESERVATION, None)
+        if isinstance(reservation, Reservation):
+            outcome = req.outcome
+            self._settle(reservation, _used(outcome, reservation), outcome_cost_nusd(outcome), req)
+
     def after(self, req: GatewayRequest, outcome: Outcome) -> None:
         cost = outcome_cost_nusd(outcome)
         reservation = req.state.pop(_RESERVATION, None)
         used = outcome.prompt_tokens + outcome.completion_tokens
         if isinstance(reservation, Reservation):
-            if outcome.status < 400 and used == 0:
-                used = reservation.tokens  # usage unknown: keep what was reserved
+            used = _used(outcome, reservation)
             self._settle(reservation, used, cost, req)
         gate = req.gate
         if gate is not None:  # an overlapped reservation nobody waited for (cancelled)
