@@ -72,15 +72,22 @@ async def every(
     step: Callable[[], Awaitable[object]],
     logger: logging.Logger,
     failed: str,
+    *,
+    expected: bool = False,
 ) -> None:
     """Run ``step`` every ``interval_s()`` seconds (read again before each wait) until
-    cancelled; a step that raises is logged on ``logger`` as ``failed`` and the loop goes on."""
+    cancelled; a step that raises is logged on ``logger`` as ``failed`` and the loop goes on.
+    ``expected``: failures are expected (a store that may be away, tried again next time):
+    each is logged at debug, in one line ``failed: error``, rather than with its traceback."""
     while True:
         await asyncio.sleep(interval_s())
         try:
             await step()
-        except Exception:  # a bug in one step must not stop the loop
-            logger.exception(failed)
+        except Exception as exc:  # a bug in one step must not stop the loop
+            if expected:
+                logger.debug("%s: %s", failed, exc)
+            else:
+                logger.exception(failed)
 
 
 class Background:
@@ -122,7 +129,11 @@ def periodic(
     step: Callable[[], Awaitable[object]],
     logger: logging.Logger,
     failed: str,
+    *,
+    expected: bool = False,
+    name: str | None = None,
 ) -> Background:
     """A component's background task that runs `every` (``step`` each ``interval_s()``
-    seconds, a failure logged as ``failed``), started and stopped as any `Background`."""
-    return Background(lambda: every(interval_s, step, logger, failed))
+    seconds, a failure logged as ``failed``; ``expected`` as there), started and stopped as any
+    `Background` (``name``: the task's)."""
+    return Background(lambda: every(interval_s, step, logger, failed, expected=expected), name)

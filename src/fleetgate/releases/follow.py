@@ -37,7 +37,7 @@ from fleetgate.routing.context import RouteContext
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.dispatch import VersionPicker
 from fleetgate.routing.reload import TableManager
-from fleetgate.tasks import Background, RunsInBackground
+from fleetgate.tasks import RunsInBackground, periodic
 
 __all__ = ["RegistryFollower", "RolloutPicker"]
 
@@ -78,7 +78,14 @@ class RegistryFollower(RunsInBackground):
         self.version_aliases = version_aliases
         self.view: ServingView | None = None
         self._served: Served = {}
-        self._task = Background(self._poll, name="registry-poll")
+        self._task = periodic(
+            lambda: self.poll_interval_s,
+            self._poll,
+            log,
+            "registry poll failed",
+            expected=True,
+            name="registry-poll",
+        )
         self._loading = asyncio.Lock()
         self.loads = 0
         tables.add_resolver(self.resolve)
@@ -141,13 +148,10 @@ class RegistryFollower(RunsInBackground):
         return out
 
     async def _poll(self) -> None:
-        while True:
-            await asyncio.sleep(self.poll_interval_s)
-            try:
-                if self.view is None or await self.registry.counter() != self.view.counter:
-                    await self.load()
-            except Exception as exc:  # the store may be away: keep serving what we have
-                log.debug("registry poll failed: %s", exc)
+        """Every ``poll_interval_s``: load again when the registry changed (a failure, the
+        store away, keeps serving what we have)."""
+        if self.view is None or await self.registry.counter() != self.view.counter:
+            await self.load()
 
 
 class RolloutPicker:

@@ -48,7 +48,7 @@ from fleetgate.releases.tables import release_outcomes, release_requests
 from fleetgate.releases.windows import BUCKET_MS, hist_bin
 from fleetgate.routing.dispatch import FAILED_VERSIONS
 from fleetgate.store.database import Database
-from fleetgate.tasks import Background, RunsInBackground
+from fleetgate.tasks import RunsInBackground, periodic
 
 __all__ = [
     "PICKED",
@@ -126,7 +126,15 @@ class OutcomeBook(RunsInBackground):
         self._buckets: dict[tuple[str, str, int], _Bucket] = {}
         self._pending: list[dict[str, Any]] = []
         self.dropped = 0
-        self._task = Background(self._loop, name="outcomes")
+        # every flush_s; the store may be away: keep counting, retry later
+        self._task = periodic(
+            lambda: self.flush_s,
+            self.flush,
+            log,
+            "outcome flush failed",
+            expected=True,
+            name="outcomes",
+        )
         self._last_purge = 0.0
         self.retention_s = 30 * 86400.0  # request rows; outcome rows are kept 7 days
 
@@ -214,14 +222,6 @@ class OutcomeBook(RunsInBackground):
             await asyncio.wait_for(self.flush(), timeout=2.0)
         except Exception as exc:  # the store is away at shutdown: these counts are lost
             log.debug("last outcome flush failed: %s", exc)
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.flush_s)
-            try:
-                await self.flush()
-            except Exception as exc:  # the store may be away: keep counting, retry later
-                log.debug("outcome flush failed: %s", exc)
 
     async def flush(self) -> None:
         """Write the buckets that changed and the pending request rows."""

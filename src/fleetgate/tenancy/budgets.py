@@ -6,7 +6,6 @@ it); this module keeps the counters honest across restarts and reports on them.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -15,7 +14,7 @@ from sqlalchemy import func, select
 
 from fleetgate.limits.base import Limiter, Scope
 from fleetgate.store.database import Database
-from fleetgate.tasks import Background, RunsInBackground
+from fleetgate.tasks import RunsInBackground, periodic
 from fleetgate.telemetry.registry import Registry
 from fleetgate.tenancy.alerts import AlertNotifier, BudgetAlert
 from fleetgate.tenancy.cache import KeyCache, Snapshot
@@ -50,7 +49,14 @@ class Budgets(RunsInBackground):
         self._seeded: set[str] = set()
         self._generation: int | None = None  # the limiter generation last seeded against
         self._spent: dict[str, int] = {}  # budget_key -> nano-USD, as last seen
-        self._task = Background(self._run, name="budget-refresh")
+        self._task = periodic(
+            lambda: self.refresh_s,
+            self._refresh,
+            log,
+            "budget refresh failed",
+            expected=True,
+            name="budget-refresh",
+        )
         if registry is not None:
             gauge = registry.gauge(
                 "fleetgate_team_budget_remaining_usd",
@@ -148,15 +154,11 @@ class Budgets(RunsInBackground):
                                 nusd_to_usd(s.budget_nusd), s.period_start_ms)
                 )  # fmt: skip
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.refresh_s)
-            try:
-                await self.seed()
-                self._forget_ended()
-                for _, _, _, s in list(self._budget_scopes(self.cache.snapshot)):
-                    value = await self.limiter.spent(s)
-                    if value is not None:
-                        self._spent[s.budget_key] = value
-            except Exception as exc:
-                log.debug("budget refresh failed: %s", exc)
+    async def _refresh(self) -> None:
+        """Every ``refresh_s``: seed new scopes, forget ended ones, read every counter."""
+        await self.seed()
+        self._forget_ended()
+        for _, _, _, s in list(self._budget_scopes(self.cache.snapshot)):
+            value = await self.limiter.spent(s)
+            if value is not None:
+                self._spent[s.budget_key] = value
