@@ -20,7 +20,19 @@ from fleetgate.config.schema import TimeoutConfig
 from fleetgate.contract.request import Endpoint
 from fleetgate.errors import UpstreamBadResponse
 
-__all__ = ["Provider", "RoutedEndpoint", "UpstreamCall", "UpstreamResponse"]
+__all__ = ["Provider", "RoutedEndpoint", "UpstreamCall", "UpstreamResponse", "json_object"]
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """An upstream's answer body as a JSON object; `UpstreamBadResponse` when it is not JSON,
+    or JSON that is not an object."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise UpstreamBadResponse("upstream returned a body that is not JSON") from None
+    if not isinstance(value, dict):
+        raise UpstreamBadResponse("upstream returned JSON that is not an object")
+    return value
 
 
 # The endpoints a provider is sent (the audio ones go to the multimodal engines).
@@ -81,13 +93,7 @@ class UpstreamResponse:
         if self._json is None:
             if self.body is None:
                 raise UpstreamBadResponse("upstream returned no body")
-            try:
-                value = orjson.loads(self.body)
-            except orjson.JSONDecodeError:
-                raise UpstreamBadResponse("upstream returned a body that is not JSON") from None
-            if not isinstance(value, dict):
-                raise UpstreamBadResponse("upstream returned JSON that is not an object")
-            self._json = value
+            self._json = json_object(self.body)
         return self._json
 
     def batches(self) -> AsyncIterator[list[bytes]]:

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Mapping
 import orjson
 
 from fleetgate.errors import FleetgateError, UpstreamBadResponse
-from fleetgate.providers.base import UpstreamCall, UpstreamResponse
+from fleetgate.providers.base import UpstreamCall, UpstreamResponse, json_object
 from fleetgate.providers.connections import PooledResponse
 from fleetgate.providers.responses.request import chat_to_responses
 from fleetgate.providers.responses.response import responses_to_chat
@@ -46,12 +46,7 @@ class NativeResponses:
                 self.url, payload, self._headers, call.timeouts, stream=False,
                 extra_headers=call.headers,
             )  # fmt: skip
-            try:
-                data = orjson.loads(body or b"")
-            except orjson.JSONDecodeError:
-                raise UpstreamBadResponse("upstream returned a body that is not JSON") from None
-            if not isinstance(data, dict):
-                raise UpstreamBadResponse("upstream returned JSON that is not an object")
+            data = json_object(body or b"")
             return UpstreamResponse(body=orjson.dumps(responses_to_chat(data, model)))
         return await self._open_stream(
             payload, call, ResponsesStreamTranslator(model, int(time.time()))
