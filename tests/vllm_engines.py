@@ -86,16 +86,19 @@ def stop_engines(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 @pytest.fixture(scope="session")
-def vllm_pair() -> Iterator[tuple[list[str], KvEventsConfig]]:
+def vllm_pair(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[list[str], KvEventsConfig]]:
     """Two prefix-caching vLLM engines (their base URLs), started once for the session; the
     first also publishes KV events (the endpoints to subscribe to)."""
     build_tiny_llama()
     ports = [free_port(), free_port()]
-    pub, rep = free_port(), free_port()
-    kv = KvEventsConfig(endpoint=f"tcp://127.0.0.1:{pub}", replay_endpoint=f"tcp://127.0.0.1:{rep}")
-    # vLLM binds a publisher endpoint only when it holds "*" (else it connects to it)
+    # Unix sockets: vLLM binds an ipc endpoint (a tcp one only with "*", on every interface;
+    # servers here bind 127.0.0.1 only), and no port can be taken in between.
+    where = tmp_path_factory.mktemp("kv")
+    kv = KvEventsConfig(endpoint=f"ipc://{where}/pub", replay_endpoint=f"ipc://{where}/replay")
     events = {"enable_kv_cache_events": True, "publisher": "zmq",
-              "endpoint": f"tcp://*:{pub}", "replay_endpoint": f"tcp://*:{rep}"}  # fmt: skip
+              "endpoint": kv.endpoint, "replay_endpoint": kv.replay_endpoint}  # fmt: skip
     procs = [start_engine(ports[0], "--kv-events-config", json.dumps(events)),
              start_engine(ports[1])]  # fmt: skip
     urls = [f"http://127.0.0.1:{p}" for p in ports]
@@ -103,7 +106,7 @@ def vllm_pair() -> Iterator[tuple[list[str], KvEventsConfig]]:
         deadline = time.monotonic() + START_TIMEOUT_S
         for url, proc in zip(urls, procs, strict=True):
             wait_ready(url, proc, deadline)
-        yield urls, kv  # subscribers connect to the loopback address
+        yield urls, kv
     finally:
         stop_engines(procs)
 
