@@ -73,21 +73,22 @@ async def every(
     logger: logging.Logger,
     failed: str,
     *,
-    expected: bool = False,
+    level: int | None = None,
 ) -> None:
     """Run ``step`` every ``interval_s()`` seconds (read again before each wait) until
     cancelled; a step that raises is logged on ``logger`` as ``failed`` and the loop goes on.
-    ``expected``: failures are expected (a store that may be away, tried again next time):
-    each is logged at debug, in one line ``failed: error``, rather than with its traceback."""
+    ``level``: failures are expected (a store or a service that may be away, tried again next
+    time): each is logged at that level in one line, ``failed: error``; None: as an error,
+    with its traceback."""
     while True:
         await asyncio.sleep(interval_s())
         try:
             await step()
         except Exception as exc:  # a bug in one step must not stop the loop
-            if expected:
-                logger.debug("%s: %s", failed, exc)
-            else:
+            if level is None:
                 logger.exception(failed)
+            else:
+                logger.log(level, "%s: %s", failed, exc)
 
 
 class Background:
@@ -130,10 +131,10 @@ def periodic(
     logger: logging.Logger,
     failed: str,
     *,
-    expected: bool = False,
+    level: int | None = None,
     name: str | None = None,
 ) -> Background:
     """A component's background task that runs `every` (``step`` each ``interval_s()``
-    seconds, a failure logged as ``failed``; ``expected`` as there), started and stopped as any
+    seconds, a failure logged as ``failed``; ``level`` as there), started and stopped as any
     `Background` (``name``: the task's)."""
-    return Background(lambda: every(interval_s, step, logger, failed, expected=expected), name)
+    return Background(lambda: every(interval_s, step, logger, failed, level=level), name)

@@ -17,7 +17,6 @@ Example (``extensions.console.jwt``)::
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import jwt
@@ -27,7 +26,7 @@ from fleetgate.console.jwks import JwksKeys, validate
 from fleetgate.contract.principal import Principal
 from fleetgate.errors import AuthenticationFailed
 from fleetgate.resources.outbound import OutboundHttp
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import RunsInBackground, periodic
 from fleetgate.tenancy.cache import KeyCache
 from fleetgate.tenancy.model import TeamEntry, jwt_key_id
 
@@ -36,7 +35,7 @@ __all__ = ["JwtBearer"]
 log = logging.getLogger("fleetgate.console.bearer")
 
 
-class JwtBearer:
+class JwtBearer(RunsInBackground):
     """An `fleetgate.contract.principal.Authenticator` for JWTs (see the module docstring)."""
 
     def __init__(self, config: JwtConfig, cache: KeyCache, http: OutboundHttp) -> None:
@@ -46,7 +45,14 @@ class JwtBearer:
         self.cache = cache
         self.keys = JwksKeys(config.jwks_url)
         self._http = http
-        self._task: asyncio.Task[None] | None = None
+        self._task = periodic(
+            lambda: self.config.refresh_s,
+            self._refresh,
+            log,
+            "jwt: JWKS refresh failed",
+            level=logging.WARNING,
+            name="console-jwks",
+        )
 
     def authenticate(self, token: str) -> Principal:
         cfg = self.config
@@ -91,22 +97,13 @@ class JwtBearer:
 
     async def start(self) -> None:
         try:
-            await self.keys.refresh(self._http.session())
+            await self._refresh()
         except Exception as exc:  # the gateway starts; JWTs are refused until a fetch works
             log.warning("jwt: JWKS %s not fetched at start: %s", self.config.jwks_url, exc)
-        self._task = asyncio.create_task(self._refresh_forever(), name="console-jwks")
+        await super().start()
 
-    async def _refresh_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.refresh_s)
-            try:
-                await self.keys.refresh(self._http.session())
-            except Exception as exc:
-                log.warning("jwt: JWKS refresh failed: %s", exc)
-
-    async def aclose(self) -> None:
-        await cancel_and_wait(self._task)
-        self._task = None
+    async def _refresh(self) -> None:
+        await self.keys.refresh(self._http.session())
 
 
 def _expires_ms(exp: object) -> int | None:

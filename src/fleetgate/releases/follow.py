@@ -83,7 +83,7 @@ class RegistryFollower(RunsInBackground):
             self._poll,
             log,
             "registry poll failed",
-            expected=True,
+            level=logging.DEBUG,
             name="registry-poll",
         )
         self._loading = asyncio.Lock()

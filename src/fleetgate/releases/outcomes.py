@@ -132,7 +132,7 @@ class OutcomeBook(RunsInBackground):
             self.flush,
             log,
             "outcome flush failed",
-            expected=True,
+            level=logging.DEBUG,
             name="outcomes",
         )
         self._last_purge = 0.0

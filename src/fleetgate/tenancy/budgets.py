@@ -54,7 +54,7 @@ class Budgets(RunsInBackground):
             self._refresh,
             log,
             "budget refresh failed",
-            expected=True,
+            level=logging.DEBUG,
             name="budget-refresh",
         )
         if registry is not None:
