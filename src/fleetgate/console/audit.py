@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from fleetgate.console.core import ADMINS, Console
-from fleetgate.console.forms import page_number
+from fleetgate.console.forms import page_number, page_of
 from fleetgate.errors import InvalidRequest
 from fleetgate.tenancy.reports import audit_log
 
@@ -73,8 +73,8 @@ class AuditPages:
         rows = await self.guardrails.recent(limit=page * size + 1, key_id=key_id, flagged=flagged)
         query = urlencode({k: v for k, v in {"flagged": q.get("flagged", ""),
                                             "key_id": key_id or ""}.items() if v})  # fmt: skip
+        shown, more = page_of(rows, page, size)
         return self.console.page(
-            request, session, "guardrails.html", rows=rows[(page - 1) * size : page * size],
-            more=len(rows) > page * size, page=page, flagged=q.get("flagged", ""),
-            key_id=key_id or "", query=query, off=False,
+            request, session, "guardrails.html", rows=shown, more=more, page=page,
+            flagged=q.get("flagged", ""), key_id=key_id or "", query=query, off=False,
         )  # fmt: skip

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import date
-from typing import Any
+from typing import Any, TypeVar
 
 from fleetgate.errors import ClientError, InvalidRequest
 
@@ -13,9 +13,12 @@ __all__ = [
     "LAST_DAY",
     "in_words",
     "page_number",
+    "page_of",
     "query_date",
     "service_body",
 ]
+
+T = TypeVar("T")
 
 FIRST_DAY, LAST_DAY = date(1970, 1, 1), date(9999, 12, 31)  # what a report may ask for
 
@@ -122,3 +125,9 @@ def page_number(raw: str | None) -> int:
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 6 and int(raw) >= 1):
         raise InvalidRequest("'page' must be a whole number from 1", param="page")
     return int(raw)
+
+
+def page_of(rows: list[T], page: int, size: int) -> tuple[list[T], bool]:
+    """Page ``page`` (1-based, `page_number`) of ``rows`` at ``size`` rows a page, and whether
+    more rows follow it."""
+    return rows[(page - 1) * size : page * size], len(rows) > page * size

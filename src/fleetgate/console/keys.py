@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from fleetgate.console.core import ADMINS, Console
-from fleetgate.console.forms import in_words, page_number, service_body
+from fleetgate.console.forms import in_words, page_number, page_of, service_body
 from fleetgate.console.sessions import Session
 from fleetgate.errors import ClientError
 
@@ -81,11 +81,11 @@ class KeyPages:
         keys.reverse()  # newest first
         size = self.console.config.page_size
         page = page_number(request.query.get("page"))
-        shown = keys[(page - 1) * size : page * size]
+        shown, more = page_of(keys, page, size)
         context: dict[str, Any] = {"error": None, "refused": None, "values": None, **extra}
         return self.console.page(
             request, session, "team.html", status, team=team, keys=shown, page=page,
-            more=len(keys) > page * size, total=len(keys), **context,
+            more=more, total=len(keys), **context,
         )  # fmt: skip
 
     async def team(self, request: web.Request) -> web.Response:

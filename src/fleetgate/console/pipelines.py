@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from fleetgate.console.core import Console
-from fleetgate.console.forms import page_number
+from fleetgate.console.forms import page_number, page_of
 from fleetgate.console.pipeline_chart import timeline_chart
 from fleetgate.console.registry import Releases
 from fleetgate.errors import InvalidRequest, NotFound
@@ -127,16 +127,17 @@ class PipelinePages:
             runs = await releases.pipelines.all(model or None)
         runs.sort(key=lambda r: (r.created_ms, r.version), reverse=True)  # newest first
         size = self.console.config.page_size
+        listed, more = page_of(runs, page, size)
         now = int(time.time() * 1000)
         shown = [
             {**r.to_dict(), "current": r.steps[-1]["name"] if r.steps else "",
              "seconds": _seconds(r.created_ms, now if r.status == "running" else r.updated_ms),
              "verdict": (r.gate or {}).get("verdict")}
-            for r in runs[(page - 1) * size : page * size]
+            for r in listed
         ]  # fmt: skip
         return self.console.page(
             request, session, "pipelines.html", off=releases is None, runs=shown, model=model,
-            page=page, more=len(runs) > page * size, refresh_s=REFRESH_S * 2,
+            page=page, more=more, refresh_s=REFRESH_S * 2,
             query=urlencode({"model": model}) if model else "",
             running=any(r.status == "running" for r in runs),
         )  # fmt: skip

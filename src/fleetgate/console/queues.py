@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from fleetgate.console.core import ADMINS, Console
-from fleetgate.console.forms import page_number
+from fleetgate.console.forms import page_number, page_of
 from fleetgate.scheduling.admin_routes import pool_view
 from fleetgate.scheduling.config import BANDS
 from fleetgate.scheduling.pool import Pool
@@ -110,9 +110,9 @@ class QueuePage:
         page = page_number(request.query.get("page"))
         size = self.console.config.page_size
         pools = self._pools(team)
-        shown = None if pools is None else pools[(page - 1) * size : page * size]
+        shown, more = (None, False) if pools is None else page_of(pools, page, size)
         return self.console.page(
             request, session, "queues.html", pools=shown, bands=BANDS, page=page,
-            more=pools is not None and len(pools) > page * size, query="",
+            more=more, query="",
             refresh_s=REFRESH_S, team=team,
         )  # fmt: skip

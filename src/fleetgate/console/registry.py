@@ -17,7 +17,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from fleetgate.console.core import Console
-from fleetgate.console.forms import in_words, page_number
+from fleetgate.console.forms import in_words, page_number, page_of
 from fleetgate.console.sessions import Session
 from fleetgate.contract.principal import Principal
 from fleetgate.errors import ClientError, InvalidRequest
@@ -94,7 +94,7 @@ class RegistryPages:
             )  # fmt: skip
         size = self.console.config.page_size
         models = await releases.registry.models()
-        shown = models[(page - 1) * size : page * size]
+        shown, more = page_of(models, page, size)
         rollouts: dict[str, list[dict[str, Any]]] = {}
         for r in await releases.rollouts.all():
             rollouts.setdefault(r.model, []).append(r.to_dict())
@@ -103,7 +103,7 @@ class RegistryPages:
             m["stage_list"] = _stage_list(m["stages"])
         return self.console.page(
             request, session, "registry.html", off=False, models=shown, page=page,
-            more=len(models) > page * size, query="",
+            more=more, query="",
         )  # fmt: skip
 
     async def model(self, request: web.Request) -> web.Response:
@@ -135,7 +135,7 @@ class RegistryPages:
         for stage, version in stages.items():
             if version is not None:
                 held.setdefault(version, []).append(stage)
-        versions = found["versions"][(page - 1) * size : page * size]
+        versions, more = page_of(found["versions"], page, size)
         runs = {p.version for p in await releases.pipelines.all(name)}
         for v in versions:
             v["pipeline"] = v["version"] in runs  # a link to its run's timeline
@@ -162,7 +162,7 @@ class RegistryPages:
             request, session, "registry_model.html", status, model=found, versions=versions,
             stages=stages, stage_list=_stage_list(stages), choices=_choices(stages),
             following=following, rollouts=rollouts, quality=quality, history=history,
-            error=error, page=page, more=len(found["versions"]) > page * size, query="",
+            error=error, page=page, more=more, query="",
             quality_hours=QUALITY_WINDOW_S // 3600, values=values,
         )  # fmt: skip
 

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from fleetgate.console.core import Console
-from fleetgate.console.forms import page_number
+from fleetgate.console.forms import page_number, page_of
 
 __all__ = ["RoutingPage"]
 
@@ -35,8 +35,8 @@ class RoutingPage:
             found = routing.decisions.query(alias=alias, reason=reason, limit=page * size + 1)
             ratios = {a: routing.decisions.hit_ratio(a) for a in sorted({d.alias for d in found})}
         query = urlencode({k: v for k, v in {"alias": alias, "reason": reason}.items() if v})
+        rows, more = page_of(found, page, size)
         return self.console.page(
-            request, session, "routing.html", rows=found[(page - 1) * size : page * size],
-            more=len(found) > page * size, page=page, alias=alias or "", reason=reason or "",
-            query=query, ratios=ratios, on=routing is not None,
+            request, session, "routing.html", rows=rows, more=more, page=page, alias=alias or "",
+            reason=reason or "", query=query, ratios=ratios, on=routing is not None,
         )  # fmt: skip

@@ -14,7 +14,7 @@ from markupsafe import Markup
 
 from fleetgate.console.charts import bar_chart, line_chart
 from fleetgate.console.core import Console
-from fleetgate.console.forms import FIRST_DAY, page_number, query_date
+from fleetgate.console.forms import FIRST_DAY, page_number, page_of, query_date
 from fleetgate.console.names import Names
 from fleetgate.console.sessions import Session
 from fleetgate.console.spend_series import SERIES_GROUPS, STEPS, Series, spend_series
@@ -104,7 +104,7 @@ class SpendPages:
         view, rows = await self._report(request, session)
         size = self.console.config.page_size
         page = page_number(request.query.get("page"))
-        shown = rows[(page - 1) * size : page * size]
+        shown, more = page_of(rows, page, size)
         group = view["group"]
         names = self.console.names()
 
@@ -124,7 +124,7 @@ class SpendPages:
         }
         return self.console.page(
             request, session, "spend.html", view=view, rows=shown, groups=GROUPS,
-            chart=Markup(chart), totals=totals, page=page, more=len(rows) > page * size,
+            chart=Markup(chart), totals=totals, page=page, more=more,
             label=label, query=_query(view), took_ms=(time.perf_counter() - started) * 1000,
             over=over, over_time=Markup(over_time), clipped=series.clipped,
         )  # fmt: skip
