@@ -28,7 +28,7 @@ from fleetgate.releases.analysis import judge_step, window
 from fleetgate.releases.config import RolloutConfig
 from fleetgate.releases.registry import Registry
 from fleetgate.releases.rollouts import Rollout, RolloutStore
-from fleetgate.tasks import periodic
+from fleetgate.tasks import RunsInBackground, periodic
 
 __all__ = ["RolloutDriver"]
 
@@ -37,7 +37,7 @@ log = logging.getLogger("fleetgate.releases.rollout")
 Notify = Callable[[str, Rollout], Awaitable[None]]
 
 
-class RolloutDriver:
+class RolloutDriver(RunsInBackground):
     def __init__(
         self,
         store: RolloutStore,
@@ -55,15 +55,7 @@ class RolloutDriver:
         self.notify = notify  # audit + webhook of a decision that changed the rollout
         self.changed = changed  # apply a change here at once
         # the store may be away: logged, tried again next tick
-        self._background = periodic(
-            lambda: self.config().tick_s, self.tick, log, "rollout tick failed"
-        )
-
-    async def start(self) -> None:
-        self._background.start()
-
-    async def aclose(self) -> None:
-        await self._background.aclose()
+        self._task = periodic(lambda: self.config().tick_s, self.tick, log, "rollout tick failed")
 
     async def tick(self) -> None:
         for rollout in await self.store.all():

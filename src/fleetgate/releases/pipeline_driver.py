@@ -25,7 +25,7 @@ from fleetgate.errors import Conflict
 from fleetgate.releases.pipeline import ReleasePipeline
 from fleetgate.releases.pipeline_config import PipelinesConfig
 from fleetgate.releases.pipeline_store import Pipeline
-from fleetgate.tasks import cancel_and_wait, periodic
+from fleetgate.tasks import RunsInBackground, cancel_and_wait, periodic
 
 __all__ = ["PipelineDriver"]
 
@@ -33,24 +33,16 @@ log = logging.getLogger("fleetgate.releases.pipeline")
 _MAX_STEPS_PER_TICK = 16  # a run has seven steps; the rest is the rollout's waiting
 
 
-class PipelineDriver:
+class PipelineDriver(RunsInBackground):
     def __init__(self, pipeline: ReleasePipeline, config: Callable[[], PipelinesConfig]) -> None:
         self.pipeline = pipeline
         self.config = config
         # the store may be away: logged, tried again next tick
-        self._background = periodic(
-            lambda: self.config().tick_s, self.tick, log, "pipeline tick failed"
-        )
+        self._task = periodic(lambda: self.config().tick_s, self.tick, log, "pipeline tick failed")
 
     @property
     def owner(self) -> str:
         return self.pipeline.owner
-
-    async def start(self) -> None:
-        self._background.start()
-
-    async def aclose(self) -> None:
-        await self._background.aclose()
 
     async def tick(self) -> None:
         cfg = self.config()

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from fleetgate.config.schema import HealthConfig
 from fleetgate.errors import UpstreamConnectError, UpstreamError, UpstreamStatusError
 from fleetgate.routing.deployment import Deployment
-from fleetgate.tasks import periodic
+from fleetgate.tasks import RunsInBackground, periodic
 from fleetgate.telemetry.metrics import GatewayMetrics
 
 __all__ = ["HealthTracker"]
@@ -18,7 +18,7 @@ __all__ = ["HealthTracker"]
 log = logging.getLogger("fleetgate.health")
 
 
-class HealthTracker:
+class HealthTracker(RunsInBackground):
     """Counts consecutive failures; a deployment that keeps failing is cooled down.
 
     A connection failure cools a deployment down at once (nothing is listening); other
@@ -36,7 +36,7 @@ class HealthTracker:
         self.config = config
         self._metrics = metrics
         self._deployments = deployments
-        self._loop = periodic(
+        self._task = periodic(
             lambda: self.config.probe_interval_s, self.probe_once, log, "health probe failed"
         )
 
@@ -83,9 +83,3 @@ class HealthTracker:
             return await asyncio.wait_for(dep.provider.probe(), self.config.probe_timeout_s)
         except TimeoutError:
             return False
-
-    async def start(self) -> None:
-        self._loop.start()
-
-    async def aclose(self) -> None:
-        await self._loop.aclose()
