@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import date
 from typing import Any, TypeVar
 
@@ -11,6 +12,8 @@ __all__ = [
     "FIRST_DAY",
     "LABELS",
     "LAST_DAY",
+    "NOT_REFUSED",
+    "Refusal",
     "in_words",
     "page_number",
     "page_of",
@@ -64,6 +67,24 @@ def in_words(exc: ClientError) -> str:
     for name, label in LABELS.items():
         message = message.replace(f"'{name}'", label)
     return message[:1].upper() + message[1:]
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """What a page is drawn again with after the service refused its form: the refusal in
+    words (`in_words`), its HTTP status, and the form's values as they were sent (the form
+    comes back filled in). `NOT_REFUSED`: the page as first drawn."""
+
+    error: str | None
+    status: int
+    values: dict[str, str] | None
+
+    @classmethod
+    def of(cls, exc: ClientError, values: dict[str, str]) -> Refusal:
+        return cls(in_words(exc), exc.status, values)
+
+
+NOT_REFUSED = Refusal(None, 200, None)
 
 
 def _int(form: dict[str, str], name: str) -> int | None:

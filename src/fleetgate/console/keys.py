@@ -17,7 +17,14 @@ from typing import Any
 from aiohttp import web
 
 from fleetgate.console.core import ADMINS, Console
-from fleetgate.console.forms import in_words, page_number, page_of, service_body
+from fleetgate.console.forms import (
+    NOT_REFUSED,
+    Refusal,
+    in_words,
+    page_number,
+    page_of,
+    service_body,
+)
 from fleetgate.console.sessions import Session
 from fleetgate.errors import ClientError
 
@@ -40,17 +47,13 @@ class KeyPages:
         ]
 
     async def _teams_page(
-        self,
-        request: web.Request,
-        session: Session,
-        error: str | None = None,
-        status: int = 200,
-        values: dict[str, str] | None = None,
+        self, request: web.Request, session: Session, refusal: Refusal = NOT_REFUSED
     ) -> web.Response:
         teams = await self.console.tenancy.service.list_teams(session.principal)
         return self.console.page(
-            request, session, "teams.html", status, teams=teams, error=error, values=values
-        )
+            request, session, "teams.html", refusal.status, teams=teams, error=refusal.error,
+            values=refusal.values,
+        )  # fmt: skip
 
     async def teams(self, request: web.Request) -> web.Response:
         session = await self.console.require(request, ADMINS)
@@ -63,7 +66,7 @@ class KeyPages:
             body = service_body(form, "name")
             team = await self.console.tenancy.service.create_team(session.principal, body)
         except ClientError as exc:
-            return await self._teams_page(request, session, in_words(exc), exc.status, form)
+            return await self._teams_page(request, session, Refusal.of(exc, form))
         await self.console.flash(session, f"Team {team['name']} created.")
         raise web.HTTPFound(f"/ui/teams/{team['id']}")
 

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from fleetgate.console.core import ADMINS, Console
-from fleetgate.console.forms import in_words
+from fleetgate.console.forms import NOT_REFUSED, Refusal
 from fleetgate.console.sessions import Session
 from fleetgate.disclosure.current import Disclosures
 from fleetgate.errors import ClientError, InvalidRequest, NotFound, ServiceUnavailable
@@ -108,16 +108,11 @@ class ModelPages:
         return sorted(aliases.values(), key=lambda e: e["alias"])
 
     async def _page(
-        self,
-        request: web.Request,
-        session: Session,
-        error: str | None = None,
-        status: int = 200,
-        refused: dict[str, str] | None = None,
+        self, request: web.Request, session: Session, refusal: Refusal = NOT_REFUSED
     ) -> web.Response:
         return self.console.page(
-            request, session, "models.html", status, aliases=self._aliases(session),
-            rollouts=await self._rollouts(), error=error, refused=refused,
+            request, session, "models.html", refusal.status, aliases=self._aliases(session),
+            rollouts=await self._rollouts(), error=refusal.error, refused=refusal.values,
             controls=session.principal.is_master and self.console.canary is not None,
         )  # fmt: skip
 
@@ -152,7 +147,7 @@ class ModelPages:
         except ClientError as exc:
             kept = {"alias": alias, "weights": form.get("weights", ""),
                     "sticky": form.get("sticky", "")}  # fmt: skip
-            return await self._page(request, session, in_words(exc), exc.status, kept)
+            return await self._page(request, session, Refusal.of(exc, kept))
         await self.console.record(session.principal, "canary.split.put", alias, split.to_dict())
         await self.console.flash(session, f"Split of {alias} set.")
         raise web.HTTPFound("/ui/models")

@@ -17,7 +17,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from fleetgate.console.core import Console
-from fleetgate.console.forms import in_words, page_number, page_of
+from fleetgate.console.forms import NOT_REFUSED, Refusal, page_number, page_of
 from fleetgate.console.sessions import Session
 from fleetgate.contract.principal import Principal
 from fleetgate.errors import ClientError, InvalidRequest
@@ -111,19 +111,14 @@ class RegistryPages:
         return await self._model_page(request, session)
 
     async def _model_page(
-        self,
-        request: web.Request,
-        session: Session,
-        error: str | None = None,
-        status: int = 200,
-        values: dict[str, str] | None = None,
+        self, request: web.Request, session: Session, refusal: Refusal = NOT_REFUSED
     ) -> web.Response:
-        """The model's page; after a refused form, ``error`` in words and the form's
-        ``values`` (a refused promotion shows the stage and the force box as they were sent)."""
+        """The model's page; after a refused form, the refusal in words and the form's values
+        (a refused promotion shows the stage and the force box as they were sent)."""
         releases = await self._ready()
         if releases is None:
             return self.console.page(
-                request, session, "registry.html", status, off=True, models=[], page=1,
+                request, session, "registry.html", refusal.status, off=True, models=[], page=1,
                 more=False, query="",
             )  # fmt: skip
         name = request.match_info["model"]
@@ -159,11 +154,12 @@ class RegistryPages:
         ]  # fmt: skip
         history = [h.to_dict() for h in await releases.registry.history(name, HISTORY_ROWS)]
         return self.console.page(
-            request, session, "registry_model.html", status, model=found, versions=versions,
+            request, session, "registry_model.html", refusal.status, model=found,
+            versions=versions,
             stages=stages, stage_list=_stage_list(stages), choices=_choices(stages),
             following=following, rollouts=rollouts, quality=quality, history=history,
-            error=error, page=page, more=more, query="",
-            quality_hours=QUALITY_WINDOW_S // 3600, values=values,
+            error=refusal.error, page=page, more=more, query="",
+            quality_hours=QUALITY_WINDOW_S // 3600, values=refusal.values,
         )  # fmt: skip
 
     async def promote(self, request: web.Request) -> web.Response:
@@ -206,7 +202,7 @@ class RegistryPages:
         try:
             await action(releases, session.principal, name, form)
         except ClientError as exc:
-            return await self._model_page(request, session, in_words(exc), exc.status, dict(form))
+            return await self._model_page(request, session, Refusal.of(exc, dict(form)))
         await self.console.flash(session, f"Done: {name} updated.")
         raise web.HTTPFound(f"/ui/registry/{quote(name)}")
 
