@@ -5,7 +5,8 @@ processes sharing PostgreSQL (a fresh database per setup: the teams and keys) an
 limiters and the fleet's shared admission, a fresh key prefix per setup). Teams A and B each
 have ``quota.concurrency.nominal: 8`` and ``guaranteed: 8`` (``--guaranteed``); ``--sched``
 adds scheduling fields (by default: a claim over the limit cancels a borrower's stream, a
-request starved 50 ms cancels one, ``queue_pacing: 1.25``, as in bench/scheduling/run.py).
+request starved 50 ms cancels one, ``queue_pacing: 1.25``, as in bench/scheduling/run.py, and
+``engine_waiting: 1``: one request per engine waits inside it for the next free slot).
 Every client request goes to the processes in turn (a round-robin load balancer).
 
 Per setup: B alone (Poisson, ``--rate``/s), then A flooding (closed loop, 40 outstanding)
@@ -332,7 +333,7 @@ async def main() -> int:
     p.add_argument(
         "--sched",
         default='{"preempt_streams_for_claims": "borrowers", "queue_pacing": 1.25,'
-        ' "preempt_in_flight_after_s": 0.05}',
+        ' "preempt_in_flight_after_s": 0.05, "engine_waiting": 1}',
     )
     p.add_argument("--json", type=Path, help="write every round's results here")
     a = p.parse_args()

@@ -33,6 +33,15 @@ def test_capacity_is_the_sum_of_the_healthy_deployments() -> None:
     assert capacity_of([], now) is None  # no deployment (a pool with no ready pod): no wait
 
 
+def test_engine_waiting_adds_its_requests_per_healthy_deployment() -> None:
+    a, b = _dep("a", 8), _dep("b", 4)
+    now = time.monotonic()
+    assert capacity_of([a, b], now, waiting=1) == 14
+    b.state.cooldown_until = now + 30
+    assert capacity_of([a, b], now, waiting=2) == 10
+    assert capacity_of([_dep("c", 8), _dep("d")], now, waiting=1) is None
+
+
 def test_engine_signals_need_every_reading_over_a_mark() -> None:
     a, b = _dep("a"), _dep("b")
     snaps = {"a": EngineSnapshot("vllm", waiting=9, kv_usage=0.5),

@@ -8,7 +8,7 @@ from typing import Any
 
 from fleetgate.scheduling.policy import RequestPolicy
 from fleetgate.scheduling.pool import Pool, Running
-from fleetgate.scheduling.preempt import claim_victim
+from fleetgate.scheduling.preempt import claim_victim, starved_victim
 from fleetgate.scheduling.scheduler import Scheduler
 from tests.scheduling.support import Clock, FakeOutcome, policy, scheduler_with_pool
 
@@ -55,6 +55,32 @@ def test_the_victim_is_the_lowest_band_stream_without_a_claim_that_sent_least() 
     assert claim_victim(pool, _guaranteed("b"), borrowers=False) is None
 
 
+def test_with_engine_waiting_the_victim_holds_an_engine_slot() -> None:
+    """``engine_waiting``: of the streams without output, the newest may be waiting inside
+    the engine (cancelling it frees no slot there); an older one is in its prefill, holding
+    a slot, and is cancelled (requeued: no output lost); with none such, the stream that has
+    begun with the least output (a claim) or the newest that has begun (a starved request)."""
+    scheduler, pool, _ = scheduler_with_pool(10, preempt_streams_for_claims="borrowers")
+    pool.waiting = 1
+    early = _start(scheduler, pool, policy("etl", "batch"), relayed=4)
+    late = _start(scheduler, pool, policy("etl", "batch"), relayed=2)
+    prefill = _start(scheduler, pool, policy("etl", "batch"), relayed=0)
+    waiting = _start(scheduler, pool, policy("etl", "batch"), relayed=0)
+    crit = policy("oncall", "critical")
+    assert claim_victim(pool, crit, False) is prefill
+    assert starved_victim(pool, 1, "app", False) is prefill
+    prefill.cancel = RuntimeError()  # type: ignore[assignment]
+    assert claim_victim(pool, crit, False) is late  # begun, the least output
+    assert starved_victim(pool, 1, "app", False) is late  # begun, the newest
+    early.cancel = late.cancel = RuntimeError()  # type: ignore[assignment]
+    assert claim_victim(pool, crit, False) is waiting  # nothing else left
+    assert starved_victim(pool, 1, "app", False) is waiting
+    pool.waiting = 0  # without: the least output, then the newest (as before)
+    early.cancel = late.cancel = prefill.cancel = None
+    assert claim_victim(pool, crit, False) is waiting
+    assert starved_victim(pool, 1, "app", False) is waiting
+
+
 def test_a_stream_whose_response_is_complete_is_never_a_victim() -> None:
     """Done relaying (it waits only for the upstream connection's end): cancelling it would
     free nothing sooner and answer its client twice."""
@@ -98,6 +124,32 @@ def test_a_claim_over_the_limit_cancels_one_stream_one_per_claim() -> None:
     scheduler.finish(pool, runs[2], 5, 0.1)  # the relay ended it
     scheduler.finish(pool, runs[1], 5, 0.1)
     assert pool.admitted == 3 and runs[0].cancel is None  # back at the limit: nothing more
+
+
+def test_a_claim_waits_for_a_stream_about_to_end_instead_of_cutting_one() -> None:
+    """A stream that has sent all but its last chunk of ``max_tokens`` (or whose response is
+    complete) frees its slot within about an engine step: a claim over the limit counts it as
+    a slot on its way, as a cancellation already sent, and cuts nobody; a second claim over
+    the limit still cuts one."""
+    scheduler, pool, _ = scheduler_with_pool(3, preempt_streams_for_claims="lower_band")
+    runs = [
+        scheduler.started(pool, p, FakeOutcome(r), False, 24)
+        for p, r in ((policy("etl", "batch"), 5), (policy("etl", "batch"), 23),
+                     (policy("etl", "batch"), 2))
+    ]  # fmt: skip
+    for _ in runs:
+        pool.take("etl")
+    oncall = _guaranteed("oncall", "critical", n=4)
+    _start(scheduler, pool, oncall)  # over the limit by one: runs[1] ends within a step
+    assert all(r.cancel is None for r in runs)
+    _start(scheduler, pool, oncall)  # over by two: one cut (the least output)
+    assert [r for r in runs if r.cancel is not None] == [runs[2]]
+    scheduler, pool, runs = _full_of_batch([5, 2], preempt_streams_for_claims="lower_band")
+    runs[0].outcome.settled = True  # complete: it ends on its own
+    _start(scheduler, pool, oncall)
+    assert all(r.cancel is None for r in runs)
+    _start(scheduler, pool, oncall)
+    assert runs[1].cancel is not None
 
 
 def test_within_the_limit_a_claim_cancels_nothing_and_without_the_setting_never() -> None:

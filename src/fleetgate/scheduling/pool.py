@@ -23,7 +23,7 @@ from fleetgate.scheduling.policy import RequestPolicy
 from fleetgate.scheduling.queue import AdmissionQueue
 from fleetgate.scheduling.state import AdmissionState, FairShare, LocalState, QuotaLedger
 
-__all__ = ["Pool", "Running", "Snapshots", "capacity_of", "engines_saturated"]
+__all__ = ["Pool", "Running", "Snapshots", "capacity_of", "ending", "engines_saturated"]
 
 # The last scrape of a deployment's engine, if fresh (None: never scraped, or stale).
 Snapshots = Callable[[Deployment], EngineSnapshot | None]
@@ -43,9 +43,21 @@ class Running:
     cancel: FleetgateError | None = field(default=None, repr=False)  # set: end it with this
     cancel_at: float = 0.0
     requeue: bool = False  # cancelled before its first byte, it goes back to the queue
+    max_tokens: int = 0  # its request's (0: not known): how far it is from its end
     # Ends the request now with the error (the stage cancels its task; see
     # `GatewayRequest.interrupt`); None outside a request (unit tests call `finish`).
     abort: Callable[[FleetgateError], None] | None = field(default=None, repr=False)
+
+
+def ending(running: Running) -> bool:
+    """Whether ``running`` frees its slot within about an engine step without being cancelled:
+    its response is complete, or it has sent all but its last chunk of ``max_tokens`` (a
+    chunk carries one token or more; a stream that ends earlier, at its end-of-sequence, is
+    not foreseen)."""
+    if running.outcome.settled:
+        return True
+    limit = running.max_tokens
+    return limit > 0 and running.outcome.relayed + 1 >= limit
 
 
 class Pool:
@@ -69,6 +81,7 @@ class Pool:
         "signal",
         "state",
         "takes_priority",
+        "waiting",
     )
 
     def __init__(
@@ -84,6 +97,9 @@ class Pool:
         self.name = name
         self.capacity = capacity
         self.limit = capacity  # None: unbounded
+        # of the limit, requests that may be waiting inside the engines (``engine_waiting``
+        # per deployment): a stream without output may hold no engine slot
+        self.waiting = 0
         self.reserve_share = reserve  # `critical_reserve`: the share to hold when asked
         self.reserve = reserve  # share of the limit only the critical band may take now
         self.headroom = headroom
@@ -225,11 +241,13 @@ class Pool:
         self.signal = signal
 
 
-def capacity_of(deployments: Sequence[Deployment], now: float) -> int | None:
+def capacity_of(deployments: Sequence[Deployment], now: float, waiting: int = 0) -> int | None:
     """The sum of the healthy deployments' ``max_num_seqs`` (all of them when none is healthy,
-    so the dispatcher answers at once); None when any has no ``max_num_seqs``, and when there
-    is no deployment at all (an InferencePool with no ready pod, an empty registry stage): the
-    dispatcher's 503 at once, not a wait in the queue for capacity none may bring."""
+    so the dispatcher answers at once), each plus ``waiting`` (``engine_waiting``: requests
+    that wait inside it for its next free slot); None when any has no ``max_num_seqs``, and
+    when there is no deployment at all (an InferencePool with no ready pod, an empty registry
+    stage): the dispatcher's 503 at once, not a wait in the queue for capacity none may
+    bring."""
     if not deployments:
         return None
     healthy = [d for d in deployments if d.state.healthy(now)] or list(deployments)
@@ -238,7 +256,7 @@ def capacity_of(deployments: Sequence[Deployment], now: float) -> int | None:
         seqs = dep.config.max_num_seqs
         if seqs is None:
             return None
-        total += seqs
+        total += seqs + waiting
     return total
 
 

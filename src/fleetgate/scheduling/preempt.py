@@ -32,7 +32,7 @@ from typing import Any
 from fleetgate.errors import Overloaded
 from fleetgate.scheduling.admission import Admission
 from fleetgate.scheduling.policy import RequestPolicy
-from fleetgate.scheduling.pool import Pool, Running
+from fleetgate.scheduling.pool import Pool, Running, ending
 from fleetgate.scheduling.queue import Waiter
 from fleetgate.scheduling.quota import BORROWING, UNDER
 
@@ -46,10 +46,11 @@ def claim_victim(pool: Pool, claimant: RequestPolicy, borrowers: bool) -> Runnin
     not cancelled yet and has no claim of its own (admitted outside its team's guarantee and
     nominal quota), of a lower band, or, with ``borrowers``, of the claimant's band and
     another team that is borrowing (no quota, or over its nominal). The lowest band first,
-    then the one that has sent the least output (the least work lost), then the newest."""
+    then the one that has sent the least output (the least work lost), then the newest;
+    with ``engine_waiting`` one that holds an engine slot (`_holding`)."""
     quotas = pool.quotas
-    best: Running | None = None
-    best_key: tuple[int, int, int] = (0, 0, 0)
+    band: list[Running] = []
+    rank = -1
     for running in pool.running:
         if (
             not running.cancellable
@@ -66,10 +67,57 @@ def claim_victim(pool: Pool, claimant: RequestPolicy, borrowers: bool) -> Runnin
             and (quotas is None or quotas.status(victim.team, 0) == BORROWING)
         ):
             continue
-        key = (victim.rank, -running.outcome.relayed, running.seq)
-        if best is None or key > best_key:
-            best, best_key = running, key
+        if victim.rank > rank:
+            band, rank = [running], victim.rank
+        elif victim.rank == rank:
+            band.append(running)
+    if not band:
+        return None
+    held = _holding(band, pool.waiting)
+    if held is not None:
+        return held
+    best = band[0]
+    for running in band:  # oldest first: on a tie in output the newer one wins
+        if running.outcome.relayed <= best.outcome.relayed:
+            best = running
     return best
+
+
+def _holding(band: list[Running], waiting: int) -> Running | None:
+    """With ``engine_waiting`` (``waiting`` requests of the pool may wait inside its
+    engines), among ``band`` (oldest first): a stream without output that must hold an
+    engine slot (in its prefill), since only the ``waiting`` newest of them can be waiting:
+    the newest of the others, cancelled (and requeued) with no output lost; else one that has
+    begun (its output, the least lost). None: no such choice (or no ``engine_waiting``), the
+    caller's own order decides."""
+    if not waiting:
+        return None
+    fresh = [r for r in band if r.outcome.relayed == 0]
+    if len(fresh) > waiting:
+        return fresh[-waiting - 1]
+    begun = [r for r in band if r.outcome.relayed > 0]
+    if not begun:
+        return None
+    best = begun[0]
+    for running in begun:
+        if running.outcome.relayed <= best.outcome.relayed:
+            best = running
+    return best
+
+
+def _on_their_way(pool: Pool, now: float) -> int:
+    """Slots of ``pool`` about to free without a new cancellation: streams already cancelled
+    (within `CANCEL_GRACE_S`), and one stream that ends within about an engine step
+    (`ending`: one claim at a time waits that long instead of cutting another stream short;
+    more would each hold one more request at the engines meanwhile)."""
+    count = 0
+    end = 0
+    for r in pool.running:
+        if r.cancel is not None:
+            count += now - r.cancel_at < CANCEL_GRACE_S
+        elif not end and ending(r):
+            end = 1
+    return count + end
 
 
 class Preemption:
@@ -85,13 +133,16 @@ class Preemption:
         self.recorder = admission.recorder
         self.admission = admission
 
-    def started(self, pool: Pool, policy: RequestPolicy, outcome: Any, within: bool) -> Running:
+    def started(
+        self, pool: Pool, policy: RequestPolicy, outcome: Any, within: bool, max_tokens: int = 0
+    ) -> Running:
         """An admitted request starts (the stage): tracked until `Admission.finish`, so its
         output is charged as it streams and, when ``preempt_in_flight_after_s`` or
         ``preempt_streams_for_claims`` is set and it is a stream below `critical`, a starved
         request or a claim may cancel it. ``within``: it was admitted within its team's
         guarantee or nominal quota (a claim). A claim that took the pool over its limit
-        cancels one stream without a claim (``preempt_streams_for_claims``)."""
+        cancels one stream without a claim (``preempt_streams_for_claims``). ``max_tokens``:
+        the request's, to foresee its end (`ending`)."""
         pool.seq += 1
         config = self.config
         preempts = (
@@ -99,6 +150,7 @@ class Preemption:
             or config.preempt_streams_for_claims is not None
         )
         running = Running(policy, outcome, preempts and policy.rank > 0, pool.seq, within)
+        running.max_tokens = max_tokens
         pool.running[running] = None
         limit = pool.limit
         if (
@@ -120,13 +172,11 @@ class Preemption:
             return
         need = max(0, pool.admitted - limit) + pool.queue.depth()[0]
         now = self._clock()
-        pending = sum(
-            1 for r in pool.running if r.cancel is not None and now - r.cancel_at < CANCEL_GRACE_S
-        )
+        pending = _on_their_way(pool, now)
         if pending >= need:
             return
         borrowers = guarantee and mode == "borrowers"
-        victim = claim_victim(pool, claimant, borrowers=borrowers)
+        victim = claim_victim(pool, claimant, borrowers)
         if victim is not None:
             self._cancel(pool, victim, claimant, now)
         else:  # a fleet: the stream to cancel may be another process's (every one missing)
@@ -156,15 +206,13 @@ class Preemption:
             return
         need -= max(0, limit - int(limit * pool.reserve) - pool.admitted)  # free: no cut
         now = self._clock()
-        pending = sum(
-            1 for r in pool.running if r.cancel is not None and now - r.cancel_at < CANCEL_GRACE_S
-        )
+        pending = _on_their_way(pool, now)
         for waiters, n in sorted(wanted, key=lambda x: x[0][0].rank):
             claimant = waiters[0].policy
             for _ in range(n):
                 if pending >= need:
                     return
-                victim = claim_victim(pool, claimant, borrowers=True)
+                victim = claim_victim(pool, claimant, True)
                 if victim is None:  # a fleet: the borrowers' streams may be elsewhere
                     pool.state.ask_elsewhere(claimant.rank, claimant.team, True, need - pending)
                     return
@@ -237,24 +285,31 @@ class Preemption:
 def starved_victim(pool: Pool, head_rank: int, head_team: str, owner: bool) -> Running | None:
     """The stream a starved request (band ``head_rank`` of ``head_team``) cancels: the newest
     of the lowest band below it, or, with ``owner`` (its team under its nominal), also a
-    borrowing team's of its band that was not admitted within that team's own share."""
+    borrowing team's of its band that was not admitted within that team's own share; with
+    ``engine_waiting`` one that holds an engine slot (`_holding`)."""
     quotas = pool.quotas
-    victim: Running | None = None
+    band: list[Running] = []
+    rank = -1
     for running in pool.running:
         if not running.cancellable or running.cancel is not None or running.outcome.settled:
             continue
-        rank = running.policy.rank
-        lower = rank > head_rank
+        r = running.policy.rank
+        lower = r > head_rank
         reclaim = (
             owner
             and not running.within  # a stream within its own team's share is not borrowed
             and quotas is not None
-            and rank >= head_rank
+            and r >= head_rank
             and running.policy.team != head_team
             and quotas.status(running.policy.team, 0) == BORROWING
         )
-        if (lower or reclaim) and (
-            victim is None or (rank, running.seq) > (victim.policy.rank, victim.seq)
-        ):
-            victim = running
-    return victim
+        if not (lower or reclaim):
+            continue
+        if r > rank:
+            band, rank = [running], r
+        elif r == rank:
+            band.append(running)
+    if not band:
+        return None
+    held = _holding(band, pool.waiting)
+    return held if held is not None else band[-1]

@@ -67,7 +67,7 @@ class Scheduler:
     """`within` for a request admitted from the queue (`Admission.admitted_within`)."""
     wait: Callable[[Pool, RequestPolicy, int, float], Awaitable[float]]
     """Queue until admitted or shed (`WaitingRoom.wait`)."""
-    started: Callable[[Pool, RequestPolicy, Any, bool], Running]
+    started: Callable[[Pool, RequestPolicy, Any, bool, int], Running]
     """Track an admitted request until `finish` (`Preemption.started`)."""
     finish: Callable[[Pool, Running, int, float | None], None]
     """A started request ended (`Admission.finish`)."""
@@ -127,7 +127,7 @@ class Scheduler:
             route = self._table().route(alias)
         except NotFound:
             return None
-        capacity = capacity_of(route.deployments, self._clock())
+        capacity = capacity_of(route.deployments, self._clock(), self.config.engine_waiting)
         state = self._states(alias)
         state.configure(self.config)
         pool = self.pools[alias] = Pool(
@@ -135,6 +135,7 @@ class Scheduler:
         )
         pool.hold_reserve(self._clock(), self.config.critical_reserve_hold_s)
         pool.takes_priority = any(d.config.priority for d in route.deployments)
+        pool.waiting = self.config.engine_waiting * len(route.deployments)
         return pool
 
     def idle(self, alias: str, band: Band = "batch") -> bool:
@@ -160,8 +161,9 @@ class Scheduler:
                 continue
             deployments = route.deployments
             signal = engines_saturated(deployments, marks, self._snapshots)
-            pool.follow(capacity_of(deployments, now), signal)
+            pool.follow(capacity_of(deployments, now, self.config.engine_waiting), signal)
             pool.takes_priority = any(d.config.priority for d in deployments)
+            pool.waiting = self.config.engine_waiting * len(deployments)
             self.upkeep(pool)
             if len(pool.vtc.counters) > _MAX_COUNTERS:
                 pool.vtc.forget(pool.queue.teams())

@@ -134,7 +134,7 @@ class SchedulingStage:
         team's guarantee or nominal quota); a stream may be cancelled at once (`interrupter`,
         armed when it is sent upstream) and, before its first byte, requeued (`_requeue`, at
         most `MAX_REQUEUES` times)."""
-        running = self.scheduler.started(pool, policy, req.outcome, reclaim)
+        running = self.scheduler.started(pool, policy, req.outcome, reclaim, req.max_tokens)
         hooks: list[Any] = []
         if running.cancellable:
             task = asyncio.current_task()
