@@ -209,9 +209,7 @@ class Fleet:
             count = min(MAX_ORDER, max(1, int(order.get("n", 1))))
         except (KeyError, ValueError, TypeError, IndexError):
             return
-        for _ in range(count):  # each finds the next victim (one already cancelled is skipped)
-            if not scheduler.preemption.obey(pool, by, owner):
-                return
+        scheduler.preemption.obey_order(pool, by, owner, count)
 
     # ------------------------------------------------------------------ lifecycle
 

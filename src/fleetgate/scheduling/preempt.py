@@ -247,6 +247,17 @@ class Preemption:
         else:  # a fleet: a stream another process serves may be cancelled for it
             pool.state.ask_elsewhere(head.rank, head.team, owner)
 
+    def obey_order(self, pool: Pool, by: RequestPolicy, owner: bool, count: int) -> None:
+        """Another process's order: cancel ``count`` streams here for ``by`` (`obey`), one
+        fewer when a stream here is about to end (`ending`: its slot frees about as soon)."""
+        for running in pool.running:
+            if running.cancel is None and ending(running):
+                count -= 1
+                break
+        for _ in range(count):  # each finds the next victim (one already cancelled is skipped)
+            if not self.obey(pool, by, owner):
+                return
+
     def obey(self, pool: Pool, by: RequestPolicy, owner: bool) -> bool:
         """Another process's starved request ``by`` (``owner``: its team under its nominal)
         asks this one to cancel a stream for it (`starved_victim`); False: none here now."""
