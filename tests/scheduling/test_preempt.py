@@ -202,3 +202,19 @@ def test_without_a_hold_the_reserve_is_always_held() -> None:
     batch = policy("etl", "batch")
     assert scheduler.try_admit(pool, batch, 1) and scheduler.try_admit(pool, batch, 1)
     assert not scheduler.try_admit(pool, batch, 1)
+
+
+def test_another_process_s_order_cuts_one_fewer_when_a_stream_here_is_about_to_end() -> None:
+    scheduler, pool, _ = scheduler_with_pool(3, preempt_streams_for_claims="lower_band")
+    runs = [
+        scheduler.started(pool, policy("etl", "batch"), FakeOutcome(r), False, 24)
+        for r in (5, 23, 2)
+    ]
+    for _ in runs:
+        pool.take("etl")
+    by = policy("app")
+    scheduler.preemption.obey_order(pool, by, False, 2)  # runs[1] ends within a step
+    assert [r for r in runs if r.cancel is not None] == [runs[2]]
+    runs[1].outcome.relayed = 10  # not about to end: a later order cuts all it asks for
+    scheduler.preemption.obey_order(pool, by, False, 2)
+    assert all(r.cancel is not None for r in runs)
