@@ -32,7 +32,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from fleetgate.errors import NotFound
 from fleetgate.routing.decisions import DecisionLog
@@ -55,6 +55,12 @@ log = logging.getLogger("fleetgate.scheduling")
 _MAX_COUNTERS = 4096  # teams remembered per pool before idle ones are forgotten
 
 
+class _Started(Protocol):
+    def __call__(
+        self, pool: Pool, policy: RequestPolicy, outcome: Any, within: bool, max_tokens: int = 0
+    ) -> Running: ...
+
+
 class Scheduler:
     """Admission for every pool of one gateway process."""
 
@@ -67,7 +73,7 @@ class Scheduler:
     """`within` for a request admitted from the queue (`Admission.admitted_within`)."""
     wait: Callable[[Pool, RequestPolicy, int, float], Awaitable[float]]
     """Queue until admitted or shed (`WaitingRoom.wait`)."""
-    started: Callable[[Pool, RequestPolicy, Any, bool, int], Running]
+    started: _Started
     """Track an admitted request until `finish` (`Preemption.started`)."""
     finish: Callable[[Pool, Running, int, float | None], None]
     """A started request ended (`Admission.finish`)."""
