@@ -383,43 +383,6 @@ async def test_a_guarantee_over_the_limit_cancels_a_borrower_stream_of_another_p
     assert len(cancelled) == 1  # ... which cancels one of a's streams
 
 
-async def test_a_claim_over_the_limit_waits_for_a_stream_about_to_end_in_another_process(
-    redis: RespClient,
-) -> None:
-    """As the test above, but the borrowed stream in process 1 has sent all but its last
-    chunk of ``max_tokens``: process 1 publishes it as about to end, and the claim in process
-    0 waits for that slot instead of ordering a cut."""
-    fleet = Fleetish(
-        redis,
-        2,
-        seqs=2,
-        fleet={"lease_slice": 2},
-        preempt_streams_for_claims="borrowers",
-        teams={
-            "a": {"quota": {"concurrency": {"nominal": 1}}},
-            "b": {"guaranteed": 1, "quota": {"concurrency": {"nominal": 1}}},
-        },
-    )
-    await fleet.sync(1)
-    s0, s1 = fleet.schedulers
-    cancelled: list[Any] = []
-    for relayed in (3, 15):  # team a: one within its nominal, one borrowed and ending
-        assert fleet.admit(1, "a", 1) == 1
-        running = s1.started(fleet.pool(1), policy("a"), FakeOutcome(relayed), False, 16)
-        running.abort = cancelled.append
-    await fleet.sync(1)
-    await fleet.sync(0)
-    assert fleet.pool(0).state.ending_elsewhere == 1
-    b = policy("b")
-    b = type(b)(b.team, b.band, b.weight, b.reject, b.max_wait_s, b.deadline_s, 1)
-    assert s0.try_admit(fleet.pool(0), b, 1)  # within its guarantee: over the pool's limit
-    s0.started(fleet.pool(0), b, FakeOutcome(), True)  # waits for the ending stream
-    assert fleet.pool(0).state._order is None  # type: ignore[attr-defined]  # no order made
-    await fleet.sync(0)
-    await fleet.sync(1)
-    assert cancelled == []  # no order was sent, nothing cut
-
-
 async def test_owners_back_for_their_share_cancel_borrowers_streams_in_another_process(
     redis: RespClient,
 ) -> None:

@@ -40,7 +40,7 @@ from fleetgate.scheduling.config import BANDS, FleetConfig, SchedulingConfig
 from fleetgate.scheduling.fleet_script import SYNC
 from fleetgate.scheduling.fleet_state import MAX_ORDER, FailPolicy, FleetState, SyncCall
 from fleetgate.scheduling.policy import RequestPolicy
-from fleetgate.scheduling.pool import Pool, ending
+from fleetgate.scheduling.pool import Pool
 from fleetgate.scheduling.scheduler import Scheduler
 from fleetgate.tasks import Background
 
@@ -191,11 +191,7 @@ class Fleet:
             call.want,
             call.hold,
             state.status(
-                pool.queue.depth(),
-                _victims(pool),
-                pool.queue.teams(),
-                pool.critical_seen,
-                sum(1 for r in pool.running if r.cancel is None and ending(r)),
+                pool.queue.depth(), _victims(pool), pool.queue.teams(), pool.critical_seen
             ),
             order,
             len(call.counters),

@@ -104,7 +104,6 @@ class Peer:
     rates: dict[str, float]  # tokens/s per quota node
     waiting: dict[str, int]  # requests queued per team with a quota
     critical_age: float | None  # seconds since a critical request last arrived there
-    ending: int = 0  # its streams about to end (`fleetgate.scheduling.pool.ending`)
 
     @classmethod
     def parse(cls, raw: Any, lease: int | None) -> Peer | None:
@@ -119,7 +118,6 @@ class Peer:
                 {str(k): float(v) for k, v in data["r"].items()},
                 {str(k): int(v) for k, v in data.get("w", {}).items()},
                 None if data.get("c") is None else float(data["c"]),
-                int(data.get("e", 0)),
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
@@ -161,7 +159,6 @@ class FleetState:
         # When (this process's clock) a critical request last arrived at another process of
         # the pool, as last synced (`critical_reserve_hold_s` holds the reserve fleet-wide).
         self.critical_elsewhere: float | None = None
-        self.ending_elsewhere = 0  # streams about to end in the others (as last synced)
         self.lease: int | None = 0  # nothing leased before the first sync
         self.fair = -1  # the fair level at the last sync (-1: no contention)
         self.vtc = FleetFairShare()
@@ -329,11 +326,9 @@ class FleetState:
         victims: Iterable[tuple[int, str]],
         waiting: Mapping[str, int] | None = None,
         critical_seen: float | None = None,
-        ending: int = 0,
     ) -> str:
         """This process's status for the others (JSON); ``waiting``: queued per team;
-        ``critical_seen``: when a critical request last arrived here (this clock);
-        ``ending``: its streams about to end."""
+        ``critical_seen``: when a critical request last arrived here (this clock)."""
         tree = self._tree
         rates = tree.own_rates() if tree is not None else {}
         owners = (
@@ -350,7 +345,6 @@ class FleetState:
                 "r": {k: round(v, 3) for k, v in rates.items() if v > 0},
                 "w": owners,
                 "c": None if critical_seen is None else round(self._clock() - critical_seen, 3),
-                "e": ending,
             },
             separators=(",", ":"),
         )
@@ -426,7 +420,6 @@ class FleetState:
         self.elsewhere_teams = elsewhere
         self.elsewhere = sum(peer.in_flight for peer in peers.values())
         self.queued_elsewhere = sum(sum(peer.queued) for peer in peers.values())
-        self.ending_elsewhere = sum(peer.ending for peer in peers.values())
         ages = [p.critical_age for p in peers.values() if p.critical_age is not None]
         self.critical_elsewhere = self._clock() - min(ages) if ages else None
         self.admitted = self.own + self.elsewhere

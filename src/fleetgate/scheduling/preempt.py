@@ -107,12 +107,11 @@ def _holding(band: list[Running], waiting: int) -> Running | None:
 
 def _on_their_way(pool: Pool, now: float) -> int:
     """Slots of ``pool`` about to free without a new cancellation: streams already cancelled
-    (within `CANCEL_GRACE_S`), and one stream that ends within about an engine step, here or
-    in another process of a fleet as last synced (`ending`: one claim of this process at a
-    time waits that long instead of cutting another stream short; more would each hold one
-    more request at the engines meanwhile)."""
+    (within `CANCEL_GRACE_S`), and one stream that ends within about an engine step
+    (`ending`: one claim at a time waits that long instead of cutting another stream short;
+    more would each hold one more request at the engines meanwhile)."""
     count = 0
-    end = 1 if pool.state.ending_elsewhere else 0
+    end = 0
     for r in pool.running:
         if r.cancel is not None:
             count += now - r.cancel_at < CANCEL_GRACE_S

@@ -115,12 +115,6 @@ class AdmissionState(Protocol):
         ...
 
     @property
-    def ending_elsewhere(self) -> int:
-        """Streams about to end in other processes of the pool, as last synced
-        (`fleetgate.scheduling.pool.ending`)."""
-        ...
-
-    @property
     def teams(self) -> Mapping[str, int]:
         """Of those, per team (teams with none are absent)."""
         ...
@@ -195,7 +189,6 @@ class LocalState:
     lease: int | None = None  # no lease: the pool's limit decides
     queued_elsewhere = 0
     critical_elsewhere: float | None = None
-    ending_elsewhere = 0
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock  # the quotas' token rates decay by it
