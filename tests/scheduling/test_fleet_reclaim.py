@@ -44,7 +44,8 @@ NOMINAL = SEQS // 2
 PROCS = 2
 SLICE = 1
 DECODE_MS = 20.0
-A_TOKENS = 400  # an A stream lasts about A_STREAM_S
+A_TOKENS = 1200  # an A stream lasts about A_STREAM_S (24 s: a loaded box may take seconds
+# to reach the point where B arrives, and A's first streams must not be ending naturally by then)
 A_STREAM_S = A_TOKENS * DECODE_MS / 1000
 RECLAIM_S = 2.0  # 3 syncs and an engine step, plus a loaded machine's slack
 REDIS = "redis://127.0.0.1:6379"
