@@ -74,10 +74,14 @@ def claim_victim(pool: Pool, claimant: RequestPolicy, borrowers: bool) -> Runnin
     if not band:
         return None
     held = _holding(band, pool.waiting)
-    if held is not None:
-        return held
-    best = band[0]
-    for running in band:  # oldest first: on a tie in output the newer one wins
+    return held if held is not None else _least_output(band)
+
+
+def _least_output(streams: list[Running]) -> Running:
+    """Of ``streams`` (oldest first, at least one), the one that has sent the least output;
+    on a tie, the newest."""
+    best = streams[0]
+    for running in streams:
         if running.outcome.relayed <= best.outcome.relayed:
             best = running
     return best
@@ -96,13 +100,7 @@ def _holding(band: list[Running], waiting: int) -> Running | None:
     if len(fresh) > waiting:
         return fresh[-waiting - 1]
     begun = [r for r in band if r.outcome.relayed > 0]
-    if not begun:
-        return None
-    best = begun[0]
-    for running in begun:
-        if running.outcome.relayed <= best.outcome.relayed:
-            best = running
-    return best
+    return _least_output(begun) if begun else None
 
 
 def _on_their_way(pool: Pool, now: float) -> int:
@@ -149,8 +147,9 @@ class Preemption:
             config.preempt_in_flight_after_s is not None
             or config.preempt_streams_for_claims is not None
         )
-        running = Running(policy, outcome, preempts and policy.rank > 0, pool.seq, within)
-        running.max_tokens = max_tokens
+        running = Running(
+            policy, outcome, preempts and policy.rank > 0, pool.seq, within, max_tokens=max_tokens
+        )
         pool.running[running] = None
         limit = pool.limit
         if (
