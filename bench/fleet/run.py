@@ -269,6 +269,30 @@ def _generated_rate(samples: list[Sample], start: float, end: float) -> float:
     return tokens / (end - start)
 
 
+def _engine_use(timings: dict[str, dict[str, Any]], start: float, end: float) -> dict[str, float]:
+    """What the engine did in [start, end] (its own records): the tokens it generated per
+    second, cut requests' included (spread over first token .. end), and the share of its
+    slot-seconds a request held (scheduled .. ended): where throughput below capacity went,
+    idle slots or work thrown away."""
+    tokens = held = 0.0
+    for t in timings.values():
+        scheduled, first, ended = t.get("scheduled"), t.get("first_token"), t.get("ended")
+        if scheduled is None or ended is None:
+            continue
+        held += max(0.0, min(end, ended) - max(start, scheduled))
+        if first is not None and t.get("generated"):
+            span = ended - first
+            if span <= 0:
+                tokens += t["generated"] if start <= first <= end else 0
+            else:
+                tokens += t["generated"] * max(0.0, min(end, ended) - max(start, first)) / span
+    window = end - start
+    return {
+        "engine_tokens_per_s": round(tokens / window, 1),
+        "slot_use": round(held / (SEQS * window), 3),
+    }
+
+
 def _p95(samples: list[Sample], team: str) -> float:
     ttft = [s.ttft for s in samples if s.team == team and s.status == 200 and s.ttft]
     return float(pct(ttft, 0.95)) * 1000
@@ -298,7 +322,10 @@ async def setup(
 
             if not sched.get("enabled", True):  # the capacity run: the engine always full
                 flooded, start, end = await _phase([a_load], a.duration)
-                return {"tokens_per_s": round(_generated_rate(flooded, start, end), 1)}
+                return {
+                    "tokens_per_s": round(_generated_rate(flooded, start, end), 1),
+                    **_engine_use(engine_timings(sim), start, end),
+                }
             alone, _, _ = await _phase([b_load(1)], a.duration)
             flooded, start, end = await _phase([a_load, b_load(2)], a.duration)
             timings = engine_timings(sim)
@@ -316,6 +343,7 @@ async def setup(
         "b_cut": sum(1 for s in flooded if s.team == "B" and s.cut),
         "a_cut": sum(1 for s in flooded if s.team == "A" and s.cut),
         "tokens_per_s": round(_generated_rate(flooded, start, end), 1),
+        **_engine_use(timings, start, end),
     }
 
 
@@ -356,6 +384,7 @@ async def main() -> int:
             for name, r in result.items():
                 if name != "capacity":
                     r["tokens_vs_capacity"] = round(r["tokens_per_s"] / capacity, 3)
+                    r["engine_vs_capacity"] = round(r["engine_tokens_per_s"] / capacity, 3)
             print(f"round {run + 1}: {json.dumps(result)}", flush=True)
             rounds.append(result)
     if a.json is not None:
@@ -369,7 +398,8 @@ def _table(rounds: list[dict[str, Any]]) -> str:
     fields = ("engine_held_max", "a_held_max_while_b", "a_held_max_while_b_settled",
               "b_queued_over_50ms", "a_held_max_while_b_queued", "b_to_engine_p99_ms",
               "b_p95_ratio", "b_flood_p95_ms",
-              "b_target_ms", "tokens_vs_capacity")  # fmt: skip
+              "b_target_ms", "a_cut", "slot_use", "engine_vs_capacity",
+              "tokens_vs_capacity")  # fmt: skip
     lines = ["| setup | " + " | ".join(fields) + " |", "|---" * (len(fields) + 1) + "|"]
     for name in names:
         cells = []
@@ -378,7 +408,11 @@ def _table(rounds: list[dict[str, Any]]) -> str:
             cells.append(f"{statistics.median(values):g} ({min(values):g}..{max(values):g})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     cap = [r["capacity"]["tokens_per_s"] for r in rounds]
-    lines.append(f"\ncapacity (scheduler off, A flooding): {statistics.median(cap):g} tokens/s")
+    use = [r["capacity"]["slot_use"] for r in rounds]
+    lines.append(
+        f"\ncapacity (scheduler off, A flooding): {statistics.median(cap):g} tokens/s,"
+        f" slot use {statistics.median(use):g}"
+    )
     return "\n".join(lines)
 
 

@@ -41,6 +41,7 @@ async def test_a_request_waiting_for_a_full_batch_shows_its_engine_queue_time() 
     for t in (one, two):  # the host's monotonic clock, in order
         assert before <= t["arrival"] <= t["scheduled"] <= t["first_token"] <= t["ended"]
         assert t["preemptions"] == 0 and t["priority"] == 0
+    assert (one["generated"], two["generated"]) == (10, 2)
     assert two["running_at_arrival"] == 1  # the batch (1 sequence) was full
     assert two["scheduled"] - two["arrival"] >= 0.04  # it waited for "first" to end
     assert one["scheduled"] - one["arrival"] < 0.03

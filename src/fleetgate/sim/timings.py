@@ -4,7 +4,8 @@ One record per request, written when it ends (finished, aborted or cut off), old
 its ``x-request-id`` (the gateway forwards its own), its ``priority``, the engine's running
 and waiting counts when it arrived, and the times (the event loop's clock, which is
 ``time.monotonic()``: the same clock as any other process on the host) it arrived, was first
-scheduled, produced its first token and ended, and how often it was preempted. A benchmark
+scheduled, produced its first token and ended, the tokens it generated (a cut request's
+too: the work it cost) and how often it was preempted. A benchmark
 joins them with what its client measured, to tell a gateway's queue from the engine's.
 """
 
@@ -44,6 +45,7 @@ def record_timing(
             "scheduled": first.scheduled_at,
             "first_token": first.first_token_at,
             "ended": now,
+            "generated": sum(s.num_generated for s in seqs),
             "preemptions": sum(s.preemptions for s in seqs),
         }
     )
