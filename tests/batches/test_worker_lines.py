@@ -168,10 +168,11 @@ async def _sent(sender: Sender, text: str, times: int) -> None:
 
 async def _crash(worker: BatchWorker) -> None:
     """Stop ``worker`` the way a dead or stalled replica stops: its lease is not given up."""
-    tasks = [t for t in (worker._task, *worker.driving.values()) if t is not None]
-    worker._task, worker.driving = None, {}
+    tasks = list(worker.driving.values())
+    worker.driving = {}
     for task in tasks:
         task.cancel()
+    await worker._task.aclose()  # its loop only: no lease is given up
     await asyncio.gather(*tasks, return_exceptions=True)
 
 

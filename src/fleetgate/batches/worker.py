@@ -36,7 +36,7 @@ from fleetgate.batches.lines import BatchLine, error_record, output_record, read
 from fleetgate.batches.store import BatchStore
 from fleetgate.errors import NotFound
 from fleetgate.store.errors import is_unreachable
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import Background, RunsInBackground, cancel_and_wait
 
 __all__ = ["BatchRun", "BatchWorker", "LineRequest", "LineSender"]
 
@@ -69,7 +69,7 @@ class LineSender(Protocol):
         ...
 
 
-class BatchWorker:
+class BatchWorker(RunsInBackground):
     def __init__(
         self,
         store: BatchStore,
@@ -86,21 +86,15 @@ class BatchWorker:
         self.owner = owner  # this replica, in the lease
         self.max_line_bytes = max_line_bytes  # a line's body, as server.max_request_bytes
         self._prepare = prepare  # the store migrated
-        self._task: asyncio.Task[None] | None = None
+        self._task = Background(self._loop, name="batches")
         self._nudged = asyncio.Event()
         self.driving: dict[str, asyncio.Task[None]] = {}
         self._runs: dict[str, BatchRun] = {}
 
-    async def start(self) -> None:
-        """Start the loop (inside the running event loop)."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._loop(), name="batches")
-
     async def aclose(self) -> None:
         """Stop driving; leases are given up so another replica resumes at once (idempotent,
         safe without start)."""
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+        await super().aclose()
         running, self.driving = self.driving, {}
         runs, self._runs = self._runs, {}
         await cancel_and_wait(*running.values())
