@@ -18,7 +18,7 @@ import aiohttp
 
 from fleetgate.resources.outbound import OutboundHttp
 from fleetgate.store.database import Database
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import Background, RunsInBackground
 from fleetgate.tenancy.tables import budget_alerts
 
 __all__ = ["BudgetAlert", "AlertNotifier"]
@@ -39,7 +39,7 @@ class BudgetAlert:
     period_start_ms: int
 
 
-class AlertNotifier:
+class AlertNotifier(RunsInBackground):
     """Claims and sends alerts in the background; ``notify`` never blocks."""
 
     def __init__(
@@ -57,7 +57,8 @@ class AlertNotifier:
         self._http = http
         self._timeout = aiohttp.ClientTimeout(total=5)
         self._queue: asyncio.Queue[BudgetAlert] = asyncio.Queue(maxsize=10_000)
-        self._task: asyncio.Task[None] | None = None
+        self._task = Background(self._run, name="budget-alerts")
+        self._started = False  # what is queued is sent before aclose stops the task
         self.sent: list[BudgetAlert] = []
 
     def notify(self, alert: BudgetAlert) -> None:
@@ -67,15 +68,16 @@ class AlertNotifier:
             log.error("alert queue full; dropping %s", alert)
 
     async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="budget-alerts")
+        self._started = True
+        await super().start()
 
     async def aclose(self) -> None:
-        if self._task is not None:
+        if self._started:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(2):
                     await self._queue.join()
-            await cancel_and_wait(self._task)
-            self._task = None
+            self._started = False
+            await super().aclose()
 
     async def _run(self) -> None:
         while True:
