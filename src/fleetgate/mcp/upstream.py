@@ -37,7 +37,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from fleetgate.mcp.config import McpServerConfig
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import Background, RunsInBackground
 
 __all__ = ["Upstream", "UpstreamUnavailable"]
 
@@ -52,7 +52,7 @@ class UpstreamUnavailable(Exception):
     """The server is not connected, or the connection broke during the call."""
 
 
-class Upstream:
+class Upstream(RunsInBackground):
     """One upstream MCP server (see the module docstring)."""
 
     def __init__(
@@ -69,15 +69,12 @@ class Upstream:
         self._session: ClientSession | None = None
         self._lost = asyncio.Event()
         self._connected = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._task = Background(self._run, name=f"fg-mcp-{name}")
 
     @property
     def connected(self) -> bool:
         """Holding a session that no call has found broken."""
         return self._session is not None and not self._lost.is_set()
-
-    async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"fg-mcp-{self.name}")
 
     async def wait_connected(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the first connection (start-up); True when connected."""
@@ -86,8 +83,7 @@ class Upstream:
         return self.connected
 
     async def aclose(self) -> None:
-        await cancel_and_wait(self._task)
-        self._task = None
+        await super().aclose()
         self._session = None
         self._forget()
 
