@@ -40,7 +40,7 @@ from fleetgate.scheduling.config import BANDS, FleetConfig, SchedulingConfig
 from fleetgate.scheduling.fleet_script import SYNC
 from fleetgate.scheduling.fleet_state import MAX_ORDER, FailPolicy, FleetState, SyncCall
 from fleetgate.scheduling.policy import RequestPolicy
-from fleetgate.scheduling.pool import Pool
+from fleetgate.scheduling.pool import Pool, time_to_end
 from fleetgate.scheduling.scheduler import Scheduler
 from fleetgate.tasks import Background
 
@@ -50,6 +50,7 @@ log = logging.getLogger("fleetgate.scheduling.fleet")
 
 _SYNC = Script(SYNC)
 DECISIONS_KEPT = 2000  # the fleet's shared decision log: a Redis stream capped at about this
+MAX_ENDS = 8  # streams about to end one process publishes per pool and sync, at most
 _DOWN = (ConnectionError, TimeoutError, OSError, RespError)
 
 
@@ -191,7 +192,11 @@ class Fleet:
             call.want,
             call.hold,
             state.status(
-                pool.queue.depth(), _victims(pool), pool.queue.teams(), pool.critical_seen
+                pool.queue.depth(),
+                _victims(pool),
+                pool.queue.teams(),
+                pool.critical_seen,
+                _ends(pool, self._clock()),
             ),
             order,
             len(call.counters),
@@ -261,6 +266,13 @@ def _victims(pool: Pool) -> list[tuple[int, str]]:
         for r in pool.running
         if r.cancellable and r.cancel is None and not r.outcome.settled
     ]
+
+
+def _ends(pool: Pool, now: float) -> list[tuple[float, float]]:
+    """(seconds to its end, seconds per chunk) of the streams here about to end
+    (`time_to_end`, which also keeps every stream's pace), at most `MAX_ENDS`."""
+    ends = [end for r in pool.running if (end := time_to_end(r, now)) is not None]
+    return sorted(ends)[:MAX_ENDS]
 
 
 def fleet_link(core: Core, section: SchedulingConfig) -> Fleet | None:

@@ -36,6 +36,7 @@ other.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -104,6 +105,10 @@ class Peer:
     rates: dict[str, float]  # tokens/s per quota node
     waiting: dict[str, int]  # requests queued per team with a quota
     critical_age: float | None  # seconds since a critical request last arrived there
+    # (seconds to its end, seconds per chunk) of its streams about to end (`pool.time_to_end`)
+    # as of ``at`` (its wall clock when it published them)
+    ends: tuple[tuple[float, float], ...] = ()
+    at: float | None = None
 
     @classmethod
     def parse(cls, raw: Any, lease: int | None) -> Peer | None:
@@ -118,6 +123,8 @@ class Peer:
                 {str(k): float(v) for k, v in data["r"].items()},
                 {str(k): int(v) for k, v in data.get("w", {}).items()},
                 None if data.get("c") is None else float(data["c"]),
+                tuple((float(e), float(step)) for e, step in data.get("e", ())),
+                None if data.get("at") is None else float(data["at"]),
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
@@ -144,7 +151,10 @@ class FleetState:
         config: FleetConfig,
         clock: Callable[[], float],
         failure: FailPolicy,
+        wall: Callable[[], float] = time.time,
     ) -> None:
+        """``clock``: this process's (monotonic); ``wall``: the clock processes share (the
+        age of what another process published)."""
         self.process = process
         self.config = config
         self._clock = clock
@@ -159,6 +169,10 @@ class FleetState:
         # When (this process's clock) a critical request last arrived at another process of
         # the pool, as last synced (`critical_reserve_hold_s` holds the reserve fleet-wide).
         self.critical_elsewhere: float | None = None
+        # When (this clock) the streams other processes published as about to end are
+        # foreseen to end, each with its seconds per chunk (`ending_elsewhere`).
+        self._ends: list[tuple[float, float]] = []
+        self._wall = wall
         self.lease: int | None = 0  # nothing leased before the first sync
         self.fair = -1  # the fair level at the last sync (-1: no contention)
         self.vtc = FleetFairShare()
@@ -265,6 +279,10 @@ class FleetState:
                 best = (lowest, found, process)
         return None if best is None else (best[2], best[1])
 
+    def ending_elsewhere(self) -> bool:
+        now = self._clock()
+        return any(now < end <= now + step for end, step in self._ends)
+
     def decided(self, decision: dict[str, Any]) -> None:
         """A scheduling decision of this process, for the fleet's shared log."""
         self.decisions.append(json.dumps(decision, separators=(",", ":")))
@@ -326,9 +344,11 @@ class FleetState:
         victims: Iterable[tuple[int, str]],
         waiting: Mapping[str, int] | None = None,
         critical_seen: float | None = None,
+        ends: Iterable[tuple[float, float]] = (),
     ) -> str:
         """This process's status for the others (JSON); ``waiting``: queued per team;
-        ``critical_seen``: when a critical request last arrived here (this clock)."""
+        ``critical_seen``: when a critical request last arrived here (this clock); ``ends``:
+        its streams about to end (`pool.time_to_end`), stamped with the shared wall clock."""
         tree = self._tree
         rates = tree.own_rates() if tree is not None else {}
         owners = (
@@ -345,6 +365,8 @@ class FleetState:
                 "r": {k: round(v, 3) for k, v in rates.items() if v > 0},
                 "w": owners,
                 "c": None if critical_seen is None else round(self._clock() - critical_seen, 3),
+                "e": [[round(e, 4), round(step, 4)] for e, step in ends],
+                "at": round(self._wall(), 4),
             },
             separators=(",", ":"),
         )
@@ -407,6 +429,13 @@ class FleetState:
 
     def _set_peers(self, peers: dict[str, Peer]) -> None:
         self.peers = peers
+        now, wall = self._clock(), self._wall()
+        self._ends = [
+            (now + e - max(0.0, wall - peer.at), step)
+            for peer in peers.values()
+            if peer.at is not None
+            for e, step in peer.ends
+        ]
         elsewhere: dict[str, int] = {}
         rates: dict[str, float] = {}
         waiting: dict[str, int] = {}

@@ -23,7 +23,19 @@ from fleetgate.scheduling.policy import RequestPolicy
 from fleetgate.scheduling.queue import AdmissionQueue
 from fleetgate.scheduling.state import AdmissionState, FairShare, LocalState, QuotaLedger
 
-__all__ = ["Pool", "Running", "Snapshots", "capacity_of", "ending", "engines_saturated"]
+__all__ = [
+    "Pool",
+    "Running",
+    "Snapshots",
+    "capacity_of",
+    "ending",
+    "engines_saturated",
+    "time_to_end",
+]
+
+# A stream this many chunks from its end or fewer is published as ending (`time_to_end`): by
+# the time another process reads it (a sync later) it is still about a step from its end.
+ENDING_CHUNKS = 3
 
 # The last scrape of a deployment's engine, if fresh (None: never scraped, or stale).
 Snapshots = Callable[[Deployment], EngineSnapshot | None]
@@ -44,6 +56,9 @@ class Running:
     cancel_at: float = 0.0
     requeue: bool = False  # cancelled before its first byte, it goes back to the queue
     max_tokens: int = 0  # its request's (0: not known): how far it is from its end
+    # Its pace (`time_to_end`): when it was first seen with output, and its chunks then.
+    paced_at: float = 0.0
+    paced_from: int = -1
     # Ends the request now with the error (the stage cancels its task; see
     # `GatewayRequest.interrupt`); None outside a request (unit tests call `finish`).
     abort: Callable[[FleetgateError], None] | None = field(default=None, repr=False)
@@ -58,6 +73,27 @@ def ending(running: Running) -> bool:
         return True
     limit = running.max_tokens
     return limit > 0 and running.outcome.relayed + 1 >= limit
+
+
+def time_to_end(running: Running, now: float) -> tuple[float, float] | None:
+    """(seconds until ``running`` is foreseen to end, seconds per chunk) when it is within
+    `ENDING_CHUNKS` chunks of its ``max_tokens``, by its own pace: chunks relayed per second
+    since it was first seen with output (the first call with output starts the count, ``now``
+    on one clock). None: not foreseen (no ``max_tokens``, its pace not known yet, complete,
+    or further from its end)."""
+    relayed, limit = running.outcome.relayed, running.max_tokens
+    if limit <= 0 or relayed <= 0 or running.outcome.settled:
+        return None
+    if running.paced_from < 0:
+        running.paced_at, running.paced_from = now, relayed
+        return None
+    chunks = relayed - running.paced_from
+    left = limit - relayed
+    if chunks < 2 or left > ENDING_CHUNKS:
+        return None
+    step = (now - running.paced_at) / chunks
+    # its last chunk came between now and a step ago: the end is half a step early on average
+    return max(0.0, (left - 0.5) * step), step
 
 
 class Pool:

@@ -105,9 +105,11 @@ def _holding(band: list[Running], waiting: int) -> Running | None:
 
 def _on_their_way(pool: Pool, now: float) -> int:
     """Slots of ``pool`` about to free without a new cancellation: streams already cancelled
-    (within `CANCEL_GRACE_S`), and one stream that ends within about an engine step
-    (`ending`: one claim at a time waits that long instead of cutting another stream short;
-    more would each hold one more request at the engines meanwhile)."""
+    (within `CANCEL_GRACE_S`), and one stream that ends within about an engine step, here
+    (`ending`) or, in a fleet, in another process (foreseen from its pace:
+    `AdmissionState.ending_elsewhere`). One claim at a time waits that long instead of
+    cutting another stream short; more would each hold one more request at the engines
+    meanwhile."""
     count = 0
     end = 0
     for r in pool.running:
@@ -115,6 +117,8 @@ def _on_their_way(pool: Pool, now: float) -> int:
             count += now - r.cancel_at < CANCEL_GRACE_S
         elif not end and ending(r):
             end = 1
+    if not end and pool.state.ending_elsewhere():
+        end = 1
     return count + end
 
 

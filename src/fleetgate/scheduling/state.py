@@ -155,6 +155,12 @@ class AdmissionState(Protocol):
         ``count`` (those asked for recently count as on their way). False: none to ask."""
         ...
 
+    def ending_elsewhere(self) -> bool:
+        """Whether a stream another process serves is foreseen to end within about an
+        engine step from now (its pace and ``max_tokens``, as published at its last sync):
+        its slot frees without a cancellation (`pool.time_to_end`). False alone."""
+        ...
+
     def describe(self) -> dict[str, object] | None:
         """What `/admin/queues` shows of the sharing (None: this process alone)."""
         ...
@@ -223,6 +229,9 @@ class LocalState:
         return None
 
     def ask_elsewhere(self, rank: int, team: str, owner: bool, count: int = 1) -> bool:
+        return False
+
+    def ending_elsewhere(self) -> bool:
         return False
 
     def describe(self) -> dict[str, object] | None:
