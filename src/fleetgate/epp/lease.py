@@ -16,6 +16,8 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+from fleetgate.tasks import RunsInBackground, periodic
+
 __all__ = ["LeaderLease"]
 
 log = logging.getLogger("fleetgate.epp.lease")
@@ -34,7 +36,7 @@ return 0
 """
 
 
-class LeaderLease:
+class LeaderLease(RunsInBackground):
     """A lease on ``key`` in ``redis`` (a redis-py asyncio client) for ``ttl_s`` seconds.
 
     ``on_change(leader)`` is called whenever this replica becomes or stops being the leader
@@ -63,7 +65,14 @@ class LeaderLease:
         self.owner = owner or secrets.token_hex(8)
         self._on_change = on_change
         self.leader = False
-        self._task: asyncio.Task[None] | None = None
+        # one bounded step per third of the lease, until aclose
+        self._task = periodic(
+            lambda: self.ttl_s / 3,
+            self.step,
+            log,
+            f"epp lease {key}: step failed",
+            name=f"epp-lease-{key}",
+        )
 
     async def step(self) -> bool:
         """Take or renew the lease once; True while this replica leads."""
@@ -86,19 +95,10 @@ class LeaderLease:
 
     async def start(self) -> None:
         await self.step()
-        self._task = asyncio.create_task(self._loop(), name=f"epp-lease-{self.key}")
-
-    async def _loop(self) -> None:
-        while True:  # until aclose cancels it; one bounded step per third of the lease
-            await asyncio.sleep(self.ttl_s / 3)
-            await self.step()
+        await super().start()
 
     async def aclose(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await super().aclose()
         if self.leader:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1.0):
