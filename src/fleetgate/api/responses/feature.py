@@ -24,7 +24,7 @@ from fleetgate.api.responses.store import ResponseStore
 from fleetgate.config.schema import GatewayConfig
 from fleetgate.core import Core
 from fleetgate.feature import BaseFeature, Switch
-from fleetgate.tasks import cancel_and_wait
+from fleetgate.tasks import Background
 
 __all__ = ["ResponsesFeature"]
 
@@ -45,8 +45,8 @@ class ResponsesFeature(BaseFeature):
         self.config: ResponsesConfig = RESPONSES_SECTION.of(core.config)
         self.store = ResponseStore(self.db)
         self.api = ResponsesRoutes(self.store, lambda: self.config, self._prepare, path)
-        self._purger: asyncio.Task[None] | None = None
-        self._closed = False
+        self._purger = Background(self._purge_loop, name="responses-purge")
+        self._closed = False  # never started again once closed
 
     @classmethod
     def build(cls, core: Core) -> ResponsesFeature:
@@ -54,8 +54,8 @@ class ResponsesFeature(BaseFeature):
 
     async def _prepare(self) -> None:
         await self._databases.migrate(self.db)
-        if self._purger is None and not self._closed:
-            self._purger = asyncio.create_task(self._purge_loop(), name="responses-purge")
+        if not self._closed:
+            self._purger.start()  # on first use (once)
 
     async def _purge_loop(self) -> None:
         while True:
@@ -75,5 +75,4 @@ class ResponsesFeature(BaseFeature):
 
     async def aclose(self) -> None:
         self._closed = True
-        await cancel_and_wait(self._purger)
-        self._purger = None
+        await self._purger.aclose()
