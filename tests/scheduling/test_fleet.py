@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -483,3 +484,70 @@ async def test_every_process_reads_the_fleets_scheduling_decisions(redis: RespCl
     only_a = await fleet.fleets[1].recent_decisions(10, tenant="a")
     assert [d["admission"]["process"] for d in only_a] == ["proc-1", "proc-0"]
     assert len(await fleet.fleets[1].recent_decisions(1)) == 1
+
+
+@pytest.mark.parametrize(("left", "cut"), [(1, 0), (3, 1)])
+async def test_a_claim_waits_for_a_stream_another_process_foresees_ending(
+    redis: RespClient, left: int, cut: int
+) -> None:
+    """A borrower's stream in process 1, ``left`` chunks from its ``max_tokens`` at its pace,
+    is published at the sync; a claim over the limit in process 0 counts one that ends within
+    a step as its slot on its way and cuts nothing (one further away: the order as before)."""
+    fleet = Fleetish(
+        redis,
+        2,
+        seqs=2,
+        fleet={"lease_slice": 2},
+        preempt_streams_for_claims="borrowers",
+        teams={
+            "a": {"quota": {"concurrency": {"nominal": 1}}},
+            "b": {"guaranteed": 1, "quota": {"concurrency": {"nominal": 1}}},
+        },
+    )
+    await fleet.sync(1)
+    s0, s1 = fleet.schedulers
+    cancelled: list[Any] = []
+    outcomes = [FakeOutcome(relayed=1), FakeOutcome(relayed=1)]
+    for outcome in outcomes:  # team a: one within its nominal, one borrowed
+        assert fleet.admit(1, "a", 1) == 1
+        running = s1.started(fleet.pool(1), policy("a"), outcome, False, max_tokens=24)
+        running.abort = cancelled.append
+    await fleet.sync(1)  # the first sight of their output starts their pace
+    step = 0.02
+    for outcome in outcomes:
+        outcome.relayed = 24 - left
+    fleet.clocks[1].now += step * (23 - left)
+    await fleet.sync(1)  # published: about to end at its pace of one chunk per 20 ms
+    await fleet.sync(0)
+    assert fleet.state(0).ending_elsewhere() is (left == 1)
+    b = policy("b")
+    b = type(b)(b.team, b.band, b.weight, b.reject, b.max_wait_s, b.deadline_s, 1)
+    assert s0.try_admit(fleet.pool(0), b, 1)  # within its guarantee: over the pool's limit
+    s0.started(fleet.pool(0), b, FakeOutcome(), True)
+    await fleet.sync(0)
+    await fleet.sync(1)
+    assert len(cancelled) == cut
+
+
+async def test_a_foreseen_end_ages_on_the_shared_clock_and_passes(redis: RespClient) -> None:
+    """What another process published is aged by the wall clock between its sync and this
+    one's, and an end already past (or more than a step away) is not on its way."""
+    fleet = Fleetish(redis, 2, seqs=4)
+    s1 = fleet.schedulers[1]
+    await fleet.sync(1)
+    assert fleet.admit(1, "a", 1) == 1
+    outcome = FakeOutcome(relayed=1)
+    s1.started(fleet.pool(1), policy("a"), outcome, False, max_tokens=10)
+    await fleet.sync(1)
+    outcome.relayed = 9  # one chunk left, 8 chunks in 0.4 s: 50 ms a chunk, ends in ~25 ms
+    fleet.clocks[1].now += 0.4
+    await fleet.sync(1)
+    await fleet.sync(0)
+    state = fleet.state(0)
+    assert state.ending_elsewhere()
+    fleet.clocks[0].now += 0.03  # past the foreseen end: its slot is taken by now
+    assert not state.ending_elsewhere()
+    fleet.clocks[0].now -= 0.03
+    state._wall = lambda: time.time() + 0.03  # read 30 ms after it was written
+    await fleet.sync(0)
+    assert not state.ending_elsewhere()

@@ -9,7 +9,15 @@ from fleetgate.config.schema import DeploymentConfig
 from fleetgate.routing.deployment import Deployment
 from fleetgate.routing.engine_metrics import EngineSnapshot
 from fleetgate.scheduling.config import HighWater
-from fleetgate.scheduling.pool import Pool, capacity_of, engines_saturated
+from fleetgate.scheduling.pool import (
+    ENDING_CHUNKS,
+    Pool,
+    Running,
+    capacity_of,
+    engines_saturated,
+    time_to_end,
+)
+from tests.scheduling.support import FakeOutcome, policy
 
 
 def _dep(name: str, seqs: int | None = None) -> Deployment:
@@ -98,3 +106,22 @@ def test_estimated_wait_uses_the_queue_ahead_and_the_service_time() -> None:
     assert pool.estimated_wait(1) is None
     pool.observe_service(2.0)
     assert pool.estimated_wait(1) == 0.5
+
+
+def test_time_to_end_foresees_a_stream_near_its_max_tokens_by_its_own_pace() -> None:
+    outcome = FakeOutcome()
+    running = Running(policy("a"), outcome, True, 1, False, max_tokens=20)
+    assert time_to_end(running, 10.0) is None  # no output yet
+    outcome.relayed = 2
+    assert time_to_end(running, 10.0) is None  # first sight: its pace starts here
+    outcome.relayed = 20 - ENDING_CHUNKS - 1
+    assert time_to_end(running, 10.0 + 0.05 * 15) is None  # 4 chunks left: further
+    outcome.relayed = 19
+    end = time_to_end(running, 10.0 + 0.05 * 17)
+    assert end is not None
+    seconds, step = end
+    assert abs(step - 0.05) < 1e-9 and abs(seconds - 0.025) < 1e-9  # half a chunk on average
+    outcome.settled = True  # complete: it ends on its own, not foreseen
+    assert time_to_end(running, 11.0) is None
+    unknown = Running(policy("a"), FakeOutcome(relayed=5), True, 2, False)
+    assert time_to_end(unknown, 10.0) is None and time_to_end(unknown, 11.0) is None
