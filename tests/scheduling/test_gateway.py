@@ -289,3 +289,41 @@ async def test_a_response_cache_hit_is_answered_without_waiting_for_a_full_pool(
             assert not hold.done()
             status, _, _ = await hold
             assert status == 200
+
+
+async def _stream(gw: Gateway, key: str, max_tokens: int) -> str:
+    """One streamed chat to its end; its request id (the engine's timing record's)."""
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "go"}],
+            "max_tokens": max_tokens, "ignore_eos": True, "stream": True}  # fmt: skip
+    headers = {"Authorization": f"Bearer {key}"}
+    async with gw.session.post(f"{gw.url}/v1/chat/completions", json=body, headers=headers) as r:
+        assert r.status == 200
+        text = (await r.read()).decode()
+    assert text.rstrip().endswith("data: [DONE]")
+    return r.headers["x-request-id"]
+
+
+async def test_the_next_stream_reaches_the_engine_before_the_last_step_ends(
+    tmp_path: Path,
+) -> None:
+    """One engine slot, two streams: with ``start_before_end: 1`` the second request reaches
+    the engine while the first's last step runs and starts at the step that frees the slot;
+    without it, only after the first has ended (the gateway learns of the end after it)."""
+    sim_cfg = SimConfig(decode_ms_per_step=40.0, output_len=8, max_num_seqs=1)
+    async with running_sim(sim_cfg) as sim:
+        for early in (1, 0):
+            config = _config(f"{sim}/v1", {"start_before_end": early}, max_num_seqs=1)
+            async with _gateway(tmp_path / str(early), config) as gw:
+                _, _, key = await gw.team_and_key("t")
+                first = asyncio.create_task(_stream(gw, key, 8))
+                await asyncio.sleep(0.05)  # the second queues in the gateway behind it
+                second = asyncio.create_task(_stream(gw, key, 8))
+                one, two = await asyncio.wait_for(asyncio.gather(first, second), 10)
+                async with gw.session.get(f"{sim}/sim/timings") as r:
+                    records = {t["request_id"]: t for t in await r.json()}
+            a, b = records[one], records[two]
+            if early:
+                assert b["arrival"] < a["ended"]  # sent while the first's last step ran
+                assert b["scheduled"] - a["ended"] < 0.02  # the step that freed the slot
+            else:
+                assert b["arrival"] >= a["ended"]

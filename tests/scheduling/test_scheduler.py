@@ -10,7 +10,7 @@ from fleetgate.errors import Overloaded, RateLimited
 from fleetgate.scheduling.policy import RequestPolicy
 from fleetgate.scheduling.pool import Pool
 from fleetgate.scheduling.scheduler import Scheduler
-from tests.scheduling.support import policy, scheduler_with_pool
+from tests.scheduling.support import FakeOutcome, policy, scheduler_with_pool
 
 
 async def _admit(scheduler: Scheduler, pool: Pool, p: RequestPolicy, tokens: int = 10) -> float:
@@ -281,3 +281,44 @@ async def test_without_pacing_slots_that_free_together_refill_at_once() -> None:
         scheduler.release(pool, p, 10, 1.0)
     assert pool.admitted == 4 and pool.queue.size == 0
     await asyncio.gather(*waiting)
+
+
+async def test_a_stream_at_its_last_chunk_gives_its_slot_to_the_next_request() -> None:
+    """``start_before_end``: as a stream relays its last chunk but one its slot goes to the
+    queued request (at most that many such streams at once); its own end then frees nothing
+    more, and a cancelled stream gives nothing early (its cancellation frees the slot)."""
+    scheduler, pool, _ = scheduler_with_pool(2, start_before_end=1)
+    first, second = FakeOutcome(), FakeOutcome()
+    runs = []
+    for outcome in (first, second):
+        assert scheduler.try_admit(pool, policy("a"), 10)
+        runs.append(scheduler.started(pool, policy("a"), outcome, False, 10))
+    waiting = [asyncio.create_task(_admit(scheduler, pool, policy("b"))) for _ in range(2)]
+    await asyncio.sleep(0.01)
+    scheduler.end_in_sight(pool, runs[0])
+    await asyncio.wait_for(waiting[0], 1)  # the first stream's slot, before its end
+    assert pool.admitted == 2 and pool.early == 1 and not waiting[1].done()
+    scheduler.end_in_sight(pool, runs[1])  # one at a time: the second keeps its slot
+    scheduler.end_in_sight(pool, runs[0])  # and once per stream
+    await asyncio.sleep(0.01)
+    assert pool.admitted == 2 and pool.early == 1 and not waiting[1].done()
+    scheduler.finish(pool, runs[0], 10, 0.5)  # its end frees no second slot
+    await asyncio.sleep(0.01)
+    assert pool.admitted == 2 and pool.early == 0 and not waiting[1].done()
+    scheduler.end_in_sight(pool, runs[1])  # now it may
+    await asyncio.wait_for(waiting[1], 1)
+    scheduler.finish(pool, runs[1], 10, 0.5)
+    assert pool.admitted == 2 and pool.early == 0
+
+
+async def test_without_start_before_end_a_stream_keeps_its_slot_to_its_end() -> None:
+    scheduler, pool, _ = scheduler_with_pool(1)
+    assert scheduler.try_admit(pool, policy("a"), 10)
+    running = scheduler.started(pool, policy("a"), FakeOutcome(), False, 10)
+    waiting = asyncio.create_task(_admit(scheduler, pool, policy("b")))
+    await asyncio.sleep(0.01)
+    scheduler.end_in_sight(pool, running)
+    await asyncio.sleep(0.01)
+    assert not waiting.done() and pool.early == 0
+    scheduler.finish(pool, running, 10, 0.5)
+    await asyncio.wait_for(waiting, 1)

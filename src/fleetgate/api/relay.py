@@ -275,25 +275,9 @@ async def _relay_bytes(
         now = time.perf_counter()
         if now >= idle.rearm_at:
             idle.touch(now)
-        send = []
-        done = False
-        together = -1  # events of this read after its first: observed at 0 s
-        for event in batch:
-            if event.startswith(SSE_DONE):
-                send.append(event)
-                done = True
-                out.settled = True  # complete: no preemption from here on
-                break
-            if (
-                b'"usage":{' in event  # what `_inspect` looks for, tested here without a call
-                or b'"finish_reason":"' in event
-                or b'"usage": {' in event
-                or b'"finish_reason": "' in event
-            ) and not _inspect(event, out, want_usage):
-                continue  # a usage-only chunk the client did not ask for
-            together += 1
-            chunks += 1
-            send.append(event)
+        send, relayed, done = _select(batch, out, want_usage)
+        together = relayed - 1  # events of this read after its first: observed at 0 s
+        chunks += relayed
         if together >= 0:
             observe_gap(now - last)
             observe_gap = itl.observe
@@ -301,6 +285,8 @@ async def _relay_bytes(
                 itl.observe_times(0.0, together)
             last = now
         out.relayed = chunks
+        if chunks >= out.at_chunk:
+            out.reached()  # e.g. the scheduler's start of the next request at the last chunk
         if done:
             await _write_end(resp, req, b"".join(send))  # [DONE] and the end of the response
             break
@@ -316,6 +302,29 @@ async def _relay_bytes(
             break
     dispatch.upstream_done = True
     out.last_token_at = last
+
+
+def _select(batch: list[bytes], out: Outcome, want_usage: bool) -> tuple[list[bytes], int, bool]:
+    """Of one upstream read's events, those to relay (a usage-only chunk the client did not
+    ask for is dropped), how many of them are chunks (not ``[DONE]``), and whether the stream
+    ended (``[DONE]``: the outcome is settled, no preemption from here on)."""
+    send = []
+    chunks = 0
+    for event in batch:
+        if event.startswith(SSE_DONE):
+            send.append(event)
+            out.settled = True
+            return send, chunks, True
+        if (
+            b'"usage":{' in event  # what `_inspect` looks for, tested here without a call
+            or b'"finish_reason":"' in event
+            or b'"usage": {' in event
+            or b'"finish_reason": "' in event
+        ) and not _inspect(event, out, want_usage):
+            continue
+        chunks += 1
+        send.append(event)
+    return send, chunks, False
 
 
 async def _write_end(resp: web.StreamResponse, req: GatewayRequest, data: bytes) -> None:

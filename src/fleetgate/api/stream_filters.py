@@ -115,7 +115,10 @@ class FilteredRelay:
             now = time.perf_counter()
             self.itl.observe(now - self.last)
             self.last = now
-            self.out.relayed += 1
+            out = self.out
+            out.relayed += 1
+            if out.relayed >= out.at_chunk:
+                out.reached()
             for choice in chunk.get("choices") or ():
                 if isinstance(choice, dict) and choice.get("finish_reason"):
                     self.out.finish_reason = str(choice["finish_reason"])

@@ -26,6 +26,8 @@ from fleetgate.contract.principal import Principal
 from fleetgate.contract.tool import ToolCall
 from fleetgate.errors import FleetgateError
 
+NEVER = 1 << 62  # `Outcome.at_chunk` with no hook: no stream relays that many chunks
+
 __all__ = [
     "Endpoint",
     "FilterResult",
@@ -183,6 +185,10 @@ class Outcome:
     tags: dict[str, str] = field(default_factory=dict)
     cost_nusd: int | None = None  # set when not priced per token (audio by minute or character)
     relayed: int = 0  # stream chunks sent to the client: the output's count without usage
+    # When ``relayed`` reaches ``at_chunk`` the relay calls ``on_chunk`` once (`reached`): the
+    # scheduler's start of the next request as a stream reaches its last chunk.
+    at_chunk: int = NEVER
+    on_chunk: Callable[[], None] | None = None
     # The client's response is complete, or ends on its own (an error written): nothing may
     # interrupt it any more (`GatewayRequest.interrupt`; the scheduler no longer preempts it).
     settled: bool = False
@@ -223,6 +229,12 @@ class Outcome:
             + self.completion_tokens * p.output_per_mtok
         ) / 1_000_000
         return cost * (1 - p.batch_discount) if self.batch else cost
+
+    def reached(self) -> None:
+        """``relayed`` reached ``at_chunk``: ``on_chunk`` runs, once."""
+        hook, self.on_chunk, self.at_chunk = self.on_chunk, None, NEVER
+        if hook is not None:
+            hook()
 
     def served_by(self, dep: Served) -> None:
         """The upstream deployment that answered."""

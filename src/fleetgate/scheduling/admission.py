@@ -103,11 +103,18 @@ class Admission:
     # ------------------------------------------------------------------ the end
 
     def release(
-        self, pool: Pool, policy: RequestPolicy, output_tokens: int, held_s: float | None
+        self,
+        pool: Pool,
+        policy: RequestPolicy,
+        output_tokens: int,
+        held_s: float | None,
+        slot: bool = True,
     ) -> None:
-        """An admitted request ended: charge its output, free its slot, admit what fits."""
+        """An admitted request ended: charge its output, free its slot (unless it was freed
+        before, ``slot`` False), admit what fits."""
         state = pool.state
-        state.give_back(policy.team)
+        if slot:
+            state.give_back(policy.team)
         state.vtc.charge(
             policy.team, output_tokens * self.config.output_token_weight, policy.weight
         )
@@ -123,7 +130,28 @@ class Admission:
     ) -> None:
         """A request `started` ended: charge the output not charged yet, free its slot."""
         pool.running.pop(running, None)
-        self.release(pool, running.policy, max(0, output_tokens - running.charged), held_s)
+        if running.released:
+            pool.early -= 1
+        tokens = max(0, output_tokens - running.charged)
+        self.release(pool, running.policy, tokens, held_s, slot=not running.released)
+
+    def end_in_sight(self, pool: Pool, running: Running) -> None:
+        """``running`` relayed its last chunk but one (`start_before_end`): its slot frees
+        within about an engine step, so it goes to the next request now, which then reaches
+        the engine before that step ends. At most ``start_before_end`` such streams of the
+        pool at once here; not one cancelled (its slot is freed by the cancellation)."""
+        if (
+            running.released
+            or running.cancel is not None
+            or pool.early >= self.config.start_before_end
+            or running not in pool.running
+        ):
+            return
+        running.released = True
+        pool.early += 1
+        pool.state.give_back(running.policy.team)
+        if pool.queue.size:
+            self.drain(pool)
 
     def charge_progress(self, pool: Pool) -> None:
         """Charge the output each stream sent since the last poll (fair share, rates)."""

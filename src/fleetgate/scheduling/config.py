@@ -221,6 +221,12 @@ class SchedulingConfig(_Model):
     # throughput (4% with 24-token answers, docs/scheduling.md); claims then cancel a stream
     # that has begun, which holds a slot. 0: the pool's limit is the engines' slots.
     engine_waiting: int = Field(0, ge=0, le=64)
+    # Streams of a pool, per process, whose slot is given to the next request as they relay
+    # their last chunk but one (of their `max_tokens`): that request reaches the engine while
+    # the stream's last step runs and starts at the step that frees the slot, not a step
+    # later. The engines hold at most this many more than the limit, and only while a stream
+    # ends. 0: a slot is free once its request has ended.
+    start_before_end: int = Field(0, ge=0, le=64)
     # longest queue wait of each band before a 429
     max_wait_s: BandWaits = BandWaits()
     # engine signals that mark a pool saturated (each off when none)

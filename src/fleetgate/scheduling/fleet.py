@@ -264,7 +264,7 @@ def _victims(pool: Pool) -> list[tuple[int, str]]:
     return [
         (r.policy.rank, r.policy.team)
         for r in pool.running
-        if r.cancellable and r.cancel is None and not r.outcome.settled
+        if r.cancellable and r.cancel is None and not r.outcome.settled and not r.released
     ]
 
 

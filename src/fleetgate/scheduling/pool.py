@@ -59,6 +59,8 @@ class Running:
     # Its pace (`time_to_end`): when it was first seen with output, and its chunks then.
     paced_at: float = 0.0
     paced_from: int = -1
+    # its slot was given to the next request as it reached its last chunk (`start_before_end`)
+    released: bool = False
     # Ends the request now with the error (the stage cancels its task; see
     # `GatewayRequest.interrupt`); None outside a request (unit tests call `finish`).
     abort: Callable[[FleetgateError], None] | None = field(default=None, repr=False)
@@ -103,6 +105,7 @@ class Pool:
     __slots__ = (
         "capacity",
         "critical_seen",
+        "early",
         "headroom",
         "limit",
         "name",
@@ -136,6 +139,7 @@ class Pool:
         # of the limit, requests that may be waiting inside the engines (``engine_waiting``
         # per deployment): a stream without output may hold no engine slot
         self.waiting = 0
+        self.early = 0  # streams whose slot went to the next request before their end
         self.reserve_share = reserve  # `critical_reserve`: the share to hold when asked
         self.reserve = reserve  # share of the limit only the critical band may take now
         self.headroom = headroom

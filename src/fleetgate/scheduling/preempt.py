@@ -57,6 +57,7 @@ def claim_victim(pool: Pool, claimant: RequestPolicy, borrowers: bool) -> Runnin
             or running.cancel is not None
             or running.within
             or running.outcome.settled  # its response is complete: it ends on its own
+            or running.released  # at its last chunk, its slot already given away
         ):
             continue
         victim = running.policy
@@ -305,7 +306,12 @@ def starved_victim(pool: Pool, head_rank: int, head_team: str, owner: bool) -> R
     band: list[Running] = []
     rank = -1
     for running in pool.running:
-        if not running.cancellable or running.cancel is not None or running.outcome.settled:
+        if (
+            not running.cancellable
+            or running.cancel is not None
+            or running.outcome.settled
+            or running.released
+        ):
             continue
         r = running.policy.rank
         lower = r > head_rank

@@ -120,6 +120,7 @@ class Scheduler:
         self.wait = waiting.wait
         self.started = preemption.started
         self.finish = admission.finish
+        self.end_in_sight = admission.end_in_sight
         self.release = admission.release
 
     # ------------------------------------------------------------------ pools

@@ -134,7 +134,12 @@ class SchedulingStage:
         team's guarantee or nominal quota); a stream may be cancelled at once (`interrupter`,
         armed when it is sent upstream) and, before its first byte, requeued (`_requeue`, at
         most `MAX_REQUEUES` times)."""
-        running = self.scheduler.started(pool, policy, req.outcome, reclaim, req.max_tokens)
+        scheduler = self.scheduler
+        running = scheduler.started(pool, policy, req.outcome, reclaim, req.max_tokens)
+        if req.stream and req.max_tokens > 1 and scheduler.config.start_before_end:
+            out = req.outcome  # its slot goes to the next request at its last chunk but one
+            out.at_chunk = req.max_tokens - 1
+            out.on_chunk = functools.partial(scheduler.end_in_sight, pool, running)
         hooks: list[Any] = []
         if running.cancellable:
             task = asyncio.current_task()
