@@ -86,6 +86,8 @@ class ResponseMeter:
                 return False
         out = self._out
         out.relayed += events
+        if out.relayed >= out.at_chunk:
+            out.reached()  # the scheduler's start of the next request at the last chunk
         now = time.perf_counter()
         if out.first_token_at is None:
             out.first_token_at = now
@@ -125,6 +127,8 @@ class ResponseMeter:
                 if not choices:
                     return True
         out.relayed += 1
+        if out.relayed >= out.at_chunk:
+            out.reached()
         now = time.perf_counter()
         if out.first_token_at is None:
             out.first_token_at = now
