@@ -113,3 +113,17 @@ def test_the_short_cut_counts_as_the_event_walk_does(
             seen.append((replies, out.relayed, out.prompt_tokens, out.completion_tokens,
                          meter.saw_usage, out.first_token_at is None))  # fmt: skip
         assert seen[0] == seen[1], chunks
+
+
+def test_the_chunk_hook_runs_once_when_its_chunk_is_relayed() -> None:
+    """`Outcome.at_chunk` (the scheduler's ``start_before_end``) fires as the relay's does,
+    on the one-event fast path and on a read of several events alike."""
+    for chunks in ([TOKEN, TOKEN, TOKEN, TOKEN], [TOKEN + TOKEN, TOKEN + TOKEN]):
+        out = Outcome()
+        calls: list[int] = []
+        out.at_chunk, out.on_chunk = 3, lambda o=out, c=calls: c.append(o.relayed)
+        meter = ResponseMeter(out, stream=True, strip_usage=True)
+        for chunk in chunks:
+            meter.feed(chunk, False)
+        assert calls == [3] if len(chunks) == 4 else calls == [4]
+        assert out.on_chunk is None
