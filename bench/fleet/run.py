@@ -6,7 +6,8 @@ limiters and the fleet's shared admission, a fresh key prefix per setup). Teams 
 have ``quota.concurrency.nominal: 8`` and ``guaranteed: 8`` (``--guaranteed``); ``--sched``
 adds scheduling fields (by default: a claim over the limit cancels a borrower's stream, a
 request starved 50 ms cancels one, ``queue_pacing: 1.25``, as in bench/scheduling/run.py, and
-``engine_waiting: 1``: one request per engine waits inside it for the next free slot).
+``start_before_end: 1``: a stream's slot goes to the next request as it relays its last chunk
+but one, so the engine starts that request at the step that frees the slot).
 Every client request goes to the processes in turn (a round-robin load balancer).
 
 Per setup: B alone (Poisson, ``--rate``/s), then A flooding (closed loop, 40 outstanding)
@@ -361,7 +362,7 @@ async def main() -> int:
     p.add_argument(
         "--sched",
         default='{"preempt_streams_for_claims": "borrowers", "queue_pacing": 1.25,'
-        ' "preempt_in_flight_after_s": 0.05, "engine_waiting": 1}',
+        ' "preempt_in_flight_after_s": 0.05, "start_before_end": 1}',
     )
     p.add_argument("--json", type=Path, help="write every round's results here")
     a = p.parse_args()
