@@ -81,6 +81,29 @@ def test_with_engine_waiting_the_victim_holds_an_engine_slot() -> None:
     assert starved_victim(pool, 1, "app", False) is waiting
 
 
+def test_with_start_before_end_the_request_given_an_ending_slot_is_not_the_victim() -> None:
+    """``start_before_end``: a stream at its last chunk gave its slot to the newest request,
+    which waits inside the engine for that slot (cancelling it frees none); the released
+    stream itself is no victim either (its slot is already given)."""
+    scheduler, pool, _ = scheduler_with_pool(
+        3, preempt_streams_for_claims="borrowers", start_before_end=1
+    )
+    begun = _start(scheduler, pool, policy("etl", "batch"), relayed=2)
+    prefill = _start(scheduler, pool, policy("etl", "batch"), relayed=0)
+    ending = _start(scheduler, pool, policy("etl", "batch"), relayed=9)
+    scheduler.end_in_sight(pool, ending)
+    assert ending.released and pool.early == 1
+    given = _start(scheduler, pool, policy("etl", "batch"), relayed=0)  # the ending's slot
+    crit = policy("oncall", "critical")
+    assert claim_victim(pool, crit, False) is prefill
+    assert starved_victim(pool, 1, "app", False) is prefill
+    prefill.cancel = begun.cancel = RuntimeError()  # type: ignore[assignment]
+    assert claim_victim(pool, crit, False) is given  # nothing else left: not the released
+    assert starved_victim(pool, 1, "app", False) is given
+    scheduler.finish(pool, ending, 10, 0.1)
+    assert pool.early == 0
+
+
 def test_a_stream_whose_response_is_complete_is_never_a_victim() -> None:
     """Done relaying (it waits only for the upstream connection's end): cancelling it would
     free nothing sooner and answer its client twice."""

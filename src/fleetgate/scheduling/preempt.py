@@ -47,7 +47,8 @@ def claim_victim(pool: Pool, claimant: RequestPolicy, borrowers: bool) -> Runnin
     nominal quota), of a lower band, or, with ``borrowers``, of the claimant's band and
     another team that is borrowing (no quota, or over its nominal). The lowest band first,
     then the one that has sent the least output (the least work lost), then the newest;
-    with ``engine_waiting`` one that holds an engine slot (`_holding`)."""
+    with ``engine_waiting`` or ``start_before_end`` one that holds an engine slot
+    (`_holding`)."""
     quotas = pool.quotas
     band: list[Running] = []
     rank = -1
@@ -74,7 +75,7 @@ def claim_victim(pool: Pool, claimant: RequestPolicy, borrowers: bool) -> Runnin
             band.append(running)
     if not band:
         return None
-    held = _holding(band, pool.waiting)
+    held = _holding(band, pool.waiting + pool.early)
     return held if held is not None else _least_output(band)
 
 
@@ -89,12 +90,13 @@ def _least_output(streams: list[Running]) -> Running:
 
 
 def _holding(band: list[Running], waiting: int) -> Running | None:
-    """With ``engine_waiting`` (``waiting`` requests of the pool may wait inside its
-    engines), among ``band`` (oldest first): a stream without output that must hold an
-    engine slot (in its prefill), since only the ``waiting`` newest of them can be waiting:
-    the newest of the others, cancelled (and requeued) with no output lost; else one that has
-    begun (its output, the least lost). None: no such choice (or no ``engine_waiting``), the
-    caller's own order decides."""
+    """With ``engine_waiting`` or ``start_before_end`` (``waiting`` requests of the pool may
+    wait inside its engines: those admitted beyond its slots, and those given the slot of a
+    stream still running its last step), among ``band`` (oldest first): a stream without
+    output that must hold an engine slot (in its prefill), since only the ``waiting`` newest
+    of them can be waiting: the newest of the others, cancelled (and requeued) with no output
+    lost; else one that has begun (its output, the least lost). None: no such choice (or
+    nothing waiting), the caller's own order decides."""
     if not waiting:
         return None
     fresh = [r for r in band if r.outcome.relayed == 0]
@@ -301,7 +303,7 @@ def starved_victim(pool: Pool, head_rank: int, head_team: str, owner: bool) -> R
     """The stream a starved request (band ``head_rank`` of ``head_team``) cancels: the newest
     of the lowest band below it, or, with ``owner`` (its team under its nominal), also a
     borrowing team's of its band that was not admitted within that team's own share; with
-    ``engine_waiting`` one that holds an engine slot (`_holding`)."""
+    ``engine_waiting`` or ``start_before_end`` one that holds an engine slot (`_holding`)."""
     quotas = pool.quotas
     band: list[Running] = []
     rank = -1
@@ -331,5 +333,5 @@ def starved_victim(pool: Pool, head_rank: int, head_team: str, owner: bool) -> R
             band.append(running)
     if not band:
         return None
-    held = _holding(band, pool.waiting)
+    held = _holding(band, pool.waiting + pool.early)
     return held if held is not None else band[-1]
