@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from fleetgate.scheduling.policy import RequestPolicy
 from fleetgate.scheduling.pool import Pool, Running
 from fleetgate.scheduling.preempt import claim_victim, starved_victim
@@ -196,6 +198,32 @@ async def test_a_queued_critical_request_cancels_a_stream_and_takes_its_slot() -
     await _settle()
     assert waiting.done() and waiting.exception() is None
     assert pool.teams == {"etl": 1, "oncall": 1}
+
+
+@pytest.mark.parametrize("released", [False, True])
+async def test_a_queued_claim_waits_only_for_an_ending_stream_whose_slot_is_still_its(
+    released: bool,
+) -> None:
+    """A stream one chunk from its end frees its slot for the queue within a step: a queued
+    critical request waits for it rather than cutting another. Once that slot has gone to
+    the next request (`start_before_end`), its end frees nothing for the queue: it cuts."""
+    scheduler, pool, _ = scheduler_with_pool(
+        2, preempt_streams_for_claims="lower_band", start_before_end=1
+    )
+    batch = policy("etl", "batch")
+    assert scheduler.try_admit(pool, batch, 10)
+    ending = scheduler.started(pool, batch, FakeOutcome(9), False, 10)
+    assert scheduler.try_admit(pool, batch, 10)
+    other = scheduler.started(pool, batch, FakeOutcome(3), False, 10)
+    if released:
+        scheduler.end_in_sight(pool, ending)
+        assert scheduler.try_admit(pool, batch, 10)  # its slot, to the next request
+        scheduler.started(pool, batch, FakeOutcome(0), False, 10)
+    crit = policy("oncall", "critical")
+    waiting = asyncio.create_task(scheduler.wait(pool, crit, 10, 0.0))
+    await _settle()
+    assert (other.cancel is not None) is released
+    waiting.cancel()
 
 
 def test_the_reserve_is_held_only_while_the_critical_band_is_active() -> None:

@@ -106,19 +106,21 @@ def _holding(band: list[Running], waiting: int) -> Running | None:
     return _least_output(begun) if begun else None
 
 
-def _on_their_way(pool: Pool, now: float) -> int:
+def _on_their_way(pool: Pool, now: float, queued: bool = False) -> int:
     """Slots of ``pool`` about to free without a new cancellation: streams already cancelled
     (within `CANCEL_GRACE_S`), and one stream that ends within about an engine step, here
     (`ending`) or, in a fleet, in another process (foreseen from its pace:
     `AdmissionState.ending_elsewhere`). One claim at a time waits that long instead of
     cutting another stream short; more would each hold one more request at the engines
-    meanwhile."""
+    meanwhile. With ``queued`` (the claims wait in this process's queue, not inside the
+    engine) a stream whose slot already went to the next request (`start_before_end`) frees
+    nothing for them."""
     count = 0
     end = 0
     for r in pool.running:
         if r.cancel is not None:
             count += now - r.cancel_at < CANCEL_GRACE_S
-        elif not end and ending(r):
+        elif not end and ending(r) and not (queued and r.released):
             end = 1
     if not end and pool.state.ending_elsewhere():
         end = 1
@@ -168,17 +170,19 @@ class Preemption:
             self.reclaim(pool, policy, guarantee=within)
         return running
 
-    def reclaim(self, pool: Pool, claimant: RequestPolicy, guarantee: bool) -> None:
-        """``preempt_streams_for_claims``: a claim is over the pool's limit (or a critical
-        request queued): cancel one stream without a claim, unless the cancellations already
-        on their way cover every claim over the limit (one victim per claim)."""
+    def reclaim(
+        self, pool: Pool, claimant: RequestPolicy, guarantee: bool, queued: bool = False
+    ) -> None:
+        """``preempt_streams_for_claims``: a claim is over the pool's limit (or, ``queued``, a
+        critical request queued): cancel one stream without a claim, unless the cancellations
+        already on their way cover every claim over the limit (one victim per claim)."""
         mode = self.config.preempt_streams_for_claims
         limit = pool.limit
         if mode is None or limit is None:
             return
         need = max(0, pool.admitted - limit) + pool.queue.depth()[0]
         now = self._clock()
-        pending = _on_their_way(pool, now)
+        pending = _on_their_way(pool, now, queued)
         if pending >= need:
             return
         borrowers = guarantee and mode == "borrowers"
@@ -212,7 +216,7 @@ class Preemption:
             return
         need -= max(0, limit - int(limit * pool.reserve) - pool.admitted)  # free: no cut
         now = self._clock()
-        pending = _on_their_way(pool, now)
+        pending = _on_their_way(pool, now, queued=True)
         for waiters, n in sorted(wanted, key=lambda x: x[0][0].rank):
             claimant = waiters[0].policy
             for _ in range(n):

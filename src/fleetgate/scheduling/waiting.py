@@ -60,7 +60,7 @@ class WaitingRoom:
         self.recorder.queued(pool, policy)
         self.admission.drain(pool)  # the poll may have raised the limit since the fast path
         if policy.rank == 0 and not waiter.future.done():
-            self.preemption.reclaim(pool, policy, guarantee=False)
+            self.preemption.reclaim(pool, policy, guarantee=False, queued=True)
         elif (
             pool.quotas is not None
             and not waiter.future.done()
