@@ -519,14 +519,24 @@ async def test_a_claim_waits_for_a_stream_another_process_foresees_ending(
     fleet.clocks[1].now += step * (23 - left)
     await fleet.sync(1)  # published: about to end at its pace of one chunk per 20 ms
     await fleet.sync(0)
-    assert fleet.state(0).ending_elsewhere() is (left == 1)
+    assert (fleet.state(0).foreseen_end() is not None) is (left == 1)
     b = policy("b")
     b = type(b)(b.team, b.band, b.weight, b.reject, b.max_wait_s, b.deadline_s, 1)
     assert s0.try_admit(fleet.pool(0), b, 1)  # within its guarantee: over the pool's limit
-    s0.started(fleet.pool(0), b, FakeOutcome(), True)
+    claim = s0.started(fleet.pool(0), b, FakeOutcome(), True)
     await fleet.sync(0)
     await fleet.sync(1)
     assert len(cancelled) == cut
+    if left == 1:  # it waits for that end; with no output once the slot should have been
+        assert claim.awaits > 0  # its (another claim took it), it cuts after all
+        jump = claim.awaits + 0.001 - fleet.clocks[0].now
+        fleet.clocks[0].now += jump  # (both clocks move: what process 1 published ages)
+        fleet.state(0)._wall = lambda: time.time() + jump
+        await fleet.sync(0)  # overdue: the end it counted on is past, it has no output:
+        assert claim.awaits == 0  # it asks the process serving a borrower for a cut, sent
+        assert fleet.state(0)._order is not None  # at the next sync (that process, one whose
+        await fleet.sync(0)  # streams are about to end, cuts one fewer: `obey_order`)
+        assert fleet.state(0)._order is None and fleet.state(0)._ordered
 
 
 async def test_a_foreseen_end_ages_on_the_shared_clock_and_passes(redis: RespClient) -> None:
@@ -544,10 +554,10 @@ async def test_a_foreseen_end_ages_on_the_shared_clock_and_passes(redis: RespCli
     await fleet.sync(1)
     await fleet.sync(0)
     state = fleet.state(0)
-    assert state.ending_elsewhere()
+    assert state.foreseen_end() is not None
     fleet.clocks[0].now += 0.03  # past the foreseen end: its slot is taken by now
-    assert not state.ending_elsewhere()
+    assert state.foreseen_end() is None
     fleet.clocks[0].now -= 0.03
     state._wall = lambda: time.time() + 0.03  # read 30 ms after it was written
     await fleet.sync(0)
-    assert not state.ending_elsewhere()
+    assert state.foreseen_end() is None

@@ -269,3 +269,29 @@ def test_another_process_s_order_cuts_one_fewer_when_a_stream_here_is_about_to_e
     runs[1].outcome.relayed = 10  # not about to end: a later order cuts all it asks for
     scheduler.preemption.obey_order(pool, by, False, 2)
     assert all(r.cancel is not None for r in runs)
+
+
+def test_a_claim_that_waited_for_an_end_in_vain_cuts_at_the_poll() -> None:
+    """A claim over the limit counts a stream one chunk from its end as its slot (no cut);
+    when it still has no output by when that slot should have been its (here: the end came
+    later than its pace said), the poll reclaims for it again, and it cuts."""
+    clock = Clock()
+    scheduler, pool, _ = scheduler_with_pool(
+        2, clock=clock, preempt_streams_for_claims="lower_band"
+    )
+    batch = policy("etl", "batch")
+    assert scheduler.try_admit(pool, batch, 10)
+    ending = scheduler.started(pool, batch, FakeOutcome(9), False, 10)
+    ending.paced_at, ending.paced_from = clock.now - 0.16, 1  # 8 chunks in 160 ms
+    assert scheduler.try_admit(pool, batch, 10)
+    other = scheduler.started(pool, batch, FakeOutcome(3), False, 10)
+    crit = policy("oncall", "critical")
+    assert scheduler.try_admit(pool, crit, 10) is False
+    pool.admitted += 1  # the claim starts over the limit (as a guarantee would)
+    claim = scheduler.started(pool, crit, FakeOutcome(), True, 10)
+    assert other.cancel is None and claim.awaits == clock.now + 2.5 * 0.02
+    scheduler.upkeep(pool)
+    assert other.cancel is None  # not due yet
+    clock.now += 0.06
+    scheduler.upkeep(pool)
+    assert other.cancel is not None and claim.awaits == 0

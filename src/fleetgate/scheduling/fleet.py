@@ -115,6 +115,7 @@ class Fleet:
                 continue
             for order in state.apply(reply, call):
                 self._obey(scheduler, pool, order)
+            scheduler.preemption.overdue(pool)
             if pool.queue.size:
                 scheduler.admission.drain(pool)
         await self._log_decisions(pools)

@@ -170,7 +170,7 @@ class FleetState:
         # the pool, as last synced (`critical_reserve_hold_s` holds the reserve fleet-wide).
         self.critical_elsewhere: float | None = None
         # When (this clock) the streams other processes published as about to end are
-        # foreseen to end, each with its seconds per chunk (`ending_elsewhere`).
+        # foreseen to end, each with its seconds per chunk (`foreseen_end`).
         self._ends: list[tuple[float, float]] = []
         self._wall = wall
         self.lease: int | None = 0  # nothing leased before the first sync
@@ -279,9 +279,10 @@ class FleetState:
                 best = (lowest, found, process)
         return None if best is None else (best[2], best[1])
 
-    def ending_elsewhere(self) -> bool:
+    def foreseen_end(self) -> float | None:
         now = self._clock()
-        return any(now < end <= now + step for end, step in self._ends)
+        due = [end + 1.5 * step for end, step in self._ends if now < end <= now + step]
+        return min(due) if due else None
 
     def decided(self, decision: dict[str, Any]) -> None:
         """A scheduling decision of this process, for the fleet's shared log."""

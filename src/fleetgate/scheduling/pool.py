@@ -30,6 +30,7 @@ __all__ = [
     "capacity_of",
     "ending",
     "engines_saturated",
+    "pace",
     "time_to_end",
 ]
 
@@ -61,6 +62,9 @@ class Running:
     paced_from: int = -1
     # its slot was given to the next request as it reached its last chunk (`start_before_end`)
     released: bool = False
+    # a claim that waits for another stream's end instead of cutting one: by when it should
+    # have output (`Preemption.overdue`); 0: none
+    awaits: float = 0.0
     # Ends the request now with the error (the stage cancels its task; see
     # `GatewayRequest.interrupt`); None outside a request (unit tests call `finish`).
     abort: Callable[[FleetgateError], None] | None = field(default=None, repr=False)
@@ -77,6 +81,16 @@ def ending(running: Running) -> bool:
     return limit > 0 and running.outcome.relayed + 1 >= limit
 
 
+def pace(running: Running, now: float) -> float | None:
+    """Seconds per chunk of ``running`` since it was first seen with output (`time_to_end`
+    starts the count); None: not known yet."""
+    relayed: int = running.outcome.relayed
+    chunks = relayed - running.paced_from
+    if running.paced_from < 0 or chunks < 2:
+        return None
+    return (now - running.paced_at) / chunks
+
+
 def time_to_end(running: Running, now: float) -> tuple[float, float] | None:
     """(seconds until ``running`` is foreseen to end, seconds per chunk) when it is within
     `ENDING_CHUNKS` chunks of its ``max_tokens``, by its own pace: chunks relayed per second
@@ -89,11 +103,10 @@ def time_to_end(running: Running, now: float) -> tuple[float, float] | None:
     if running.paced_from < 0:
         running.paced_at, running.paced_from = now, relayed
         return None
-    chunks = relayed - running.paced_from
+    step = pace(running, now)
     left = limit - relayed
-    if chunks < 2 or left > ENDING_CHUNKS:
+    if step is None or left > ENDING_CHUNKS:
         return None
-    step = (now - running.paced_at) / chunks
     # its last chunk came between now and a step ago: the end is half a step early on average
     return max(0.0, (left - 0.5) * step), step
 

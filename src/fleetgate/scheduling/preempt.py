@@ -27,12 +27,13 @@ Example::
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fleetgate.errors import Overloaded
 from fleetgate.scheduling.admission import Admission
 from fleetgate.scheduling.policy import RequestPolicy
-from fleetgate.scheduling.pool import Pool, Running, ending
+from fleetgate.scheduling.pool import Pool, Running, ending, pace
 from fleetgate.scheduling.queue import Waiter
 from fleetgate.scheduling.quota import BORROWING, UNDER
 
@@ -106,25 +107,30 @@ def _holding(band: list[Running], waiting: int) -> Running | None:
     return _least_output(begun) if begun else None
 
 
-def _on_their_way(pool: Pool, now: float, queued: bool = False) -> int:
+def _on_their_way(
+    pool: Pool, now: float, queued: bool = False, ends: bool = True
+) -> tuple[int, float | None]:
     """Slots of ``pool`` about to free without a new cancellation: streams already cancelled
     (within `CANCEL_GRACE_S`), and one stream that ends within about an engine step, here
     (`ending`) or, in a fleet, in another process (foreseen from its pace:
-    `AdmissionState.ending_elsewhere`). One claim at a time waits that long instead of
+    `AdmissionState.foreseen_end`). One claim at a time waits that long instead of
     cutting another stream short; more would each hold one more request at the engines
     meanwhile. With ``queued`` (the claims wait in this process's queue, not inside the
     engine) a stream whose slot already went to the next request (`start_before_end`) frees
-    nothing for them."""
+    nothing for them. Also returns, when an end is counted, by when a claim taking its slot
+    should have output (`Preemption.overdue`; infinite when its pace is not known).
+    Without ``ends``, only the cancellations count (a claim that waited for an end in vain)."""
     count = 0
-    end = 0
+    due: float | None = None
     for r in pool.running:
         if r.cancel is not None:
             count += now - r.cancel_at < CANCEL_GRACE_S
-        elif not end and ending(r) and not (queued and r.released):
-            end = 1
-    if not end and pool.state.ending_elsewhere():
-        end = 1
-    return count + end
+        elif ends and due is None and ending(r) and not (queued and r.released):
+            step = pace(r, now)
+            due = math.inf if step is None else now + 2.5 * step
+    if ends and due is None:
+        due = pool.state.foreseen_end()
+    return count + (due is not None), due
 
 
 class Preemption:
@@ -167,23 +173,33 @@ class Preemption:
             and limit is not None
             and pool.admitted > limit
         ):
-            self.reclaim(pool, policy, guarantee=within)
+            self.reclaim(pool, policy, guarantee=within, claim=running)
         return running
 
     def reclaim(
-        self, pool: Pool, claimant: RequestPolicy, guarantee: bool, queued: bool = False
+        self,
+        pool: Pool,
+        claimant: RequestPolicy,
+        guarantee: bool,
+        queued: bool = False,
+        claim: Running | None = None,
+        ends: bool = True,
     ) -> None:
         """``preempt_streams_for_claims``: a claim is over the pool's limit (or, ``queued``, a
         critical request queued): cancel one stream without a claim, unless the cancellations
-        already on their way cover every claim over the limit (one victim per claim)."""
+        already on their way cover every claim over the limit (one victim per claim). A
+        ``claim`` (started) that counts on a stream's end instead is checked again once that
+        slot should have been its (`overdue`, which reclaims without ``ends``: it cuts)."""
         mode = self.config.preempt_streams_for_claims
         limit = pool.limit
         if mode is None or limit is None:
             return
         need = max(0, pool.admitted - limit) + pool.queue.depth()[0]
         now = self._clock()
-        pending = _on_their_way(pool, now, queued)
+        pending, due = _on_their_way(pool, now, queued, ends)
         if pending >= need:
+            if claim is not None and due is not None and pending - 1 < need:
+                claim.awaits = due  # it relies on that end
             return
         borrowers = guarantee and mode == "borrowers"
         victim = claim_victim(pool, claimant, borrowers)
@@ -216,7 +232,7 @@ class Preemption:
             return
         need -= max(0, limit - int(limit * pool.reserve) - pool.admitted)  # free: no cut
         now = self._clock()
-        pending = _on_their_way(pool, now, queued=True)
+        pending, _ = _on_their_way(pool, now, queued=True)
         for waiters, n in sorted(wanted, key=lambda x: x[0][0].rank):
             claimant = waiters[0].policy
             for _ in range(n):
@@ -228,6 +244,19 @@ class Preemption:
                     return
                 self._cancel(pool, victim, claimant, now)
                 pending += 1
+
+    def overdue(self, pool: Pool) -> None:
+        """Claims that waited for another stream's end (`reclaim`) and have no output by when
+        that slot should have been theirs (another claim took it, or the end came later than
+        foreseen): each is reclaimed again counting no end, so it cuts a stream if the pool
+        is still over its limit. Run at each poll and fleet sync."""
+        now = self._clock()
+        late = [r for r in pool.running if r.awaits and now >= r.awaits]
+        for running in late:
+            running.awaits = 0.0
+            if running.outcome.relayed or running.cancel is not None or running.outcome.settled:
+                continue
+            self.reclaim(pool, running.policy, guarantee=running.within, ends=False)
 
     def relieve_starved(self, pool: Pool, after_s: float) -> None:
         """A queued request starved ``after_s`` (no room for it) cancels one stream in flight

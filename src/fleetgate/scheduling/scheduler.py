@@ -184,6 +184,8 @@ class Scheduler:
             pool.hold_reserve(self._clock(), hold)
         if pool.running and (pool.queue.size or pool.quotas is not None):
             self.admission.charge_progress(pool)
+        if pool.running:
+            self.preemption.overdue(pool)
         if pool.queue.size:
             self.admission.drain(pool)
             self.preemption.reclaim_for_owners(pool)

@@ -155,10 +155,12 @@ class AdmissionState(Protocol):
         ``count`` (those asked for recently count as on their way). False: none to ask."""
         ...
 
-    def ending_elsewhere(self) -> bool:
-        """Whether a stream another process serves is foreseen to end within about an
-        engine step from now (its pace and ``max_tokens``, as published at its last sync):
-        its slot frees without a cancellation (`pool.time_to_end`). False alone."""
+    def foreseen_end(self) -> float | None:
+        """When a stream another process serves is foreseen to end within about an engine
+        step from now (its pace and ``max_tokens``, as published at its last sync; its slot
+        frees without a cancellation, `pool.time_to_end`): the time (this clock) by which a
+        request taking that slot should have its first output, its end plus one and a half
+        of its steps. None: none (or alone)."""
         ...
 
     def describe(self) -> dict[str, object] | None:
@@ -231,8 +233,8 @@ class LocalState:
     def ask_elsewhere(self, rank: int, team: str, owner: bool, count: int = 1) -> bool:
         return False
 
-    def ending_elsewhere(self) -> bool:
-        return False
+    def foreseen_end(self) -> float | None:
+        return None
 
     def describe(self) -> dict[str, object] | None:
         return None
