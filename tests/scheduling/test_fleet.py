@@ -486,18 +486,19 @@ async def test_every_process_reads_the_fleets_scheduling_decisions(redis: RespCl
     assert len(await fleet.fleets[1].recent_decisions(1)) == 1
 
 
-@pytest.mark.parametrize(("left", "cut"), [(1, 0), (3, 1)])
+@pytest.mark.parametrize(("left", "foreseen", "cut"), [(1, True, 0), (3, True, 1), (1, False, 0)])
 async def test_a_claim_waits_for_a_stream_another_process_foresees_ending(
-    redis: RespClient, left: int, cut: int
+    redis: RespClient, left: int, foreseen: bool, cut: int
 ) -> None:
     """A borrower's stream in process 1, ``left`` chunks from its ``max_tokens`` at its pace,
-    is published at the sync; a claim over the limit in process 0 counts one that ends within
-    a step as its slot on its way and cuts nothing (one further away: the order as before)."""
+    is published at the sync; with ``foreseen_ends`` a claim over the limit in process 0 counts
+    one that ends within a step as its slot on its way and cuts nothing (one further away, or
+    without the setting: the order as before)."""
     fleet = Fleetish(
         redis,
         2,
         seqs=2,
-        fleet={"lease_slice": 2},
+        fleet={"lease_slice": 2, "foreseen_ends": foreseen},
         preempt_streams_for_claims="borrowers",
         teams={
             "a": {"quota": {"concurrency": {"nominal": 1}}},
@@ -519,7 +520,7 @@ async def test_a_claim_waits_for_a_stream_another_process_foresees_ending(
     fleet.clocks[1].now += step * (23 - left)
     await fleet.sync(1)  # published: about to end at its pace of one chunk per 20 ms
     await fleet.sync(0)
-    assert (fleet.state(0).foreseen_end() is not None) is (left == 1)
+    assert (fleet.state(0).foreseen_end() is not None) is (left == 1 and foreseen)
     b = policy("b")
     b = type(b)(b.team, b.band, b.weight, b.reject, b.max_wait_s, b.deadline_s, 1)
     assert s0.try_admit(fleet.pool(0), b, 1)  # within its guarantee: over the pool's limit
@@ -527,7 +528,12 @@ async def test_a_claim_waits_for_a_stream_another_process_foresees_ending(
     await fleet.sync(0)
     await fleet.sync(1)
     assert len(cancelled) == cut
-    if left == 1:  # it waits for that end; with no output once the slot should have been
+    # without the setting the end is not counted here: an order goes out (and the process
+    # whose stream is about to end cuts one fewer, `obey_order`)
+    assert bool(fleet.state(0)._ordered) is not (foreseen and left == 1)
+    if (
+        foreseen and left == 1
+    ):  # it waits for that end; with no output once the slot should have been
         assert claim.awaits > 0  # its (another claim took it), it cuts after all
         jump = claim.awaits + 0.001 - fleet.clocks[0].now
         fleet.clocks[0].now += jump  # (both clocks move: what process 1 published ages)
@@ -542,7 +548,7 @@ async def test_a_claim_waits_for_a_stream_another_process_foresees_ending(
 async def test_a_foreseen_end_ages_on_the_shared_clock_and_passes(redis: RespClient) -> None:
     """What another process published is aged by the wall clock between its sync and this
     one's, and an end already past (or more than a step away) is not on its way."""
-    fleet = Fleetish(redis, 2, seqs=4)
+    fleet = Fleetish(redis, 2, seqs=4, fleet={"foreseen_ends": True})
     s1 = fleet.schedulers[1]
     await fleet.sync(1)
     assert fleet.admit(1, "a", 1) == 1

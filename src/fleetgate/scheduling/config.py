@@ -169,6 +169,11 @@ class FleetConfig(_Model):
     redis_failure: Literal["fail_open", "fail_closed"] | None = None
     # prefix of the scheduler's Redis keys (processes sharing it share the pools)
     key_prefix: str = Field("fg:sched:", min_length=1, max_length=64)
+    # a claim counts a stream another process foresees ending within an engine step (its pace
+    # and max_tokens, published at each sync) as its slot, instead of cutting a stream: fewer
+    # cuts, but two claims of different processes may count on one end (the second then
+    # cuts late): bench/fleet gave +1.2% output at 4 processes and +20 ms on B's p95 TTFT
+    foreseen_ends: bool = False
 
 
 class KueueConfig(_Model):

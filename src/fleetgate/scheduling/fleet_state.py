@@ -280,6 +280,8 @@ class FleetState:
         return None if best is None else (best[2], best[1])
 
     def foreseen_end(self) -> float | None:
+        if not self.config.foreseen_ends:
+            return None
         now = self._clock()
         due = [end + 1.5 * step for end, step in self._ends if now < end <= now + step]
         return min(due) if due else None
