@@ -129,7 +129,7 @@ def fleet(
             teams[name] = team["id"]
         quota = {"quota": {"concurrency": {"nominal": NOMINAL}}, "guaranteed": guaranteed}
         full = {**sched, "teams": {teams["A"]: quota, teams["B"]: quota},
-                "fleet": {"key_prefix": f"fb{tag}:sched:"}}  # fmt: skip
+                "fleet": {**sched.get("fleet", {}), "key_prefix": f"fb{tag}:sched:"}}  # fmt: skip
         path.write_text(yaml.safe_dump({**base, "scheduling": full}))
         for url in urls:
             _admin(url, "POST", "/admin/config/reload")
