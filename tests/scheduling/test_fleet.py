@@ -351,20 +351,25 @@ async def test_metrics_and_the_queue_view_name_the_process(redis: RespClient) ->
     assert view["processes"] == {"proc-1": {"in_flight": 2, "lease": 4, "queued": 0}}
 
 
-async def test_a_guarantee_over_the_limit_cancels_a_borrower_stream_of_another_process(
-    redis: RespClient,
-) -> None:
-    fleet = Fleetish(
+def _borrower_and_guarantee(redis: RespClient, **fleet: Any) -> Fleetish:
+    """Two processes, a pool of 2: team ``a`` (nominal 1) to borrow, ``b`` (guaranteed 1)."""
+    return Fleetish(
         redis,
         2,
         seqs=2,
-        fleet={"lease_slice": 2},
+        fleet={"lease_slice": 2, **fleet},
         preempt_streams_for_claims="borrowers",
         teams={
             "a": {"quota": {"concurrency": {"nominal": 1}}},
             "b": {"guaranteed": 1, "quota": {"concurrency": {"nominal": 1}}},
         },
     )
+
+
+async def test_a_guarantee_over_the_limit_cancels_a_borrower_stream_of_another_process(
+    redis: RespClient,
+) -> None:
+    fleet = _borrower_and_guarantee(redis)
     await fleet.sync(1)
     s0, s1 = fleet.schedulers
     cancelled: list[Any] = []
@@ -494,17 +499,7 @@ async def test_a_claim_waits_for_a_stream_another_process_foresees_ending(
     is published at the sync; with ``foreseen_ends`` a claim over the limit in process 0 counts
     one that ends within a step as its slot on its way and cuts nothing (one further away, or
     without the setting: the order as before)."""
-    fleet = Fleetish(
-        redis,
-        2,
-        seqs=2,
-        fleet={"lease_slice": 2, "foreseen_ends": foreseen},
-        preempt_streams_for_claims="borrowers",
-        teams={
-            "a": {"quota": {"concurrency": {"nominal": 1}}},
-            "b": {"guaranteed": 1, "quota": {"concurrency": {"nominal": 1}}},
-        },
-    )
+    fleet = _borrower_and_guarantee(redis, foreseen_ends=foreseen)
     await fleet.sync(1)
     s0, s1 = fleet.schedulers
     cancelled: list[Any] = []
