@@ -272,7 +272,11 @@ def _victims(pool: Pool) -> list[tuple[int, str]]:
 def _ends(pool: Pool, now: float) -> list[tuple[float, float]]:
     """(seconds to its end, seconds per chunk) of the streams here about to end
     (`time_to_end`, which also keeps every stream's pace), at most `MAX_ENDS`."""
-    ends = [end for r in pool.running if (end := time_to_end(r, now)) is not None]
+    ends = [
+        end
+        for r in pool.running
+        if (end := time_to_end(r, now)) is not None and r.cancel is None  # (a cut one ends now)
+    ]
     return sorted(ends)[:MAX_ENDS]
 
 
