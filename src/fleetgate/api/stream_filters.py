@@ -115,10 +115,7 @@ class FilteredRelay:
             now = time.perf_counter()
             self.itl.observe(now - self.last)
             self.last = now
-            out = self.out
-            out.relayed += 1
-            if out.relayed >= out.at_chunk:
-                out.reached()
+            self.out.count_relayed()
             for choice in chunk.get("choices") or ():
                 if isinstance(choice, dict) and choice.get("finish_reason"):
                     self.out.finish_reason = str(choice["finish_reason"])

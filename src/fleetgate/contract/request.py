@@ -230,6 +230,12 @@ class Outcome:
         ) / 1_000_000
         return cost * (1 - p.batch_discount) if self.batch else cost
 
+    def count_relayed(self, chunks: int = 1) -> None:
+        """``chunks`` more stream chunks sent to the client; at ``at_chunk``, `reached`."""
+        self.relayed += chunks
+        if self.relayed >= self.at_chunk:
+            self.reached()
+
     def reached(self) -> None:
         """``relayed`` reached ``at_chunk``: ``on_chunk`` runs, once."""
         hook, self.on_chunk, self.at_chunk = self.on_chunk, None, NEVER

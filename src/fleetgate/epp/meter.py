@@ -85,9 +85,7 @@ class ResponseMeter:
             if chunk.count(b'"usage"') != chunk.count(b'"usage":null'):
                 return False
         out = self._out
-        out.relayed += events
-        if out.relayed >= out.at_chunk:
-            out.reached()  # the scheduler's start of the next request at the last chunk
+        out.count_relayed(events)
         now = time.perf_counter()
         if out.first_token_at is None:
             out.first_token_at = now
@@ -126,9 +124,7 @@ class ResponseMeter:
                 choices = data.get("choices")
                 if not choices:
                     return True
-        out.relayed += 1
-        if out.relayed >= out.at_chunk:
-            out.reached()
+        out.count_relayed()
         now = time.perf_counter()
         if out.first_token_at is None:
             out.first_token_at = now

@@ -40,7 +40,7 @@ from fleetgate.scheduling.config import BANDS, FleetConfig, SchedulingConfig
 from fleetgate.scheduling.fleet_script import SYNC
 from fleetgate.scheduling.fleet_state import MAX_ORDER, FailPolicy, FleetState, SyncCall
 from fleetgate.scheduling.policy import RequestPolicy
-from fleetgate.scheduling.pool import Pool, time_to_end
+from fleetgate.scheduling.pool import Pool, cuttable, time_to_end
 from fleetgate.scheduling.scheduler import Scheduler
 from fleetgate.tasks import Background
 
@@ -262,11 +262,7 @@ class Fleet:
 
 def _victims(pool: Pool) -> list[tuple[int, str]]:
     """(band rank, team) of the streams here another process's starved request may cancel."""
-    return [
-        (r.policy.rank, r.policy.team)
-        for r in pool.running
-        if r.cancellable and r.cancel is None and not r.outcome.settled and not r.released
-    ]
+    return [(r.policy.rank, r.policy.team) for r in pool.running if cuttable(r)]
 
 
 def _ends(pool: Pool, now: float) -> list[tuple[float, float]]:

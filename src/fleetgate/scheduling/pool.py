@@ -28,6 +28,7 @@ __all__ = [
     "Running",
     "Snapshots",
     "capacity_of",
+    "cuttable",
     "ending",
     "engines_saturated",
     "pace",
@@ -79,6 +80,18 @@ def ending(running: Running) -> bool:
         return True
     limit = running.max_tokens
     return limit > 0 and running.outcome.relayed + 1 >= limit
+
+
+def cuttable(running: Running) -> bool:
+    """Whether ``running`` may be cancelled for another request now: a stream that allows it,
+    not cancelled yet, not complete (it ends on its own), and not at its last chunk with its
+    slot already given to the next request (`start_before_end`)."""
+    return (
+        running.cancellable
+        and running.cancel is None
+        and not running.outcome.settled
+        and not running.released
+    )
 
 
 def pace(running: Running, now: float) -> float | None:

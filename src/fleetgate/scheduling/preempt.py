@@ -33,7 +33,7 @@ from typing import Any
 from fleetgate.errors import Overloaded
 from fleetgate.scheduling.admission import Admission
 from fleetgate.scheduling.policy import RequestPolicy
-from fleetgate.scheduling.pool import Pool, Running, ending, pace
+from fleetgate.scheduling.pool import Pool, Running, cuttable, ending, pace
 from fleetgate.scheduling.queue import Waiter
 from fleetgate.scheduling.quota import BORROWING, UNDER
 
@@ -54,13 +54,7 @@ def claim_victim(pool: Pool, claimant: RequestPolicy, borrowers: bool) -> Runnin
     band: list[Running] = []
     rank = -1
     for running in pool.running:
-        if (
-            not running.cancellable
-            or running.cancel is not None
-            or running.within
-            or running.outcome.settled  # its response is complete: it ends on its own
-            or running.released  # at its last chunk, its slot already given away
-        ):
+        if running.within or not cuttable(running):
             continue
         victim = running.policy
         if victim.rank <= claimant.rank and not (
@@ -341,12 +335,7 @@ def starved_victim(pool: Pool, head_rank: int, head_team: str, owner: bool) -> R
     band: list[Running] = []
     rank = -1
     for running in pool.running:
-        if (
-            not running.cancellable
-            or running.cancel is not None
-            or running.outcome.settled
-            or running.released
-        ):
+        if not cuttable(running):
             continue
         r = running.policy.rank
         lower = r > head_rank
