@@ -91,3 +91,30 @@ async def test_an_upstream_that_falls_silent_ends_the_stream_with_an_error_event
     raw = await resp.read()
     assert time.monotonic() - started < 2.5
     assert b'"error"' in raw and b"timed out" in raw
+
+
+async def test_a_stream_abandoned_after_its_slot_went_early_is_billed_and_frees_nothing_twice(
+    gateway: GatewayFactory, upstream: FakeUpstream
+) -> None:
+    """``scheduling.start_before_end``: the stream's slot goes to the next request at its
+    last chunk but one (``max_tokens`` 6); its client then hangs up. It is billed as any
+    abandoned stream, and the pool's count comes back to 0, not below."""
+    config = {**_config(upstream, max_num_seqs=1), "scheduling": {"start_before_end": 1}}
+    client = await gateway(config)
+    url = str(client.make_url("")).rstrip("/")
+    body = {"model": "tiny", "stream": True, "max_tokens": 6,
+            "messages": [{"role": "user", "content": "tell me " * 50}]}  # fmt: skip
+    upstream.queue(Reply(content=WORDS, chunk_delay=0.05))  # (it ignores max_tokens)
+    upstream.queue(Reply(content="short"))
+    first = asyncio.create_task(_hang_up_after(url, "/v1/chat/completions", body, chunks=12))
+    await asyncio.sleep(0.1)
+    second = await client.post("/v1/chat/completions", json=body, headers=AUTH)
+    await second.read()  # admitted at the first's last chunk but one, while it still streams
+    assert second.status == 200 and not first.done()
+    await first
+    await asyncio.sleep(0.5)  # the gateway notices the disconnect
+    rows = [r for r in await _spend_rows(client) if r.status == 499]
+    assert len(rows) == 1 and rows[0].output_tokens >= 5 and rows[0].cost_nusd > 0
+    resp = await client.get("/admin/queues", headers=AUTH)
+    pools = {p["pool"]: p for p in (await resp.json())["data"]}
+    assert pools["tiny"]["admitted"] == 0
