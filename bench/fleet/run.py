@@ -12,7 +12,9 @@ Every client request goes to the processes in turn (a round-robin load balancer)
 
 Per setup: B alone (Poisson, ``--rate``/s), then A flooding (closed loop, 40 outstanding)
 while B keeps its rate. Reported from the engine's own per-request records
-(``GET /sim/timings``, joined on ``x-request-id``): the most requests the engine held at once,
+(``GET /sim/timings``, joined on ``x-request-id``): the most requests the engine held at once
+(its running + waiting count as each arrived; ``handlers_open_max``: the most requests its
+HTTP server had open, whose ends lag the slot's by the last chunk's write),
 the most of A's it held while B had a request outstanding (and once that request had waited
 0.25 s: a claim's cancellation of a borrower's stream has landed), B's TTFT p95 with the flood over
 its solo p95 (and the target: 1.5x, or solo + two engine steps when larger), the output
@@ -246,11 +248,21 @@ def _engine(
         if s.team == "B" and s.request_id in timings and timings[s.request_id]["arrival"]
         and timings[s.request_id]["arrival"] - s.sent > 0.05
     ]  # fmt: skip
+    # The engine's own count (running + waiting) as each request arrived, that one included:
+    # the count grows only at an arrival, so its largest value is the most it ever held.
+    # (The spans above end when the engine's HTTP handler ends, after the last chunk's write:
+    # a slot freed a moment before a new arrival still counts there.)
+    counted = [
+        t["running_at_arrival"] + t["waiting_at_arrival"] + 1
+        for rid, t in timings.items()
+        if rid in team_of and t.get("running_at_arrival") is not None
+    ]
     return {
         "b_to_engine_p99_ms": round(pct(to_engine, 0.99) * 1000, 1) if to_engine else 0.0,
         "b_queued_over_50ms": len(queued),
         "a_held_max_while_b_queued": _held(spans["A"], queued) if queued else 0,
-        "engine_held_max": _held(spans["all"]),
+        "engine_held_max": max(counted, default=0),
+        "handlers_open_max": _held(spans["all"]),
         "a_held_max_while_b": _held(spans["A"], busy) if busy else 0,
         "a_held_max_while_b_settled": _held(spans["A"], settled) if settled else 0,
         "a_held_max": _held(spans["A"]),
@@ -330,6 +342,10 @@ async def setup(
             alone, _, _ = await _phase([b_load(1)], a.duration)
             flooded, start, end = await _phase([a_load, b_load(2)], a.duration)
             timings = engine_timings(sim)
+            if a.dump is not None:  # the raw records, to look into one round
+                a.dump.mkdir(parents=True, exist_ok=True)
+                raw = {"samples": [vars(x) for x in flooded], "timings": timings}
+                (a.dump / f"fleet-{procs}-{time.time():.0f}.json").write_text(json.dumps(raw))
     finally:
         await _database(drop=db)
     solo, with_flood = _p95(alone, "B"), _p95(flooded, "B")
@@ -365,6 +381,7 @@ async def main() -> int:
         ' "preempt_in_flight_after_s": 0.05, "start_before_end": 1}',
     )
     p.add_argument("--json", type=Path, help="write every round's results here")
+    p.add_argument("--dump", type=Path, help="write each setup's client samples and engine records")
     a = p.parse_args()
     counts = [int(c) for c in a.procs.split(",")]
     runs = min(max(a.runs, 1), 20)
@@ -396,7 +413,8 @@ async def main() -> int:
 
 def _table(rounds: list[dict[str, Any]]) -> str:
     names = [n for n in rounds[0] if n != "capacity"]
-    fields = ("engine_held_max", "a_held_max_while_b", "a_held_max_while_b_settled",
+    fields = ("engine_held_max", "handlers_open_max", "a_held_max_while_b",
+              "a_held_max_while_b_settled",
               "b_queued_over_50ms", "a_held_max_while_b_queued", "b_to_engine_p99_ms",
               "b_p95_ratio", "b_flood_p95_ms",
               "b_target_ms", "a_cut", "slot_use", "engine_vs_capacity",

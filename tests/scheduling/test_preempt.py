@@ -4,6 +4,7 @@ and the critical reserve held only while the critical band is active."""
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 import pytest
@@ -175,6 +176,41 @@ def test_a_claim_waits_for_a_stream_about_to_end_instead_of_cutting_one() -> Non
     assert all(r.cancel is None for r in runs)
     _start(scheduler, pool, oncall)
     assert runs[1].cancel is not None
+
+
+@pytest.mark.parametrize("early", [False, True])
+def test_a_started_claim_counts_on_no_end_while_an_early_start_may_wait_in_the_engine(
+    early: bool,
+) -> None:
+    """``start_before_end``: while a request given an ending stream's slot may wait inside
+    the engine (that stream not ended yet), a claim that starts over the limit would wait
+    there beside it: it cuts a stream instead of counting on another one's end, so the
+    engine holds at most one request of this process beyond its slots. The stream it cut
+    is its `Running.cut` (the stage sends the claim once that one has ended)."""
+    scheduler, pool, _ = scheduler_with_pool(
+        3, preempt_streams_for_claims="lower_band", start_before_end=1
+    )
+    batch = policy("etl", "batch")
+    released = _start_with(scheduler, pool, batch, relayed=9, max_tokens=10)
+    other_ending = _start_with(scheduler, pool, batch, relayed=9, max_tokens=10)
+    victim = _start_with(scheduler, pool, batch, relayed=3, max_tokens=10)
+    if early:
+        scheduler.end_in_sight(pool, released)
+        assert pool.early == 1
+        _start_with(scheduler, pool, batch, relayed=0, max_tokens=10)  # its slot, taken
+    claim = _start(scheduler, pool, _guaranteed("oncall", "critical", n=4))  # over the limit
+    assert (victim.cancel is not None) is early and other_ending.cancel is None
+    assert claim.cut is (victim if early else None)
+    assert claim.awaits == (0.0 if early else math.inf)  # its pace not known: no deadline
+    scheduler.finish(pool, released, 10, 0.1)
+    assert pool.early == 0
+
+
+def _start_with(
+    scheduler: Scheduler, pool: Pool, p: RequestPolicy, relayed: int, max_tokens: int
+) -> Running:
+    assert scheduler.try_admit(pool, p, 10)
+    return scheduler.started(pool, p, FakeOutcome(relayed), False, max_tokens)
 
 
 def test_within_the_limit_a_claim_cancels_nothing_and_without_the_setting_never() -> None:

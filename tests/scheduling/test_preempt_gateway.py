@@ -245,3 +245,56 @@ async def test_a_stream_preempted_before_its_first_byte_is_requeued_transparentl
     assert ("requeued", batch_team) in reasons  # cancelled, then queued again: not a shed
     assert ("preempted_in_flight", batch_team) not in reasons
     assert ("admitted", batch_team) in reasons
+
+
+async def test_a_claim_over_the_limit_reaches_the_engine_after_the_stream_it_cut(
+    tmp_path: Path,
+) -> None:
+    """A team within its ``guaranteed`` starts at once over the pool's limit and cuts a batch
+    stream; it is sent upstream only once that stream's request has ended (closed, so the
+    engine aborted it), not beside it: the engine of one slot never holds both (its count
+    when the claim arrived is 0), and the claim arrived after the cut stream's end."""
+    sim = SimConfig(decode_ms_per_step=5.0, output_len=400, max_num_seqs=1)
+    async with running_sim(sim) as url:
+        dep = {"model": "tiny", "api_base": f"{url}/v1", "max_num_seqs": 1}
+        config: dict[str, Any] = {
+            "models": [{"alias": "tiny", "deployments": [dep]}],
+            "health": {"probe_interval_s": 30},
+        }
+        path = tmp_path / "gateway.yaml"
+        path.write_text(json.dumps(config))
+        settings = Settings(
+            master_key=MASTER, data_dir=tmp_path, watch_config=False, config_path=path
+        )
+        runner = web.AppRunner(create_app(settings), handler_cancellation=True)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            async with aiohttp.ClientSession() as session:
+                gw = Gateway(f"http://127.0.0.1:{runner.addresses[0][1]}", runner.app, session)
+                _, _, batch = await gw.team_and_key("etl", tags={"priority": "batch"})
+                owner, _, key = await gw.team_and_key("oncall")
+                config["scheduling"] = {
+                    "preempt_streams_for_claims": "lower_band",
+                    "teams": {owner: {"guaranteed": 1}},
+                }
+                path.write_text(json.dumps(config))
+                assert (await gw.admin("POST", "/admin/config/reload"))[0] == 200
+                for _ in range(3):  # a fresh stream to cut each time
+                    stream = asyncio.create_task(_stream(gw, batch))
+                    await asyncio.sleep(0.2)  # it holds the engine's one slot
+                    status, _, answer = await gw.chat(key, max_tokens=4)
+                    assert status == 200, answer
+                    events = await asyncio.wait_for(stream, 10)
+                    assert events[-2]["error"]["code"] == "preempted_in_flight"
+                async with session.get(f"{url}/sim/timings") as r:
+                    timings = await r.json()
+        finally:
+            await runner.cleanup()
+    claims = [t for t in timings if t["generated"] == 4]  # the streams were cut long before
+    cut = [t for t in timings if t not in claims]
+    assert len(claims) == 3 and len(cut) == 3
+    for claim, stream in zip(claims, cut, strict=True):
+        assert claim["running_at_arrival"] + claim["waiting_at_arrival"] == 0, claim
+        assert stream["ended"] <= claim["arrival"], (stream, claim)

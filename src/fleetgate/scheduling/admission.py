@@ -132,6 +132,8 @@ class Admission:
         pool.running.pop(running, None)
         if running.released:
             pool.early -= 1
+        if running.gone is not None and not running.gone.done():
+            running.gone.set_result(None)  # a claim that cut it goes upstream now
         tokens = max(0, output_tokens - running.charged)
         self.release(pool, running.policy, tokens, held_s, slot=not running.released)
 

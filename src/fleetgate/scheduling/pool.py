@@ -10,6 +10,7 @@ decides by (in flight, quotas, fair share) are the pool's `AdmissionState` (``Po
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +67,11 @@ class Running:
     # a claim that waits for another stream's end instead of cutting one: by when it should
     # have output (`Preemption.overdue`); 0: none
     awaits: float = 0.0
+    # the stream this claim cancelled as it started over the limit: the claim is sent
+    # upstream once that one has ended (`SchedulingStage`), so the engines never hold both
+    cut: Running | None = field(default=None, repr=False)
+    # resolved when it ends (`Admission.finish`); made for the claim that waits for that
+    gone: asyncio.Future[None] | None = field(default=None, repr=False)
     # Ends the request now with the error (the stage cancels its task; see
     # `GatewayRequest.interrupt`); None outside a request (unit tests call `finish`).
     abort: Callable[[FleetgateError], None] | None = field(default=None, repr=False)

@@ -109,17 +109,20 @@ def _on_their_way(
     (`ending`) or, in a fleet, in another process (foreseen from its pace:
     `AdmissionState.foreseen_end`). One claim at a time waits that long instead of
     cutting another stream short; more would each hold one more request at the engines
-    meanwhile. With ``queued`` (the claims wait in this process's queue, not inside the
-    engine) a stream whose slot already went to the next request (`start_before_end`) frees
-    nothing for them. Also returns, when an end is counted, by when a claim taking its slot
+    meanwhile. A stream whose slot already went to the next request (`start_before_end`)
+    frees nothing for a claim; and while such a request may wait inside the engine (its
+    stream not ended yet), a started claim (not ``queued``: it would wait inside the engine
+    too) counts on no end at all, so the engines hold at most one request of this process
+    beyond its slots. Also returns, when an end is counted, by when a claim taking its slot
     should have output (`Preemption.overdue`; infinite when its pace is not known).
     Without ``ends``, only the cancellations count (a claim that waited for an end in vain)."""
     count = 0
     due: float | None = None
+    ends = ends and (queued or not pool.early)
     for r in pool.running:
         if r.cancel is not None:
             count += now - r.cancel_at < CANCEL_GRACE_S
-        elif ends and due is None and ending(r) and not (queued and r.released):
+        elif ends and due is None and ending(r) and not r.released:
             step = pace(r, now)
             due = math.inf if step is None else now + 2.5 * step
     if ends and due is None:
@@ -167,7 +170,7 @@ class Preemption:
             and limit is not None
             and pool.admitted > limit
         ):
-            self.reclaim(pool, policy, guarantee=within, claim=running)
+            running.cut = self.reclaim(pool, policy, guarantee=within, claim=running)
         return running
 
     def reclaim(
@@ -178,29 +181,31 @@ class Preemption:
         queued: bool = False,
         claim: Running | None = None,
         ends: bool = True,
-    ) -> None:
+    ) -> Running | None:
         """``preempt_streams_for_claims``: a claim is over the pool's limit (or, ``queued``, a
         critical request queued): cancel one stream without a claim, unless the cancellations
         already on their way cover every claim over the limit (one victim per claim). A
         ``claim`` (started) that counts on a stream's end instead is checked again once that
-        slot should have been its (`overdue`, which reclaims without ``ends``: it cuts)."""
+        slot should have been its (`overdue`, which reclaims without ``ends``: it cuts).
+        Returns the stream cancelled here, if any."""
         mode = self.config.preempt_streams_for_claims
         limit = pool.limit
         if mode is None or limit is None:
-            return
+            return None
         need = max(0, pool.admitted - limit) + pool.queue.depth()[0]
         now = self._clock()
         pending, due = _on_their_way(pool, now, queued, ends)
         if pending >= need:
             if claim is not None and due is not None and pending - 1 < need:
                 claim.awaits = due  # it relies on that end
-            return
+            return None
         borrowers = guarantee and mode == "borrowers"
         victim = claim_victim(pool, claimant, borrowers)
         if victim is not None:
             self._cancel(pool, victim, claimant, now)
         else:  # a fleet: the stream to cancel may be another process's (every one missing)
             pool.state.ask_elsewhere(claimant.rank, claimant.team, borrowers, need - pending)
+        return victim
 
     def reclaim_for_owners(self, pool: Pool) -> None:
         """``preempt_streams_for_claims: borrowers`` with concurrency quotas: requests queued

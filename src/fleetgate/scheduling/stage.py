@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +38,10 @@ _STATE = "scheduling"
 # How many times a request preempted before its first byte goes back to the queue; the next
 # preemption answers it with the retryable 503 (``preempted_in_flight``, Retry-After).
 MAX_REQUEUES = 3
+
+# The longest a claim waits for the stream it cancelled to end before it is sent (`_AfterCut`):
+# a cancelled stream ends within a few loop iterations; this only bounds a stuck one.
+CUT_WAIT_S = 0.1
 
 
 @dataclass(slots=True)
@@ -102,6 +106,34 @@ class _ArmOnSend:
         return contextlib.nullcontext()
 
 
+class _AfterCut:
+    """Sends a claim that cancelled a stream as it started over the limit (`Running.cut`)
+    once that stream has ended (its upstream request closed: the engine freed the slot), not
+    beside it, so the engines never hold both; it waits `CUT_WAIT_S` at most."""
+
+    __slots__ = ("_pool", "_victim")
+
+    def __init__(self, pool: Pool, victim: Running) -> None:
+        self._pool = pool
+        self._victim = victim
+
+    def prefer(self, candidates: Sequence[Deployment]) -> Sequence[Deployment]:
+        return ()
+
+    def extra_body(self, dep: Deployment) -> Mapping[str, Any] | None:
+        return None
+
+    @contextlib.asynccontextmanager
+    async def admit(self, dep: Deployment) -> AsyncIterator[None]:
+        victim = self._victim
+        if victim in self._pool.running:  # not ended yet
+            if victim.gone is None:
+                victim.gone = asyncio.get_running_loop().create_future()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(victim.gone), CUT_WAIT_S)
+        yield
+
+
 class SchedulingStage:
     name = "scheduling"
 
@@ -152,6 +184,9 @@ class SchedulingStage:
                     req.requeue = None
             else:
                 running.cancellable = False  # a whole response: nothing to end it cleanly with
+        if running.cut is not None and running.cut.abort is not None:  # cut at the engine
+            hooks.append(_AfterCut(pool, running.cut))
+            running.cut = None
         if pool.takes_priority:
             hooks.append(PriorityHook(engine_priority(policy.rank, reclaim)))
         req.dispatch_hooks.extend(hooks)
