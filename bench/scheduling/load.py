@@ -32,6 +32,7 @@ class Sample:
     completion_tokens: int = 0
     request_id: str | None = None  # the gateway's x-request-id (joins the engine's timings)
     cut: bool = False  # the stream ended with an error event (e.g. preempted_in_flight)
+    url: str = ""  # the gateway it was sent to
 
 
 def _body() -> dict[str, object]:
@@ -51,7 +52,7 @@ async def stream_one(
 ) -> Sample:
     """One streamed request; its sample is appended to ``out``."""
     sent = time.monotonic()
-    sample = Sample(team, sent, sent, 0)
+    sample = Sample(team, sent, sent, 0, url=url)
     headers = {"Authorization": f"Bearer {key}"}
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     try:

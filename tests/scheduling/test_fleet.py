@@ -562,3 +562,43 @@ async def test_a_foreseen_end_ages_on_the_shared_clock_and_passes(redis: RespCli
     state._wall = lambda: time.time() + 0.03  # read 30 ms after it was written
     await fleet.sync(0)
     assert state.foreseen_end() is None
+
+
+async def test_a_guarantee_over_this_process_s_lease_cuts_here_though_the_view_is_a_sync_old(
+    redis: RespClient,
+) -> None:
+    """The leases add up to the pool's limit: a guarantee that starts over this process's
+    lease takes the fleet over the limit as soon as the others have filled theirs, though
+    its view of their counts (a sync old) still shows a free slot. It cuts a borrower's
+    stream here at once (the engines would otherwise hold one more than the limit until the
+    next sync)."""
+    fleet = Fleetish(
+        redis, 2, seqs=4, fleet={"lease_slice": 1}, preempt_streams_for_claims="borrowers",
+        teams={"b": {"guaranteed": 2}},  # one per process
+    )  # fmt: skip
+    await fleet.sync()
+    s0, s1 = fleet.schedulers
+    p0, p1 = fleet.pool(0), fleet.pool(1)
+    cancelled: list[Any] = []
+    for _ in range(4):  # team a (no quota: a borrower) fills what the leases allow
+        for i, (s, p) in enumerate(((s0, p0), (s1, p1))):
+            if fleet.admit(i, "a", 1):
+                s.started(p, policy("a"), FakeOutcome(), False).abort = cancelled.append
+            await fleet.sync(i)
+    assert [fleet.state(i).lease for i in (0, 1)] == [2, 2]
+    assert p0.admitted == p1.admitted == 4, (p0.admitted, p1.admitted)
+    s0.release(p0, policy("a"), 0, 0.1)  # one of process 0's ends; both views see it ...
+    p0.running.popitem()
+    await fleet.sync(0)
+    await fleet.sync(1)
+    assert p1.admitted == 3
+    assert fleet.admit(0, "a", 1) == 1  # ... and process 0 fills it after that sync
+    assert p1.admitted == 3  # process 1's view: one slot free still
+    b = policy("b")
+    b = type(b)(b.team, b.band, b.weight, b.reject, b.max_wait_s, b.deadline_s, 2)
+    before = len(cancelled)
+    assert s1.try_admit(p1, b, 1)  # within its guarantee, over its own lease
+    assert p1.admitted == 4 and p1.over_limit() == 1  # the view at the limit, the lease past
+    claim = s1.started(p1, b, FakeOutcome(), True)
+    assert len(cancelled) == before + 1 and claim.cut is not None  # cut here, at once
+    assert claim.cut in p1.running and claim.cut.cancel is not None

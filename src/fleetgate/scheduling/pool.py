@@ -278,6 +278,21 @@ class Pool:
         also fewer than its share of them in this process, `AdmissionState.guarantees`)."""
         return guaranteed > 0 and self.state.guarantees(team, guaranteed)
 
+    def over_limit(self) -> int:
+        """Requests started over the pool's limit (claims: a guarantee, a critical request).
+        In a fleet also those this process started over its own lease while its view of the
+        fleet shows no free slot: the leases add up to the limit, and the others' counts in
+        that view may be a sync old (they may have filled their leases since)."""
+        limit = self.limit
+        if limit is None:
+            return 0
+        state = self.state
+        over = state.admitted - limit
+        lease = state.lease
+        if lease is not None and over >= 0:
+            over = max(over, state.own - lease)
+        return max(0, over)
+
     @property
     def saturated(self) -> bool:
         return self.limit is not None and self.state.admitted >= self.limit

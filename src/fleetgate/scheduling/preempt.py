@@ -163,12 +163,10 @@ class Preemption:
             policy, outcome, preempts and policy.rank > 0, pool.seq, within, max_tokens=max_tokens
         )
         pool.running[running] = None
-        limit = pool.limit
         if (
             config.preempt_streams_for_claims is not None
             and (within or policy.rank == 0)
-            and limit is not None
-            and pool.admitted > limit
+            and pool.over_limit()
         ):
             running.cut = self.reclaim(pool, policy, guarantee=within, claim=running)
         return running
@@ -192,7 +190,7 @@ class Preemption:
         limit = pool.limit
         if mode is None or limit is None:
             return None
-        need = max(0, pool.admitted - limit) + pool.queue.depth()[0]
+        need = pool.over_limit() + pool.queue.depth()[0]
         now = self._clock()
         pending, due = _on_their_way(pool, now, queued, ends)
         if pending >= need:
