@@ -178,30 +178,37 @@ def test_a_claim_waits_for_a_stream_about_to_end_instead_of_cutting_one() -> Non
     assert runs[1].cancel is not None
 
 
-@pytest.mark.parametrize("early", [False, True])
+@pytest.mark.parametrize("early", ["no", "waiting", "begun"])
 def test_a_started_claim_counts_on_no_end_while_an_early_start_may_wait_in_the_engine(
-    early: bool,
+    early: str,
 ) -> None:
     """``start_before_end``: while a request given an ending stream's slot may wait inside
     the engine (that stream not ended yet), a claim that starts over the limit would wait
-    there beside it: it cuts a stream instead of counting on another one's end, so the
-    engine holds at most one request of this process beyond its slots. The stream it cut
-    is its `Running.cut` (the stage sends the claim once that one has ended)."""
+    there beside it: it counts on no end. It cancels that request instead (the newest
+    stream without output: it is requeued, nothing lost, and the claim takes the slot
+    within the step); once that one has begun, the stream with the least output. The
+    stream it cut is its `Running.cut` (the stage sends the claim once that one ended)."""
     scheduler, pool, _ = scheduler_with_pool(
-        3, preempt_streams_for_claims="lower_band", start_before_end=1
+        3 if early == "no" else 4, preempt_streams_for_claims="lower_band", start_before_end=1
     )
     batch = policy("etl", "batch")
     released = _start_with(scheduler, pool, batch, relayed=9, max_tokens=10)
     other_ending = _start_with(scheduler, pool, batch, relayed=9, max_tokens=10)
-    victim = _start_with(scheduler, pool, batch, relayed=3, max_tokens=10)
-    if early:
+    least = _start_with(scheduler, pool, batch, relayed=3, max_tokens=10)
+    taker = None
+    if early != "no":
+        _start_with(scheduler, pool, batch, relayed=5, max_tokens=10)  # the pool is full
         scheduler.end_in_sight(pool, released)
         assert pool.early == 1
-        _start_with(scheduler, pool, batch, relayed=0, max_tokens=10)  # its slot, taken
+        taker = _start_with(scheduler, pool, batch, relayed=0, max_tokens=10)  # its slot
+        if early == "begun":
+            taker.outcome.relayed = 4
     claim = _start(scheduler, pool, _guaranteed("oncall", "critical", n=4))  # over the limit
-    assert (victim.cancel is not None) is early and other_ending.cancel is None
-    assert claim.cut is (victim if early else None)
-    assert claim.awaits == (0.0 if early else math.inf)  # its pace not known: no deadline
+    cut = [r for r in pool.running if r.cancel is not None]
+    want = {"no": [], "waiting": [taker], "begun": [least]}[early]
+    assert cut == want and other_ending.cancel is None
+    assert claim.cut is (want[0] if want else None)
+    assert claim.awaits == (math.inf if early == "no" else 0.0)  # the end it counts on
     scheduler.finish(pool, released, 10, 0.1)
     assert pool.early == 0
 

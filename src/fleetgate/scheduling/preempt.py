@@ -50,6 +50,16 @@ def claim_victim(pool: Pool, claimant: RequestPolicy, borrowers: bool) -> Runnin
     then the one that has sent the least output (the least work lost), then the newest;
     with ``engine_waiting`` or ``start_before_end`` one that holds an engine slot
     (`_holding`)."""
+    band = _claimable(pool, claimant, borrowers)
+    if not band:
+        return None
+    held = _holding(band, pool.waiting + pool.early)
+    return held if held is not None else _least_output(band)
+
+
+def _claimable(pool: Pool, claimant: RequestPolicy, borrowers: bool) -> list[Running]:
+    """The streams a claim of ``claimant`` may cancel (`claim_victim`), of the lowest band
+    among them, oldest first."""
     quotas = pool.quotas
     band: list[Running] = []
     rank = -1
@@ -68,10 +78,21 @@ def claim_victim(pool: Pool, claimant: RequestPolicy, borrowers: bool) -> Runnin
             band, rank = [running], victim.rank
         elif victim.rank == rank:
             band.append(running)
-    if not band:
-        return None
-    held = _holding(band, pool.waiting + pool.early)
-    return held if held is not None else _least_output(band)
+    return band
+
+
+def _early_taker(pool: Pool, claimant: RequestPolicy, borrowers: bool) -> Running | None:
+    """With a stream's slot given early (`start_before_end`), the request that took it waits
+    inside the engine until that stream's last step ends: the newest stream without output a
+    claim of ``claimant`` may cancel (`_claimable`), if any. A claim that starts over the
+    limit meanwhile cancels it (it is requeued: no output lost) and takes that slot itself
+    within the step, so the engine holds no more than before; None: no such stream."""
+    fresh = [
+        r
+        for r in _claimable(pool, claimant, borrowers)
+        if r.outcome.relayed == 0 and r.outcome.first_token_at is None
+    ]
+    return fresh[-1] if fresh else None
 
 
 def _least_output(streams: list[Running]) -> Running:
@@ -185,7 +206,9 @@ class Preemption:
         already on their way cover every claim over the limit (one victim per claim). A
         ``claim`` (started) that counts on a stream's end instead is checked again once that
         slot should have been its (`overdue`, which reclaims without ``ends``: it cuts).
-        Returns the stream cancelled here, if any."""
+        While a request given an ending stream's slot may wait in the engine, a started
+        ``claim`` cancels that one first (`_early_taker`). Returns the stream cancelled here,
+        if any."""
         mode = self.config.preempt_streams_for_claims
         limit = pool.limit
         if mode is None or limit is None:
@@ -198,7 +221,11 @@ class Preemption:
                 claim.awaits = due  # it relies on that end
             return None
         borrowers = guarantee and mode == "borrowers"
-        victim = claim_victim(pool, claimant, borrowers)
+        victim = (
+            _early_taker(pool, claimant, borrowers) if claim is not None and pool.early else None
+        )
+        if victim is None:
+            victim = claim_victim(pool, claimant, borrowers)
         if victim is not None:
             self._cancel(pool, victim, claimant, now)
         else:  # a fleet: the stream to cancel may be another process's (every one missing)
