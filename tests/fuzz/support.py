@@ -45,7 +45,15 @@ def everything_on(upstream: str) -> dict[str, Any]:
             "prompts": {"tiny": {"retrieval": {"top_k": 1}}},
         },
         "mcp": {
-            "servers": {"notes": {"transport": "http", "url": "http://127.0.0.1:9/mcp"}},
+            # start-up waits connect_timeout_s for a server's first connection: this one never
+            # answers, so not the default 10 s
+            "servers": {
+                "notes": {
+                    "transport": "http",
+                    "url": "http://127.0.0.1:9/mcp",
+                    "connect_timeout_s": 0.5,
+                }
+            },
             "reconnect_s": 30,
         },
         "insights": {},

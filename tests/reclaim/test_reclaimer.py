@@ -97,7 +97,7 @@ async def test_the_only_capacity_of_an_alias_with_traffic_is_never_reclaimed(
     gateway: GatewayFactory,
 ) -> None:
     """``solo`` (one pool) and ``duo`` (a pool and a second deployment) both get a request
-    every 1.5 s in a 4 s window, under 20% of the time busy: duo's pool is reclaimed, solo's
+    every 0.9 s in a 2.5 s window, under 20% of the time busy: duo's pool is reclaimed, solo's
     never is."""
     async with AsyncExitStack() as stack:
         sims = [await stack.enter_async_context(running_sim(SimConfig(mode="echo")))
@@ -108,17 +108,17 @@ async def test_the_only_capacity_of_an_alias_with_traffic_is_never_reclaimed(
                 {"alias": "duo", "deployments": [deployment("duo-a", sims[1]),
                                                  deployment("duo-b", sims[2])]},
             ],  # fmt: skip
-            "reclaim": {**FAST, "window_s": 4,
+            "reclaim": {**FAST, "window_s": 2.5,
                         "pools": [{"deployment": "solo-a"}, {"deployment": "duo-a"}]},
         }  # fmt: skip
         client = await gateway(config)
         solo_slept = False
-        ended = time.monotonic() + 3 * 4 + 1.0
+        ended = time.monotonic() + 3 * 2.5 + 1.0
         while time.monotonic() < ended:
             await _ask(client, "solo")
             await _ask(client, "duo")
             solo_slept = solo_slept or await is_sleeping(sims[0])
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(0.9)
         rows = await _audit(client)
         assert not solo_slept and not reclaim_rows(rows, "sleep", "solo-a")
         skipped = reclaim_rows(rows, "skip", "solo-a")

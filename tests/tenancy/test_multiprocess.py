@@ -147,7 +147,17 @@ async def _key(session: aiohttp.ClientSession, c: Cluster, team: str, **fields: 
     assert status == 201, t
     status, k = await _post(session, c.url(0), "/admin/keys", {"team": t["id"], **fields})
     assert status == 201, k
-    await asyncio.sleep(1.0)  # every replica has it within a second
+    # every replica has it, usually within a second (listing the models spends no request or
+    # token of its limits)
+    deadline = asyncio.get_running_loop().time() + 10.0
+    for i in range(len(c.ports)):
+        headers = {"Authorization": f"Bearer {k['key']}"}
+        while True:
+            async with session.get(c.url(i) + "/v1/models", headers=headers) as resp:
+                if resp.status == 200:
+                    break
+            assert asyncio.get_running_loop().time() < deadline, f"{c.url(i)} lacks the key"
+            await asyncio.sleep(0.02)
     return str(k["key"])
 
 
