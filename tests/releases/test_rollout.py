@@ -233,13 +233,21 @@ async def test_retries_of_a_failing_candidate_go_to_the_baseline(
         start = {**START, "min_samples": 100_000, "interval_s": 0.5}  # judged, never decided
         status, body = await a.admin("POST", "/admin/registry/rollouts", json=start)
         assert status == 201, body
+        # The analysis counts the 2-second buckets that begin after the step began (not the
+        # first, partial one), so the traffic runs until the candidate itself has answered 30
+        # requests sent 2 s or more after it: its attempts fail half the time, so about as
+        # many failed attempts are in the window.
+        counted_from = time.monotonic() + 2.0
         async with traffic(replicas, key) as load:
             deadline = time.monotonic() + 30
-            while len(load.answers) < 120 and time.monotonic() < deadline:
+            while time.monotonic() < deadline and (
+                len(load.answers) < 120 or _served_by(load, "chat-v2", counted_from) < 30
+            ):
                 await asyncio.sleep(0.1)
         ended_ms = int(time.time() * 1000)
         failed = [(status, dep) for _, status, dep in load.answers if status != 200]
         assert len(load.answers) >= 120 and not failed, failed
+        assert _served_by(load, "chat-v2", counted_from) >= 30
         assert {"chat-v1", "chat-v2"} <= {dep for _, _, dep in load.answers}
         # a decision on every attempt: judged after the replicas' flushes (0.2 s) wrote them
         body = await until_decided(a, after_ms=ended_ms + 500)
@@ -247,6 +255,13 @@ async def test_retries_of_a_failing_candidate_go_to_the_baseline(
         assert candidate["failed_attempts"] > 10, candidate  # counted where they failed
         assert baseline["failed_attempts"] == 0, baseline
         assert 0.3 < candidate["error_rate"] < 0.7, candidate
+
+
+def _served_by(load: Traffic, deployment: str, sent_after: float) -> int:
+    return sum(
+        1 for sent, status, dep in load.answers
+        if status == 200 and dep == deployment and sent >= sent_after
+    )  # fmt: skip
 
 
 async def until_decided(gw: Gateway, after_ms: int, timeout: float = 10.0) -> dict[str, Any]:

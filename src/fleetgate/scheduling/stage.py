@@ -184,9 +184,9 @@ class SchedulingStage:
                     req.requeue = None
             else:
                 running.cancellable = False  # a whole response: nothing to end it cleanly with
-        if running.cut is not None and running.cut.abort is not None:  # cut at the engine
-            hooks.append(_AfterCut(pool, running.cut))
-            running.cut = None
+        cut, running.cut = running.cut, None
+        if cut is not None and cut.abort is not None:  # it was at the engine
+            hooks.append(_AfterCut(pool, cut))
         if pool.takes_priority:
             hooks.append(PriorityHook(engine_priority(policy.rank, reclaim)))
         req.dispatch_hooks.extend(hooks)
