@@ -81,7 +81,20 @@ class PriorityHook:
         return contextlib.nullcontext()
 
 
-class _ArmOnSend:
+class _OnSend:
+    """A dispatch hook that only acts as the request is sent (`admit`): no preference among
+    the deployments, no extra body field."""
+
+    __slots__ = ()
+
+    def prefer(self, candidates: Sequence[Deployment]) -> Sequence[Deployment]:
+        return ()
+
+    def extra_body(self, dep: Deployment) -> Mapping[str, Any] | None:
+        return None
+
+
+class _ArmOnSend(_OnSend):
     """Arms the preemption of a stream (`Running.abort`) when it is sent upstream, so that a
     cancellation lands in the dispatch or the relay, never in a later stage's ``before``."""
 
@@ -90,12 +103,6 @@ class _ArmOnSend:
     def __init__(self, running: Running, abort: Callable[[FleetgateError], None]) -> None:
         self._running = running
         self._abort = abort
-
-    def prefer(self, candidates: Sequence[Deployment]) -> Sequence[Deployment]:
-        return ()
-
-    def extra_body(self, dep: Deployment) -> Mapping[str, Any] | None:
-        return None
 
     def admit(self, dep: Deployment) -> AbstractAsyncContextManager[None]:
         running = self._running
@@ -106,7 +113,7 @@ class _ArmOnSend:
         return contextlib.nullcontext()
 
 
-class _AfterCut:
+class _AfterCut(_OnSend):
     """Sends a claim that cancelled a stream as it started over the limit (`Running.cut`)
     once that stream has ended (its upstream request closed: the engine freed the slot), not
     beside it, so the engines never hold both; it waits `CUT_WAIT_S` at most."""
@@ -116,12 +123,6 @@ class _AfterCut:
     def __init__(self, pool: Pool, victim: Running) -> None:
         self._pool = pool
         self._victim = victim
-
-    def prefer(self, candidates: Sequence[Deployment]) -> Sequence[Deployment]:
-        return ()
-
-    def extra_body(self, dep: Deployment) -> Mapping[str, Any] | None:
-        return None
 
     @contextlib.asynccontextmanager
     async def admit(self, dep: Deployment) -> AsyncIterator[None]:
