@@ -45,8 +45,8 @@ def everything_on(upstream: str) -> dict[str, Any]:
             "prompts": {"tiny": {"retrieval": {"top_k": 1}}},
         },
         "mcp": {
-            # start-up waits connect_timeout_s for a server's first connection: this one never
-            # answers, so not the default 10 s
+            # nothing listens there: start-up waits for its first attempt, at most
+            # connect_timeout_s (0.5 s here, should the attempt hang rather than fail)
             "servers": {
                 "notes": {
                     "transport": "http",

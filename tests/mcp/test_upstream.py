@@ -86,3 +86,21 @@ async def test_prompts_and_resources_are_listed_and_served(files: Upstream) -> N
     with pytest.raises(MCPError):  # the server's own error, the connection kept
         await files.read_resource("files://nothing-here")
     assert files.connected
+
+
+async def test_start_up_does_not_wait_out_the_timeout_for_a_server_that_refuses() -> None:
+    """A server that refuses the connection at once is not waited for until its
+    ``connect_timeout_s``: start-up goes on after the failed attempt, and the background
+    retries go on."""
+    config = McpServerConfig.model_validate(
+        {"transport": "http", "url": "http://127.0.0.1:9/mcp", "connect_timeout_s": 20}
+    )
+    upstream = Upstream("down", config, reconnect_s=30, ping_interval_s=30)
+    await upstream.start()
+    try:
+        began = asyncio.get_running_loop().time()
+        assert not await upstream.wait_connected(config.connect_timeout_s)
+        assert asyncio.get_running_loop().time() - began < 5.0
+        assert upstream.last_error is not None
+    finally:
+        await upstream.aclose()

@@ -68,8 +68,8 @@ class McpServerConfig(_Model):
     max_parallel: int | None = Field(None, ge=0)
     # a call with no answer after this fails (JSON-RPC error -32001)
     call_timeout_s: float = Field(60.0, gt=0)
-    # connecting and listing the tools (start-up waits this long for a server's first connection,
-    # then goes on without it); also bounds each liveness re-list
+    # connecting and listing the tools (start-up waits for a server's first attempt, at most
+    # this long, then goes on without it); also bounds each liveness re-list
     connect_timeout_s: float = Field(10.0, gt=0)
 
     @model_validator(mode="after")

@@ -209,9 +209,9 @@ class McpRuntime:
             await self._stop.wait()
 
     async def start(self) -> None:
-        """Start the session manager and connect every server (waits up to each server's
-        ``connect_timeout_s`` for its first connection, so the first ``tools/list`` is
-        complete; a server still down is retried in the background)."""
+        """Start the session manager and connect every server: waits for each server's first
+        attempt (at most its ``connect_timeout_s``), so the first ``tools/list`` is complete;
+        a server that refused or is still down is retried in the background."""
         self._manager_task = asyncio.get_running_loop().create_task(
             self._serve_manager(), name="fg-mcp-sessions"
         )

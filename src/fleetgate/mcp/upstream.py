@@ -69,6 +69,7 @@ class Upstream(RunsInBackground):
         self._session: ClientSession | None = None
         self._lost = asyncio.Event()
         self._connected = asyncio.Event()
+        self._failed = asyncio.Event()  # an attempt to connect failed (start-up stops waiting)
         self._task = Background(self._run, name=f"fg-mcp-{name}")
 
     @property
@@ -77,9 +78,15 @@ class Upstream(RunsInBackground):
         return self._session is not None and not self._lost.is_set()
 
     async def wait_connected(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` for the first connection (start-up); True when connected."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._connected.wait(), timeout_s)
+        """Wait (start-up) until the first attempt to connect has ended, at most ``timeout_s``:
+        True when connected. A server that refuses at once is not waited for (the background
+        retries go on)."""
+        waits = [asyncio.ensure_future(e.wait()) for e in (self._connected, self._failed)]
+        try:
+            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
         return self.connected
 
     async def aclose(self) -> None:
@@ -137,6 +144,7 @@ class Upstream(RunsInBackground):
                 if self._connected.is_set():  # it was up: start the backoff afresh
                     wait = self.reconnect_s
                 self.last_error = _describe(exc)
+                self._failed.set()
                 log.warning(
                     "MCP server %s: %s; reconnecting in %.1fs", self.name, self.last_error, wait
                 )
