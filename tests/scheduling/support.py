@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
+from fleetgate.app import create_app
+from fleetgate.config.settings import Settings
 from fleetgate.contract.request import GatewayRequest, Outcome
 from fleetgate.errors import ModelNotFound
 from fleetgate.scheduling.config import Band, SchedulingConfig
@@ -17,6 +22,7 @@ from fleetgate.scheduling.policy import RequestPolicy
 from fleetgate.scheduling.pool import Pool
 from fleetgate.scheduling.scheduler import Scheduler
 from fleetgate.telemetry.registry import Registry
+from tests.tenancy.support import MASTER, Gateway
 
 
 class NoRoutes:
@@ -98,3 +104,37 @@ class FakeOutcome:
         self.relayed = relayed
         self.settled = False  # the response is complete: not preemptible
         self.first_token_at: float | None = None
+
+
+class Reloadable:
+    """A gateway started from a config file the test rewrites (`reload`)."""
+
+    def __init__(self, gw: Gateway, path: Path) -> None:
+        self.gw = gw
+        self.path = path
+
+    async def reload(self, config: dict[str, Any]) -> None:
+        """Write ``config`` to the gateway's file and reload it (which must succeed)."""
+        self.path.write_text(json.dumps(config))
+        status, body = await self.gw.admin("POST", "/admin/config/reload")
+        assert status == 200, body
+
+
+@asynccontextmanager
+async def reloadable_gateway(tmp_path: Path, config: dict[str, Any]) -> AsyncIterator[Reloadable]:
+    """A gateway on ``config`` written to ``tmp_path/gateway.yaml`` (teams' ids, known only
+    once it runs, come in by `Reloadable.reload`), served over HTTP with handler
+    cancellation (a client that hangs up cancels its request)."""
+    path = tmp_path / "gateway.yaml"
+    path.write_text(json.dumps(config))
+    settings = Settings(master_key=MASTER, data_dir=tmp_path, watch_config=False, config_path=path)
+    runner = web.AppRunner(create_app(settings), handler_cancellation=True)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        async with aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+            yield Reloadable(Gateway(url, runner.app, session), path)
+    finally:
+        await runner.cleanup()

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 from aiohttp import web
 
 from fleetgate.app import create_app
@@ -24,6 +23,7 @@ from fleetgate.config.settings import Settings
 from fleetgate.sim.config import SimConfig
 from fleetgate.sim.runner import running_sim
 from tests.fakes import FakeUpstream, Reply
+from tests.scheduling.support import reloadable_gateway
 from tests.tenancy.support import MASTER, Gateway
 
 Result = tuple[int, dict[str, str], Any]
@@ -228,36 +228,21 @@ async def test_admin_queues_needs_an_admin_key_and_shows_a_team_admin_its_own_te
 
 async def test_a_config_reload_applies_new_policies_and_capacity(tmp_path: Path) -> None:
     async with running_sim(SIM) as sim:
-        path = tmp_path / "gateway.yaml"
         config = _config(f"{sim}/v1", {}).model_dump(mode="json", exclude_defaults=True)
-        path.write_text(yaml.safe_dump(config))
-        settings = Settings(
-            master_key=MASTER, data_dir=tmp_path, watch_config=False, config_path=path
-        )
-        runner = web.AppRunner(create_app(settings), handler_cancellation=True)
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-            async with aiohttp.ClientSession() as session:
-                gw = Gateway(url, runner.app, session)
-                team, _, key = await gw.team_and_key("t")
-                assert (await _chat(gw, key))[0] == 200  # the pool exists, capacity 2
-                config["scheduling"] = {"teams": {team: {"on_saturation": "reject"}}}
-                config["models"][0]["deployments"][0]["max_num_seqs"] = 1
-                path.write_text(yaml.safe_dump(config))
-                status, body = await gw.admin("POST", "/admin/config/reload")
-                assert status == 200, body
-                busy = asyncio.create_task(_chat(gw, key, max_tokens=40))
-                await asyncio.sleep(0.03)
-                status, _, body = await _chat(gw, key)
-                assert status == 429 and body["error"]["code"] == "pool_saturated"
-                assert (await busy)[0] == 200
-                _, queues = await gw.admin("GET", "/admin/queues")
-                assert queues["data"][0]["capacity"] == 1
-        finally:
-            await runner.cleanup()
+        async with reloadable_gateway(tmp_path, config) as gateway:
+            gw = gateway.gw
+            team, _, key = await gw.team_and_key("t")
+            assert (await _chat(gw, key))[0] == 200  # the pool exists, capacity 2
+            config["scheduling"] = {"teams": {team: {"on_saturation": "reject"}}}
+            config["models"][0]["deployments"][0]["max_num_seqs"] = 1
+            await gateway.reload(config)
+            busy = asyncio.create_task(_chat(gw, key, max_tokens=40))
+            await asyncio.sleep(0.03)
+            status, _, body = await _chat(gw, key)
+            assert status == 429 and body["error"]["code"] == "pool_saturated"
+            assert (await busy)[0] == 200
+            _, queues = await gw.admin("GET", "/admin/queues")
+            assert queues["data"][0]["capacity"] == 1
 
 
 async def test_a_response_cache_hit_is_answered_without_waiting_for_a_full_pool(

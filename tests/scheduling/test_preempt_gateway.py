@@ -9,7 +9,6 @@ routing decision log.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,7 +23,7 @@ from fleetgate.config.settings import Settings
 from fleetgate.feature import StageFeature
 from fleetgate.sim.config import SimConfig
 from fleetgate.sim.runner import running_sim
-from tests.scheduling.support import Outcomes, sse_events
+from tests.scheduling.support import Outcomes, reloadable_gateway, sse_events
 from tests.tenancy.support import MASTER, Gateway
 
 
@@ -42,6 +41,12 @@ async def _stream(gw: Gateway, key: str) -> list[Any]:
         return await sse_events(r)
 
 
+def _one_pool(url: str, slots: int) -> dict[str, Any]:
+    """A gateway config: alias ``tiny`` on the simulator at ``url``, a pool of ``slots``."""
+    dep = {"model": "tiny", "api_base": f"{url}/v1", "max_num_seqs": slots}
+    return {"models": [{"alias": "tiny", "deployments": [dep]}], "health": {"probe_interval_s": 30}}
+
+
 @asynccontextmanager
 async def _claims_gateway(
     tmp_path: Path,
@@ -53,11 +58,9 @@ async def _claims_gateway(
     """A gateway in front of the simulator at ``url``: one pool of ``pool_slots``, the
     ``scheduling`` section (default: claims preempting lower bands' streams,
     ``preempt_streams_for_claims: lower_band``), ``outcomes`` seeing what is billed."""
-    dep = {"model": "tiny", "api_base": f"{url}/v1", "max_num_seqs": pool_slots}
     config = GatewayConfig.model_validate(
         {
-            "models": [{"alias": "tiny", "deployments": [dep]}],
-            "health": {"probe_interval_s": 30},
+            **_one_pool(url, pool_slots),
             "scheduling": scheduling or {"preempt_streams_for_claims": "lower_band"},
         }
     )
@@ -116,55 +119,37 @@ async def test_an_owner_reclaims_its_quota_from_a_borrower_over_http(tmp_path: P
     though b's weight of 100 keeps b's counter far below a's."""
     sim = SimConfig(decode_ms_per_step=5.0, output_len=40, max_num_seqs=2)
     async with running_sim(sim) as url:
-        dep = {"model": "tiny", "api_base": f"{url}/v1", "max_num_seqs": 2}
-        config: dict[str, Any] = {
-            "models": [{"alias": "tiny", "deployments": [dep]}],
-            "health": {"probe_interval_s": 30},
-        }
-        path = tmp_path / "gateway.yaml"
-        path.write_text(json.dumps(config))
-        settings = Settings(
-            master_key=MASTER, data_dir=tmp_path, watch_config=False, config_path=path
-        )
-        runner = web.AppRunner(create_app(settings), handler_cancellation=True)
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            async with aiohttp.ClientSession() as session:
-                gw = Gateway(f"http://127.0.0.1:{runner.addresses[0][1]}", runner.app, session)
-                team_a, _, key_a = await gw.team_and_key("owner")
-                team_b, _, key_b = await gw.team_and_key("borrower")
-                quota = {"concurrency": {"nominal": 1}}
-                config["scheduling"] = {
-                    "orgs": {"lab": {}},
-                    "teams": {
-                        team_a: {"org": "lab", "quota": quota},
-                        team_b: {"quota": quota, "weight": 100},  # counters favour b by far
-                    },
-                }
-                path.write_text(json.dumps(config))
-                status, body = await gw.admin("POST", "/admin/config/reload")
-                assert status == 200, body
-                done: list[str] = []
+        config = _one_pool(url, 2)
+        async with reloadable_gateway(tmp_path, config) as gateway:
+            gw = gateway.gw
+            team_a, _, key_a = await gw.team_and_key("owner")
+            team_b, _, key_b = await gw.team_and_key("borrower")
+            quota = {"concurrency": {"nominal": 1}}
+            config["scheduling"] = {
+                "orgs": {"lab": {}},
+                "teams": {
+                    team_a: {"org": "lab", "quota": quota},
+                    team_b: {"quota": quota, "weight": 100},  # counters favour b by far
+                },
+            }
+            await gateway.reload(config)
+            done: list[str] = []
 
-                async def one(name: str, key: str) -> None:
-                    status, _, answer = await gw.chat(key, max_tokens=40)
-                    assert status == 200, answer
-                    done.append(name)
+            async def one(name: str, key: str) -> None:
+                status, _, answer = await gw.chat(key, max_tokens=40)
+                assert status == 200, answer
+                done.append(name)
 
-                flood = [asyncio.create_task(one("b", key_b)) for _ in range(6)]
-                await asyncio.sleep(0.08)  # b's two run (about 0.2 s each), four queue
-                _, queues = await gw.admin("GET", "/admin/queues")
-                (pool,) = queues["data"]
-                assert pool["quotas"][f"team:{team_b}"]["in_flight"] == 2  # borrowing a's
-                owner = [asyncio.create_task(one("a", key_a)) for _ in range(2)]
-                await asyncio.wait_for(asyncio.gather(*flood, *owner), 30)
-                status, found = await gw.admin(
-                    "GET", "/admin/routing/decisions?reason=admitted&limit=100"
-                )
-        finally:
-            await runner.cleanup()
+            flood = [asyncio.create_task(one("b", key_b)) for _ in range(6)]
+            await asyncio.sleep(0.08)  # b's two run (about 0.2 s each), four queue
+            _, queues = await gw.admin("GET", "/admin/queues")
+            (pool,) = queues["data"]
+            assert pool["quotas"][f"team:{team_b}"]["in_flight"] == 2  # borrowing a's
+            owner = [asyncio.create_task(one("a", key_a)) for _ in range(2)]
+            await asyncio.wait_for(asyncio.gather(*flood, *owner), 30)
+            status, found = await gw.admin(
+                "GET", "/admin/routing/decisions?reason=admitted&limit=100"
+            )
     # b's two running end first; the next slot is a's. While a's first runs its second would
     # borrow (b's far lower counter wins); once a's first ends, a is under its nominal again
     # and its second takes the next slot, ahead of b's queue. Without the quotas (the counters
@@ -256,42 +241,25 @@ async def test_a_claim_over_the_limit_reaches_the_engine_after_the_stream_it_cut
     when the claim arrived is 0), and the claim arrived after the cut stream's end."""
     sim = SimConfig(decode_ms_per_step=5.0, output_len=400, max_num_seqs=1)
     async with running_sim(sim) as url:
-        dep = {"model": "tiny", "api_base": f"{url}/v1", "max_num_seqs": 1}
-        config: dict[str, Any] = {
-            "models": [{"alias": "tiny", "deployments": [dep]}],
-            "health": {"probe_interval_s": 30},
-        }
-        path = tmp_path / "gateway.yaml"
-        path.write_text(json.dumps(config))
-        settings = Settings(
-            master_key=MASTER, data_dir=tmp_path, watch_config=False, config_path=path
-        )
-        runner = web.AppRunner(create_app(settings), handler_cancellation=True)
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            async with aiohttp.ClientSession() as session:
-                gw = Gateway(f"http://127.0.0.1:{runner.addresses[0][1]}", runner.app, session)
-                _, _, batch = await gw.team_and_key("etl", tags={"priority": "batch"})
-                owner, _, key = await gw.team_and_key("oncall")
-                config["scheduling"] = {
-                    "preempt_streams_for_claims": "lower_band",
-                    "teams": {owner: {"guaranteed": 1}},
-                }
-                path.write_text(json.dumps(config))
-                assert (await gw.admin("POST", "/admin/config/reload"))[0] == 200
-                for _ in range(3):  # a fresh stream to cut each time
-                    stream = asyncio.create_task(_stream(gw, batch))
-                    await asyncio.sleep(0.2)  # it holds the engine's one slot
-                    status, _, answer = await gw.chat(key, max_tokens=4)
-                    assert status == 200, answer
-                    events = await asyncio.wait_for(stream, 10)
-                    assert events[-2]["error"]["code"] == "preempted_in_flight"
-                async with session.get(f"{url}/sim/timings") as r:
-                    timings = await r.json()
-        finally:
-            await runner.cleanup()
+        config = _one_pool(url, 1)
+        async with reloadable_gateway(tmp_path, config) as gateway:
+            gw = gateway.gw
+            _, _, batch = await gw.team_and_key("etl", tags={"priority": "batch"})
+            owner, _, key = await gw.team_and_key("oncall")
+            config["scheduling"] = {
+                "preempt_streams_for_claims": "lower_band",
+                "teams": {owner: {"guaranteed": 1}},
+            }
+            await gateway.reload(config)
+            for _ in range(3):  # a fresh stream to cut each time
+                stream = asyncio.create_task(_stream(gw, batch))
+                await asyncio.sleep(0.2)  # it holds the engine's one slot
+                status, _, answer = await gw.chat(key, max_tokens=4)
+                assert status == 200, answer
+                events = await asyncio.wait_for(stream, 10)
+                assert events[-2]["error"]["code"] == "preempted_in_flight"
+            async with gw.session.get(f"{url}/sim/timings") as r:
+                timings = await r.json()
     claims = [t for t in timings if t["generated"] == 4]  # the streams were cut long before
     cut = [t for t in timings if t not in claims]
     assert len(claims) == 3 and len(cut) == 3
