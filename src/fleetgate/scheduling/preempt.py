@@ -50,7 +50,11 @@ def claim_victim(pool: Pool, claimant: RequestPolicy, borrowers: bool) -> Runnin
     then the one that has sent the least output (the least work lost), then the newest;
     with ``engine_waiting`` or ``start_before_end`` one that holds an engine slot
     (`_holding`)."""
-    band = _claimable(pool, claimant, borrowers)
+    return _victim_of(pool, _claimable(pool, claimant, borrowers))
+
+
+def _victim_of(pool: Pool, band: list[Running]) -> Running | None:
+    """`claim_victim`'s choice among ``band`` (`_claimable`)."""
     if not band:
         return None
     held = _holding(band, pool.waiting + pool.early)
@@ -81,17 +85,13 @@ def _claimable(pool: Pool, claimant: RequestPolicy, borrowers: bool) -> list[Run
     return band
 
 
-def _early_taker(pool: Pool, claimant: RequestPolicy, borrowers: bool) -> Running | None:
+def _early_taker(band: list[Running]) -> Running | None:
     """With a stream's slot given early (`start_before_end`), the request that took it waits
-    inside the engine until that stream's last step ends: the newest stream without output a
-    claim of ``claimant`` may cancel (`_claimable`), if any. A claim that starts over the
+    inside the engine until that stream's last step ends: the newest stream of ``band`` (what
+    the claim may cancel, `_claimable`) without output, if any. A claim that starts over the
     limit meanwhile cancels it (it is requeued: no output lost) and takes that slot itself
     within the step, so the engine holds no more than before; None: no such stream."""
-    fresh = [
-        r
-        for r in _claimable(pool, claimant, borrowers)
-        if r.outcome.relayed == 0 and r.outcome.first_token_at is None
-    ]
+    fresh = [r for r in band if r.outcome.relayed == 0 and r.outcome.first_token_at is None]
     return fresh[-1] if fresh else None
 
 
@@ -221,11 +221,10 @@ class Preemption:
                 claim.awaits = due  # it relies on that end
             return None
         borrowers = guarantee and mode == "borrowers"
-        victim = (
-            _early_taker(pool, claimant, borrowers) if claim is not None and pool.early else None
-        )
+        band = _claimable(pool, claimant, borrowers)
+        victim = _early_taker(band) if claim is not None and pool.early else None
         if victim is None:
-            victim = claim_victim(pool, claimant, borrowers)
+            victim = _victim_of(pool, band)
         if victim is not None:
             self._cancel(pool, victim, claimant, now)
         else:  # a fleet: the stream to cancel may be another process's (every one missing)
